@@ -1,0 +1,372 @@
+//! The NAND media: page contents, OOB bytes, the page-state table and the
+//! erase-block table, held in memory or written through to an image file.
+//!
+//! The media knows pages and erase blocks, never zones; program order and
+//! zone rules are the device's business. It asserts the one physical rule
+//! that a bug could break: a page is programmed only when erased.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use zftl_core::ZoneState;
+
+use crate::config::SimConfig;
+use crate::error::SimError;
+use crate::image::{self, ImageLayout, PageState, ERASE_ENTRY_BYTES, ZONE_ENTRY_BYTES};
+
+/// Where page bytes live.
+enum Store {
+    /// `vec![0; n]` is allocated lazily by the OS, so a 16 GiB device costs
+    /// only what is written.
+    Memory { data: Vec<u8>, oob: Vec<u8> },
+    /// Write-through positional I/O on the image file.
+    File {
+        file: File,
+        path: PathBuf,
+        layout: ImageLayout,
+    },
+}
+
+/// Page contents plus the per-page and per-erase-block tables.
+pub(crate) struct Media {
+    store: Store,
+    page_size: usize,
+    oob_size: usize,
+    pages_per_block: u64,
+    page_state: Vec<u8>,
+    erase_count: Vec<u32>,
+    eb_flags: Vec<u8>,
+}
+
+fn to_usize(n: u64, what: &str) -> Result<usize, SimError> {
+    usize::try_from(n).map_err(|_| SimError::InvalidConfig {
+        reason: format!("{what} of {n} bytes does not fit in memory on this host"),
+    })
+}
+
+impl Media {
+    /// Fresh, fully erased media in memory.
+    pub fn new_memory(cfg: &SimConfig) -> Result<Self, SimError> {
+        let pages = cfg.page_count();
+        let data = vec![0u8; to_usize(pages * u64::from(cfg.page_size_bytes), "data")?];
+        let oob = vec![0u8; to_usize(pages * u64::from(cfg.oob_size_bytes), "oob")?];
+        Self::with_store(cfg, Store::Memory { data, oob })
+    }
+
+    /// Fresh, fully erased media on a just-created, zero-filled image file
+    /// (zero is "erased" in every table).
+    pub fn new_file(cfg: &SimConfig, file: File, path: &Path) -> Result<Self, SimError> {
+        let layout = ImageLayout::for_config(cfg);
+        Self::with_store(
+            cfg,
+            Store::File {
+                file,
+                path: path.to_path_buf(),
+                layout,
+            },
+        )
+    }
+
+    fn with_store(cfg: &SimConfig, store: Store) -> Result<Self, SimError> {
+        let erase_blocks = to_usize(cfg.erase_block_count(), "erase table")?;
+        Ok(Media {
+            store,
+            page_size: cfg.page_size_bytes as usize,
+            oob_size: cfg.oob_size_bytes as usize,
+            pages_per_block: u64::from(cfg.pages_per_block),
+            page_state: vec![0u8; to_usize(cfg.page_count(), "page-state table")?],
+            erase_count: vec![0; erase_blocks],
+            eb_flags: vec![0; erase_blocks],
+        })
+    }
+
+    /// Media of an existing image: loads and range-checks the erase-block
+    /// and page-state tables. Returns the raw zone table for the device.
+    pub fn open_file(
+        cfg: &SimConfig,
+        file: File,
+        path: &Path,
+        layout: ImageLayout,
+    ) -> Result<(Self, Vec<u8>), SimError> {
+        let mut media = Self::new_file(cfg, file, path)?;
+        let read = |off: u64, len: u64| -> Result<Vec<u8>, SimError> {
+            let mut buf = vec![0u8; to_usize(len, "table")?];
+            media
+                .file()?
+                .read_exact_at(&mut buf, off)
+                .map_err(|e| SimError::io("read", path, e))?;
+            Ok(buf)
+        };
+        let erase_table = read(
+            layout.erase_table_offset,
+            cfg.erase_block_count() * ERASE_ENTRY_BYTES,
+        )?;
+        let zones = cfg.erase_block_count() / u64::from(cfg.zone_width_luns);
+        let zone_table = read(layout.zone_table_offset, zones * ZONE_ENTRY_BYTES)?;
+        let page_state = read(layout.page_state_offset, cfg.page_count())?;
+        for (i, entry) in erase_table
+            .chunks_exact(ERASE_ENTRY_BYTES as usize)
+            .enumerate()
+        {
+            let (count, flags) =
+                image::decode_erase_entry(entry).ok_or(SimError::CorruptTable {
+                    what: "erase-block entry",
+                    index: i as u64,
+                })?;
+            media.erase_count[i] = count;
+            media.eb_flags[i] = flags;
+        }
+        if let Some(i) = page_state
+            .iter()
+            .position(|&b| PageState::from_byte(b).is_none())
+        {
+            return Err(SimError::CorruptTable {
+                what: "page state",
+                index: i as u64,
+            });
+        }
+        media.page_state = page_state;
+        Ok((media, zone_table))
+    }
+
+    fn file(&self) -> Result<&File, SimError> {
+        match &self.store {
+            Store::File { file, .. } => Ok(file),
+            Store::Memory { .. } => Err(SimError::InvalidConfig {
+                reason: "not an image".into(),
+            }),
+        }
+    }
+
+    pub fn page_state(&self, page: u64) -> PageState {
+        PageState::from_byte(self.page_state[page as usize]).expect("page states are validated")
+    }
+
+    /// Programs `data.len() / page_size` consecutive pages of one erase block.
+    /// `oob` empty writes zero OOB bytes.
+    pub fn program(&mut self, first_page: u64, data: &[u8], oob: &[u8]) -> io::Result<()> {
+        let count = data.len() / self.page_size;
+        assert!(count > 0 && data.len().is_multiple_of(self.page_size));
+        assert!(oob.is_empty() || oob.len() == count * self.oob_size);
+        assert_eq!(
+            first_page / self.pages_per_block,
+            (first_page + count as u64 - 1) / self.pages_per_block,
+            "a program stays inside one erase block"
+        );
+        let first = first_page as usize;
+        for p in first..first + count {
+            assert_eq!(
+                self.page_state[p],
+                PageState::Erased as u8,
+                "program of non-erased page {p}"
+            );
+        }
+        let (ps, os) = (self.page_size, self.oob_size);
+        match &mut self.store {
+            Store::Memory { data: d, oob: o } => {
+                d[first * ps..(first + count) * ps].copy_from_slice(data);
+                let dst = &mut o[first * os..(first + count) * os];
+                if oob.is_empty() {
+                    dst.fill(0);
+                } else {
+                    dst.copy_from_slice(oob);
+                }
+            }
+            Store::File { file, layout, .. } => {
+                file.write_all_at(data, layout.data_offset + first_page * ps as u64)?;
+                if os > 0 {
+                    let zeros;
+                    let src = if oob.is_empty() {
+                        zeros = vec![0u8; count * os];
+                        &zeros[..]
+                    } else {
+                        oob
+                    };
+                    file.write_all_at(src, layout.oob_offset + first_page * os as u64)?;
+                }
+            }
+        }
+        self.set_states(first_page, count as u64, PageState::Programmed)
+    }
+
+    /// Sets the state of `count` consecutive pages (write-through).
+    pub fn set_states(&mut self, first_page: u64, count: u64, state: PageState) -> io::Result<()> {
+        let range = first_page as usize..(first_page + count) as usize;
+        self.page_state[range.clone()].fill(state as u8);
+        if let Store::File { file, layout, .. } = &self.store {
+            file.write_all_at(
+                &self.page_state[range],
+                layout.page_state_offset + first_page,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads consecutive pages into `data` (and `oob` if non-empty). Erased
+    /// pages read as 0xFF. Returns the index (within the run) of the first
+    /// torn or failed page, whose bytes are not returned.
+    pub fn read(
+        &self,
+        first_page: u64,
+        data: &mut [u8],
+        oob: &mut [u8],
+    ) -> io::Result<Option<u64>> {
+        let count = data.len() / self.page_size;
+        let (ps, os) = (self.page_size, self.oob_size);
+        for i in 0..count {
+            let page = first_page + i as u64;
+            let d = &mut data[i * ps..(i + 1) * ps];
+            let o = if oob.is_empty() {
+                &mut [][..]
+            } else {
+                &mut oob[i * os..(i + 1) * os]
+            };
+            match self.page_state(page) {
+                PageState::Erased => {
+                    d.fill(0xFF);
+                    o.fill(0xFF);
+                }
+                PageState::Torn | PageState::Failed => return Ok(Some(i as u64)),
+                PageState::Programmed => self.read_page(page, d, o)?,
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_page(&self, page: u64, d: &mut [u8], o: &mut [u8]) -> io::Result<()> {
+        let (ps, os) = (self.page_size, self.oob_size);
+        match &self.store {
+            Store::Memory { data, oob } => {
+                let p = page as usize;
+                d.copy_from_slice(&data[p * ps..(p + 1) * ps]);
+                if !o.is_empty() {
+                    o.copy_from_slice(&oob[p * os..(p + 1) * os]);
+                }
+            }
+            Store::File { file, layout, .. } => {
+                file.read_exact_at(d, layout.data_offset + page * ps as u64)?;
+                if !o.is_empty() {
+                    file.read_exact_at(o, layout.oob_offset + page * os as u64)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn erase_count(&self, erase_block: u64) -> u32 {
+        self.erase_count[erase_block as usize]
+    }
+
+    pub fn erase_counts(&self) -> &[u32] {
+        &self.erase_count
+    }
+
+    pub fn is_bad(&self, erase_block: u64) -> bool {
+        self.eb_flags[erase_block as usize] != 0
+    }
+
+    pub fn bad_block_count(&self) -> u64 {
+        self.eb_flags.iter().filter(|&&f| f != 0).count() as u64
+    }
+
+    /// Counts one erase of the block (the erase-table half of an erase; the
+    /// page states are cleared by `clear_block` after the zone commit).
+    pub fn count_erase(&mut self, erase_block: u64) -> io::Result<()> {
+        let i = erase_block as usize;
+        self.erase_count[i] = self.erase_count[i].saturating_add(1);
+        self.store_erase_entry(erase_block)
+    }
+
+    /// Marks the block bad with `flag` (`EB_FACTORY_BAD` or `EB_GROWN_BAD`).
+    pub fn mark_bad(&mut self, erase_block: u64, flag: u8) -> io::Result<()> {
+        self.eb_flags[erase_block as usize] |= flag;
+        self.store_erase_entry(erase_block)
+    }
+
+    /// Every page of the block back to erased.
+    pub fn clear_block(&mut self, erase_block: u64) -> io::Result<()> {
+        let first = erase_block * self.pages_per_block;
+        let range = first as usize..(first + self.pages_per_block) as usize;
+        if self.page_state[range]
+            .iter()
+            .all(|&s| s == PageState::Erased as u8)
+        {
+            return Ok(());
+        }
+        self.set_states(first, self.pages_per_block, PageState::Erased)
+    }
+
+    fn store_erase_entry(&self, erase_block: u64) -> io::Result<()> {
+        if let Store::File { file, layout, .. } = &self.store {
+            let i = erase_block as usize;
+            let entry = image::encode_erase_entry(self.erase_count[i], self.eb_flags[i]);
+            file.write_all_at(
+                &entry,
+                layout.erase_table_offset + erase_block * ERASE_ENTRY_BYTES,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Persists one zone table entry: the commit point of every zone change.
+    pub fn store_zone(&self, zone: u32, state: ZoneState, wp_blocks: u64) -> io::Result<()> {
+        if let Store::File { file, layout, .. } = &self.store {
+            let entry = image::encode_zone_entry(state, wp_blocks);
+            file.write_all_at(
+                &entry,
+                layout.zone_table_offset + u64::from(zone) * ZONE_ENTRY_BYTES,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Writes the header block (file mode only).
+    pub fn store_header(&self, header: &[u8]) -> Result<(), SimError> {
+        if let Store::File { file, path, .. } = &self.store {
+            file.write_all_at(header, 0)
+                .map_err(|e| SimError::io("write header", path, e))?;
+        }
+        Ok(())
+    }
+
+    /// fsync data and tables (file mode); a no-op in memory.
+    pub fn sync(&self) -> Result<(), SimError> {
+        if let Store::File { file, path, .. } = &self.store {
+            file.sync_all()
+                .map_err(|e| SimError::io("fsync", path, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erased_pages_read_ff_and_programmed_pages_read_back() {
+        let cfg = SimConfig::small_for_tests();
+        let mut m = Media::new_memory(&cfg).expect("media");
+        let mut d = vec![0u8; 4096 * 2];
+        let mut o = vec![0u8; 16 * 2];
+        assert_eq!(m.read(0, &mut d, &mut o).expect("read"), None);
+        assert!(d.iter().chain(&o).all(|&b| b == 0xFF));
+        m.program(0, &[7u8; 4096], &[9u8; 16]).expect("program");
+        m.read(0, &mut d, &mut o).expect("read");
+        assert!(d[..4096].iter().all(|&b| b == 7) && d[4096..].iter().all(|&b| b == 0xFF));
+        assert!(o[..16].iter().all(|&b| b == 9));
+        m.set_states(1, 1, PageState::Torn).expect("mark");
+        assert_eq!(m.read(0, &mut d, &mut o).expect("read"), Some(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "program of non-erased page")]
+    fn reprogram_without_erase_is_a_bug() {
+        let cfg = SimConfig::small_for_tests();
+        let mut m = Media::new_memory(&cfg).expect("media");
+        m.program(3, &[1u8; 4096], &[]).expect("program");
+        let _ = m.program(3, &[1u8; 4096], &[]);
+    }
+}
