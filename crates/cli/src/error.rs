@@ -1,0 +1,57 @@
+//! The CLI's errors: one line each, naming the file involved.
+
+use std::io;
+use std::path::PathBuf;
+
+use zftl_core::DeviceError;
+use zftl_sim::SimError;
+
+/// Everything that can make a command fail. `main` prints it as
+/// `zftl: error: <message>` and exits non-zero.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("cannot open image {}: {reason}", path.display())]
+    Open { path: PathBuf, reason: String },
+    #[error("cannot create image {}: {reason}", path.display())]
+    Create { path: PathBuf, reason: String },
+    #[error("cannot read config {}: {reason}", path.display())]
+    Config { path: PathBuf, reason: String },
+    #[error("invalid device configuration: {reason}")]
+    InvalidConfig { reason: String },
+    #[error("cannot choose a default image path: {0}")]
+    NoDefaultPath(&'static str),
+    #[error("cannot create directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("image {}: {source}", path.display())]
+    Device {
+        path: PathBuf,
+        #[source]
+        source: DeviceError,
+    },
+    #[error("cannot write output: {0}")]
+    Output(#[source] io::Error),
+}
+
+/// What went wrong with an image, without repeating its path (the caller's
+/// message already names it).
+pub fn sim_reason(err: &SimError) -> String {
+    match err {
+        SimError::BadMagic { .. } => "bad magic: not a zftl simulator image".to_string(),
+        SimError::ImageExists { .. } => {
+            "the file already exists; remove it or choose another path".to_string()
+        }
+        SimError::Io { op, source, .. } => format!("{op}: {source}"),
+        SimError::Truncated {
+            expected_bytes,
+            actual_bytes,
+            ..
+        } => {
+            format!("truncated: {actual_bytes} bytes where {expected_bytes} were expected")
+        }
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,119 @@
+//! `zftl`: the command-line tool. See `zftl --help`.
+//!
+//! Every command prints aligned `key: value` text, or one JSON object with
+//! `--json`. Failures print one line, `zftl: error: ...`, on stderr and exit
+//! with status 1 (2 for a bad command line).
+
+mod args;
+mod config;
+mod error;
+mod image;
+mod paths;
+mod report;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde::Serialize;
+
+use args::{Cli, Command, CreateArgs, DefaultConfigArgs, SimCommand};
+use error::CliError;
+use image::Action;
+use report::EraseCountsReport;
+use zftl_sim::SimConfig;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0; usage errors to
+            // stderr with status 2, in clap's own format.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zftl: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), CliError> {
+    match &cli.command {
+        None => main_job(cli),
+        Some(Command::Sim(SimCommand::Create(args))) => sim_create(args, cli.json),
+        Some(Command::Sim(SimCommand::Info(args))) => {
+            let mut dev = image::open(&args.path)?;
+            let report = image::info(&args.path, &mut dev, Action::Opened)?;
+            emit(cli.json, &report, || report.text().render())
+        }
+        Some(Command::Sim(SimCommand::EraseCounts(args))) => {
+            let dev = image::open(&args.path)?;
+            let shown = args.path.display().to_string();
+            let report = EraseCountsReport::new(shown, dev.config(), dev.erase_counts());
+            emit(cli.json, &report, || report.render())
+        }
+        Some(Command::Sim(SimCommand::DefaultConfig(args))) => default_config(args, cli.json),
+    }
+}
+
+/// The main job for now: open (or create) the default image and describe it.
+fn main_job(cli: &Cli) -> Result<(), CliError> {
+    let path = match &cli.image {
+        Some(path) => path.clone(),
+        None => paths::default_image_path()?,
+    };
+    let (mut dev, action) = image::open_or_create(&path)?;
+    let report = image::info(&path, &mut dev, action)?;
+    emit(cli.json, &report, || report.text().render())
+}
+
+fn sim_create(args: &CreateArgs, json: bool) -> Result<(), CliError> {
+    let cfg = config::from_args(args)?;
+    let mut dev = image::create(&args.path, cfg)?;
+    let report = image::info(&args.path, &mut dev, Action::Created)?;
+    emit(json, &report, || report.text().render())
+}
+
+fn default_config(args: &DefaultConfigArgs, json: bool) -> Result<(), CliError> {
+    let cfg = if args.small {
+        SimConfig::small_for_tests()
+    } else {
+        SimConfig::default()
+    };
+    let text = || {
+        let body = toml::to_string(&cfg).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
+        format!("# zftl simulated device configuration (zftl sim create --config FILE)\n{body}")
+    };
+    emit(json, &cfg, text)
+}
+
+/// Prints `value` as one JSON object, or the text `render` makes.
+fn emit<T: Serialize>(
+    json: bool,
+    value: &T,
+    render: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    let mut out = if json {
+        serde_json::to_string_pretty(value).map_err(|e| CliError::Output(io::Error::other(e)))?
+    } else {
+        render()
+    };
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(CliError::Output)
+}
