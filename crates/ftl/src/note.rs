@@ -1,0 +1,704 @@
+//! Notes and the blocks of the metadata log that carry them.
+//!
+//! A note is a fixed 32-byte record of one change to the FTL's state (a host
+//! write in in-band tag mode, a trim, a GC relocation, a zone reset or
+//! retirement). Notes are group-committed in log blocks; a log block is one
+//! device block holding either notes or one chunk of a checkpoint stream.
+//! Layouts: docs/format.md, "Notes" and "Log block".
+//!
+//! Adding a note kind (snapshots, range clone/move, nameless migration acks):
+//! add a code constant in [`note_kind`], a [`Note`] variant, and one arm in
+//! each of `Note::to_raw`, `Note::from_raw` and `Note::seq`. Codes are never
+//! reused; a reader that meets a code it does not know refuses the log
+//! ([`FormatError::UnknownNoteKind`]) rather than skipping the note.
+
+use crate::addr::{Lba, Ppa, Seq};
+use crate::backend::ZoneId;
+pub use crate::codec::FormatError;
+use crate::codec::{
+    aligned, check_crc, get_bytes, get_u16, get_u32, get_u64, get_u8, is_erased, put_bytes,
+    put_u16, put_u32, put_u64, put_u8, seal_crc, zero, zero_bytes,
+};
+
+const NOTE: &str = "note";
+const LOG_BLOCK: &str = "log block";
+
+// ---- note layout ----------------------------------------------------------
+
+const N_KIND_OFF: usize = 0;
+const N_RESERVED_OFF: usize = N_KIND_OFF + 1;
+const N_RESERVED_BYTES: usize = 3;
+const N_A_OFF: usize = N_RESERVED_OFF + N_RESERVED_BYTES;
+const N_SEQ_OFF: usize = N_A_OFF + 4;
+const N_B_OFF: usize = N_SEQ_OFF + 8;
+const N_C_OFF: usize = N_B_OFF + 8;
+
+/// Encoded size of a note.
+pub const NOTE_BYTES: usize = N_C_OFF + 8;
+
+const _: () = assert!(NOTE_BYTES == 32);
+const _: () =
+    assert!(N_A_OFF == 4 && aligned(N_SEQ_OFF, 8) && aligned(N_B_OFF, 8) && aligned(N_C_OFF, 8));
+
+/// Note kind codes (byte 0 of a note). Never reuse a code.
+pub mod note_kind {
+    pub const HOST_WRITE: u8 = 1;
+    pub const TRIM: u8 = 2;
+    pub const RELOC: u8 = 3;
+    pub const ZONE_RESET: u8 = 4;
+    pub const ZONE_RETIRE: u8 = 5;
+}
+
+/// One logged change. Every note carries the global seq it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// Host data for `lba` landed at `ppa` (in-band tag mode: the note stands
+    /// in for the OOB tag). `ppa` is never `Ppa::NONE`.
+    HostWrite {
+        seq: Seq,
+        lba: Lba,
+        ppa: Ppa,
+        data_crc: u32,
+    },
+    /// `block_count >= 1` blocks from `lba` read as zeros from now on.
+    Trim {
+        seq: Seq,
+        lba: Lba,
+        block_count: u64,
+    },
+    /// GC copied `lba` from `from` to `to` (`from != to`, neither NONE);
+    /// applies only if the map still points at `from`.
+    Reloc {
+        seq: Seq,
+        lba: Lba,
+        from: Ppa,
+        to: Ppa,
+    },
+    /// The zone was (about to be) reset; tags in it with a smaller seq are stale.
+    ZoneReset {
+        seq: Seq,
+        zone: ZoneId,
+        erase_count: u32,
+    },
+    /// The zone is retired (worn out or failed) and never used again.
+    ZoneRetire { seq: Seq, zone: ZoneId },
+}
+
+/// The generic note fields before interpretation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RawNote {
+    kind: u8,
+    a: u32,
+    seq: u64,
+    b: u64,
+    c: u64,
+}
+
+impl Note {
+    /// The note's global sequence number.
+    pub fn seq(&self) -> Seq {
+        match *self {
+            Note::HostWrite { seq, .. }
+            | Note::Trim { seq, .. }
+            | Note::Reloc { seq, .. }
+            | Note::ZoneReset { seq, .. }
+            | Note::ZoneRetire { seq, .. } => seq,
+        }
+    }
+
+    fn to_raw(self) -> RawNote {
+        use note_kind::*;
+        let raw = |kind, a, seq, b, c| RawNote { kind, a, seq, b, c };
+        match self {
+            Note::HostWrite {
+                seq,
+                lba,
+                ppa,
+                data_crc,
+            } => raw(HOST_WRITE, ppa.0, seq, lba, u64::from(data_crc)),
+            Note::Trim {
+                seq,
+                lba,
+                block_count,
+            } => raw(TRIM, 0, seq, lba, block_count),
+            Note::Reloc { seq, lba, from, to } => raw(RELOC, from.0, seq, lba, u64::from(to.0)),
+            Note::ZoneReset {
+                seq,
+                zone,
+                erase_count,
+            } => raw(ZONE_RESET, zone, seq, u64::from(erase_count), 0),
+            Note::ZoneRetire { seq, zone } => raw(ZONE_RETIRE, zone, seq, 0, 0),
+        }
+    }
+
+    fn from_raw(r: RawNote) -> Result<Note, FormatError> {
+        use note_kind::*;
+        let note = match r.kind {
+            HOST_WRITE => Note::HostWrite {
+                seq: r.seq,
+                lba: r.b,
+                ppa: ppa("ppa (a)", r.a)?,
+                data_crc: low32("data_crc (c)", r.c)?,
+            },
+            TRIM => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                if r.c == 0 || r.b.checked_add(r.c).is_none() {
+                    return Err(out_of_range("block_count (c)", r.c, "1 ..= u64::MAX - lba"));
+                }
+                Note::Trim {
+                    seq: r.seq,
+                    lba: r.b,
+                    block_count: r.c,
+                }
+            }
+            RELOC => {
+                let (from, to) = (ppa("from (a)", r.a)?, ppa("to (c)", low32("to (c)", r.c)?)?);
+                if from == to {
+                    return Err(out_of_range(
+                        "to (c)",
+                        r.c,
+                        "a relocation moves to a different ppa",
+                    ));
+                }
+                Note::Reloc {
+                    seq: r.seq,
+                    lba: r.b,
+                    from,
+                    to,
+                }
+            }
+            ZONE_RESET => {
+                zero(NOTE, "c", r.c)?;
+                Note::ZoneReset {
+                    seq: r.seq,
+                    zone: r.a,
+                    erase_count: low32("erase_count (b)", r.b)?,
+                }
+            }
+            ZONE_RETIRE => {
+                zero(NOTE, "b", r.b)?;
+                zero(NOTE, "c", r.c)?;
+                Note::ZoneRetire {
+                    seq: r.seq,
+                    zone: r.a,
+                }
+            }
+            kind => return Err(FormatError::UnknownNoteKind { kind }),
+        };
+        Ok(note)
+    }
+
+    /// Writes the note into `out[..NOTE_BYTES]`. Panics if `out` is short.
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(
+            out.len() >= NOTE_BYTES,
+            "note buffer of {} bytes",
+            out.len()
+        );
+        let r = self.to_raw();
+        put_u8(out, N_KIND_OFF, r.kind);
+        put_bytes(out, N_RESERVED_OFF, &[0; N_RESERVED_BYTES]);
+        put_u32(out, N_A_OFF, r.a);
+        put_u64(out, N_SEQ_OFF, r.seq);
+        put_u64(out, N_B_OFF, r.b);
+        put_u64(out, N_C_OFF, r.c);
+    }
+
+    /// Decodes the note in `bytes[..NOTE_BYTES]`. Notes carry no CRC of their
+    /// own: the log block's CRC covers them.
+    pub fn decode(bytes: &[u8]) -> Result<Note, FormatError> {
+        crate::codec::need(NOTE, bytes, NOTE_BYTES)?;
+        zero_bytes(
+            NOTE,
+            "reserved bytes 1..4",
+            &get_bytes::<N_RESERVED_BYTES>(bytes, N_RESERVED_OFF),
+        )?;
+        Note::from_raw(RawNote {
+            kind: get_u8(bytes, N_KIND_OFF),
+            a: get_u32(bytes, N_A_OFF),
+            seq: get_u64(bytes, N_SEQ_OFF),
+            b: get_u64(bytes, N_B_OFF),
+            c: get_u64(bytes, N_C_OFF),
+        })
+    }
+}
+
+fn out_of_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
+    FormatError::OutOfRange {
+        structure: NOTE,
+        field,
+        value,
+        rule,
+    }
+}
+
+fn low32(field: &'static str, v: u64) -> Result<u32, FormatError> {
+    u32::try_from(v).map_err(|_| out_of_range(field, v, "a 32-bit value"))
+}
+
+fn ppa(field: &'static str, v: u32) -> Result<Ppa, FormatError> {
+    if v == Ppa::NONE.0 {
+        return Err(out_of_range(field, u64::from(v), "a ppa, not Ppa::NONE"));
+    }
+    Ok(Ppa(v))
+}
+
+// ---- log block layout -----------------------------------------------------
+
+/// "ZLOG" as little-endian bytes.
+pub const LOG_MAGIC: u32 = u32::from_le_bytes(*b"ZLOG");
+/// Log block format version written by this build.
+pub const LOG_VERSION: u16 = 1;
+/// Smallest device block a log block may occupy.
+pub const MIN_LOG_BLOCK_BYTES: usize = 512;
+
+const LOG_KIND_NOTES: u16 = 1;
+const LOG_KIND_CHUNK: u16 = 2;
+
+const L_MAGIC_OFF: usize = 0;
+const L_VERSION_OFF: usize = L_MAGIC_OFF + 4;
+const L_KIND_OFF: usize = L_VERSION_OFF + 2;
+const L_LOG_SEQ_OFF: usize = L_KIND_OFF + 2;
+const L_PAYLOAD_BYTES_OFF: usize = L_LOG_SEQ_OFF + 8;
+const L_COUNT_OFF: usize = L_PAYLOAD_BYTES_OFF + 4;
+const L_AUX_OFF: usize = L_COUNT_OFF + 4;
+/// Bytes before the payload of a log block.
+pub const LOG_HEADER_BYTES: usize = L_AUX_OFF + 8;
+/// Bytes after the payload (the CRC32C of everything before it).
+pub const LOG_TRAILER_BYTES: usize = 4;
+
+const _: () = assert!(LOG_MAGIC == 0x474F_4C5A);
+const _: () = assert!(LOG_HEADER_BYTES == 32 && aligned(L_LOG_SEQ_OFF, 8) && aligned(L_AUX_OFF, 8));
+const _: () = assert!(aligned(LOG_HEADER_BYTES, NOTE_BYTES));
+const _: () = assert!(
+    notes_per_block(MIN_LOG_BLOCK_BYTES) >= 1 && chunk_payload_bytes(MIN_LOG_BLOCK_BYTES) >= 256
+);
+
+/// Notes that fit one log block of `block_size` bytes.
+pub const fn notes_per_block(block_size: usize) -> usize {
+    (block_size - LOG_HEADER_BYTES - LOG_TRAILER_BYTES) / NOTE_BYTES
+}
+
+/// Checkpoint stream bytes that fit one log block of `block_size` bytes.
+pub const fn chunk_payload_bytes(block_size: usize) -> usize {
+    block_size - LOG_HEADER_BYTES - LOG_TRAILER_BYTES
+}
+
+/// One block of the metadata log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogBlock {
+    /// Group-committed notes, in seq order as the writer chose it.
+    Notes { log_seq: u64, notes: Vec<Note> },
+    /// Chunk `index` of the checkpoint whose chunk 0 has log_seq
+    /// `checkpoint_id`.
+    CheckpointChunk {
+        log_seq: u64,
+        checkpoint_id: u64,
+        index: u32,
+        payload: Vec<u8>,
+    },
+}
+
+fn block_size_ok(block_size: usize) -> bool {
+    block_size.is_power_of_two()
+        && block_size >= MIN_LOG_BLOCK_BYTES
+        && u32::try_from(block_size).is_ok()
+}
+
+impl LogBlock {
+    /// The block's position in the log.
+    pub fn log_seq(&self) -> u64 {
+        match *self {
+            LogBlock::Notes { log_seq, .. } | LogBlock::CheckpointChunk { log_seq, .. } => log_seq,
+        }
+    }
+
+    /// Encodes into one block of `block_size` bytes (a power of two >= 512).
+    /// Panics (a bug) if the payload does not fit or the chunk fields are
+    /// inconsistent; checks its own output by decoding it.
+    pub fn encode(&self, block_size: usize) -> Vec<u8> {
+        assert!(block_size_ok(block_size), "log block size {block_size}");
+        let mut b = vec![0u8; block_size];
+        put_u32(&mut b, L_MAGIC_OFF, LOG_MAGIC);
+        put_u16(&mut b, L_VERSION_OFF, LOG_VERSION);
+        put_u64(&mut b, L_LOG_SEQ_OFF, self.log_seq());
+        match self {
+            LogBlock::Notes { notes, .. } => {
+                assert!(
+                    notes.len() <= notes_per_block(block_size),
+                    "{} notes in a log block",
+                    notes.len()
+                );
+                put_u16(&mut b, L_KIND_OFF, LOG_KIND_NOTES);
+                put_u32(
+                    &mut b,
+                    L_PAYLOAD_BYTES_OFF,
+                    (notes.len() * NOTE_BYTES) as u32,
+                );
+                put_u32(&mut b, L_COUNT_OFF, notes.len() as u32);
+                for (i, note) in notes.iter().enumerate() {
+                    note.encode(&mut b[LOG_HEADER_BYTES + i * NOTE_BYTES..]);
+                }
+            }
+            LogBlock::CheckpointChunk {
+                checkpoint_id,
+                index,
+                payload,
+                ..
+            } => {
+                assert!(
+                    payload.len() <= chunk_payload_bytes(block_size),
+                    "chunk payload of {} bytes",
+                    payload.len()
+                );
+                put_u16(&mut b, L_KIND_OFF, LOG_KIND_CHUNK);
+                put_u32(&mut b, L_PAYLOAD_BYTES_OFF, payload.len() as u32);
+                put_u32(&mut b, L_COUNT_OFF, *index);
+                put_u64(&mut b, L_AUX_OFF, *checkpoint_id);
+                put_bytes(&mut b, LOG_HEADER_BYTES, payload);
+            }
+        }
+        seal_crc(&mut b, block_size - LOG_TRAILER_BYTES);
+        assert_eq!(
+            LogBlock::decode(&b).as_ref(),
+            Ok(self),
+            "log block does not round-trip"
+        );
+        b
+    }
+
+    /// Decodes one whole log block. [`FormatError::Erased`] when the block
+    /// is all 0x00 or all 0xFF (the end of the log).
+    pub fn decode(bytes: &[u8]) -> Result<LogBlock, FormatError> {
+        let block_size = bytes.len();
+        if !block_size_ok(block_size) {
+            return Err(FormatError::OutOfRange {
+                structure: LOG_BLOCK,
+                field: "block size",
+                value: block_size as u64,
+                rule: "a power of two >= 512",
+            });
+        }
+        if is_erased(bytes) {
+            return Err(FormatError::Erased {
+                structure: LOG_BLOCK,
+            });
+        }
+        let magic = get_u32(bytes, L_MAGIC_OFF);
+        if magic != LOG_MAGIC {
+            return Err(FormatError::BadMagic {
+                structure: LOG_BLOCK,
+                expected: LOG_MAGIC.into(),
+                found: magic.into(),
+            });
+        }
+        let version = get_u16(bytes, L_VERSION_OFF);
+        if version != LOG_VERSION {
+            let (found, supported) = (u32::from(version), u32::from(LOG_VERSION));
+            return Err(if found > supported {
+                FormatError::NewerVersion {
+                    structure: LOG_BLOCK,
+                    found,
+                    supported,
+                }
+            } else {
+                FormatError::BadVersion {
+                    structure: LOG_BLOCK,
+                    found,
+                    supported,
+                }
+            });
+        }
+        check_crc(LOG_BLOCK, bytes, block_size - LOG_TRAILER_BYTES)?;
+        let log_seq = get_u64(bytes, L_LOG_SEQ_OFF);
+        let payload_bytes = get_u32(bytes, L_PAYLOAD_BYTES_OFF) as usize;
+        let count = get_u32(bytes, L_COUNT_OFF);
+        let aux = get_u64(bytes, L_AUX_OFF);
+        match get_u16(bytes, L_KIND_OFF) {
+            LOG_KIND_NOTES => decode_notes(bytes, log_seq, payload_bytes, count, aux),
+            LOG_KIND_CHUNK => decode_chunk(bytes, log_seq, payload_bytes, count, aux),
+            kind => Err(FormatError::UnknownLogBlockKind { kind }),
+        }
+    }
+}
+
+fn log_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
+    FormatError::OutOfRange {
+        structure: LOG_BLOCK,
+        field,
+        value,
+        rule,
+    }
+}
+
+fn decode_notes(
+    b: &[u8],
+    log_seq: u64,
+    payload_bytes: usize,
+    count: u32,
+    aux: u64,
+) -> Result<LogBlock, FormatError> {
+    zero(LOG_BLOCK, "aux (notes block)", aux)?;
+    let count = count as usize;
+    if count > notes_per_block(b.len()) {
+        return Err(log_range(
+            "count",
+            count as u64,
+            "at most notes_per_block(block size) notes",
+        ));
+    }
+    if payload_bytes != count * NOTE_BYTES {
+        return Err(FormatError::Length {
+            structure: LOG_BLOCK,
+            expected: (count * NOTE_BYTES) as u64,
+            actual: payload_bytes as u64,
+        });
+    }
+    let end = LOG_HEADER_BYTES + payload_bytes;
+    zero_bytes(
+        LOG_BLOCK,
+        "padding after the notes",
+        &b[end..b.len() - LOG_TRAILER_BYTES],
+    )?;
+    let notes = b[LOG_HEADER_BYTES..end]
+        .chunks_exact(NOTE_BYTES)
+        .map(Note::decode)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(LogBlock::Notes { log_seq, notes })
+}
+
+fn decode_chunk(
+    b: &[u8],
+    log_seq: u64,
+    payload_bytes: usize,
+    index: u32,
+    checkpoint_id: u64,
+) -> Result<LogBlock, FormatError> {
+    if payload_bytes > chunk_payload_bytes(b.len()) {
+        return Err(log_range(
+            "payload_bytes",
+            payload_bytes as u64,
+            "at most chunk_payload_bytes(block size)",
+        ));
+    }
+    if index == 0 && checkpoint_id != log_seq {
+        return Err(log_range(
+            "aux (checkpoint id)",
+            checkpoint_id,
+            "chunk 0 has checkpoint id == its own log_seq",
+        ));
+    }
+    if index > 0 && checkpoint_id >= log_seq {
+        return Err(log_range(
+            "aux (checkpoint id)",
+            checkpoint_id,
+            "a later chunk follows chunk 0 in the log",
+        ));
+    }
+    let end = LOG_HEADER_BYTES + payload_bytes;
+    zero_bytes(
+        LOG_BLOCK,
+        "padding after the chunk",
+        &b[end..b.len() - LOG_TRAILER_BYTES],
+    )?;
+    Ok(LogBlock::CheckpointChunk {
+        log_seq,
+        checkpoint_id,
+        index,
+        payload: b[LOG_HEADER_BYTES..end].to_vec(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn arb_ppa() -> impl Strategy<Value = Ppa> {
+        (0..u32::MAX).prop_map(Ppa)
+    }
+
+    pub(crate) fn arb_note() -> impl Strategy<Value = Note> {
+        prop_oneof![
+            (any::<u64>(), any::<u64>(), arb_ppa(), any::<u32>()).prop_map(
+                |(seq, lba, ppa, data_crc)| Note::HostWrite {
+                    seq,
+                    lba,
+                    ppa,
+                    data_crc
+                }
+            ),
+            (any::<u64>(), 0..u64::MAX - 1)
+                .prop_flat_map(|(seq, lba)| (Just(seq), Just(lba), 1..=u64::MAX - lba))
+                .prop_map(|(seq, lba, block_count)| Note::Trim {
+                    seq,
+                    lba,
+                    block_count
+                }),
+            (any::<u64>(), any::<u64>(), arb_ppa(), arb_ppa())
+                .prop_filter("distinct", |(_, _, f, t)| f != t)
+                .prop_map(|(seq, lba, from, to)| Note::Reloc { seq, lba, from, to }),
+            (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(seq, zone, erase_count)| {
+                Note::ZoneReset {
+                    seq,
+                    zone,
+                    erase_count,
+                }
+            }),
+            (any::<u64>(), any::<u32>()).prop_map(|(seq, zone)| Note::ZoneRetire { seq, zone }),
+        ]
+    }
+
+    fn arb_block_size() -> impl Strategy<Value = usize> {
+        (9u32..=13).prop_map(|s| 1usize << s)
+    }
+
+    fn arb_log_block() -> impl Strategy<Value = (usize, LogBlock)> {
+        arb_block_size().prop_flat_map(|bs| {
+            let notes = (any::<u64>(), vec(arb_note(), 0..=notes_per_block(bs)))
+                .prop_map(|(log_seq, notes)| LogBlock::Notes { log_seq, notes });
+            let chunk = (
+                1..u64::MAX,
+                0u32..4,
+                vec(any::<u8>(), 0..=chunk_payload_bytes(bs)),
+            )
+                .prop_map(|(log_seq, index, payload)| {
+                    let checkpoint_id = log_seq - u64::from(index.min(1));
+                    LogBlock::CheckpointChunk {
+                        log_seq,
+                        checkpoint_id,
+                        index,
+                        payload,
+                    }
+                });
+            (Just(bs), prop_oneof![notes, chunk])
+        })
+    }
+
+    #[test]
+    fn note_layout_is_documented() {
+        let n = Note::Reloc {
+            seq: 5,
+            lba: 6,
+            from: Ppa(7),
+            to: Ppa(8),
+        };
+        let mut b = [0u8; NOTE_BYTES];
+        n.encode(&mut b);
+        assert_eq!(&b[..8], &[3, 0, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(&b[8..16], &5u64.to_le_bytes());
+        assert_eq!(&b[16..24], &6u64.to_le_bytes());
+        assert_eq!(&b[24..32], &8u64.to_le_bytes());
+        assert_eq!(n.seq(), 5);
+    }
+
+    #[test]
+    fn unknown_note_kind_and_reserved_bytes_are_refused() {
+        let mut b = [0u8; NOTE_BYTES];
+        Note::ZoneRetire { seq: 1, zone: 2 }.encode(&mut b);
+        let mut unknown = b;
+        unknown[0] = 99;
+        assert_eq!(
+            Note::decode(&unknown),
+            Err(FormatError::UnknownNoteKind { kind: 99 })
+        );
+        let mut reserved = b;
+        reserved[2] = 1;
+        assert!(matches!(
+            Note::decode(&reserved),
+            Err(FormatError::Reserved { .. })
+        ));
+    }
+
+    #[test]
+    fn log_magic_spells_zlog() {
+        let b = LogBlock::Notes {
+            log_seq: 1,
+            notes: vec![],
+        }
+        .encode(512);
+        assert_eq!(&b[..4], b"ZLOG");
+        assert_eq!(notes_per_block(512), 14);
+        assert_eq!(chunk_payload_bytes(4096), 4060);
+    }
+
+    #[test]
+    fn erased_block_is_reported_as_erased() {
+        assert_eq!(
+            LogBlock::decode(&[0xFF; 512]),
+            Err(FormatError::Erased {
+                structure: LOG_BLOCK
+            })
+        );
+        assert_eq!(
+            LogBlock::decode(&[0; 1024]),
+            Err(FormatError::Erased {
+                structure: LOG_BLOCK
+            })
+        );
+        assert!(matches!(
+            LogBlock::decode(&[0; 100]),
+            Err(FormatError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let notes = (0..14)
+            .map(|i| Note::HostWrite {
+                seq: i,
+                lba: i * 3,
+                ppa: Ppa(i as u32),
+                data_crc: 7,
+            })
+            .collect();
+        let b = LogBlock::Notes { log_seq: 77, notes }.encode(512);
+        for bit in 0..b.len() * 8 {
+            let mut f = b.clone();
+            f[bit / 8] ^= 1 << (bit % 8);
+            assert!(LogBlock::decode(&f).is_err(), "bit {bit} undetected");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn notes_round_trip(n in arb_note()) {
+            let mut b = [0u8; NOTE_BYTES];
+            n.encode(&mut b);
+            prop_assert_eq!(Note::decode(&b), Ok(n));
+        }
+
+        #[test]
+        fn arbitrary_note_bytes_never_panic(bytes in vec(any::<u8>(), 0..40)) {
+            let _ = Note::decode(&bytes);
+        }
+
+        #[test]
+        fn log_blocks_round_trip((bs, block) in arb_log_block()) {
+            let b = block.encode(bs);
+            prop_assert_eq!(b.len(), bs);
+            prop_assert_eq!(LogBlock::decode(&b), Ok(block));
+        }
+
+        #[test]
+        fn arbitrary_log_bytes_never_panic(bs in arb_block_size(), fill in any::<u8>(), head in vec(any::<u8>(), 0..64)) {
+            let mut b = vec![fill; bs];
+            b[..head.len()].copy_from_slice(&head);
+            let _ = LogBlock::decode(&b);
+            // A valid magic, version and CRC over arbitrary fields exercise the field checks.
+            put_u32(&mut b, L_MAGIC_OFF, LOG_MAGIC);
+            put_u16(&mut b, L_VERSION_OFF, LOG_VERSION);
+            seal_crc(&mut b, bs - LOG_TRAILER_BYTES);
+            let _ = LogBlock::decode(&b);
+        }
+
+        #[test]
+        fn log_bit_flips_are_detected((bs, block) in arb_log_block(), bit in any::<usize>()) {
+            let mut b = block.encode(bs);
+            let bit = bit % (bs * 8);
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(LogBlock::decode(&b).is_err());
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The per-block tag: what a data block holds, for whom, and when.
+//!
+//! 32 bytes, little-endian, stored in the first [`TAG_BYTES`] of the block's
+//! OOB area when the device has at least that much OOB (tag mode "OOB").
+//! Layout (docs/format.md, "Tag"):
+//!
+//! ```text
+//! 0  u8  kind      1 host data, 2 relocated data (GC), 3 pad, 4 metadata log block
+//! 1  u8  version   1
+//! 2  u16 flags     0 (reserved)
+//! 4  u32 epoch
+//! 8  u64 lba       u64::MAX for pad / meta
+//! 16 u64 seq       seq of the host write that produced the data (GC copies keep it)
+//! 24 u32 data_crc  CRC32C of the block's data
+//! 28 u32 tag_crc   CRC32C of bytes 0..28
+//! ```
+//!
+//! The tag has no magic: its kind, version and CRC identify it, and it is
+//! only ever looked for at one place (the OOB of a block).
+//!
+//! Encoding is on the hot path, so `encode` does not decode its own output;
+//! the round trip is checked by the tests and proptests below.
+
+use crate::addr::{Epoch, Lba, Seq};
+pub use crate::codec::FormatError;
+use crate::codec::{
+    aligned, check_crc, get_u16, get_u32, get_u64, get_u8, is_erased, need, put_u16, put_u32,
+    put_u64, put_u8, seal_crc,
+};
+
+const STRUCTURE: &str = "tag";
+
+/// Tag format version written by this build.
+pub const TAG_VERSION: u8 = 1;
+
+const KIND_OFF: usize = 0;
+const VERSION_OFF: usize = KIND_OFF + 1;
+const FLAGS_OFF: usize = VERSION_OFF + 1;
+const EPOCH_OFF: usize = FLAGS_OFF + 2;
+const LBA_OFF: usize = EPOCH_OFF + 4;
+const SEQ_OFF: usize = LBA_OFF + 8;
+const DATA_CRC_OFF: usize = SEQ_OFF + 8;
+const TAG_CRC_OFF: usize = DATA_CRC_OFF + 4;
+
+/// Encoded size of a tag.
+pub const TAG_BYTES: usize = TAG_CRC_OFF + 4;
+
+const _: () = assert!(TAG_BYTES == 32);
+const _: () = assert!(aligned(LBA_OFF, 8) && aligned(SEQ_OFF, 8) && aligned(EPOCH_OFF, 4));
+const _: () = assert!(TAG_CRC_OFF == 28);
+
+/// The `lba` of tags that carry no logical address (pad, metadata).
+pub const NO_LBA: Lba = u64::MAX;
+
+/// What a block holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagKind {
+    /// Host data written by a host write.
+    HostData = 1,
+    /// Host data copied by GC (keeps the original seq).
+    Relocated = 2,
+    /// Filler written to complete a write unit.
+    Pad = 3,
+    /// A block of the metadata log.
+    Meta = 4,
+}
+
+impl TagKind {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<TagKind> {
+        Some(match code {
+            1 => TagKind::HostData,
+            2 => TagKind::Relocated,
+            3 => TagKind::Pad,
+            4 => TagKind::Meta,
+            _ => return None,
+        })
+    }
+
+    /// Host data or relocated host data: the tag names a logical block.
+    pub fn is_data(self) -> bool {
+        matches!(self, TagKind::HostData | TagKind::Relocated)
+    }
+}
+
+/// The decoded tag. For data kinds `lba` is a logical block (`!= NO_LBA`);
+/// for pad and meta it is [`NO_LBA`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    pub kind: TagKind,
+    pub epoch: Epoch,
+    pub lba: Lba,
+    pub seq: Seq,
+    pub data_crc: u32,
+}
+
+/// CRC32C of a block's data, as stored in `Tag::data_crc` and in notes.
+pub fn data_crc(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
+
+impl Tag {
+    /// Writes the tag into `out[..TAG_BYTES]`; the rest of `out` is untouched.
+    /// Panics (a bug) if `out` is shorter than [`TAG_BYTES`] or the lba does
+    /// not fit the kind.
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(out.len() >= TAG_BYTES, "tag buffer of {} bytes", out.len());
+        assert_eq!(
+            self.kind.is_data(),
+            self.lba != NO_LBA,
+            "tag lba {} does not fit kind {:?}",
+            self.lba,
+            self.kind
+        );
+        let out = &mut out[..TAG_BYTES];
+        put_u8(out, KIND_OFF, self.kind.code());
+        put_u8(out, VERSION_OFF, TAG_VERSION);
+        put_u16(out, FLAGS_OFF, 0);
+        put_u32(out, EPOCH_OFF, self.epoch);
+        put_u64(out, LBA_OFF, self.lba);
+        put_u64(out, SEQ_OFF, self.seq);
+        put_u32(out, DATA_CRC_OFF, self.data_crc);
+        seal_crc(out, TAG_CRC_OFF);
+    }
+
+    /// The tag as a 32-byte array.
+    pub fn to_bytes(&self) -> [u8; TAG_BYTES] {
+        let mut out = [0u8; TAG_BYTES];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes the tag in `bytes[..TAG_BYTES]`. `Ok(None)` when those bytes
+    /// are all 0x00 or all 0xFF (erased, or written without OOB).
+    pub fn decode(bytes: &[u8]) -> Result<Option<Tag>, FormatError> {
+        need(STRUCTURE, bytes, TAG_BYTES)?;
+        let b = &bytes[..TAG_BYTES];
+        if is_erased(b) {
+            return Ok(None);
+        }
+        let version = get_u8(b, VERSION_OFF);
+        if version != TAG_VERSION {
+            return Err(version_error(version));
+        }
+        check_crc(STRUCTURE, b, TAG_CRC_OFF)?;
+        let code = get_u8(b, KIND_OFF);
+        let kind = TagKind::from_code(code).ok_or(FormatError::UnknownTagKind { kind: code })?;
+        crate::codec::zero(STRUCTURE, "flags", u64::from(get_u16(b, FLAGS_OFF)))?;
+        let lba = get_u64(b, LBA_OFF);
+        if kind.is_data() && lba == NO_LBA {
+            return Err(FormatError::OutOfRange {
+                structure: STRUCTURE,
+                field: "lba",
+                value: lba,
+                rule: "a data tag needs an lba below u64::MAX",
+            });
+        }
+        if !kind.is_data() && lba != NO_LBA {
+            return Err(FormatError::OutOfRange {
+                structure: STRUCTURE,
+                field: "lba",
+                value: lba,
+                rule: "pad and meta tags have lba u64::MAX",
+            });
+        }
+        Ok(Some(Tag {
+            kind,
+            epoch: get_u32(b, EPOCH_OFF),
+            lba,
+            seq: get_u64(b, SEQ_OFF),
+            data_crc: get_u32(b, DATA_CRC_OFF),
+        }))
+    }
+}
+
+fn version_error(version: u8) -> FormatError {
+    let (found, supported) = (u32::from(version), u32::from(TAG_VERSION));
+    if found > supported {
+        FormatError::NewerVersion {
+            structure: STRUCTURE,
+            found,
+            supported,
+        }
+    } else {
+        FormatError::BadVersion {
+            structure: STRUCTURE,
+            found,
+            supported,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_tag() -> impl Strategy<Value = Tag> {
+        (1u8..=4, any::<u32>(), 0..NO_LBA, any::<u64>(), any::<u32>()).prop_map(
+            |(k, epoch, lba, seq, data_crc)| {
+                let kind = TagKind::from_code(k).expect("valid code");
+                let lba = if kind.is_data() { lba } else { NO_LBA };
+                Tag {
+                    kind,
+                    epoch,
+                    lba,
+                    seq,
+                    data_crc,
+                }
+            },
+        )
+    }
+
+    #[test]
+    fn layout_is_documented() {
+        let t = Tag {
+            kind: TagKind::HostData,
+            epoch: 7,
+            lba: 0x0102,
+            seq: 9,
+            data_crc: 0xAABB_CCDD,
+        };
+        let b = t.to_bytes();
+        assert_eq!(&b[..4], &[1, 1, 0, 0]);
+        assert_eq!(&b[4..8], &7u32.to_le_bytes());
+        assert_eq!(&b[8..16], &0x0102u64.to_le_bytes());
+        assert_eq!(&b[16..24], &9u64.to_le_bytes());
+        assert_eq!(&b[24..28], &0xAABB_CCDDu32.to_le_bytes());
+        assert_eq!(&b[28..32], &crc32c::crc32c(&b[..28]).to_le_bytes());
+    }
+
+    #[test]
+    fn erased_is_none_and_short_is_error() {
+        assert_eq!(Tag::decode(&[0xFF; 64]), Ok(None));
+        assert_eq!(Tag::decode(&[0; 32]), Ok(None));
+        assert!(matches!(
+            Tag::decode(&[0; 31]),
+            Err(FormatError::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn newer_version_is_reported() {
+        let mut b = Tag {
+            kind: TagKind::Pad,
+            epoch: 0,
+            lba: NO_LBA,
+            seq: 1,
+            data_crc: 0,
+        }
+        .to_bytes();
+        b[VERSION_OFF] = 2;
+        seal_crc(&mut b, TAG_CRC_OFF);
+        assert!(matches!(
+            Tag::decode(&b),
+            Err(FormatError::NewerVersion { found: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_kind_is_reported() {
+        let mut b = Tag {
+            kind: TagKind::Pad,
+            epoch: 0,
+            lba: NO_LBA,
+            seq: 1,
+            data_crc: 0,
+        }
+        .to_bytes();
+        b[KIND_OFF] = 9;
+        seal_crc(&mut b, TAG_CRC_OFF);
+        assert_eq!(
+            Tag::decode(&b),
+            Err(FormatError::UnknownTagKind { kind: 9 })
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let t = Tag {
+            kind: TagKind::Relocated,
+            epoch: 3,
+            lba: 42,
+            seq: 1 << 40,
+            data_crc: data_crc(b"x"),
+        };
+        let b = t.to_bytes();
+        for bit in 0..TAG_BYTES * 8 {
+            let mut f = b;
+            f[bit / 8] ^= 1 << (bit % 8);
+            assert!(Tag::decode(&f).is_err(), "bit {bit} undetected");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(t in arb_tag(), extra in 0usize..16) {
+            let mut buf = vec![0xEEu8; TAG_BYTES + extra];
+            t.encode(&mut buf);
+            prop_assert!(buf[TAG_BYTES..].iter().all(|&b| b == 0xEE));
+            prop_assert_eq!(Tag::decode(&buf), Ok(Some(t)));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Tag::decode(&bytes);
+            if bytes.len() >= TAG_BYTES {
+                // A valid version and CRC over arbitrary fields exercise the field checks.
+                let mut b = bytes;
+                b[VERSION_OFF] = TAG_VERSION;
+                seal_crc(&mut b, TAG_CRC_OFF);
+                let _ = Tag::decode(&b);
+            }
+        }
+
+        #[test]
+        fn bit_flips_are_detected(t in arb_tag(), bit in 0..TAG_BYTES * 8) {
+            let mut b = t.to_bytes();
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(Tag::decode(&b).is_err());
+        }
+    }
+}

@@ -1,0 +1,859 @@
+//! The zone table: what each zone is used for, how full and how worn it is,
+//! and the policies that pick zones (allocation with dynamic wear leveling,
+//! GC victims, static wear-leveling victims).
+//!
+//! Zone fields change only through [`ZoneTable`] methods, so the free set and
+//! the counters can never disagree with the zones.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::Seq;
+use crate::backend::ZoneId;
+
+/// A write stream: data of one temperature/origin goes to its own zones, so
+/// that zones die whole (Metis). Add variants here (e.g. snapshot-only data)
+/// and decide in [`Stream::gc_collects`] whether GC reclaims them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Stream {
+    /// Host writes (hot user data).
+    Host,
+    /// Blocks GC relocated (cold: they survived a collection).
+    Gc,
+    /// The metadata log writer. Its zones are normally [`ZoneKind::Meta`] and
+    /// are reclaimed by checkpointing, not by GC.
+    Meta,
+}
+
+impl Stream {
+    /// Whether GC picks victims among this stream's data zones.
+    pub fn gc_collects(self) -> bool {
+        match self {
+            Stream::Host | Stream::Gc => true,
+            Stream::Meta => false,
+        }
+    }
+}
+
+/// What a zone is used for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ZoneKind {
+    /// In the free set, ready to be taken.
+    Free,
+    /// Holds a superblock copy.
+    Superblock,
+    /// Holds the metadata log (notes, checkpoints).
+    Meta,
+    /// Holds data written by `stream`.
+    Data { stream: Stream },
+    /// Worn out or failed; never used again.
+    Retired,
+}
+
+impl ZoneKind {
+    /// True for data zones GC may collect.
+    pub fn is_gc_collected(self) -> bool {
+        matches!(self, ZoneKind::Data { stream } if stream.gc_collects())
+    }
+
+    fn is_in_use(self) -> bool {
+        !matches!(self, ZoneKind::Free | ZoneKind::Retired)
+    }
+}
+
+/// The FTL's view of a zone's fill state (not the device's `ZoneState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ZoneUse {
+    /// Nothing written since the last reset.
+    Empty,
+    /// Being written.
+    Open,
+    /// No more writes until reset (written to capacity or finished).
+    Full,
+}
+
+/// One zone's bookkeeping. Read through getters; change through [`ZoneTable`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zone {
+    kind: ZoneKind,
+    state: ZoneUse,
+    write_pointer_blocks: u64,
+    valid_blocks: u64,
+    erase_count: u32,
+    last_write_seq: Seq,
+    capacity_blocks: u64,
+}
+
+impl Zone {
+    pub fn kind(&self) -> ZoneKind {
+        self.kind
+    }
+    pub fn state(&self) -> ZoneUse {
+        self.state
+    }
+    pub fn write_pointer_blocks(&self) -> u64 {
+        self.write_pointer_blocks
+    }
+    /// Live blocks, as the FTL counts them.
+    pub fn valid_blocks(&self) -> u64 {
+        self.valid_blocks
+    }
+    /// Resets the FTL has counted (persisted by the caller).
+    pub fn erase_count(&self) -> u32 {
+        self.erase_count
+    }
+    /// Newest write sequence number in the zone (age for cost-benefit GC).
+    pub fn last_write_seq(&self) -> Seq {
+        self.last_write_seq
+    }
+    pub fn capacity_blocks(&self) -> u64 {
+        self.capacity_blocks
+    }
+
+    /// What a checkpoint saves of this zone (valid counts are rebuilt from
+    /// the map at mount).
+    pub fn record(&self) -> ZoneRecord {
+        ZoneRecord {
+            kind: self.kind,
+            state: self.state,
+            write_pointer_blocks: self.write_pointer_blocks,
+            erase_count: self.erase_count,
+            last_write_seq: self.last_write_seq,
+        }
+    }
+
+    fn is_gc_candidate(&self) -> bool {
+        self.state == ZoneUse::Full && self.kind.is_gc_collected()
+    }
+}
+
+/// The persisted part of a zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneRecord {
+    pub kind: ZoneKind,
+    pub state: ZoneUse,
+    pub write_pointer_blocks: u64,
+    pub erase_count: u32,
+    pub last_write_seq: Seq,
+}
+
+/// Why saved zone records cannot form a table (a damaged image).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneError {
+    #[error("no zones")]
+    NoZones,
+    #[error(
+        "{zone_count} zones of {zone_capacity_blocks} blocks do not fit 32-bit physical addresses"
+    )]
+    TooManyBlocks {
+        zone_count: usize,
+        zone_capacity_blocks: u64,
+    },
+    #[error(
+        "zone {zone}: write pointer {write_pointer_blocks} past capacity {capacity_blocks} blocks"
+    )]
+    WritePointer {
+        zone: ZoneId,
+        write_pointer_blocks: u64,
+        capacity_blocks: u64,
+    },
+    #[error("zone {zone}: a {kind:?} zone cannot be {state:?} with write pointer {write_pointer_blocks}")]
+    Inconsistent {
+        zone: ZoneId,
+        kind: ZoneKind,
+        state: ZoneUse,
+        write_pointer_blocks: u64,
+    },
+}
+
+/// How GC picks a victim zone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VictimPolicy {
+    /// Fewest valid blocks: cheapest to collect now.
+    Greedy,
+    /// Maximize `age * (1 - u) / 2u` (LFS): prefers old, cold zones whose
+    /// remaining data is unlikely to be overwritten soon.
+    #[default]
+    CostBenefit,
+}
+
+impl VictimPolicy {
+    fn name(self) -> &'static str {
+        match self {
+            VictimPolicy::Greedy => "greedy",
+            VictimPolicy::CostBenefit => "cost-benefit",
+        }
+    }
+}
+
+impl fmt::Display for VictimPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown victim policy name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown victim policy {0:?} (expected \"greedy\" or \"cost-benefit\")")]
+pub struct ParseVictimPolicyError(pub String);
+
+impl FromStr for VictimPolicy {
+    type Err = ParseVictimPolicyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [VictimPolicy::Greedy, VictimPolicy::CostBenefit]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| ParseVictimPolicyError(s.to_owned()))
+    }
+}
+
+/// Erase-count spread over the zones that are not retired.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WearSpread {
+    pub min_erases: u32,
+    pub max_erases: u32,
+    pub mean_erases: f64,
+    pub stddev_erases: f64,
+}
+
+/// Every zone of the device, with the free set ordered by wear.
+#[derive(Clone, Debug)]
+pub struct ZoneTable {
+    zones: Vec<Zone>,
+    /// Free zones keyed `(erase_count, zone)`: the first is the least worn.
+    free: BTreeSet<(u32, ZoneId)>,
+    data_zones: u32,
+}
+
+impl ZoneTable {
+    /// A fresh device: every zone free, never erased.
+    pub fn new(zone_count: u32, zone_capacity_blocks: u64) -> ZoneTable {
+        assert!(zone_count > 0 && zone_capacity_blocks > 0, "empty device");
+        assert!(
+            fits_ppa(zone_count as usize, zone_capacity_blocks),
+            "device above 2^32 blocks"
+        );
+        let zone = Zone {
+            kind: ZoneKind::Free,
+            state: ZoneUse::Empty,
+            write_pointer_blocks: 0,
+            valid_blocks: 0,
+            erase_count: 0,
+            last_write_seq: 0,
+            capacity_blocks: zone_capacity_blocks,
+        };
+        ZoneTable {
+            zones: vec![zone; zone_count as usize],
+            free: (0..zone_count).map(|z| (0, z)).collect(),
+            data_zones: 0,
+        }
+    }
+
+    /// Rebuilds the table from checkpoint records, one per zone. Valid counts
+    /// start at 0: the caller adds them back from the map.
+    pub fn from_records(
+        zone_capacity_blocks: u64,
+        records: &[ZoneRecord],
+    ) -> Result<ZoneTable, ZoneError> {
+        if records.is_empty() || zone_capacity_blocks == 0 {
+            return Err(ZoneError::NoZones);
+        }
+        if !fits_ppa(records.len(), zone_capacity_blocks) {
+            return Err(ZoneError::TooManyBlocks {
+                zone_count: records.len(),
+                zone_capacity_blocks,
+            });
+        }
+        let mut table = ZoneTable::new(records.len() as u32, zone_capacity_blocks);
+        for (z, record) in records.iter().enumerate() {
+            check_record(z as ZoneId, zone_capacity_blocks, record)?;
+            table.restore(z as ZoneId, record);
+        }
+        table.assert_consistent();
+        Ok(table)
+    }
+
+    pub fn zone_count(&self) -> u32 {
+        self.zones.len() as u32
+    }
+
+    pub fn capacity_blocks(&self) -> u64 {
+        self.zones[0].capacity_blocks
+    }
+
+    pub fn get(&self, z: ZoneId) -> &Zone {
+        assert!((z as usize) < self.zones.len(), "zone {z} does not exist");
+        &self.zones[z as usize]
+    }
+
+    /// Every zone with its id.
+    pub fn iter(&self) -> impl Iterator<Item = (ZoneId, &Zone)> + '_ {
+        self.zones
+            .iter()
+            .enumerate()
+            .map(|(z, zone)| (z as ZoneId, zone))
+    }
+
+    /// Zones in the free set.
+    pub fn free_count(&self) -> u32 {
+        self.free.len() as u32
+    }
+
+    /// Zones of kind `Data` (any stream).
+    pub fn data_zone_count(&self) -> u32 {
+        self.data_zones
+    }
+
+    /// Dynamic wear leveling: takes the least-worn free zone (ties: lowest
+    /// id) for `kind` and opens it. O(log zones).
+    pub fn take_free(&mut self, kind: ZoneKind) -> Option<ZoneId> {
+        let &(_, z) = self.free.first()?;
+        self.claim(z, kind);
+        Some(z)
+    }
+
+    /// Takes a specific free zone for `kind` (fixed superblock places,
+    /// recovery replaying an allocation) and opens it.
+    pub fn claim(&mut self, z: ZoneId, kind: ZoneKind) {
+        assert!(kind.is_in_use(), "cannot claim a zone as {kind:?}");
+        let zone = self.get(z);
+        assert_eq!(zone.kind, ZoneKind::Free, "zone {z} is not free");
+        assert!(
+            self.free.remove(&(zone.erase_count, z)),
+            "free zone {z} missing from the free set"
+        );
+        self.set_kind(z, kind);
+        self.zones[z as usize].state = ZoneUse::Open;
+    }
+
+    /// Records `blocks` written at zone `z`'s write pointer with sequence
+    /// number `seq`; the zone becomes Full when it reaches capacity.
+    pub fn record_write(&mut self, z: ZoneId, blocks: u64, seq: Seq) {
+        let zone = self.zone_mut(z);
+        assert!(zone.kind.is_in_use(), "write to a {:?} zone {z}", zone.kind);
+        assert_ne!(zone.state, ZoneUse::Full, "write to full zone {z}");
+        zone.write_pointer_blocks += blocks;
+        assert!(
+            zone.write_pointer_blocks <= zone.capacity_blocks,
+            "zone {z}: write past capacity"
+        );
+        zone.last_write_seq = zone.last_write_seq.max(seq);
+        zone.state = if zone.write_pointer_blocks == zone.capacity_blocks {
+            ZoneUse::Full
+        } else {
+            ZoneUse::Open
+        };
+    }
+
+    /// Marks zone `z` Full before it reaches capacity (a zone finish).
+    pub fn finish(&mut self, z: ZoneId) {
+        let zone = self.zone_mut(z);
+        assert!(
+            zone.kind.is_in_use(),
+            "finish of a {:?} zone {z}",
+            zone.kind
+        );
+        zone.state = ZoneUse::Full;
+    }
+
+    /// `n` more blocks of zone `z` are live.
+    pub fn add_valid(&mut self, z: ZoneId, n: u64) {
+        let zone = self.zone_mut(z);
+        zone.valid_blocks += n;
+        assert!(
+            zone.valid_blocks <= zone.write_pointer_blocks,
+            "zone {z}: {} valid blocks above the write pointer {}",
+            zone.valid_blocks,
+            zone.write_pointer_blocks
+        );
+    }
+
+    /// `n` blocks of zone `z` are no longer live.
+    pub fn remove_valid(&mut self, z: ZoneId, n: u64) {
+        let zone = self.zone_mut(z);
+        zone.valid_blocks = zone.valid_blocks.checked_sub(n).unwrap_or_else(|| {
+            panic!(
+                "zone {z}: removing {n} of {} valid blocks",
+                zone.valid_blocks
+            )
+        });
+    }
+
+    /// After the FTL reset zone `z` to reuse it for the same kind (e.g. a
+    /// superblock zone): counts the erase, empties it, keeps its kind.
+    pub fn reset_in_place(&mut self, z: ZoneId) {
+        let zone = self.zone_mut(z);
+        assert!(
+            zone.kind.is_in_use(),
+            "in-place reset of a {:?} zone {z}",
+            zone.kind
+        );
+        empty_after_reset(z, zone);
+    }
+
+    /// After the FTL reset zone `z`: counts the erase and returns it to the
+    /// free set. It must hold no live data.
+    pub fn release(&mut self, z: ZoneId) {
+        let zone = self.zone_mut(z);
+        assert!(
+            zone.kind.is_in_use(),
+            "release of a {:?} zone {z}",
+            zone.kind
+        );
+        empty_after_reset(z, zone);
+        let erase_count = zone.erase_count;
+        self.set_kind(z, ZoneKind::Free);
+        self.free.insert((erase_count, z));
+    }
+
+    /// Takes zone `z` out of service for good. Its valid count is kept so the
+    /// FTL can still account for data it moves off a failing zone.
+    pub fn retire(&mut self, z: ZoneId) {
+        let zone = self.get(z);
+        assert_ne!(zone.kind, ZoneKind::Retired, "zone {z} retired twice");
+        self.free.remove(&(zone.erase_count, z));
+        self.set_kind(z, ZoneKind::Retired);
+    }
+
+    /// GC victim among Full data zones of collected streams, skipping
+    /// `exclude`d zones and zones whose every block is valid. Ties go to the
+    /// lowest id. O(zones) per call: GC asks once per zone of writes.
+    pub fn pick_victim(
+        &self,
+        policy: VictimPolicy,
+        now_seq: Seq,
+        exclude: impl Fn(ZoneId) -> bool,
+    ) -> Option<ZoneId> {
+        let candidates = self.iter().filter(|&(z, zone)| {
+            zone.is_gc_candidate() && zone.valid_blocks < zone.capacity_blocks && !exclude(z)
+        });
+        match policy {
+            VictimPolicy::Greedy => candidates
+                .min_by_key(|&(_, zone)| zone.valid_blocks)
+                .map(|(z, _)| z),
+            VictimPolicy::CostBenefit => {
+                let scored = candidates.map(|(z, zone)| (z, CostBenefit::of(z, zone, now_seq)));
+                let best =
+                    scored.reduce(|best, next| if next.1.beats(&best.1) { next } else { best });
+                best.map(|(z, _)| z)
+            }
+        }
+    }
+
+    /// Erase-count spread over zones that are not retired (all zeros when
+    /// every zone is retired). O(zones).
+    pub fn wear_spread(&self) -> WearSpread {
+        let counts: Vec<f64> = self
+            .in_service()
+            .map(|zone| f64::from(zone.erase_count))
+            .collect();
+        if counts.is_empty() {
+            return WearSpread::default();
+        }
+        let n = counts.len() as f64;
+        let mean = counts.iter().sum::<f64>() / n;
+        let variance = counts.iter().map(|c| (c - mean) * (c - mean)).sum::<f64>() / n;
+        WearSpread {
+            min_erases: self
+                .in_service()
+                .map(|zone| zone.erase_count)
+                .min()
+                .unwrap_or(0),
+            max_erases: self
+                .in_service()
+                .map(|zone| zone.erase_count)
+                .max()
+                .unwrap_or(0),
+            mean_erases: mean,
+            stddev_erases: variance.sqrt(),
+        }
+    }
+
+    /// Static wear leveling: the Full data zone (collected streams, not
+    /// `exclude`d) with the fewest erases, if it trails the most-worn zone in
+    /// service by more than `threshold_erases`. Its data is cold; moving it
+    /// lets the young zone take hot writes. O(zones).
+    pub fn pick_static_wl_victim(
+        &self,
+        threshold_erases: u32,
+        exclude: impl Fn(ZoneId) -> bool,
+    ) -> Option<ZoneId> {
+        let max_erases = self.in_service().map(|zone| zone.erase_count).max()?;
+        let (z, coldest) = self
+            .iter()
+            .filter(|&(z, zone)| zone.is_gc_candidate() && !exclude(z))
+            .min_by_key(|&(_, zone)| zone.erase_count)?;
+        (max_erases - coldest.erase_count > threshold_erases).then_some(z)
+    }
+
+    /// Checks the free set and counters against the zones. O(zones); for
+    /// tests and after rebuilding.
+    pub fn assert_consistent(&self) {
+        let free: BTreeSet<(u32, ZoneId)> = self
+            .iter()
+            .filter(|(_, zone)| zone.kind == ZoneKind::Free)
+            .map(|(z, zone)| (zone.erase_count, z))
+            .collect();
+        assert_eq!(free, self.free, "free set out of step with the zones");
+        let data = self
+            .iter()
+            .filter(|(_, zone)| matches!(zone.kind, ZoneKind::Data { .. }))
+            .count();
+        assert_eq!(
+            data, self.data_zones as usize,
+            "data zone count out of step"
+        );
+        for (z, zone) in self.iter() {
+            assert!(
+                zone.write_pointer_blocks <= zone.capacity_blocks,
+                "zone {z}: write pointer past capacity"
+            );
+            assert!(
+                zone.valid_blocks <= zone.write_pointer_blocks,
+                "zone {z}: valid above write pointer"
+            );
+        }
+    }
+
+    fn in_service(&self) -> impl Iterator<Item = &Zone> + '_ {
+        self.zones
+            .iter()
+            .filter(|zone| zone.kind != ZoneKind::Retired)
+    }
+
+    fn zone_mut(&mut self, z: ZoneId) -> &mut Zone {
+        assert!((z as usize) < self.zones.len(), "zone {z} does not exist");
+        &mut self.zones[z as usize]
+    }
+
+    /// The one place a kind changes, so the data-zone count follows.
+    fn set_kind(&mut self, z: ZoneId, kind: ZoneKind) {
+        let zone = self.zone_mut(z);
+        let was_data = matches!(zone.kind, ZoneKind::Data { .. });
+        zone.kind = kind;
+        let is_data = matches!(kind, ZoneKind::Data { .. });
+        self.data_zones = self.data_zones + u32::from(is_data) - u32::from(was_data);
+    }
+
+    /// Overwrites a fresh zone with a checked record.
+    fn restore(&mut self, z: ZoneId, record: &ZoneRecord) {
+        assert!(self.free.remove(&(0, z)), "restore of a zone not fresh");
+        let zone = self.zone_mut(z);
+        zone.state = record.state;
+        zone.write_pointer_blocks = record.write_pointer_blocks;
+        zone.erase_count = record.erase_count;
+        zone.last_write_seq = record.last_write_seq;
+        self.set_kind(z, record.kind);
+        if record.kind == ZoneKind::Free {
+            self.free.insert((record.erase_count, z));
+        }
+    }
+}
+
+/// Whether `zone_count * zone_capacity_blocks` fits `Ppa` (below `u32::MAX`,
+/// which is `Ppa::NONE`).
+fn fits_ppa(zone_count: usize, zone_capacity_blocks: u64) -> bool {
+    (zone_count as u64)
+        .checked_mul(zone_capacity_blocks)
+        .is_some_and(|blocks| blocks < u64::from(u32::MAX))
+}
+
+/// Empties a zone the FTL just reset and counts the erase.
+fn empty_after_reset(z: ZoneId, zone: &mut Zone) {
+    assert_eq!(zone.valid_blocks, 0, "zone {z} reset with live data");
+    zone.erase_count += 1;
+    zone.state = ZoneUse::Empty;
+    zone.write_pointer_blocks = 0;
+}
+
+/// Refuses a record no correct FTL could have saved.
+fn check_record(z: ZoneId, capacity_blocks: u64, record: &ZoneRecord) -> Result<(), ZoneError> {
+    let wp = record.write_pointer_blocks;
+    if wp > capacity_blocks {
+        return Err(ZoneError::WritePointer {
+            zone: z,
+            write_pointer_blocks: wp,
+            capacity_blocks,
+        });
+    }
+    let consistent = match (record.kind, record.state) {
+        (ZoneKind::Retired, _) => true,
+        (ZoneKind::Free, state) => state == ZoneUse::Empty && wp == 0,
+        (_, ZoneUse::Empty) => wp == 0,
+        (_, ZoneUse::Open) => wp < capacity_blocks,
+        (_, ZoneUse::Full) => true,
+    };
+    if !consistent {
+        return Err(ZoneError::Inconsistent {
+            zone: z,
+            kind: record.kind,
+            state: record.state,
+            write_pointer_blocks: wp,
+        });
+    }
+    Ok(())
+}
+
+/// A zone's cost-benefit score `age * (1 - u) / 2u` as the exact fraction
+/// `age * free / valid` (the common factors cancel), compared without floats.
+struct CostBenefit {
+    zone: ZoneId,
+    age: u128,
+    free_blocks: u128,
+    valid_blocks: u128,
+}
+
+impl CostBenefit {
+    fn of(z: ZoneId, zone: &Zone, now_seq: Seq) -> CostBenefit {
+        assert!(
+            now_seq >= zone.last_write_seq,
+            "zone {z} written after now ({now_seq})"
+        );
+        CostBenefit {
+            zone: z,
+            age: u128::from(now_seq - zone.last_write_seq) + 1,
+            free_blocks: u128::from(zone.capacity_blocks - zone.valid_blocks),
+            valid_blocks: u128::from(zone.valid_blocks),
+        }
+    }
+
+    /// Strictly better than `other`; an empty zone (u = 0) beats any other,
+    /// and equal scores go to the lower zone id.
+    fn beats(&self, other: &CostBenefit) -> bool {
+        // Capacity < 2^32 blocks and age <= 2^64, so each product < 2^128.
+        let mine = self.age * self.free_blocks * other.valid_blocks;
+        let theirs = other.age * other.free_blocks * self.valid_blocks;
+        match (self.valid_blocks, other.valid_blocks) {
+            (0, 0) => self.zone < other.zone,
+            (0, _) => true,
+            (_, 0) => false,
+            _ => mine > theirs || (mine == theirs && self.zone < other.zone),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const HOST: ZoneKind = ZoneKind::Data {
+        stream: Stream::Host,
+    };
+    const CAP: u64 = 100;
+
+    /// Takes zone `z` for host data, fills it, and leaves `valid` live blocks
+    /// last written at `seq`.
+    fn fill(table: &mut ZoneTable, z: ZoneId, valid: u64, seq: Seq) {
+        table.claim(z, HOST);
+        table.record_write(z, CAP, seq);
+        table.add_valid(z, valid);
+    }
+
+    /// Takes `z`, empties it, and gives it back: one more erase.
+    fn wear(table: &mut ZoneTable, z: ZoneId, erases: u32) {
+        for _ in 0..erases {
+            table.claim(z, HOST);
+            table.release(z);
+        }
+    }
+
+    #[test]
+    fn allocation_takes_the_least_worn_zone() {
+        let mut table = ZoneTable::new(4, CAP);
+        wear(&mut table, 0, 3);
+        wear(&mut table, 1, 1);
+        wear(&mut table, 3, 1);
+        assert_eq!(table.take_free(HOST), Some(2));
+        assert_eq!(table.take_free(HOST), Some(1), "ties go to the lowest id");
+        assert_eq!(table.take_free(ZoneKind::Meta), Some(3));
+        assert_eq!(table.take_free(HOST), Some(0));
+        assert_eq!(table.take_free(HOST), None);
+        assert_eq!(table.get(1).state(), ZoneUse::Open);
+        assert_eq!(table.data_zone_count(), 3);
+        table.assert_consistent();
+    }
+
+    #[test]
+    fn release_and_retire_keep_the_sets_right() {
+        let mut table = ZoneTable::new(3, CAP);
+        let z = table.take_free(HOST).unwrap();
+        table.record_write(z, CAP, 5);
+        assert_eq!(table.get(z).state(), ZoneUse::Full);
+        table.release(z);
+        assert_eq!(table.get(z).erase_count(), 1);
+        assert_eq!((table.free_count(), table.data_zone_count()), (3, 0));
+        table.retire(1);
+        assert_eq!(table.free_count(), 2);
+        assert_eq!(table.take_free(HOST), Some(2));
+        assert_eq!(table.take_free(HOST), Some(0));
+        assert_eq!(table.take_free(HOST), None);
+        table.assert_consistent();
+    }
+
+    #[test]
+    fn greedy_picks_fewest_valid() {
+        let mut table = ZoneTable::new(4, CAP);
+        fill(&mut table, 0, 50, 1);
+        fill(&mut table, 1, 10, 2);
+        fill(&mut table, 2, 30, 3);
+        assert_eq!(
+            table.pick_victim(VictimPolicy::Greedy, 10, |_| false),
+            Some(1)
+        );
+        assert_eq!(
+            table.pick_victim(VictimPolicy::Greedy, 10, |z| z == 1),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn open_meta_and_full_valid_zones_are_never_victims() {
+        let mut table = ZoneTable::new(4, CAP);
+        fill(&mut table, 0, CAP, 1);
+        table.claim(1, HOST);
+        table.record_write(1, 10, 2);
+        table.claim(2, ZoneKind::Meta);
+        table.record_write(2, CAP, 3);
+        for policy in [VictimPolicy::Greedy, VictimPolicy::CostBenefit] {
+            assert_eq!(table.pick_victim(policy, 10, |_| false), None);
+        }
+    }
+
+    #[test]
+    fn cost_benefit_prefers_old_cold_zones() {
+        let mut table = ZoneTable::new(4, CAP);
+        fill(&mut table, 0, 50, 90);
+        fill(&mut table, 1, 50, 10);
+        fill(&mut table, 2, 40, 95);
+        // Zone 1: age 91 * 50/50 beats zone 2: age 6 * 60/40 and zone 0.
+        assert_eq!(
+            table.pick_victim(VictimPolicy::CostBenefit, 100, |_| false),
+            Some(1)
+        );
+        assert_eq!(
+            table.pick_victim(VictimPolicy::Greedy, 100, |_| false),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn cost_benefit_takes_empty_zones_first() {
+        let mut table = ZoneTable::new(4, CAP);
+        fill(&mut table, 0, 1, 0);
+        fill(&mut table, 1, 0, 99);
+        assert_eq!(
+            table.pick_victim(VictimPolicy::CostBenefit, 100, |_| false),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn static_wl_waits_for_the_threshold() {
+        let mut table = ZoneTable::new(4, CAP);
+        wear(&mut table, 0, 10);
+        wear(&mut table, 1, 2);
+        wear(&mut table, 2, 4);
+        fill(&mut table, 1, CAP, 1);
+        fill(&mut table, 2, 20, 2);
+        let spread = table.wear_spread();
+        assert_eq!((spread.min_erases, spread.max_erases), (0, 10));
+        assert_eq!(spread.mean_erases, 4.0);
+        assert!((spread.stddev_erases - 14f64.sqrt()).abs() < 1e-9);
+        // Zone 1 (2 erases, full of cold data) trails the max by 8.
+        assert_eq!(table.pick_static_wl_victim(7, |_| false), Some(1));
+        assert_eq!(table.pick_static_wl_victim(8, |_| false), None);
+        assert_eq!(table.pick_static_wl_victim(5, |z| z == 1), Some(2));
+    }
+
+    #[test]
+    fn policies_parse_and_print() {
+        for policy in [VictimPolicy::Greedy, VictimPolicy::CostBenefit] {
+            assert_eq!(policy.to_string().parse::<VictimPolicy>(), Ok(policy));
+        }
+        assert!("fifo".parse::<VictimPolicy>().is_err());
+    }
+
+    #[test]
+    fn records_round_trip_and_are_checked() {
+        let mut table = ZoneTable::new(3, CAP);
+        wear(&mut table, 2, 2);
+        fill(&mut table, 0, 5, 7);
+        table.retire(1);
+        let records: Vec<_> = table.iter().map(|(_, zone)| zone.record()).collect();
+        let copy = ZoneTable::from_records(CAP, &records).unwrap();
+        assert_eq!(copy.free_count(), 1);
+        assert_eq!(copy.get(2).erase_count(), 2);
+        assert_eq!(
+            copy.get(0).valid_blocks(),
+            0,
+            "valid counts are rebuilt by the caller"
+        );
+        let mut bad = records.clone();
+        bad[0].write_pointer_blocks = CAP + 1;
+        assert!(matches!(
+            ZoneTable::from_records(CAP, &bad),
+            Err(ZoneError::WritePointer { zone: 0, .. })
+        ));
+        let mut bad = records;
+        bad[2].state = ZoneUse::Open;
+        assert!(matches!(
+            ZoneTable::from_records(CAP, &bad),
+            Err(ZoneError::Inconsistent { zone: 2, .. })
+        ));
+        assert_eq!(
+            ZoneTable::from_records(CAP, &[]).unwrap_err(),
+            ZoneError::NoZones
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "removing 2 of 1 valid blocks")]
+    fn valid_count_cannot_underflow() {
+        let mut table = ZoneTable::new(1, CAP);
+        fill(&mut table, 0, 1, 1);
+        table.remove_valid(0, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "above the write pointer")]
+    fn valid_count_cannot_pass_the_write_pointer() {
+        let mut table = ZoneTable::new(1, CAP);
+        table.claim(0, HOST);
+        table.record_write(0, 3, 1);
+        table.add_valid(0, 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "reset with live data")]
+    fn release_with_live_data_is_a_bug() {
+        let mut table = ZoneTable::new(1, CAP);
+        fill(&mut table, 0, 1, 1);
+        table.release(0);
+    }
+
+    proptest! {
+        /// Allocation always takes a zone no more worn than any other free one.
+        #[test]
+        fn take_free_is_least_worn(ops in proptest::collection::vec(any::<bool>(), 1..200)) {
+            let mut table = ZoneTable::new(8, CAP);
+            let mut taken = Vec::new();
+            for take in ops {
+                if take {
+                    let min_free = table.iter().filter(|(_, z)| z.kind() == ZoneKind::Free).map(|(_, z)| z.erase_count()).min();
+                    let got = table.take_free(HOST);
+                    prop_assert_eq!(got.map(|z| table.get(z).erase_count()), min_free);
+                    taken.extend(got);
+                } else if let Some(z) = taken.pop() {
+                    table.release(z);
+                }
+            }
+            table.assert_consistent();
+        }
+    }
+}
