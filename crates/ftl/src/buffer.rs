@@ -1,0 +1,211 @@
+//! The bounded write buffer: host blocks acknowledged but not yet on media.
+//!
+//! One slot per buffered block. Reads look here first (`latest`), so a
+//! buffered write is visible at once. A second write to a block whose slot is
+//! still queued overwrites that slot in place (write coalescing); a write to a
+//! block already in flight takes a new slot. Sequence numbers are assigned at
+//! submission, so "in flight" slots are exactly those with a seq.
+
+use crate::addr::{Lba, Seq};
+use std::collections::{HashMap, VecDeque};
+
+pub type SlotId = u32;
+
+#[derive(Debug)]
+pub struct Slot {
+    pub lba: Lba,
+    pub data: Vec<u8>,
+    /// Set when the slot is handed to the device.
+    pub seq: Option<Seq>,
+    /// The block was unmapped and unbuffered when admitted (space accounting).
+    pub counted_new: bool,
+    /// Admission order, for flush barriers.
+    pub ticket: u64,
+}
+
+#[derive(Debug)]
+pub struct WriteBuffer {
+    slots: Vec<Option<Slot>>,
+    free: Vec<SlotId>,
+    queue: VecDeque<SlotId>,
+    latest: HashMap<Lba, SlotId>,
+    next_ticket: u64,
+    /// Tickets of occupied slots, to find the oldest unfinished one.
+    tickets: std::collections::BTreeMap<u64, SlotId>,
+}
+
+impl WriteBuffer {
+    pub fn new(capacity_blocks: u32) -> WriteBuffer {
+        assert!(capacity_blocks > 0);
+        WriteBuffer {
+            slots: (0..capacity_blocks).map(|_| None).collect(),
+            free: (0..capacity_blocks).rev().collect(),
+            queue: VecDeque::with_capacity(capacity_blocks as usize),
+            latest: HashMap::with_capacity(capacity_blocks as usize),
+            next_ticket: 0,
+            tickets: Default::default(),
+        }
+    }
+
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    pub fn used_slots(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Blocks a write needs: a queued slot for the same block is reused.
+    pub fn slots_needed(&self, lba: Lba) -> usize {
+        match self.latest.get(&lba) {
+            Some(&s) if self.slot(s).seq.is_none() => 0,
+            _ => 1,
+        }
+    }
+
+    /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
+    pub fn insert(&mut self, lba: Lba, data: Vec<u8>, counted_new: bool) -> SlotId {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        if let Some(&s) = self.latest.get(&lba) {
+            if self.slot(s).seq.is_none() {
+                let old = self.slot_mut(s);
+                old.data = data;
+                let old_ticket = std::mem::replace(&mut old.ticket, ticket);
+                self.tickets.remove(&old_ticket);
+                self.tickets.insert(ticket, s);
+                return s;
+            }
+        }
+        let s = self.free.pop().expect("caller checked free slots");
+        self.slots[s as usize] = Some(Slot {
+            lba,
+            data,
+            seq: None,
+            counted_new,
+            ticket,
+        });
+        self.tickets.insert(ticket, s);
+        self.queue.push_back(s);
+        self.latest.insert(lba, s);
+        s
+    }
+
+    /// Newest buffered data for `lba`.
+    pub fn lookup(&self, lba: Lba) -> Option<&[u8]> {
+        self.latest.get(&lba).map(|&s| self.slot(s).data.as_slice())
+    }
+
+    pub fn is_latest(&self, lba: Lba, slot: SlotId) -> bool {
+        self.latest.get(&lba) == Some(&slot)
+    }
+
+    /// Forgets the newest version of `lba` (trim). A queued slot is dropped;
+    /// an in-flight one stays until its completion but no longer wins.
+    /// Returns whether a dropped slot had been counted as new space.
+    pub fn discard(&mut self, lba: Lba) -> bool {
+        let Some(s) = self.latest.remove(&lba) else {
+            return false;
+        };
+        if self.slot(s).seq.is_some() {
+            return false;
+        }
+        self.queue.retain(|&q| q != s);
+        self.release(s).counted_new
+    }
+
+    /// Takes the next queued slot for submission, stamping its seq.
+    pub fn pop_queued(&mut self, seq: Seq) -> Option<SlotId> {
+        let s = self.queue.pop_front()?;
+        self.slot_mut(s).seq = Some(seq);
+        Some(s)
+    }
+
+    /// Puts an in-flight slot back at the head of the queue (failed write).
+    pub fn requeue_front(&mut self, s: SlotId) {
+        self.slot_mut(s).seq = None;
+        self.queue.push_front(s);
+    }
+
+    /// Frees a slot whose data reached the media; `latest` is cleared only if
+    /// it still names this slot.
+    pub fn release(&mut self, s: SlotId) -> Slot {
+        let slot = self.slots[s as usize]
+            .take()
+            .expect("release of a free slot");
+        if self.latest.get(&slot.lba) == Some(&s) {
+            self.latest.remove(&slot.lba);
+        }
+        self.tickets.remove(&slot.ticket);
+        self.free.push(s);
+        slot
+    }
+
+    pub fn slot(&self, s: SlotId) -> &Slot {
+        self.slots[s as usize].as_ref().expect("slot in use")
+    }
+
+    fn slot_mut(&mut self, s: SlotId) -> &mut Slot {
+        self.slots[s as usize].as_mut().expect("slot in use")
+    }
+
+    /// The ticket the next admitted block will get (a flush barrier).
+    pub fn next_ticket(&self) -> u64 {
+        self.next_ticket
+    }
+
+    /// Whether every block admitted before `barrier` has left the buffer.
+    pub fn drained_before(&self, barrier: u64) -> bool {
+        self.tickets
+            .first_key_value()
+            .is_none_or(|(&t, _)| t >= barrier)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesces_queued_and_keeps_inflight() {
+        let mut b = WriteBuffer::new(4);
+        let s1 = b.insert(7, vec![1], true);
+        assert_eq!(b.slots_needed(7), 0);
+        let s2 = b.insert(7, vec![2], false);
+        assert_eq!(s1, s2);
+        assert_eq!(b.lookup(7), Some(&[2u8][..]));
+        assert_eq!(b.pop_queued(10), Some(s1));
+        assert_eq!(b.slots_needed(7), 1);
+        let s3 = b.insert(7, vec![3], false);
+        assert_ne!(s3, s1);
+        assert!(!b.is_latest(7, s1));
+        b.release(s1);
+        assert_eq!(b.lookup(7), Some(&[3u8][..]));
+    }
+
+    #[test]
+    fn barrier_waits_for_older_tickets() {
+        let mut b = WriteBuffer::new(4);
+        let s = b.insert(1, vec![0], true);
+        let barrier = b.next_ticket();
+        b.insert(2, vec![0], true);
+        assert!(!b.drained_before(barrier));
+        b.pop_queued(1);
+        b.release(s);
+        assert!(b.drained_before(barrier));
+    }
+
+    #[test]
+    fn discard_drops_queued_slot() {
+        let mut b = WriteBuffer::new(2);
+        b.insert(5, vec![0], true);
+        assert!(b.discard(5));
+        assert_eq!(b.free_slots(), 2);
+        assert_eq!(b.queued(), 0);
+        assert!(b.lookup(5).is_none());
+    }
+}

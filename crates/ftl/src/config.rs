@@ -1,0 +1,80 @@
+//! Tunables of a mounted FTL and of a format. Defaults are what a user gets
+//! without a config file; every bound here is a bound on a table or queue.
+
+use crate::zone::VictimPolicy;
+use serde::{Deserialize, Serialize};
+
+/// Where block tags live (DESIGN.md §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TagPlacement {
+    /// In OOB when the device has at least 32 OOB bytes per block, else in band.
+    Auto,
+    /// Always in band (HostWrite notes in the metadata log), even with OOB.
+    InBand,
+}
+
+/// Options fixed at format time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormatOptions {
+    /// Logical size in blocks; `None` = the data capacity less the GC reserve
+    /// (no over-provisioning beyond the reserve). May exceed the media (thin).
+    pub logical_blocks: Option<u64>,
+    pub tag_placement: TagPlacement,
+    /// Zones kept free so GC can always make progress at 100 % logical fill.
+    pub gc_reserve_zones: u32,
+    /// Seed of the device UUID (deterministic formats for tests).
+    pub seed: u64,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            logical_blocks: None,
+            tag_placement: TagPlacement::Auto,
+            gc_reserve_zones: 4,
+            seed: 0,
+        }
+    }
+}
+
+/// Run-time tunables of a mounted FTL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FtlConfig {
+    pub gc_policy: VictimPolicy,
+    /// Separate GC-relocated data from host writes (hot/cold streams).
+    pub separate_gc_stream: bool,
+    /// Host blocks buffered before they reach the media; FLUSH drains it.
+    pub write_buffer_blocks: u32,
+    /// Host requests accepted but not yet answered; past it: busy.
+    pub max_host_requests: u32,
+    /// Device commands the core keeps in flight at most.
+    pub max_inflight_commands: u32,
+    /// GC starts when free data zones fall to this many (plus the reserve).
+    pub gc_start_free_zones: u32,
+    /// Device commands GC may have in flight while the host is busy.
+    pub gc_max_inflight: u32,
+    /// Media blocks written between checkpoints.
+    pub checkpoint_interval_blocks: u64,
+    /// Static wear leveling: move cold data once max − min erase count exceeds this; 0 = off.
+    pub static_wl_threshold: u32,
+    /// Largest host request, in blocks.
+    pub max_request_blocks: u32,
+}
+
+impl Default for FtlConfig {
+    fn default() -> Self {
+        FtlConfig {
+            gc_policy: VictimPolicy::CostBenefit,
+            separate_gc_stream: true,
+            write_buffer_blocks: 4096,
+            max_host_requests: 1024,
+            max_inflight_commands: 128,
+            gc_start_free_zones: 2,
+            gc_max_inflight: 32,
+            checkpoint_interval_blocks: 1 << 18,
+            static_wl_threshold: 0,
+            max_request_blocks: 8192,
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! A single-threaded driver: owns a [`Backend`] and an [`Ftl`] and moves
+//! commands and completions between them. It is the blocking embedding API
+//! (each call runs the loop until its reply arrives) and the building block
+//! of threaded and async front ends.
+//!
+//! ```
+//! use zftl_core::{Driver, FormatOptions, FtlConfig};
+//! use zftl_sim::{SimConfig, SimDevice};
+//!
+//! let device = SimDevice::create_memory(SimConfig::small_for_tests())?;
+//! let mut ftl = Driver::format(device, &FormatOptions::default(), FtlConfig::default())?;
+//! let block = vec![0xAB; ftl.block_size()];
+//! ftl.write(7, &block)?;
+//! ftl.flush()?;
+//! assert_eq!(ftl.read(7, 1)?, block);
+//! let device = ftl.shutdown()?;
+//! let mut ftl = Driver::mount(device, FtlConfig::default())?;
+//! assert_eq!(ftl.read(7, 1)?, block);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::addr::Lba;
+use crate::backend::{Backend, Completion, DeviceError, SubmitError};
+use crate::error::IoError;
+use crate::ftl::{Ftl, Reply, ReplyData, Request};
+use crate::stats::FtlStats;
+use std::collections::HashMap;
+
+/// Completions reaped per loop turn.
+const REAP_BATCH: usize = 256;
+
+pub struct Driver<B: Backend> {
+    backend: B,
+    ftl: Ftl,
+    completions: Vec<Completion>,
+    next_id: u64,
+    replies: HashMap<u64, Result<ReplyData, IoError>>,
+}
+
+impl<B: Backend> Driver<B> {
+    pub(crate) fn new(backend: B, ftl: Ftl) -> Driver<B> {
+        Driver {
+            backend,
+            ftl,
+            completions: Vec::with_capacity(REAP_BATCH),
+            next_id: 0,
+            replies: HashMap::new(),
+        }
+    }
+
+    pub fn ftl(&self) -> &Ftl {
+        &self.ftl
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.ftl.block_size()
+    }
+
+    pub fn logical_blocks(&self) -> u64 {
+        self.ftl.logical_blocks()
+    }
+
+    pub fn stats(&self) -> FtlStats {
+        self.ftl.stats()
+    }
+
+    /// One turn of the loop: submit what the core asks for while the device
+    /// has room, hand completions back, and wait on the device if nothing
+    /// moved. Returns whether anything happened.
+    pub fn turn(&mut self) -> Result<bool, IoError> {
+        self.ftl.handle_time(self.backend.clock_ns());
+        let mut moved = self.submit_commands()?;
+        let reaped = self.backend.reap(&mut self.completions, REAP_BATCH);
+        for c in self.completions.drain(..) {
+            self.ftl.handle_completion(c);
+        }
+        moved |= reaped > 0;
+        while let Some(Reply { id, result }) = self.ftl.poll_reply() {
+            self.replies.insert(id, result);
+            moved = true;
+        }
+        if !moved && self.backend.in_flight() > 0 {
+            self.backend.wait().map_err(device_gone)?;
+            return Ok(true);
+        }
+        Ok(moved)
+    }
+
+    fn submit_commands(&mut self) -> Result<bool, IoError> {
+        let depth = self.backend.geometry().queue_depth as usize;
+        let mut moved = false;
+        while self.backend.in_flight() < depth {
+            let Some((tag, command)) = self.ftl.poll_command() else {
+                break;
+            };
+            match self.backend.submit(tag, command) {
+                Ok(()) => moved = true,
+                Err(SubmitError::Busy) => panic!("device busy below its queue depth"),
+                Err(SubmitError::DeviceGone) => {
+                    self.ftl.handle_completion(Completion {
+                        tag,
+                        result: Err(DeviceError::DeviceGone),
+                    });
+                    return Err(IoError::DeviceGone);
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Queues a request; returns its id. Runs the loop while the core is busy.
+    pub fn submit(&mut self, request: Request) -> Result<u64, IoError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        loop {
+            match self.ftl.handle_request(id, request.clone()) {
+                Ok(()) => return Ok(id),
+                Err(IoError::Busy) => {
+                    if !self.turn()? {
+                        panic!(
+                            "FTL busy with nothing in flight: {}",
+                            self.ftl.debug_state()
+                        );
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The reply to `id`, running the loop until it arrives.
+    pub fn wait_for(&mut self, id: u64) -> Result<ReplyData, IoError> {
+        loop {
+            if let Some(r) = self.replies.remove(&id) {
+                return r;
+            }
+            if !self.turn()? {
+                panic!(
+                    "FTL stalled: request {id} unanswered with nothing in flight: {}",
+                    self.ftl.debug_state()
+                );
+            }
+        }
+    }
+
+    /// Submits and waits: the blocking API.
+    pub fn call(&mut self, request: Request) -> Result<ReplyData, IoError> {
+        let id = self.submit(request)?;
+        self.wait_for(id)
+    }
+
+    pub fn read(&mut self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
+        match self.call(Request::Read { lba, block_count })? {
+            ReplyData::Read(data) => Ok(data),
+            ReplyData::Done => unreachable!("read answered without data"),
+        }
+    }
+
+    pub fn write(&mut self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: false,
+        })
+        .map(drop)
+    }
+
+    /// Write with force-unit-access: durable when this returns.
+    pub fn write_fua(&mut self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: true,
+        })
+        .map(drop)
+    }
+
+    pub fn trim(&mut self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::Trim { lba, block_count }).map(drop)
+    }
+
+    pub fn write_zeroes(&mut self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::WriteZeroes {
+            lba,
+            block_count,
+            fua: false,
+        })
+        .map(drop)
+    }
+
+    pub fn flush(&mut self) -> Result<(), IoError> {
+        self.call(Request::Flush).map(drop)
+    }
+
+    /// Runs until the core has nothing left to do (buffer drained, GC and
+    /// checkpoint steps finished or waiting on new requests).
+    pub fn settle(&mut self) -> Result<(), IoError> {
+        while self.turn()? {}
+        Ok(())
+    }
+
+    /// Writes a checkpoint now and waits for it to commit.
+    pub fn checkpoint(&mut self) -> Result<(), IoError> {
+        self.ftl.request_checkpoint();
+        while !self.ftl.checkpoint_idle() {
+            if let Some(e) = self.ftl.failure() {
+                return Err(e);
+            }
+            if !self.turn()? {
+                panic!(
+                    "checkpoint stalled with nothing in flight: {}",
+                    self.ftl.debug_state()
+                );
+            }
+        }
+        match self.ftl.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Clean shutdown: flush, checkpoint, hand the device back.
+    pub fn shutdown(mut self) -> Result<B, IoError> {
+        self.flush()?;
+        self.checkpoint()?;
+        self.settle()?;
+        Ok(self.backend)
+    }
+
+    /// Drops the FTL state without any writes, as a crash would.
+    pub fn into_backend(self) -> B {
+        self.backend
+    }
+}
+
+fn device_gone(e: DeviceError) -> IoError {
+    match e {
+        DeviceError::DeviceGone => IoError::DeviceGone,
+        other => IoError::Device {
+            lba: 0,
+            source: other,
+        },
+    }
+}

@@ -1,0 +1,1866 @@
+//! The sans-IO FTL state machine.
+//!
+//! Host requests come in through [`Ftl::handle_request`], device completions
+//! through [`Ftl::handle_completion`]; device commands go out through
+//! [`Ftl::poll_command`] and host replies through [`Ftl::poll_reply`]. The
+//! core never blocks, reads no clock and owns no device: a driver moves
+//! commands and completions between it and a [`crate::Backend`].
+//!
+//! Ordering rules that make crash recovery exact (docs/format.md):
+//! - a host block gets its seq when it is handed to the device, so every
+//!   block with a seq below a checkpoint's `next_seq` is reflected in it;
+//! - the map changes only on completion, and GC remaps a block only if the
+//!   map still points where GC read it from (a racing host write wins);
+//! - a zone is reset only after a durable ZoneReset note, which the log's
+//!   prefix order makes durable together with every earlier Reloc note.
+
+use crate::addr::{Epoch, Lba, Ppa, Seq};
+use crate::backend::{Command, Completion, DeviceError, Geometry, Outcome, ZoneId};
+use crate::buffer::{SlotId, WriteBuffer};
+use crate::checkpoint::{self, CheckpointImage};
+use crate::config::FtlConfig;
+use crate::error::IoError;
+use crate::l2p::L2p;
+use crate::layout::{Layout, SUPER_ZONES};
+use crate::log::{LogCommand, MetaLog};
+use crate::note::Note;
+use crate::p2l::P2l;
+use crate::stats::FtlStats;
+use crate::superblock::{Superblock, TagMode};
+use crate::tag::{self, Tag, TagKind, TAG_BYTES};
+use crate::zone::{Stream, ZoneKind, ZoneTable};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+/// A host request. Offsets and counts are in blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Read {
+        lba: Lba,
+        block_count: u32,
+    },
+    /// `fua`: reply only once the data is durable.
+    Write {
+        lba: Lba,
+        data: Vec<u8>,
+        fua: bool,
+    },
+    /// Persistent trim: reads return zeros, also after a crash once flushed.
+    Trim {
+        lba: Lba,
+        block_count: u32,
+    },
+    /// Reads return zeros; costs a note, no data writes.
+    WriteZeroes {
+        lba: Lba,
+        block_count: u32,
+        fua: bool,
+    },
+    /// Makes every acknowledged write, trim and zeroing durable.
+    Flush,
+}
+
+/// What a finished request returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyData {
+    Read(Vec<u8>),
+    Done,
+}
+
+/// The answer to request `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub id: u64,
+    pub result: Result<ReplyData, IoError>,
+}
+
+/// Background work in progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Activity {
+    pub gc: bool,
+    pub checkpoint: bool,
+}
+
+/// Everything a mounted FTL is made of; built by format or recovery.
+pub(crate) struct Parts {
+    pub geometry: Geometry,
+    pub config: FtlConfig,
+    pub layout: Layout,
+    pub tag_mode: TagMode,
+    pub uuid: [u8; 16],
+    pub l2p: L2p,
+    pub p2l: P2l,
+    pub zones: ZoneTable,
+    pub next_seq: Seq,
+    pub epoch: Epoch,
+    pub log: MetaLog,
+    pub super_generation: u64,
+    pub super_wp_blocks: [u64; 2],
+    pub gc_reserve_zones: u32,
+}
+
+#[derive(Debug)]
+struct RelocItem {
+    lba: Lba,
+    src: Ppa,
+    data: Vec<u8>,
+    seq: Seq,
+    crc: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JobPurpose {
+    Gc,
+    StaticWl,
+    Retire,
+}
+
+#[derive(Debug)]
+enum JobPhase {
+    Copying,
+    /// The ZoneReset/ZoneRetire note is packed; waits until the log is durable through `log_barrier`.
+    Noting {
+        log_barrier: u64,
+    },
+    /// Waits for host reads of the victim to finish, then flushes the device
+    /// so the relocated copies are durable before the originals go.
+    ReadyToFlush,
+    Flushing,
+    ReadyToReset,
+    Resetting,
+}
+
+#[derive(Debug)]
+struct GcJob {
+    victim: ZoneId,
+    purpose: JobPurpose,
+    scan_offset: u64,
+    reads_in_flight: u32,
+    phase: JobPhase,
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    zone: Option<ZoneId>,
+    allocated_blocks: u64,
+}
+
+#[derive(Debug)]
+enum CkptState {
+    Idle,
+    Draining,
+    Writing {
+        id: u64,
+        end_log_seq: u64,
+        location: Option<(ZoneId, u64)>,
+    },
+    Flushing {
+        id: u64,
+        location: (ZoneId, u64),
+        issued: bool,
+    },
+    Super {
+        id: u64,
+        location: (ZoneId, u64),
+        copy: usize,
+        busy: bool,
+    },
+}
+
+#[derive(Debug)]
+enum FlushStage {
+    Data { ticket_barrier: u64 },
+    Log { log_barrier: u64 },
+    Device,
+}
+
+#[derive(Debug)]
+struct FlushWait {
+    id: u64,
+    stage: FlushStage,
+}
+
+#[derive(Debug)]
+struct ReadReq {
+    data: Vec<u8>,
+    parts_left: u32,
+    error: Option<IoError>,
+}
+
+#[derive(Debug)]
+struct ReadPart {
+    req: u64,
+    dst_block: u32,
+    lbas: Vec<Lba>,
+    ppa: Ppa,
+    /// Data CRCs when the tag is not in OOB.
+    crcs: Vec<Option<u32>>,
+}
+
+#[derive(Debug)]
+enum Op {
+    HostAppend {
+        zone: ZoneId,
+        slots: Vec<(SlotId, Seq, u32)>,
+        pad_blocks: u32,
+    },
+    GcAppend {
+        zone: ZoneId,
+        items: Vec<RelocItem>,
+        pad_blocks: u32,
+    },
+    HostRead(ReadPart),
+    GcRead {
+        ppa: Ppa,
+        count: u32,
+    },
+    LogWrite {
+        first_log_seq: u64,
+        count: u64,
+    },
+    LogReset {
+        zone: ZoneId,
+    },
+    SuperReset {
+        copy: usize,
+    },
+    SuperWrite {
+        copy: usize,
+    },
+    VictimFlush,
+    VictimReset {
+        zone: ZoneId,
+    },
+    HostFlush {
+        waiters: Vec<u64>,
+    },
+    CkptFlush,
+}
+
+/// The FTL core. See the module documentation.
+pub struct Ftl {
+    geo: Geometry,
+    cfg: FtlConfig,
+    layout: Layout,
+    tag_mode: TagMode,
+    uuid: [u8; 16],
+    l2p: L2p,
+    p2l: P2l,
+    zones: ZoneTable,
+    zone_readers: Vec<u32>,
+    zone_appends: Vec<u32>,
+    buffer: WriteBuffer,
+    buffered_new: u64,
+    max_mapped_blocks: u64,
+    gc_reserve_zones: u32,
+    next_seq: Seq,
+    epoch: Epoch,
+    log: MetaLog,
+    host: StreamState,
+    gc_stream: StreamState,
+    job: Option<GcJob>,
+    retire_queue: VecDeque<ZoneId>,
+    gc_queue: VecDeque<RelocItem>,
+    gc_in_flight: u32,
+    host_appends_in_flight: u32,
+    ckpt: CkptState,
+    ckpt_requested: bool,
+    blocks_since_checkpoint: u64,
+    super_generation: u64,
+    super_wp_blocks: [u64; 2],
+    ops: HashMap<u64, Op>,
+    next_tag: u64,
+    read_queue: VecDeque<ReadPart>,
+    reads: HashMap<u64, ReadReq>,
+    waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
+    flushes: Vec<FlushWait>,
+    replies: VecDeque<Reply>,
+    lost: BTreeSet<Lba>,
+    read_only: bool,
+    device_gone: bool,
+    now_ns: u64,
+    stats: FtlStats,
+}
+
+impl Ftl {
+    pub(crate) fn from_parts(p: Parts) -> Ftl {
+        let zone_count = p.geometry.zone_count as usize;
+        let cap = p.geometry.zone_capacity_blocks;
+        let data_zones = u64::from(p.geometry.zone_count - p.layout.first_data_zone());
+        let usable = data_zones.saturating_sub(u64::from(p.gc_reserve_zones) + 2) * cap;
+        Ftl {
+            buffer: WriteBuffer::new(p.config.write_buffer_blocks),
+            max_mapped_blocks: usable.min(p.layout.logical_blocks),
+            zone_readers: vec![0; zone_count],
+            zone_appends: vec![0; zone_count],
+            geo: p.geometry,
+            cfg: p.config,
+            layout: p.layout,
+            tag_mode: p.tag_mode,
+            uuid: p.uuid,
+            l2p: p.l2p,
+            p2l: p.p2l,
+            zones: p.zones,
+            buffered_new: 0,
+            gc_reserve_zones: p.gc_reserve_zones,
+            next_seq: p.next_seq,
+            epoch: p.epoch,
+            log: p.log,
+            host: StreamState::default(),
+            gc_stream: StreamState::default(),
+            job: None,
+            retire_queue: VecDeque::new(),
+            gc_queue: VecDeque::new(),
+            gc_in_flight: 0,
+            host_appends_in_flight: 0,
+            ckpt: CkptState::Idle,
+            ckpt_requested: false,
+            blocks_since_checkpoint: 0,
+            super_generation: p.super_generation,
+            super_wp_blocks: p.super_wp_blocks,
+            ops: HashMap::new(),
+            next_tag: 0,
+            read_queue: VecDeque::new(),
+            reads: HashMap::new(),
+            waiting_writes: VecDeque::new(),
+            flushes: Vec::new(),
+            replies: VecDeque::new(),
+            lost: BTreeSet::new(),
+            read_only: false,
+            device_gone: false,
+            now_ns: 0,
+            stats: FtlStats::default(),
+        }
+    }
+
+    // ----- public surface -------------------------------------------------
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn logical_blocks(&self) -> u64 {
+        self.layout.logical_blocks
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.geo.block_size_bytes as usize
+    }
+
+    pub fn uuid(&self) -> [u8; 16] {
+        self.uuid
+    }
+
+    pub fn tag_mode(&self) -> TagMode {
+        self.tag_mode
+    }
+
+    /// The driver tells the core the time; used for latency statistics.
+    pub fn handle_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    /// Requests a checkpoint as soon as possible (shutdown, after mount).
+    pub fn request_checkpoint(&mut self) {
+        self.ckpt_requested = true;
+    }
+
+    /// Whether no checkpoint is pending or being written.
+    pub fn checkpoint_idle(&self) -> bool {
+        matches!(self.ckpt, CkptState::Idle) && !self.ckpt_requested
+    }
+
+    /// Commands in flight on the device.
+    pub fn commands_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the core has nothing left to do until a new request arrives.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty()
+            && self.replies.is_empty()
+            && self.flushes.is_empty()
+            && self.waiting_writes.is_empty()
+            && self.read_queue.is_empty()
+            && self.buffer.used_slots() == 0
+            && self.checkpoint_idle()
+    }
+
+    /// What background work is under way (tests use it to aim power cuts).
+    pub fn activity(&self) -> Activity {
+        Activity {
+            gc: self.job.is_some(),
+            checkpoint: !matches!(self.ckpt, CkptState::Idle),
+        }
+    }
+
+    /// A one-paragraph summary of the core's state, for stall reports.
+    pub fn debug_state(&self) -> String {
+        format!(
+            "ckpt {:?} requested {}; job {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
+             host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
+             log {}; ops {}; read_only {}",
+            self.ckpt,
+            self.ckpt_requested,
+            self.job,
+            self.flushes,
+            self.buffer.used_slots(),
+            self.buffer.queued(),
+            self.waiting_writes.len(),
+            self.host_appends_in_flight,
+            self.gc_in_flight,
+            self.gc_queue.len(),
+            self.zones.free_count(),
+            self.gc_reserve_zones,
+            self.host,
+            self.gc_stream,
+            self.log.debug_state(),
+            self.ops.len(),
+            self.read_only
+        )
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Takes a host request. `Err(Busy)` when too many are pending; every
+    /// other outcome, including bad arguments, arrives as a reply.
+    pub fn handle_request(&mut self, id: u64, request: Request) -> Result<(), IoError> {
+        let pending = self.reads.len() + self.waiting_writes.len() + self.flushes.len();
+        if pending >= self.cfg.max_host_requests as usize {
+            return Err(IoError::Busy);
+        }
+        let result = match request {
+            Request::Read { lba, block_count } => self.start_read(id, lba, block_count),
+            Request::Write { lba, data, fua } => self.start_write(id, lba, data, fua),
+            Request::Trim { lba, block_count } => self
+                .trim(lba, block_count, false)
+                .map(|_| Some(ReplyData::Done)),
+            Request::WriteZeroes {
+                lba,
+                block_count,
+                fua,
+            } => self.trim(lba, block_count, true).map(|_| {
+                if fua {
+                    self.add_flush(id);
+                    None
+                } else {
+                    Some(ReplyData::Done)
+                }
+            }),
+            Request::Flush => {
+                self.add_flush(id);
+                Ok(None)
+            }
+        };
+        match result {
+            Ok(Some(data)) => self.replies.push_back(Reply {
+                id,
+                result: Ok(data),
+            }),
+            Ok(None) => {}
+            Err(e) => self.replies.push_back(Reply { id, result: Err(e) }),
+        }
+        Ok(())
+    }
+
+    pub fn poll_reply(&mut self) -> Option<Reply> {
+        self.replies.pop_front()
+    }
+
+    /// The next device command, or `None` when the core has nothing to issue
+    /// now. The driver calls this only while the device has queue room.
+    pub fn poll_command(&mut self) -> Option<(u64, Command)> {
+        if self.ops.len() >= self.cfg.max_inflight_commands as usize {
+            return None;
+        }
+        self.advance();
+        let (op, cmd) = self
+            .next_log_command()
+            .or_else(|| self.next_checkpoint_command())
+            .or_else(|| self.next_flush_command())
+            .or_else(|| self.next_read_command())
+            .or_else(|| self.next_job_command())
+            .or_else(|| self.next_gc_append())
+            .or_else(|| self.next_host_append())?;
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.ops.insert(tag, op);
+        Some((tag, cmd))
+    }
+
+    pub fn handle_completion(&mut self, completion: Completion) {
+        let op = self
+            .ops
+            .remove(&completion.tag)
+            .expect("completion for an unknown command");
+        let result = completion.result;
+        if matches!(result, Err(DeviceError::DeviceGone)) {
+            self.read_only = true;
+            self.device_gone = true;
+        }
+        match op {
+            Op::HostAppend {
+                zone,
+                slots,
+                pad_blocks,
+            } => self.host_append_done(zone, slots, pad_blocks, result),
+            Op::GcAppend {
+                zone,
+                items,
+                pad_blocks,
+            } => self.gc_append_done(zone, items, pad_blocks, result),
+            Op::HostRead(part) => self.host_read_done(part, result),
+            Op::GcRead { ppa, count } => self.gc_read_done(ppa, count, result),
+            Op::LogWrite {
+                first_log_seq,
+                count,
+            } => match result {
+                Ok(_) => self.log.on_write_done(first_log_seq, count),
+                Err(_) => self.metadata_failed(),
+            },
+            Op::LogReset { zone } => match result {
+                Ok(_) => {
+                    self.zones.reset_in_place(zone);
+                    self.stats.erases += 1;
+                    self.log.on_reset_done();
+                }
+                Err(_) => self.metadata_failed(),
+            },
+            Op::SuperReset { copy } => match result {
+                Ok(_) => {
+                    self.super_wp_blocks[copy] = 0;
+                    self.zones.reset_in_place(SUPER_ZONES[copy]);
+                    self.stats.erases += 1;
+                    if let CkptState::Super { busy, .. } = &mut self.ckpt {
+                        *busy = false;
+                    }
+                }
+                Err(_) => self.metadata_failed(),
+            },
+            Op::SuperWrite { copy } => self.super_write_done(copy, result),
+            Op::VictimFlush => self.victim_flushed(result),
+            Op::VictimReset { zone } => self.victim_reset_done(zone, result),
+            Op::HostFlush { waiters } => {
+                let r = result
+                    .map(|_| ReplyData::Done)
+                    .map_err(|_| IoError::ReadOnly);
+                for id in waiters {
+                    self.replies.push_back(Reply {
+                        id,
+                        result: r.clone(),
+                    });
+                }
+            }
+            Op::CkptFlush => self.checkpoint_flushed(result),
+        }
+        self.advance();
+    }
+
+    // ----- admission ------------------------------------------------------
+
+    fn check_range(&self, lba: Lba, block_count: u64) -> Result<(), IoError> {
+        if block_count > u64::from(self.cfg.max_request_blocks) {
+            return Err(IoError::TooLarge {
+                block_count,
+                max_blocks: self.cfg.max_request_blocks,
+            });
+        }
+        let logical_blocks = self.layout.logical_blocks;
+        if lba
+            .checked_add(block_count)
+            .is_none_or(|end| end > logical_blocks)
+        {
+            return Err(IoError::OutOfRange {
+                lba,
+                block_count,
+                logical_blocks,
+            });
+        }
+        Ok(())
+    }
+
+    fn start_write(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> Result<Option<ReplyData>, IoError> {
+        let bs = self.block_size();
+        if data.is_empty() || !data.len().is_multiple_of(bs) {
+            let expected_bytes = data.len().div_ceil(bs).max(1) * bs;
+            return Err(IoError::BufferSize {
+                expected_bytes,
+                actual_bytes: data.len(),
+            });
+        }
+        self.check_range(lba, (data.len() / bs) as u64)?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        self.waiting_writes.push_back((id, lba, data, fua));
+        self.admit_writes();
+        Ok(None)
+    }
+
+    /// Moves waiting writes into the buffer, in arrival order, while it has room.
+    fn admit_writes(&mut self) {
+        while let Some((id, lba, data, fua)) = self.waiting_writes.pop_front() {
+            let bs = self.block_size();
+            let count = (data.len() / bs) as u64;
+            let needed: usize = (lba..lba + count)
+                .map(|l| self.buffer.slots_needed(l))
+                .sum();
+            if needed > self.buffer.free_slots() {
+                assert!(
+                    count <= u64::from(self.cfg.write_buffer_blocks)
+                        || self.buffer.used_slots() > 0
+                );
+                self.waiting_writes.push_front((id, lba, data, fua));
+                return;
+            }
+            let new_blocks = (lba..lba + count)
+                .filter(|&l| self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none())
+                .count() as u64;
+            if self.l2p.mapped_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Err(IoError::NoSpace),
+                });
+                continue;
+            }
+            for (i, chunk) in data.chunks_exact(bs).enumerate() {
+                let l = lba + i as u64;
+                let is_new = self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none();
+                self.lost.remove(&l);
+                self.buffer.insert(l, chunk.to_vec(), is_new);
+                self.buffered_new += u64::from(is_new);
+            }
+            self.stats.host_write_blocks += count;
+            if fua {
+                self.add_flush(id);
+            } else {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Ok(ReplyData::Done),
+                });
+            }
+        }
+    }
+
+    fn trim(&mut self, lba: Lba, block_count: u32, zeroes: bool) -> Result<(), IoError> {
+        self.check_range(lba, u64::from(block_count))?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        for l in lba..lba + u64::from(block_count) {
+            if self.buffer.discard(l) {
+                self.buffered_new -= 1;
+            }
+            self.unmap(l);
+            self.lost.remove(&l);
+        }
+        let seq = self.take_seq();
+        self.log.push_note(Note::Trim {
+            seq,
+            lba,
+            block_count: u64::from(block_count),
+        });
+        if zeroes {
+            self.stats.host_zero_blocks += u64::from(block_count);
+        } else {
+            self.stats.host_trim_blocks += u64::from(block_count);
+        }
+        Ok(())
+    }
+
+    fn add_flush(&mut self, id: u64) {
+        let ticket_barrier = self.buffer.next_ticket();
+        self.flushes.push(FlushWait {
+            id,
+            stage: FlushStage::Data { ticket_barrier },
+        });
+    }
+
+    fn take_seq(&mut self) -> Seq {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    // ----- map maintenance --------------------------------------------------
+
+    fn cap(&self) -> u64 {
+        self.geo.zone_capacity_blocks
+    }
+
+    fn unmap(&mut self, lba: Lba) {
+        if let Some(old) = self.l2p.unmap(lba) {
+            self.p2l.clear(old);
+            self.zones.remove_valid(old.zone(self.cap()), 1);
+        }
+    }
+
+    fn map(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
+        self.unmap(lba);
+        self.l2p.set(lba, ppa);
+        self.p2l.set(ppa, lba, crc);
+        self.zones.add_valid(ppa.zone(self.cap()), 1);
+    }
+
+    fn is_live(&self, ppa: Ppa) -> Option<Lba> {
+        let lba = self.p2l.lba(ppa)?;
+        (self.l2p.get(lba) == Some(ppa)).then_some(lba)
+    }
+
+    // ----- reads ----------------------------------------------------------
+
+    fn start_read(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Option<ReplyData>, IoError> {
+        self.check_range(lba, u64::from(block_count))?;
+        if block_count == 0 {
+            return Ok(Some(ReplyData::Read(Vec::new())));
+        }
+        let bs = self.block_size();
+        let mut data = vec![0u8; block_count as usize * bs];
+        let mut parts: Vec<ReadPart> = Vec::new();
+        for i in 0..block_count {
+            let l = lba + u64::from(i);
+            let dst = &mut data[i as usize * bs..(i as usize + 1) * bs];
+            if let Some(buffered) = self.buffer.lookup(l) {
+                dst.copy_from_slice(buffered);
+                continue;
+            }
+            if self.lost.contains(&l) {
+                return Err(IoError::Lost { lba: l });
+            }
+            let Some(ppa) = self.l2p.get(l) else { continue };
+            let crc = self.p2l.crc(ppa);
+            if let Some(p) = parts.last_mut() {
+                let contiguous = p.ppa.0 + p.lbas.len() as u32 == ppa.0
+                    && p.ppa.zone(self.cap()) == ppa.zone(self.cap())
+                    && p.dst_block + p.lbas.len() as u32 == i
+                    && (p.lbas.len() as u32) < self.geo.max_transfer_blocks;
+                if contiguous {
+                    p.lbas.push(l);
+                    p.crcs.push(crc);
+                    continue;
+                }
+            }
+            parts.push(ReadPart {
+                req: id,
+                dst_block: i,
+                lbas: vec![l],
+                ppa,
+                crcs: vec![crc],
+            });
+        }
+        self.stats.host_read_blocks += u64::from(block_count);
+        if parts.is_empty() {
+            return Ok(Some(ReplyData::Read(data)));
+        }
+        let cap = self.cap();
+        for p in &parts {
+            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
+        }
+        self.reads.insert(
+            id,
+            ReadReq {
+                data,
+                parts_left: parts.len() as u32,
+                error: None,
+            },
+        );
+        self.read_queue.extend(parts);
+        Ok(None)
+    }
+
+    fn next_read_command(&mut self) -> Option<(Op, Command)> {
+        let part = self.read_queue.pop_front()?;
+        let cap = self.cap();
+        let cmd = Command::Read {
+            zone: part.ppa.zone(cap),
+            offset_blocks: part.ppa.offset_blocks(cap),
+            block_count: part.lbas.len() as u32,
+        };
+        Some((Op::HostRead(part), cmd))
+    }
+
+    fn host_read_done(&mut self, part: ReadPart, result: Result<Outcome, DeviceError>) {
+        let cap = self.cap();
+        let zone = part.ppa.zone(cap);
+        self.zone_readers[zone as usize] -= 1;
+        let bs = self.block_size();
+        let checked = match result {
+            Ok(Outcome::Read { data, oob }) => self
+                .verify_blocks(part.ppa, &part.lbas, &part.crcs, &data, &oob)
+                .map(|_| data),
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(DeviceError::DeviceGone) => Err(IoError::DeviceGone),
+            Err(e) => Err(IoError::Device {
+                lba: part.lbas[0],
+                source: e,
+            }),
+        };
+        let Some(req) = self.reads.get_mut(&part.req) else {
+            return;
+        };
+        match checked {
+            Ok(data) => {
+                let at = part.dst_block as usize * bs;
+                req.data[at..at + data.len()].copy_from_slice(&data);
+            }
+            Err(e) => {
+                self.stats.read_errors += 1;
+                req.error.get_or_insert(e);
+            }
+        }
+        req.parts_left -= 1;
+        if req.parts_left == 0 {
+            let req = self.reads.remove(&part.req).expect("read request");
+            let result = match req.error {
+                Some(e) => Err(e),
+                None => Ok(ReplyData::Read(req.data)),
+            };
+            self.replies.push_back(Reply {
+                id: part.req,
+                result,
+            });
+        }
+    }
+
+    /// Checks each block's CRC (and, with OOB tags, that it is the block asked for).
+    fn verify_blocks(
+        &self,
+        first: Ppa,
+        lbas: &[Lba],
+        crcs: &[Option<u32>],
+        data: &[u8],
+        oob: &[u8],
+    ) -> Result<(), IoError> {
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let cap = self.cap();
+        for (i, &lba) in lbas.iter().enumerate() {
+            let ppa = Ppa(first.0 + i as u32);
+            let (zone, offset_blocks) = (ppa.zone(cap), ppa.offset_blocks(cap));
+            let block = &data[i * bs..(i + 1) * bs];
+            let actual_crc = tag::data_crc(block);
+            let expected_crc = match self.tag_mode {
+                TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
+                    Ok(Some(t)) if t.lba == lba => t.data_crc,
+                    Ok(Some(t)) => {
+                        return Err(IoError::Misdirected {
+                            lba,
+                            zone,
+                            offset_blocks,
+                            found_lba: t.lba,
+                        })
+                    }
+                    Ok(None) | Err(_) => {
+                        return Err(IoError::Corrupt {
+                            lba,
+                            zone,
+                            offset_blocks,
+                            expected_crc: 0,
+                            actual_crc,
+                        })
+                    }
+                },
+                TagMode::InBand => match crcs[i] {
+                    Some(c) => c,
+                    None => continue, // remapped after the read was issued; the data was valid then
+                },
+            };
+            if expected_crc != actual_crc {
+                return Err(IoError::Corrupt {
+                    lba,
+                    zone,
+                    offset_blocks,
+                    expected_crc,
+                    actual_crc,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    // ----- writers ----------------------------------------------------------
+
+    /// Zone and block count for the next append of a stream, opening a new
+    /// zone when needed. Host streams may not dip into the GC reserve.
+    fn stream_room(&mut self, stream: Stream, wanted: u64) -> Option<(ZoneId, u64)> {
+        let cap = self.cap();
+        let reserve = u64::from(self.gc_reserve_zones);
+        let state = match stream {
+            Stream::Host => &self.host,
+            _ => &self.gc_stream,
+        };
+        let need_new = state.zone.is_none();
+        if need_new {
+            let free = self.zones.free_count() as u64;
+            if stream == Stream::Host && free <= reserve {
+                return None;
+            }
+            if free == 0 {
+                return None;
+            }
+            let z = self.zones.take_free(ZoneKind::Data { stream })?;
+            let st = self.stream_mut(stream);
+            st.zone = Some(z);
+            st.allocated_blocks = 0;
+        }
+        let st = self.stream_mut(stream);
+        let zone = st.zone.expect("stream zone");
+        let room = cap - st.allocated_blocks;
+        let n = wanted.min(room);
+        Some((zone, n))
+    }
+
+    fn stream_mut(&mut self, stream: Stream) -> &mut StreamState {
+        match stream {
+            Stream::Host => &mut self.host,
+            _ => &mut self.gc_stream,
+        }
+    }
+
+    /// Books `n` blocks of the stream's zone; a zone with no room left is
+    /// dropped by the stream and becomes Full once its appends complete.
+    /// The zone table counts the blocks at submission (it becomes Full at
+    /// capacity); `zone_appends` keeps GC off it until they complete.
+    fn stream_commit(&mut self, stream: Stream, zone: ZoneId, n: u64, seq: Seq) {
+        let cap = self.cap();
+        let st = self.stream_mut(stream);
+        st.allocated_blocks += n;
+        if st.allocated_blocks == cap {
+            st.zone = None;
+        }
+        self.zones.record_write(zone, n, seq);
+        self.zone_appends[zone as usize] += 1;
+    }
+
+    fn append_settled(&mut self, zone: ZoneId) {
+        self.zone_appends[zone as usize] -= 1;
+    }
+
+    fn write_unit(&self) -> u64 {
+        u64::from(self.geo.write_unit_blocks)
+    }
+
+    /// Blocks to send now: full write units; a partial unit is padded only
+    /// when something waits for durability.
+    fn batch_size(&self, queued: u64, room: u64, urgent: bool) -> (u64, u64) {
+        let wu = self.write_unit();
+        let max = u64::from(self.geo.max_append_blocks).min(room);
+        let take = queued.min(max);
+        let full = take / wu * wu;
+        if full > 0 || !urgent || take == 0 {
+            return (full, 0);
+        }
+        (take, wu - take % wu)
+    }
+
+    fn host_flush_waiting(&self) -> bool {
+        !self.flushes.is_empty() || matches!(self.ckpt, CkptState::Draining)
+    }
+
+    fn next_host_append(&mut self) -> Option<(Op, Command)> {
+        if self.read_only || matches!(self.ckpt, CkptState::Draining) || self.buffer.queued() == 0 {
+            return None;
+        }
+        let queued = self.buffer.queued() as u64;
+        let urgent = self.host_flush_waiting();
+        let (zone, room) = self.stream_room(Stream::Host, queued)?;
+        let (n, pad) = self.batch_size(queued, room, urgent);
+        if n == 0 {
+            return None;
+        }
+        let mut slots = Vec::with_capacity(n as usize);
+        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let bs = self.block_size();
+        for _ in 0..n {
+            let seq = self.take_seq();
+            let s = self.buffer.pop_queued(seq).expect("queued slot");
+            let slot = self.buffer.slot(s);
+            let crc = tag::data_crc(&slot.data);
+            data.extend_from_slice(&slot.data);
+            let t = Tag {
+                kind: TagKind::HostData,
+                epoch: self.epoch,
+                lba: slot.lba,
+                seq,
+                data_crc: crc,
+            };
+            self.push_tag(&mut oob, &t);
+            slots.push((s, seq, crc));
+        }
+        self.push_padding(&mut data, &mut oob, pad, bs);
+        self.stream_commit(Stream::Host, zone, n + pad, self.next_seq.saturating_sub(1));
+        self.host_appends_in_flight += 1;
+        self.stats.media_write_blocks += n + pad;
+        self.stats.pad_blocks += pad;
+        self.blocks_since_checkpoint += n + pad;
+        Some((
+            Op::HostAppend {
+                zone,
+                slots,
+                pad_blocks: pad as u32,
+            },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    fn alloc_buffers(&self, blocks: u64) -> (Vec<u8>, Vec<u8>) {
+        let oob = if self.geo.oob_size_bytes > 0 {
+            self.geo.oob_bytes(blocks)
+        } else {
+            0
+        };
+        (
+            Vec::with_capacity(self.geo.data_bytes(blocks)),
+            Vec::with_capacity(oob),
+        )
+    }
+
+    fn push_tag(&self, oob: &mut Vec<u8>, t: &Tag) {
+        let ob = self.geo.oob_size_bytes as usize;
+        if ob == 0 {
+            return;
+        }
+        let at = oob.len();
+        oob.resize(at + ob, 0);
+        if self.tag_mode == TagMode::Oob {
+            t.encode(&mut oob[at..at + TAG_BYTES]);
+        }
+    }
+
+    fn push_padding(&self, data: &mut Vec<u8>, oob: &mut Vec<u8>, pad: u64, bs: usize) {
+        for _ in 0..pad {
+            data.resize(data.len() + bs, 0);
+            let t = Tag {
+                kind: TagKind::Pad,
+                epoch: self.epoch,
+                lba: u64::MAX,
+                seq: 0,
+                data_crc: tag::data_crc(&vec![0; bs]),
+            };
+            self.push_tag(oob, &t);
+        }
+    }
+
+    fn host_append_done(
+        &mut self,
+        zone: ZoneId,
+        slots: Vec<(SlotId, Seq, u32)>,
+        pad: u32,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.host_appends_in_flight -= 1;
+        self.append_settled(zone);
+        let offset = match result {
+            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => {
+                for &(s, _, _) in slots.iter().rev() {
+                    self.buffer.requeue_front(s);
+                }
+                self.stats.media_write_blocks -= slots.len() as u64 + u64::from(pad);
+                self.write_failed(zone, Stream::Host, e);
+                return;
+            }
+        };
+        for (i, &(s, seq, crc)) in slots.iter().enumerate() {
+            let ppa = Ppa::new(zone, offset + i as u64, self.cap());
+            let lba = self.buffer.slot(s).lba;
+            let latest = self.buffer.is_latest(lba, s);
+            let slot = self.buffer.release(s);
+            if slot.counted_new {
+                self.buffered_new -= 1;
+            }
+            if latest {
+                self.map(lba, ppa, crc);
+                if self.tag_mode == TagMode::InBand {
+                    self.log.push_note(Note::HostWrite {
+                        seq,
+                        lba,
+                        ppa,
+                        data_crc: crc,
+                    });
+                }
+            }
+            let _ = seq;
+        }
+        self.admit_writes();
+    }
+
+    /// A data zone refused a write: stop using it, move its live data out and
+    /// retire it (DESIGN.md §4 media faults).
+    fn write_failed(&mut self, zone: ZoneId, stream: Stream, error: DeviceError) {
+        if error == DeviceError::DeviceGone {
+            return;
+        }
+        self.stats.write_errors += 1;
+        let st = self.stream_mut(stream);
+        if st.zone == Some(zone) {
+            st.zone = None;
+        }
+        self.zones.finish(zone);
+        if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
+        {
+            self.retire_queue.push_back(zone);
+        }
+    }
+
+    // ----- garbage collection and wear leveling ---------------------------
+
+    fn gc_needed(&self) -> bool {
+        (self.zones.free_count() as u64)
+            <= u64::from(self.gc_reserve_zones + self.cfg.gc_start_free_zones)
+    }
+
+    fn excluded(&self, z: ZoneId) -> bool {
+        self.host.zone == Some(z)
+            || self.gc_stream.zone == Some(z)
+            || self.zone_appends[z as usize] > 0
+    }
+
+    fn pick_job(&mut self) -> Option<GcJob> {
+        let (victim, purpose) = if let Some(z) = self.retire_queue.pop_front() {
+            (z, JobPurpose::Retire)
+        } else if self.gc_needed() {
+            let ex = |z: ZoneId| self.excluded(z);
+            (
+                self.zones
+                    .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?,
+                JobPurpose::Gc,
+            )
+        } else if self.cfg.static_wl_threshold > 0 && self.buffer.queued() == 0 {
+            let ex = |z: ZoneId| self.excluded(z);
+            (
+                self.zones
+                    .pick_static_wl_victim(self.cfg.static_wl_threshold, ex)?,
+                JobPurpose::StaticWl,
+            )
+        } else {
+            return None;
+        };
+        Some(GcJob {
+            victim,
+            purpose,
+            scan_offset: 0,
+            reads_in_flight: 0,
+            phase: JobPhase::Copying,
+        })
+    }
+
+    fn next_job_command(&mut self) -> Option<(Op, Command)> {
+        if self.read_only {
+            return None;
+        }
+        if self.job.is_none() {
+            self.job = self.pick_job();
+        }
+        let job = self.job.as_ref()?;
+        let victim = job.victim;
+        match job.phase {
+            JobPhase::Copying => self.next_gc_read(),
+            JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
+                self.job.as_mut().expect("job").phase = JobPhase::Flushing;
+                Some((Op::VictimFlush, Command::Flush))
+            }
+            JobPhase::ReadyToReset => {
+                self.job.as_mut().expect("job").phase = JobPhase::Resetting;
+                Some((
+                    Op::VictimReset { zone: victim },
+                    Command::Reset { zone: victim },
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    fn gc_budget_left(&self) -> bool {
+        let host_busy = self.buffer.queued() > 0 || !self.read_queue.is_empty();
+        let urgent = (self.zones.free_count() as u64) <= u64::from(self.gc_reserve_zones);
+        urgent || !host_busy || self.gc_in_flight < self.cfg.gc_max_inflight
+    }
+
+    fn next_gc_read(&mut self) -> Option<(Op, Command)> {
+        if !self.gc_budget_left() || self.gc_queue.len() >= 4 * self.geo.max_append_blocks as usize
+        {
+            return None;
+        }
+        let cap = self.cap();
+        let job = self.job.as_ref().expect("job");
+        let (victim, wp) = (
+            job.victim,
+            self.zones.get(job.victim).write_pointer_blocks(),
+        );
+        let mut off = job.scan_offset;
+        while off < wp && self.is_live(Ppa::new(victim, off, cap)).is_none() {
+            off += 1;
+        }
+        let start = off;
+        let limit = u64::from(self.geo.max_transfer_blocks).min(64);
+        while off < wp && off - start < limit && self.is_live(Ppa::new(victim, off, cap)).is_some()
+        {
+            off += 1;
+        }
+        let job = self.job.as_mut().expect("job");
+        job.scan_offset = off;
+        if start == off {
+            return None; // scan finished; completion is checked in advance()
+        }
+        job.reads_in_flight += 1;
+        self.gc_in_flight += 1;
+        let count = (off - start) as u32;
+        self.zone_readers[victim as usize] += 1;
+        let cmd = Command::Read {
+            zone: victim,
+            offset_blocks: start,
+            block_count: count,
+        };
+        Some((
+            Op::GcRead {
+                ppa: Ppa::new(victim, start, cap),
+                count,
+            },
+            cmd,
+        ))
+    }
+
+    fn gc_read_done(&mut self, first: Ppa, count: u32, result: Result<Outcome, DeviceError>) {
+        let cap = self.cap();
+        self.gc_in_flight -= 1;
+        self.zone_readers[first.zone(cap) as usize] -= 1;
+        if let Some(job) = self.job.as_mut() {
+            job.reads_in_flight -= 1;
+        }
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let (data, oob) = match result {
+            Ok(Outcome::Read { data, oob }) => (data, oob),
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        for i in 0..count as usize {
+            let ppa = Ppa(first.0 + i as u32);
+            let Some(lba) = self.is_live(ppa) else {
+                continue;
+            };
+            let block = data.get(i * bs..(i + 1) * bs);
+            let crc = block.map(tag::data_crc);
+            let (ok, seq) = match (self.tag_mode, block) {
+                (_, None) => (false, 0),
+                (TagMode::Oob, Some(_)) => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
+                    Ok(Some(t)) => (t.lba == lba && Some(t.data_crc) == crc, t.seq),
+                    _ => (false, 0),
+                },
+                (TagMode::InBand, Some(_)) => (self.p2l.crc(ppa) == crc, 0),
+            };
+            if ok {
+                let item = RelocItem {
+                    lba,
+                    src: ppa,
+                    data: block.expect("block").to_vec(),
+                    seq,
+                    crc: crc.expect("crc"),
+                };
+                self.gc_queue.push_back(item);
+            } else {
+                // The media lost this block: report it on read rather than move garbage.
+                self.stats.read_errors += 1;
+                self.unmap(lba);
+                self.lost.insert(lba);
+            }
+        }
+    }
+
+    fn next_gc_append(&mut self) -> Option<(Op, Command)> {
+        if self.read_only || self.gc_queue.is_empty() || !self.gc_budget_left() {
+            return None;
+        }
+        let stream = if self.cfg.separate_gc_stream {
+            Stream::Gc
+        } else {
+            Stream::Host
+        };
+        let queued = self.gc_queue.len() as u64;
+        let urgent = self.job.as_ref().is_some_and(|j| {
+            j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
+                && j.reads_in_flight == 0
+        });
+        let (zone, room) = self.stream_room_gc(stream, queued)?;
+        let (n, pad) = self.batch_size(queued, room, urgent);
+        if n == 0 {
+            return None;
+        }
+        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let items: Vec<RelocItem> = self.gc_queue.drain(..n as usize).collect();
+        for it in &items {
+            data.extend_from_slice(&it.data);
+            let t = Tag {
+                kind: TagKind::Relocated,
+                epoch: self.epoch,
+                lba: it.lba,
+                seq: it.seq,
+                data_crc: it.crc,
+            };
+            self.push_tag(&mut oob, &t);
+        }
+        self.push_padding(&mut data, &mut oob, pad, self.block_size());
+        let newest = items.iter().map(|it| it.seq).max().unwrap_or(0);
+        self.stream_commit(stream, zone, n + pad, newest);
+        self.gc_in_flight += 1;
+        self.stats.media_write_blocks += n + pad;
+        self.stats.pad_blocks += pad;
+        self.blocks_since_checkpoint += n + pad;
+        Some((
+            Op::GcAppend {
+                zone,
+                items,
+                pad_blocks: pad as u32,
+            },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    /// GC may use the reserve; with a shared stream it writes where the host does.
+    fn stream_room_gc(&mut self, stream: Stream, wanted: u64) -> Option<(ZoneId, u64)> {
+        if stream == Stream::Host && self.host.zone.is_none() {
+            if self.zones.free_count() == 0 {
+                return None;
+            }
+            let z = self.zones.take_free(ZoneKind::Data {
+                stream: Stream::Host,
+            })?;
+            self.host.zone = Some(z);
+            self.host.allocated_blocks = 0;
+        }
+        self.stream_room(
+            if stream == Stream::Host {
+                Stream::Host
+            } else {
+                Stream::Gc
+            },
+            wanted,
+        )
+    }
+
+    fn gc_append_done(
+        &mut self,
+        zone: ZoneId,
+        items: Vec<RelocItem>,
+        pad: u32,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.gc_in_flight -= 1;
+        self.append_settled(zone);
+        let offset = match result {
+            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => {
+                self.stats.media_write_blocks -= items.len() as u64 + u64::from(pad);
+                for it in items.into_iter().rev() {
+                    self.gc_queue.push_front(it);
+                }
+                let stream = if self.cfg.separate_gc_stream {
+                    Stream::Gc
+                } else {
+                    Stream::Host
+                };
+                self.write_failed(zone, stream, e);
+                return;
+            }
+        };
+        for (i, it) in items.into_iter().enumerate() {
+            let dst = Ppa::new(zone, offset + i as u64, self.cap());
+            if self.l2p.get(it.lba) != Some(it.src) {
+                continue; // a host write or trim won the race
+            }
+            self.map(it.lba, dst, it.crc);
+            let seq = self.take_seq();
+            self.log.push_note(Note::Reloc {
+                seq,
+                lba: it.lba,
+                from: it.src,
+                to: dst,
+            });
+            self.stats.gc_copy_blocks += 1;
+        }
+    }
+
+    /// Drives the job to its note, flush and reset once its copies are done.
+    fn advance_job(&mut self) {
+        let Some(job) = self.job.as_ref() else { return };
+        let (victim, purpose) = (job.victim, job.purpose);
+        match job.phase {
+            JobPhase::Copying => {
+                let wp = self.zones.get(victim).write_pointer_blocks();
+                let copied =
+                    job.scan_offset >= wp && job.reads_in_flight == 0 && self.gc_queue.is_empty();
+                let gc_writes_done = self.gc_in_flight == 0;
+                if !copied || !gc_writes_done {
+                    return;
+                }
+                if self.zones.get(victim).valid_blocks() != 0 {
+                    // Blocks became live behind the scan (cannot happen for a
+                    // Full zone) or a write raced: rescan.
+                    self.job.as_mut().expect("job").scan_offset = 0;
+                    return;
+                }
+                let seq = self.take_seq();
+                let note = if purpose == JobPurpose::Retire {
+                    Note::ZoneRetire { seq, zone: victim }
+                } else {
+                    Note::ZoneReset {
+                        seq,
+                        zone: victim,
+                        erase_count: self.zones.get(victim).erase_count() + 1,
+                    }
+                };
+                self.log.push_note(note);
+                self.log.pack(true);
+                let log_barrier = self.log.next_log_seq();
+                self.job.as_mut().expect("job").phase = JobPhase::Noting { log_barrier };
+            }
+            JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
+                if purpose == JobPurpose::Retire {
+                    self.zones.retire(victim);
+                    self.stats.retired_zones += 1;
+                    self.job = None;
+                } else {
+                    self.job.as_mut().expect("job").phase = JobPhase::ReadyToFlush;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn victim_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+        if result.is_err() {
+            self.metadata_failed();
+            return;
+        }
+        self.job.as_mut().expect("job").phase = JobPhase::ReadyToReset;
+    }
+
+    fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
+        self.job = None;
+        match result {
+            Ok(_) => {
+                self.p2l.clear_zone(zone, self.cap());
+                self.zones.release(zone);
+                self.stats.erases += 1;
+            }
+            Err(DeviceError::DeviceGone) => {}
+            Err(_) => {
+                let seq = self.take_seq();
+                self.log.push_note(Note::ZoneRetire { seq, zone });
+                self.zones.retire(zone);
+                self.stats.retired_zones += 1;
+            }
+        }
+    }
+
+    // ----- metadata log, flushes, checkpoints -------------------------------
+
+    fn metadata_failed(&mut self) {
+        self.read_only = true;
+        self.log.on_failure();
+        self.stats.write_errors += 1;
+    }
+
+    fn next_log_command(&mut self) -> Option<(Op, Command)> {
+        match self.log.next_command()? {
+            LogCommand::Write {
+                zone,
+                offset_blocks,
+                first_log_seq,
+                blocks,
+            } => {
+                let count = blocks.len() as u64;
+                if let CkptState::Writing { id, location, .. } = &mut self.ckpt {
+                    if location.is_none() && (first_log_seq..first_log_seq + count).contains(id) {
+                        *location = Some((zone, offset_blocks + (*id - first_log_seq)));
+                    }
+                }
+                self.stats.media_write_blocks += count;
+                self.stats.meta_write_blocks += count;
+                let mut data = Vec::with_capacity(self.geo.data_bytes(count));
+                for b in blocks {
+                    data.extend_from_slice(&b);
+                }
+                let oob = self.meta_oob(count);
+                Some((
+                    Op::LogWrite {
+                        first_log_seq,
+                        count,
+                    },
+                    Command::Write {
+                        zone,
+                        offset_blocks,
+                        data,
+                        oob,
+                    },
+                ))
+            }
+            LogCommand::Reset { zone } => Some((Op::LogReset { zone }, Command::Reset { zone })),
+        }
+    }
+
+    fn meta_oob(&self, blocks: u64) -> Vec<u8> {
+        Vec::with_capacity(0)
+            .into_iter()
+            .chain(std::iter::repeat_n(
+                0u8,
+                if self.geo.oob_size_bytes > 0 {
+                    self.geo.oob_bytes(blocks)
+                } else {
+                    0
+                },
+            ))
+            .collect()
+    }
+
+    fn next_flush_command(&mut self) -> Option<(Op, Command)> {
+        let ready: Vec<u64> = self
+            .flushes
+            .iter()
+            .filter(|f| matches!(f.stage, FlushStage::Device))
+            .map(|f| f.id)
+            .collect();
+        if ready.is_empty() {
+            return None;
+        }
+        self.flushes
+            .retain(|f| !matches!(f.stage, FlushStage::Device));
+        self.stats.flushes += 1;
+        Some((Op::HostFlush { waiters: ready }, Command::Flush))
+    }
+
+    /// Moves flush waiters through data → log → device stages.
+    fn advance_flushes(&mut self) {
+        let mut need_pack = false;
+        for f in &mut self.flushes {
+            if let FlushStage::Data { ticket_barrier } = f.stage {
+                if self.buffer.drained_before(ticket_barrier) {
+                    need_pack = true;
+                    f.stage = FlushStage::Log {
+                        log_barrier: u64::MAX,
+                    };
+                }
+            }
+        }
+        if need_pack {
+            self.log.pack(true);
+            let barrier = self.log.next_log_seq();
+            for f in &mut self.flushes {
+                if let FlushStage::Log { log_barrier } = &mut f.stage {
+                    if *log_barrier == u64::MAX {
+                        *log_barrier = barrier;
+                    }
+                }
+            }
+        }
+        let durable = self.log.durable_next();
+        let failed = self.read_only;
+        let mut replies = Vec::new();
+        for f in &mut self.flushes {
+            if let FlushStage::Log { log_barrier } = f.stage {
+                if failed {
+                    replies.push(f.id);
+                } else if durable >= log_barrier {
+                    f.stage = FlushStage::Device;
+                }
+            }
+        }
+        if !replies.is_empty() {
+            self.flushes.retain(|f| !replies.contains(&f.id));
+            for id in replies {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Err(IoError::ReadOnly),
+                });
+            }
+        }
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        if self.ckpt_requested {
+            return true;
+        }
+        if self.blocks_since_checkpoint >= self.cfg.checkpoint_interval_blocks {
+            return true;
+        }
+        let est = crate::layout::max_checkpoint_bytes(&self.geo, self.layout.logical_blocks)
+            .div_ceil(self.geo.block_size_bytes as u64 - 64);
+        self.log.free_blocks() < 2 * est + 2
+    }
+
+    fn advance_checkpoint(&mut self) {
+        match self.ckpt {
+            CkptState::Idle if !self.read_only && self.checkpoint_due() => {
+                self.ckpt_requested = false;
+                self.ckpt = CkptState::Draining;
+                self.advance_checkpoint();
+            }
+            CkptState::Draining if self.host_appends_in_flight == 0 => self.capture_checkpoint(),
+            CkptState::Writing {
+                id,
+                end_log_seq,
+                location: Some(location),
+            } if self.log.durable_next() >= end_log_seq => {
+                self.ckpt = CkptState::Flushing {
+                    id,
+                    location,
+                    issued: false,
+                };
+            }
+            _ => {}
+        }
+    }
+
+    /// A victim whose ZoneReset note precedes the checkpoint in the log: the
+    /// checkpoint must call it free, or recovery would skip the new data the
+    /// reused zone gets after the reset (it holds no live data: valid is 0).
+    fn victim_noted(&self) -> Option<ZoneId> {
+        let j = self.job.as_ref()?;
+        (j.purpose != JobPurpose::Retire && !matches!(j.phase, JobPhase::Copying))
+            .then_some(j.victim)
+    }
+
+    fn capture_checkpoint(&mut self) {
+        self.log.pack(true);
+        let image = self.checkpoint_image();
+        let stream = image.encode();
+        let chunk_payload = crate::note::chunk_payload_bytes(self.block_size());
+        let n = stream.len().div_ceil(chunk_payload) as u64;
+        let first = self.log.reserve_log_seqs(n);
+        let chunks = checkpoint::split_into_chunks(&stream, self.block_size(), first);
+        assert_eq!(chunks.len() as u64, n);
+        let blocks = chunks.iter().map(|c| c.encode(self.block_size())).collect();
+        self.log.stage_encoded(first, blocks);
+        self.blocks_since_checkpoint = 0;
+        self.stats.checkpoints += 1;
+        self.ckpt = CkptState::Writing {
+            id: first,
+            end_log_seq: first + n,
+            location: None,
+        };
+    }
+
+    fn checkpoint_image(&self) -> CheckpointImage {
+        let noted = self.victim_noted();
+        let zones = (0..self.geo.zone_count)
+            .map(|z| {
+                let zone = self.zones.get(z);
+                let mut record = zone.record();
+                if Some(z) == noted {
+                    assert_eq!(zone.valid_blocks(), 0, "noted victim {z} still holds data");
+                    record = crate::zone::ZoneRecord {
+                        kind: ZoneKind::Free,
+                        state: crate::zone::ZoneUse::Empty,
+                        write_pointer_blocks: 0,
+                        erase_count: record.erase_count + 1,
+                        last_write_seq: record.last_write_seq,
+                    };
+                }
+                crate::recovery::zone_record_out(record, zone.valid_blocks())
+            })
+            .collect();
+        let leaves = self
+            .l2p
+            .leaves()
+            .map(|(i, leaf)| (i, Box::new(*leaf)))
+            .collect();
+        let crcs = (self.tag_mode == TagMode::InBand).then(|| {
+            self.l2p
+                .iter()
+                .map(|(_, ppa)| self.p2l.crc(ppa).expect("crc of a mapped block"))
+                .collect()
+        });
+        CheckpointImage {
+            next_seq: self.next_seq,
+            epoch: self.epoch,
+            log_seq: self.log.next_log_seq(),
+            logical_blocks: self.layout.logical_blocks,
+            zones,
+            leaves,
+            crcs,
+        }
+    }
+
+    fn next_checkpoint_command(&mut self) -> Option<(Op, Command)> {
+        match &mut self.ckpt {
+            CkptState::Flushing { issued, .. } if !*issued => {
+                *issued = true;
+                return Some((Op::CkptFlush, Command::Flush));
+            }
+            CkptState::Super { busy, .. } if !*busy => *busy = true,
+            _ => return None,
+        }
+        let CkptState::Super {
+            id, location, copy, ..
+        } = self.ckpt
+        else {
+            unreachable!()
+        };
+        let zone = SUPER_ZONES[copy];
+        if self.super_wp_blocks[copy] == self.cap() {
+            return Some((Op::SuperReset { copy }, Command::Reset { zone }));
+        }
+        let sb = self.superblock_record(id, location);
+        let data = sb.encode(self.block_size());
+        self.stats.media_write_blocks += 1;
+        self.stats.meta_write_blocks += 1;
+        let cmd = Command::Write {
+            zone,
+            offset_blocks: self.super_wp_blocks[copy],
+            data,
+            oob: self.meta_oob(1),
+        };
+        Some((Op::SuperWrite { copy }, cmd))
+    }
+
+    fn superblock_record(&self, checkpoint_id: u64, (zone, offset): (ZoneId, u64)) -> Superblock {
+        Superblock {
+            generation: self.super_generation + 1,
+            uuid: self.uuid,
+            block_size_bytes: self.geo.block_size_bytes,
+            zone_count: self.geo.zone_count,
+            zone_capacity_blocks: self.geo.zone_capacity_blocks,
+            oob_size_bytes: self.geo.oob_size_bytes,
+            write_unit_blocks: self.geo.write_unit_blocks,
+            super_zone_count: 2,
+            meta_first_zone: self.layout.meta_first_zone,
+            meta_zone_count: self.layout.meta_zone_count,
+            tag_mode: self.tag_mode,
+            logical_blocks: self.layout.logical_blocks,
+            checkpoint_log_seq: checkpoint_id,
+            checkpoint_zone: zone,
+            checkpoint_offset_blocks: offset,
+            format_time_seq: 0,
+        }
+    }
+
+    fn checkpoint_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+        if result.is_err() {
+            self.metadata_failed();
+            return;
+        }
+        let CkptState::Flushing { id, location, .. } = self.ckpt else {
+            panic!("checkpoint flush out of order")
+        };
+        self.ckpt = CkptState::Super {
+            id,
+            location,
+            copy: 0,
+            busy: false,
+        };
+    }
+
+    fn super_write_done(&mut self, copy: usize, result: Result<Outcome, DeviceError>) {
+        if result.is_err() {
+            self.metadata_failed();
+            return;
+        }
+        self.super_wp_blocks[copy] += 1;
+        let CkptState::Super { id, location, .. } = self.ckpt else {
+            panic!("superblock write out of order")
+        };
+        if copy == 0 {
+            self.ckpt = CkptState::Super {
+                id,
+                location,
+                copy: 1,
+                busy: false,
+            };
+        } else {
+            self.super_generation += 1;
+            self.log.set_committed_checkpoint(id);
+            self.ckpt = CkptState::Idle;
+        }
+    }
+
+    /// Re-evaluates everything that waits on state rather than on a command.
+    fn advance(&mut self) {
+        if self.read_only {
+            self.fail_waiters();
+        }
+        self.admit_writes();
+        self.advance_flushes();
+        self.advance_job();
+        self.advance_checkpoint();
+    }
+
+    /// Why the core refuses writes, if it does.
+    pub fn failure(&self) -> Option<IoError> {
+        self.read_only.then(|| self.refusal())
+    }
+
+    fn refusal(&self) -> IoError {
+        if self.device_gone {
+            IoError::DeviceGone
+        } else {
+            IoError::ReadOnly
+        }
+    }
+
+    /// Nothing more reaches the media: answer everything that waits on it.
+    fn fail_waiters(&mut self) {
+        let error = self.refusal();
+        for f in std::mem::take(&mut self.flushes) {
+            self.replies.push_back(Reply {
+                id: f.id,
+                result: Err(error.clone()),
+            });
+        }
+        for (id, ..) in std::mem::take(&mut self.waiting_writes) {
+            self.replies.push_back(Reply {
+                id,
+                result: Err(error.clone()),
+            });
+        }
+        if self.device_gone {
+            for part in std::mem::take(&mut self.read_queue) {
+                let zone = part.ppa.zone(self.cap()) as usize;
+                self.zone_readers[zone] -= 1;
+                if self.reads.remove(&part.req).is_some() {
+                    self.replies.push_back(Reply {
+                        id: part.req,
+                        result: Err(IoError::DeviceGone),
+                    });
+                }
+            }
+        }
+    }
+
+    // ----- introspection ------------------------------------------------------
+
+    pub fn stats(&self) -> FtlStats {
+        let mut s = self.stats.clone();
+        s.fill_from(
+            &self.zones,
+            &self.l2p,
+            &self.p2l,
+            self.geo.zone_capacity_blocks,
+        );
+        s
+    }
+
+    /// Mapped logical blocks.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.l2p.mapped_blocks()
+    }
+
+    /// Physical location of `lba`, if mapped (for tools and tests).
+    pub fn lookup(&self, lba: Lba) -> Option<Ppa> {
+        self.l2p.get(lba)
+    }
+}

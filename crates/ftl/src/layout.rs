@@ -1,0 +1,88 @@
+//! Which zone holds what: superblock copies, the metadata log ring, data.
+//!
+//! Zones 0 and 1 hold the superblock copies; the next `meta_zone_count` zones
+//! form the metadata log ring; the rest hold data. The ring is sized at
+//! format so it holds three worst-case checkpoints plus notes: the newest
+//! checkpoint must survive while the next one is written (format.md §crash).
+
+use crate::addr::physical_blocks;
+use crate::backend::{Geometry, ZoneId};
+use crate::checkpoint::LEAF_ENTRIES;
+use crate::error::MountError;
+
+/// Superblock copies, at zones 0 and 1.
+pub const SUPER_ZONES: [ZoneId; 2] = [0, 1];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub meta_first_zone: ZoneId,
+    pub meta_zone_count: u32,
+    pub logical_blocks: u64,
+}
+
+impl Layout {
+    pub fn meta_zones(&self) -> impl Iterator<Item = ZoneId> + Clone {
+        self.meta_first_zone..self.meta_first_zone + self.meta_zone_count
+    }
+
+    pub fn is_meta(&self, zone: ZoneId) -> bool {
+        (self.meta_first_zone..self.meta_first_zone + self.meta_zone_count).contains(&zone)
+    }
+
+    pub fn first_data_zone(&self) -> ZoneId {
+        self.meta_first_zone + self.meta_zone_count
+    }
+
+    /// Plans a layout for `geometry`; `logical_blocks = None` picks the data
+    /// capacity less the GC reserve.
+    pub fn plan(
+        geometry: &Geometry,
+        logical_blocks: Option<u64>,
+        gc_reserve_zones: u32,
+    ) -> Result<Layout, MountError> {
+        geometry
+            .validate()
+            .map_err(|e| MountError::Unsupported(e.to_string()))?;
+        let physical = physical_blocks(geometry)
+            .ok_or_else(|| MountError::Unsupported("more than 2^32 - 1 physical blocks".into()))?;
+        let cap = geometry.zone_capacity_blocks;
+        let bs = u64::from(geometry.block_size_bytes);
+        let guess_logical = logical_blocks.unwrap_or(u64::from(physical));
+        let ckpt_blocks = max_checkpoint_bytes(geometry, guess_logical).div_ceil(bs - 64);
+        let meta_zone_count = u32::try_from((3 * ckpt_blocks).div_ceil(cap) + 2)
+            .map_err(|_| MountError::Unsupported("metadata log too large".into()))?;
+        let reserved = 2 + meta_zone_count + gc_reserve_zones + 3;
+        if geometry.zone_count <= reserved {
+            return Err(MountError::Unsupported(format!(
+                "{} zones, but zftl needs at least {} (2 superblock, {meta_zone_count} metadata, \
+                 {gc_reserve_zones} GC reserve, 3 for open streams) plus data zones",
+                geometry.zone_count,
+                reserved + 1
+            )));
+        }
+        let data_zones = u64::from(geometry.zone_count - 2 - meta_zone_count);
+        let default_logical = (data_zones - u64::from(gc_reserve_zones) - 2) * cap;
+        let logical_blocks = logical_blocks.unwrap_or(default_logical);
+        if logical_blocks == 0 || logical_blocks >= u64::from(u32::MAX) {
+            return Err(MountError::Unsupported(format!(
+                "logical size of {logical_blocks} blocks: must be between 1 and 2^32 - 2"
+            )));
+        }
+        Ok(Layout {
+            meta_first_zone: 2,
+            meta_zone_count,
+            logical_blocks,
+        })
+    }
+}
+
+/// Upper bound of an encoded checkpoint: header, zone table, every map leaf
+/// a volume of `logical_blocks` can have, and the CRC table.
+pub fn max_checkpoint_bytes(geometry: &Geometry, logical_blocks: u64) -> u64 {
+    let leaves = logical_blocks.div_ceil(LEAF_ENTRIES as u64);
+    let physical = u64::from(geometry.zone_count) * geometry.zone_capacity_blocks;
+    64 + 32 * u64::from(geometry.zone_count)
+        + leaves * (4 + 4 * LEAF_ENTRIES as u64)
+        + 4 * physical.min(logical_blocks)
+        + 4
+}

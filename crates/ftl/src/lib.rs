@@ -1,0 +1,42 @@
+//! `zftl-core`: the flash translation layer core of zftl.
+//!
+//! The core is sans-IO: it does no I/O, reads no clock, starts no threads and
+//! contains no `unsafe`. Devices are reached through the [`Backend`] trait, a
+//! queue pair over zones that drivers own and feed to the core.
+//!
+//! This crate also holds the backend conformance suite
+//! ([`backend::conformance`]) that every `Backend` implementation must pass.
+
+#![forbid(unsafe_code)]
+
+pub mod addr;
+pub mod backend;
+mod buffer;
+pub mod checkpoint;
+pub mod codec;
+pub mod config;
+mod driver;
+pub mod error;
+mod ftl;
+pub mod l2p;
+pub mod layout;
+mod log;
+pub mod note;
+pub mod p2l;
+mod recovery;
+pub mod stats;
+pub mod superblock;
+pub mod tag;
+pub mod zone;
+
+pub use backend::{
+    Backend, BackendExt, Command, Completion, DeviceError, Geometry, GeometryError, Outcome,
+    SubmitError, ZoneInfo, ZoneState,
+};
+pub use codec::FormatError;
+pub use config::{FormatOptions, FtlConfig, TagPlacement};
+pub use driver::Driver;
+pub use error::{IoError, MountError};
+pub use ftl::{Activity, Ftl, Reply, ReplyData, Request};
+pub use stats::FtlStats;
+pub use zone::VictimPolicy;

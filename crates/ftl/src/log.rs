@@ -1,0 +1,222 @@
+//! The metadata log writer: a ring of dedicated zones holding note blocks and
+//! checkpoint chunks, each block numbered by `log_seq`.
+//!
+//! Notes are grouped into blocks (group commit); a block is written when full
+//! or when a flush forces it. Writes go at the write pointer in log order, so
+//! "durable through log_seq L" is a prefix property the flush path waits on.
+//! A ring zone is reused only when everything in it is older than the
+//! checkpoint both superblock copies point at.
+
+use crate::backend::ZoneId;
+use crate::note::{LogBlock, Note};
+use std::collections::{BTreeSet, VecDeque};
+
+/// A command the log wants issued.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LogCommand {
+    /// Write `blocks` (encoded) at `offset_blocks` of `zone`; the first has `first_log_seq`.
+    Write {
+        zone: ZoneId,
+        offset_blocks: u64,
+        first_log_seq: u64,
+        blocks: Vec<Vec<u8>>,
+    },
+    /// Reset the next ring zone before the log moves into it.
+    Reset { zone: ZoneId },
+}
+
+#[derive(Debug)]
+pub struct MetaLog {
+    ring: Vec<ZoneId>,
+    cur: usize,
+    wp_blocks: u64,
+    zone_capacity_blocks: u64,
+    block_size: usize,
+    max_write_blocks: usize,
+    next_log_seq: u64,
+    pending: Vec<Note>,
+    notes_per_block: usize,
+    /// Highest log_seq written into each ring zone (None: nothing live).
+    newest_in: Vec<Option<u64>>,
+    staged: VecDeque<(u64, Vec<u8>)>,
+    completed: BTreeSet<u64>,
+    durable_next: u64,
+    reset_in_flight: bool,
+    /// Checkpoint id both superblock copies point at.
+    committed_checkpoint: u64,
+    failed: bool,
+}
+
+impl MetaLog {
+    /// A log that continues at `(ring[cur], wp_blocks)` with `next_log_seq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ring: Vec<ZoneId>,
+        cur: usize,
+        wp_blocks: u64,
+        zone_capacity_blocks: u64,
+        block_size: usize,
+        max_write_blocks: usize,
+        next_log_seq: u64,
+        newest_in: Vec<Option<u64>>,
+        committed_checkpoint: u64,
+    ) -> MetaLog {
+        assert!(!ring.is_empty() && cur < ring.len() && newest_in.len() == ring.len());
+        assert!(wp_blocks <= zone_capacity_blocks && max_write_blocks > 0);
+        MetaLog {
+            notes_per_block: crate::note::notes_per_block(block_size),
+            ring,
+            cur,
+            wp_blocks,
+            zone_capacity_blocks,
+            block_size,
+            max_write_blocks,
+            next_log_seq,
+            pending: Vec::new(),
+            newest_in,
+            staged: VecDeque::new(),
+            completed: BTreeSet::new(),
+            durable_next: next_log_seq,
+            reset_in_flight: false,
+            committed_checkpoint,
+            failed: false,
+        }
+    }
+
+    pub fn push_note(&mut self, note: Note) {
+        self.pending.push(note);
+        if self.pending.len() >= self.notes_per_block {
+            self.pack(false);
+        }
+    }
+
+    /// Moves pending notes into blocks; `force` also packs a partial block.
+    pub fn pack(&mut self, force: bool) {
+        while self.pending.len() >= self.notes_per_block || (force && !self.pending.is_empty()) {
+            let n = self.pending.len().min(self.notes_per_block);
+            let notes: Vec<Note> = self.pending.drain(..n).collect();
+            let log_seq = self.take_log_seq();
+            let block = LogBlock::Notes { log_seq, notes }.encode(self.block_size);
+            self.staged.push_back((log_seq, block));
+        }
+    }
+
+    /// Reserves `n` consecutive log sequence numbers (checkpoint chunks).
+    pub fn reserve_log_seqs(&mut self, n: u64) -> u64 {
+        let first = self.next_log_seq;
+        self.next_log_seq += n;
+        first
+    }
+
+    /// Stages already-encoded blocks whose log_seqs were reserved in order.
+    pub fn stage_encoded(&mut self, first_log_seq: u64, blocks: Vec<Vec<u8>>) {
+        for (i, b) in blocks.into_iter().enumerate() {
+            assert_eq!(b.len(), self.block_size);
+            self.staged.push_back((first_log_seq + i as u64, b));
+        }
+    }
+
+    fn take_log_seq(&mut self) -> u64 {
+        self.reserve_log_seqs(1)
+    }
+
+    /// Every block with a smaller log_seq is durable.
+    pub fn durable_next(&self) -> u64 {
+        self.durable_next
+    }
+
+    /// The log_seq the next block will get: a barrier for "all notes so far".
+    pub fn next_log_seq(&self) -> u64 {
+        self.next_log_seq
+    }
+
+    pub fn set_committed_checkpoint(&mut self, checkpoint_id: u64) {
+        self.committed_checkpoint = checkpoint_id;
+    }
+
+    fn reclaimable(&self, i: usize) -> bool {
+        self.newest_in[i].is_none_or(|s| s < self.committed_checkpoint)
+    }
+
+    /// Ring zones the log can still fill before it must wait for a checkpoint.
+    pub fn free_zones(&self) -> usize {
+        (1..self.ring.len())
+            .filter(|&k| self.reclaimable((self.cur + k) % self.ring.len()))
+            .count()
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.free_zones() as u64 * self.zone_capacity_blocks
+            + (self.zone_capacity_blocks - self.wp_blocks)
+    }
+
+    /// The next device command, if the log has work and room.
+    pub fn next_command(&mut self) -> Option<LogCommand> {
+        if self.failed || self.reset_in_flight || self.staged.is_empty() {
+            return None;
+        }
+        if self.wp_blocks == self.zone_capacity_blocks {
+            let next = (self.cur + 1) % self.ring.len();
+            if !self.reclaimable(next) {
+                return None; // waits for a checkpoint to commit
+            }
+            self.reset_in_flight = true;
+            return Some(LogCommand::Reset {
+                zone: self.ring[next],
+            });
+        }
+        let room = (self.zone_capacity_blocks - self.wp_blocks) as usize;
+        let n = self.staged.len().min(room).min(self.max_write_blocks);
+        let first_log_seq = self.staged[0].0;
+        let blocks: Vec<Vec<u8>> = self.staged.drain(..n).map(|(_, b)| b).collect();
+        let cmd = LogCommand::Write {
+            zone: self.ring[self.cur],
+            offset_blocks: self.wp_blocks,
+            first_log_seq,
+            blocks,
+        };
+        self.wp_blocks += n as u64;
+        let last = first_log_seq + n as u64 - 1;
+        self.newest_in[self.cur] = Some(self.newest_in[self.cur].map_or(last, |s| s.max(last)));
+        Some(cmd)
+    }
+
+    pub fn on_reset_done(&mut self) {
+        assert!(self.reset_in_flight);
+        self.reset_in_flight = false;
+        self.cur = (self.cur + 1) % self.ring.len();
+        self.wp_blocks = 0;
+        self.newest_in[self.cur] = None;
+    }
+
+    pub fn on_write_done(&mut self, first_log_seq: u64, count: u64) {
+        for s in first_log_seq..first_log_seq + count {
+            assert!(s >= self.durable_next, "log block completed twice");
+            self.completed.insert(s);
+        }
+        while self.completed.remove(&self.durable_next) {
+            self.durable_next += 1;
+        }
+    }
+
+    pub fn debug_state(&self) -> String {
+        format!(
+            "cur {} wp {} next_log_seq {} durable_next {} staged {} pending {} free_zones {} reset_in_flight {} committed {} newest {:?}",
+            self.cur,
+            self.wp_blocks,
+            self.next_log_seq,
+            self.durable_next,
+            self.staged.len(),
+            self.pending.len(),
+            self.free_zones(),
+            self.reset_in_flight,
+            self.committed_checkpoint,
+            self.newest_in
+        )
+    }
+
+    /// A log write or reset failed: the log stops; the volume goes read-only.
+    pub fn on_failure(&mut self) {
+        self.failed = true;
+    }
+}

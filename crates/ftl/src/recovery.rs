@@ -1,0 +1,820 @@
+//! Format and mount, as lists of named steps (DESIGN.md §7.6).
+//!
+//! Both run synchronously over a [`Backend`] through [`BackendExt`]: they
+//! happen once, before the driver loop exists, and touch the device in a
+//! fixed order that docs/format.md analyses step by step. Neither writes
+//! anything until its in-memory result is complete; both end by writing a
+//! checkpoint through the normal FTL path, so a cut during that leaves the
+//! previous superblock and checkpoint in charge.
+
+use crate::addr::{physical_blocks, Lba, Ppa, Seq};
+use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState};
+use crate::checkpoint::{self, CheckpointImage, ZoneKind as RecordKind, ZoneRecord as CkptZone};
+use crate::codec::FormatError;
+use crate::config::{FormatOptions, FtlConfig, TagPlacement};
+use crate::driver::Driver;
+use crate::error::MountError;
+use crate::ftl::{Ftl, Parts};
+use crate::l2p::L2p;
+use crate::layout::{Layout, SUPER_ZONES};
+use crate::log::MetaLog;
+use crate::note::{LogBlock, Note};
+use crate::p2l::P2l;
+use crate::superblock::{uuid_from_seed, Superblock, TagMode};
+use crate::tag::{Tag, TagKind, TAG_BYTES};
+use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
+use std::collections::HashMap;
+
+fn dev(step: &'static str) -> impl Fn(DeviceError) -> MountError {
+    move |source| MountError::Device { step, source }
+}
+
+fn fmt_err(step: &'static str) -> impl Fn(FormatError) -> MountError {
+    move |source| MountError::Format { step, source }
+}
+
+fn checkpoint_failed(step: &'static str) -> impl Fn(crate::error::IoError) -> MountError {
+    move |e| match e {
+        crate::error::IoError::DeviceGone => MountError::Device {
+            step,
+            source: DeviceError::DeviceGone,
+        },
+        other => MountError::Device {
+            step,
+            source: DeviceError::HostIo {
+                op: step,
+                kind: std::io::ErrorKind::Other,
+                message: other.to_string(),
+            },
+        },
+    }
+}
+
+/// Blocks the largest log/metadata write may carry.
+fn max_write_blocks(g: &Geometry) -> usize {
+    g.max_transfer_blocks.min(64) as usize
+}
+
+// ----- format ---------------------------------------------------------------
+
+impl<B: Backend> Driver<B> {
+    /// Formats `backend` and mounts the empty volume.
+    ///
+    /// Steps: plan the layout → reset every zone (offline ones retired) →
+    /// build the empty state → write checkpoint and superblocks.
+    pub fn format(
+        mut backend: B,
+        options: &FormatOptions,
+        config: FtlConfig,
+    ) -> Result<Driver<B>, MountError> {
+        let geometry = backend.geometry().clone();
+        let layout = Layout::plan(&geometry, options.logical_blocks, options.gc_reserve_zones)?;
+        let zones = reset_all_zones(&mut backend, &geometry, &layout)?;
+        let tag_mode = match options.tag_placement {
+            TagPlacement::Auto if geometry.oob_size_bytes as usize >= TAG_BYTES => TagMode::Oob,
+            _ => TagMode::InBand,
+        };
+        let physical = physical_blocks(&geometry).expect("checked by plan");
+        let ring: Vec<ZoneId> = layout.meta_zones().collect();
+        let log = MetaLog::new(
+            ring.clone(),
+            0,
+            0,
+            geometry.zone_capacity_blocks,
+            geometry.block_size_bytes as usize,
+            max_write_blocks(&geometry),
+            1,
+            vec![None; ring.len()],
+            0,
+        );
+        let parts = Parts {
+            l2p: L2p::new(layout.logical_blocks),
+            p2l: P2l::new(physical, tag_mode == TagMode::InBand),
+            uuid: uuid_from_seed(options.seed),
+            zones,
+            next_seq: 1,
+            epoch: 0,
+            log,
+            super_generation: 0,
+            super_wp_blocks: [0, 0],
+            gc_reserve_zones: options.gc_reserve_zones,
+            geometry,
+            config,
+            layout,
+            tag_mode,
+        };
+        let mut driver = Driver::new(backend, Ftl::from_parts(parts));
+        driver
+            .checkpoint()
+            .map_err(checkpoint_failed("format: first checkpoint"))?;
+        Ok(driver)
+    }
+}
+
+/// Resets every zone; superblock and metadata zones must work, failing data
+/// zones are retired.
+fn reset_all_zones<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    layout: &Layout,
+) -> Result<ZoneTable, MountError> {
+    let mut zones = ZoneTable::new(g.zone_count, g.zone_capacity_blocks);
+    for z in 0..g.zone_count {
+        let info = backend.zone_info(z).map_err(dev("format: zone report"))?;
+        let usable = !matches!(info.state, ZoneState::Offline | ZoneState::ReadOnly)
+            && (info.state == ZoneState::Empty || backend.reset_zone(z).is_ok());
+        let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
+        if !usable && fixed {
+            return Err(MountError::Unsupported(format!(
+                "zone {z} is {:?}; zftl keeps its superblock and metadata log in zones 0..{}",
+                info.state,
+                layout.first_data_zone()
+            )));
+        }
+        if !usable {
+            zones.retire(z);
+        } else if SUPER_ZONES.contains(&z) {
+            zones.claim(z, ZoneKind::Superblock);
+        } else if layout.is_meta(z) {
+            zones.claim(z, ZoneKind::Meta);
+        }
+    }
+    Ok(zones)
+}
+
+// ----- mount ----------------------------------------------------------------
+
+impl<B: Backend> Driver<B> {
+    /// Mounts a formatted device after a clean shutdown or a power cut.
+    ///
+    /// Steps: newest superblock → checkpoint → roll the log forward → (OOB)
+    /// scan data zones written since → replay in seq order → rebuild zones
+    /// and reverse map → finish half-written zones → write a checkpoint.
+    pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
+        let geometry = backend.geometry().clone();
+        let sb = read_superblock(&mut backend, &geometry)?;
+        let layout = Layout {
+            meta_first_zone: sb.meta_first_zone,
+            meta_zone_count: sb.meta_zone_count,
+            logical_blocks: sb.logical_blocks,
+        };
+        let mut log = LogReader::new(
+            &geometry,
+            &layout,
+            sb.checkpoint_zone,
+            sb.checkpoint_offset_blocks,
+        );
+        let image = log.read_checkpoint(&mut backend, &geometry, sb.checkpoint_log_seq)?;
+        let notes = log.roll_forward(&mut backend)?;
+        let reports = report_zones(&mut backend, &geometry)?;
+        let mut state = Rebuild::from_image(&geometry, &sb, &image)?;
+        let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
+        if sb.tag_mode == TagMode::Oob {
+            let resets = reset_seqs(&events);
+            events.extend(scan_tags(
+                &mut backend,
+                &geometry,
+                &layout,
+                &image,
+                &reports,
+                &resets,
+            )?);
+        }
+        events.sort_by_key(Event::seq);
+        state.replay(&events, &geometry)?;
+        let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
+        for z in finish {
+            backend
+                .finish_zone(z)
+                .map_err(dev("mount: finishing a half-written zone"))?;
+        }
+        let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
+        let config_reserve = reserve_from_layout(&geometry, &layout);
+        let parts = Parts {
+            p2l: state.p2l,
+            l2p: state.l2p,
+            zones,
+            next_seq: state.next_seq,
+            epoch: image.epoch,
+            log,
+            super_generation: sb.generation,
+            super_wp_blocks: [
+                reports[0].write_pointer_blocks,
+                reports[1].write_pointer_blocks,
+            ],
+            gc_reserve_zones: config_reserve,
+            uuid: sb.uuid,
+            tag_mode: sb.tag_mode,
+            geometry,
+            config,
+            layout,
+        };
+        let mut driver = Driver::new(backend, Ftl::from_parts(parts));
+        driver
+            .checkpoint()
+            .map_err(checkpoint_failed("mount: recovery checkpoint"))?;
+        Ok(driver)
+    }
+}
+
+/// The GC reserve is not stored; it is recomputed from the logical size the
+/// same way format chose it, with the format default as the floor.
+fn reserve_from_layout(g: &Geometry, layout: &Layout) -> u32 {
+    let data_zones = u64::from(g.zone_count - layout.first_data_zone());
+    let used = layout.logical_blocks.div_ceil(g.zone_capacity_blocks) + 2;
+    let spare = data_zones.saturating_sub(used);
+    (spare.min(u64::from(FormatOptions::default().gc_reserve_zones)) as u32).max(1)
+}
+
+fn report_zones<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+) -> Result<Vec<crate::backend::ZoneInfo>, MountError> {
+    (0..g.zone_count)
+        .map(|z| backend.zone_info(z).map_err(dev("mount: zone report")))
+        .collect()
+}
+
+/// Step 1: the valid superblock record with the highest generation.
+fn read_superblock<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Superblock, MountError> {
+    let mut best: Option<Superblock> = None;
+    let mut first_error: Option<FormatError> = None;
+    for z in SUPER_ZONES {
+        let info = backend
+            .zone_info(z)
+            .map_err(dev("mount: superblock zone report"))?;
+        for off in 0..info.write_pointer_blocks {
+            // A torn record: the other copy or an older record serves.
+            let Some((block, _)) = read_one(backend, z, off, "mount: reading superblocks")? else {
+                continue;
+            };
+            match Superblock::decode(&block) {
+                Ok(sb) if best.as_ref().is_none_or(|b| sb.generation > b.generation) => {
+                    best = Some(sb)
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    let sb = best.ok_or_else(|| {
+        MountError::NotFormatted(match first_error {
+            Some(e) => format!("zones 0 and 1 hold no valid superblock ({e})"),
+            None => "zones 0 and 1 are empty".into(),
+        })
+    })?;
+    sb.validate_against(g)
+        .map_err(fmt_err("mount: superblock vs device geometry"))?;
+    Ok(sb)
+}
+
+/// Walks the metadata log ring block by block.
+struct LogReader {
+    ring: Vec<ZoneId>,
+    ring_index: usize,
+    offset_blocks: u64,
+    zone_capacity_blocks: u64,
+    next_log_seq: u64,
+    newest_in: Vec<Option<u64>>,
+}
+
+impl LogReader {
+    fn new(g: &Geometry, layout: &Layout, zone: ZoneId, offset_blocks: u64) -> LogReader {
+        let ring: Vec<ZoneId> = layout.meta_zones().collect();
+        let ring_index = ring.iter().position(|&z| z == zone).unwrap_or(usize::MAX);
+        LogReader {
+            newest_in: vec![None; ring.len()],
+            ring,
+            ring_index,
+            offset_blocks,
+            zone_capacity_blocks: g.zone_capacity_blocks,
+            next_log_seq: 0,
+        }
+    }
+
+    /// `Ok(None)`: the block is not a valid log block (erased, torn,
+    /// damaged): the end of the log. Device errors other than an
+    /// unreadable block propagate.
+    fn read_block<B: Backend>(&mut self, backend: &mut B) -> Result<Option<LogBlock>, MountError> {
+        if self.offset_blocks == self.zone_capacity_blocks {
+            self.ring_index = (self.ring_index + 1) % self.ring.len();
+            self.offset_blocks = 0;
+        }
+        let zone = self.ring[self.ring_index];
+        let data = match read_one(
+            backend,
+            zone,
+            self.offset_blocks,
+            "mount: reading the metadata log",
+        )? {
+            Some((data, _)) => data,
+            None => return Ok(None),
+        };
+        Ok(LogBlock::decode(&data).ok())
+    }
+
+    fn consume(&mut self, block: &LogBlock) {
+        let s = block.log_seq();
+        let slot = &mut self.newest_in[self.ring_index];
+        *slot = Some(slot.map_or(s, |n| n.max(s)));
+        self.offset_blocks += 1;
+        self.next_log_seq = s + 1;
+    }
+
+    /// Step 2: the checkpoint the superblock names, chunk by chunk.
+    fn read_checkpoint<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        g: &Geometry,
+        id: u64,
+    ) -> Result<CheckpointImage, MountError> {
+        if self.ring_index == usize::MAX {
+            return Err(MountError::Damaged(
+                "the superblock points at a zone outside the metadata log".into(),
+            ));
+        }
+        let bs = g.block_size_bytes as usize;
+        let damaged = |what: String| MountError::Damaged(format!("checkpoint {id}: {what}"));
+        let mut chunks = Vec::new();
+        let mut total = u64::MAX;
+        while (chunks.len() as u64) < total {
+            let block = self
+                .read_block(backend)?
+                .ok_or_else(|| damaged("a chunk is unreadable or invalid".into()))?;
+            let expected = id + chunks.len() as u64;
+            match &block {
+                LogBlock::CheckpointChunk {
+                    log_seq,
+                    checkpoint_id,
+                    payload,
+                    ..
+                } if *log_seq == expected && *checkpoint_id == id => {
+                    if chunks.is_empty() {
+                        let stream = checkpoint::peek_stream_bytes(payload)
+                            .map_err(fmt_err("mount: checkpoint header"))?;
+                        total = checkpoint::chunks_for_stream(stream, bs);
+                    }
+                }
+                other => {
+                    return Err(damaged(format!(
+                        "expected chunk with log_seq {expected}, found {other:?}"
+                    )))
+                }
+            }
+            self.consume(&block);
+            chunks.push(block);
+        }
+        let stream =
+            checkpoint::join_chunks(&chunks).map_err(fmt_err("mount: checkpoint chunks"))?;
+        let physical = physical_blocks(g).expect("validated geometry");
+        CheckpointImage::decode(&stream, physical).map_err(fmt_err("mount: checkpoint"))
+    }
+
+    /// Step 3: notes after the checkpoint, up to the first block that is
+    /// erased, unreadable, damaged or out of sequence (the log's end).
+    fn roll_forward<B: Backend>(&mut self, backend: &mut B) -> Result<Vec<Note>, MountError> {
+        let mut notes = Vec::new();
+        while let Some(block) = self.read_block(backend)? {
+            if block.log_seq() != self.next_log_seq {
+                break;
+            }
+            if let LogBlock::Notes { notes: n, .. } = &block {
+                notes.extend(n.iter().cloned());
+            }
+            self.consume(&block);
+        }
+        Ok(notes)
+    }
+
+    /// Step 7: the writer continues after the last valid block, past any
+    /// torn block (at the zone's write pointer) or in the next ring zone.
+    fn writer<B: Backend>(
+        self,
+        backend: &mut B,
+        g: &Geometry,
+        committed: u64,
+    ) -> Result<MetaLog, MountError> {
+        let zone = self.ring[self.ring_index];
+        let info = backend
+            .zone_info(zone)
+            .map_err(dev("mount: log zone report"))?;
+        let writable = !matches!(info.state, ZoneState::ReadOnly | ZoneState::Offline);
+        let wp = if writable {
+            info.write_pointer_blocks.max(self.offset_blocks)
+        } else {
+            g.zone_capacity_blocks
+        };
+        Ok(MetaLog::new(
+            self.ring,
+            self.ring_index,
+            wp,
+            g.zone_capacity_blocks,
+            g.block_size_bytes as usize,
+            max_write_blocks(g),
+            self.next_log_seq,
+            self.newest_in,
+            committed,
+        ))
+    }
+}
+
+/// A change to replay, from a note or (OOB mode) a data block's tag.
+enum Event {
+    Note(Note),
+    Tag {
+        seq: Seq,
+        lba: Lba,
+        ppa: Ppa,
+        crc: u32,
+    },
+}
+
+impl Event {
+    fn seq(&self) -> Seq {
+        match self {
+            Event::Note(n) => n.seq(),
+            Event::Tag { seq, .. } => *seq,
+        }
+    }
+}
+
+/// Seq of the newest ZoneReset note per zone: older tags there are stale.
+fn reset_seqs(events: &[Event]) -> HashMap<ZoneId, Seq> {
+    let mut out = HashMap::new();
+    for e in events {
+        if let Event::Note(Note::ZoneReset { seq, zone, .. }) = e {
+            out.insert(*zone, *seq);
+        }
+    }
+    out
+}
+
+/// Step 4 (OOB mode): tags of host blocks written since the checkpoint, in
+/// zones that were open or empty then, or reset after it.
+fn scan_tags<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    layout: &Layout,
+    image: &CheckpointImage,
+    reports: &[crate::backend::ZoneInfo],
+    resets: &HashMap<ZoneId, Seq>,
+) -> Result<Vec<Event>, MountError> {
+    let mut events = Vec::new();
+    for z in layout.first_data_zone()..g.zone_count {
+        let rec = &image.zones[z as usize];
+        let report = &reports[z as usize];
+        let was_full = rec.state == zone_use_code(ZoneUse::Full) && rec.kind != RecordKind::Free;
+        if report.write_pointer_blocks == 0
+            || report.state == ZoneState::Offline
+            || (was_full && !resets.contains_key(&z))
+        {
+            continue;
+        }
+        let min_seq = resets
+            .get(&z)
+            .map_or(image.next_seq, |&r| r.max(image.next_seq));
+        scan_zone(
+            backend,
+            g,
+            z,
+            report.write_pointer_blocks,
+            min_seq,
+            &mut events,
+        )?;
+    }
+    Ok(events)
+}
+
+fn scan_zone<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    zone: ZoneId,
+    wp: u64,
+    min_seq: Seq,
+    out: &mut Vec<Event>,
+) -> Result<(), MountError> {
+    let chunk = u64::from(g.max_transfer_blocks);
+    let mut off = 0;
+    while off < wp {
+        let n = chunk.min(wp - off);
+        match backend.read_blocks(zone, off, n as u32) {
+            Ok((data, oob)) => collect_tags(g, zone, off, &data, &oob, min_seq, out),
+            // A torn block fails the whole read: retry block by block.
+            Err(DeviceError::UncorrectableRead { .. }) => {
+                for o in off..off + n {
+                    if let Some((data, oob)) = read_one(backend, zone, o, "mount: scanning tags")? {
+                        collect_tags(g, zone, o, &data, &oob, min_seq, out);
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(MountError::Device {
+                    step: "mount: scanning tags",
+                    source: e,
+                })
+            }
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+/// A block's data and OOB bytes.
+type DataAndOob = (Vec<u8>, Vec<u8>);
+
+/// Reads one block; `None` when the media cannot return it (torn or failed
+/// page), an error for anything else.
+fn read_one<B: Backend>(
+    backend: &mut B,
+    zone: ZoneId,
+    offset_blocks: u64,
+    step: &'static str,
+) -> Result<Option<DataAndOob>, MountError> {
+    match backend.read_blocks(zone, offset_blocks, 1) {
+        Ok(r) => Ok(Some(r)),
+        Err(DeviceError::UncorrectableRead { .. }) => Ok(None),
+        Err(e) => Err(MountError::Device { step, source: e }),
+    }
+}
+
+fn collect_tags(
+    g: &Geometry,
+    zone: ZoneId,
+    first: u64,
+    data: &[u8],
+    oob: &[u8],
+    min_seq: Seq,
+    out: &mut Vec<Event>,
+) {
+    let bs = g.block_size_bytes as usize;
+    let ob = g.oob_size_bytes as usize;
+    for i in 0..data.len() / bs {
+        let Ok(Some(tag)) = Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) else {
+            continue;
+        };
+        let block = &data[i * bs..(i + 1) * bs];
+        if tag.kind != TagKind::HostData
+            || tag.seq < min_seq
+            || crate::tag::data_crc(block) != tag.data_crc
+        {
+            continue;
+        }
+        let ppa = Ppa::new(zone, first + i as u64, g.zone_capacity_blocks);
+        out.push(Event::Tag {
+            seq: tag.seq,
+            lba: tag.lba,
+            ppa,
+            crc: tag.data_crc,
+        });
+    }
+}
+
+/// The map and reverse map being rebuilt.
+struct Rebuild {
+    l2p: L2p,
+    p2l: P2l,
+    next_seq: Seq,
+    erase_counts: HashMap<ZoneId, u32>,
+    retired: Vec<ZoneId>,
+}
+
+impl Rebuild {
+    fn from_image(
+        g: &Geometry,
+        sb: &Superblock,
+        image: &CheckpointImage,
+    ) -> Result<Rebuild, MountError> {
+        if image.logical_blocks != sb.logical_blocks || image.zones.len() != g.zone_count as usize {
+            return Err(MountError::Damaged(
+                "checkpoint does not match the superblock".into(),
+            ));
+        }
+        let l2p = L2p::from_leaves(image.logical_blocks, image.leaves.clone())
+            .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
+        let physical = physical_blocks(g).expect("validated geometry");
+        let keep_crcs = sb.tag_mode == TagMode::InBand;
+        let mut p2l = P2l::new(physical, keep_crcs);
+        let crcs = image.crcs.as_deref().unwrap_or(&[]);
+        if keep_crcs && crcs.len() as u64 != l2p.mapped_blocks() {
+            return Err(MountError::Damaged(
+                "checkpoint CRC table does not match its map".into(),
+            ));
+        }
+        for (i, (lba, ppa)) in l2p.iter().enumerate() {
+            p2l.set(ppa, lba, crcs.get(i).copied().unwrap_or(0));
+        }
+        Ok(Rebuild {
+            l2p,
+            p2l,
+            next_seq: image.next_seq,
+            erase_counts: HashMap::new(),
+            retired: Vec::new(),
+        })
+    }
+
+    fn check_lba(&self, lba: Lba) -> Result<(), MountError> {
+        if lba >= self.l2p.logical_blocks() {
+            return Err(MountError::Damaged(format!(
+                "a note or tag names block {lba}, past the logical end"
+            )));
+        }
+        Ok(())
+    }
+
+    fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
+        if let Some(old) = self.l2p.set(lba, ppa) {
+            self.p2l.clear(old);
+        }
+        self.p2l.set(ppa, lba, crc);
+    }
+
+    /// Step 5: apply notes and tags in seq order.
+    fn replay(&mut self, events: &[Event], g: &Geometry) -> Result<(), MountError> {
+        let physical = u64::from(physical_blocks(g).expect("validated geometry"));
+        let ppa_ok = |p: Ppa| u64::from(p.0) < physical;
+        for e in events {
+            self.next_seq = self.next_seq.max(e.seq() + 1);
+            match *e {
+                Event::Tag { lba, ppa, crc, .. } => {
+                    self.check_lba(lba)?;
+                    self.set(lba, ppa, crc);
+                }
+                Event::Note(Note::HostWrite {
+                    lba, ppa, data_crc, ..
+                }) => {
+                    self.check_lba(lba)?;
+                    if !ppa_ok(ppa) {
+                        return Err(MountError::Damaged(format!(
+                            "HostWrite note names block {}",
+                            ppa.0
+                        )));
+                    }
+                    self.set(lba, ppa, data_crc);
+                }
+                Event::Note(Note::Trim {
+                    lba, block_count, ..
+                }) => {
+                    let end = lba
+                        .checked_add(block_count)
+                        .filter(|&e| e <= self.l2p.logical_blocks());
+                    let Some(end) = end else {
+                        return Err(MountError::Damaged(format!(
+                            "Trim note {lba}+{block_count} past the end"
+                        )));
+                    };
+                    for l in lba..end {
+                        if let Some(old) = self.l2p.unmap(l) {
+                            self.p2l.clear(old);
+                        }
+                    }
+                }
+                Event::Note(Note::Reloc { lba, from, to, .. }) => {
+                    self.check_lba(lba)?;
+                    if !ppa_ok(to) {
+                        return Err(MountError::Damaged(format!(
+                            "Reloc note names block {}",
+                            to.0
+                        )));
+                    }
+                    if self.l2p.get(lba) == Some(from) {
+                        let crc = self.p2l.crc(from).unwrap_or(0);
+                        self.set(lba, to, crc);
+                    }
+                }
+                Event::Note(Note::ZoneReset {
+                    zone, erase_count, ..
+                }) => {
+                    self.erase_counts.insert(zone, erase_count);
+                }
+                Event::Note(Note::ZoneRetire { zone, .. }) => self.retired.push(zone),
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 6: zone table from checkpoint records, replayed notes and the
+    /// device's report; every mapped block must lie below its zone's write
+    /// pointer. Returns the table and the zones to finish.
+    fn zone_table(
+        &mut self,
+        g: &Geometry,
+        layout: &Layout,
+        image: &CheckpointImage,
+        reports: &[crate::backend::ZoneInfo],
+    ) -> Result<(ZoneTable, Vec<ZoneId>), MountError> {
+        let mut records = Vec::with_capacity(g.zone_count as usize);
+        let mut finish = Vec::new();
+        let mut retire = Vec::new();
+        for z in 0..g.zone_count {
+            let rec = &image.zones[z as usize];
+            let rep = &reports[z as usize];
+            let erase_count = self
+                .erase_counts
+                .get(&z)
+                .copied()
+                .unwrap_or(rec.erase_count);
+            let gone = matches!(rep.state, ZoneState::Offline)
+                || rec.kind == RecordKind::Retired
+                || self.retired.contains(&z);
+            let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
+            let (kind, state, wp) = if fixed {
+                let kind = if SUPER_ZONES.contains(&z) {
+                    ZoneKind::Superblock
+                } else {
+                    ZoneKind::Meta
+                };
+                let wp = rep.write_pointer_blocks;
+                let state = match wp {
+                    0 => ZoneUse::Empty,
+                    w if w == g.zone_capacity_blocks => ZoneUse::Full,
+                    _ => ZoneUse::Open,
+                };
+                (kind, state, wp)
+            } else if gone {
+                retire.push(z);
+                (ZoneKind::Free, ZoneUse::Empty, 0)
+            } else if rep.write_pointer_blocks == 0 {
+                (ZoneKind::Free, ZoneUse::Empty, 0)
+            } else {
+                if rep.state != ZoneState::Full && rep.state != ZoneState::ReadOnly {
+                    finish.push(z);
+                }
+                let stream = if rec.kind == RecordKind::DataGc {
+                    Stream::Gc
+                } else {
+                    Stream::Host
+                };
+                (
+                    ZoneKind::Data { stream },
+                    ZoneUse::Full,
+                    rep.write_pointer_blocks,
+                )
+            };
+            records.push(ZoneRecord {
+                kind,
+                state,
+                write_pointer_blocks: wp,
+                erase_count,
+                last_write_seq: rec.last_write_seq,
+            });
+        }
+        let mut table = ZoneTable::from_records(g.zone_capacity_blocks, &records)
+            .map_err(|e| MountError::Damaged(format!("zone table: {e}")))?;
+        let cap = g.zone_capacity_blocks;
+        for (lba, ppa) in self.l2p.iter() {
+            let z = ppa.zone(cap);
+            let zone = table.get(z);
+            if !matches!(zone.kind(), ZoneKind::Data { .. })
+                || ppa.offset_blocks(cap) >= zone.write_pointer_blocks()
+            {
+                return Err(MountError::Damaged(format!(
+                    "block {lba} maps to zone {z} offset {}, which holds no data (zone {:?}, write pointer {})",
+                    ppa.offset_blocks(cap),
+                    zone.kind(),
+                    zone.write_pointer_blocks()
+                )));
+            }
+            table.add_valid(z, 1);
+        }
+        for z in retire {
+            table.retire(z);
+        }
+        Ok((table, finish))
+    }
+}
+
+/// The zone module's ZoneUse as the checkpoint's state byte.
+pub(crate) fn zone_use_code(u: ZoneUse) -> u8 {
+    match u {
+        ZoneUse::Empty => 0,
+        ZoneUse::Open => 1,
+        ZoneUse::Full => 2,
+    }
+}
+
+/// A zone-table record as the checkpoint stores it.
+pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
+    let kind = match r.kind {
+        ZoneKind::Free => RecordKind::Free,
+        ZoneKind::Superblock => RecordKind::Superblock,
+        ZoneKind::Meta
+        | ZoneKind::Data {
+            stream: Stream::Meta,
+        } => RecordKind::Meta,
+        ZoneKind::Data {
+            stream: Stream::Host,
+        } => RecordKind::DataHost,
+        ZoneKind::Data { stream: Stream::Gc } => RecordKind::DataGc,
+        ZoneKind::Retired => RecordKind::Retired,
+    };
+    CkptZone {
+        kind,
+        state: zone_use_code(r.state),
+        erase_count: r.erase_count,
+        write_pointer_blocks: r.write_pointer_blocks,
+        last_write_seq: r.last_write_seq,
+        valid_blocks,
+    }
+}

@@ -1,0 +1,416 @@
+//! The crash rig shared by the model-based property test and the seeded
+//! crash torture: an FTL on the simulator, an in-memory model of what each
+//! block may contain, power cuts and remounts.
+//!
+//! The model keeps, per block, the version known durable (`committed`) and
+//! the versions written since (`pending`). After a crash a block must read
+//! back as one of those and nothing else; after a successful mount the value
+//! read is durable (mount writes a checkpoint), so it becomes `committed`.
+
+#![allow(dead_code)]
+
+use zftl::core::{Activity, Driver, FormatOptions, FtlConfig, IoError, MountError, TagPlacement};
+use zftl::sim::rng::Rng;
+use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice, Timing};
+
+fn trace_lba() -> Option<u64> {
+    std::env::var("ZFTL_TRACE_LBA")
+        .ok()
+        .and_then(|s| s.parse().ok())
+}
+
+/// Version 0 is "zeros" (never written or trimmed).
+pub fn pattern(lba: u64, version: u32, bs: usize) -> Vec<u8> {
+    if version == 0 {
+        return vec![0; bs];
+    }
+    let mut b = vec![0u8; bs];
+    let mut x = (lba << 32) ^ u64::from(version) ^ 0x9E37_79B9_7F4A_7C15;
+    for chunk in b.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    b[..8].copy_from_slice(&lba.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    b
+}
+
+/// The version a block holds, or a description of why it is no version.
+pub fn decode(lba: u64, data: &[u8]) -> Result<u32, String> {
+    if data.iter().all(|&b| b == 0) {
+        return Ok(0);
+    }
+    let found_lba = u64::from_le_bytes(data[..8].try_into().unwrap());
+    let version = u32::from_le_bytes(data[8..12].try_into().unwrap());
+    if found_lba != lba {
+        return Err(format!("block {lba} holds data of block {found_lba}"));
+    }
+    if data != pattern(lba, version, data.len()).as_slice() {
+        return Err(format!("block {lba} version {version}: contents damaged"));
+    }
+    Ok(version)
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    committed: Vec<u32>,
+    pending: Vec<Vec<u32>>,
+}
+
+impl Model {
+    pub fn new(blocks: u64) -> Model {
+        Model {
+            committed: vec![0; blocks as usize],
+            pending: vec![Vec::new(); blocks as usize],
+        }
+    }
+    pub fn latest(&self, lba: u64) -> u32 {
+        let i = lba as usize;
+        *self.pending[i].last().unwrap_or(&self.committed[i])
+    }
+    pub fn write(&mut self, lba: u64, version: u32) {
+        self.pending[lba as usize].push(version);
+    }
+    pub fn flush(&mut self) {
+        for i in 0..self.committed.len() {
+            if let Some(&v) = self.pending[i].last() {
+                self.committed[i] = v;
+            }
+            self.pending[i].clear();
+        }
+    }
+    pub fn durable(&mut self, lba: u64, version: u32) {
+        self.committed[lba as usize] = version;
+        self.pending[lba as usize].clear();
+    }
+    pub fn allowed(&self, lba: u64, v: u32) -> bool {
+        let i = lba as usize;
+        self.committed[i] == v || self.pending[i].contains(&v)
+    }
+    pub fn describe(&self, lba: u64) -> String {
+        let i = lba as usize;
+        format!(
+            "committed {} pending {:?}",
+            self.committed[i], self.pending[i]
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    Write {
+        lba: u64,
+        blocks: u32,
+    },
+    Fua {
+        lba: u64,
+    },
+    Trim {
+        lba: u64,
+        blocks: u32,
+    },
+    Zeroes {
+        lba: u64,
+        blocks: u32,
+    },
+    Read {
+        lba: u64,
+        blocks: u32,
+    },
+    Flush,
+    /// Arm a power cut after this many more device commands.
+    Cut {
+        after_commands: u64,
+    },
+}
+
+/// Rig geometry: small zones so GC, checkpoints and log wrap happen often.
+pub fn sim_config(seed: u64, oob: bool, timing: bool) -> SimConfig {
+    SimConfig {
+        channels: 2,
+        luns_per_channel: 2,
+        blocks_per_lun: 12,
+        pages_per_block: 32,
+        oob_size_bytes: if oob { 64 } else { 0 },
+        zone_width_luns: 1,
+        max_open_zones: 8,
+        max_active_zones: 12,
+        max_append_blocks: 8,
+        max_transfer_blocks: 16,
+        queue_depth: 32,
+        timing: timing.then(Timing::default),
+        faults: Faults {
+            seed,
+            shuffle_completions: true,
+            ..Faults::default()
+        },
+        ..SimConfig::small_for_tests()
+    }
+}
+
+pub fn ftl_config() -> FtlConfig {
+    FtlConfig {
+        write_buffer_blocks: 64,
+        checkpoint_interval_blocks: 256,
+        gc_max_inflight: 8,
+        ..FtlConfig::default()
+    }
+}
+
+/// Where the cuts landed, to show the run covered what it claims.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Coverage {
+    pub cuts: u64,
+    pub during_gc: u64,
+    pub during_checkpoint: u64,
+    pub during_recovery: u64,
+    pub gc_copies: u64,
+}
+
+pub struct Rig {
+    pub ftl: Option<Driver<SimDevice>>,
+    pub model: Model,
+    pub blocks: u64,
+    pub bs: usize,
+    next_version: u32,
+    rng: Rng,
+    pub coverage: Coverage,
+    armed: bool,
+    last_activity: Activity,
+}
+
+impl Rig {
+    pub fn new(seed: u64, oob: bool, timing: bool) -> Rig {
+        let dev = SimDevice::create_memory(sim_config(seed, oob, timing)).expect("sim config");
+        let opts = FormatOptions {
+            tag_placement: TagPlacement::Auto,
+            seed,
+            gc_reserve_zones: 3,
+            ..FormatOptions::default()
+        };
+        let ftl = Driver::format(dev, &opts, ftl_config()).expect("format");
+        let blocks = ftl.logical_blocks();
+        let bs = ftl.block_size();
+        Rig {
+            ftl: Some(ftl),
+            model: Model::new(blocks),
+            blocks,
+            bs,
+            next_version: 1,
+            rng: Rng::new(seed ^ 0xC0FFEE),
+            coverage: Coverage::default(),
+            armed: false,
+            last_activity: Activity::default(),
+        }
+    }
+
+    fn ftl(&mut self) -> &mut Driver<SimDevice> {
+        self.ftl.as_mut().expect("mounted")
+    }
+
+    fn version(&mut self) -> u32 {
+        let v = self.next_version;
+        self.next_version += 1;
+        v
+    }
+
+    /// Runs one op; a power cut during it triggers crash + recovery + check.
+    pub fn apply(&mut self, op: Op) {
+        let result = self.run(op);
+        if let Some(t) = trace_lba() {
+            let hit = match op {
+                Op::Write { lba, blocks }
+                | Op::Trim { lba, blocks }
+                | Op::Zeroes { lba, blocks } => {
+                    let (l, n) = self.clip(lba, blocks);
+                    (l..l + u64::from(n)).contains(&t)
+                }
+                Op::Fua { lba } => lba % self.blocks == t,
+                Op::Flush | Op::Cut { .. } => true,
+                Op::Read { .. } => false,
+            };
+            if hit {
+                let at = self.ftl.as_ref().and_then(|f| f.ftl().lookup(t));
+                eprintln!(
+                    "trace: {op:?} -> {result:?}; block {t}: {} at {at:?}",
+                    self.model.describe(t)
+                );
+            }
+        }
+        self.last_activity = self
+            .ftl
+            .as_ref()
+            .map(|f| f.ftl().activity())
+            .unwrap_or_default();
+        match result {
+            Ok(()) => {}
+            Err(IoError::DeviceGone) | Err(IoError::ReadOnly) if self.armed => {
+                self.crash_and_recover()
+            }
+            Err(e) => panic!("{op:?} failed without a power cut: {e}"),
+        }
+    }
+
+    fn clip(&self, lba: u64, blocks: u32) -> (u64, u32) {
+        let lba = lba % self.blocks;
+        (lba, blocks.clamp(1, (self.blocks - lba).min(32) as u32))
+    }
+
+    fn run(&mut self, op: Op) -> Result<(), IoError> {
+        let bs = self.bs;
+        match op {
+            Op::Write { lba, blocks } => {
+                let (lba, n) = self.clip(lba, blocks);
+                let mut data = Vec::with_capacity(n as usize * bs);
+                for l in lba..lba + u64::from(n) {
+                    let v = self.version();
+                    self.model.write(l, v);
+                    data.extend(pattern(l, v, bs));
+                }
+                self.ftl().write(lba, &data)
+            }
+            Op::Fua { lba } => {
+                let lba = lba % self.blocks;
+                let v = self.version();
+                self.model.write(lba, v);
+                self.ftl().write_fua(lba, &pattern(lba, v, bs))?;
+                self.model.durable(lba, v);
+                Ok(())
+            }
+            Op::Trim { lba, blocks } | Op::Zeroes { lba, blocks } => {
+                let (lba, n) = self.clip(lba, blocks);
+                for l in lba..lba + u64::from(n) {
+                    self.model.write(l, 0);
+                }
+                if matches!(op, Op::Trim { .. }) {
+                    self.ftl().trim(lba, n)
+                } else {
+                    self.ftl().write_zeroes(lba, n)
+                }
+            }
+            Op::Read { lba, blocks } => {
+                let (lba, n) = self.clip(lba, blocks);
+                let data = self.ftl().read(lba, n)?;
+                for (i, block) in data.chunks(bs).enumerate() {
+                    let l = lba + i as u64;
+                    let got = decode(l, block).unwrap_or_else(|e| panic!("read: {e}"));
+                    assert_eq!(
+                        got,
+                        self.model.latest(l),
+                        "read of block {l} before any crash"
+                    );
+                }
+                Ok(())
+            }
+            Op::Flush => {
+                self.ftl().flush()?;
+                self.model.flush();
+                Ok(())
+            }
+            Op::Cut { after_commands } => {
+                let seed = self.rng.next_u64();
+                let faults = Faults {
+                    seed,
+                    power_cut: PowerCut::AfterSubmits(after_commands.max(1)),
+                    shuffle_completions: true,
+                    ..Faults::default()
+                };
+                self.ftl().backend_mut().set_faults(faults);
+                self.armed = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Power is gone: bring the device back, mount (maybe cutting power
+    /// during recovery too), then check every block against the model.
+    pub fn crash_and_recover(&mut self) {
+        self.coverage.cuts += 1;
+        self.coverage.during_gc += u64::from(self.last_activity.gc);
+        self.coverage.during_checkpoint += u64::from(self.last_activity.checkpoint);
+        let ftl = self.ftl.take().expect("mounted");
+        self.coverage.gc_copies += ftl.stats().gc_copy_blocks;
+        let mut dev = ftl.into_backend();
+        dev.power_cut();
+        self.armed = false;
+        dev.power_on().expect("power on");
+        if self.rng.next_u64().is_multiple_of(3) {
+            self.cut_during_recovery(&mut dev);
+        }
+        dev.set_faults(Faults::default());
+        self.mount_and_check(dev);
+    }
+
+    /// Mounts with a power cut armed a few commands in; whether recovery
+    /// finished or not, the device is cut and recovered again by the caller.
+    fn cut_during_recovery(&mut self, dev: &mut SimDevice) {
+        let after = 1 + self.rng.next_u64() % 120;
+        dev.set_faults(Faults {
+            seed: self.rng.next_u64(),
+            power_cut: PowerCut::AfterSubmits(after),
+            ..Faults::default()
+        });
+        match Driver::mount(&mut *dev, ftl_config()) {
+            Ok(_) => {}
+            Err(MountError::Device { .. }) => self.coverage.during_recovery += 1,
+            Err(e) => panic!("mount cut short by a power cut reported: {e}"),
+        }
+        dev.power_cut();
+        dev.power_on().expect("power on");
+    }
+
+    fn mount_and_check(&mut self, dev: SimDevice) {
+        let mut ftl = Driver::mount(dev, ftl_config())
+            .unwrap_or_else(|e| panic!("mount after power cut: {e}"));
+        if let Some(t) = trace_lba() {
+            eprintln!(
+                "trace: mounted; block {t} at {:?}; model {}",
+                ftl.ftl().lookup(t),
+                self.model.describe(t)
+            );
+        }
+        for lba in 0..self.blocks {
+            let data = ftl
+                .read(lba, 1)
+                .unwrap_or_else(|e| panic!("read of block {lba} after recovery: {e}"));
+            let v = decode(lba, &data).unwrap_or_else(|e| panic!("after recovery: {e}"));
+            assert!(
+                self.model.allowed(lba, v),
+                "block {lba} read version {v} after recovery; model: {}",
+                self.model.describe(lba)
+            );
+            self.model.durable(lba, v);
+        }
+        self.ftl = Some(ftl);
+    }
+
+    /// A final cut and check at the end of a run.
+    pub fn finish(&mut self) {
+        let ftl = self.ftl.take().expect("mounted");
+        self.coverage.gc_copies += ftl.stats().gc_copy_blocks;
+        let mut dev = ftl.into_backend();
+        dev.power_cut();
+        dev.power_on().expect("power on");
+        self.mount_and_check(dev);
+    }
+
+    pub fn random_op(&mut self) -> Op {
+        let r = self.rng.next_u64();
+        let lba = self.rng.next_u64() % self.blocks;
+        let blocks = 1 + (self.rng.next_u64() % 8) as u32;
+        match r % 100 {
+            0..=69 => Op::Write { lba, blocks },
+            70..=73 => Op::Fua { lba },
+            74..=78 => Op::Trim { lba, blocks },
+            79..=80 => Op::Zeroes { lba, blocks },
+            81..=89 => Op::Read { lba, blocks },
+            _ => Op::Flush,
+        }
+    }
+
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+}
