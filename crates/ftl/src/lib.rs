@@ -23,7 +23,7 @@ pub mod layout;
 mod log;
 pub mod note;
 pub mod p2l;
-mod recovery;
+pub mod recovery;
 pub mod stats;
 pub mod superblock;
 pub mod tag;

@@ -147,55 +147,36 @@ fn reset_all_zones<B: Backend>(
 impl<B: Backend> Driver<B> {
     /// Mounts a formatted device after a clean shutdown or a power cut.
     ///
-    /// Steps: newest superblock → checkpoint → roll the log forward → (OOB)
-    /// scan data zones written since → replay in seq order → rebuild zones
-    /// and reverse map → finish half-written zones → write a checkpoint.
+    /// Steps: [`recover_state`] (read-only) → finish half-written zones →
+    /// write a checkpoint.
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
-        let geometry = backend.geometry().clone();
-        let sb = read_superblock(&mut backend, &geometry)?;
-        let layout = Layout {
-            meta_first_zone: sb.meta_first_zone,
-            meta_zone_count: sb.meta_zone_count,
-            logical_blocks: sb.logical_blocks,
-        };
-        let mut log = LogReader::new(
-            &geometry,
-            &layout,
-            sb.checkpoint_zone,
-            sb.checkpoint_offset_blocks,
-        );
-        let image = log.read_checkpoint(&mut backend, &geometry, sb.checkpoint_log_seq)?;
-        let notes = log.roll_forward(&mut backend)?;
-        let reports = report_zones(&mut backend, &geometry)?;
-        let mut state = Rebuild::from_image(&geometry, &sb, &image)?;
-        let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
-        if sb.tag_mode == TagMode::Oob {
-            let resets = reset_seqs(&events);
-            events.extend(scan_tags(
-                &mut backend,
-                &geometry,
-                &layout,
-                &image,
-                &reports,
-                &resets,
-            )?);
-        }
-        events.sort_by_key(Event::seq);
-        state.replay(&events, &geometry)?;
-        let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
-        for z in finish {
+        let r = recover_state(&mut backend)?;
+        for &z in &r.finish {
             backend
                 .finish_zone(z)
                 .map_err(dev("mount: finishing a half-written zone"))?;
         }
+        let Recovered {
+            geometry,
+            superblock: sb,
+            layout,
+            epoch,
+            l2p,
+            p2l,
+            zones,
+            next_seq,
+            log,
+            reports,
+            ..
+        } = r;
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
         let config_reserve = reserve_from_layout(&geometry, &layout);
         let parts = Parts {
-            p2l: state.p2l,
-            l2p: state.l2p,
+            p2l,
+            l2p,
             zones,
-            next_seq: state.next_seq,
-            epoch: image.epoch,
+            next_seq,
+            epoch,
             log,
             super_generation: sb.generation,
             super_wp_blocks: [
@@ -215,6 +196,77 @@ impl<B: Backend> Driver<B> {
             .map_err(checkpoint_failed("mount: recovery checkpoint"))?;
         Ok(driver)
     }
+}
+
+/// Everything recovery learns from a device without writing to it: the
+/// state a mount continues from, and what `zftl check` verifies.
+pub struct Recovered {
+    pub geometry: Geometry,
+    pub superblock: Superblock,
+    pub layout: Layout,
+    pub epoch: crate::addr::Epoch,
+    pub l2p: L2p,
+    pub p2l: P2l,
+    pub zones: ZoneTable,
+    pub next_seq: Seq,
+    /// Half-written data zones mount will finish.
+    pub finish: Vec<ZoneId>,
+    /// Notes rolled forward after the checkpoint.
+    pub notes_replayed: usize,
+    /// Tags (OOB mode) replayed from data zones written since the checkpoint.
+    pub tags_replayed: usize,
+    log: LogReader,
+    reports: Vec<crate::backend::ZoneInfo>,
+}
+
+/// Mount steps 1–6, read-only: newest superblock → checkpoint → roll the
+/// log forward → (OOB) scan data zones written since → replay in seq order
+/// → rebuild zones and reverse map.
+pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountError> {
+    let geometry = backend.geometry().clone();
+    let sb = read_superblock(backend, &geometry)?;
+    let layout = Layout {
+        meta_first_zone: sb.meta_first_zone,
+        meta_zone_count: sb.meta_zone_count,
+        logical_blocks: sb.logical_blocks,
+    };
+    let mut log = LogReader::new(
+        &geometry,
+        &layout,
+        sb.checkpoint_zone,
+        sb.checkpoint_offset_blocks,
+    );
+    let image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
+    let notes = log.roll_forward(backend)?;
+    let reports = report_zones(backend, &geometry)?;
+    let mut state = Rebuild::from_image(&geometry, &sb, &image)?;
+    let notes_replayed = notes.len();
+    let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
+    if sb.tag_mode == TagMode::Oob {
+        let resets = reset_seqs(&events);
+        events.extend(scan_tags(
+            backend, &geometry, &layout, &image, &reports, &resets,
+        )?);
+    }
+    let tags_replayed = events.len() - notes_replayed;
+    events.sort_by_key(Event::seq);
+    state.replay(&events, &geometry)?;
+    let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
+    Ok(Recovered {
+        superblock: sb,
+        layout,
+        epoch: image.epoch,
+        l2p: state.l2p,
+        p2l: state.p2l,
+        zones,
+        next_seq: state.next_seq,
+        finish,
+        notes_replayed,
+        tags_replayed,
+        log,
+        reports,
+        geometry,
+    })
 }
 
 /// The GC reserve is not stored; it is recomputed from the logical size the
