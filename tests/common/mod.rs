@@ -73,6 +73,11 @@ impl Model {
     pub fn write(&mut self, lba: u64, version: u32) {
         self.pending[lba as usize].push(version);
     }
+    /// Forgets the newest pending write of `lba` (it was refused).
+    pub fn unwrite(&mut self, lba: u64) {
+        self.pending[lba as usize].pop();
+    }
+
     pub fn flush(&mut self) {
         for i in 0..self.committed.len() {
             if let Some(&v) = self.pending[i].last() {
@@ -179,11 +184,21 @@ pub struct Rig {
     pub coverage: Coverage,
     armed: bool,
     last_activity: Activity,
+    /// Media faults are injected: reads may fail with a typed error (never
+    /// return wrong data), writes may hit NoSpace on a worn device, and a
+    /// metadata write failure makes the volume read-only until remount.
+    pub media_faults: bool,
+    pub remounts_after_failure: u64,
+    pub read_errors_seen: u64,
 }
 
 impl Rig {
     pub fn new(seed: u64, oob: bool, timing: bool) -> Rig {
-        let dev = SimDevice::create_memory(sim_config(seed, oob, timing)).expect("sim config");
+        Rig::with_config(seed, sim_config(seed, oob, timing))
+    }
+
+    pub fn with_config(seed: u64, cfg: SimConfig) -> Rig {
+        let dev = SimDevice::create_memory(cfg).expect("sim config");
         let opts = FormatOptions {
             tag_placement: TagPlacement::Auto,
             seed,
@@ -203,6 +218,9 @@ impl Rig {
             coverage: Coverage::default(),
             armed: false,
             last_activity: Activity::default(),
+            media_faults: false,
+            remounts_after_failure: 0,
+            read_errors_seen: 0,
         }
     }
 
@@ -249,6 +267,11 @@ impl Rig {
             Err(IoError::DeviceGone) | Err(IoError::ReadOnly) if self.armed => {
                 self.crash_and_recover()
             }
+            Err(IoError::ReadOnly) if self.media_faults => self.remount_after_failure(),
+            Err(IoError::NoSpace) if self.media_faults => {}
+            Err(IoError::Device { .. } | IoError::Corrupt { .. }) if self.media_faults => {
+                self.read_errors_seen += 1;
+            }
             Err(e) => panic!("{op:?} failed without a power cut: {e}"),
         }
     }
@@ -269,38 +292,69 @@ impl Rig {
                     self.model.write(l, v);
                     data.extend(pattern(l, v, bs));
                 }
-                self.ftl().write(lba, &data)
+                let result = self.ftl().write(lba, &data);
+                self.forget_if_refused(&result, lba, n);
+                result
             }
             Op::Fua { lba } => {
                 let lba = lba % self.blocks;
                 let v = self.version();
                 self.model.write(lba, v);
-                self.ftl().write_fua(lba, &pattern(lba, v, bs))?;
-                self.model.durable(lba, v);
-                Ok(())
+                match self.ftl().write_fua(lba, &pattern(lba, v, bs)) {
+                    Ok(()) => {
+                        self.model.durable(lba, v);
+                        Ok(())
+                    }
+                    // Refused at admission unless the volume failed meanwhile,
+                    // in which case it may sit in the buffer: ambiguous.
+                    Err(e) => {
+                        if self.ftl().ftl().failure().is_none() {
+                            self.forget_if_refused(&Err(e.clone()), lba, 1);
+                        }
+                        Err(e)
+                    }
+                }
             }
             Op::Trim { lba, blocks } | Op::Zeroes { lba, blocks } => {
                 let (lba, n) = self.clip(lba, blocks);
                 for l in lba..lba + u64::from(n) {
                     self.model.write(l, 0);
                 }
-                if matches!(op, Op::Trim { .. }) {
+                let result = if matches!(op, Op::Trim { .. }) {
                     self.ftl().trim(lba, n)
                 } else {
                     self.ftl().write_zeroes(lba, n)
-                }
+                };
+                self.forget_if_refused(&result, lba, n);
+                result
             }
             Op::Read { lba, blocks } => {
                 let (lba, n) = self.clip(lba, blocks);
-                let data = self.ftl().read(lba, n)?;
+                let data = match self.ftl().read(lba, n) {
+                    Err(IoError::Device { .. } | IoError::Corrupt { .. }) if self.media_faults => {
+                        self.read_errors_seen += 1;
+                        return Ok(());
+                    }
+                    other => other?,
+                };
+                // After a volume failure the last request may or may not
+                // have been admitted; otherwise a read returns the last write.
+                let failed = self.ftl().ftl().failure().is_some();
                 for (i, block) in data.chunks(bs).enumerate() {
                     let l = lba + i as u64;
                     let got = decode(l, block).unwrap_or_else(|e| panic!("read: {e}"));
-                    assert_eq!(
-                        got,
-                        self.model.latest(l),
-                        "read of block {l} before any crash"
-                    );
+                    if failed {
+                        assert!(
+                            self.model.allowed(l, got),
+                            "read of block {l} on a failed volume: {got}"
+                        );
+                    } else {
+                        assert_eq!(
+                            got,
+                            self.model.latest(l),
+                            "read of block {l} before any crash"
+                        );
+                    }
                 }
                 Ok(())
             }
@@ -320,6 +374,16 @@ impl Rig {
                 self.ftl().backend_mut().set_faults(faults);
                 self.armed = true;
                 Ok(())
+            }
+        }
+    }
+
+    /// A request refused at admission (no space, read-only volume) did not
+    /// happen; one cut short by a power cut may or may not have.
+    fn forget_if_refused(&mut self, result: &Result<(), IoError>, lba: u64, n: u32) {
+        if matches!(result, Err(IoError::NoSpace | IoError::ReadOnly)) {
+            for l in lba..lba + u64::from(n) {
+                self.model.unwrite(l);
             }
         }
     }
@@ -361,6 +425,14 @@ impl Rig {
         dev.power_on().expect("power on");
     }
 
+    /// A metadata write failed and the volume went read-only: remount (the
+    /// device keeps its state; unflushed writes may be lost, as in a crash).
+    fn remount_after_failure(&mut self) {
+        self.remounts_after_failure += 1;
+        let dev = self.ftl.take().expect("mounted").into_backend();
+        self.mount_and_check(dev);
+    }
+
     fn mount_and_check(&mut self, dev: SimDevice) {
         let mut ftl = Driver::mount(dev, ftl_config())
             .unwrap_or_else(|e| panic!("mount after power cut: {e}"));
@@ -393,6 +465,8 @@ impl Rig {
         let mut dev = ftl.into_backend();
         dev.power_cut();
         dev.power_on().expect("power on");
+        dev.set_faults(Faults::default());
+        self.armed = false;
         self.mount_and_check(dev);
     }
 

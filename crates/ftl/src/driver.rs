@@ -76,17 +76,7 @@ impl<B: Backend> Driver<B> {
     /// has room, hand completions back, and wait on the device if nothing
     /// moved. Returns whether anything happened.
     pub fn turn(&mut self) -> Result<bool, IoError> {
-        self.ftl.handle_time(self.backend.clock_ns());
-        let mut moved = self.submit_commands()?;
-        let reaped = self.backend.reap(&mut self.completions, REAP_BATCH);
-        for c in self.completions.drain(..) {
-            self.ftl.handle_completion(c);
-        }
-        moved |= reaped > 0;
-        while let Some(Reply { id, result }) = self.ftl.poll_reply() {
-            self.replies.insert(id, result);
-            moved = true;
-        }
+        let moved = self.turn_nowait()?;
         if !moved && self.backend.in_flight() > 0 {
             self.backend.wait().map_err(device_gone)?;
             return Ok(true);
@@ -114,6 +104,49 @@ impl<B: Backend> Driver<B> {
             }
         }
         Ok(moved)
+    }
+
+    /// Hands a request to the core without running the loop; `Err(Busy)`
+    /// when the core's request table is full. For drivers that own the loop
+    /// (threads, async runtimes); the answer arrives through [`Self::take_reply`].
+    pub fn try_submit(&mut self, id: u64, request: Request) -> Result<(), IoError> {
+        self.ftl.handle_request(id, request)
+    }
+
+    /// Moves one finished reply out, if any (after [`Self::turn`] or
+    /// [`Self::turn_nowait`]).
+    pub fn take_reply(&mut self) -> Option<Reply> {
+        let id = *self.replies.keys().next()?;
+        let result = self.replies.remove(&id).expect("present");
+        Some(Reply { id, result })
+    }
+
+    /// Like [`Self::turn`] but never waits on the device. Returns whether
+    /// anything moved.
+    pub fn turn_nowait(&mut self) -> Result<bool, IoError> {
+        self.ftl.handle_time(self.backend.clock_ns());
+        let mut moved = self.submit_commands()?;
+        let reaped = self.backend.reap(&mut self.completions, REAP_BATCH);
+        for c in self.completions.drain(..) {
+            self.ftl.handle_completion(c);
+        }
+        moved |= reaped > 0;
+        while let Some(Reply { id, result }) = self.ftl.poll_reply() {
+            self.replies.insert(id, result);
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    /// Blocks until the device completes something (returns at once when
+    /// nothing is in flight).
+    pub fn wait_device(&mut self) -> Result<(), IoError> {
+        self.backend.wait().map_err(device_gone)
+    }
+
+    /// Commands in flight on the device.
+    pub fn device_in_flight(&self) -> usize {
+        self.backend.in_flight()
     }
 
     /// Queues a request; returns its id. Runs the loop while the core is busy.

@@ -41,8 +41,6 @@ pub enum IoError {
         offset_blocks: u64,
         found_lba: Lba,
     },
-    #[error("block {lba}: data lost to a media error earlier (rewrite it to clear)")]
-    Lost { lba: Lba },
     #[error("block {lba}: device error: {source}")]
     Device { lba: Lba, source: DeviceError },
     #[error("the volume is read-only after a metadata write failure; remount")]

@@ -95,6 +95,7 @@ pub(crate) struct Parts {
     pub log: MetaLog,
     pub super_generation: u64,
     pub super_wp_blocks: [u64; 2],
+    pub super_dead: [bool; 2],
     pub gc_reserve_zones: u32,
 }
 
@@ -136,7 +137,15 @@ struct GcJob {
     scan_offset: u64,
     reads_in_flight: u32,
     phase: JobPhase,
+    /// Reads that failed, to issue again: (first block, count, attempts so far).
+    retries: Vec<(Ppa, u32, u8)>,
+    /// Live blocks that could not be read or failed their checksum.
+    unreadable: BTreeSet<Ppa>,
 }
+
+/// Attempts at a read that fails with a media error before its blocks are
+/// given up on (NAND read errors are often transient: read retry).
+const READ_ATTEMPTS: u8 = 3;
 
 #[derive(Debug, Default)]
 struct StreamState {
@@ -194,6 +203,7 @@ struct ReadPart {
     ppa: Ppa,
     /// Data CRCs when the tag is not in OOB.
     crcs: Vec<Option<u32>>,
+    attempts: u8,
 }
 
 #[derive(Debug)]
@@ -212,6 +222,7 @@ enum Op {
     GcRead {
         ppa: Ppa,
         count: u32,
+        attempts: u8,
     },
     LogWrite {
         first_log_seq: u64,
@@ -267,6 +278,8 @@ pub struct Ftl {
     blocks_since_checkpoint: u64,
     super_generation: u64,
     super_wp_blocks: [u64; 2],
+    /// Superblock zones that failed a write or reset.
+    super_dead: [bool; 2],
     ops: HashMap<u64, Op>,
     next_tag: u64,
     read_queue: VecDeque<ReadPart>,
@@ -274,9 +287,12 @@ pub struct Ftl {
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
-    lost: BTreeSet<Lba>,
     read_only: bool,
     device_gone: bool,
+    /// Host writes may use the GC reserve: GC found nothing to collect.
+    reserve_unlocked: bool,
+    /// The media has no room left for data already accepted: read-only.
+    space_exhausted: bool,
     now_ns: u64,
     stats: FtlStats,
 }
@@ -285,7 +301,9 @@ impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
         let cap = p.geometry.zone_capacity_blocks;
-        let data_zones = u64::from(p.geometry.zone_count - p.layout.first_data_zone());
+        let data_zones = (p.layout.first_data_zone()..p.geometry.zone_count)
+            .filter(|&z| p.zones.get(z).kind() != ZoneKind::Retired)
+            .count() as u64;
         let usable = data_zones.saturating_sub(u64::from(p.gc_reserve_zones) + 2) * cap;
         Ftl {
             buffer: WriteBuffer::new(p.config.write_buffer_blocks),
@@ -317,6 +335,7 @@ impl Ftl {
             blocks_since_checkpoint: 0,
             super_generation: p.super_generation,
             super_wp_blocks: p.super_wp_blocks,
+            super_dead: p.super_dead,
             ops: HashMap::new(),
             next_tag: 0,
             read_queue: VecDeque::new(),
@@ -324,9 +343,10 @@ impl Ftl {
             waiting_writes: VecDeque::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
-            lost: BTreeSet::new(),
             read_only: false,
             device_gone: false,
+            reserve_unlocked: false,
+            space_exhausted: false,
             now_ns: 0,
             stats: FtlStats::default(),
         }
@@ -475,18 +495,61 @@ impl Ftl {
             return None;
         }
         self.advance();
-        let (op, cmd) = self
-            .next_log_command()
+        let (op, cmd) = match self.next_command() {
+            Some(c) => c,
+            None if self.stalled() => {
+                self.resolve_stall();
+                self.next_command()?
+            }
+            None => return None,
+        };
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.ops.insert(tag, op);
+        Some((tag, cmd))
+    }
+
+    fn next_command(&mut self) -> Option<(Op, Command)> {
+        self.next_log_command()
             .or_else(|| self.next_checkpoint_command())
             .or_else(|| self.next_flush_command())
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_gc_append())
-            .or_else(|| self.next_host_append())?;
-        let tag = self.next_tag;
-        self.next_tag += 1;
-        self.ops.insert(tag, op);
-        Some((tag, cmd))
+            .or_else(|| self.next_host_append())
+    }
+
+    /// Work is pending, nothing is in flight and nothing can be issued:
+    /// no completion will ever change that.
+    fn stalled(&self) -> bool {
+        let pending = self.buffer.queued() > 0
+            || !self.gc_queue.is_empty()
+            || !self.flushes.is_empty()
+            || !self.waiting_writes.is_empty();
+        !self.read_only && self.ops.is_empty() && pending
+    }
+
+    /// Out of free zones with nothing left to collect: first let host
+    /// writes use the GC reserve, then declare the media exhausted.
+    fn resolve_stall(&mut self) {
+        let free = u64::from(self.zones.free_count());
+        assert!(
+            free <= u64::from(self.gc_reserve_zones) || self.reserve_unlocked,
+            "FTL stalled with free zones left: {}",
+            self.debug_state()
+        );
+        if !self.reserve_unlocked && free > 0 {
+            self.reserve_unlocked = true;
+            return;
+        }
+        self.space_exhausted = true;
+        self.read_only = true;
+        self.fail_waiters();
+    }
+
+    fn retire_zone(&mut self, zone: ZoneId) {
+        self.zones.retire(zone);
+        self.max_mapped_blocks = self.max_mapped_blocks.saturating_sub(self.cap());
     }
 
     pub fn handle_completion(&mut self, completion: Completion) {
@@ -511,13 +574,22 @@ impl Ftl {
                 pad_blocks,
             } => self.gc_append_done(zone, items, pad_blocks, result),
             Op::HostRead(part) => self.host_read_done(part, result),
-            Op::GcRead { ppa, count } => self.gc_read_done(ppa, count, result),
+            Op::GcRead {
+                ppa,
+                count,
+                attempts,
+            } => self.gc_read_done(ppa, count, attempts + 1, result),
             Op::LogWrite {
                 first_log_seq,
                 count,
             } => match result {
                 Ok(_) => self.log.on_write_done(first_log_seq, count),
-                Err(_) => self.metadata_failed(),
+                Err(DeviceError::DeviceGone) => self.metadata_failed(),
+                Err(_) => {
+                    self.stats.write_errors += 1;
+                    self.log.on_write_failed(first_log_seq);
+                    self.check_log();
+                }
             },
             Op::LogReset { zone } => match result {
                 Ok(_) => {
@@ -525,7 +597,12 @@ impl Ftl {
                     self.stats.erases += 1;
                     self.log.on_reset_done();
                 }
-                Err(_) => self.metadata_failed(),
+                Err(DeviceError::DeviceGone) => self.metadata_failed(),
+                Err(_) => {
+                    self.stats.write_errors += 1;
+                    self.log.on_reset_failed();
+                    self.check_log();
+                }
             },
             Op::SuperReset { copy } => match result {
                 Ok(_) => {
@@ -536,7 +613,7 @@ impl Ftl {
                         *busy = false;
                     }
                 }
-                Err(_) => self.metadata_failed(),
+                Err(e) => self.super_failed(copy, e),
             },
             Op::SuperWrite { copy } => self.super_write_done(copy, result),
             Op::VictimFlush => self.victim_flushed(result),
@@ -633,7 +710,6 @@ impl Ftl {
             for (i, chunk) in data.chunks_exact(bs).enumerate() {
                 let l = lba + i as u64;
                 let is_new = self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none();
-                self.lost.remove(&l);
                 self.buffer.insert(l, chunk.to_vec(), is_new);
                 self.buffered_new += u64::from(is_new);
             }
@@ -659,7 +735,6 @@ impl Ftl {
                 self.buffered_new -= 1;
             }
             self.unmap(l);
-            self.lost.remove(&l);
         }
         let seq = self.take_seq();
         self.log.push_note(Note::Trim {
@@ -736,9 +811,6 @@ impl Ftl {
                 dst.copy_from_slice(buffered);
                 continue;
             }
-            if self.lost.contains(&l) {
-                return Err(IoError::Lost { lba: l });
-            }
             let Some(ppa) = self.l2p.get(l) else { continue };
             let crc = self.p2l.crc(ppa);
             if let Some(p) = parts.last_mut() {
@@ -758,6 +830,7 @@ impl Ftl {
                 lbas: vec![l],
                 ppa,
                 crcs: vec![crc],
+                attempts: 0,
             });
         }
         self.stats.host_read_blocks += u64::from(block_count);
@@ -791,9 +864,15 @@ impl Ftl {
         Some((Op::HostRead(part), cmd))
     }
 
-    fn host_read_done(&mut self, part: ReadPart, result: Result<Outcome, DeviceError>) {
+    fn host_read_done(&mut self, mut part: ReadPart, result: Result<Outcome, DeviceError>) {
         let cap = self.cap();
         let zone = part.ppa.zone(cap);
+        let media_error = matches!(result, Err(ref e) if *e != DeviceError::DeviceGone);
+        if media_error && part.attempts + 1 < READ_ATTEMPTS {
+            part.attempts += 1; // read retry; the zone stays pinned by this reader
+            self.read_queue.push_front(part);
+            return;
+        }
         self.zone_readers[zone as usize] -= 1;
         let bs = self.block_size();
         let checked = match result {
@@ -904,7 +983,7 @@ impl Ftl {
         let need_new = state.zone.is_none();
         if need_new {
             let free = self.zones.free_count() as u64;
-            if stream == Stream::Host && free <= reserve {
+            if stream == Stream::Host && free <= reserve && !self.reserve_unlocked {
                 return None;
             }
             if free == 0 {
@@ -1155,6 +1234,8 @@ impl Ftl {
             scan_offset: 0,
             reads_in_flight: 0,
             phase: JobPhase::Copying,
+            retries: Vec::new(),
+            unreadable: BTreeSet::new(),
         })
     }
 
@@ -1196,45 +1277,62 @@ impl Ftl {
             return None;
         }
         let cap = self.cap();
+        if let Some((ppa, count, attempts)) = self.job.as_mut().expect("job").retries.pop() {
+            return Some(self.gc_read(ppa, count, attempts));
+        }
         let job = self.job.as_ref().expect("job");
         let (victim, wp) = (
             job.victim,
             self.zones.get(job.victim).write_pointer_blocks(),
         );
+        let movable = |off: u64| {
+            let p = Ppa::new(victim, off, cap);
+            self.is_live(p).is_some() && !job.unreadable.contains(&p)
+        };
         let mut off = job.scan_offset;
-        while off < wp && self.is_live(Ppa::new(victim, off, cap)).is_none() {
+        while off < wp && !movable(off) {
             off += 1;
         }
         let start = off;
         let limit = u64::from(self.geo.max_transfer_blocks).min(64);
-        while off < wp && off - start < limit && self.is_live(Ppa::new(victim, off, cap)).is_some()
-        {
+        while off < wp && off - start < limit && movable(off) {
             off += 1;
         }
-        let job = self.job.as_mut().expect("job");
-        job.scan_offset = off;
+        self.job.as_mut().expect("job").scan_offset = off;
         if start == off {
             return None; // scan finished; completion is checked in advance()
         }
-        job.reads_in_flight += 1;
-        self.gc_in_flight += 1;
-        let count = (off - start) as u32;
-        self.zone_readers[victim as usize] += 1;
-        let cmd = Command::Read {
-            zone: victim,
-            offset_blocks: start,
-            block_count: count,
-        };
-        Some((
-            Op::GcRead {
-                ppa: Ppa::new(victim, start, cap),
-                count,
-            },
-            cmd,
-        ))
+        Some(self.gc_read(Ppa::new(victim, start, cap), (off - start) as u32, 0))
     }
 
-    fn gc_read_done(&mut self, first: Ppa, count: u32, result: Result<Outcome, DeviceError>) {
+    fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
+        let cap = self.cap();
+        let zone = ppa.zone(cap);
+        self.job.as_mut().expect("job").reads_in_flight += 1;
+        self.gc_in_flight += 1;
+        self.zone_readers[zone as usize] += 1;
+        let cmd = Command::Read {
+            zone,
+            offset_blocks: ppa.offset_blocks(cap),
+            block_count: count,
+        };
+        (
+            Op::GcRead {
+                ppa,
+                count,
+                attempts,
+            },
+            cmd,
+        )
+    }
+
+    fn gc_read_done(
+        &mut self,
+        first: Ppa,
+        count: u32,
+        attempts: u8,
+        result: Result<Outcome, DeviceError>,
+    ) {
         let cap = self.cap();
         self.gc_in_flight -= 1;
         self.zone_readers[first.zone(cap) as usize] -= 1;
@@ -1246,6 +1344,21 @@ impl Ftl {
         let (data, oob) = match result {
             Ok(Outcome::Read { data, oob }) => (data, oob),
             Ok(other) => panic!("read completed as {other:?}"),
+            Err(DeviceError::DeviceGone) => return,
+            Err(_) if attempts < READ_ATTEMPTS => {
+                if let Some(job) = self.job.as_mut() {
+                    job.retries.push((first, count, attempts));
+                }
+                return;
+            }
+            Err(_) if count > 1 => {
+                // One bad page must not doom its neighbours: block by block.
+                if let Some(job) = self.job.as_mut() {
+                    job.retries
+                        .extend((0..count).map(|i| (Ppa(first.0 + i), 1, 0)));
+                }
+                return;
+            }
             Err(_) => (Vec::new(), Vec::new()),
         };
         for i in 0..count as usize {
@@ -1273,10 +1386,13 @@ impl Ftl {
                 };
                 self.gc_queue.push_back(item);
             } else {
-                // The media lost this block: report it on read rather than move garbage.
+                // Unreadable or corrupt: moving it would launder garbage. It
+                // stays mapped where it is (reads report the error) and the
+                // victim is retired instead of reset.
                 self.stats.read_errors += 1;
-                self.unmap(lba);
-                self.lost.insert(lba);
+                if let Some(job) = self.job.as_mut() {
+                    job.unreadable.insert(ppa);
+                }
             }
         }
     }
@@ -1402,18 +1518,28 @@ impl Ftl {
         match job.phase {
             JobPhase::Copying => {
                 let wp = self.zones.get(victim).write_pointer_blocks();
-                let copied =
-                    job.scan_offset >= wp && job.reads_in_flight == 0 && self.gc_queue.is_empty();
+                let copied = job.scan_offset >= wp
+                    && job.reads_in_flight == 0
+                    && job.retries.is_empty()
+                    && self.gc_queue.is_empty();
                 let gc_writes_done = self.gc_in_flight == 0;
                 if !copied || !gc_writes_done {
                     return;
                 }
-                if self.zones.get(victim).valid_blocks() != 0 {
+                let job = self.job.as_mut().expect("job");
+                job.unreadable
+                    .retain(|&p| self.p2l.lba(p).is_some_and(|l| self.l2p.get(l) == Some(p)));
+                let stuck = job.unreadable.len() as u64;
+                if self.zones.get(victim).valid_blocks() > stuck {
                     // Blocks became live behind the scan (cannot happen for a
                     // Full zone) or a write raced: rescan.
-                    self.job.as_mut().expect("job").scan_offset = 0;
+                    job.scan_offset = 0;
                     return;
                 }
+                if stuck > 0 {
+                    job.purpose = JobPurpose::Retire;
+                }
+                let purpose = job.purpose;
                 let seq = self.take_seq();
                 let note = if purpose == JobPurpose::Retire {
                     Note::ZoneRetire { seq, zone: victim }
@@ -1431,8 +1557,7 @@ impl Ftl {
             }
             JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
                 if purpose == JobPurpose::Retire {
-                    self.zones.retire(victim);
-                    self.stats.retired_zones += 1;
+                    self.retire_zone(victim);
                     self.job = None;
                 } else {
                     self.job.as_mut().expect("job").phase = JobPhase::ReadyToFlush;
@@ -1462,13 +1587,19 @@ impl Ftl {
             Err(_) => {
                 let seq = self.take_seq();
                 self.log.push_note(Note::ZoneRetire { seq, zone });
-                self.zones.retire(zone);
-                self.stats.retired_zones += 1;
+                self.retire_zone(zone);
             }
         }
     }
 
     // ----- metadata log, flushes, checkpoints -------------------------------
+
+    /// The log lost so many zones it cannot go on: read-only until remount.
+    fn check_log(&mut self) {
+        if self.log.failed() {
+            self.metadata_failed();
+        }
+    }
 
     fn metadata_failed(&mut self) {
         self.read_only = true;
@@ -1711,6 +1842,10 @@ impl Ftl {
         else {
             unreachable!()
         };
+        if self.super_dead[copy] {
+            self.super_step_done(copy);
+            return self.next_checkpoint_command();
+        }
         let zone = SUPER_ZONES[copy];
         if self.super_wp_blocks[copy] == self.cap() {
             return Some((Op::SuperReset { copy }, Command::Reset { zone }));
@@ -1766,11 +1901,30 @@ impl Ftl {
     }
 
     fn super_write_done(&mut self, copy: usize, result: Result<Outcome, DeviceError>) {
-        if result.is_err() {
-            self.metadata_failed();
-            return;
+        match result {
+            Ok(_) => self.super_wp_blocks[copy] += 1,
+            Err(e) => return self.super_failed(copy, e),
         }
-        self.super_wp_blocks[copy] += 1;
+        self.super_step_done(copy);
+    }
+
+    /// A superblock zone failed: the other copy carries on alone (mount
+    /// takes the newest valid record of either); with both gone the volume
+    /// is read-only.
+    fn super_failed(&mut self, copy: usize, error: DeviceError) {
+        if error == DeviceError::DeviceGone {
+            return self.metadata_failed();
+        }
+        self.stats.write_errors += 1;
+        self.super_dead[copy] = true;
+        if self.super_dead.iter().all(|&d| d) {
+            return self.metadata_failed();
+        }
+        self.super_step_done(copy);
+    }
+
+    /// Copy `copy` has the new record (or is dead): on to the next, or commit.
+    fn super_step_done(&mut self, copy: usize) {
         let CkptState::Super { id, location, .. } = self.ckpt else {
             panic!("superblock write out of order")
         };
@@ -1793,6 +1947,10 @@ impl Ftl {
         if self.read_only {
             self.fail_waiters();
         }
+        let comfortable = u64::from(self.gc_reserve_zones + self.cfg.gc_start_free_zones);
+        if self.reserve_unlocked && u64::from(self.zones.free_count()) > comfortable {
+            self.reserve_unlocked = false;
+        }
         self.admit_writes();
         self.advance_flushes();
         self.advance_job();
@@ -1805,7 +1963,9 @@ impl Ftl {
     }
 
     fn refusal(&self) -> IoError {
-        if self.device_gone {
+        if self.space_exhausted {
+            IoError::NoSpace
+        } else if self.device_gone {
             IoError::DeviceGone
         } else {
             IoError::ReadOnly

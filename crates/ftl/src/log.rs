@@ -6,10 +6,17 @@
 //! "durable through log_seq L" is a prefix property the flush path waits on.
 //! A ring zone is reused only when everything in it is older than the
 //! checkpoint both superblock copies point at.
+//!
+//! A write or reset that fails takes its ring zone out of the ring; the
+//! failed write and every later one in flight to that zone are written again
+//! with the same log_seqs at the start of the next zone, once the failed zone
+//! has no write left in flight (so the rewrite keeps log order). Recovery
+//! follows: at an unreadable block it looks for the expected log_seq at the
+//! start of the next ring zone.
 
 use crate::backend::ZoneId;
 use crate::note::{LogBlock, Note};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A command the log wants issued.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,9 +49,15 @@ pub struct MetaLog {
     completed: BTreeSet<u64>,
     durable_next: u64,
     reset_in_flight: bool,
+    reset_target: usize,
     /// Checkpoint id both superblock copies point at.
     committed_checkpoint: u64,
     failed: bool,
+    /// Ring zones taken out after a failed write or reset.
+    dead: Vec<bool>,
+    /// Writes in flight: first log_seq → (ring index, encoded blocks), kept
+    /// so a failed write can be written again elsewhere.
+    in_flight: BTreeMap<u64, (usize, Vec<Vec<u8>>)>,
 }
 
 impl MetaLog {
@@ -63,6 +76,7 @@ impl MetaLog {
     ) -> MetaLog {
         assert!(!ring.is_empty() && cur < ring.len() && newest_in.len() == ring.len());
         assert!(wp_blocks <= zone_capacity_blocks && max_write_blocks > 0);
+        let newest_in_len = newest_in.len();
         MetaLog {
             notes_per_block: crate::note::notes_per_block(block_size),
             ring,
@@ -78,8 +92,11 @@ impl MetaLog {
             completed: BTreeSet::new(),
             durable_next: next_log_seq,
             reset_in_flight: false,
+            reset_target: 0,
             committed_checkpoint,
             failed: false,
+            dead: vec![false; newest_in_len],
+            in_flight: BTreeMap::new(),
         }
     }
 
@@ -135,7 +152,23 @@ impl MetaLog {
     }
 
     fn reclaimable(&self, i: usize) -> bool {
-        self.newest_in[i].is_none_or(|s| s < self.committed_checkpoint)
+        !self.dead[i] && self.newest_in[i].is_none_or(|s| s < self.committed_checkpoint)
+    }
+
+    /// Takes ring zone `i` out (found read-only or offline at mount).
+    pub fn mark_dead(&mut self, i: usize) {
+        self.dead[i] = true;
+        if i == self.cur {
+            self.wp_blocks = self.zone_capacity_blocks;
+        }
+        if self.dead.iter().all(|&d| d) {
+            self.failed = true;
+        }
+    }
+
+    /// Whether a write to a dead zone is still in flight; rewrites wait.
+    fn dead_zone_busy(&self) -> bool {
+        self.in_flight.values().any(|&(i, _)| self.dead[i])
     }
 
     /// Ring zones the log can still fill before it must wait for a checkpoint.
@@ -152,15 +185,16 @@ impl MetaLog {
 
     /// The next device command, if the log has work and room.
     pub fn next_command(&mut self) -> Option<LogCommand> {
-        if self.failed || self.reset_in_flight || self.staged.is_empty() {
+        if self.failed || self.reset_in_flight || self.staged.is_empty() || self.dead_zone_busy() {
             return None;
         }
-        if self.wp_blocks == self.zone_capacity_blocks {
-            let next = (self.cur + 1) % self.ring.len();
+        if self.wp_blocks == self.zone_capacity_blocks || self.dead[self.cur] {
+            let next = self.next_live(self.cur)?;
             if !self.reclaimable(next) {
                 return None; // waits for a checkpoint to commit
             }
             self.reset_in_flight = true;
+            self.reset_target = next;
             return Some(LogCommand::Reset {
                 zone: self.ring[next],
             });
@@ -169,6 +203,8 @@ impl MetaLog {
         let n = self.staged.len().min(room).min(self.max_write_blocks);
         let first_log_seq = self.staged[0].0;
         let blocks: Vec<Vec<u8>> = self.staged.drain(..n).map(|(_, b)| b).collect();
+        self.in_flight
+            .insert(first_log_seq, (self.cur, blocks.clone()));
         let cmd = LogCommand::Write {
             zone: self.ring[self.cur],
             offset_blocks: self.wp_blocks,
@@ -181,22 +217,76 @@ impl MetaLog {
         Some(cmd)
     }
 
+    /// The next ring zone after `i` that is not dead.
+    fn next_live(&self, i: usize) -> Option<usize> {
+        (1..=self.ring.len())
+            .map(|k| (i + k) % self.ring.len())
+            .find(|&j| !self.dead[j] && j != i)
+    }
+
     pub fn on_reset_done(&mut self) {
         assert!(self.reset_in_flight);
         self.reset_in_flight = false;
-        self.cur = (self.cur + 1) % self.ring.len();
+        self.cur = self.reset_target;
         self.wp_blocks = 0;
         self.newest_in[self.cur] = None;
     }
 
+    /// The ring zone refused its reset: take it out and try the next.
+    pub fn on_reset_failed(&mut self) {
+        assert!(self.reset_in_flight);
+        self.reset_in_flight = false;
+        self.mark_dead(self.reset_target);
+        self.check_room();
+    }
+
     pub fn on_write_done(&mut self, first_log_seq: u64, count: u64) {
+        self.in_flight.remove(&first_log_seq);
         for s in first_log_seq..first_log_seq + count {
-            assert!(s >= self.durable_next, "log block completed twice");
+            assert!(
+                s >= self.durable_next && !self.completed.contains(&s),
+                "log block {s} completed twice"
+            );
             self.completed.insert(s);
         }
         while self.completed.remove(&self.durable_next) {
             self.durable_next += 1;
         }
+    }
+
+    /// A write failed: its zone leaves the ring, and it and every later
+    /// write in flight to that zone are staged again, in log order. Their
+    /// own failure completions then find nothing to do.
+    pub fn on_write_failed(&mut self, first_log_seq: u64) {
+        let Some(&(zone_index, _)) = self.in_flight.get(&first_log_seq) else {
+            return;
+        };
+        let again: Vec<u64> = self
+            .in_flight
+            .range(first_log_seq..)
+            .filter(|(_, (i, _))| *i == zone_index)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in again {
+            let (_, blocks) = self.in_flight.remove(&s).expect("in flight");
+            for (k, b) in blocks.into_iter().enumerate() {
+                self.staged.push_back((s + k as u64, b));
+            }
+        }
+        self.staged.make_contiguous().sort_by_key(|&(s, _)| s);
+        self.mark_dead(zone_index);
+        self.check_room();
+    }
+
+    /// Fewer than two live ring zones cannot hold a checkpoint and notes.
+    fn check_room(&mut self) {
+        if self.dead.iter().filter(|&&d| !d).count() < 2 {
+            self.failed = true;
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 
     pub fn debug_state(&self) -> String {

@@ -97,6 +97,7 @@ impl<B: Backend> Driver<B> {
             log,
             super_generation: 0,
             super_wp_blocks: [0, 0],
+            super_dead: [false, false],
             gc_reserve_zones: options.gc_reserve_zones,
             geometry,
             config,
@@ -183,6 +184,8 @@ impl<B: Backend> Driver<B> {
                 reports[0].write_pointer_blocks,
                 reports[1].write_pointer_blocks,
             ],
+            super_dead: [0, 1]
+                .map(|i| matches!(reports[i].state, ZoneState::ReadOnly | ZoneState::Offline)),
             gc_reserve_zones: config_reserve,
             uuid: sb.uuid,
             tag_mode: sb.tag_mode,
@@ -346,25 +349,47 @@ impl LogReader {
         }
     }
 
-    /// `Ok(None)`: the block is not a valid log block (erased, torn,
-    /// damaged): the end of the log. Device errors other than an
-    /// unreadable block propagate.
-    fn read_block<B: Backend>(&mut self, backend: &mut B) -> Result<Option<LogBlock>, MountError> {
+    /// The block with log_seq `expected`, or `None` at the log's end (an
+    /// erased, torn, damaged or older block). The writer abandons a ring zone
+    /// after a failed write and writes the same log_seqs again at the start
+    /// of the next live zone, so a miss here looks there before giving up.
+    fn next_block<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        expected: u64,
+    ) -> Result<Option<LogBlock>, MountError> {
         if self.offset_blocks == self.zone_capacity_blocks {
             self.ring_index = (self.ring_index + 1) % self.ring.len();
             self.offset_blocks = 0;
         }
-        let zone = self.ring[self.ring_index];
-        let data = match read_one(
-            backend,
-            zone,
-            self.offset_blocks,
-            "mount: reading the metadata log",
-        )? {
-            Some((data, _)) => data,
-            None => return Ok(None),
-        };
-        Ok(LogBlock::decode(&data).ok())
+        let here = self.read_at(backend, self.ring_index, self.offset_blocks)?;
+        if let Some(block) = here.filter(|b| b.log_seq() == expected) {
+            return Ok(Some(block));
+        }
+        for k in 1..self.ring.len() {
+            let j = (self.ring_index + k) % self.ring.len();
+            if let Some(block) = self
+                .read_at(backend, j, 0)?
+                .filter(|b| b.log_seq() == expected)
+            {
+                self.ring_index = j;
+                self.offset_blocks = 0;
+                return Ok(Some(block));
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_at<B: Backend>(
+        &self,
+        backend: &mut B,
+        ring_index: usize,
+        offset_blocks: u64,
+    ) -> Result<Option<LogBlock>, MountError> {
+        let zone = self.ring[ring_index];
+        let step = "mount: reading the metadata log";
+        Ok(read_one(backend, zone, offset_blocks, step)?
+            .and_then(|(data, _)| LogBlock::decode(&data).ok()))
     }
 
     fn consume(&mut self, block: &LogBlock) {
@@ -392,10 +417,12 @@ impl LogReader {
         let mut chunks = Vec::new();
         let mut total = u64::MAX;
         while (chunks.len() as u64) < total {
-            let block = self
-                .read_block(backend)?
-                .ok_or_else(|| damaged("a chunk is unreadable or invalid".into()))?;
             let expected = id + chunks.len() as u64;
+            let block = self.next_block(backend, expected)?.ok_or_else(|| {
+                damaged(format!(
+                    "chunk with log_seq {expected} is unreadable or invalid"
+                ))
+            })?;
             match &block {
                 LogBlock::CheckpointChunk {
                     log_seq,
@@ -428,10 +455,7 @@ impl LogReader {
     /// erased, unreadable, damaged or out of sequence (the log's end).
     fn roll_forward<B: Backend>(&mut self, backend: &mut B) -> Result<Vec<Note>, MountError> {
         let mut notes = Vec::new();
-        while let Some(block) = self.read_block(backend)? {
-            if block.log_seq() != self.next_log_seq {
-                break;
-            }
+        while let Some(block) = self.next_block(backend, self.next_log_seq)? {
             if let LogBlock::Notes { notes: n, .. } = &block {
                 notes.extend(n.iter().cloned());
             }
@@ -458,7 +482,8 @@ impl LogReader {
         } else {
             g.zone_capacity_blocks
         };
-        Ok(MetaLog::new(
+        let ring = self.ring.clone();
+        let mut log = MetaLog::new(
             self.ring,
             self.ring_index,
             wp,
@@ -468,7 +493,17 @@ impl LogReader {
             self.next_log_seq,
             self.newest_in,
             committed,
-        ))
+        );
+        for (i, &z) in ring.iter().enumerate() {
+            let state = backend
+                .zone_info(z)
+                .map_err(dev("mount: log zone report"))?
+                .state;
+            if matches!(state, ZoneState::ReadOnly | ZoneState::Offline) {
+                log.mark_dead(i);
+            }
+        }
+        Ok(log)
     }
 }
 
@@ -576,19 +611,28 @@ fn scan_zone<B: Backend>(
 /// A block's data and OOB bytes.
 type DataAndOob = (Vec<u8>, Vec<u8>);
 
-/// Reads one block; `None` when the media cannot return it (torn or failed
-/// page), an error for anything else.
+/// Attempts at reading a metadata block before it counts as unreadable.
+/// NAND read errors are often transient (read retry); treating one as the
+/// end of the log would silently drop every note after it.
+const METADATA_READ_ATTEMPTS: u32 = 8;
+
+/// Reads one block; `None` when the media cannot return it after retries
+/// (a torn or failed page), an error for anything else.
 fn read_one<B: Backend>(
     backend: &mut B,
     zone: ZoneId,
     offset_blocks: u64,
     step: &'static str,
 ) -> Result<Option<DataAndOob>, MountError> {
-    match backend.read_blocks(zone, offset_blocks, 1) {
-        Ok(r) => Ok(Some(r)),
-        Err(DeviceError::UncorrectableRead { .. }) => Ok(None),
-        Err(e) => Err(MountError::Device { step, source: e }),
+    for _ in 0..METADATA_READ_ATTEMPTS {
+        match backend.read_blocks(zone, offset_blocks, 1) {
+            Ok(r) => return Ok(Some(r)),
+            Err(DeviceError::UncorrectableRead { .. }) => continue,
+            Err(DeviceError::ZoneOffline { .. }) => return Ok(None),
+            Err(e) => return Err(MountError::Device { step, source: e }),
+        }
     }
+    Ok(None)
 }
 
 fn collect_tags(
@@ -785,8 +829,16 @@ impl Rebuild {
                 };
                 (kind, state, wp)
             } else if gone {
+                // Retired zones may still hold blocks that could not be moved
+                // off (reads of them report the device's error).
                 retire.push(z);
-                (ZoneKind::Free, ZoneUse::Empty, 0)
+                (
+                    ZoneKind::Data {
+                        stream: Stream::Host,
+                    },
+                    ZoneUse::Full,
+                    g.zone_capacity_blocks,
+                )
             } else if rep.write_pointer_blocks == 0 {
                 (ZoneKind::Free, ZoneUse::Empty, 0)
             } else {

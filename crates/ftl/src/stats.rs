@@ -22,12 +22,13 @@ pub struct FtlStats {
     pub checkpoints: u64,
     pub read_errors: u64,
     pub write_errors: u64,
-    pub retired_zones: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ host_write_blocks (0 before any host write).
     pub write_amplification: f64,
     pub free_zones: u32,
     pub data_zones: u32,
+    /// Zones taken out of service (worn out, failed program or erase).
+    pub retired_zones: u32,
     pub mapped_blocks: u64,
     pub erase_count_min: u32,
     pub erase_count_max: u32,
@@ -49,6 +50,10 @@ impl FtlStats {
     ) {
         self.write_amplification = ratio(self.media_write_blocks, self.host_write_blocks);
         self.free_zones = zones.free_count();
+        self.retired_zones = zones
+            .iter()
+            .filter(|(_, z)| z.kind() == ZoneKind::Retired)
+            .count() as u32;
         self.data_zones = zones
             .iter()
             .filter(|(_, z)| matches!(z.kind(), ZoneKind::Data { .. } | ZoneKind::Free))
