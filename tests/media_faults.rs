@@ -10,7 +10,7 @@ use common::{sim_config, Rig};
 use zftl::sim::Faults;
 
 fn faulty_rig(seed: u64, faults: Faults, endurance_erases: u32) -> Rig {
-    let mut cfg = sim_config(seed, seed % 2 == 0, false);
+    let mut cfg = sim_config(seed, seed.is_multiple_of(2), false);
     cfg.faults = Faults {
         seed,
         shuffle_completions: true,

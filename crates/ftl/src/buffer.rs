@@ -11,6 +11,13 @@ use std::collections::{HashMap, VecDeque};
 
 pub type SlotId = u32;
 
+/// How soon a block is expected to be rewritten; picks its write stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Temp {
+    Hot = 0,
+    Cold = 1,
+}
+
 #[derive(Debug)]
 pub struct Slot {
     pub lba: Lba,
@@ -21,13 +28,15 @@ pub struct Slot {
     pub counted_new: bool,
     /// Admission order, for flush barriers.
     pub ticket: u64,
+    pub temp: Temp,
 }
 
 #[derive(Debug)]
 pub struct WriteBuffer {
     slots: Vec<Option<Slot>>,
     free: Vec<SlotId>,
-    queue: VecDeque<SlotId>,
+    /// Slots waiting for submission, per temperature.
+    queues: [VecDeque<SlotId>; 2],
     latest: HashMap<Lba, SlotId>,
     next_ticket: u64,
     /// Tickets of occupied slots, to find the oldest unfinished one.
@@ -40,7 +49,7 @@ impl WriteBuffer {
         WriteBuffer {
             slots: (0..capacity_blocks).map(|_| None).collect(),
             free: (0..capacity_blocks).rev().collect(),
-            queue: VecDeque::with_capacity(capacity_blocks as usize),
+            queues: [VecDeque::new(), VecDeque::new()],
             latest: HashMap::with_capacity(capacity_blocks as usize),
             next_ticket: 0,
             tickets: Default::default(),
@@ -56,7 +65,11 @@ impl WriteBuffer {
     }
 
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.queues[0].len() + self.queues[1].len()
+    }
+
+    pub fn queued_in(&self, temp: Temp) -> usize {
+        self.queues[temp as usize].len()
     }
 
     /// Blocks a write needs: a queued slot for the same block is reused.
@@ -68,7 +81,7 @@ impl WriteBuffer {
     }
 
     /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
-    pub fn insert(&mut self, lba: Lba, data: Vec<u8>, counted_new: bool) -> SlotId {
+    pub fn insert(&mut self, lba: Lba, data: Vec<u8>, counted_new: bool, temp: Temp) -> SlotId {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         if let Some(&s) = self.latest.get(&lba) {
@@ -88,9 +101,10 @@ impl WriteBuffer {
             seq: None,
             counted_new,
             ticket,
+            temp,
         });
         self.tickets.insert(ticket, s);
-        self.queue.push_back(s);
+        self.queues[temp as usize].push_back(s);
         self.latest.insert(lba, s);
         s
     }
@@ -114,13 +128,14 @@ impl WriteBuffer {
         if self.slot(s).seq.is_some() {
             return false;
         }
-        self.queue.retain(|&q| q != s);
+        let temp = self.slot(s).temp as usize;
+        self.queues[temp].retain(|&q| q != s);
         self.release(s).counted_new
     }
 
     /// Takes the next queued slot for submission, stamping its seq.
-    pub fn pop_queued(&mut self, seq: Seq) -> Option<SlotId> {
-        let s = self.queue.pop_front()?;
+    pub fn pop_queued(&mut self, temp: Temp, seq: Seq) -> Option<SlotId> {
+        let s = self.queues[temp as usize].pop_front()?;
         self.slot_mut(s).seq = Some(seq);
         Some(s)
     }
@@ -128,7 +143,8 @@ impl WriteBuffer {
     /// Puts an in-flight slot back at the head of the queue (failed write).
     pub fn requeue_front(&mut self, s: SlotId) {
         self.slot_mut(s).seq = None;
-        self.queue.push_front(s);
+        let temp = self.slot(s).temp as usize;
+        self.queues[temp].push_front(s);
     }
 
     /// Frees a slot whose data reached the media; `latest` is cleared only if
@@ -173,14 +189,14 @@ mod tests {
     #[test]
     fn coalesces_queued_and_keeps_inflight() {
         let mut b = WriteBuffer::new(4);
-        let s1 = b.insert(7, vec![1], true);
+        let s1 = b.insert(7, vec![1], true, Temp::Hot);
         assert_eq!(b.slots_needed(7), 0);
-        let s2 = b.insert(7, vec![2], false);
+        let s2 = b.insert(7, vec![2], false, Temp::Hot);
         assert_eq!(s1, s2);
         assert_eq!(b.lookup(7), Some(&[2u8][..]));
-        assert_eq!(b.pop_queued(10), Some(s1));
+        assert_eq!(b.pop_queued(Temp::Hot, 10), Some(s1));
         assert_eq!(b.slots_needed(7), 1);
-        let s3 = b.insert(7, vec![3], false);
+        let s3 = b.insert(7, vec![3], false, Temp::Hot);
         assert_ne!(s3, s1);
         assert!(!b.is_latest(7, s1));
         b.release(s1);
@@ -190,11 +206,11 @@ mod tests {
     #[test]
     fn barrier_waits_for_older_tickets() {
         let mut b = WriteBuffer::new(4);
-        let s = b.insert(1, vec![0], true);
+        let s = b.insert(1, vec![0], true, Temp::Cold);
         let barrier = b.next_ticket();
-        b.insert(2, vec![0], true);
+        b.insert(2, vec![0], true, Temp::Cold);
         assert!(!b.drained_before(barrier));
-        b.pop_queued(1);
+        b.pop_queued(Temp::Cold, 1);
         b.release(s);
         assert!(b.drained_before(barrier));
     }
@@ -202,7 +218,7 @@ mod tests {
     #[test]
     fn discard_drops_queued_slot() {
         let mut b = WriteBuffer::new(2);
-        b.insert(5, vec![0], true);
+        b.insert(5, vec![0], true, Temp::Hot);
         assert!(b.discard(5));
         assert_eq!(b.free_slots(), 2);
         assert_eq!(b.queued(), 0);

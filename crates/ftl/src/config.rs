@@ -42,8 +42,11 @@ impl Default for FormatOptions {
 #[serde(default)]
 pub struct FtlConfig {
     pub gc_policy: VictimPolicy,
-    /// Separate GC-relocated data from host writes (hot/cold streams).
+    /// Separate GC-relocated data from host writes.
     pub separate_gc_stream: bool,
+    /// Split host writes and GC output into hot and cold streams by the age
+    /// of each block's previous version (Metis-style temperature separation).
+    pub temperature_streams: bool,
     /// Host blocks buffered before they reach the media; FLUSH drains it.
     pub write_buffer_blocks: u32,
     /// Host requests accepted but not yet answered; past it: busy.
@@ -67,10 +70,11 @@ impl Default for FtlConfig {
         FtlConfig {
             gc_policy: VictimPolicy::CostBenefit,
             separate_gc_stream: true,
+            temperature_streams: true,
             write_buffer_blocks: 4096,
             max_host_requests: 1024,
             max_inflight_commands: 128,
-            gc_start_free_zones: 2,
+            gc_start_free_zones: 1,
             gc_max_inflight: 32,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,

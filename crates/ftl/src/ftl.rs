@@ -16,7 +16,7 @@
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
 use crate::backend::{Command, Completion, DeviceError, Geometry, Outcome, ZoneId};
-use crate::buffer::{SlotId, WriteBuffer};
+use crate::buffer::{SlotId, Temp, WriteBuffer};
 use crate::checkpoint::{self, CheckpointImage};
 use crate::config::FtlConfig;
 use crate::error::IoError;
@@ -71,6 +71,29 @@ pub enum ReplyData {
 pub struct Reply {
     pub id: u64,
     pub result: Result<ReplyData, IoError>,
+}
+
+/// An open zone the core writes data into; each maps to a zone stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// Host writes of recently rewritten blocks.
+    HostHot = 0,
+    /// First host writes and blocks rewritten after a long time; cold data GC moved.
+    HostCold = 1,
+    /// Data GC moved that is not cold.
+    Gc = 2,
+    /// Cold data static wear leveling parks on the most-worn free zones.
+    WearLeveling = 3,
+}
+
+impl Lane {
+    fn stream(self) -> Stream {
+        match self {
+            Lane::HostHot => Stream::Host,
+            Lane::HostCold => Stream::HostCold,
+            Lane::Gc | Lane::WearLeveling => Stream::Gc,
+        }
+    }
 }
 
 /// Background work in progress.
@@ -151,6 +174,9 @@ const READ_ATTEMPTS: u8 = 3;
 struct StreamState {
     zone: Option<ZoneId>,
     allocated_blocks: u64,
+    /// The zone came out of the GC reserve: only GC may fill it, or host
+    /// writes sharing the lane would eat the reserve.
+    gc_only: bool,
 }
 
 #[derive(Debug)]
@@ -266,11 +292,17 @@ pub struct Ftl {
     next_seq: Seq,
     epoch: Epoch,
     log: MetaLog,
-    host: StreamState,
-    gc_stream: StreamState,
+    /// Open zone of each lane (indexed by `Lane as usize`).
+    lanes: [StreamState; 4],
+    /// Host blocks admitted so far: the clock temperature is measured in.
+    host_clock: u64,
+    /// `host_clock` when each zone was opened by a host stream (0 for GC
+    /// zones and after mount: their data counts as old).
+    zone_clock: Vec<u64>,
     job: Option<GcJob>,
     retire_queue: VecDeque<ZoneId>,
-    gc_queue: VecDeque<RelocItem>,
+    /// Blocks read by GC waiting to be written, per temperature.
+    gc_queues: [VecDeque<RelocItem>; 2],
     gc_in_flight: u32,
     host_appends_in_flight: u32,
     ckpt: CkptState,
@@ -304,7 +336,8 @@ impl Ftl {
         let data_zones = (p.layout.first_data_zone()..p.geometry.zone_count)
             .filter(|&z| p.zones.get(z).kind() != ZoneKind::Retired)
             .count() as u64;
-        let usable = data_zones.saturating_sub(u64::from(p.gc_reserve_zones) + 2) * cap;
+        let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
+        let usable = data_zones.saturating_sub(set_aside) * cap;
         Ftl {
             buffer: WriteBuffer::new(p.config.write_buffer_blocks),
             max_mapped_blocks: usable.min(p.layout.logical_blocks),
@@ -323,11 +356,12 @@ impl Ftl {
             next_seq: p.next_seq,
             epoch: p.epoch,
             log: p.log,
-            host: StreamState::default(),
-            gc_stream: StreamState::default(),
+            lanes: Default::default(),
+            host_clock: 0,
+            zone_clock: vec![0; zone_count],
             job: None,
             retire_queue: VecDeque::new(),
-            gc_queue: VecDeque::new(),
+            gc_queues: Default::default(),
             gc_in_flight: 0,
             host_appends_in_flight: 0,
             ckpt: CkptState::Idle,
@@ -428,11 +462,11 @@ impl Ftl {
             self.waiting_writes.len(),
             self.host_appends_in_flight,
             self.gc_in_flight,
-            self.gc_queue.len(),
+            self.gc_queued(),
             self.zones.free_count(),
             self.gc_reserve_zones,
-            self.host,
-            self.gc_stream,
+            self.lanes[Lane::HostHot as usize],
+            self.lanes[Lane::Gc as usize],
             self.log.debug_state(),
             self.ops.len(),
             self.read_only
@@ -495,13 +529,16 @@ impl Ftl {
             return None;
         }
         self.advance();
-        let (op, cmd) = match self.next_command() {
-            Some(c) => c,
-            None if self.stalled() => {
-                self.resolve_stall();
-                self.next_command()?
+        // Each stall step changes state (seal lanes, lend the reserve, give
+        // up read-only), so this ends.
+        let (op, cmd) = loop {
+            if let Some(c) = self.next_command() {
+                break c;
             }
-            None => return None,
+            if !self.stalled() {
+                return None;
+            }
+            self.resolve_stall();
         };
         let tag = self.next_tag;
         self.next_tag += 1;
@@ -523,13 +560,14 @@ impl Ftl {
     /// no completion will ever change that.
     fn stalled(&self) -> bool {
         let pending = self.buffer.queued() > 0
-            || !self.gc_queue.is_empty()
+            || self.gc_queued() > 0
             || !self.flushes.is_empty()
             || !self.waiting_writes.is_empty();
         !self.read_only && self.ops.is_empty() && pending
     }
 
-    /// Out of free zones with nothing left to collect: first let host
+    /// Out of free zones with nothing left to collect: first seal the open
+    /// data zones (their stale blocks become collectable), then let host
     /// writes use the GC reserve, then declare the media exhausted.
     fn resolve_stall(&mut self) {
         let free = u64::from(self.zones.free_count());
@@ -538,6 +576,16 @@ impl Ftl {
             "FTL stalled with free zones left: {}",
             self.debug_state()
         );
+        let open: Vec<ZoneId> = self.lanes.iter().filter_map(|l| l.zone).collect();
+        if !open.is_empty() {
+            for st in &mut self.lanes {
+                st.zone = None;
+            }
+            for z in open {
+                self.zones.finish(z);
+            }
+            return;
+        }
         if !self.reserve_unlocked && free > 0 {
             self.reserve_unlocked = true;
             return;
@@ -619,9 +667,10 @@ impl Ftl {
             Op::VictimFlush => self.victim_flushed(result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {
-                let r = result
-                    .map(|_| ReplyData::Done)
-                    .map_err(|_| IoError::ReadOnly);
+                let r = result.map(|_| ReplyData::Done).map_err(|e| match e {
+                    DeviceError::DeviceGone => IoError::DeviceGone,
+                    source => IoError::Device { lba: 0, source },
+                });
                 for id in waiters {
                     self.replies.push_back(Reply {
                         id,
@@ -710,7 +759,10 @@ impl Ftl {
             for (i, chunk) in data.chunks_exact(bs).enumerate() {
                 let l = lba + i as u64;
                 let is_new = self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none();
-                self.buffer.insert(l, chunk.to_vec(), is_new);
+                let temp = self.temperature(l);
+                self.buffer.insert(l, chunk.to_vec(), is_new, temp);
+                self.host_clock += 1;
+                self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
                 self.buffered_new += u64::from(is_new);
             }
             self.stats.host_write_blocks += count;
@@ -973,48 +1025,98 @@ impl Ftl {
 
     /// Zone and block count for the next append of a stream, opening a new
     /// zone when needed. Host streams may not dip into the GC reserve.
-    fn stream_room(&mut self, stream: Stream, wanted: u64) -> Option<(ZoneId, u64)> {
+    fn lane_room(
+        &mut self,
+        lane: Lane,
+        wanted: u64,
+        may_use_reserve: bool,
+    ) -> Option<(ZoneId, u64)> {
         let cap = self.cap();
         let reserve = u64::from(self.gc_reserve_zones);
-        let state = match stream {
-            Stream::Host => &self.host,
-            _ => &self.gc_stream,
-        };
-        let need_new = state.zone.is_none();
-        if need_new {
+        let host_barred = !may_use_reserve && !self.reserve_unlocked;
+        let above_reserve = self.zones.free_count() as u64 > reserve;
+        let st = self.lane_mut(lane);
+        if st.zone.is_some() && st.gc_only && host_barred {
+            if !above_reserve {
+                return None;
+            }
+            // The reserve has been refilled: the zone no longer stands in for it.
+            st.gc_only = false;
+        }
+        if st.zone.is_none() {
             let free = self.zones.free_count() as u64;
-            if stream == Stream::Host && free <= reserve && !self.reserve_unlocked {
+            let from_reserve = free <= reserve;
+            if free == 0 || (from_reserve && host_barred) {
                 return None;
             }
-            if free == 0 {
-                return None;
-            }
-            let z = self.zones.take_free(ZoneKind::Data { stream })?;
-            let st = self.stream_mut(stream);
+            let kind = ZoneKind::Data {
+                stream: lane.stream(),
+            };
+            let z = match lane {
+                Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
+                _ => self.zones.take_free(kind)?,
+            };
+            self.zone_clock[z as usize] = 0;
+            let st = self.lane_mut(lane);
             st.zone = Some(z);
             st.allocated_blocks = 0;
+            st.gc_only = from_reserve && may_use_reserve;
         }
-        let st = self.stream_mut(stream);
-        let zone = st.zone.expect("stream zone");
+        let st = self.lane_mut(lane);
+        let zone = st.zone.expect("lane zone");
         let room = cap - st.allocated_blocks;
         let n = wanted.min(room);
         Some((zone, n))
     }
 
-    fn stream_mut(&mut self, stream: Stream) -> &mut StreamState {
-        match stream {
-            Stream::Host => &mut self.host,
-            _ => &mut self.gc_stream,
+    fn lane_mut(&mut self, lane: Lane) -> &mut StreamState {
+        &mut self.lanes[lane as usize]
+    }
+
+    /// Hot if the block's previous version was written recently (see
+    /// [`Self::age_temp`]; the time is that of the last host write into its
+    /// zone) or is still in the buffer. First writes count as cold. No
+    /// per-block memory: the estimate rides on the zone the old version is in.
+    fn temperature(&self, lba: Lba) -> Temp {
+        if !self.cfg.temperature_streams {
+            return Temp::Hot;
         }
+        if self.buffer.lookup(lba).is_some() {
+            return Temp::Hot;
+        }
+        let Some(old) = self.l2p.get(lba) else {
+            return Temp::Cold;
+        };
+        self.age_temp(self.zone_clock[old.zone(self.cap()) as usize])
+    }
+
+    /// Hot if data written at host clock `written_at` is younger than a
+    /// third of the mapped space's worth of host writes. (Uniform random
+    /// rewrites a block every mapped-space's worth of writes on average; in
+    /// the 90/10 hot/cold case hot blocks come back after a ninth of it.)
+    fn age_temp(&self, written_at: u64) -> Temp {
+        if !self.cfg.temperature_streams {
+            return Temp::Hot;
+        }
+        let window = (self.l2p.mapped_blocks() / 3).max(1);
+        if written_at > 0 && self.host_clock - written_at < window {
+            Temp::Hot
+        } else {
+            Temp::Cold
+        }
+    }
+
+    fn gc_queued(&self) -> usize {
+        self.gc_queues[0].len() + self.gc_queues[1].len()
     }
 
     /// Books `n` blocks of the stream's zone; a zone with no room left is
     /// dropped by the stream and becomes Full once its appends complete.
     /// The zone table counts the blocks at submission (it becomes Full at
     /// capacity); `zone_appends` keeps GC off it until they complete.
-    fn stream_commit(&mut self, stream: Stream, zone: ZoneId, n: u64, seq: Seq) {
+    fn lane_commit(&mut self, lane: Lane, zone: ZoneId, n: u64, seq: Seq) {
         let cap = self.cap();
-        let st = self.stream_mut(stream);
+        let st = self.lane_mut(lane);
         st.allocated_blocks += n;
         if st.allocated_blocks == cap {
             st.zone = None;
@@ -1052,9 +1154,18 @@ impl Ftl {
         if self.read_only || matches!(self.ckpt, CkptState::Draining) || self.buffer.queued() == 0 {
             return None;
         }
-        let queued = self.buffer.queued() as u64;
+        let temp = if self.buffer.queued_in(Temp::Hot) >= self.buffer.queued_in(Temp::Cold) {
+            Temp::Hot
+        } else {
+            Temp::Cold
+        };
+        let lane = match temp {
+            Temp::Hot => Lane::HostHot,
+            Temp::Cold => Lane::HostCold,
+        };
+        let queued = self.buffer.queued_in(temp) as u64;
         let urgent = self.host_flush_waiting();
-        let (zone, room) = self.stream_room(Stream::Host, queued)?;
+        let (zone, room) = self.lane_room(lane, queued, false)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
@@ -1064,7 +1175,7 @@ impl Ftl {
         let bs = self.block_size();
         for _ in 0..n {
             let seq = self.take_seq();
-            let s = self.buffer.pop_queued(seq).expect("queued slot");
+            let s = self.buffer.pop_queued(temp, seq).expect("queued slot");
             let slot = self.buffer.slot(s);
             let crc = tag::data_crc(&slot.data);
             data.extend_from_slice(&slot.data);
@@ -1079,7 +1190,8 @@ impl Ftl {
             slots.push((s, seq, crc));
         }
         self.push_padding(&mut data, &mut oob, pad, bs);
-        self.stream_commit(Stream::Host, zone, n + pad, self.next_seq.saturating_sub(1));
+        self.lane_commit(lane, zone, n + pad, self.next_seq.saturating_sub(1));
+        self.zone_clock[zone as usize] = self.host_clock;
         self.host_appends_in_flight += 1;
         self.stats.media_write_blocks += n + pad;
         self.stats.pad_blocks += pad;
@@ -1149,7 +1261,7 @@ impl Ftl {
                     self.buffer.requeue_front(s);
                 }
                 self.stats.media_write_blocks -= slots.len() as u64 + u64::from(pad);
-                self.write_failed(zone, Stream::Host, e);
+                self.write_failed(zone, e);
                 return;
             }
         };
@@ -1179,14 +1291,15 @@ impl Ftl {
 
     /// A data zone refused a write: stop using it, move its live data out and
     /// retire it (DESIGN.md §4 media faults).
-    fn write_failed(&mut self, zone: ZoneId, stream: Stream, error: DeviceError) {
+    fn write_failed(&mut self, zone: ZoneId, error: DeviceError) {
         if error == DeviceError::DeviceGone {
             return;
         }
         self.stats.write_errors += 1;
-        let st = self.stream_mut(stream);
-        if st.zone == Some(zone) {
-            st.zone = None;
+        for st in &mut self.lanes {
+            if st.zone == Some(zone) {
+                st.zone = None;
+            }
         }
         self.zones.finish(zone);
         if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
@@ -1203,9 +1316,7 @@ impl Ftl {
     }
 
     fn excluded(&self, z: ZoneId) -> bool {
-        self.host.zone == Some(z)
-            || self.gc_stream.zone == Some(z)
-            || self.zone_appends[z as usize] > 0
+        self.lanes.iter().any(|st| st.zone == Some(z)) || self.zone_appends[z as usize] > 0
     }
 
     fn pick_job(&mut self) -> Option<GcJob> {
@@ -1272,8 +1383,7 @@ impl Ftl {
     }
 
     fn next_gc_read(&mut self) -> Option<(Op, Command)> {
-        if !self.gc_budget_left() || self.gc_queue.len() >= 4 * self.geo.max_append_blocks as usize
-        {
+        if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
             return None;
         }
         let cap = self.cap();
@@ -1384,7 +1494,8 @@ impl Ftl {
                     seq,
                     crc: crc.expect("crc"),
                 };
-                self.gc_queue.push_back(item);
+                let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
+                self.gc_queues[temp as usize].push_back(item);
             } else {
                 // Unreadable or corrupt: moving it would launder garbage. It
                 // stays mapped where it is (reads report the error) and the
@@ -1398,26 +1509,39 @@ impl Ftl {
     }
 
     fn next_gc_append(&mut self) -> Option<(Op, Command)> {
-        if self.read_only || self.gc_queue.is_empty() || !self.gc_budget_left() {
+        if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
             return None;
         }
-        let stream = if self.cfg.separate_gc_stream {
-            Stream::Gc
+        let wl = self
+            .job
+            .as_ref()
+            .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
+        let temp = if self.gc_queues[0].len() >= self.gc_queues[1].len() {
+            Temp::Hot
         } else {
-            Stream::Host
+            Temp::Cold
         };
-        let queued = self.gc_queue.len() as u64;
+        // Relocated data joins the stream of its temperature: cold with cold
+        // host writes, the rest in the GC stream (survivors of a collection).
+        let lane = match (wl, self.cfg.separate_gc_stream, temp) {
+            (true, _, _) => Lane::WearLeveling,
+            (false, false, _) => Lane::HostHot,
+            (false, true, Temp::Cold) if self.cfg.temperature_streams => Lane::HostCold,
+            (false, true, _) => Lane::Gc,
+        };
+        let queued = self.gc_queues[temp as usize].len() as u64;
         let urgent = self.job.as_ref().is_some_and(|j| {
             j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
                 && j.reads_in_flight == 0
         });
-        let (zone, room) = self.stream_room_gc(stream, queued)?;
+        // GC may use the reserve; wear leveling may not.
+        let (zone, room) = self.lane_room(lane, queued, !wl)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
         }
         let (mut data, mut oob) = self.alloc_buffers(n + pad);
-        let items: Vec<RelocItem> = self.gc_queue.drain(..n as usize).collect();
+        let items: Vec<RelocItem> = self.gc_queues[temp as usize].drain(..n as usize).collect();
         for it in &items {
             data.extend_from_slice(&it.data);
             let t = Tag {
@@ -1431,7 +1555,18 @@ impl Ftl {
         }
         self.push_padding(&mut data, &mut oob, pad, self.block_size());
         let newest = items.iter().map(|it| it.seq).max().unwrap_or(0);
-        self.stream_commit(stream, zone, n + pad, newest);
+        // Relocated data keeps the age of its youngest source: a hot block
+        // GC moved must not look cold on its next write (erring hot is
+        // cheaper than polluting cold zones).
+        let cap = self.cap();
+        let youngest = items
+            .iter()
+            .map(|it| self.zone_clock[it.src.zone(cap) as usize])
+            .max()
+            .unwrap_or(0);
+        let clock = &mut self.zone_clock[zone as usize];
+        *clock = (*clock).max(youngest);
+        self.lane_commit(lane, zone, n + pad, newest);
         self.gc_in_flight += 1;
         self.stats.media_write_blocks += n + pad;
         self.stats.pad_blocks += pad;
@@ -1447,27 +1582,6 @@ impl Ftl {
     }
 
     /// GC may use the reserve; with a shared stream it writes where the host does.
-    fn stream_room_gc(&mut self, stream: Stream, wanted: u64) -> Option<(ZoneId, u64)> {
-        if stream == Stream::Host && self.host.zone.is_none() {
-            if self.zones.free_count() == 0 {
-                return None;
-            }
-            let z = self.zones.take_free(ZoneKind::Data {
-                stream: Stream::Host,
-            })?;
-            self.host.zone = Some(z);
-            self.host.allocated_blocks = 0;
-        }
-        self.stream_room(
-            if stream == Stream::Host {
-                Stream::Host
-            } else {
-                Stream::Gc
-            },
-            wanted,
-        )
-    }
-
     fn gc_append_done(
         &mut self,
         zone: ZoneId,
@@ -1483,14 +1597,9 @@ impl Ftl {
             Err(e) => {
                 self.stats.media_write_blocks -= items.len() as u64 + u64::from(pad);
                 for it in items.into_iter().rev() {
-                    self.gc_queue.push_front(it);
+                    self.gc_queues[Temp::Hot as usize].push_front(it);
                 }
-                let stream = if self.cfg.separate_gc_stream {
-                    Stream::Gc
-                } else {
-                    Stream::Host
-                };
-                self.write_failed(zone, stream, e);
+                self.write_failed(zone, e);
                 return;
             }
         };
@@ -1521,7 +1630,7 @@ impl Ftl {
                 let copied = job.scan_offset >= wp
                     && job.reads_in_flight == 0
                     && job.retries.is_empty()
-                    && self.gc_queue.is_empty();
+                    && self.gc_queued() == 0;
                 let gc_writes_done = self.gc_in_flight == 0;
                 if !copied || !gc_writes_done {
                     return;
@@ -1699,25 +1808,13 @@ impl Ftl {
                 }
             }
         }
+        // A read-only core has already failed every waiter (`fail_waiters`).
         let durable = self.log.durable_next();
-        let failed = self.read_only;
-        let mut replies = Vec::new();
         for f in &mut self.flushes {
             if let FlushStage::Log { log_barrier } = f.stage {
-                if failed {
-                    replies.push(f.id);
-                } else if durable >= log_barrier {
+                if durable >= log_barrier {
                     f.stage = FlushStage::Device;
                 }
-            }
-        }
-        if !replies.is_empty() {
-            self.flushes.retain(|f| !replies.contains(&f.id));
-            for id in replies {
-                self.replies.push_back(Reply {
-                    id,
-                    result: Err(IoError::ReadOnly),
-                });
             }
         }
     }

@@ -10,6 +10,10 @@ use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::LEAF_ENTRIES;
 use crate::error::MountError;
 
+/// Data zones the writer keeps open at once (hot host, cold host, GC):
+/// their unwritten tails hold no data, so space accounting sets them aside.
+pub const OPEN_DATA_LANES: u32 = 3;
+
 /// Superblock copies, at zones 0 and 1.
 pub const SUPER_ZONES: [ZoneId; 2] = [0, 1];
 
@@ -51,17 +55,17 @@ impl Layout {
         let ckpt_blocks = max_checkpoint_bytes(geometry, guess_logical).div_ceil(bs - 64);
         let meta_zone_count = u32::try_from((3 * ckpt_blocks).div_ceil(cap) + 2)
             .map_err(|_| MountError::Unsupported("metadata log too large".into()))?;
-        let reserved = 2 + meta_zone_count + gc_reserve_zones + 3;
+        let reserved = 2 + meta_zone_count + gc_reserve_zones + OPEN_DATA_LANES;
         if geometry.zone_count <= reserved {
             return Err(MountError::Unsupported(format!(
                 "{} zones, but zftl needs at least {} (2 superblock, {meta_zone_count} metadata, \
-                 {gc_reserve_zones} GC reserve, 3 for open streams) plus data zones",
+                 {gc_reserve_zones} GC reserve, {OPEN_DATA_LANES} open data zones) plus data zones",
                 geometry.zone_count,
                 reserved + 1
             )));
         }
         let data_zones = u64::from(geometry.zone_count - 2 - meta_zone_count);
-        let default_logical = (data_zones - u64::from(gc_reserve_zones) - 2) * cap;
+        let default_logical = (data_zones - u64::from(gc_reserve_zones + OPEN_DATA_LANES)) * cap;
         let logical_blocks = logical_blocks.unwrap_or(default_logical);
         if logical_blocks == 0 || logical_blocks >= u64::from(u32::MAX) {
             return Err(MountError::Unsupported(format!(

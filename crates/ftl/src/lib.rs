@@ -12,6 +12,7 @@
 pub mod addr;
 pub mod backend;
 mod buffer;
+pub mod check;
 pub mod checkpoint;
 pub mod codec;
 pub mod config;

@@ -907,8 +907,10 @@ pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
         | ZoneKind::Data {
             stream: Stream::Meta,
         } => RecordKind::Meta,
+        // The checkpoint does not tell hot from cold host zones: after a
+        // mount every host zone is simply a full data zone.
         ZoneKind::Data {
-            stream: Stream::Host,
+            stream: Stream::Host | Stream::HostCold,
         } => RecordKind::DataHost,
         ZoneKind::Data { stream: Stream::Gc } => RecordKind::DataGc,
         ZoneKind::Retired => RecordKind::Retired,

@@ -9,6 +9,8 @@ use serde::Serialize;
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FtlStats {
     pub host_write_blocks: u64,
+    /// Host blocks the temperature estimate sent to the hot stream.
+    pub host_hot_blocks: u64,
     pub host_read_blocks: u64,
     pub host_trim_blocks: u64,
     pub host_zero_blocks: u64,

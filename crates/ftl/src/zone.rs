@@ -19,8 +19,10 @@ use crate::backend::ZoneId;
 /// and decide in [`Stream::gc_collects`] whether GC reclaims them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Stream {
-    /// Host writes (hot user data).
+    /// Host writes of blocks rewritten soon after their previous write (hot).
     Host,
+    /// Host writes of blocks written for the first time or long ago (cold).
+    HostCold,
     /// Blocks GC relocated (cold: they survived a collection).
     Gc,
     /// The metadata log writer. Its zones are normally [`ZoneKind::Meta`] and
@@ -32,7 +34,7 @@ impl Stream {
     /// Whether GC picks victims among this stream's data zones.
     pub fn gc_collects(self) -> bool {
         match self {
-            Stream::Host | Stream::Gc => true,
+            Stream::Host | Stream::HostCold | Stream::Gc => true,
             Stream::Meta => false,
         }
     }
@@ -313,6 +315,14 @@ impl ZoneTable {
     /// id) for `kind` and opens it. O(log zones).
     pub fn take_free(&mut self, kind: ZoneKind) -> Option<ZoneId> {
         let &(_, z) = self.free.first()?;
+        self.claim(z, kind);
+        Some(z)
+    }
+
+    /// Static wear leveling's destination: the most-worn free zone, where
+    /// cold data rests and stops adding erases. O(log zones).
+    pub fn take_free_most_worn(&mut self, kind: ZoneKind) -> Option<ZoneId> {
+        let &(_, z) = self.free.last()?;
         self.claim(z, kind);
         Some(z)
     }

@@ -1,0 +1,913 @@
+//! `zftl check`: verify every metadata structure and every mapped block of a
+//! device, read-only.
+//!
+//! The walk is the mount's own ([`recover_state`], which writes nothing)
+//! plus what mount does not need to look at: every superblock record of
+//! both copies, the log past the point where roll-forward stops (a damaged
+//! block with valid blocks after it means notes that mount silently drops),
+//! the data and tag of every mapped block, and the agreement of the map,
+//! the reverse map and the zone table.
+//!
+//! [`check`] never writes and never panics on damaged media: every finding
+//! is a [`Problem`] in the [`CheckReport`]. Findings that are the normal
+//! result of a power cut (a torn superblock record, the log's end) are
+//! *notices*, not problems.
+
+use crate::addr::{Lba, Ppa};
+use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState};
+use crate::checkpoint;
+use crate::error::MountError;
+use crate::layout::{Layout, SUPER_ZONES};
+use crate::note::LogBlock;
+use crate::recovery::{recover_state, Recovered};
+use crate::superblock::{Superblock, TagMode};
+use crate::tag::{self, Tag, TAG_BYTES};
+use crate::zone::ZoneKind;
+use serde::Serialize;
+
+/// Problems kept in a report; past it only `summary.problems_total` grows.
+pub const MAX_PROBLEMS: usize = 1000;
+
+/// What kind of structure a [`Problem`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// No valid superblock: the device holds no zftl FTL.
+    NotFormatted,
+    /// A superblock record below its zone's write pointer does not decode.
+    SuperblockRecord,
+    /// A superblock copy holds no valid record.
+    SuperblockCopyMissing,
+    /// Superblock records disagree with each other or with the device.
+    SuperblockMismatch,
+    /// The checkpoint the superblock names cannot be read or decoded.
+    Checkpoint,
+    /// The metadata log is damaged (roll-forward would lose notes).
+    LogBlock,
+    /// Recovery failed for a reason other than the above.
+    Recovery,
+    /// A mapped block's tag is missing or does not decode (OOB mode).
+    Tag,
+    /// A mapped block's tag names another logical block.
+    Misdirected,
+    /// A mapped block's data does not match its CRC.
+    DataCrc,
+    /// The device cannot read a mapped block.
+    Unreadable,
+    /// The map and the reverse map disagree.
+    MapMismatch,
+    /// A zone's valid count, kind or write pointer disagrees with the map.
+    ZoneAccounting,
+    /// A device error stopped part of the check.
+    Device,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub what: ProblemKind,
+    pub zone: Option<ZoneId>,
+    pub offset_blocks: Option<u64>,
+    pub lba: Option<Lba>,
+    pub detail: String,
+}
+
+impl Problem {
+    fn new(what: ProblemKind, detail: impl Into<String>) -> Problem {
+        Problem {
+            what,
+            zone: None,
+            offset_blocks: None,
+            lba: None,
+            detail: detail.into(),
+        }
+    }
+
+    fn at(mut self, zone: ZoneId, offset_blocks: u64) -> Problem {
+        self.zone = Some(zone);
+        self.offset_blocks = Some(offset_blocks);
+        self
+    }
+
+    fn lba(mut self, lba: Lba) -> Problem {
+        self.lba = Some(lba);
+        self
+    }
+}
+
+/// Counts of what the check looked at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CheckSummary {
+    /// A valid superblock was found.
+    pub formatted: bool,
+    /// Recovery (the mount's read-only steps) succeeded.
+    pub recovered: bool,
+    /// "oob" or "in-band"; `None` when no superblock was found.
+    pub tag_mode: Option<String>,
+    pub superblock_generation: Option<u64>,
+    /// Records read in zones 0 and 1 (below their write pointers).
+    pub superblock_records: u64,
+    pub superblock_records_valid: u64,
+    pub checkpoint_log_seq: Option<u64>,
+    pub checkpoint_zone: Option<ZoneId>,
+    pub checkpoint_offset_blocks: Option<u64>,
+    pub checkpoint_chunks: u64,
+    /// Valid log blocks after the checkpoint's chunk 0 (its other chunks
+    /// and later checkpoints' chunks included).
+    pub log_blocks_after_checkpoint: u64,
+    pub log_note_blocks: u64,
+    pub notes_replayed: u64,
+    pub tags_replayed: u64,
+    /// Why roll-forward stops where it does (the normal end of the log).
+    pub log_end: Option<String>,
+    pub logical_blocks: Option<u64>,
+    pub mapped_blocks: u64,
+    pub mapped_blocks_checked: u64,
+    pub zones_checked: u32,
+    /// Every problem found, including those past [`MAX_PROBLEMS`].
+    pub problems_total: u64,
+}
+
+/// What [`check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// Damage: a report with any problem is not clean.
+    pub problems: Vec<Problem>,
+    /// The normal traces of power cuts (torn superblock records); not damage.
+    pub notices: Vec<Problem>,
+    pub summary: CheckSummary,
+}
+
+impl CheckReport {
+    /// No problems (notices allowed).
+    pub fn is_clean(&self) -> bool {
+        self.summary.problems_total == 0
+    }
+
+    fn problem(&mut self, p: Problem) {
+        self.summary.problems_total += 1;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(p);
+        }
+    }
+}
+
+/// Where a long check is, for progress bars.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckProgress {
+    pub step: &'static str,
+    /// Units done of `total` within this step (blocks for "mapped blocks").
+    pub done: u64,
+    pub total: u64,
+}
+
+/// Checks `backend` read-only; see the module docs.
+pub fn check<B: Backend>(backend: &mut B) -> CheckReport {
+    check_with_progress(backend, &mut |_| {})
+}
+
+/// [`check`], calling `progress` at each step and every few hundred blocks.
+pub fn check_with_progress<B: Backend>(
+    backend: &mut B,
+    progress: &mut dyn FnMut(CheckProgress),
+) -> CheckReport {
+    let mut report = CheckReport::default();
+    let g = backend.geometry().clone();
+    let step = |p: &mut dyn FnMut(CheckProgress), step| {
+        p(CheckProgress {
+            step,
+            done: 0,
+            total: 0,
+        })
+    };
+    step(progress, "superblocks");
+    let supers = scan_superblocks(backend, &g);
+    step(progress, "recovery");
+    let r = match recover_state(backend) {
+        Ok(r) => r,
+        Err(e) => {
+            report.problem(recovery_problem(backend, &g, &supers, &e));
+            report.summary.formatted = !matches!(e, MountError::NotFormatted(_));
+            return report;
+        }
+    };
+    report.notices = supers.notices;
+    for p in supers.problems {
+        report.problem(p);
+    }
+    summarize(&mut report.summary, &r, &supers.counts);
+    step(progress, "log");
+    let zones = match zone_reports(backend, &g) {
+        Ok(z) => z,
+        Err(p) => {
+            report.problem(p);
+            return report;
+        }
+    };
+    check_log(backend, &g, &r, &zones, &mut report);
+    check_mapped(backend, &g, &r, progress, &mut report);
+    step(progress, "zones");
+    check_zones(&g, &r, &zones, &mut report);
+    report
+}
+
+// ----- superblocks ---------------------------------------------------------
+
+#[derive(Default)]
+struct SuperCounts {
+    records: u64,
+    valid: u64,
+}
+
+struct SuperScan {
+    /// Valid records with their zone and offset, in read order.
+    valid: Vec<(ZoneId, u64, Superblock)>,
+    problems: Vec<Problem>,
+    notices: Vec<Problem>,
+    counts: SuperCounts,
+}
+
+impl SuperScan {
+    fn newest(&self) -> Option<&Superblock> {
+        self.valid
+            .iter()
+            .map(|(_, _, sb)| sb)
+            .max_by_key(|sb| sb.generation)
+    }
+}
+
+/// Every record of both copies. A record that reads back but does not
+/// decode is damage: a superblock record is one block, which NVMe writes
+/// atomically across a power failure and which the simulator marks torn
+/// (unreadable) when a cut interrupts it. An unreadable record is such a
+/// torn update: later records (or the other copy) supersede it.
+fn scan_superblocks<B: Backend>(backend: &mut B, g: &Geometry) -> SuperScan {
+    let mut s = SuperScan {
+        valid: Vec::new(),
+        problems: Vec::new(),
+        notices: Vec::new(),
+        counts: SuperCounts::default(),
+    };
+    for z in SUPER_ZONES.into_iter().filter(|&z| z < g.zone_count) {
+        let info = match backend.zone_info(z) {
+            Ok(i) => i,
+            Err(e) => {
+                s.problems
+                    .push(device_problem("superblock zone report", &e).at(z, 0));
+                continue;
+            }
+        };
+        let wp = info.write_pointer_blocks.min(g.zone_capacity_blocks);
+        for off in 0..wp {
+            s.counts.records += 1;
+            match read_retrying(backend, z, off, 1) {
+                Ok((data, _)) => match Superblock::decode(&data) {
+                    Ok(sb) => {
+                        s.counts.valid += 1;
+                        s.valid.push((z, off, sb));
+                    }
+                    Err(e) => s.problems.push(
+                        Problem::new(
+                            ProblemKind::SuperblockRecord,
+                            format!("superblock record does not decode: {e}"),
+                        )
+                        .at(z, off),
+                    ),
+                },
+                Err(DeviceError::UncorrectableRead { .. }) => {
+                    let place = if off + 1 == wp { "last" } else { "earlier" };
+                    s.notices.push(
+                        Problem::new(
+                            ProblemKind::SuperblockRecord,
+                            format!(
+                                "{place} superblock record is unreadable (an update torn by a \
+                                 power cut; newer records or the other copy serve)"
+                            ),
+                        )
+                        .at(z, off),
+                    );
+                }
+                Err(e) => s
+                    .problems
+                    .push(device_problem("reading a superblock record", &e).at(z, off)),
+            }
+        }
+        if !s.valid.iter().any(|(vz, _, _)| *vz == z) && g.zone_count > 1 {
+            s.problems.push(
+                Problem::new(
+                    ProblemKind::SuperblockCopyMissing,
+                    format!("superblock copy {z} holds no valid record"),
+                )
+                .at(z, 0),
+            );
+        }
+    }
+    cross_check_superblocks(g, &mut s);
+    s
+}
+
+/// Every valid record describes this device and the same volume as the
+/// newest one.
+fn cross_check_superblocks(g: &Geometry, s: &mut SuperScan) {
+    let Some(newest) = s.newest().cloned() else {
+        // Nothing valid at all: recovery reports "not formatted"; a copy
+        // missing is implied.
+        s.problems
+            .retain(|p| p.what != ProblemKind::SuperblockCopyMissing);
+        return;
+    };
+    let volume = |sb: &Superblock| {
+        (
+            sb.uuid,
+            sb.meta_first_zone,
+            sb.meta_zone_count,
+            sb.tag_mode,
+            sb.logical_blocks,
+        )
+    };
+    for (z, off, sb) in &s.valid {
+        if let Err(e) = sb.validate_against(g) {
+            s.problems
+                .push(Problem::new(ProblemKind::SuperblockMismatch, e.to_string()).at(*z, *off));
+        } else if volume(sb) != volume(&newest) {
+            s.problems.push(
+                Problem::new(
+                    ProblemKind::SuperblockMismatch,
+                    format!(
+                        "superblock generation {} describes another volume than the newest \
+                         (generation {}): uuid, layout, tag mode or logical size differ",
+                        sb.generation, newest.generation
+                    ),
+                )
+                .at(*z, *off),
+            );
+        }
+    }
+}
+
+// ----- recovery failure ----------------------------------------------------
+
+/// The one problem of a report whose recovery failed: which step and why,
+/// with the damaged checkpoint chunk located when there is one.
+fn recovery_problem<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    supers: &SuperScan,
+    e: &MountError,
+) -> Problem {
+    let text = e.to_string();
+    let kind = match e {
+        MountError::NotFormatted(_) => ProblemKind::NotFormatted,
+        MountError::Format { step, .. } if step.contains("superblock") => {
+            ProblemKind::SuperblockMismatch
+        }
+        MountError::Format { step, .. } if step.contains("checkpoint") => ProblemKind::Checkpoint,
+        MountError::Damaged(m) if m.starts_with("checkpoint") => ProblemKind::Checkpoint,
+        MountError::Device { .. } => ProblemKind::Device,
+        _ => ProblemKind::Recovery,
+    };
+    let problem = Problem::new(kind, format!("recovery failed: {text}"));
+    if kind != ProblemKind::Checkpoint {
+        return problem;
+    }
+    let Some(sb) = supers.newest() else {
+        return problem;
+    };
+    match locate_checkpoint_damage(backend, g, sb) {
+        Some((zone, off, why)) => Problem::new(
+            kind,
+            format!("recovery failed: {text}; checkpoint chunk at zone {zone} offset {off}: {why}"),
+        )
+        .at(zone, off),
+        None => problem.at(sb.checkpoint_zone, sb.checkpoint_offset_blocks),
+    }
+}
+
+/// The first chunk of the newest checkpoint that does not read back as the
+/// expected chunk.
+fn locate_checkpoint_damage<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    sb: &Superblock,
+) -> Option<(ZoneId, u64, String)> {
+    let layout = layout_of(sb);
+    let mut pos = LogPos::new(g, &layout, sb.checkpoint_zone, sb.checkpoint_offset_blocks)?;
+    let bs = g.block_size_bytes as usize;
+    let mut total = u64::MAX;
+    let mut index = 0u64;
+    while index < total && index < pos.ring_blocks() {
+        let (zone, off) = pos.here();
+        let expected = sb.checkpoint_log_seq + index;
+        let why = match read_retrying(backend, zone, off, 1) {
+            Err(e) => Some(format!("unreadable: {e}")),
+            Ok((data, _)) => match LogBlock::decode(&data) {
+                Err(e) => Some(e.to_string()),
+                Ok(LogBlock::CheckpointChunk {
+                    log_seq,
+                    checkpoint_id,
+                    payload,
+                    ..
+                }) if log_seq == expected && checkpoint_id == sb.checkpoint_log_seq => {
+                    if index == 0 {
+                        match checkpoint::peek_stream_bytes(&payload) {
+                            Ok(n) => total = checkpoint::chunks_for_stream(n, bs),
+                            Err(e) => return Some((zone, off, e.to_string())),
+                        }
+                    }
+                    None
+                }
+                // Notes blocks may sit between chunks.
+                Ok(LogBlock::Notes { log_seq, .. }) if log_seq == expected => {
+                    total = total.saturating_add(1);
+                    None
+                }
+                Ok(other) => Some(format!(
+                    "expected log_seq {expected} of checkpoint {}, found log block {}",
+                    sb.checkpoint_log_seq,
+                    other.log_seq()
+                )),
+            },
+        };
+        if let Some(why) = why {
+            return Some((zone, off, why));
+        }
+        index += 1;
+        pos.advance();
+    }
+    None
+}
+
+fn layout_of(sb: &Superblock) -> Layout {
+    Layout {
+        meta_first_zone: sb.meta_first_zone,
+        meta_zone_count: sb.meta_zone_count,
+        logical_blocks: sb.logical_blocks,
+    }
+}
+
+fn summarize(s: &mut CheckSummary, r: &Recovered, counts: &SuperCounts) {
+    let sb = &r.superblock;
+    s.formatted = true;
+    s.recovered = true;
+    s.tag_mode = Some(tag_mode_name(sb.tag_mode).to_string());
+    s.superblock_generation = Some(sb.generation);
+    s.superblock_records = counts.records;
+    s.superblock_records_valid = counts.valid;
+    s.checkpoint_log_seq = Some(sb.checkpoint_log_seq);
+    s.checkpoint_zone = Some(sb.checkpoint_zone);
+    s.checkpoint_offset_blocks = Some(sb.checkpoint_offset_blocks);
+    s.notes_replayed = r.notes_replayed as u64;
+    s.tags_replayed = r.tags_replayed as u64;
+    s.logical_blocks = Some(sb.logical_blocks);
+    s.mapped_blocks = r.l2p.mapped_blocks();
+}
+
+/// "oob" or "in-band".
+pub fn tag_mode_name(mode: TagMode) -> &'static str {
+    match mode {
+        TagMode::Oob => "oob",
+        TagMode::InBand => "in-band",
+    }
+}
+
+/// Attempts at a read before a block counts as unreadable: NAND read errors
+/// are often transient (read retry), as mount also assumes.
+const READ_ATTEMPTS: u32 = 8;
+
+fn read_retrying<B: Backend>(
+    backend: &mut B,
+    zone: ZoneId,
+    offset_blocks: u64,
+    block_count: u32,
+) -> Result<(Vec<u8>, Vec<u8>), DeviceError> {
+    let mut last = None;
+    for _ in 0..READ_ATTEMPTS {
+        match backend.read_blocks(zone, offset_blocks, block_count) {
+            Err(e @ DeviceError::UncorrectableRead { .. }) => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+fn device_problem(what: &str, e: &DeviceError) -> Problem {
+    Problem::new(ProblemKind::Device, format!("{what}: {e}"))
+}
+
+fn zone_reports<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Vec<ZoneInfo>, Problem> {
+    (0..g.zone_count)
+        .map(|z| {
+            backend
+                .zone_info(z)
+                .map_err(|e| device_problem("zone report", &e).at(z, 0))
+        })
+        .collect()
+}
+
+// ----- the metadata log ----------------------------------------------------
+
+/// A position in the metadata log ring.
+struct LogPos {
+    ring: Vec<ZoneId>,
+    index: usize,
+    offset_blocks: u64,
+    capacity_blocks: u64,
+}
+
+impl LogPos {
+    fn new(g: &Geometry, layout: &Layout, zone: ZoneId, offset_blocks: u64) -> Option<LogPos> {
+        let ring: Vec<ZoneId> = layout.meta_zones().collect();
+        let index = ring.iter().position(|&z| z == zone)?;
+        (offset_blocks < g.zone_capacity_blocks).then_some(LogPos {
+            ring,
+            index,
+            offset_blocks,
+            capacity_blocks: g.zone_capacity_blocks,
+        })
+    }
+
+    fn here(&self) -> (ZoneId, u64) {
+        (self.ring[self.index], self.offset_blocks)
+    }
+
+    fn advance(&mut self) {
+        self.offset_blocks += 1;
+        if self.offset_blocks == self.capacity_blocks {
+            self.offset_blocks = 0;
+            self.index = (self.index + 1) % self.ring.len();
+        }
+    }
+
+    fn ring_blocks(&self) -> u64 {
+        self.ring.len() as u64 * self.capacity_blocks
+    }
+}
+
+/// Why a log position is not the next block of the log.
+enum LogRead {
+    Block(LogBlock),
+    End(String),
+}
+
+fn read_log_block<B: Backend>(
+    backend: &mut B,
+    zone: ZoneId,
+    off: u64,
+    wp: u64,
+) -> Result<LogRead, DeviceError> {
+    if off >= wp {
+        return Ok(LogRead::End("erased (at the zone's write pointer)".into()));
+    }
+    match read_retrying(backend, zone, off, 1) {
+        Ok((data, _)) => Ok(match LogBlock::decode(&data) {
+            Ok(b) => LogRead::Block(b),
+            Err(e) => LogRead::End(e.to_string()),
+        }),
+        Err(DeviceError::UncorrectableRead { .. }) => {
+            Ok(LogRead::End("unreadable (torn by a power cut?)".into()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Walks the log from the checkpoint's chunk 0 to where roll-forward stops,
+/// then looks past that point: a valid block that continues the sequence
+/// there means the stop was damage in the middle of the log.
+fn check_log<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    r: &Recovered,
+    zones: &[ZoneInfo],
+    report: &mut CheckReport,
+) {
+    let sb = &r.superblock;
+    let Some(mut pos) = LogPos::new(
+        g,
+        &r.layout,
+        sb.checkpoint_zone,
+        sb.checkpoint_offset_blocks,
+    ) else {
+        return; // recovery would have failed
+    };
+    let wp_of = |z: ZoneId| zones[z as usize].write_pointer_blocks;
+    let mut expected = sb.checkpoint_log_seq;
+    let limit = pos.ring_blocks();
+    let mut walked = 0;
+    let end = loop {
+        if walked == limit {
+            break "the whole ring holds one sequence".to_string();
+        }
+        let (zone, off) = pos.here();
+        let block = match read_log_block(backend, zone, off, wp_of(zone)) {
+            Ok(LogRead::Block(b)) if b.log_seq() == expected => b,
+            Ok(LogRead::Block(b)) => {
+                break format!(
+                    "log_seq {} where {expected} was next (a block of an earlier lap)",
+                    b.log_seq()
+                )
+            }
+            Ok(LogRead::End(why)) => break why,
+            Err(e) => {
+                report.problem(device_problem("reading the metadata log", &e).at(zone, off));
+                return;
+            }
+        };
+        let s = &mut report.summary;
+        s.log_blocks_after_checkpoint += 1;
+        match block {
+            LogBlock::Notes { .. } => s.log_note_blocks += 1,
+            LogBlock::CheckpointChunk { checkpoint_id, .. }
+                if checkpoint_id == sb.checkpoint_log_seq =>
+            {
+                s.checkpoint_chunks += 1
+            }
+            LogBlock::CheckpointChunk { .. } => {}
+        }
+        expected += 1;
+        walked += 1;
+        pos.advance();
+    };
+    let (zone, off) = pos.here();
+    report.summary.log_end = Some(format!("zone {zone} offset {off}: {end}"));
+    look_past_end(backend, &mut pos, expected, limit - walked, wp_of, report);
+}
+
+/// From the end position `pos` (which held no block `expected`): a valid
+/// block `k` positions later with log_seq `expected + k` proves the log went
+/// on after a block that is now damaged.
+fn look_past_end<B: Backend>(
+    backend: &mut B,
+    pos: &mut LogPos,
+    expected: u64,
+    budget: u64,
+    wp_of: impl Fn(ZoneId) -> u64,
+    report: &mut CheckReport,
+) {
+    let (bad_zone, bad_off) = pos.here();
+    for k in 1..budget {
+        pos.advance();
+        let (zone, off) = pos.here();
+        let wp = wp_of(zone);
+        if off >= wp {
+            if wp < pos.capacity_blocks {
+                return; // the written part of the log ends here
+            }
+            continue;
+        }
+        let Ok(LogRead::Block(b)) = read_log_block(backend, zone, off, wp) else {
+            continue;
+        };
+        if b.log_seq() == expected + k {
+            report.problem(
+                Problem::new(
+                    ProblemKind::LogBlock,
+                    format!(
+                        "log block {expected} is damaged but the log goes on after it \
+                         (log block {} at zone {zone} offset {off}); mount stops at the \
+                         damaged block and loses the notes after it",
+                        b.log_seq()
+                    ),
+                )
+                .at(bad_zone, bad_off),
+            );
+            return;
+        }
+    }
+}
+
+// ----- mapped blocks -------------------------------------------------------
+
+/// Reads every mapped block (runs of consecutive physical blocks) and checks
+/// its tag or CRC.
+fn check_mapped<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    r: &Recovered,
+    progress: &mut dyn FnMut(CheckProgress),
+    report: &mut CheckReport,
+) {
+    let cap = g.zone_capacity_blocks;
+    let mut blocks: Vec<(Ppa, Lba)> = r.l2p.iter().map(|(l, p)| (p, l)).collect();
+    blocks.sort_unstable();
+    let total = blocks.len() as u64;
+    let max_run = g.max_transfer_blocks.clamp(1, 256) as usize;
+    let mut i = 0;
+    while i < blocks.len() {
+        let zone = blocks[i].0.zone(cap);
+        let mut n = 1;
+        while i + n < blocks.len()
+            && n < max_run
+            && blocks[i + n].0 .0 == blocks[i].0 .0 + n as u32
+            && blocks[i + n].0.zone(cap) == zone
+        {
+            n += 1;
+        }
+        if !check_run(backend, g, r, &blocks[i..i + n], report) {
+            return;
+        }
+        i += n;
+        report.summary.mapped_blocks_checked = i as u64;
+        progress(CheckProgress {
+            step: "mapped blocks",
+            done: i as u64,
+            total,
+        });
+    }
+}
+
+/// One run of consecutive blocks in one zone; `false` when the device is gone.
+fn check_run<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    r: &Recovered,
+    run: &[(Ppa, Lba)],
+    report: &mut CheckReport,
+) -> bool {
+    let cap = g.zone_capacity_blocks;
+    let (zone, first) = (run[0].0.zone(cap), run[0].0.offset_blocks(cap));
+    let read = if run.len() == 1 {
+        read_retrying(backend, zone, first, 1)
+    } else {
+        backend.read_blocks(zone, first, run.len() as u32)
+    };
+    match read {
+        Ok((data, oob)) => {
+            for (i, &(ppa, lba)) in run.iter().enumerate() {
+                check_block(g, r, ppa, lba, &data, &oob, i, report);
+            }
+            true
+        }
+        Err(DeviceError::DeviceGone) => {
+            report.problem(device_problem("reading data", &DeviceError::DeviceGone));
+            false
+        }
+        // One bad block fails the whole read: retry block by block.
+        Err(_) if run.len() > 1 => run
+            .iter()
+            .all(|&b| check_run(backend, g, r, std::slice::from_ref(&b), report)),
+        Err(e) => {
+            let (ppa, lba) = run[0];
+            let what = if matches!(e, DeviceError::UncorrectableRead { .. }) {
+                ProblemKind::Unreadable
+            } else {
+                ProblemKind::Device
+            };
+            report.problem(
+                Problem::new(what, format!("mapped block cannot be read: {e}"))
+                    .at(ppa.zone(cap), ppa.offset_blocks(cap))
+                    .lba(lba),
+            );
+            true
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_block(
+    g: &Geometry,
+    r: &Recovered,
+    ppa: Ppa,
+    lba: Lba,
+    data: &[u8],
+    oob: &[u8],
+    i: usize,
+    report: &mut CheckReport,
+) {
+    let cap = g.zone_capacity_blocks;
+    let bs = g.block_size_bytes as usize;
+    let ob = g.oob_size_bytes as usize;
+    let here = |what, detail: String| {
+        Problem::new(what, detail)
+            .at(ppa.zone(cap), ppa.offset_blocks(cap))
+            .lba(lba)
+    };
+    let Some(block) = data.get(i * bs..(i + 1) * bs) else {
+        report.problem(here(ProblemKind::Device, "short read".into()));
+        return;
+    };
+    let actual = tag::data_crc(block);
+    if r.p2l.lba(ppa) != Some(lba) {
+        report.problem(here(
+            ProblemKind::MapMismatch,
+            format!(
+                "the map sends block {lba} here, the reverse map says {:?}",
+                r.p2l.lba(ppa)
+            ),
+        ));
+    }
+    let expected = match r.superblock.tag_mode {
+        TagMode::Oob => {
+            let Some(bytes) = oob.get(i * ob..i * ob + TAG_BYTES) else {
+                report.problem(here(ProblemKind::Device, "short OOB read".into()));
+                return;
+            };
+            match Tag::decode(bytes) {
+                Err(e) => {
+                    report.problem(here(ProblemKind::Tag, format!("tag does not decode: {e}")));
+                    return;
+                }
+                Ok(None) => {
+                    report.problem(here(ProblemKind::Tag, "no tag (erased OOB)".into()));
+                    return;
+                }
+                Ok(Some(t)) if !t.kind.is_data() => {
+                    report.problem(here(
+                        ProblemKind::Tag,
+                        format!("tag of kind {:?} on a mapped block", t.kind),
+                    ));
+                    return;
+                }
+                Ok(Some(t)) if t.lba != lba => {
+                    report.problem(here(
+                        ProblemKind::Misdirected,
+                        format!("tag names block {}", t.lba),
+                    ));
+                    return;
+                }
+                Ok(Some(t)) => t.data_crc,
+            }
+        }
+        TagMode::InBand => match r.p2l.crc(ppa) {
+            Some(c) => c,
+            None => return, // reported as a map mismatch above
+        },
+    };
+    if expected != actual {
+        report.problem(here(
+            ProblemKind::DataCrc,
+            format!("data CRC32C {actual:#010x}, expected {expected:#010x}"),
+        ));
+    }
+}
+
+// ----- zones ---------------------------------------------------------------
+
+/// Valid counts against the map, mapped blocks below the device's write
+/// pointers in data zones, and every reverse-map entry backed by the map.
+fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut CheckReport) {
+    let cap = g.zone_capacity_blocks;
+    let mut mapped = vec![0u64; g.zone_count as usize];
+    for (lba, ppa) in r.l2p.iter() {
+        let z = ppa.zone(cap);
+        let off = ppa.offset_blocks(cap);
+        mapped[z as usize] += 1;
+        let dev = &zones[z as usize];
+        let kind = r.zones.get(z).kind();
+        if !matches!(kind, ZoneKind::Data { .. }) {
+            report.problem(
+                Problem::new(
+                    ProblemKind::ZoneAccounting,
+                    format!("mapped block in a {kind:?} zone"),
+                )
+                .at(z, off)
+                .lba(lba),
+            );
+        }
+        if off >= dev.write_pointer_blocks || dev.state == ZoneState::Offline {
+            report.problem(
+                Problem::new(
+                    ProblemKind::ZoneAccounting,
+                    format!(
+                        "mapped block at or above the device write pointer {} (zone {:?})",
+                        dev.write_pointer_blocks, dev.state
+                    ),
+                )
+                .at(z, off)
+                .lba(lba),
+            );
+        }
+    }
+    for (z, zone) in r.zones.iter() {
+        if zone.valid_blocks() != mapped[z as usize] {
+            report.problem(
+                Problem::new(
+                    ProblemKind::ZoneAccounting,
+                    format!(
+                        "zone table says {} valid blocks, the map holds {}",
+                        zone.valid_blocks(),
+                        mapped[z as usize]
+                    ),
+                )
+                .at(z, 0),
+            );
+        }
+    }
+    for (i, &raw) in r.p2l.lbas().iter().enumerate() {
+        if raw == crate::p2l::NO_LBA {
+            continue;
+        }
+        let ppa = Ppa(i as u32);
+        let lba = Lba::from(raw);
+        if lba >= r.l2p.logical_blocks() || r.l2p.get(lba) != Some(ppa) {
+            report.problem(
+                Problem::new(
+                    ProblemKind::MapMismatch,
+                    "the reverse map names this block, the map does not point here",
+                )
+                .at(ppa.zone(cap), ppa.offset_blocks(cap))
+                .lba(Lba::from(raw)),
+            );
+        }
+    }
+    report.summary.zones_checked = g.zone_count;
+}
