@@ -1,0 +1,841 @@
+//! Thread-safe embedding handles: a blocking [`Handle`] and an async
+//! [`AsyncHandle`], both talking to one **driver thread** that owns a
+//! [`Driver`] (and so the backend and the sans-IO core).
+//!
+//! ```text
+//!   Handle / AsyncHandle clones ──► bounded request channel ──► driver thread
+//!          ▲                                                     │ Driver<B>
+//!          └──────────────── one-shot reply per request ◄────────┘
+//! ```
+//!
+//! The driver thread takes requests off the channel without blocking, hands
+//! them to the core ([`Driver::try_submit`]), turns the loop
+//! ([`Driver::turn_nowait`]) and hands every finished reply
+//! ([`Driver::take_reply`]) to its waiter. When nothing moves it waits on the
+//! device if commands are in flight, and otherwise sleeps on the channel.
+//! Many requests are in the core at once, so clones used from many threads
+//! (or many tasks) keep the device's queue full.
+//!
+//! # Bounded queues
+//!
+//! The request channel holds at most [`DEFAULT_QUEUE_CAPACITY`] requests
+//! (or the capacity given to [`Handle::spawn_with_capacity`]). When it is
+//! full, blocking callers block and async callers wait; nothing grows. When
+//! the core answers [`IoError::Busy`] the thread keeps that one request and
+//! stops taking new ones until the core accepts it.
+//!
+//! # Errors
+//!
+//! Requests answer with the core's typed [`IoError`]s (bad input such as
+//! [`IoError::OutOfRange`] or [`IoError::BufferSize`], media errors, ...).
+//! Two situations have no variant of their own and answer
+//! [`IoError::DeviceGone`]:
+//!
+//! - **the device is lost**: once the loop reports the device gone (a power
+//!   cut, a removed drive), every waiting request and every later request
+//!   fails with `DeviceGone` (also those the core would answer `ReadOnly`
+//!   because the metadata write died with the device, and reads it could
+//!   still serve from its write buffer); nothing hangs. [`Handle::stats`] still
+//!   answers; [`Handle::shutdown`] then fails and [`Handle::into_backend`]
+//!   still returns the backend (to remount it after power returns);
+//! - **the handle is closed**: after any clone called [`Handle::shutdown`]
+//!   or [`Handle::into_backend`] (or the driver thread died), every call on
+//!   the other clones fails with `DeviceGone`. [`Handle::is_closed`] tells
+//!   the two apart.
+//!
+//! # Shutdown and drop
+//!
+//! - [`Handle::shutdown`] / [`AsyncHandle::shutdown`]: clean unmount. Requests
+//!   already queued are still served, then the driver flushes, writes a
+//!   checkpoint and hands the backend back; the thread stops.
+//! - [`Handle::into_backend`]: a crash. Waiting requests fail with
+//!   `DeviceGone`, nothing is written, the backend comes back as it is.
+//! - Dropping the **last** clone without a shutdown: the thread serves what
+//!   is still queued, **flushes** (every acknowledged write becomes durable)
+//!   but writes **no checkpoint**, drops the backend and stops; the drop
+//!   waits for that. The next mount rolls the metadata log forward from the
+//!   last checkpoint, so nothing is lost but mount takes a little longer —
+//!   like an unmount without its final checkpoint. Call `shutdown` to get
+//!   the backend back and keep mounts fast.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
+use zftl_core::addr::Lba;
+use zftl_core::{
+    Backend, Driver, FormatOptions, FtlConfig, FtlStats, IoError, MountError, ReplyData, Request,
+};
+
+/// Requests the channel to the driver thread holds before callers wait.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
+
+/// Messages taken off the channel per loop turn, so a busy channel cannot
+/// starve the device.
+const INTAKE_BATCH: usize = 64;
+
+/// The thread's request ids start here, far from the ids `Driver` hands out
+/// for its own blocking calls (flush and checkpoint at shutdown).
+const ID_BASE: u64 = 1 << 62;
+
+type Answer = oneshot::Sender<Result<ReplyData, IoError>>;
+
+enum Msg<B> {
+    Io { request: Request, answer: Answer },
+    Stats(oneshot::Sender<FtlStats>),
+    Shutdown(oneshot::Sender<Result<B, IoError>>),
+    IntoBackend(oneshot::Sender<B>),
+}
+
+/// What the clones share: the thread, joined when the last clone goes.
+struct Shared {
+    thread: Mutex<Option<JoinHandle<()>>>,
+    block_size: usize,
+    logical_blocks: u64,
+}
+
+impl Shared {
+    fn take_thread(&self) -> Option<JoinHandle<()>> {
+        self.thread.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Drop for Shared {
+    /// Runs after every clone dropped its sender (see `Link`'s field order),
+    /// so the thread sees the channel closed, flushes and stops.
+    fn drop(&mut self) {
+        if let Some(thread) = self.take_thread() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One clone's connection. Field order matters: the sender is dropped
+/// before the shared part, so the last `Shared` drop joins a thread that
+/// already sees the channel closed.
+struct Link<B> {
+    tx: mpsc::Sender<Msg<B>>,
+    shared: Arc<Shared>,
+}
+
+impl<B> Clone for Link<B> {
+    fn clone(&self) -> Self {
+        Link {
+            tx: self.tx.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+fn closed<T>(_: T) -> IoError {
+    IoError::DeviceGone
+}
+
+fn read_data(reply: ReplyData) -> Vec<u8> {
+    match reply {
+        ReplyData::Read(data) => data,
+        ReplyData::Done => unreachable!("read answered without data"),
+    }
+}
+
+/// A blocking, cloneable, `Send + Sync` handle to an FTL run by a driver
+/// thread. See the [module docs](self) for errors, shutdown and drop.
+///
+/// Every method blocks the calling thread until its reply arrives; many
+/// threads may call through clones at once, and their requests are in the
+/// core together. Do not call it from async code (tokio panics when a
+/// runtime thread blocks on its channels): use [`AsyncHandle`] there.
+///
+/// ```
+/// use zftl::core::{Driver, FormatOptions, FtlConfig};
+/// use zftl::handle::Handle;
+/// use zftl::sim::{SimConfig, SimDevice};
+///
+/// let device = SimDevice::create_memory(SimConfig::small_for_tests())?;
+/// let ftl = Handle::format(device, &FormatOptions::default(), FtlConfig::default())?;
+/// let bs = ftl.block_size();
+///
+/// // Clones share the driver thread; use them from any thread.
+/// let writers: Vec<_> = (0..4u8)
+///     .map(|i| {
+///         let ftl = ftl.clone();
+///         std::thread::spawn(move || ftl.write(u64::from(i) * 8, &vec![i; 8 * bs]))
+///     })
+///     .collect();
+/// for w in writers {
+///     w.join().unwrap()?;
+/// }
+/// ftl.flush()?;
+/// assert_eq!(ftl.read(16, 8)?, vec![2; 8 * bs]);
+///
+/// // Bad input comes back as a typed error.
+/// let past_end = ftl.logical_blocks();
+/// assert!(matches!(
+///     ftl.read(past_end, 1),
+///     Err(zftl::core::IoError::OutOfRange { .. })
+/// ));
+///
+/// // Clean unmount hands the device back; mount it again.
+/// let device = ftl.shutdown()?;
+/// let mut again = Driver::mount(device, FtlConfig::default())?;
+/// assert_eq!(again.read(0, 1)?, vec![0; bs]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Handle<B> {
+    link: Link<B>,
+}
+
+impl<B> Clone for Handle<B> {
+    fn clone(&self) -> Self {
+        Handle {
+            link: self.link.clone(),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for Handle<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("block_size", &self.link.shared.block_size)
+            .field("logical_blocks", &self.link.shared.logical_blocks)
+            .field("closed", &self.link.tx.is_closed())
+            .finish()
+    }
+}
+
+impl<B: Backend + Send + 'static> Handle<B> {
+    /// Formats `backend` (on the calling thread) and starts a driver thread
+    /// on the empty volume.
+    pub fn format(
+        backend: B,
+        options: &FormatOptions,
+        config: FtlConfig,
+    ) -> Result<Handle<B>, MountError> {
+        let limit = config.max_host_requests as usize;
+        let driver = Driver::format(backend, options, config)?;
+        Ok(Handle::start(driver, DEFAULT_QUEUE_CAPACITY, Some(limit)))
+    }
+
+    /// Mounts `backend` (on the calling thread; recovery runs here) and
+    /// starts a driver thread.
+    pub fn mount(backend: B, config: FtlConfig) -> Result<Handle<B>, MountError> {
+        let limit = config.max_host_requests as usize;
+        let driver = Driver::mount(backend, config)?;
+        Ok(Handle::start(driver, DEFAULT_QUEUE_CAPACITY, Some(limit)))
+    }
+
+    /// Starts a driver thread on an already formatted or mounted driver.
+    pub fn spawn(driver: Driver<B>) -> Handle<B> {
+        Handle::start(driver, DEFAULT_QUEUE_CAPACITY, None)
+    }
+
+    /// Like [`Self::spawn`] with a request channel of `capacity` (≥ 1)
+    /// requests instead of [`DEFAULT_QUEUE_CAPACITY`].
+    pub fn spawn_with_capacity(driver: Driver<B>, capacity: usize) -> Handle<B> {
+        Handle::start(driver, capacity.max(1), None)
+    }
+
+    fn start(driver: Driver<B>, capacity: usize, limit: Option<usize>) -> Handle<B> {
+        let (tx, rx) = mpsc::channel(capacity);
+        let block_size = driver.block_size();
+        let logical_blocks = driver.logical_blocks();
+        let thread = std::thread::Builder::new()
+            .name("zftl-driver".into())
+            .spawn(move || Engine::new(driver, rx, limit).run())
+            .expect("spawning the zftl driver thread");
+        Handle {
+            link: Link {
+                tx,
+                shared: Arc::new(Shared {
+                    thread: Mutex::new(Some(thread)),
+                    block_size,
+                    logical_blocks,
+                }),
+            },
+        }
+    }
+}
+
+impl<B: Send + 'static> Handle<B> {
+    fn send(&self, msg: Msg<B>) -> Result<(), IoError> {
+        self.link.tx.blocking_send(msg).map_err(closed)
+    }
+
+    /// Sends any [`Request`] and waits for its reply (the escape hatch for
+    /// owned buffers: a `Request::Write` is not copied again).
+    pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Io { request, answer })?;
+        reply.blocking_recv().map_err(closed)?
+    }
+
+    /// Reads `block_count` blocks from `lba`.
+    pub fn read(&self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
+        self.call(Request::Read { lba, block_count }).map(read_data)
+    }
+
+    /// Writes whole blocks from `lba`; acknowledged once buffered (durable
+    /// after the next [`Self::flush`]).
+    pub fn write(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: false,
+        })
+        .map(drop)
+    }
+
+    /// Write with force-unit-access: durable when this returns.
+    pub fn write_fua(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: true,
+        })
+        .map(drop)
+    }
+
+    /// Persistent trim: reads return zeros.
+    pub fn trim(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::Trim { lba, block_count }).map(drop)
+    }
+
+    /// Reads return zeros; costs a note, no data writes.
+    pub fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::WriteZeroes {
+            lba,
+            block_count,
+            fua: false,
+        })
+        .map(drop)
+    }
+
+    /// Makes every acknowledged write, trim and zeroing durable.
+    pub fn flush(&self) -> Result<(), IoError> {
+        self.call(Request::Flush).map(drop)
+    }
+
+    /// The core's statistics, taken on the driver thread. Still answers
+    /// after the device is gone; `DeviceGone` once the handle is closed.
+    pub fn stats(&self) -> Result<FtlStats, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Stats(answer))?;
+        reply.blocking_recv().map_err(closed)
+    }
+
+    /// Clean unmount: serves what is queued, flushes, writes a checkpoint,
+    /// stops the driver thread and returns the backend. Other clones fail
+    /// with [`IoError::DeviceGone`] afterwards. Fails with `DeviceGone` when
+    /// the handle is already closed or the device was lost (then the backend
+    /// is dropped; use [`Self::into_backend`] to keep it).
+    pub fn shutdown(self) -> Result<B, IoError> {
+        let (answer, reply) = oneshot::channel();
+        let sent = self.send(Msg::Shutdown(answer));
+        let result = sent.and_then(|()| reply.blocking_recv().map_err(closed)?);
+        if let Some(thread) = self.link.shared.take_thread() {
+            let _ = thread.join();
+        }
+        result
+    }
+
+    /// Stops the driver thread without writing anything, as a crash would,
+    /// and returns the backend as it is (commands may still be in flight on
+    /// it). Waiting requests fail with [`IoError::DeviceGone`]. Works after
+    /// the device was lost; fails with `DeviceGone` when the handle is
+    /// already closed.
+    pub fn into_backend(self) -> Result<B, IoError> {
+        let (answer, reply) = oneshot::channel();
+        let sent = self.send(Msg::IntoBackend(answer));
+        let result = sent.and_then(|()| reply.blocking_recv().map_err(closed));
+        if let Some(thread) = self.link.shared.take_thread() {
+            let _ = thread.join();
+        }
+        result
+    }
+
+    /// An async handle on the same driver thread.
+    pub fn to_async(&self) -> AsyncHandle<B> {
+        AsyncHandle {
+            link: self.link.clone(),
+        }
+    }
+}
+
+impl<B> Handle<B> {
+    /// Bytes per block.
+    pub fn block_size(&self) -> usize {
+        self.link.shared.block_size
+    }
+
+    /// Size of the logical space in blocks.
+    pub fn logical_blocks(&self) -> u64 {
+        self.link.shared.logical_blocks
+    }
+
+    /// Whether the driver thread has stopped taking requests (a clone shut
+    /// it down or took the backend, or the thread died). A lost device does
+    /// not close the handle.
+    pub fn is_closed(&self) -> bool {
+        self.link.tx.is_closed()
+    }
+}
+
+/// The async twin of [`Handle`]: the same operations as `async fn`s, on
+/// the same driver thread. Cloneable, `Send + Sync`, and tied to no runtime
+/// (it only uses `tokio::sync` channels, which work on any executor).
+///
+/// Get one with [`Handle::to_async`] or `AsyncHandle::from(handle)`;
+/// format and mount block, so do them before entering async code or in
+/// `spawn_blocking`. Dropping the last clone (of either kind) joins the
+/// driver thread after its final flush; prefer [`Self::shutdown`] inside a
+/// runtime.
+///
+/// ```
+/// use zftl::core::{FormatOptions, FtlConfig};
+/// use zftl::handle::{AsyncHandle, Handle};
+/// use zftl::sim::{SimConfig, SimDevice};
+///
+/// let device = SimDevice::create_memory(SimConfig::small_for_tests())?;
+/// let ftl = Handle::format(device, &FormatOptions::default(), FtlConfig::default())?;
+/// let ftl = AsyncHandle::from(ftl);
+///
+/// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+/// let device = runtime.block_on(async move {
+///     let bs = ftl.block_size();
+///     let tasks: Vec<_> = (0..4u8)
+///         .map(|i| {
+///             let ftl = ftl.clone();
+///             tokio::spawn(async move { ftl.write(u64::from(i), &vec![i; bs]).await })
+///         })
+///         .collect();
+///     for t in tasks {
+///         t.await.unwrap()?;
+///     }
+///     ftl.flush().await?;
+///     assert_eq!(ftl.read(3, 1).await?, vec![3; bs]);
+///     ftl.shutdown().await
+/// })?;
+/// # drop(device);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct AsyncHandle<B> {
+    link: Link<B>,
+}
+
+impl<B> Clone for AsyncHandle<B> {
+    fn clone(&self) -> Self {
+        AsyncHandle {
+            link: self.link.clone(),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for AsyncHandle<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncHandle")
+            .field("block_size", &self.link.shared.block_size)
+            .field("logical_blocks", &self.link.shared.logical_blocks)
+            .field("closed", &self.link.tx.is_closed())
+            .finish()
+    }
+}
+
+impl<B> From<Handle<B>> for AsyncHandle<B> {
+    fn from(handle: Handle<B>) -> Self {
+        AsyncHandle { link: handle.link }
+    }
+}
+
+impl<B> From<AsyncHandle<B>> for Handle<B> {
+    fn from(handle: AsyncHandle<B>) -> Self {
+        Handle { link: handle.link }
+    }
+}
+
+impl<B: Send + 'static> AsyncHandle<B> {
+    async fn send(&self, msg: Msg<B>) -> Result<(), IoError> {
+        self.link.tx.send(msg).await.map_err(closed)
+    }
+
+    /// Sends any [`Request`] and awaits its reply.
+    pub async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Io { request, answer }).await?;
+        reply.await.map_err(closed)?
+    }
+
+    /// See [`Handle::read`].
+    pub async fn read(&self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
+        self.call(Request::Read { lba, block_count })
+            .await
+            .map(read_data)
+    }
+
+    /// See [`Handle::write`].
+    pub async fn write(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: false,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// See [`Handle::write_fua`].
+    pub async fn write_fua(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+        self.call(Request::Write {
+            lba,
+            data: data.to_vec(),
+            fua: true,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// See [`Handle::trim`].
+    pub async fn trim(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::Trim { lba, block_count })
+            .await
+            .map(drop)
+    }
+
+    /// See [`Handle::write_zeroes`].
+    pub async fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+        self.call(Request::WriteZeroes {
+            lba,
+            block_count,
+            fua: false,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// See [`Handle::flush`].
+    pub async fn flush(&self) -> Result<(), IoError> {
+        self.call(Request::Flush).await.map(drop)
+    }
+
+    /// See [`Handle::stats`].
+    pub async fn stats(&self) -> Result<FtlStats, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Stats(answer)).await?;
+        reply.await.map_err(closed)
+    }
+
+    /// See [`Handle::shutdown`]. The driver thread is not joined (that
+    /// would block the executor); it has nothing left to do once the
+    /// backend is handed back.
+    pub async fn shutdown(self) -> Result<B, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Shutdown(answer)).await?;
+        let result = reply.await.map_err(closed)?;
+        drop(self.link.shared.take_thread());
+        result
+    }
+
+    /// See [`Handle::into_backend`]; like [`Self::shutdown`] it does not
+    /// join the thread.
+    pub async fn into_backend(self) -> Result<B, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::IntoBackend(answer)).await?;
+        let result = reply.await.map_err(closed);
+        drop(self.link.shared.take_thread());
+        result
+    }
+
+    /// A blocking handle on the same driver thread.
+    pub fn to_blocking(&self) -> Handle<B> {
+        Handle {
+            link: self.link.clone(),
+        }
+    }
+}
+
+impl<B> AsyncHandle<B> {
+    /// Bytes per block.
+    pub fn block_size(&self) -> usize {
+        self.link.shared.block_size
+    }
+
+    /// Size of the logical space in blocks.
+    pub fn logical_blocks(&self) -> u64 {
+        self.link.shared.logical_blocks
+    }
+
+    /// See [`Handle::is_closed`].
+    pub fn is_closed(&self) -> bool {
+        self.link.tx.is_closed()
+    }
+}
+
+// ----- the driver thread ------------------------------------------------------
+
+/// Why the thread is winding down.
+enum Ending<B> {
+    /// Every clone dropped: serve what is left, flush, stop.
+    Dropped,
+    /// Serve what is queued, then `Driver::shutdown`.
+    Shutdown(oneshot::Sender<Result<B, IoError>>),
+    /// Fail what waits, hand the backend back as it is.
+    Crash(oneshot::Sender<B>),
+}
+
+struct Engine<B: Backend> {
+    driver: Driver<B>,
+    rx: mpsc::Receiver<Msg<B>>,
+    /// Requests in the core, by id.
+    waiters: HashMap<u64, Answer>,
+    next_id: u64,
+    /// A request the core answered `Busy` to; no intake until it is taken.
+    backlog: Option<(u64, Request, Answer)>,
+    /// The core's `max_host_requests` when known: below it `try_submit`
+    /// cannot answer `Busy`, so a request need not be kept for a retry.
+    limit: Option<usize>,
+    /// Set once the loop reported the device lost.
+    gone: bool,
+    /// The channel is closed and empty.
+    intake_done: bool,
+    ending: Option<Ending<B>>,
+}
+
+impl<B: Backend> Engine<B> {
+    fn new(driver: Driver<B>, rx: mpsc::Receiver<Msg<B>>, limit: Option<usize>) -> Self {
+        Engine {
+            driver,
+            rx,
+            waiters: HashMap::new(),
+            next_id: ID_BASE,
+            backlog: None,
+            limit,
+            gone: false,
+            intake_done: false,
+            ending: None,
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            let mut moved = self.intake();
+            if !self.gone {
+                moved |= self.pump();
+            }
+            if self.intake_done && self.waiters.is_empty() && self.backlog.is_none() {
+                self.finish();
+                return;
+            }
+            if moved {
+                continue;
+            }
+            if !self.gone && self.driver.device_in_flight() > 0 {
+                if let Err(e) = self.driver.wait_device() {
+                    self.fail_all(e);
+                }
+                continue;
+            }
+            if !self.gone && (!self.waiters.is_empty() || self.backlog.is_some()) {
+                self.unstall();
+                continue;
+            }
+            // Idle: sleep until the next message.
+            debug_assert!(!self.intake_done, "finished above");
+            match self.rx.blocking_recv() {
+                Some(msg) => self.accept(msg),
+                None => self.channel_closed(),
+            }
+        }
+    }
+
+    /// Takes messages off the channel while the core takes requests.
+    fn intake(&mut self) -> bool {
+        let mut moved = false;
+        for _ in 0..INTAKE_BATCH {
+            if self.intake_done || self.backlog.is_some() {
+                break;
+            }
+            match self.rx.try_recv() {
+                Ok(msg) => {
+                    self.accept(msg);
+                    moved = true;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.channel_closed();
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    fn channel_closed(&mut self) {
+        self.intake_done = true;
+        if self.ending.is_none() {
+            self.ending = Some(Ending::Dropped);
+        }
+    }
+
+    fn accept(&mut self, msg: Msg<B>) {
+        match msg {
+            Msg::Io { request, answer } => {
+                if self.gone {
+                    let _ = answer.send(Err(IoError::DeviceGone));
+                } else {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.submit(id, request, answer);
+                }
+            }
+            Msg::Stats(answer) => {
+                let _ = answer.send(self.driver.stats());
+            }
+            Msg::Shutdown(answer) => {
+                if self.ending.is_some() {
+                    let _ = answer.send(Err(IoError::DeviceGone));
+                } else {
+                    self.ending = Some(Ending::Shutdown(answer));
+                    self.rx.close();
+                }
+            }
+            // While a shutdown is under way the answer is dropped, which the
+            // caller sees as closed.
+            Msg::IntoBackend(answer) => {
+                if self.ending.is_none() {
+                    self.crash(answer);
+                }
+            }
+        }
+    }
+
+    /// Hands a request to the core; keeps it when the core is busy.
+    fn submit(&mut self, id: u64, request: Request, answer: Answer) {
+        let sure = self.limit.is_some_and(|l| self.waiters.len() < l);
+        if sure {
+            let result = self.driver.try_submit(id, request);
+            self.submitted(id, result, answer);
+            return;
+        }
+        match self.driver.try_submit(id, request.clone()) {
+            Err(IoError::Busy) => self.backlog = Some((id, request, answer)),
+            result => self.submitted(id, result, answer),
+        }
+    }
+
+    fn submitted(&mut self, id: u64, result: Result<(), IoError>, answer: Answer) {
+        match result {
+            Ok(()) => {
+                self.waiters.insert(id, answer);
+            }
+            Err(e) => {
+                let _ = answer.send(Err(e));
+            }
+        }
+    }
+
+    /// Retries the backlog, turns the loop once, delivers replies.
+    fn pump(&mut self) -> bool {
+        let mut moved = false;
+        if let Some((id, request, answer)) = self.backlog.take() {
+            self.submit(id, request, answer);
+            moved |= self.backlog.is_none();
+        }
+        match self.driver.turn_nowait() {
+            Ok(m) => moved |= m,
+            Err(e) => {
+                self.fail_all(e);
+                return true;
+            }
+        }
+        // The core learns from completions that the device is gone. Some of
+        // its answers then still say `ReadOnly` (a flush whose device flush
+        // or log write died with the device); report the cause instead.
+        let lost = moved && self.driver.ftl().failure() == Some(IoError::DeviceGone);
+        while let Some(reply) = self.driver.take_reply() {
+            if let Some(answer) = self.waiters.remove(&reply.id) {
+                let result = match reply.result {
+                    Err(IoError::ReadOnly) if lost => Err(IoError::DeviceGone),
+                    other => other,
+                };
+                let _ = answer.send(result);
+            }
+            moved = true;
+        }
+        // Stop here too, rather than serving what the core still has in
+        // memory (buffered blocks) from a device that is gone.
+        if lost {
+            self.fail_all(IoError::DeviceGone);
+        }
+        moved
+    }
+
+    /// Requests wait, nothing is in flight and nothing moved. A lost device
+    /// says so when asked; anything else is a core bug, reported the way
+    /// `Driver::wait_for` does (the panic closes the handle, so callers get
+    /// `DeviceGone` instead of hanging).
+    fn unstall(&mut self) {
+        let result = self
+            .driver
+            .wait_device()
+            .and_then(|()| self.driver.turn_nowait());
+        match result {
+            Ok(true) => {}
+            Ok(false) => panic!(
+                "zftl driver thread: FTL stalled with {} requests unanswered and nothing in flight: {}",
+                self.waiters.len(),
+                self.driver.ftl().debug_state()
+            ),
+            Err(e) => self.fail_all(e),
+        }
+    }
+
+    /// The loop failed (device lost): every waiter gets the error, every
+    /// later request `DeviceGone`.
+    fn fail_all(&mut self, error: IoError) {
+        self.gone = true;
+        for (_, answer) in self.waiters.drain() {
+            let _ = answer.send(Err(error.clone()));
+        }
+        if let Some((_, _, answer)) = self.backlog.take() {
+            let _ = answer.send(Err(error));
+        }
+        while self.driver.take_reply().is_some() {}
+    }
+
+    /// `into_backend`: fail everything now, hand the backend back
+    /// untouched once the channel is drained.
+    fn crash(&mut self, answer: oneshot::Sender<B>) {
+        self.ending = Some(Ending::Crash(answer));
+        self.rx.close();
+        self.fail_all(IoError::DeviceGone);
+    }
+
+    fn finish(self) {
+        let Engine {
+            driver,
+            ending,
+            gone,
+            ..
+        } = self;
+        match ending {
+            Some(Ending::Shutdown(answer)) => {
+                let result = if gone {
+                    Err(IoError::DeviceGone)
+                } else {
+                    driver.shutdown()
+                };
+                let _ = answer.send(result);
+            }
+            Some(Ending::Crash(answer)) => {
+                let _ = answer.send(driver.into_backend());
+            }
+            Some(Ending::Dropped) | None => {
+                if !gone {
+                    let mut driver = driver;
+                    let _ = driver.flush();
+                }
+            }
+        }
+    }
+}
