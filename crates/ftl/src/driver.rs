@@ -24,7 +24,7 @@ use crate::backend::{Backend, Completion, DeviceError, SubmitError};
 use crate::error::IoError;
 use crate::ftl::{Ftl, Reply, ReplyData, Request};
 use crate::stats::FtlStats;
-use std::collections::HashMap;
+use std::collections::VecDeque;
 
 /// Completions reaped per loop turn.
 const REAP_BATCH: usize = 256;
@@ -34,7 +34,8 @@ pub struct Driver<B: Backend> {
     ftl: Ftl,
     completions: Vec<Completion>,
     next_id: u64,
-    replies: HashMap<u64, Result<ReplyData, IoError>>,
+    /// Finished replies not yet taken, oldest first (few: callers take them).
+    replies: VecDeque<Reply>,
 }
 
 impl<B: Backend> Driver<B> {
@@ -44,7 +45,7 @@ impl<B: Backend> Driver<B> {
             ftl,
             completions: Vec::with_capacity(REAP_BATCH),
             next_id: 0,
-            replies: HashMap::new(),
+            replies: VecDeque::new(),
         }
     }
 
@@ -116,9 +117,7 @@ impl<B: Backend> Driver<B> {
     /// Moves one finished reply out, if any (after [`Self::turn`] or
     /// [`Self::turn_nowait`]).
     pub fn take_reply(&mut self) -> Option<Reply> {
-        let id = *self.replies.keys().next()?;
-        let result = self.replies.remove(&id).expect("present");
-        Some(Reply { id, result })
+        self.replies.pop_front()
     }
 
     /// Like [`Self::turn`] but never waits on the device. Returns whether
@@ -131,8 +130,8 @@ impl<B: Backend> Driver<B> {
             self.ftl.handle_completion(c);
         }
         moved |= reaped > 0;
-        while let Some(Reply { id, result }) = self.ftl.poll_reply() {
-            self.replies.insert(id, result);
+        while let Some(reply) = self.ftl.poll_reply() {
+            self.replies.push_back(reply);
             moved = true;
         }
         Ok(moved)
@@ -172,8 +171,8 @@ impl<B: Backend> Driver<B> {
     /// The reply to `id`, running the loop until it arrives.
     pub fn wait_for(&mut self, id: u64) -> Result<ReplyData, IoError> {
         loop {
-            if let Some(r) = self.replies.remove(&id) {
-                return r;
+            if let Some(i) = self.replies.iter().position(|r| r.id == id) {
+                return self.replies.remove(i).expect("present").result;
             }
             if !self.turn()? {
                 panic!(

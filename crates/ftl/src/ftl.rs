@@ -30,6 +30,7 @@ use crate::superblock::{Superblock, TagMode};
 use crate::tag::{self, Tag, TagKind, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneTable};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// A host request. Offsets and counts are in blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +73,28 @@ pub struct Reply {
     pub id: u64,
     pub result: Result<ReplyData, IoError>,
 }
+
+/// Command tags and request ids are dense counters and both tables are
+/// bounded (max in-flight commands, max host requests): a multiplicative
+/// hash is enough, and much cheaper than SipHash on the per-I/O path.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap<T> = HashMap<u64, T, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,9 +149,17 @@ pub(crate) struct Parts {
 struct RelocItem {
     lba: Lba,
     src: Ppa,
-    data: Vec<u8>,
+    /// The GC read's buffer, shared by its blocks; this one is at `at`.
+    buf: Arc<Vec<u8>>,
+    at: usize,
     seq: Seq,
     crc: u32,
+}
+
+impl RelocItem {
+    fn block(&self, block_size: usize) -> &[u8] {
+        &self.buf[self.at..self.at + block_size]
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,18 +247,23 @@ struct FlushWait {
 
 #[derive(Debug)]
 struct ReadReq {
+    /// Assembled reply; empty while `whole` (one device read serves it all).
     data: Vec<u8>,
     parts_left: u32,
     error: Option<IoError>,
+    /// One part covers every block: reply with the device's buffer as is.
+    whole: bool,
 }
 
 #[derive(Debug)]
+/// Blocks `first_lba..+count` of a request, at consecutive physical blocks.
 struct ReadPart {
     req: u64,
     dst_block: u32,
-    lbas: Vec<Lba>,
+    first_lba: Lba,
+    count: u32,
     ppa: Ppa,
-    /// Data CRCs when the tag is not in OOB.
+    /// Data CRCs when the tag is not in OOB (empty in OOB mode).
     crcs: Vec<Option<u32>>,
     attempts: u8,
 }
@@ -312,10 +348,10 @@ pub struct Ftl {
     super_wp_blocks: [u64; 2],
     /// Superblock zones that failed a write or reset.
     super_dead: [bool; 2],
-    ops: HashMap<u64, Op>,
+    ops: IdMap<Op>,
     next_tag: u64,
     read_queue: VecDeque<ReadPart>,
-    reads: HashMap<u64, ReadReq>,
+    reads: IdMap<ReadReq>,
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
@@ -370,10 +406,10 @@ impl Ftl {
             super_generation: p.super_generation,
             super_wp_blocks: p.super_wp_blocks,
             super_dead: p.super_dead,
-            ops: HashMap::new(),
+            ops: IdMap::default(),
             next_tag: 0,
             read_queue: VecDeque::new(),
-            reads: HashMap::new(),
+            reads: IdMap::default(),
             waiting_writes: VecDeque::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
@@ -853,39 +889,14 @@ impl Ftl {
         if block_count == 0 {
             return Ok(Some(ReplyData::Read(Vec::new())));
         }
-        let bs = self.block_size();
-        let mut data = vec![0u8; block_count as usize * bs];
-        let mut parts: Vec<ReadPart> = Vec::new();
-        for i in 0..block_count {
-            let l = lba + u64::from(i);
-            let dst = &mut data[i as usize * bs..(i as usize + 1) * bs];
-            if let Some(buffered) = self.buffer.lookup(l) {
-                dst.copy_from_slice(buffered);
-                continue;
-            }
-            let Some(ppa) = self.l2p.get(l) else { continue };
-            let crc = self.p2l.crc(ppa);
-            if let Some(p) = parts.last_mut() {
-                let contiguous = p.ppa.0 + p.lbas.len() as u32 == ppa.0
-                    && p.ppa.zone(self.cap()) == ppa.zone(self.cap())
-                    && p.dst_block + p.lbas.len() as u32 == i
-                    && (p.lbas.len() as u32) < self.geo.max_transfer_blocks;
-                if contiguous {
-                    p.lbas.push(l);
-                    p.crcs.push(crc);
-                    continue;
-                }
-            }
-            parts.push(ReadPart {
-                req: id,
-                dst_block: i,
-                lbas: vec![l],
-                ppa,
-                crcs: vec![crc],
-                attempts: 0,
-            });
-        }
         self.stats.host_read_blocks += u64::from(block_count);
+        let (parts, media_blocks) = self.plan_read(id, lba, block_count);
+        let whole = parts.len() == 1 && media_blocks == block_count;
+        let data = if whole {
+            Vec::new()
+        } else {
+            self.assemble_read(lba, block_count)
+        };
         if parts.is_empty() {
             return Ok(Some(ReplyData::Read(data)));
         }
@@ -893,16 +904,73 @@ impl Ftl {
         for p in &parts {
             self.zone_readers[p.ppa.zone(cap) as usize] += 1;
         }
+        let parts_left = parts.len() as u32;
         self.reads.insert(
             id,
             ReadReq {
                 data,
-                parts_left: parts.len() as u32,
+                parts_left,
                 error: None,
+                whole,
             },
         );
         self.read_queue.extend(parts);
         Ok(None)
+    }
+
+    /// Device reads for the mapped, unbuffered blocks of a request, merged
+    /// where physical blocks are consecutive; and how many blocks they cover.
+    fn plan_read(&self, id: u64, lba: Lba, block_count: u32) -> (Vec<ReadPart>, u32) {
+        let cap = self.cap();
+        let in_band = self.tag_mode == TagMode::InBand;
+        let mut parts: Vec<ReadPart> = Vec::new();
+        let mut media_blocks = 0;
+        for i in 0..block_count {
+            let l = lba + u64::from(i);
+            if self.buffer.lookup(l).is_some() {
+                continue;
+            }
+            let Some(ppa) = self.l2p.get(l) else { continue };
+            media_blocks += 1;
+            let crc = if in_band {
+                Some(self.p2l.crc(ppa))
+            } else {
+                None
+            };
+            if let Some(p) = parts.last_mut() {
+                let contiguous = p.ppa.0 + p.count == ppa.0
+                    && p.ppa.zone(cap) == ppa.zone(cap)
+                    && p.dst_block + p.count == i
+                    && p.count < self.geo.max_transfer_blocks;
+                if contiguous {
+                    p.count += 1;
+                    p.crcs.extend(crc);
+                    continue;
+                }
+            }
+            parts.push(ReadPart {
+                req: id,
+                dst_block: i,
+                first_lba: l,
+                count: 1,
+                ppa,
+                crcs: crc.into_iter().collect(),
+                attempts: 0,
+            });
+        }
+        (parts, media_blocks)
+    }
+
+    /// The reply buffer: buffered blocks copied in, unmapped ones zero.
+    fn assemble_read(&self, lba: Lba, block_count: u32) -> Vec<u8> {
+        let bs = self.block_size();
+        let mut data = vec![0u8; block_count as usize * bs];
+        for (i, dst) in data.chunks_exact_mut(bs).enumerate() {
+            if let Some(buffered) = self.buffer.lookup(lba + i as u64) {
+                dst.copy_from_slice(buffered);
+            }
+        }
+        data
     }
 
     fn next_read_command(&mut self) -> Option<(Op, Command)> {
@@ -911,7 +979,7 @@ impl Ftl {
         let cmd = Command::Read {
             zone: part.ppa.zone(cap),
             offset_blocks: part.ppa.offset_blocks(cap),
-            block_count: part.lbas.len() as u32,
+            block_count: part.count,
         };
         Some((Op::HostRead(part), cmd))
     }
@@ -928,13 +996,11 @@ impl Ftl {
         self.zone_readers[zone as usize] -= 1;
         let bs = self.block_size();
         let checked = match result {
-            Ok(Outcome::Read { data, oob }) => self
-                .verify_blocks(part.ppa, &part.lbas, &part.crcs, &data, &oob)
-                .map(|_| data),
+            Ok(Outcome::Read { data, oob }) => self.verify_blocks(&part, &data, &oob).map(|_| data),
             Ok(other) => panic!("read completed as {other:?}"),
             Err(DeviceError::DeviceGone) => Err(IoError::DeviceGone),
             Err(e) => Err(IoError::Device {
-                lba: part.lbas[0],
+                lba: part.first_lba,
                 source: e,
             }),
         };
@@ -942,6 +1008,7 @@ impl Ftl {
             return;
         };
         match checked {
+            Ok(data) if req.whole => req.data = data,
             Ok(data) => {
                 let at = part.dst_block as usize * bs;
                 req.data[at..at + data.len()].copy_from_slice(&data);
@@ -966,19 +1033,13 @@ impl Ftl {
     }
 
     /// Checks each block's CRC (and, with OOB tags, that it is the block asked for).
-    fn verify_blocks(
-        &self,
-        first: Ppa,
-        lbas: &[Lba],
-        crcs: &[Option<u32>],
-        data: &[u8],
-        oob: &[u8],
-    ) -> Result<(), IoError> {
+    fn verify_blocks(&self, part: &ReadPart, data: &[u8], oob: &[u8]) -> Result<(), IoError> {
         let bs = self.block_size();
         let ob = self.geo.oob_size_bytes as usize;
         let cap = self.cap();
-        for (i, &lba) in lbas.iter().enumerate() {
-            let ppa = Ppa(first.0 + i as u32);
+        for i in 0..part.count as usize {
+            let lba = part.first_lba + i as u64;
+            let ppa = Ppa(part.ppa.0 + i as u32);
             let (zone, offset_blocks) = (ppa.zone(cap), ppa.offset_blocks(cap));
             let block = &data[i * bs..(i + 1) * bs];
             let actual_crc = tag::data_crc(block);
@@ -1003,7 +1064,7 @@ impl Ftl {
                         })
                     }
                 },
-                TagMode::InBand => match crcs[i] {
+                TagMode::InBand => match part.crcs[i] {
                     Some(c) => c,
                     None => continue, // remapped after the read was issued; the data was valid then
                 },
@@ -1471,35 +1532,39 @@ impl Ftl {
             }
             Err(_) => (Vec::new(), Vec::new()),
         };
+        let data = Arc::new(data);
         for i in 0..count as usize {
             let ppa = Ppa(first.0 + i as u32);
             let Some(lba) = self.is_live(ppa) else {
                 continue;
             };
-            let block = data.get(i * bs..(i + 1) * bs);
-            let crc = block.map(tag::data_crc);
-            let (ok, seq) = match (self.tag_mode, block) {
-                (_, None) => (false, 0),
-                (TagMode::Oob, Some(_)) => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
-                    Ok(Some(t)) => (t.lba == lba && Some(t.data_crc) == crc, t.seq),
-                    _ => (false, 0),
+            // The data's CRC travels with it (from the tag or the reverse map)
+            // rather than being recomputed: a damaged block moved by GC still
+            // fails its check when the host reads it, so nothing is laundered.
+            let readable = data.len() >= (i + 1) * bs;
+            let carried = match self.tag_mode {
+                _ if !readable => None,
+                TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
+                    Ok(Some(t)) if t.lba == lba => Some((t.data_crc, t.seq)),
+                    _ => None,
                 },
-                (TagMode::InBand, Some(_)) => (self.p2l.crc(ppa) == crc, 0),
+                TagMode::InBand => self.p2l.crc(ppa).map(|c| (c, 0)),
             };
-            if ok {
+            if let Some((crc, seq)) = carried {
                 let item = RelocItem {
                     lba,
                     src: ppa,
-                    data: block.expect("block").to_vec(),
+                    buf: Arc::clone(&data),
+                    at: i * bs,
                     seq,
-                    crc: crc.expect("crc"),
+                    crc,
                 };
                 let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
                 self.gc_queues[temp as usize].push_back(item);
             } else {
-                // Unreadable or corrupt: moving it would launder garbage. It
-                // stays mapped where it is (reads report the error) and the
-                // victim is retired instead of reset.
+                // Unreadable, or its tag names another block: it stays mapped
+                // where it is (reads report the error) and the victim is
+                // retired instead of reset.
                 self.stats.read_errors += 1;
                 if let Some(job) = self.job.as_mut() {
                     job.unreadable.insert(ppa);
@@ -1543,7 +1608,7 @@ impl Ftl {
         let (mut data, mut oob) = self.alloc_buffers(n + pad);
         let items: Vec<RelocItem> = self.gc_queues[temp as usize].drain(..n as usize).collect();
         for it in &items {
-            data.extend_from_slice(&it.data);
+            data.extend_from_slice(it.block(self.block_size()));
             let t = Tag {
                 kind: TagKind::Relocated,
                 epoch: self.epoch,
