@@ -298,7 +298,7 @@ impl SimDevice {
     }
 
     /// Brings the tables to a consistent state after a process kill (see
-    /// docs/format-sim.md, "Crash analysis"): zones with bad blocks are
+    /// docs/format.md, part 2, "Crash analysis"): zones with bad blocks are
     /// offline, open zones are closed, and page states above a zone's write
     /// pointer (programs never committed) are erased.
     fn recover(&mut self) -> io::Result<()> {

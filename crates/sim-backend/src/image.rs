@@ -1,4 +1,4 @@
-//! The image file's header and region layout (docs/format-sim.md).
+//! The image file's header and region layout (docs/format.md, part 2).
 //!
 //! Encode and decode live side by side and `encode_header` asserts that its
 //! output decodes back to the same header, so the two cannot drift apart.

@@ -8,7 +8,7 @@
 //! an endurance limit, has factory and grown bad blocks, a per-LUN timing
 //! model on a virtual clock, and seeded faults: program/erase failures,
 //! uncorrectable reads and power cuts that lose or tear in-flight commands.
-//! It runs in memory or on an image file (docs/format-sim.md).
+//! It runs in memory or on an image file (docs/format.md, part 2).
 //!
 //! Reading blocks that were never programmed (below the zone capacity)
 //! returns 0xFF data and 0xFF OOB, as erased NAND does. Torn and failed
