@@ -199,6 +199,8 @@ struct GcJob {
 
 /// Attempts at a read that fails with a media error before its blocks are
 /// given up on (NAND read errors are often transient: read retry).
+/// While GC is busy, GC jobs between two static wear-leveling moves.
+const WL_EVERY_GC_JOBS: u32 = 4;
 const READ_ATTEMPTS: u8 = 3;
 
 #[derive(Debug, Default)]
@@ -337,6 +339,8 @@ pub struct Ftl {
     zone_clock: Vec<u64>,
     job: Option<GcJob>,
     retire_queue: VecDeque<ZoneId>,
+    /// GC jobs since the last static wear-leveling move.
+    jobs_since_wl: u32,
     /// Blocks read by GC waiting to be written, per temperature.
     gc_queues: [VecDeque<RelocItem>; 2],
     gc_in_flight: u32,
@@ -397,6 +401,7 @@ impl Ftl {
             zone_clock: vec![0; zone_count],
             job: None,
             retire_queue: VecDeque::new(),
+            jobs_since_wl: 0,
             gc_queues: Default::default(),
             gc_in_flight: 0,
             host_appends_in_flight: 0,
@@ -1130,6 +1135,52 @@ impl Ftl {
         Some((zone, n))
     }
 
+    /// A zone for static wear leveling to move, if leveling is due: when GC
+    /// is idle, or as at most one job in `WL_EVERY_GC_JOBS + 1` while GC is
+    /// busy (a leveling move frees the zone it empties, so it costs GC no
+    /// space, only time).
+    fn wl_victim(&self) -> Option<ZoneId> {
+        if self.cfg.static_wl_threshold == 0 || self.zones.free_count() == 0 {
+            return None;
+        }
+        if self.gc_needed() && self.jobs_since_wl < WL_EVERY_GC_JOBS {
+            return None;
+        }
+        let ex = |z: ZoneId| self.excluded(z);
+        self.zones
+            .pick_static_wl_victim(self.cfg.static_wl_threshold, ex)
+    }
+
+    /// Room in `lane`, or else in its sibling: temperature separation is
+    /// best effort, and must never hold up writing when one lane cannot get
+    /// a zone (e.g. GC with one reserve zone left and both lanes full).
+    fn room_in(
+        &mut self,
+        lane: Lane,
+        wanted: u64,
+        may_use_reserve: bool,
+    ) -> Option<(Lane, ZoneId, u64)> {
+        if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
+            return Some((lane, zone, room));
+        }
+        let sibling = match lane {
+            Lane::HostHot => Lane::HostCold,
+            Lane::HostCold if may_use_reserve => Lane::Gc,
+            Lane::HostCold => Lane::HostHot,
+            Lane::Gc => Lane::HostCold,
+            // Never let leveling wedge GC: park the data with GC's instead.
+            Lane::WearLeveling => {
+                let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
+                return Some((Lane::Gc, zone, room));
+            }
+        };
+        if !self.cfg.temperature_streams || (sibling == Lane::Gc && !self.cfg.separate_gc_stream) {
+            return None;
+        }
+        let (zone, room) = self.lane_room(sibling, wanted, may_use_reserve)?;
+        Some((sibling, zone, room))
+    }
+
     fn lane_mut(&mut self, lane: Lane) -> &mut StreamState {
         &mut self.lanes[lane as usize]
     }
@@ -1226,7 +1277,7 @@ impl Ftl {
         };
         let queued = self.buffer.queued_in(temp) as u64;
         let urgent = self.host_flush_waiting();
-        let (zone, room) = self.lane_room(lane, queued, false)?;
+        let (lane, zone, room) = self.room_in(lane, queued, false)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
@@ -1383,20 +1434,16 @@ impl Ftl {
     fn pick_job(&mut self) -> Option<GcJob> {
         let (victim, purpose) = if let Some(z) = self.retire_queue.pop_front() {
             (z, JobPurpose::Retire)
+        } else if let Some(z) = self.wl_victim() {
+            self.jobs_since_wl = 0;
+            (z, JobPurpose::StaticWl)
         } else if self.gc_needed() {
             let ex = |z: ZoneId| self.excluded(z);
-            (
-                self.zones
-                    .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?,
-                JobPurpose::Gc,
-            )
-        } else if self.cfg.static_wl_threshold > 0 && self.buffer.queued() == 0 {
-            let ex = |z: ZoneId| self.excluded(z);
-            (
-                self.zones
-                    .pick_static_wl_victim(self.cfg.static_wl_threshold, ex)?,
-                JobPurpose::StaticWl,
-            )
+            let z = self
+                .zones
+                .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?;
+            self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
+            (z, JobPurpose::Gc)
         } else {
             return None;
         };
@@ -1599,8 +1646,8 @@ impl Ftl {
             j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
                 && j.reads_in_flight == 0
         });
-        // GC may use the reserve; wear leveling may not.
-        let (zone, room) = self.lane_room(lane, queued, !wl)?;
+        // GC and leveling (which frees what it moves) may use the reserve.
+        let (lane, zone, room) = self.room_in(lane, queued, true)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
@@ -1634,6 +1681,7 @@ impl Ftl {
         self.lane_commit(lane, zone, n + pad, newest);
         self.gc_in_flight += 1;
         self.stats.media_write_blocks += n + pad;
+        self.stats.gc_copy_blocks += n;
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
         Some((
@@ -1681,7 +1729,6 @@ impl Ftl {
                 from: it.src,
                 to: dst,
             });
-            self.stats.gc_copy_blocks += 1;
         }
     }
 

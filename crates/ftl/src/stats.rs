@@ -16,6 +16,7 @@ pub struct FtlStats {
     pub host_zero_blocks: u64,
     /// Every block the FTL wrote to media: host data, GC copies, padding, metadata.
     pub media_write_blocks: u64,
+    /// Blocks GC wrote (a copy that lost a race to a host write included).
     pub gc_copy_blocks: u64,
     pub meta_write_blocks: u64,
     pub pad_blocks: u64,
@@ -36,6 +37,9 @@ pub struct FtlStats {
     pub erase_count_max: u32,
     pub erase_count_mean: f64,
     pub erase_count_stddev: f64,
+    /// Erase counts above are over data and free zones; this is the highest
+    /// among the superblock and metadata zones.
+    pub metadata_erase_count_max: u32,
     /// L2P + P2L bytes.
     pub map_memory_bytes: u64,
     /// map_memory_bytes ÷ mapped_blocks (0 when nothing is mapped).
@@ -66,6 +70,7 @@ impl FtlStats {
         self.erase_count_max = wear.max_erases;
         self.erase_count_mean = wear.mean_erases;
         self.erase_count_stddev = wear.stddev_erases;
+        self.metadata_erase_count_max = zones.metadata_erase_max();
         self.map_memory_bytes = l2p.memory_bytes() + p2l.memory_bytes();
         self.map_bytes_per_mapped_block = ratio(self.map_memory_bytes, self.mapped_blocks);
     }

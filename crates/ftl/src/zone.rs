@@ -530,10 +530,23 @@ impl ZoneTable {
         }
     }
 
+    /// Zones that hold or may hold data: what wear leveling evens out. The
+    /// superblock and metadata zones wear on their own schedule (the log
+    /// ring rotates over its zones) and are left out.
     fn in_service(&self) -> impl Iterator<Item = &Zone> + '_ {
         self.zones
             .iter()
-            .filter(|zone| zone.kind != ZoneKind::Retired)
+            .filter(|zone| matches!(zone.kind, ZoneKind::Free | ZoneKind::Data { .. }))
+    }
+
+    /// Highest erase count among the superblock and metadata zones.
+    pub fn metadata_erase_max(&self) -> u32 {
+        self.zones
+            .iter()
+            .filter(|zone| matches!(zone.kind, ZoneKind::Superblock | ZoneKind::Meta))
+            .map(|zone| zone.erase_count)
+            .max()
+            .unwrap_or(0)
     }
 
     fn zone_mut(&mut self, z: ZoneId) -> &mut Zone {
