@@ -11,8 +11,9 @@ const LONG_ABOUT: &str = "\
 zftl: a host-side flash translation layer for zoned flash, and its NAND simulator.
 
 With no subcommand, zftl opens the default simulated device image (creating a
-4 GiB sparse image of 1024 zones if there is none yet) and prints its
-geometry and statistics.
+4 GiB sparse image of 1024 zones if there is none yet), formats the FTL on it
+if it holds none yet, mounts it and prints its geometry and the FTL's and the
+device's statistics.
 
 The default image is $ZFTL_IMAGE if set, else $XDG_DATA_HOME/zftl/default.img,
 else $HOME/.local/share/zftl/default.img.";
@@ -40,6 +41,123 @@ pub enum Command {
     /// Create and inspect simulated NAND devices (image files).
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Format the FTL on a simulated device image (created if missing).
+    ///
+    /// Refuses an image that already holds a zftl FTL, even a damaged one,
+    /// unless --force is given. Prints the logical size, the tag mode and
+    /// the zone layout.
+    Format(FormatArgs),
+    /// Mount the FTL and print its statistics and the device's.
+    ///
+    /// Mounting writes a checkpoint (and the superblock records pointing at
+    /// it), and the clean shutdown afterwards writes another: stats is not
+    /// read-only. Use `zftl check` to look without writing. Counters count
+    /// since this mount.
+    Stats(ImageOpt),
+    /// Verify every metadata structure and every mapped block, read-only.
+    ///
+    /// Reads every superblock record, the checkpoint, the metadata log and
+    /// the data and tag of every mapped block, and checks the zone table
+    /// against the map. Prints each problem (zone, offset, lba, detail)
+    /// and a summary. Exit status: 0 clean, 1 damaged or not formatted.
+    Check(ImageOpt),
+    /// Benchmarks on the in-memory simulator: write amplification, throughput, recovery.
+    Bench(crate::bench::BenchArgs),
+    /// Serve the FTL as a block device over NBD (Network Block Device).
+    ///
+    /// Opens the image (creating and formatting it as the main job does),
+    /// mounts the FTL and exports it as NAME (also the default export, the
+    /// empty name) until SIGINT or SIGTERM; then finishes the requests in
+    /// flight, flushes, writes a checkpoint and exits 0. Attach with e.g.
+    /// `nbdinfo nbd://127.0.0.1:10809` or `qemu-io -f raw nbd://127.0.0.1:10809/zftl`.
+    /// Logs go to stderr (filter with RUST_LOG, default info).
+    Serve(ServeArgs),
+}
+
+/// `zftl serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub image: ImageOpt,
+    /// Address and port to listen on. TLS is not implemented yet, so only
+    /// loopback addresses are accepted unless --insecure-no-tls is given.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
+    pub listen: std::net::SocketAddr,
+    /// Name of the export (the empty name selects it too).
+    #[arg(long, value_name = "NAME", default_value = "zftl")]
+    pub export: String,
+    /// Export read-only: writes, trims and zeroing fail with EPERM.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Allow a non-loopback --listen address without TLS: anyone who can
+    /// reach it can read and overwrite the volume.
+    #[arg(long)]
+    pub insecure_no_tls: bool,
+}
+
+/// Which image an FTL command works on.
+#[derive(Debug, Args)]
+pub struct ImageOpt {
+    /// The simulated device image [default: as for `zftl` with no
+    /// subcommand: $ZFTL_IMAGE, else $XDG_DATA_HOME/zftl/default.img, else
+    /// $HOME/.local/share/zftl/default.img].
+    #[arg(long, value_name = "PATH")]
+    pub image: Option<PathBuf>,
+}
+
+/// Where tags go (`--tag-placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Placement {
+    /// In OOB when the device has at least 32 OOB bytes per block, else in band.
+    Auto,
+    /// Always in band (notes in the metadata log), even with OOB.
+    InBand,
+}
+
+#[derive(Debug, Args)]
+pub struct FormatArgs {
+    #[command(flatten)]
+    pub image: ImageOpt,
+    /// Logical size in blocks (thin provisioning: may exceed the media)
+    /// [default: the data capacity less the GC reserve and open zones].
+    #[arg(long, value_name = "N", conflicts_with = "logical_size")]
+    pub logical_blocks: Option<u64>,
+    /// Logical size in bytes, a multiple of the block size; K, M, G, T
+    /// suffixes (powers of 1024) allowed, e.g. 64M.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub logical_size: Option<u64>,
+    /// Where block tags go.
+    #[arg(long, value_enum, value_name = "PLACEMENT", default_value = "auto")]
+    pub tag_placement: Placement,
+    /// Zones kept free so GC can always make progress.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub gc_reserve_zones: u32,
+    /// Seed of the volume's UUID.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Format even if the image already holds a zftl FTL (destroys its data).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `123`, `4K`, `64M`, `1G`, `2T` (powers of 1024; `KiB` etc. also read).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size in bytes (e.g. 4096, 64M, 1G)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{s}`: unknown unit (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -133,4 +251,20 @@ pub struct CreateArgs {
     /// Seed for everything random (factory bad blocks, faults).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("2t"), Ok(2 << 40));
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+    }
 }

@@ -32,6 +32,14 @@ pub enum CliError {
         #[source]
         source: DeviceError,
     },
+    #[error("image {}: {reason}", path.display())]
+    Ftl { path: PathBuf, reason: String },
+    #[error("image {} already holds {what}; pass --force to format it anyway (this destroys its data)", path.display())]
+    AlreadyFormatted { path: PathBuf, what: String },
+    #[error("image {}: check found {problems} problem(s): the volume is damaged", path.display())]
+    Damaged { path: PathBuf, problems: u64 },
+    #[error("{0}")]
+    InvalidArgument(String),
     #[error("cannot write output: {0}")]
     Output(#[source] io::Error),
 }

@@ -5,11 +5,15 @@
 //! with status 1 (2 for a bad command line).
 
 mod args;
+mod bench;
 mod config;
 mod error;
 mod image;
 mod paths;
+mod progress;
 mod report;
+mod serve;
+mod volume;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -63,18 +67,56 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             emit(cli.json, &report, || report.render())
         }
         Some(Command::Sim(SimCommand::DefaultConfig(args))) => default_config(args, cli.json),
+        Some(Command::Format(args)) => {
+            let report = volume::format(args, cli.image.as_ref())?;
+            emit(cli.json, &report, || report.text().render())
+        }
+        Some(Command::Stats(args)) => {
+            let report = volume::stats(args, cli.image.as_ref())?;
+            emit(cli.json, &report, || report.text().render())
+        }
+        Some(Command::Check(args)) => {
+            let (path, out) = volume::check(args, cli.image.as_ref())?;
+            emit(cli.json, &out, || out.render())?;
+            if out.clean {
+                Ok(())
+            } else {
+                Err(CliError::Damaged {
+                    path,
+                    problems: out.report.summary.problems_total,
+                })
+            }
+        }
+        Some(Command::Bench(args)) => bench::run(args, cli.json),
+        Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref()),
     }
 }
 
-/// The main job for now: open (or create) the default image and describe it.
+/// What the main job prints: the device, then the FTL on it.
+#[derive(Serialize)]
+struct MainReport {
+    #[serde(flatten)]
+    device: report::InfoReport,
+    ftl: volume::MainFtlReport,
+}
+
+/// The main job: open (or create) the default image, format the FTL on it
+/// if it holds none, mount it, and describe the device and the FTL.
 fn main_job(cli: &Cli) -> Result<(), CliError> {
     let path = match &cli.image {
         Some(path) => path.clone(),
         None => paths::default_image_path()?,
     };
     let (mut dev, action) = image::open_or_create(&path)?;
-    let report = image::info(&path, &mut dev, action)?;
-    emit(cli.json, &report, || report.text().render())
+    let ftl = volume::main_job_ftl(&path, &mut dev)?;
+    let device = image::info(&path, &mut dev, action)?;
+    let report = MainReport { device, ftl };
+    emit(cli.json, &report, || {
+        let mut t = report.device.text();
+        t.line(volume::main_job_line(&report.ftl));
+        report.ftl.write(&mut t);
+        t.render()
+    })
 }
 
 fn sim_create(args: &CreateArgs, json: bool) -> Result<(), CliError> {

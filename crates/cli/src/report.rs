@@ -287,7 +287,7 @@ impl InfoReport {
     }
 }
 
-fn stats_text(s: &SimStats, t: &mut Text) {
+pub fn stats_text(s: &SimStats, t: &mut Text) {
     t.section("stats");
     t.row("host_reads", s.host_reads);
     t.row("host_writes", s.host_writes);

@@ -95,6 +95,15 @@ fn first_run_creates_second_run_opens() {
     assert_eq!(report["action"], "opened");
     assert_eq!(report["geometry"]["zone_count"], 1024);
     assert_eq!(report["geometry"]["capacity_bytes"], 4u64 << 30);
+    // The first run formatted the FTL; later runs mount it.
+    assert!(
+        stdout(&first).contains("formatted zftl"),
+        "{}",
+        stdout(&first)
+    );
+    assert_eq!(report["ftl"]["action"], "mounted");
+    assert_eq!(report["ftl"]["volume"]["tag_mode"], "oob");
+    assert!(report["ftl"]["stats"]["write_amplification"].is_number());
 }
 
 #[test]
@@ -281,6 +290,9 @@ fn help_works_everywhere() {
         vec!["sim", "info", "--help"],
         vec!["sim", "erase-counts", "--help"],
         vec!["help", "sim"],
+        vec!["format", "--help"],
+        vec!["stats", "--help"],
+        vec!["check", "--help"],
     ] {
         let out = zftl(dir.path(), &args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
@@ -310,4 +322,165 @@ fn bad_usage_exits_2() {
         &["sim", "create", "x.img", "--channels", "many"],
     );
     assert_eq!(out.status.code(), Some(2));
+}
+
+// ----- the FTL commands ------------------------------------------------------
+
+/// A small OOB image formatted with `zftl format --json`; returns its path.
+fn formatted_small(dir: &Path) -> std::path::PathBuf {
+    let (path, out) = create_small(dir, "ftl.img", &["--oob", "64"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p = path.to_str().expect("utf-8");
+    let f = json(&zftl(
+        dir,
+        &["format", "--image", p, "--json", "--seed", "3"],
+    ));
+    assert_eq!(f["tag_mode"], "oob");
+    assert_eq!(f["meta_first_zone"], 2);
+    assert!(f["logical_blocks"].as_u64().unwrap() > 0);
+    path
+}
+
+#[test]
+fn format_stats_check_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = formatted_small(dir.path());
+    let p = path.to_str().expect("utf-8");
+
+    let stats = json(&zftl(dir.path(), &["stats", "--image", p, "--json"]));
+    assert!(stats["ftl"]["write_amplification"].is_number(), "{stats}");
+    assert!(stats["ftl"]["map_bytes_per_mapped_block"].is_number());
+    assert!(stats["device"]["host_writes"].is_u64());
+    assert_eq!(stats["volume"]["tag_mode"], "oob");
+
+    let out = zftl(dir.path(), &["check", "--image", p, "--json"]);
+    let report = json(&out);
+    assert_eq!(report["clean"], true, "{report}");
+    assert_eq!(report["problems"].as_array().map(Vec::len), Some(0));
+    assert_eq!(report["summary"]["recovered"], true);
+    let text = stdout(&zftl(dir.path(), &["check", "--image", p]));
+    assert!(text.contains(": clean"), "{text}");
+    assert!(text.contains("superblock_records:"), "{text}");
+}
+
+#[test]
+fn format_refuses_a_formatted_image_without_force() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = formatted_small(dir.path());
+    let p = path.to_str().expect("utf-8");
+    let again = zftl(dir.path(), &["format", "--image", p]);
+    assert_eq!(again.status.code(), Some(1));
+    let err = stderr(&again);
+    assert!(err.contains("already holds a zftl FTL"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let forced = json(&zftl(
+        dir.path(),
+        &[
+            "format",
+            "--image",
+            p,
+            "--force",
+            "--tag-placement",
+            "in-band",
+            "--json",
+        ],
+    ));
+    assert_eq!(forced["replaced_existing"], true);
+    assert_eq!(forced["tag_mode"], "in-band");
+    let bad = zftl(
+        dir.path(),
+        &["format", "--image", p, "--force", "--logical-size", "1000"],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stderr(&bad).contains("multiple of the block size"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn check_refuses_garbage_and_unformatted_images() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.img");
+    std::fs::write(&garbage, vec![0x5a_u8; 64 * 1024]).expect("write garbage");
+    let out = zftl(dir.path(), &["check", "--image", garbage.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("bad magic") && !err.contains("panicked"),
+        "{err}"
+    );
+
+    let (blank, out) = create_small(dir.path(), "blank.img", &[]);
+    assert!(out.status.success());
+    let out = zftl(dir.path(), &["check", "--image", blank.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("not a zftl device"), "{err}");
+    assert!(err.contains("zftl format"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Global page of zone offset `off` in the image (docs/format.md, "Addressing").
+fn page_index(c: &zftl_sim::SimConfig, zone: u32, off: u64) -> u64 {
+    let w = u64::from(c.zone_width_luns);
+    let u = u64::from(c.program_unit_pages);
+    let groups = u64::from(c.channels * c.luns_per_channel) / w;
+    let (g, row) = (u64::from(zone) % groups, u64::from(zone) / groups);
+    let unit = off / u;
+    let lun = g * w + unit % w;
+    let page = (unit / w) * u + off % u;
+    (lun * u64::from(c.blocks_per_lun) + row) * u64::from(c.pages_per_block) + page
+}
+
+#[test]
+fn check_names_the_block_with_a_flipped_data_bit() {
+    use std::os::unix::fs::FileExt;
+    use zftl_core::{Driver, FtlConfig};
+    use zftl_sim::{image::ImageLayout, RuntimeOptions, SimDevice};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = formatted_small(dir.path());
+    let p = path.to_str().expect("utf-8");
+    let dev = SimDevice::open_file(&path, RuntimeOptions::default()).expect("open");
+    let cfg = dev.config().clone();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+    let bs = ftl.block_size();
+    for lba in 0..10u64 {
+        ftl.write(lba, &vec![lba as u8 + 1; bs]).expect("write");
+    }
+    ftl.flush().expect("flush");
+    let ppa = ftl.ftl().lookup(6).expect("mapped");
+    drop(ftl.shutdown().expect("shutdown"));
+
+    let cap = cfg.zone_capacity_blocks();
+    let page = page_index(&cfg, ppa.zone(cap), ppa.offset_blocks(cap));
+    let at = ImageLayout::for_config(&cfg).data_offset + page * u64::from(cfg.page_size_bytes) + 77;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).expect("read");
+    assert_eq!(b[0], 7, "addressing");
+    f.write_all_at(&[b[0] ^ 0x20], at).expect("write");
+    drop(f);
+
+    let out = zftl(dir.path(), &["check", "--image", p]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("data_crc") && text.contains("lba          6"),
+        "{text}"
+    );
+    assert!(stderr(&out).contains("1 problem"), "{}", stderr(&out));
+    let out = zftl(dir.path(), &["check", "--image", p, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["clean"], false);
+    assert_eq!(report["problems"][0]["what"], "data_crc");
+    assert_eq!(report["problems"][0]["lba"], 6);
 }

@@ -1,0 +1,365 @@
+//! `zftl bench`: benchmarks on the in-memory simulator (timing off), so the
+//! numbers are CPU cost and media counts, not a model of NAND speed.
+//!
+//! - `wa`: write amplification and wear of a workload at a given
+//!   over-provisioning (OP) and GC policy;
+//! - `throughput`: the FTL's host rates against the raw backend's, measured
+//!   in one run on identical devices;
+//! - `recovery`: mount time after a power cut on devices of several sizes
+//!   holding the same data and history.
+//!
+//! Each prints one JSON object with `--json`, aligned text otherwise, and
+//! shows a progress bar on stderr when stderr is a terminal.
+
+mod pipe;
+pub mod raw;
+mod recovery;
+mod throughput;
+mod wa;
+mod workload;
+
+use std::io::{self, IsTerminal, Write};
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use zftl_core::layout::Layout;
+use zftl_core::{FtlConfig, IoError, MountError, VictimPolicy};
+use zftl_sim::{SimConfig, SimError};
+
+use crate::error::CliError;
+use workload::WorkloadKind;
+
+/// `zftl bench ...`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub bench: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Write amplification and wear: fill the logical space, then overwrite
+    /// it with a workload and count what the FTL wrote to the media.
+    Wa(WaArgs),
+    /// Host write and random-read rates through the FTL at steady-state GC,
+    /// against the raw backend's rates on an identical device.
+    Throughput(ThroughputArgs),
+    /// Mount time after a power cut on 1, 4 and 16 GiB devices holding the
+    /// same data and the same history since the last checkpoint.
+    Recovery(RecoveryArgs),
+}
+
+/// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
+#[derive(Debug, Clone, Args)]
+pub struct SpaceArgs {
+    /// Zones for data (the GC reserve is among them); at least 256. The
+    /// superblock and metadata zones format needs come on top.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub zones: u32,
+    /// Blocks (4 KiB pages) per zone.
+    #[arg(long, value_name = "BLOCKS", default_value_t = 256)]
+    pub zone_blocks: u32,
+    /// Zones format keeps free for GC; part of the OP, not on top of it.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gc_reserve_zones: u32,
+    /// GC victim policy: greedy or cost-benefit.
+    #[arg(long, value_name = "POLICY", default_value = "greedy")]
+    pub policy: VictimPolicy,
+    /// Keep block tags in band (metadata notes) even though the simulated
+    /// device has 64 OOB bytes per block.
+    #[arg(long)]
+    pub in_band_tags: bool,
+    /// Host requests kept in flight. Past about 32 the host outruns the
+    /// (untimed) device and the FTL's write buffer stays full.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub queue_depth: usize,
+    /// Seed of the address stream and of the format.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WaArgs {
+    /// Address distribution of the overwrite phase.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub workload: WorkloadKind,
+    /// Over-provisioning: (data blocks − logical blocks) ÷ logical blocks.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.28)]
+    pub op: f64,
+    #[command(flatten)]
+    pub space: SpaceArgs,
+    /// Host writes after the fill, as a multiple of the logical size.
+    #[arg(long, value_name = "F", default_value_t = 4.0)]
+    pub overwrites: f64,
+    /// Random overwrites (same workload) between the fill and the measured
+    /// phase, as a multiple of the logical size: 0 measures from the fill,
+    /// more measures closer to steady state.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub warmup: f64,
+    /// hotcold: the share of the logical space that is hot.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
+    pub hot_fraction: f64,
+    /// hotcold: the share of writes that go to the hot part.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
+    pub hot_access: f64,
+    /// zipf: the exponent.
+    #[arg(long, value_name = "THETA", default_value_t = 0.99)]
+    pub zipf_theta: f64,
+    /// Static wear leveling threshold in erases (0 = off).
+    #[arg(long, value_name = "ERASES", default_value_t = 0)]
+    pub static_wl_threshold: u32,
+    /// Write streams: `temperature` splits host writes and GC output into hot
+    /// and cold zones by the age of each block's previous version; `single`
+    /// is the textbook layout (one host stream, one GC stream).
+    #[arg(long, value_enum, default_value = "temperature")]
+    pub streams: Streams,
+    /// Run twice in this process: the textbook baseline (greedy, single
+    /// streams) and cost-benefit with temperature streams; print both and
+    /// the ratio of their WA. `--policy` and `--streams` are ignored.
+    #[arg(long)]
+    pub compare: bool,
+    /// The FTL's write buffer (FtlConfig::write_buffer_blocks). Host writes
+    /// are acknowledged once buffered; a full buffer absorbs rewrites.
+    #[arg(long, value_name = "BLOCKS", default_value_t = FtlConfig::default().write_buffer_blocks)]
+    pub write_buffer_blocks: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ThroughputArgs {
+    /// Over-provisioning of the FTL run.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.28)]
+    pub op: f64,
+    #[command(flatten)]
+    pub space: SpaceArgs,
+    /// Length of each measured phase, in seconds.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 3.0,
+        conflicts_with = "ops"
+    )]
+    pub seconds: f64,
+    /// Blocks moved in each measured phase, instead of --seconds.
+    #[arg(long, value_name = "N")]
+    pub ops: Option<u64>,
+    /// Random overwrites before measuring, as a multiple of the logical size.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Commands kept in flight on the raw device, and host reads kept in
+    /// flight through the FTL (reads do not go through the write buffer).
+    /// Raw writes slow down sharply past 32 on this simulator (see the
+    /// bench's docs), so the default stays at 32.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub read_queue_depth: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct RecoveryArgs {
+    /// Device sizes in MiB (multiples of 16).
+    #[arg(
+        long,
+        value_name = "MIB,...",
+        value_delimiter = ',',
+        default_value = "1024,4096,16384"
+    )]
+    pub sizes_mib: Vec<u64>,
+    /// Data written before the checkpoint, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub data_mib: u64,
+    /// Random 4 KiB overwrites of that data after the checkpoint (the
+    /// history recovery rolls forward), then a flush.
+    #[arg(long, value_name = "N", default_value_t = 8192)]
+    pub history_writes: u64,
+    /// Seed of the history's addresses.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// What can stop a benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Args(String),
+    #[error("simulator: {0}")]
+    Sim(#[from] SimError),
+    #[error("format or mount: {0}")]
+    Mount(#[from] MountError),
+    #[error("I/O through the FTL: {0}")]
+    Io(#[from] IoError),
+    #[error("check failed: {0}")]
+    Check(String),
+    #[error(transparent)]
+    Cli(#[from] CliError),
+}
+
+/// How writes are laid out in streams (`FtlConfig::temperature_streams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Streams {
+    Temperature,
+    Single,
+}
+
+/// Runs one benchmark. Output errors go back to `main` as they are; any
+/// other failure is printed here, in main's format, and exits with 1
+/// (`CliError` has no variant for FTL failures).
+pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
+    let outcome = match &args.bench {
+        BenchCommand::Wa(a) if a.compare => {
+            wa::compare(a).and_then(|r| emit(json, &r, || r.text()))
+        }
+        BenchCommand::Wa(a) => wa::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Throughput(a) => throughput::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Recovery(a) => recovery::run(a).and_then(|r| emit(json, &r, || r.text())),
+    };
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(BenchError::Cli(e)) => Err(e),
+        Err(e) => {
+            eprintln!("zftl: error: bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn emit<T: Serialize>(
+    json: bool,
+    value: &T,
+    render: impl FnOnce() -> String,
+) -> Result<(), BenchError> {
+    let mut out = if json {
+        serde_json::to_string_pretty(value).map_err(|e| CliError::Output(io::Error::other(e)))?
+    } else {
+        render()
+    };
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| BenchError::Cli(CliError::Output(e)))
+}
+
+/// A progress bar on stderr, hidden unless stderr is a terminal.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    if !io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg:>12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec}, eta {eta})",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A device for `wa` and `throughput`: `data_zones` zones for data plus the
+/// superblock and metadata zones format takes, and the logical size that
+/// gives the asked-for OP.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub sim: SimConfig,
+    pub device_zones: u32,
+    pub meta_zones: u32,
+    pub data_zones: u32,
+    pub zone_blocks: u64,
+    /// data_zones × zone capacity: what OP is measured against.
+    pub data_blocks: u64,
+    pub logical_blocks: u64,
+    pub gc_reserve_zones: u32,
+}
+
+impl Plan {
+    /// OP actually obtained after rounding the logical size down.
+    pub fn op_actual(&self) -> f64 {
+        (self.data_blocks - self.logical_blocks) as f64 / self.logical_blocks as f64
+    }
+}
+
+/// Zones of one erase block (1 LUN wide), all on one LUN; endurance out of
+/// the way so long runs never wear the device out; timing off.
+pub fn zoned_config(device_zones: u32, zone_blocks: u32) -> SimConfig {
+    SimConfig {
+        channels: 1,
+        luns_per_channel: 1,
+        blocks_per_lun: device_zones,
+        pages_per_block: zone_blocks,
+        zone_width_luns: 1,
+        max_append_blocks: zone_blocks.min(128),
+        max_transfer_blocks: zone_blocks.min(256),
+        queue_depth: 256,
+        timing: None,
+        endurance_erases: u32::MAX,
+        ..SimConfig::default()
+    }
+}
+
+/// Finds the device size where format's metadata ring and the data zones
+/// fit exactly (the ring's size depends on the zone count and the logical
+/// size, so iterate to the fixed point).
+pub fn plan(space: &SpaceArgs, op: f64) -> Result<Plan, BenchError> {
+    if space.zones < 256 {
+        return Err(BenchError::Args(format!(
+            "--zones {} is below the minimum of 256",
+            space.zones
+        )));
+    }
+    if space.zone_blocks == 0 {
+        return Err(BenchError::Args("--zone-blocks must be at least 1".into()));
+    }
+    if !(op > 0.0 && op.is_finite()) {
+        return Err(BenchError::Args(format!(
+            "--op {op} must be a positive fraction"
+        )));
+    }
+    let zone_blocks = u64::from(space.zone_blocks);
+    let data_blocks = u64::from(space.zones) * zone_blocks;
+    let logical_blocks = (data_blocks as f64 / (1.0 + op)).floor() as u64;
+    if logical_blocks == 0 {
+        return Err(BenchError::Args(format!(
+            "--op {op} leaves no logical space"
+        )));
+    }
+    let mut meta_zones = 2u32;
+    for _ in 0..16 {
+        let device_zones = 2 + meta_zones + space.zones;
+        let sim = zoned_config(device_zones, space.zone_blocks);
+        let geometry = sim.geometry()?;
+        let layout = Layout::plan(&geometry, Some(logical_blocks), space.gc_reserve_zones)?;
+        if layout.meta_zone_count == meta_zones {
+            return Ok(Plan {
+                sim,
+                device_zones,
+                meta_zones,
+                data_zones: space.zones,
+                zone_blocks,
+                data_blocks,
+                logical_blocks,
+                gc_reserve_zones: space.gc_reserve_zones,
+            });
+        }
+        meta_zones = layout.meta_zone_count;
+    }
+    Err(BenchError::Args(
+        "cannot size the metadata ring (no fixed point)".into(),
+    ))
+}
+
+/// Rounds for printing: `digits` after the point.
+pub fn round(x: f64, digits: i32) -> f64 {
+    let p = 10f64.powi(digits);
+    (x * p).round() / p
+}
+
+/// `a ÷ b`, 0 when `b` is 0.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}

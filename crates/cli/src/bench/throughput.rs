@@ -1,0 +1,312 @@
+//! `zftl bench throughput`: the FTL's host rates against the raw backend's,
+//! in one run, on identical in-memory devices (timing off).
+//!
+//! (a) raw: 4 KiB programs at the write pointer across zones (zones reset
+//! when the ring comes round), then 4 KiB random reads of a full device;
+//! (b) FTL at OP `--op`: fill, random 4 KiB overwrites for a warmup so GC
+//! runs at steady state, then measured random overwrites (ending with a
+//! flush) and measured random reads. The FTL's backend rate is the
+//! simulator's page programs + page reads in the window ÷ wall seconds.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use zftl_core::FtlConfig;
+use zftl_sim::rng::Rng;
+use zftl_sim::{SimDevice, SimStats};
+
+use super::pipe::Pipeline;
+use super::raw::{fill_device, random_reads, SeqWriter};
+use super::wa::{fill, format};
+use super::workload::{AddressGen, WorkloadSpec};
+use super::{plan, progress, ratio, round, BenchError, ThroughputArgs};
+use crate::report::Text;
+
+/// Blocks per raw batch between clock checks.
+const RAW_BATCH: u64 = 4096;
+
+#[derive(Debug, Serialize)]
+pub struct ThroughputReport {
+    pub op: f64,
+    pub policy: String,
+    pub zone_count: u32,
+    pub zone_blocks: u64,
+    pub device_zones: u32,
+    pub logical_blocks: u64,
+    /// Host writes in flight through the FTL.
+    pub queue_depth: usize,
+    /// Raw commands in flight, and host reads in flight through the FTL.
+    pub read_queue_depth: usize,
+    pub seed: u64,
+    // (a) raw backend
+    pub raw_write_blocks: u64,
+    pub raw_write_s: f64,
+    pub raw_write_blocks_per_s: f64,
+    pub raw_read_blocks: u64,
+    pub raw_read_s: f64,
+    pub raw_read_blocks_per_s: f64,
+    // (b) through the FTL
+    pub warmup_host_writes: u64,
+    pub warmup_s: f64,
+    pub ftl_write_blocks: u64,
+    pub ftl_write_s: f64,
+    pub ftl_host_writes_per_s: f64,
+    /// Simulator page programs + page reads per second in the write window.
+    pub ftl_backend_cmds_per_s: f64,
+    pub ftl_write_window_programs: u64,
+    pub ftl_write_window_reads: u64,
+    pub ftl_write_window_erases: u64,
+    /// Page programs ÷ host writes in the window.
+    pub ftl_write_window_wa: f64,
+    pub ftl_read_blocks: u64,
+    pub ftl_read_s: f64,
+    pub ftl_host_reads_per_s: f64,
+    /// ftl_backend_cmds_per_s ÷ raw_write_blocks_per_s (target ≥ 0.7).
+    pub write_efficiency: f64,
+    /// ftl_host_writes_per_s ÷ raw_write_blocks_per_s.
+    pub host_write_ratio: f64,
+    /// ftl_host_reads_per_s ÷ raw_read_blocks_per_s (target ≥ 0.8).
+    pub read_ratio: f64,
+}
+
+/// How long a measured phase runs.
+#[derive(Clone, Copy)]
+struct Window {
+    seconds: f64,
+    ops: Option<u64>,
+}
+
+impl Window {
+    fn blocks(self) -> u64 {
+        self.ops.unwrap_or(u64::MAX)
+    }
+
+    fn over(self, started: Instant, done: u64) -> bool {
+        match self.ops {
+            Some(n) => done >= n,
+            None => started.elapsed().as_secs_f64() >= self.seconds,
+        }
+    }
+}
+
+pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
+    if args.ops.is_none() && !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(BenchError::Args(format!(
+            "--seconds {} must be positive",
+            args.seconds
+        )));
+    }
+    if args.ops == Some(0) {
+        return Err(BenchError::Args("--ops must be at least 1".into()));
+    }
+    let window = Window {
+        seconds: args.seconds,
+        ops: args.ops,
+    };
+    let plan = plan(&args.space, args.op)?;
+    let depth = args.space.queue_depth;
+    let raw_depth = args.read_queue_depth;
+
+    // (a) The raw backend.
+    let mut dev = SimDevice::create_memory(plan.sim.clone())?;
+    let (raw_write_blocks, raw_write_s) = raw_writes(&mut dev, raw_depth, window);
+    drop(dev);
+    let mut dev = SimDevice::create_memory(plan.sim.clone())?;
+    fill_device(&mut dev, raw_depth);
+    let (raw_read_blocks, raw_read_s) = raw_reads(&mut dev, raw_depth, window, args.space.seed);
+    drop(dev);
+
+    // (b) The FTL on an identical device.
+    let config = FtlConfig {
+        gc_policy: args.space.policy,
+        ..FtlConfig::default()
+    };
+    let mut drv = format(&plan, &args.space, config)?;
+    let mut pipe = Pipeline::new(depth, drv.block_size());
+    fill(&mut drv, &mut pipe, plan.logical_blocks)?;
+    let mut addresses = AddressGen::new(
+        &WorkloadSpec::uniform(),
+        plan.logical_blocks,
+        args.space.seed,
+    );
+    let warmup_host_writes = (args.warmup.max(0.0) * plan.logical_blocks as f64).round() as u64;
+    let bar = progress(warmup_host_writes, "warmup");
+    let started = Instant::now();
+    pipe.write(
+        &mut drv,
+        warmup_host_writes,
+        &mut || addresses.next_lba(),
+        &mut |done| {
+            bar.set_position(done);
+            true
+        },
+    )?;
+    drv.flush()?;
+    let warmup_s = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    let before = drv.backend().stats();
+    let bar = progress(window.ops.unwrap_or(0), "ftl write");
+    let started = Instant::now();
+    let ftl_write_blocks = pipe.write(
+        &mut drv,
+        window.blocks(),
+        &mut || addresses.next_lba(),
+        &mut |done| {
+            bar.set_position(done);
+            !window.over(started, done)
+        },
+    )?;
+    drv.flush()?;
+    let ftl_write_s = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let after = drv.backend().stats();
+    let window_delta = Delta::between(&before, &after);
+
+    let bar = progress(window.ops.unwrap_or(0), "ftl read");
+    let mut read_addresses = AddressGen::new(
+        &WorkloadSpec::uniform(),
+        plan.logical_blocks,
+        args.space.seed ^ 0x4ead,
+    );
+    let mut pipe = Pipeline::new(raw_depth, drv.block_size());
+    let started = Instant::now();
+    let ftl_read_blocks = pipe.read(
+        &mut drv,
+        window.blocks(),
+        &mut || read_addresses.next_lba(),
+        &mut |done| {
+            bar.set_position(done);
+            !window.over(started, done)
+        },
+    )?;
+    let ftl_read_s = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    let raw_write_rate = ratio(raw_write_blocks as f64, raw_write_s);
+    let raw_read_rate = ratio(raw_read_blocks as f64, raw_read_s);
+    let ftl_write_rate = ratio(ftl_write_blocks as f64, ftl_write_s);
+    let ftl_read_rate = ratio(ftl_read_blocks as f64, ftl_read_s);
+    let backend_rate = ratio(
+        (window_delta.programs + window_delta.reads) as f64,
+        ftl_write_s,
+    );
+    Ok(ThroughputReport {
+        op: args.op,
+        policy: args.space.policy.to_string(),
+        zone_count: plan.data_zones,
+        zone_blocks: plan.zone_blocks,
+        device_zones: plan.device_zones,
+        logical_blocks: plan.logical_blocks,
+        queue_depth: depth,
+        read_queue_depth: raw_depth,
+        seed: args.space.seed,
+        raw_write_blocks,
+        raw_write_s: round(raw_write_s, 3),
+        raw_write_blocks_per_s: round(raw_write_rate, 0),
+        raw_read_blocks,
+        raw_read_s: round(raw_read_s, 3),
+        raw_read_blocks_per_s: round(raw_read_rate, 0),
+        warmup_host_writes,
+        warmup_s: round(warmup_s, 3),
+        ftl_write_blocks,
+        ftl_write_s: round(ftl_write_s, 3),
+        ftl_host_writes_per_s: round(ftl_write_rate, 0),
+        ftl_backend_cmds_per_s: round(backend_rate, 0),
+        ftl_write_window_programs: window_delta.programs,
+        ftl_write_window_reads: window_delta.reads,
+        ftl_write_window_erases: window_delta.erases,
+        ftl_write_window_wa: round(
+            ratio(window_delta.programs as f64, ftl_write_blocks as f64),
+            4,
+        ),
+        ftl_read_blocks,
+        ftl_read_s: round(ftl_read_s, 3),
+        ftl_host_reads_per_s: round(ftl_read_rate, 0),
+        write_efficiency: round(ratio(backend_rate, raw_write_rate), 4),
+        host_write_ratio: round(ratio(ftl_write_rate, raw_write_rate), 4),
+        read_ratio: round(ratio(ftl_read_rate, raw_read_rate), 4),
+    })
+}
+
+struct Delta {
+    programs: u64,
+    reads: u64,
+    erases: u64,
+}
+
+impl Delta {
+    fn between(before: &SimStats, after: &SimStats) -> Delta {
+        Delta {
+            programs: after.media_page_programs - before.media_page_programs,
+            reads: after.media_page_reads - before.media_page_reads,
+            erases: after.media_block_erases - before.media_block_erases,
+        }
+    }
+}
+
+/// Raw sequential programs for the window; (blocks, seconds).
+fn raw_writes(dev: &mut SimDevice, depth: usize, window: Window) -> (u64, f64) {
+    let mut writer = SeqWriter::new(dev, depth);
+    let bar = progress(window.ops.unwrap_or(0), "raw write");
+    let started = Instant::now();
+    let mut done = 0u64;
+    while !window.over(started, done) {
+        let batch = RAW_BATCH.min(window.blocks() - done);
+        writer.write(dev, batch);
+        done += batch;
+        bar.set_position(done);
+    }
+    bar.finish_and_clear();
+    (done, started.elapsed().as_secs_f64())
+}
+
+/// Raw random reads of a full device for the window; (blocks, seconds).
+fn raw_reads(dev: &mut SimDevice, depth: usize, window: Window, seed: u64) -> (u64, f64) {
+    let mut rng = Rng::stream(seed, 0x4a3);
+    let mut completions = Vec::with_capacity(depth);
+    let bar = progress(window.ops.unwrap_or(0), "raw read");
+    let started = Instant::now();
+    let mut done = 0u64;
+    let mut bytes = 0u64;
+    while !window.over(started, done) {
+        let batch = RAW_BATCH.min(window.blocks() - done);
+        bytes += random_reads(dev, &mut rng, &mut completions, depth, batch);
+        done += batch;
+        bar.set_position(done);
+    }
+    std::hint::black_box(bytes);
+    bar.finish_and_clear();
+    (done, started.elapsed().as_secs_f64())
+}
+
+impl ThroughputReport {
+    pub fn text(&self) -> String {
+        let mut t = Text::default();
+        t.line(format!(
+            "throughput: FTL at OP {} ({} GC) against the raw backend, 4 KiB, \
+             write queue depth {}, raw and read queue depth {}",
+            self.op, self.policy, self.queue_depth, self.read_queue_depth
+        ));
+        t.section("device");
+        t.row("data zones", self.zone_count);
+        t.row("zone blocks", self.zone_blocks);
+        t.row("device zones", self.device_zones);
+        t.row("logical blocks", self.logical_blocks);
+        t.section("raw backend");
+        t.row("write blocks/s", self.raw_write_blocks_per_s);
+        t.row("random read blocks/s", self.raw_read_blocks_per_s);
+        t.section("ftl");
+        t.row("warmup host writes", self.warmup_host_writes);
+        t.row("host writes/s", self.ftl_host_writes_per_s);
+        t.row("backend cmds/s (write)", self.ftl_backend_cmds_per_s);
+        t.row("window WA", self.ftl_write_window_wa);
+        t.row("window erases", self.ftl_write_window_erases);
+        t.row("host random reads/s", self.ftl_host_reads_per_s);
+        t.section("ratios");
+        t.row("write efficiency", self.write_efficiency);
+        t.row("host write ratio", self.host_write_ratio);
+        t.row("read ratio", self.read_ratio);
+        t.render()
+    }
+}
