@@ -1,5 +1,31 @@
-//! `zftl-nbd`: the Network Block Device server that exports a zftl volume.
+//! `zftl-nbd`: the Network Block Device server that exports zftl volumes.
 //!
-//! Status: not yet implemented. This crate is a placeholder in the workspace
-//! layout; it exports nothing, so nothing can mistake it for a working
-//! server. The work is tracked by the "NBD server" issue.
+//! It speaks the fixed newstyle handshake (options `EXPORT_NAME`, `INFO`,
+//! `GO`, `LIST`, `ABORT`, `STRUCTURED_REPLY`, `LIST_META_CONTEXT` and
+//! `SET_META_CONTEXT` for `base:allocation`) and serves `READ`, `WRITE`,
+//! `FLUSH`, `TRIM`, `WRITE_ZEROES` (with `FAST_ZERO` and `NO_HOLE`),
+//! `BLOCK_STATUS` and `DISC`, with `FUA` and `CAN_MULTI_CONN`, many requests
+//! in flight per connection and replies out of order. The protocol is
+//! `doc/proto.md` of the NetworkBlockDevice project.
+//!
+//! The server is generic over a [`Volume`] (the FTL behind a driver:
+//! `zftl::handle::AsyncHandle` wrapped in a newtype), exports a table of
+//! named [`Export`]s with per-export flags, and holds every bound in
+//! [`ServerConfig`]. TLS is not implemented: [`check_listen_address`]
+//! refuses non-loopback addresses unless the operator opts out.
+//!
+//! `BLOCK_STATUS` reports every extent as allocated data (status 0, always
+//! a correct answer): hole reporting needs core support, a query of which
+//! blocks are mapped that the volume interface does not offer yet.
+
+mod config;
+mod export;
+mod handshake;
+pub mod proto;
+mod server;
+mod transmission;
+
+pub use config::{check_listen_address, ListenRefused, ServerConfig};
+pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS};
+pub use server::Server;
+pub use transmission::errno_of;

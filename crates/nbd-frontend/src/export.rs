@@ -1,0 +1,170 @@
+//! What the server exports: the [`Volume`] trait a block store implements,
+//! and the table of named exports with per-export flags.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use zftl_core::{IoError, ReplyData, Request};
+
+/// A block volume the server can export: a zftl FTL behind a driver, or
+/// anything that answers the core's [`Request`]s the same way.
+///
+/// `zftl::handle::AsyncHandle` is the intended implementation; this crate
+/// does not depend on the root crate (which depends on it), so the embedder
+/// wraps the handle in a newtype that forwards these four methods.
+///
+/// Semantics the server relies on:
+/// - a `Request::Flush` makes durable every write, trim and zeroing whose
+///   reply was delivered before the flush was submitted, whichever clone or
+///   connection sent it (this is what makes `NBD_FLAG_CAN_MULTI_CONN` safe);
+/// - a write with `fua: true` is durable when it is answered;
+/// - requests may be in flight concurrently from many tasks.
+pub trait Volume: Clone + Send + Sync + 'static {
+    /// Bytes per block (a power of two).
+    fn block_size(&self) -> usize;
+    /// Size of the volume in blocks.
+    fn logical_blocks(&self) -> u64;
+    /// Largest `block_count` one request may carry.
+    fn max_request_blocks(&self) -> u32;
+    /// Runs one request.
+    fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send;
+}
+
+/// One named export.
+#[derive(Clone, Debug)]
+pub struct Export<V> {
+    pub name: String,
+    /// Shown to humans by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
+    pub description: String,
+    pub volume: V,
+    /// Writes, trims and zeroing are refused with `EPERM`.
+    pub read_only: bool,
+}
+
+impl<V: Volume> Export<V> {
+    pub fn new(name: impl Into<String>, volume: V) -> Self {
+        Export {
+            name: name.into(),
+            description: String::new(),
+            volume,
+            read_only: false,
+        }
+    }
+
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.volume
+            .logical_blocks()
+            .saturating_mul(self.volume.block_size() as u64)
+    }
+}
+
+/// Why an export table cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportTableError {
+    DuplicateName(String),
+    /// Names are NBD strings: UTF-8, no NUL, at most 4096 bytes; the empty
+    /// name is reserved for the default export.
+    InvalidName(String),
+    UnknownDefault(String),
+    /// The volume's block size is not a power of two in 512..=65536, the
+    /// range NBD clients accept as a minimum block size.
+    UnsupportedBlockSize(usize),
+}
+
+impl std::fmt::Display for ExportTableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportTableError::DuplicateName(n) => write!(f, "export name {n:?} is used twice"),
+            ExportTableError::InvalidName(n) => write!(
+                f,
+                "export name {n:?} is not allowed (empty, contains NUL or longer than 4096 bytes)"
+            ),
+            ExportTableError::UnknownDefault(n) => {
+                write!(f, "the default export {n:?} is not in the table")
+            }
+            ExportTableError::UnsupportedBlockSize(b) => write!(
+                f,
+                "block size {b} is not a power of two between 512 and 65536"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ExportTableError {}
+
+/// The exports of a server, by name, and which one the empty name (the NBD
+/// "default export") selects.
+#[derive(Clone, Debug)]
+pub struct ExportTable<V> {
+    exports: Vec<Arc<Export<V>>>,
+    default: Option<usize>,
+}
+
+/// Exports one table may hold.
+pub const MAX_EXPORTS: usize = 1024;
+
+impl<V: Volume> ExportTable<V> {
+    /// A table of `exports`; `default` names the export the empty name
+    /// selects (`None`: the empty name selects nothing).
+    pub fn new(exports: Vec<Export<V>>, default: Option<&str>) -> Result<Self, ExportTableError> {
+        if exports.len() > MAX_EXPORTS {
+            return Err(ExportTableError::InvalidName(format!(
+                "({} exports, at most {MAX_EXPORTS})",
+                exports.len()
+            )));
+        }
+        let mut names = std::collections::HashSet::new();
+        for e in &exports {
+            let bad = e.name.is_empty()
+                || e.name.len() > crate::proto::MAX_STRING_BYTES
+                || e.name.contains('\0');
+            if bad {
+                return Err(ExportTableError::InvalidName(e.name.clone()));
+            }
+            if !names.insert(e.name.clone()) {
+                return Err(ExportTableError::DuplicateName(e.name.clone()));
+            }
+            let bs = e.volume.block_size();
+            if !bs.is_power_of_two() || !(512..=65536).contains(&bs) {
+                return Err(ExportTableError::UnsupportedBlockSize(bs));
+            }
+        }
+        let default = match default {
+            None => None,
+            Some(d) => Some(
+                exports
+                    .iter()
+                    .position(|e| e.name == d)
+                    .ok_or_else(|| ExportTableError::UnknownDefault(d.to_string()))?,
+            ),
+        };
+        Ok(ExportTable {
+            exports: exports.into_iter().map(Arc::new).collect(),
+            default,
+        })
+    }
+
+    /// The export a client asked for by name (`""` = the default export).
+    pub fn find(&self, name: &str) -> Option<Arc<Export<V>>> {
+        if name.is_empty() {
+            return self.default.map(|i| Arc::clone(&self.exports[i]));
+        }
+        self.exports.iter().find(|e| e.name == name).cloned()
+    }
+
+    /// Every export, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Export<V>>> {
+        self.exports.iter()
+    }
+}

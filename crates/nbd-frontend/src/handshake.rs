@@ -1,0 +1,357 @@
+//! Fixed newstyle negotiation: the greeting, then option haggling until the
+//! client picks an export (`NBD_OPT_EXPORT_NAME` / `NBD_OPT_GO`), aborts,
+//! or breaks a rule and is disconnected.
+
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, warn};
+
+use crate::config::ServerConfig;
+use crate::export::{Export, ExportTable, Volume};
+use crate::proto::*;
+
+/// What the handshake agreed on; the transmission phase runs on it.
+pub(crate) struct Session<V> {
+    pub export: Arc<Export<V>>,
+    pub structured: bool,
+    /// `base:allocation` was selected for this export.
+    pub base_allocation: bool,
+}
+
+/// Why a handshake ended without an export.
+#[derive(Debug)]
+pub(crate) enum HandshakeEnd {
+    Io(io::Error),
+    /// The client sent `NBD_OPT_ABORT` (answered) or closed the connection.
+    ClientLeft,
+    /// A rule was broken; the connection is closed (hard disconnect).
+    Violation(String),
+}
+
+impl From<io::Error> for HandshakeEnd {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            HandshakeEnd::ClientLeft
+        } else {
+            HandshakeEnd::Io(e)
+        }
+    }
+}
+
+/// The block sizes the server advertises for `export` and enforces:
+/// (minimum = preferred = the volume's block size, maximum payload).
+pub(crate) fn block_sizes<V: Volume>(export: &Export<V>, cfg: &ServerConfig) -> (u32, u32) {
+    let bs = export.volume.block_size() as u32;
+    let by_volume = u64::from(export.volume.max_request_blocks().max(1)) * u64::from(bs);
+    let max = u64::from(cfg.max_payload_bytes).min(by_volume);
+    // A multiple of the block size, at least one block.
+    let max = (max / u64::from(bs)).max(1) * u64::from(bs);
+    (bs, u32::try_from(max).unwrap_or(u32::MAX / bs * bs))
+}
+
+/// Transmission flags of `export` for a session.
+pub(crate) fn transmission_flags<V>(export: &Export<V>, structured: bool) -> u16 {
+    let mut flags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_CAN_MULTI_CONN;
+    if export.read_only {
+        flags |= FLAG_READ_ONLY;
+    } else {
+        flags |= FLAG_SEND_FUA | FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES | FLAG_SEND_FAST_ZERO;
+    }
+    if structured {
+        flags |= FLAG_SEND_DF;
+    }
+    flags
+}
+
+struct Haggle<'a, S, V> {
+    stream: &'a mut S,
+    exports: &'a ExportTable<V>,
+    cfg: &'a ServerConfig,
+    no_zeroes: bool,
+    structured: bool,
+    /// The export `NBD_OPT_SET_META_CONTEXT` selected `base:allocation` for.
+    meta_for: Option<Arc<Export<V>>>,
+}
+
+/// Runs the handshake. `Ok(Some)` enters transmission; `Ok(None)` is a
+/// clean end (the client aborted).
+pub(crate) async fn handshake<S, V>(
+    stream: &mut S,
+    exports: &ExportTable<V>,
+    cfg: &ServerConfig,
+) -> Result<Option<Session<V>>, HandshakeEnd>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    V: Volume,
+{
+    let mut greeting = Vec::with_capacity(18);
+    greeting.extend_from_slice(&NBD_MAGIC.to_be_bytes());
+    greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    stream.write_all(&greeting).await?;
+    stream.flush().await?;
+
+    let client_flags = stream.read_u32().await?;
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(HandshakeEnd::Violation(format!(
+            "unknown client flags {client_flags:#x}"
+        )));
+    }
+    let mut h = Haggle {
+        stream,
+        exports,
+        cfg,
+        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        structured: false,
+        meta_for: None,
+    };
+    for _ in 0..cfg.max_options_per_handshake {
+        match h.one_option().await? {
+            Step::Continue => {}
+            Step::Done(session) => return Ok(Some(session)),
+            Step::Abort => return Ok(None),
+        }
+    }
+    Err(HandshakeEnd::Violation(format!(
+        "more than {} options",
+        cfg.max_options_per_handshake
+    )))
+}
+
+enum Step<V> {
+    Continue,
+    Done(Session<V>),
+    Abort,
+}
+
+impl<S, V> Haggle<'_, S, V>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    V: Volume,
+{
+    async fn reply(&mut self, option: u32, reply_type: u32, data: &[u8]) -> io::Result<()> {
+        self.stream
+            .write_all(&option_reply(option, reply_type, data))
+            .await
+    }
+
+    async fn finish_reply(&mut self, option: u32, reply_type: u32, data: &[u8]) -> io::Result<()> {
+        self.reply(option, reply_type, data).await?;
+        self.stream.flush().await
+    }
+
+    async fn error(&mut self, option: u32, reply_type: u32, message: &str) -> io::Result<()> {
+        debug!(option, reply_type, message, "option refused");
+        self.finish_reply(option, reply_type, message.as_bytes())
+            .await
+    }
+
+    async fn one_option(&mut self) -> Result<Step<V>, HandshakeEnd> {
+        let magic = self.stream.read_u64().await?;
+        if magic != IHAVEOPT {
+            return Err(HandshakeEnd::Violation(format!(
+                "bad option magic {magic:#018x}"
+            )));
+        }
+        let option = self.stream.read_u32().await?;
+        let length = self.stream.read_u32().await?;
+        if length > self.cfg.max_option_bytes {
+            if length > self.cfg.max_option_skip_bytes {
+                return Err(HandshakeEnd::Violation(format!(
+                    "option {option} of {length} bytes"
+                )));
+            }
+            let skipped = tokio::io::copy(
+                &mut (&mut *self.stream).take(u64::from(length)),
+                &mut tokio::io::sink(),
+            )
+            .await?;
+            if skipped != u64::from(length) {
+                return Err(HandshakeEnd::ClientLeft);
+            }
+            self.error(option, REP_ERR_TOO_BIG, "option data too large")
+                .await?;
+            return Ok(Step::Continue);
+        }
+        let mut data = vec![0u8; length as usize];
+        self.stream.read_exact(&mut data).await?;
+        debug!(option, length, "option");
+        self.dispatch(option, &data).await
+    }
+
+    async fn dispatch(&mut self, option: u32, data: &[u8]) -> Result<Step<V>, HandshakeEnd> {
+        match option {
+            OPT_EXPORT_NAME => self.export_name(data).await,
+            OPT_ABORT => {
+                // The client may already be gone; either way we are done.
+                let _ = self.finish_reply(option, REP_ACK, &[]).await;
+                Ok(Step::Abort)
+            }
+            OPT_LIST => {
+                self.list(data).await?;
+                Ok(Step::Continue)
+            }
+            OPT_INFO | OPT_GO => self.info_or_go(option, data).await,
+            OPT_STRUCTURED_REPLY => {
+                if data.is_empty() {
+                    self.structured = true;
+                    self.finish_reply(option, REP_ACK, &[]).await?;
+                } else {
+                    self.error(option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data")
+                        .await?;
+                }
+                Ok(Step::Continue)
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                self.meta_context(option, data).await?;
+                Ok(Step::Continue)
+            }
+            OPT_STARTTLS => {
+                self.error(
+                    option,
+                    REP_ERR_UNSUP,
+                    "TLS is not implemented by this server",
+                )
+                .await?;
+                Ok(Step::Continue)
+            }
+            _ => {
+                self.error(option, REP_ERR_UNSUP, "unknown option").await?;
+                Ok(Step::Continue)
+            }
+        }
+    }
+
+    async fn export_name(&mut self, data: &[u8]) -> Result<Step<V>, HandshakeEnd> {
+        let Ok(name) = decode_export_name(data) else {
+            return Err(HandshakeEnd::Violation(
+                "EXPORT_NAME with an invalid name".into(),
+            ));
+        };
+        // This option cannot answer with an error: close instead.
+        let Some(export) = self.exports.find(&name) else {
+            return Err(HandshakeEnd::Violation(format!(
+                "EXPORT_NAME of unknown export {name:?}"
+            )));
+        };
+        let mut b = Vec::with_capacity(10 + 124);
+        b.extend_from_slice(&export.size_bytes().to_be_bytes());
+        b.extend_from_slice(&transmission_flags(&export, self.structured).to_be_bytes());
+        if !self.no_zeroes {
+            b.extend_from_slice(&[0u8; 124]);
+        }
+        self.stream.write_all(&b).await?;
+        self.stream.flush().await?;
+        Ok(Step::Done(self.session(export)))
+    }
+
+    fn session(&self, export: Arc<Export<V>>) -> Session<V> {
+        let base_allocation = self
+            .meta_for
+            .as_ref()
+            .is_some_and(|m| Arc::ptr_eq(m, &export));
+        Session {
+            export,
+            structured: self.structured,
+            base_allocation,
+        }
+    }
+
+    async fn list(&mut self, data: &[u8]) -> io::Result<()> {
+        if !data.is_empty() {
+            return self
+                .error(OPT_LIST, REP_ERR_INVALID, "LIST takes no data")
+                .await;
+        }
+        let entries: Vec<Vec<u8>> = self
+            .exports
+            .iter()
+            .map(|e| rep_server_data(&e.name, &e.description))
+            .collect();
+        for entry in entries {
+            self.reply(OPT_LIST, REP_SERVER, &entry).await?;
+        }
+        self.finish_reply(OPT_LIST, REP_ACK, &[]).await
+    }
+
+    async fn info_or_go(&mut self, option: u32, data: &[u8]) -> Result<Step<V>, HandshakeEnd> {
+        let Ok(request) = InfoRequest::decode(data) else {
+            self.error(option, REP_ERR_INVALID, "malformed INFO/GO request")
+                .await?;
+            return Ok(Step::Continue);
+        };
+        let Some(export) = self.exports.find(&request.name) else {
+            let msg = format!("no export named {:?}", request.name);
+            self.error(option, REP_ERR_UNKNOWN, &msg).await?;
+            return Ok(Step::Continue);
+        };
+        let flags = transmission_flags(&export, self.structured);
+        self.reply(option, REP_INFO, &info_export(export.size_bytes(), flags))
+            .await?;
+        // Block sizes are sent whether or not they were asked for (the
+        // protocol allows it), and enforced.
+        let (bs, max) = block_sizes(&export, self.cfg);
+        self.reply(option, REP_INFO, &info_block_size(bs, bs, max))
+            .await?;
+        if request.requests.contains(&INFO_NAME) {
+            let d = info_string(INFO_NAME, &export.name);
+            self.reply(option, REP_INFO, &d).await?;
+        }
+        if request.requests.contains(&INFO_DESCRIPTION) && !export.description.is_empty() {
+            let d = info_string(INFO_DESCRIPTION, &export.description);
+            self.reply(option, REP_INFO, &d).await?;
+        }
+        self.finish_reply(option, REP_ACK, &[]).await?;
+        if option == OPT_GO {
+            return Ok(Step::Done(self.session(export)));
+        }
+        Ok(Step::Continue)
+    }
+
+    async fn meta_context(&mut self, option: u32, data: &[u8]) -> io::Result<()> {
+        if !self.structured {
+            return self
+                .error(
+                    option,
+                    REP_ERR_INVALID,
+                    "negotiate STRUCTURED_REPLY before meta contexts",
+                )
+                .await;
+        }
+        let Ok(request) = MetaContextRequest::decode(data) else {
+            return self
+                .error(option, REP_ERR_INVALID, "malformed meta context request")
+                .await;
+        };
+        let Some(export) = self.exports.find(&request.name) else {
+            let msg = format!("no export named {:?}", request.name);
+            return self.error(option, REP_ERR_UNKNOWN, &msg).await;
+        };
+        let listing = option == OPT_LIST_META_CONTEXT;
+        let selected = request
+            .queries
+            .iter()
+            .any(|q| q == META_BASE_ALLOCATION || (listing && q == "base:"))
+            || (listing && request.queries.is_empty());
+        if option == OPT_SET_META_CONTEXT {
+            self.meta_for = selected.then(|| Arc::clone(&export));
+        }
+        if selected {
+            let id = if listing { 0 } else { META_BASE_ALLOCATION_ID };
+            let d = meta_context_data(id, META_BASE_ALLOCATION);
+            self.reply(option, REP_META_CONTEXT, &d).await?;
+        }
+        self.finish_reply(option, REP_ACK, &[]).await
+    }
+}
+
+/// Logs how a handshake ended.
+pub(crate) fn log_end(end: &HandshakeEnd) {
+    match end {
+        HandshakeEnd::ClientLeft => debug!("client left during the handshake"),
+        HandshakeEnd::Io(e) => debug!(error = %e, "handshake I/O error"),
+        HandshakeEnd::Violation(why) => warn!(%why, "handshake refused; closing"),
+    }
+}

@@ -1,0 +1,172 @@
+//! The listener: accepts connections (a bounded number at once), runs the
+//! handshake and the transmission phase of each, and on shutdown stops
+//! accepting and waits until every connection has drained.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::config::ServerConfig;
+use crate::export::{ExportTable, Volume};
+use crate::handshake::{handshake, log_end};
+use crate::transmission::transmit;
+
+/// An NBD server for a table of exports.
+///
+/// ```no_run
+/// # async fn demo<V: zftl_nbd::Volume>(volume: V) -> Result<(), Box<dyn std::error::Error>> {
+/// use zftl_nbd::{Export, ExportTable, Server, ServerConfig};
+/// let exports = ExportTable::new(vec![Export::new("zftl", volume)], Some("zftl"))?;
+/// let server = Server::new(exports, ServerConfig::default());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:10809").await?;
+/// server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(()) }
+/// ```
+pub struct Server<V> {
+    exports: Arc<ExportTable<V>>,
+    config: Arc<ServerConfig>,
+    shutdown_tx: watch::Sender<bool>,
+}
+
+impl<V: Volume> Server<V> {
+    pub fn new(exports: ExportTable<V>, config: ServerConfig) -> Self {
+        Server {
+            exports: Arc::new(exports),
+            config: Arc::new(config.normalized()),
+            shutdown_tx: watch::channel(false).0,
+        }
+    }
+
+    /// The limits in force (after normalisation).
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Accepts connections on `listener` until `shutdown` completes, then
+    /// stops accepting, lets every connection finish the requests it has
+    /// read (their replies are sent), closes them and returns. Requests not
+    /// yet read from a socket are not served.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let slots = Arc::new(Semaphore::new(self.config.max_connections));
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                accepted = accept(&listener, &slots) => accepted,
+            };
+            let (stream, peer, slot) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let span = tracing::info_span!("conn", %peer);
+            let exports = Arc::clone(&self.exports);
+            let config = Arc::clone(&self.config);
+            let down = self.shutdown_tx.subscribe();
+            connections.spawn(
+                async move {
+                    debug!("connected");
+                    serve_one(stream, &exports, &config, down).await;
+                    debug!("closed");
+                    drop(slot);
+                }
+                .instrument(span),
+            );
+        }
+        drop(listener);
+        info!(
+            connections = connections.len(),
+            "shutting down: draining connections"
+        );
+        self.shutdown_tx.send_replace(true);
+        while let Some(done) = connections.join_next().await {
+            if let Err(e) = done {
+                warn!(error = %e, "connection task failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves one already-connected stream (any transport: TCP, a Unix
+    /// socket, an in-memory duplex in tests) until it closes or the
+    /// server's [`Self::serve`] shuts down.
+    pub async fn serve_stream<S>(&self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let down = self.shutdown_tx.subscribe();
+        serve_one(stream, &self.exports, &self.config, down).await;
+    }
+}
+
+async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> io::Result<(
+    tokio::net::TcpStream,
+    std::net::SocketAddr,
+    tokio::sync::OwnedSemaphorePermit,
+)> {
+    let slot = Arc::clone(slots)
+        .acquire_owned()
+        .await
+        .map_err(|_| io::Error::other("connection slots closed"))?;
+    let (stream, peer) = listener.accept().await?;
+    Ok((stream, peer, slot))
+}
+
+async fn serve_one<S, V>(
+    mut stream: S,
+    exports: &ExportTable<V>,
+    config: &ServerConfig,
+    mut down: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    V: Volume,
+{
+    let agreed = tokio::select! {
+        biased;
+        _ = down.wait_for(|d| *d) => return,
+        r = tokio::time::timeout(config.handshake_timeout, handshake(&mut stream, exports, config)) => r,
+    };
+    let session = match agreed {
+        Err(_) => {
+            warn!("handshake timed out; closing");
+            return;
+        }
+        Ok(Err(end)) => {
+            log_end(&end);
+            return;
+        }
+        Ok(Ok(None)) => {
+            debug!("client aborted the handshake");
+            return;
+        }
+        Ok(Ok(Some(session))) => session,
+    };
+    debug!(
+        export = %session.export.name,
+        structured = session.structured,
+        read_only = session.export.read_only,
+        "transmission"
+    );
+    transmit(stream, session, config, down).await;
+}

@@ -1,0 +1,803 @@
+//! The transmission phase of one connection.
+//!
+//! ```text
+//!  socket ─► reader loop ── validate ──► spawn one task per request ──► Volume
+//!                 │ (bounded: requests and bytes in flight)               │
+//!                 └── error replies ──►  writer task  ◄── replies ────────┘
+//!                                      (one mpsc, out of order) ─► socket
+//! ```
+//!
+//! The reader checks every header before anything reaches the volume, so
+//! bad input gets an NBD error (or, when the stream cannot be trusted any
+//! more, a hard disconnect) and never a panic. A request's permits travel
+//! with its reply and are released once the writer has sent it, so the
+//! memory held by one connection is bounded end to end.
+
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, warn};
+use zftl_core::{IoError, ReplyData, Request};
+
+use crate::config::ServerConfig;
+use crate::export::{Export, Volume};
+use crate::handshake::{block_sizes, Session};
+use crate::proto::*;
+
+/// A decoded, validated request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Read {
+        lba: u64,
+        blocks: u64,
+    },
+    Write {
+        lba: u64,
+        blocks: u64,
+        fua: bool,
+    },
+    Flush,
+    Trim {
+        lba: u64,
+        blocks: u64,
+        fua: bool,
+    },
+    Zero {
+        lba: u64,
+        blocks: u64,
+        fua: bool,
+        no_hole: bool,
+    },
+    BlockStatus {
+        length: u32,
+    },
+    Disc,
+}
+
+/// A request refused before it reaches the volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub errno: Errno,
+    pub message: String,
+}
+
+fn refuse(errno: Errno, message: impl Into<String>) -> Refusal {
+    Refusal {
+        errno,
+        message: message.into(),
+    }
+}
+
+/// What the reader needs to know to validate requests.
+pub(crate) struct Limits {
+    pub block_size: u64,
+    pub size_bytes: u64,
+    pub max_payload: u32,
+    pub read_only: bool,
+    pub structured: bool,
+    pub base_allocation: bool,
+}
+
+impl Limits {
+    pub fn of<V: Volume>(session: &Session<V>, cfg: &ServerConfig) -> Limits {
+        let (bs, max) = block_sizes(&session.export, cfg);
+        Limits {
+            block_size: u64::from(bs),
+            size_bytes: session.export.size_bytes(),
+            max_payload: max,
+            read_only: session.export.read_only,
+            structured: session.structured,
+            base_allocation: session.base_allocation,
+        }
+    }
+
+    fn allowed_flags(&self, command: u16) -> Option<u16> {
+        // FUA is accepted (and ignored where nothing is written) on every
+        // command, as the protocol asks of servers that advertise it.
+        let f = CMD_FLAG_FUA;
+        Some(match command {
+            CMD_READ if self.structured => f | CMD_FLAG_DF,
+            CMD_READ | CMD_WRITE | CMD_FLUSH | CMD_TRIM | CMD_DISC => f,
+            CMD_WRITE_ZEROES => f | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+            CMD_BLOCK_STATUS => f | CMD_FLAG_REQ_ONE,
+            _ => return None,
+        })
+    }
+
+    /// The block range of an offset and length, checked for alignment and
+    /// bounds. `beyond_end` is the error for a range past the end.
+    fn blocks(&self, h: &RequestHeader, beyond_end: Errno) -> Result<(u64, u64), Refusal> {
+        let len = u64::from(h.length);
+        if len == 0 {
+            return Err(refuse(Errno::Inval, "zero-length request"));
+        }
+        if !h.offset.is_multiple_of(self.block_size) || !len.is_multiple_of(self.block_size) {
+            return Err(refuse(
+                Errno::Inval,
+                format!(
+                    "offset {} or length {} not a multiple of the block size {}",
+                    h.offset, len, self.block_size
+                ),
+            ));
+        }
+        match h.offset.checked_add(len) {
+            Some(end) if end <= self.size_bytes => {}
+            _ => {
+                return Err(refuse(
+                    beyond_end,
+                    format!(
+                        "{}+{} lies beyond the end of the export ({} bytes)",
+                        h.offset, len, self.size_bytes
+                    ),
+                ))
+            }
+        }
+        Ok((h.offset / self.block_size, len / self.block_size))
+    }
+
+    /// Checks a header. Pure: the fuzz and unit tests drive it directly.
+    pub fn check(&self, h: &RequestHeader) -> Result<Op, Refusal> {
+        let Some(allowed) = self.allowed_flags(h.command) else {
+            return Err(refuse(
+                Errno::Inval,
+                format!("unknown command {}", h.command),
+            ));
+        };
+        if h.flags & !allowed != 0 {
+            return Err(refuse(
+                Errno::Inval,
+                format!("flags {:#x} not valid for command {}", h.flags, h.command),
+            ));
+        }
+        let fua = h.flags & CMD_FLAG_FUA != 0;
+        let writes = matches!(h.command, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+        if writes && self.read_only {
+            return Err(refuse(Errno::Perm, "the export is read-only"));
+        }
+        let payload = matches!(h.command, CMD_READ | CMD_WRITE);
+        if payload && h.length > self.max_payload {
+            return Err(refuse(
+                Errno::Overflow,
+                format!(
+                    "length {} exceeds the maximum payload {}",
+                    h.length, self.max_payload
+                ),
+            ));
+        }
+        match h.command {
+            CMD_READ => {
+                let (lba, blocks) = self.blocks(h, Errno::Inval)?;
+                Ok(Op::Read { lba, blocks })
+            }
+            CMD_WRITE => {
+                let (lba, blocks) = self.blocks(h, Errno::NoSpc)?;
+                Ok(Op::Write { lba, blocks, fua })
+            }
+            CMD_TRIM => {
+                let (lba, blocks) = self.blocks(h, Errno::Inval)?;
+                Ok(Op::Trim { lba, blocks, fua })
+            }
+            CMD_WRITE_ZEROES => {
+                let (lba, blocks) = self.blocks(h, Errno::NoSpc)?;
+                let no_hole = h.flags & CMD_FLAG_NO_HOLE != 0;
+                if no_hole && h.flags & CMD_FLAG_FAST_ZERO != 0 {
+                    // Zeroes that must be allocated are written as data: not fast.
+                    return Err(refuse(Errno::NotSup, "NO_HOLE zeroing is not fast"));
+                }
+                Ok(Op::Zero {
+                    lba,
+                    blocks,
+                    fua,
+                    no_hole,
+                })
+            }
+            CMD_FLUSH => {
+                if h.offset != 0 || h.length != 0 {
+                    return Err(refuse(Errno::Inval, "FLUSH with nonzero offset or length"));
+                }
+                Ok(Op::Flush)
+            }
+            CMD_BLOCK_STATUS => {
+                if !self.structured || !self.base_allocation {
+                    return Err(refuse(
+                        Errno::Inval,
+                        "BLOCK_STATUS without a negotiated meta context",
+                    ));
+                }
+                if h.length == 0 {
+                    return Err(refuse(Errno::Inval, "zero-length request"));
+                }
+                match h.offset.checked_add(u64::from(h.length)) {
+                    Some(end) if end <= self.size_bytes => Ok(Op::BlockStatus { length: h.length }),
+                    _ => Err(refuse(Errno::Inval, "BLOCK_STATUS beyond the end")),
+                }
+            }
+            CMD_DISC => Ok(Op::Disc),
+            _ => unreachable!("allowed_flags knows every command"),
+        }
+    }
+}
+
+/// The NBD error for a volume error.
+pub fn errno_of(e: &IoError) -> Errno {
+    match e {
+        IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
+            Errno::Inval
+        }
+        IoError::NoSpace => Errno::NoSpc,
+        // The volume went read-only after a metadata write failure: writes
+        // are refused as on a read-only export.
+        IoError::ReadOnly => Errno::Perm,
+        IoError::Busy
+        | IoError::Corrupt { .. }
+        | IoError::Misdirected { .. }
+        | IoError::Device { .. }
+        | IoError::DeviceGone => Errno::Io,
+    }
+}
+
+/// One message for the writer: a header (with any fixed fields), optional
+/// bulk data sent without copying, and the permits it holds until sent.
+pub(crate) struct Outgoing {
+    head: Vec<u8>,
+    data: Option<Vec<u8>>,
+    _permits: Option<Permits>,
+}
+
+pub(crate) struct Permits {
+    _request: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// Builds replies in the negotiated style.
+#[derive(Clone, Copy)]
+pub(crate) struct Replier {
+    structured: bool,
+}
+
+impl Replier {
+    fn ok(self, cookie: u64) -> Vec<u8> {
+        if self.structured {
+            chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0)
+        } else {
+            simple_reply(cookie, 0)
+        }
+    }
+
+    fn error(self, cookie: u64, r: &Refusal) -> Vec<u8> {
+        if self.structured {
+            error_chunk(cookie, r.errno, &r.message)
+        } else {
+            simple_reply(cookie, r.errno.code())
+        }
+    }
+
+    fn read_data(self, cookie: u64, offset: u64, data: &[u8]) -> Vec<u8> {
+        if self.structured {
+            let len = u32::try_from(8 + data.len()).expect("payload bounded by max_payload");
+            let mut h = chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, len);
+            h.extend_from_slice(&offset.to_be_bytes());
+            h
+        } else {
+            simple_reply(cookie, 0)
+        }
+    }
+
+    fn block_status(self, cookie: u64, length: u32) -> Vec<u8> {
+        let mut h = chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, 12);
+        h.extend_from_slice(&META_BASE_ALLOCATION_ID.to_be_bytes());
+        h.extend_from_slice(&length.to_be_bytes());
+        // Status 0: allocated data, contents unknown. Always a correct
+        // answer; hole reporting needs core support (a query of which
+        // blocks are mapped), which the volume interface does not offer.
+        h.extend_from_slice(&0u32.to_be_bytes());
+        h
+    }
+}
+
+/// Runs a validated request on the volume, in pieces of at most the
+/// volume's largest request.
+async fn execute<V: Volume>(
+    export: &Export<V>,
+    op: Op,
+    payload: Option<Vec<u8>>,
+) -> Result<Option<Vec<u8>>, IoError> {
+    let vol = &export.volume;
+    let max = u64::from(vol.max_request_blocks().max(1));
+    let bs = vol.block_size();
+    match op {
+        Op::Read { lba, blocks } => {
+            if blocks <= max {
+                return read(vol, lba, blocks).await.map(Some);
+            }
+            let mut out = Vec::with_capacity(blocks as usize * bs);
+            for (l, n) in pieces(lba, blocks, max) {
+                out.extend_from_slice(&read(vol, l, n).await?);
+            }
+            Ok(Some(out))
+        }
+        Op::Write { lba, blocks, fua } => {
+            let data = payload.unwrap_or_default();
+            if blocks <= max {
+                vol.call(Request::Write { lba, data, fua }).await?;
+                return Ok(None);
+            }
+            for (l, n) in pieces(lba, blocks, max) {
+                let at = ((l - lba) as usize) * bs;
+                let piece = data[at..at + n as usize * bs].to_vec();
+                vol.call(Request::Write {
+                    lba: l,
+                    data: piece,
+                    fua,
+                })
+                .await?;
+            }
+            Ok(None)
+        }
+        Op::Flush => vol.call(Request::Flush).await.map(|_| None),
+        Op::Trim { lba, blocks, fua } => {
+            for (l, n) in pieces(lba, blocks, max) {
+                let block_count = n as u32;
+                vol.call(Request::Trim {
+                    lba: l,
+                    block_count,
+                })
+                .await?;
+            }
+            if fua {
+                vol.call(Request::Flush).await?;
+            }
+            Ok(None)
+        }
+        Op::Zero {
+            lba,
+            blocks,
+            fua,
+            no_hole,
+        } => {
+            let single = blocks <= max;
+            for (l, n) in pieces(lba, blocks, max) {
+                let piece_fua = fua && single;
+                let request = if no_hole {
+                    let data = vec![0u8; n as usize * bs];
+                    Request::Write {
+                        lba: l,
+                        data,
+                        fua: piece_fua,
+                    }
+                } else {
+                    Request::WriteZeroes {
+                        lba: l,
+                        block_count: n as u32,
+                        fua: piece_fua,
+                    }
+                };
+                vol.call(request).await?;
+            }
+            if fua && !single {
+                vol.call(Request::Flush).await?;
+            }
+            Ok(None)
+        }
+        Op::BlockStatus { .. } | Op::Disc => Ok(None),
+    }
+}
+
+async fn read<V: Volume>(vol: &V, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
+    let block_count = blocks as u32;
+    match vol.call(Request::Read { lba, block_count }).await? {
+        ReplyData::Read(data) => Ok(data),
+        ReplyData::Done => Err(IoError::BufferSize {
+            expected_bytes: blocks as usize * vol.block_size(),
+            actual_bytes: 0,
+        }),
+    }
+}
+
+/// `(lba, count)` pieces of at most `max` blocks covering the range.
+fn pieces(lba: u64, blocks: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..blocks.div_ceil(max)).map(move |i| {
+        let start = i * max;
+        (lba + start, (blocks - start).min(max))
+    })
+}
+
+/// Why the reader stopped.
+#[derive(Debug)]
+enum Stop {
+    Disc,
+    Eof,
+    Shutdown,
+    Io(io::Error),
+    Violation(String),
+}
+
+/// What reading one request produced.
+enum Next {
+    Spawn {
+        header: RequestHeader,
+        op: Op,
+        payload: Option<Vec<u8>>,
+        permits: Permits,
+    },
+    Refused(Outgoing),
+    Stop(Stop),
+}
+
+struct Reader<R> {
+    inner: R,
+    limits: Limits,
+    replier: Replier,
+    requests: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    max_write_skip: u64,
+}
+
+impl<R: AsyncRead + Unpin> Reader<R> {
+    async fn next(&mut self) -> Next {
+        let mut raw = [0u8; REQUEST_HEADER_BYTES];
+        if let Err(e) = self.inner.read_exact(&mut raw).await {
+            return Next::Stop(io_stop(e));
+        }
+        let header = match RequestHeader::decode(&raw) {
+            Ok(h) => h,
+            Err(BadRequestMagic(m)) => {
+                return Next::Stop(Stop::Violation(format!("bad request magic {m:#010x}")))
+            }
+        };
+        match self.limits.check(&header) {
+            Ok(Op::Disc) => Next::Stop(Stop::Disc),
+            Ok(op) => self.admit(header, op).await,
+            Err(refusal) => self.refused(header, refusal).await,
+        }
+    }
+
+    /// Takes the permits (waiting while the connection is at its bounds),
+    /// then the payload.
+    async fn admit(&mut self, header: RequestHeader, op: Op) -> Next {
+        let cost = match op {
+            Op::Read { .. } | Op::Write { .. } => header.length,
+            Op::Zero { no_hole: true, .. } => header.length.min(self.limits.max_payload),
+            _ => 0,
+        };
+        let Ok(request) = Arc::clone(&self.requests).acquire_owned().await else {
+            return Next::Stop(Stop::Shutdown);
+        };
+        let bytes = if cost > 0 {
+            match Arc::clone(&self.bytes).acquire_many_owned(cost).await {
+                Ok(p) => Some(p),
+                Err(_) => return Next::Stop(Stop::Shutdown),
+            }
+        } else {
+            None
+        };
+        let permits = Permits {
+            _request: request,
+            _bytes: bytes,
+        };
+        let mut payload = None;
+        if header.command == CMD_WRITE {
+            let len = header.length as usize;
+            let mut buf = Vec::with_capacity(len);
+            let got = (&mut self.inner)
+                .take(len as u64)
+                .read_to_end(&mut buf)
+                .await;
+            match got {
+                Ok(n) if n == len => payload = Some(buf),
+                Ok(_) => return Next::Stop(Stop::Eof),
+                Err(e) => return Next::Stop(io_stop(e)),
+            }
+        }
+        Next::Spawn {
+            header,
+            op,
+            payload,
+            permits,
+        }
+    }
+
+    /// Answers a refused request; a refused WRITE's payload is read and
+    /// dropped first (or the connection closed if it is absurdly large).
+    async fn refused(&mut self, header: RequestHeader, refusal: Refusal) -> Next {
+        debug!(
+            cookie = header.cookie,
+            command = header.command,
+            errno = refusal.errno.code(),
+            why = %refusal.message,
+            "request refused"
+        );
+        if header.command == CMD_WRITE {
+            let len = u64::from(header.length);
+            if len > self.max_write_skip {
+                return Next::Stop(Stop::Violation(format!(
+                    "refused WRITE with a {len}-byte payload"
+                )));
+            }
+            let skipped =
+                tokio::io::copy(&mut (&mut self.inner).take(len), &mut tokio::io::sink()).await;
+            match skipped {
+                Ok(n) if n == len => {}
+                Ok(_) => return Next::Stop(Stop::Eof),
+                Err(e) => return Next::Stop(io_stop(e)),
+            }
+        }
+        Next::Refused(Outgoing {
+            head: self.replier.error(header.cookie, &refusal),
+            data: None,
+            _permits: None,
+        })
+    }
+}
+
+fn io_stop(e: io::Error) -> Stop {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => Stop::Eof,
+        _ => Stop::Io(e),
+    }
+}
+
+/// Runs one request and queues its reply.
+async fn serve_request<V: Volume>(
+    export: Arc<Export<V>>,
+    replier: Replier,
+    header: RequestHeader,
+    op: Op,
+    payload: Option<Vec<u8>>,
+    permits: Permits,
+    tx: mpsc::Sender<Outgoing>,
+) {
+    let cookie = header.cookie;
+    let block_status = match op {
+        Op::BlockStatus { length } => Some(length),
+        _ => None,
+    };
+    let result = execute(&export, op, payload).await;
+    let (head, data) = match (result, block_status) {
+        (Ok(_), Some(length)) => (replier.block_status(cookie, length), None),
+        (Ok(Some(data)), None) => (replier.read_data(cookie, header.offset, &data), Some(data)),
+        (Ok(None), None) => (replier.ok(cookie), None),
+        (Err(e), _) => {
+            let errno = errno_of(&e);
+            if errno == Errno::Io {
+                warn!(cookie, command = header.command, error = %e, "request failed");
+            } else {
+                debug!(cookie, command = header.command, error = %e, "request failed");
+            }
+            let refusal = refuse(errno, e.to_string());
+            (replier.error(cookie, &refusal), None)
+        }
+    };
+    // The connection may be gone; the request itself is done either way.
+    let _ = tx
+        .send(Outgoing {
+            head,
+            data,
+            _permits: Some(permits),
+        })
+        .await;
+}
+
+/// Writes replies in the order they finish; flushes when none is waiting.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::Receiver<Outgoing>,
+) -> io::Result<()> {
+    let mut w = BufWriter::with_capacity(256 << 10, writer);
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(m) = next.take() {
+            w.write_all(&m.head).await?;
+            if let Some(data) = &m.data {
+                w.write_all(data).await?;
+            }
+            drop(m);
+            next = rx.try_recv().ok();
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
+/// Serves requests until the client disconnects, breaks the protocol, or
+/// the server shuts down; then finishes every request in flight, sends its
+/// reply, and closes.
+pub(crate) async fn transmit<S, V>(
+    stream: S,
+    session: Session<V>,
+    cfg: &ServerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+    V: Volume,
+{
+    let limits = Limits::of(&session, cfg);
+    let replier = Replier {
+        structured: session.structured,
+    };
+    let (read_half, write_half) = tokio::io::split(stream);
+    let depth = cfg.max_inflight_requests_per_connection as usize;
+    let (tx, rx) = mpsc::channel::<Outgoing>(depth);
+    let writer = tokio::spawn(write_replies(write_half, rx));
+    let mut reader = Reader {
+        inner: read_half,
+        limits,
+        replier,
+        requests: Arc::new(Semaphore::new(depth)),
+        bytes: Arc::new(Semaphore::new(
+            cfg.max_inflight_bytes_per_connection as usize,
+        )),
+        max_write_skip: cfg.max_write_skip_bytes,
+    };
+    let stop = loop {
+        let next = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|down| *down) => Next::Stop(Stop::Shutdown),
+            n = reader.next() => n,
+        };
+        match next {
+            Next::Spawn {
+                header,
+                op,
+                payload,
+                permits,
+            } => {
+                let export = Arc::clone(&session.export);
+                let tx = tx.clone();
+                tokio::spawn(serve_request(
+                    export, replier, header, op, payload, permits, tx,
+                ));
+            }
+            Next::Refused(out) => {
+                if tx.send(out).await.is_err() {
+                    break Stop::Eof;
+                }
+            }
+            Next::Stop(stop) => break stop,
+        }
+    };
+    match &stop {
+        Stop::Violation(why) => warn!(%why, "protocol violation; closing"),
+        Stop::Io(e) => debug!(error = %e, "read error; closing"),
+        other => debug!(?other, "transmission ending"),
+    }
+    // Requests in flight hold clones of `tx`; the writer ends after the last
+    // of them has queued its reply.
+    drop(tx);
+    drop(reader);
+    match writer.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(error = %e, "writing replies failed"),
+        Err(e) => warn!(error = %e, "reply writer task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            block_size: 4096,
+            size_bytes: 4096 * 100,
+            max_payload: 4096 * 8,
+            read_only: false,
+            structured: true,
+            base_allocation: false,
+        }
+    }
+
+    fn h(command: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
+        RequestHeader {
+            flags,
+            command,
+            cookie: 1,
+            offset,
+            length,
+        }
+    }
+
+    fn errno(r: Result<Op, Refusal>) -> Option<Errno> {
+        r.err().map(|r| r.errno)
+    }
+
+    #[test]
+    fn good_requests_decode() {
+        let l = limits();
+        assert_eq!(
+            l.check(&h(CMD_READ, 0, 4096, 8192)),
+            Ok(Op::Read { lba: 1, blocks: 2 })
+        );
+        assert_eq!(
+            l.check(&h(CMD_WRITE, CMD_FLAG_FUA, 0, 4096)),
+            Ok(Op::Write {
+                lba: 0,
+                blocks: 1,
+                fua: true
+            })
+        );
+        assert_eq!(l.check(&h(CMD_FLUSH, 0, 0, 0)), Ok(Op::Flush));
+        // TRIM and WRITE_ZEROES carry no payload: larger than the maximum is fine.
+        assert!(l.check(&h(CMD_TRIM, 0, 0, 4096 * 100)).is_ok());
+        assert!(l
+            .check(&h(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 0, 4096 * 100))
+            .is_ok());
+    }
+
+    #[test]
+    fn bad_requests_get_the_spec_errors() {
+        let l = limits();
+        assert_eq!(errno(l.check(&h(99, 0, 0, 4096))), Some(Errno::Inval));
+        assert_eq!(
+            errno(l.check(&h(CMD_READ, 1 << 9, 0, 4096))),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_READ, 0, 512, 4096))),
+            Some(Errno::Inval)
+        );
+        assert_eq!(errno(l.check(&h(CMD_READ, 0, 0, 512))), Some(Errno::Inval));
+        assert_eq!(errno(l.check(&h(CMD_READ, 0, 0, 0))), Some(Errno::Inval));
+        assert_eq!(
+            errno(l.check(&h(CMD_READ, 0, 4096 * 99, 8192))),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_WRITE, 0, 4096 * 99, 8192))),
+            Some(Errno::NoSpc)
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_READ, 0, u64::MAX - 4095, 4096))),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_WRITE, 0, 0, 4096 * 9))),
+            Some(Errno::Overflow)
+        );
+        assert_eq!(errno(l.check(&h(CMD_FLUSH, 0, 1, 0))), Some(Errno::Inval));
+        assert_eq!(
+            errno(l.check(&h(CMD_BLOCK_STATUS, 0, 0, 4096))),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(l.check(&h(
+                CMD_WRITE_ZEROES,
+                CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+                0,
+                4096
+            ))),
+            Some(Errno::NotSup)
+        );
+        let ro = Limits {
+            read_only: true,
+            ..limits()
+        };
+        assert_eq!(
+            errno(ro.check(&h(CMD_WRITE, 0, 0, 4096))),
+            Some(Errno::Perm)
+        );
+        assert_eq!(errno(ro.check(&h(CMD_TRIM, 0, 0, 4096))), Some(Errno::Perm));
+        assert!(ro.check(&h(CMD_READ, 0, 0, 4096)).is_ok());
+        assert!(ro.check(&h(CMD_FLUSH, 0, 0, 0)).is_ok());
+        let simple = Limits {
+            structured: false,
+            ..limits()
+        };
+        assert_eq!(
+            errno(simple.check(&h(CMD_READ, CMD_FLAG_DF, 0, 4096))),
+            Some(Errno::Inval)
+        );
+    }
+
+    #[test]
+    fn pieces_cover_the_range() {
+        let p: Vec<_> = pieces(10, 7, 3).collect();
+        assert_eq!(p, vec![(10, 3), (13, 3), (16, 1)]);
+        assert_eq!(pieces(0, 3, 3).count(), 1);
+    }
+}

@@ -1,0 +1,1010 @@
+//! The NBD server against a small NBD client written for these tests, over
+//! TCP on 127.0.0.1 (port 0), with a real FTL on the in-memory simulator
+//! behind it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use zftl::core::{FormatOptions, FtlConfig, IoError, ReplyData, Request};
+use zftl::handle::{AsyncHandle, Handle};
+use zftl::sim::{SimConfig, SimDevice};
+use zftl_nbd::proto::*;
+use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
+
+const BS: usize = 4096;
+/// Small enough that "larger than the limit" tests are cheap.
+const MAX_REQUEST_BLOCKS: u32 = 64;
+
+// ----- the volume: the FTL's async handle ------------------------------------
+
+#[derive(Clone)]
+struct Vol(AsyncHandle<SimDevice>);
+
+impl Volume for Vol {
+    fn block_size(&self) -> usize {
+        self.0.block_size()
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.0.logical_blocks()
+    }
+    fn max_request_blocks(&self) -> u32 {
+        MAX_REQUEST_BLOCKS
+    }
+    fn call(
+        &self,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<ReplyData, IoError>> + Send {
+        self.0.call(request)
+    }
+}
+
+fn ftl_config() -> FtlConfig {
+    FtlConfig {
+        max_request_blocks: MAX_REQUEST_BLOCKS,
+        ..FtlConfig::default()
+    }
+}
+
+async fn format_volume() -> Vol {
+    tokio::task::spawn_blocking(|| {
+        let dev = SimDevice::create_memory(SimConfig::small_for_tests()).unwrap();
+        let h = Handle::format(dev, &FormatOptions::default(), ftl_config()).unwrap();
+        Vol(AsyncHandle::from(h))
+    })
+    .await
+    .unwrap()
+}
+
+struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+    vol: Vol,
+}
+
+impl Running {
+    async fn stop(mut self) -> Vol {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("server drains and stops")
+            .unwrap()
+            .unwrap();
+        self.vol
+    }
+}
+
+async fn start_on(vol: Vol, config: ServerConfig) -> Running {
+    let exports = ExportTable::new(
+        vec![
+            Export::new("zftl", vol.clone()).description("the zftl volume"),
+            Export::new("ro", vol.clone()).read_only(true),
+        ],
+        Some("zftl"),
+    )
+    .unwrap();
+    let server = Server::new(exports, config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+        vol,
+    }
+}
+
+async fn start() -> Running {
+    start_on(format_volume().await, ServerConfig::default()).await
+}
+
+// ----- a test client ---------------------------------------------------------
+
+async fn greet(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(s.read_u64().await.unwrap(), NBD_MAGIC);
+    assert_eq!(s.read_u64().await.unwrap(), IHAVEOPT);
+    let flags = s.read_u16().await.unwrap();
+    assert_eq!(flags, FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+    s.write_u32(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .await
+        .unwrap();
+    s
+}
+
+async fn send_option(s: &mut TcpStream, option: u32, data: &[u8]) {
+    let mut b = Vec::new();
+    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    b.extend_from_slice(&option.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    s.write_all(&b).await.unwrap();
+}
+
+async fn option_reply(s: &mut TcpStream) -> (u32, u32, Vec<u8>) {
+    assert_eq!(s.read_u64().await.unwrap(), OPTION_REPLY_MAGIC);
+    let option = s.read_u32().await.unwrap();
+    let reply = s.read_u32().await.unwrap();
+    let len = s.read_u32().await.unwrap();
+    let mut data = vec![0; len as usize];
+    s.read_exact(&mut data).await.unwrap();
+    (option, reply, data)
+}
+
+fn info_data(name: &str, infos: &[u16]) -> Vec<u8> {
+    let mut d = Vec::new();
+    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+    for i in infos {
+        d.extend_from_slice(&i.to_be_bytes());
+    }
+    d
+}
+
+fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
+    let mut d = Vec::new();
+    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        d.extend_from_slice(q.as_bytes());
+    }
+    d
+}
+
+/// Whether the server closed the connection (EOF or reset) within a while.
+async fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[derive(Debug)]
+struct Reply {
+    cookie: u64,
+    error: u32,
+    data: Vec<u8>,
+    /// (length, status) descriptors of a BLOCK_STATUS reply.
+    extents: Vec<(u32, u32)>,
+}
+
+struct Client {
+    s: TcpStream,
+    structured: bool,
+    size: u64,
+    flags: u16,
+    min_block: u32,
+    max_block: u32,
+    /// Read lengths by cookie, to parse simple replies.
+    reads: HashMap<u64, usize>,
+    next_cookie: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Opts {
+    structured: bool,
+    meta: bool,
+}
+
+async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
+    let mut s = greet(addr).await;
+    if opts.structured {
+        send_option(&mut s, OPT_STRUCTURED_REPLY, &[]).await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    }
+    if opts.meta {
+        send_option(
+            &mut s,
+            OPT_SET_META_CONTEXT,
+            &meta_data(name, &[META_BASE_ALLOCATION]),
+        )
+        .await;
+        let (_, t, d) = option_reply(&mut s).await;
+        assert_eq!(t, REP_META_CONTEXT);
+        assert_eq!(&d[4..], META_BASE_ALLOCATION.as_bytes());
+        assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    }
+    send_option(&mut s, OPT_GO, &info_data(name, &[INFO_BLOCK_SIZE])).await;
+    let (mut size, mut flags, mut min_block, mut max_block) = (0, 0, 0, 0);
+    loop {
+        let (option, t, d) = option_reply(&mut s).await;
+        assert_eq!(option, OPT_GO);
+        match t {
+            REP_INFO => match u16::from_be_bytes([d[0], d[1]]) {
+                INFO_EXPORT => {
+                    size = u64::from_be_bytes(d[2..10].try_into().unwrap());
+                    flags = u16::from_be_bytes([d[10], d[11]]);
+                }
+                INFO_BLOCK_SIZE => {
+                    min_block = u32::from_be_bytes(d[2..6].try_into().unwrap());
+                    max_block = u32::from_be_bytes(d[10..14].try_into().unwrap());
+                }
+                _ => {}
+            },
+            REP_ACK => break,
+            other => panic!("GO failed: {other:#x} {}", String::from_utf8_lossy(&d)),
+        }
+    }
+    Client {
+        s,
+        structured: opts.structured,
+        size,
+        flags,
+        min_block,
+        max_block,
+        reads: HashMap::new(),
+        next_cookie: 1,
+    }
+}
+
+impl Client {
+    async fn send(
+        &mut self,
+        command: u16,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> u64 {
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        let h = RequestHeader {
+            flags,
+            command,
+            cookie,
+            offset,
+            length,
+        };
+        if command == CMD_READ {
+            self.reads.insert(cookie, length as usize);
+        }
+        let mut b = h.encode().to_vec();
+        b.extend_from_slice(payload);
+        self.s.write_all(&b).await.unwrap();
+        cookie
+    }
+
+    async fn reply(&mut self) -> Reply {
+        let magic = self.s.read_u32().await.unwrap();
+        if magic == SIMPLE_REPLY_MAGIC {
+            let error = self.s.read_u32().await.unwrap();
+            let cookie = self.s.read_u64().await.unwrap();
+            let len = self.reads.remove(&cookie).unwrap_or(0);
+            let mut data = Vec::new();
+            if error == 0 && len > 0 {
+                data = vec![0; len];
+                self.s.read_exact(&mut data).await.unwrap();
+            }
+            return Reply {
+                cookie,
+                error,
+                data,
+                extents: vec![],
+            };
+        }
+        assert_eq!(magic, STRUCTURED_REPLY_MAGIC, "reply magic");
+        assert!(self.structured, "structured reply without negotiation");
+        let mut r = Reply {
+            cookie: 0,
+            error: 0,
+            data: vec![],
+            extents: vec![],
+        };
+        loop {
+            let flags = self.s.read_u16().await.unwrap();
+            let t = self.s.read_u16().await.unwrap();
+            r.cookie = self.s.read_u64().await.unwrap();
+            let len = self.s.read_u32().await.unwrap();
+            let mut p = vec![0; len as usize];
+            self.s.read_exact(&mut p).await.unwrap();
+            match t {
+                REPLY_TYPE_NONE => assert_eq!(len, 0),
+                REPLY_TYPE_OFFSET_DATA => r.data.extend_from_slice(&p[8..]),
+                REPLY_TYPE_BLOCK_STATUS => {
+                    for d in p[4..].chunks(8) {
+                        let l = u32::from_be_bytes(d[0..4].try_into().unwrap());
+                        let st = u32::from_be_bytes(d[4..8].try_into().unwrap());
+                        r.extents.push((l, st));
+                    }
+                }
+                REPLY_TYPE_ERROR => {
+                    r.error = u32::from_be_bytes(p[0..4].try_into().unwrap());
+                    let mlen = u16::from_be_bytes([p[4], p[5]]) as usize;
+                    assert!(6 + mlen <= p.len());
+                }
+                other => panic!("unexpected chunk type {other}"),
+            }
+            if flags & REPLY_FLAG_DONE != 0 {
+                break;
+            }
+            assert_eq!(self.s.read_u32().await.unwrap(), STRUCTURED_REPLY_MAGIC);
+        }
+        self.reads.remove(&r.cookie);
+        r
+    }
+
+    async fn call(
+        &mut self,
+        command: u16,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> Reply {
+        let cookie = self.send(command, flags, offset, length, payload).await;
+        let r = self.reply().await;
+        assert_eq!(r.cookie, cookie);
+        r
+    }
+
+    async fn write(&mut self, offset: u64, data: &[u8], flags: u16) -> u32 {
+        self.call(CMD_WRITE, flags, offset, data.len() as u32, data)
+            .await
+            .error
+    }
+
+    async fn read(&mut self, offset: u64, len: u32) -> Vec<u8> {
+        let r = self.call(CMD_READ, 0, offset, len, &[]).await;
+        assert_eq!(r.error, 0, "read at {offset}+{len}");
+        assert_eq!(r.data.len(), len as usize);
+        r.data
+    }
+
+    async fn disconnect(mut self) {
+        self.send(CMD_DISC, 0, 0, 0, &[]).await;
+        assert!(closed(&mut self.s).await, "server closes after DISC");
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i / 7) as u8).wrapping_mul(31))
+        .collect()
+}
+
+// ----- tests -----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_simple_and_structured() {
+    let server = start().await;
+    for structured in [false, true] {
+        let mut c = connect(
+            server.addr,
+            "",
+            Opts {
+                structured,
+                meta: false,
+            },
+        )
+        .await;
+        assert!(c.size >= 64 * BS as u64);
+        assert_eq!(c.min_block as usize, BS);
+        assert_eq!(c.max_block as usize, MAX_REQUEST_BLOCKS as usize * BS);
+        for f in [
+            FLAG_HAS_FLAGS,
+            FLAG_SEND_FLUSH,
+            FLAG_SEND_FUA,
+            FLAG_SEND_TRIM,
+            FLAG_SEND_WRITE_ZEROES,
+            FLAG_CAN_MULTI_CONN,
+            FLAG_SEND_FAST_ZERO,
+        ] {
+            assert_ne!(c.flags & f, 0, "flag {f:#x}");
+        }
+        assert_eq!(c.flags & FLAG_READ_ONLY, 0);
+        assert_eq!(c.flags & FLAG_SEND_DF != 0, structured);
+
+        let seed = u8::from(structured);
+        let a = pattern(seed, 8 * BS);
+        assert_eq!(c.write(0, &a, 0).await, 0);
+        assert_eq!(c.write(8 * BS as u64, &a, CMD_FLAG_FUA).await, 0);
+        assert_eq!(
+            c.read(0, 16 * BS as u32).await,
+            [a.clone(), a.clone()].concat()
+        );
+        assert_eq!(c.call(CMD_FLUSH, 0, 0, 0, &[]).await.error, 0);
+
+        // Trim and zeroing read back as zeros, with and without FUA/NO_HOLE.
+        assert_eq!(c.call(CMD_TRIM, 0, 0, 2 * BS as u32, &[]).await.error, 0);
+        assert_eq!(
+            c.call(CMD_TRIM, CMD_FLAG_FUA, 2 * BS as u64, 2 * BS as u32, &[])
+                .await
+                .error,
+            0
+        );
+        let z = CMD_FLAG_FAST_ZERO | CMD_FLAG_FUA;
+        assert_eq!(
+            c.call(CMD_WRITE_ZEROES, z, 4 * BS as u64, 2 * BS as u32, &[])
+                .await
+                .error,
+            0
+        );
+        let nh = CMD_FLAG_NO_HOLE;
+        assert_eq!(
+            c.call(CMD_WRITE_ZEROES, nh, 6 * BS as u64, BS as u32, &[])
+                .await
+                .error,
+            0
+        );
+        assert_eq!(
+            c.call(
+                CMD_WRITE_ZEROES,
+                nh | CMD_FLAG_FAST_ZERO,
+                7 * BS as u64,
+                BS as u32,
+                &[]
+            )
+            .await
+            .error,
+            Errno::NotSup.code()
+        );
+        let back = c.read(0, 8 * BS as u32).await;
+        for (i, block) in back.chunks(BS).take(7).enumerate() {
+            assert!(block.iter().all(|&b| b == 0), "block {i} reads as zeros");
+        }
+        assert_eq!(&back[7 * BS..], &a[7 * BS..]);
+
+        // TRIM and WRITE_ZEROES larger than the payload limit are split.
+        let big = 3 * MAX_REQUEST_BLOCKS * BS as u32;
+        assert_eq!(c.call(CMD_WRITE_ZEROES, 0, 0, big, &[]).await.error, 0);
+        assert_eq!(c.call(CMD_TRIM, CMD_FLAG_FUA, 0, big, &[]).await.error, 0);
+        assert!(c
+            .read(8 * BS as u64, 8 * BS as u32)
+            .await
+            .iter()
+            .all(|&b| b == 0));
+        c.disconnect().await;
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_requests_in_flight_replies_by_cookie() {
+    let server = start().await;
+    let mut c = connect(
+        server.addr,
+        "zftl",
+        Opts {
+            structured: true,
+            meta: false,
+        },
+    )
+    .await;
+    // 128 writes without waiting, then 128 reads without waiting.
+    let n = 128u64;
+    let mut writes = HashMap::new();
+    for i in 0..n {
+        let data = pattern(i as u8, BS);
+        let cookie = c.send(CMD_WRITE, 0, i * BS as u64, BS as u32, &data).await;
+        writes.insert(cookie, i);
+    }
+    for _ in 0..n {
+        let r = c.reply().await;
+        assert_eq!(r.error, 0);
+        assert!(writes.remove(&r.cookie).is_some(), "one reply per cookie");
+    }
+    let mut reads = HashMap::new();
+    // Mixed sizes so replies have reason to finish out of order.
+    for i in 0..n {
+        let len = if i % 8 == 0 { 32 * BS } else { BS };
+        let offset = (i * BS as u64).min(c.size - len as u64);
+        let cookie = c.send(CMD_READ, 0, offset, len as u32, &[]).await;
+        reads.insert(cookie, (offset, len));
+    }
+    let mut order = Vec::new();
+    for _ in 0..n {
+        let r = c.reply().await;
+        assert_eq!(r.error, 0);
+        let (offset, len) = reads.remove(&r.cookie).expect("known cookie");
+        assert_eq!(r.data.len(), len);
+        let first = offset / BS as u64;
+        if first < n {
+            assert_eq!(&r.data[..BS], &pattern(first as u8, BS)[..]);
+        }
+        order.push(r.cookie);
+    }
+    assert!(reads.is_empty());
+    let in_order = order.windows(2).all(|w| w[0] < w[1]);
+    eprintln!("replies in request order: {in_order}");
+    c.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multiple_connections_share_one_volume() {
+    let server = start().await;
+    let opts = Opts {
+        structured: true,
+        meta: false,
+    };
+    let mut a = connect(server.addr, "zftl", opts).await;
+    let mut b = connect(server.addr, "", opts).await;
+    let mut others = Vec::new();
+    for i in 0..4u8 {
+        let mut c = connect(server.addr, "zftl", opts).await;
+        let data = pattern(100 + i, BS);
+        assert_eq!(c.write(u64::from(40 + i) * BS as u64, &data, 0).await, 0);
+        others.push(c);
+    }
+    let data = pattern(7, 4 * BS);
+    assert_eq!(a.write(20 * BS as u64, &data, 0).await, 0);
+    // A flush on another connection covers writes acknowledged on this one.
+    assert_eq!(b.call(CMD_FLUSH, 0, 0, 0, &[]).await.error, 0);
+    assert_eq!(b.read(20 * BS as u64, 4 * BS as u32).await, data);
+    for i in 0..4u8 {
+        let got = b.read(u64::from(40 + i) * BS as u64, BS as u32).await;
+        assert_eq!(got, pattern(100 + i, BS));
+    }
+    for c in others {
+        c.disconnect().await;
+    }
+    a.disconnect().await;
+    b.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_info_and_meta_contexts() {
+    let server = start().await;
+    let mut s = greet(server.addr).await;
+    send_option(&mut s, OPT_LIST, &[]).await;
+    let mut names = Vec::new();
+    loop {
+        let (o, t, d) = option_reply(&mut s).await;
+        assert_eq!(o, OPT_LIST);
+        if t == REP_ACK {
+            break;
+        }
+        assert_eq!(t, REP_SERVER);
+        let len = u32::from_be_bytes(d[0..4].try_into().unwrap()) as usize;
+        names.push(String::from_utf8(d[4..4 + len].to_vec()).unwrap());
+    }
+    assert_eq!(names, vec!["zftl".to_string(), "ro".to_string()]);
+
+    // INFO for the read-only export, with its name.
+    send_option(&mut s, OPT_INFO, &info_data("ro", &[INFO_NAME])).await;
+    let mut saw_name = false;
+    let mut ro_flags = 0;
+    loop {
+        let (_, t, d) = option_reply(&mut s).await;
+        if t == REP_ACK {
+            break;
+        }
+        assert_eq!(t, REP_INFO);
+        match u16::from_be_bytes([d[0], d[1]]) {
+            INFO_NAME => saw_name = &d[2..] == b"ro",
+            INFO_EXPORT => ro_flags = u16::from_be_bytes([d[10], d[11]]),
+            _ => {}
+        }
+    }
+    assert!(saw_name);
+    assert_ne!(ro_flags & FLAG_READ_ONLY, 0);
+    assert_eq!(ro_flags & FLAG_SEND_TRIM, 0);
+
+    // Meta contexts need structured replies first.
+    send_option(&mut s, OPT_LIST_META_CONTEXT, &meta_data("", &[])).await;
+    assert_eq!(option_reply(&mut s).await.1, REP_ERR_INVALID);
+    send_option(&mut s, OPT_STRUCTURED_REPLY, &[]).await;
+    assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    send_option(&mut s, OPT_LIST_META_CONTEXT, &meta_data("", &[])).await;
+    let (_, t, d) = option_reply(&mut s).await;
+    assert_eq!(t, REP_META_CONTEXT);
+    assert_eq!(&d[4..], META_BASE_ALLOCATION.as_bytes());
+    assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    // An unknown context selects nothing.
+    send_option(&mut s, OPT_SET_META_CONTEXT, &meta_data("", &["x-foo:bar"])).await;
+    assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    // ABORT is acknowledged, then the server closes.
+    send_option(&mut s, OPT_ABORT, &[]).await;
+    assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+    assert!(closed(&mut s).await);
+
+    // BLOCK_STATUS with base:allocation: everything reads as allocated.
+    let mut c = connect(
+        server.addr,
+        "zftl",
+        Opts {
+            structured: true,
+            meta: true,
+        },
+    )
+    .await;
+    let r = c.call(CMD_BLOCK_STATUS, 0, 0, 16 * BS as u32, &[]).await;
+    assert_eq!(r.error, 0);
+    assert_eq!(r.extents, vec![(16 * BS as u32, 0)]);
+    let r = c.call(CMD_BLOCK_STATUS, 0, c.size, BS as u32, &[]).await;
+    assert_eq!(r.error, Errno::Inval.code());
+    c.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_export_refuses_writes_with_eperm() {
+    let server = start().await;
+    let mut rw = connect(server.addr, "zftl", Opts::default()).await;
+    let data = pattern(9, BS);
+    assert_eq!(rw.write(0, &data, CMD_FLAG_FUA).await, 0);
+    for structured in [false, true] {
+        let mut ro = connect(
+            server.addr,
+            "ro",
+            Opts {
+                structured,
+                meta: false,
+            },
+        )
+        .await;
+        assert_ne!(ro.flags & FLAG_READ_ONLY, 0);
+        assert_eq!(ro.write(0, &pattern(1, BS), 0).await, Errno::Perm.code());
+        assert_eq!(
+            ro.call(CMD_TRIM, 0, 0, BS as u32, &[]).await.error,
+            Errno::Perm.code()
+        );
+        assert_eq!(
+            ro.call(CMD_WRITE_ZEROES, 0, 0, BS as u32, &[]).await.error,
+            Errno::Perm.code()
+        );
+        // The refused write's payload was consumed: the stream is in sync.
+        assert_eq!(ro.read(0, BS as u32).await, data);
+        assert_eq!(ro.call(CMD_FLUSH, 0, 0, 0, &[]).await.error, 0);
+        ro.disconnect().await;
+    }
+    rw.disconnect().await;
+    server.stop().await;
+}
+
+/// Every malformed input gets the protocol's error or a clean close, and the
+/// server keeps serving: a healthy client checks after each case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_inputs_regression_suite() {
+    let server = start().await;
+    let addr = server.addr;
+    let mut healthy = connect(addr, "zftl", Opts::default()).await;
+    let known = pattern(42, BS);
+    assert_eq!(healthy.write(BS as u64, &known, CMD_FLAG_FUA).await, 0);
+    let check = |what: &'static str| {
+        eprintln!("case done: {what}");
+    };
+
+    // Truncated handshake: half of the client flags, then gone.
+    {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g).await.unwrap();
+        s.write_all(&[0, 0]).await.unwrap();
+        drop(s);
+        check("truncated handshake");
+    }
+    // Connect and leave at once, before the greeting is read.
+    drop(TcpStream::connect(addr).await.unwrap());
+    // Unknown client flags: the server must drop the connection.
+    {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g).await.unwrap();
+        s.write_u32(0xffff_ffff).await.unwrap();
+        assert!(closed(&mut s).await);
+        check("unknown client flags");
+    }
+    // Bad option magic.
+    {
+        let mut s = greet(addr).await;
+        s.write_all(&[0x55; 16]).await.unwrap();
+        assert!(closed(&mut s).await);
+        check("bad option magic");
+    }
+    // Unknown option, STARTTLS, malformed INFO, unknown export, LIST with
+    // data, an option too big to read: errors, and the session goes on.
+    {
+        let mut s = greet(addr).await;
+        send_option(&mut s, 0x4242, b"whatever").await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_UNSUP);
+        send_option(&mut s, OPT_STARTTLS, &[]).await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_UNSUP);
+        send_option(&mut s, OPT_INFO, &[0, 0, 0, 9, b'x']).await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_INVALID);
+        send_option(&mut s, OPT_GO, &info_data("nope", &[])).await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_UNKNOWN);
+        send_option(&mut s, OPT_LIST, b"x").await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_INVALID);
+        send_option(&mut s, OPT_STRUCTURED_REPLY, b"x").await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_INVALID);
+        send_option(&mut s, OPT_INFO, &vec![0u8; 200 << 10]).await;
+        assert_eq!(option_reply(&mut s).await.1, REP_ERR_TOO_BIG);
+        send_option(&mut s, OPT_GO, &info_data("zftl", &[])).await;
+        loop {
+            let (_, t, _) = option_reply(&mut s).await;
+            if t == REP_ACK {
+                break;
+            }
+            assert_eq!(t, REP_INFO);
+        }
+        check("option errors");
+    }
+    // Oversized option length: the server closes instead of reading 2 GiB.
+    {
+        let mut s = greet(addr).await;
+        let mut b = IHAVEOPT.to_be_bytes().to_vec();
+        b.extend_from_slice(&OPT_GO.to_be_bytes());
+        b.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
+        s.write_all(&b).await.unwrap();
+        assert!(closed(&mut s).await);
+        check("oversized option length");
+    }
+    // EXPORT_NAME of an unknown export cannot be answered: close.
+    {
+        let mut s = greet(addr).await;
+        send_option(&mut s, OPT_EXPORT_NAME, b"nope").await;
+        assert!(closed(&mut s).await);
+        check("EXPORT_NAME unknown");
+    }
+    // EXPORT_NAME of a known export works (old clients).
+    {
+        let mut s = greet(addr).await;
+        send_option(&mut s, OPT_EXPORT_NAME, b"zftl").await;
+        let size = s.read_u64().await.unwrap();
+        let flags = s.read_u16().await.unwrap();
+        assert!(size > 0);
+        assert_ne!(flags & FLAG_HAS_FLAGS, 0);
+        let mut c = Client {
+            s,
+            structured: false,
+            size,
+            flags,
+            min_block: 0,
+            max_block: 0,
+            reads: HashMap::new(),
+            next_cookie: 1,
+        };
+        assert_eq!(c.read(BS as u64, BS as u32).await, known);
+        c.disconnect().await;
+        check("EXPORT_NAME");
+    }
+    // Transmission errors, on both reply styles; the connection stays usable.
+    for structured in [false, true] {
+        let mut c = connect(
+            addr,
+            "zftl",
+            Opts {
+                structured,
+                meta: false,
+            },
+        )
+        .await;
+        let size = c.size;
+        let bs = BS as u32;
+        let max = c.max_block;
+        let cases: Vec<(&str, u16, u16, u64, u32, Errno)> = vec![
+            ("unknown command", 0, 42, 0, bs, Errno::Inval),
+            ("unknown flag", 1 << 12, CMD_READ, 0, bs, Errno::Inval),
+            ("read beyond end", 0, CMD_READ, size, bs, Errno::Inval),
+            (
+                "read overflowing u64",
+                0,
+                CMD_READ,
+                u64::MAX - 4095,
+                bs,
+                Errno::Inval,
+            ),
+            (
+                "trim beyond end",
+                0,
+                CMD_TRIM,
+                size - u64::from(bs),
+                2 * bs,
+                Errno::Inval,
+            ),
+            (
+                "zeroes beyond end",
+                0,
+                CMD_WRITE_ZEROES,
+                size,
+                bs,
+                Errno::NoSpc,
+            ),
+            ("misaligned offset", 0, CMD_READ, 512, bs, Errno::Inval),
+            ("misaligned length", 0, CMD_READ, 0, 512, Errno::Inval),
+            ("zero length", 0, CMD_READ, 0, 0, Errno::Inval),
+            (
+                "read over the limit",
+                0,
+                CMD_READ,
+                0,
+                max + bs,
+                Errno::Overflow,
+            ),
+            ("flush with length", 0, CMD_FLUSH, 0, bs, Errno::Inval),
+            (
+                "block status without context",
+                0,
+                CMD_BLOCK_STATUS,
+                0,
+                bs,
+                Errno::Inval,
+            ),
+        ];
+        for (what, flags, command, offset, length, errno) in cases {
+            let r = c.call(command, flags, offset, length, &[]).await;
+            assert_eq!(r.error, errno.code(), "{what}");
+            assert!(r.data.is_empty(), "{what}: no data with an error");
+        }
+        // Refused writes: their payloads are skipped, the stream stays in sync.
+        let big = vec![0xEE; (max + bs) as usize];
+        assert_eq!(
+            c.write(0, &big, 0).await,
+            Errno::Overflow.code(),
+            "write over the limit"
+        );
+        let past = vec![0xEE; BS];
+        assert_eq!(
+            c.write(size, &past, 0).await,
+            Errno::NoSpc.code(),
+            "write beyond end"
+        );
+        let odd = vec![0xEE; 1000];
+        assert_eq!(
+            c.write(0, &odd, 0).await,
+            Errno::Inval.code(),
+            "misaligned write"
+        );
+        assert_eq!(c.read(BS as u64, bs).await, known);
+        c.disconnect().await;
+        check("transmission errors");
+    }
+    // Bad request magic: the stream cannot be trusted, the server closes.
+    {
+        let mut c = connect(addr, "zftl", Opts::default()).await;
+        c.s.write_all(&[0xAB; REQUEST_HEADER_BYTES]).await.unwrap();
+        assert!(closed(&mut c.s).await);
+        check("bad request magic");
+    }
+    // A refused write with an absurd payload length: closed, not read.
+    {
+        let mut c = connect(addr, "zftl", Opts::default()).await;
+        c.send(CMD_WRITE, 0, 0, u32::MAX, &[]).await;
+        assert!(closed(&mut c.s).await);
+        check("absurd write length");
+    }
+    // Disconnect in the middle of a write's payload: nothing of it lands.
+    {
+        let mut c = connect(addr, "zftl", Opts::default()).await;
+        let h = RequestHeader {
+            flags: CMD_FLAG_FUA,
+            command: CMD_WRITE,
+            cookie: 1,
+            offset: 30 * BS as u64,
+            length: 16 * BS as u32,
+        };
+        c.s.write_all(&h.encode()).await.unwrap();
+        c.s.write_all(&vec![0x77; 3 * BS + 100]).await.unwrap();
+        drop(c);
+        check("disconnect mid-write");
+    }
+    // Disconnect with requests in flight and without reading replies.
+    {
+        let mut c = connect(
+            addr,
+            "zftl",
+            Opts {
+                structured: true,
+                meta: false,
+            },
+        )
+        .await;
+        for i in 0..32u64 {
+            c.send(CMD_READ, 0, i * BS as u64, 8 * BS as u32, &[]).await;
+        }
+        drop(c);
+        check("disconnect with reads in flight");
+    }
+    // Garbage instead of a handshake.
+    {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(closed(&mut s).await);
+        check("HTTP request");
+    }
+
+    // The healthy client and a new one still work, and nothing was lost.
+    assert_eq!(healthy.read(BS as u64, BS as u32).await, known);
+    assert!(healthy
+        .read(30 * BS as u64, 16 * BS as u32)
+        .await
+        .iter()
+        .all(|&b| b == 0));
+    let mut fresh = connect(
+        addr,
+        "",
+        Opts {
+            structured: true,
+            meta: false,
+        },
+    )
+    .await;
+    assert_eq!(fresh.read(BS as u64, BS as u32).await, known);
+    fresh.disconnect().await;
+    healthy.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_on_bytes_in_flight_hold_back_a_fast_writer() {
+    // One request and one payload in flight at a time: everything is still
+    // answered, just serially.
+    let config = ServerConfig {
+        max_inflight_requests_per_connection: 1,
+        max_inflight_bytes_per_connection: 1,
+        ..ServerConfig::default()
+    };
+    let server = start_on(format_volume().await, config).await;
+    let mut c = connect(server.addr, "zftl", Opts::default()).await;
+    for i in 0..64u64 {
+        c.send(
+            CMD_WRITE,
+            0,
+            i * BS as u64,
+            BS as u32,
+            &pattern(i as u8, BS),
+        )
+        .await;
+    }
+    for _ in 0..64 {
+        assert_eq!(c.reply().await.error, 0);
+    }
+    assert_eq!(c.read(5 * BS as u64, BS as u32).await, pattern(5, BS));
+    c.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_then_the_volume_remounts_with_the_data() {
+    let server = start().await;
+    let addr = server.addr;
+    let mut c = connect(addr, "zftl", Opts::default()).await;
+    let data = pattern(3, 16 * BS);
+    assert_eq!(c.write(0, &data, 0).await, 0);
+    // Requests in flight when the server is told to stop still get replies.
+    let mut cookies = Vec::new();
+    for i in 0..16u64 {
+        let d = pattern(50 + i as u8, BS);
+        cookies.push(
+            c.send(CMD_WRITE, 0, (32 + i) * BS as u64, BS as u32, &d)
+                .await,
+        );
+    }
+    for _ in 0..16 {
+        assert_eq!(c.reply().await.error, 0);
+    }
+    let vol = server.stop().await;
+    assert!(closed(&mut c.s).await, "connections are closed on shutdown");
+    // A clean unmount (flush + checkpoint), then a fresh mount sees it all.
+    let dev = vol.0.shutdown().await.unwrap();
+    let again = tokio::task::spawn_blocking(move || Handle::mount(dev, ftl_config()).unwrap())
+        .await
+        .unwrap();
+    let again = Vol(AsyncHandle::from(again));
+    assert_eq!(again.0.read(0, 16).await.unwrap(), data);
+    assert_eq!(again.0.read(40, 1).await.unwrap(), pattern(58, BS));
+    again.0.shutdown().await.unwrap();
+}
