@@ -11,6 +11,35 @@ use std::collections::{HashMap, VecDeque};
 
 pub type SlotId = u32;
 
+/// A fast keyed hash for the buffer's block index (SipHash is the largest
+/// cost of a buffered 4 KiB write otherwise).
+#[derive(Clone, Copy)]
+pub struct LbaHasherBuilder(u64);
+
+pub struct LbaHasher(u64);
+
+impl std::hash::BuildHasher for LbaHasherBuilder {
+    type Hasher = LbaHasher;
+    fn build_hasher(&self) -> LbaHasher {
+        LbaHasher(self.0)
+    }
+}
+
+impl std::hash::Hasher for LbaHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0 ^ (self.0 >> 29);
+        x.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ (x >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// How soon a block is expected to be rewritten; picks its write stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Temp {
@@ -37,20 +66,26 @@ pub struct WriteBuffer {
     free: Vec<SlotId>,
     /// Slots waiting for submission, per temperature.
     queues: [VecDeque<SlotId>; 2],
-    latest: HashMap<Lba, SlotId>,
+    latest: HashMap<Lba, SlotId, LbaHasherBuilder>,
     next_ticket: u64,
     /// Tickets of occupied slots, to find the oldest unfinished one.
     tickets: std::collections::BTreeMap<u64, SlotId>,
 }
 
 impl WriteBuffer {
-    pub fn new(capacity_blocks: u32) -> WriteBuffer {
+    /// `seed` keys the block-index hash (the host chooses the keys; the
+    /// table is bounded by `capacity_blocks`, a seed keeps it from being
+    /// trivially aimed at).
+    pub fn new(capacity_blocks: u32, seed: u64) -> WriteBuffer {
         assert!(capacity_blocks > 0);
         WriteBuffer {
             slots: (0..capacity_blocks).map(|_| None).collect(),
             free: (0..capacity_blocks).rev().collect(),
             queues: [VecDeque::new(), VecDeque::new()],
-            latest: HashMap::with_capacity(capacity_blocks as usize),
+            latest: HashMap::with_capacity_and_hasher(
+                capacity_blocks as usize,
+                LbaHasherBuilder(seed),
+            ),
             next_ticket: 0,
             tickets: Default::default(),
         }
@@ -188,7 +223,7 @@ mod tests {
 
     #[test]
     fn coalesces_queued_and_keeps_inflight() {
-        let mut b = WriteBuffer::new(4);
+        let mut b = WriteBuffer::new(4, 1);
         let s1 = b.insert(7, vec![1], true, Temp::Hot);
         assert_eq!(b.slots_needed(7), 0);
         let s2 = b.insert(7, vec![2], false, Temp::Hot);
@@ -205,7 +240,7 @@ mod tests {
 
     #[test]
     fn barrier_waits_for_older_tickets() {
-        let mut b = WriteBuffer::new(4);
+        let mut b = WriteBuffer::new(4, 1);
         let s = b.insert(1, vec![0], true, Temp::Cold);
         let barrier = b.next_ticket();
         b.insert(2, vec![0], true, Temp::Cold);
@@ -217,7 +252,7 @@ mod tests {
 
     #[test]
     fn discard_drops_queued_slot() {
-        let mut b = WriteBuffer::new(2);
+        let mut b = WriteBuffer::new(2, 1);
         b.insert(5, vec![0], true, Temp::Hot);
         assert!(b.discard(5));
         assert_eq!(b.free_slots(), 2);

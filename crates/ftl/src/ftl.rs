@@ -379,7 +379,10 @@ impl Ftl {
         let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
         let usable = data_zones.saturating_sub(set_aside) * cap;
         Ftl {
-            buffer: WriteBuffer::new(p.config.write_buffer_blocks),
+            buffer: WriteBuffer::new(
+                p.config.write_buffer_blocks,
+                u64::from_le_bytes(p.uuid[..8].try_into().expect("8 bytes")),
+            ),
             max_mapped_blocks: usable.min(p.layout.logical_blocks),
             zone_readers: vec![0; zone_count],
             zone_appends: vec![0; zone_count],
@@ -797,14 +800,12 @@ impl Ftl {
                 });
                 continue;
             }
-            for (i, chunk) in data.chunks_exact(bs).enumerate() {
-                let l = lba + i as u64;
-                let is_new = self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none();
-                let temp = self.temperature(l);
-                self.buffer.insert(l, chunk.to_vec(), is_new, temp);
-                self.host_clock += 1;
-                self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
-                self.buffered_new += u64::from(is_new);
+            if count == 1 {
+                self.buffer_block(lba, data); // the request's own buffer, no copy
+            } else {
+                for (i, chunk) in data.chunks_exact(bs).enumerate() {
+                    self.buffer_block(lba + i as u64, chunk.to_vec());
+                }
             }
             self.stats.host_write_blocks += count;
             if fua {
@@ -816,6 +817,15 @@ impl Ftl {
                 });
             }
         }
+    }
+
+    fn buffer_block(&mut self, lba: Lba, block: Vec<u8>) {
+        let is_new = self.l2p.get(lba).is_none() && self.buffer.lookup(lba).is_none();
+        let temp = self.temperature(lba);
+        self.buffer.insert(lba, block, is_new, temp);
+        self.host_clock += 1;
+        self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
+        self.buffered_new += u64::from(is_new);
     }
 
     fn trim(&mut self, lba: Lba, block_count: u32, zeroes: bool) -> Result<(), IoError> {
