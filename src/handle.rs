@@ -136,7 +136,7 @@ fn closed<T>(_: T) -> IoError {
 fn read_data(reply: ReplyData) -> Vec<u8> {
     match reply {
         ReplyData::Read(data) => data,
-        ReplyData::Done => unreachable!("read answered without data"),
+        other => unreachable!("read answered with {other:?}"),
     }
 }
 

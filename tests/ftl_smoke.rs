@@ -88,3 +88,57 @@ fn oob_tags_roundtrip_with_gc_and_remount() {
 fn in_band_tags_roundtrip_with_gc_and_remount() {
     roundtrip(0, TagPlacement::Auto);
 }
+
+#[test]
+fn extents_report_holes_and_thin_volume_runs_out_cleanly() {
+    // A thin volume four times larger than its media.
+    let dev = sim(64);
+    let physical = dev.config().zone_capacity_blocks() * 128;
+    let opts = FormatOptions {
+        logical_blocks: Some(4 * physical),
+        ..FormatOptions::default()
+    };
+    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).expect("format");
+    let bs = ftl.block_size();
+    ftl.write(10, &block(10, 1, bs)).unwrap();
+    ftl.write(11, &block(11, 1, bs)).unwrap();
+    ftl.flush().unwrap();
+    ftl.write(20, &block(20, 1, bs)).unwrap(); // still buffered: counts as mapped
+    let runs = ftl.extents(8, 16).unwrap();
+    let shape: Vec<(u32, bool)> = runs.iter().map(|e| (e.block_count, e.mapped)).collect();
+    assert_eq!(
+        shape,
+        vec![(2, false), (2, true), (8, false), (1, true), (3, false)]
+    );
+    ftl.trim(10, 1).unwrap();
+    let runs = ftl.extents(10, 2).unwrap();
+    assert_eq!(
+        runs.iter()
+            .map(|e| (e.block_count, e.mapped))
+            .collect::<Vec<_>>(),
+        vec![(1, false), (1, true)]
+    );
+
+    // Fill new blocks until the media says no: every acknowledged block reads back.
+    let mut written = Vec::new();
+    let mut lba = 1000;
+    loop {
+        match ftl.write(lba, &block(lba, 7, bs)) {
+            Ok(()) => written.push(lba),
+            Err(zftl::core::IoError::NoSpace) => break,
+            Err(e) => panic!("unexpected error filling a thin volume: {e}"),
+        }
+        lba += 3;
+        assert!(
+            lba < 4 * physical,
+            "a thin volume 4x the media never ran out of space"
+        );
+    }
+    ftl.flush().unwrap();
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+    for &l in &written {
+        assert_eq!(ftl.read(l, 1).unwrap(), block(l, 7, bs), "block {l}");
+    }
+    assert_eq!(ftl.read(10, 1).unwrap(), vec![0; bs]);
+}

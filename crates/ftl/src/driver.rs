@@ -192,7 +192,19 @@ impl<B: Backend> Driver<B> {
     pub fn read(&mut self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
         match self.call(Request::Read { lba, block_count })? {
             ReplyData::Read(data) => Ok(data),
-            ReplyData::Done => unreachable!("read answered without data"),
+            other => unreachable!("read answered with {other:?}"),
+        }
+    }
+
+    /// Runs of mapped and unmapped blocks in the range (see `Request::Extents`).
+    pub fn extents(
+        &mut self,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<crate::ftl::Extent>, IoError> {
+        match self.call(Request::Extents { lba, block_count })? {
+            ReplyData::Extents(runs) => Ok(runs),
+            other => unreachable!("extent query answered with {other:?}"),
         }
     }
 

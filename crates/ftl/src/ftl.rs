@@ -56,6 +56,14 @@ pub enum Request {
         block_count: u32,
         fua: bool,
     },
+    /// Which blocks of the range hold data: runs of mapped (written, or
+    /// buffered) and unmapped (never written or trimmed: they read as zeros)
+    /// blocks, for NBD block status and tools. At most
+    /// `MAX_EXTENT_QUERY_BLOCKS` per request.
+    Extents {
+        lba: Lba,
+        block_count: u32,
+    },
     /// Makes every acknowledged write, trim and zeroing durable.
     Flush,
 }
@@ -64,8 +72,20 @@ pub enum Request {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReplyData {
     Read(Vec<u8>),
+    /// Answer to `Request::Extents`: consecutive runs covering the range.
+    Extents(Vec<Extent>),
     Done,
 }
+
+/// A run of blocks that are all mapped or all unmapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub block_count: u32,
+    pub mapped: bool,
+}
+
+/// The largest range one `Request::Extents` may ask about (bounds its loop).
+pub const MAX_EXTENT_QUERY_BLOCKS: u32 = 1 << 20;
 
 /// The answer to request `id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -550,6 +570,7 @@ impl Ftl {
                 self.add_flush(id);
                 Ok(None)
             }
+            Request::Extents { lba, block_count } => self.extents(lba, block_count).map(Some),
         };
         match result {
             Ok(Some(data)) => self.replies.push_back(Reply {
@@ -817,6 +838,43 @@ impl Ftl {
                 });
             }
         }
+    }
+
+    fn extents(&self, lba: Lba, block_count: u32) -> Result<ReplyData, IoError> {
+        if block_count > MAX_EXTENT_QUERY_BLOCKS {
+            return Err(IoError::TooLarge {
+                block_count: u64::from(block_count),
+                max_blocks: MAX_EXTENT_QUERY_BLOCKS,
+            });
+        }
+        let logical_blocks = self.layout.logical_blocks;
+        if lba
+            .checked_add(u64::from(block_count))
+            .is_none_or(|end| end > logical_blocks)
+        {
+            return Err(IoError::OutOfRange {
+                lba,
+                block_count: u64::from(block_count),
+                logical_blocks,
+            });
+        }
+        let mut runs: Vec<Extent> = Vec::new();
+        for l in lba..lba + u64::from(block_count) {
+            let mapped = self.l2p.get(l).is_some() || self.buffer.lookup(l).is_some();
+            match runs.last_mut() {
+                Some(run) if run.mapped == mapped => run.block_count += 1,
+                _ => runs.push(Extent {
+                    block_count: 1,
+                    mapped,
+                }),
+            }
+        }
+        Ok(ReplyData::Extents(runs))
+    }
+
+    /// Largest host request, in blocks.
+    pub fn max_request_blocks(&self) -> u32 {
+        self.cfg.max_request_blocks
     }
 
     fn buffer_block(&mut self, lba: Lba, block: Vec<u8>) {

@@ -38,6 +38,6 @@ pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};
 pub use driver::Driver;
 pub use error::{IoError, MountError};
-pub use ftl::{Activity, Ftl, Reply, ReplyData, Request};
+pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 pub use stats::FtlStats;
 pub use zone::VictimPolicy;

@@ -389,7 +389,7 @@ async fn read<V: Volume>(vol: &V, lba: u64, blocks: u64) -> Result<Vec<u8>, IoEr
     let block_count = blocks as u32;
     match vol.call(Request::Read { lba, block_count }).await? {
         ReplyData::Read(data) => Ok(data),
-        ReplyData::Done => Err(IoError::BufferSize {
+        _ => Err(IoError::BufferSize {
             expected_bytes: blocks as usize * vol.block_size(),
             actual_bytes: 0,
         }),

@@ -145,7 +145,7 @@ impl Pipeline {
                     ReplyData::Read(data) => {
                         std::hint::black_box(data);
                     }
-                    ReplyData::Done => {}
+                    ReplyData::Done | ReplyData::Extents(_) => {}
                 }
                 replies += 1;
             }
