@@ -66,6 +66,8 @@ pub struct WaReport {
     pub policy: String,
     /// "temperature" or "single" (see `--streams`).
     pub streams: super::Streams,
+    /// L2P + P2L bytes per mapped block at the end of the run.
+    pub map_bytes_per_mapped_block: f64,
     /// Data zones (the GC reserve is among them).
     pub zone_count: u32,
     pub zone_blocks: u64,
@@ -295,6 +297,7 @@ fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
         op_actual: round(plan.op_actual(), 4),
         policy: args.space.policy.to_string(),
         streams: args.streams,
+        map_bytes_per_mapped_block: round(end.map_bytes_per_mapped_block, 3),
         zone_count: plan.data_zones,
         zone_blocks: plan.zone_blocks,
         device_zones: plan.device_zones,
