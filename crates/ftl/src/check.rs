@@ -786,11 +786,16 @@ fn check_block(
         return;
     };
     let actual = tag::data_crc(block);
-    if r.p2l.lba(ppa) != Some(lba) {
+    if !r.p2l.is_valid(ppa) || r.p2l.lba(ppa).is_some_and(|l| l != lba) {
         report.problem(here(
             ProblemKind::MapMismatch,
             format!(
-                "the map sends block {lba} here, the reverse map says {:?}",
+                "the map sends block {lba} here, the reverse map says {} ({:?})",
+                if r.p2l.is_valid(ppa) {
+                    "live"
+                } else {
+                    "not live"
+                },
                 r.p2l.lba(ppa)
             ),
         ));
@@ -892,12 +897,13 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
             );
         }
     }
-    for (i, &raw) in r.p2l.lbas().iter().enumerate() {
-        if raw == crate::p2l::NO_LBA {
-            continue;
-        }
-        let ppa = Ppa(i as u32);
-        let lba = Lba::from(raw);
+    // Every live entry must be where the map points: with LBAs kept (in
+    // band) entry by entry; with a bitmap, by count (each mapped block's
+    // bit was checked above, so equal counts leave no stray bit).
+    let mut live = 0u64;
+    for (ppa, lba) in r.p2l.live() {
+        live += 1;
+        let Some(lba) = lba else { continue };
         if lba >= r.l2p.logical_blocks() || r.l2p.get(lba) != Some(ppa) {
             report.problem(
                 Problem::new(
@@ -905,9 +911,18 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
                     "the reverse map names this block, the map does not point here",
                 )
                 .at(ppa.zone(cap), ppa.offset_blocks(cap))
-                .lba(Lba::from(raw)),
+                .lba(lba),
             );
         }
+    }
+    if live != r.l2p.mapped_blocks() {
+        report.problem(Problem::new(
+            ProblemKind::MapMismatch,
+            format!(
+                "{live} blocks live in the reverse map, {} mapped",
+                r.l2p.mapped_blocks()
+            ),
+        ));
     }
     report.summary.zones_checked = g.zone_count;
 }

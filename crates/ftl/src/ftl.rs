@@ -945,11 +945,6 @@ impl Ftl {
         self.zones.add_valid(ppa.zone(self.cap()), 1);
     }
 
-    fn is_live(&self, ppa: Ppa) -> Option<Lba> {
-        let lba = self.p2l.lba(ppa)?;
-        (self.l2p.get(lba) == Some(ppa)).then_some(lba)
-    }
-
     // ----- reads ----------------------------------------------------------
 
     fn start_read(
@@ -1573,7 +1568,7 @@ impl Ftl {
         );
         let movable = |off: u64| {
             let p = Ppa::new(victim, off, cap);
-            self.is_live(p).is_some() && !job.unreadable.contains(&p)
+            self.p2l.is_valid(p) && !job.unreadable.contains(&p)
         };
         let mut off = job.scan_offset;
         while off < wp && !movable(off) {
@@ -1650,22 +1645,31 @@ impl Ftl {
         let data = Arc::new(data);
         for i in 0..count as usize {
             let ppa = Ppa(first.0 + i as u32);
-            let Some(lba) = self.is_live(ppa) else {
-                continue;
-            };
-            // The data's CRC travels with it (from the tag or the reverse map)
-            // rather than being recomputed: a damaged block moved by GC still
-            // fails its check when the host reads it, so nothing is laundered.
+            if !self.p2l.is_valid(ppa) {
+                continue; // overwritten or trimmed since the scan
+            }
+            // The LBA and data CRC come from the tag (OOB) or the table (in
+            // band); the CRC travels with the data rather than being
+            // recomputed: a damaged block moved by GC still fails its check
+            // when the host reads it, so nothing is laundered. A tag naming a
+            // block the map does not send here makes the block unreadable.
             let readable = data.len() >= (i + 1) * bs;
             let carried = match self.tag_mode {
                 _ if !readable => None,
                 TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
-                    Ok(Some(t)) if t.lba == lba => Some((t.data_crc, t.seq)),
+                    Ok(Some(t)) => Some((t.lba, t.data_crc, t.seq)),
                     _ => None,
                 },
-                TagMode::InBand => self.p2l.crc(ppa).map(|c| (c, 0)),
+                TagMode::InBand => self
+                    .p2l
+                    .lba(ppa)
+                    .zip(self.p2l.crc(ppa))
+                    .map(|(l, c)| (l, c, 0)),
             };
-            if let Some((crc, seq)) = carried {
+            let carried = carried.filter(|&(lba, ..)| {
+                lba < self.layout.logical_blocks && self.l2p.get(lba) == Some(ppa)
+            });
+            if let Some((lba, crc, seq)) = carried {
                 let item = RelocItem {
                     lba,
                     src: ppa,
@@ -1816,8 +1820,7 @@ impl Ftl {
                     return;
                 }
                 let job = self.job.as_mut().expect("job");
-                job.unreadable
-                    .retain(|&p| self.p2l.lba(p).is_some_and(|l| self.l2p.get(l) == Some(p)));
+                job.unreadable.retain(|&p| self.p2l.is_valid(p));
                 let stuck = job.unreadable.len() as u64;
                 if self.zones.get(victim).valid_blocks() > stuck {
                     // Blocks became live behind the scan (cannot happen for a

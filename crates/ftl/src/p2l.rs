@@ -1,12 +1,17 @@
-//! The physical→logical reverse map (P2L), plus a per-block data CRC.
+//! The physical side of the map: which physical blocks are live, and (when
+//! the media cannot say it) which LBA and data CRC each holds.
 //!
-//! GC needs to know which LBA a physical block holds without reading it, and
-//! must remap only if the L2P still points there (DESIGN.md §7 rule 7). The
-//! table is dense: one `u32` LBA per physical block (LBAs at or above
-//! `u32::MAX` are refused at format, so `u32` fits).
+//! GC must know which blocks of a victim are live without reading it, and
+//! must remap only if the L2P still points there (DESIGN.md §7 rule 7).
 //!
-//! On backends without OOB the data CRC cannot come back with the block's
-//! tag, so in "CRC mode" the table also keeps a `u32` CRC per block.
+//! - **Tags in OOB:** one validity bit per physical block. GC reads a live
+//!   block's data and OOB together; the tag names the LBA and carries the
+//!   data CRC, so the table need not. 1 bit per block.
+//! - **Tags in band:** nothing on the media names a block's LBA or CRC, so
+//!   the table keeps a `u32` LBA and a `u32` data CRC per block (LBAs at or
+//!   above `u32::MAX` are refused at format). 8 bytes per block.
+//!
+//! An entry is set exactly while the L2P maps some LBA to that block.
 
 use std::ops::Range;
 
@@ -16,102 +21,110 @@ use crate::backend::ZoneId;
 /// An entry that holds no LBA (never written, reset, or invalidated).
 pub const NO_LBA: u32 = u32::MAX;
 
-/// Why saved P2L arrays cannot form a table.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum P2lError {
-    #[error("{actual} entries where the device has {expected} physical blocks")]
-    Length { expected: u32, actual: usize },
-    #[error("{crcs} CRCs for {lbas} LBAs")]
-    CrcLength { lbas: usize, crcs: usize },
+#[derive(Clone, Debug)]
+enum Entries {
+    /// OOB tags: a validity bitmap.
+    Bits(Box<[u64]>),
+    /// In-band tags: LBA and data CRC per block.
+    Full { lbas: Box<[u32]>, crcs: Box<[u32]> },
 }
 
-/// The dense physical→logical map.
+/// The dense physical-side table.
 #[derive(Clone, Debug)]
 pub struct P2l {
-    lbas: Box<[u32]>,
-    /// `Some` only in CRC mode; same length as `lbas`.
-    crcs: Option<Box<[u32]>>,
+    physical_blocks: u32,
+    entries: Entries,
 }
 
 impl P2l {
-    /// A table of `physical_blocks` invalid entries; `keep_crcs` turns on CRC
-    /// mode (for backends without OOB).
-    pub fn new(physical_blocks: u32, keep_crcs: bool) -> P2l {
+    /// A table of `physical_blocks` invalid entries; `in_band` keeps LBAs
+    /// and CRCs (for backends without room for tags in OOB).
+    pub fn new(physical_blocks: u32, in_band: bool) -> P2l {
         let len = physical_blocks as usize;
-        P2l {
-            lbas: vec![NO_LBA; len].into_boxed_slice(),
-            crcs: keep_crcs.then(|| vec![0; len].into_boxed_slice()),
-        }
-    }
-
-    /// Rebuilds a table from saved arrays (e.g. a checkpoint).
-    pub fn from_parts(
-        physical_blocks: u32,
-        lbas: Vec<u32>,
-        crcs: Option<Vec<u32>>,
-    ) -> Result<P2l, P2lError> {
-        if lbas.len() != physical_blocks as usize {
-            return Err(P2lError::Length {
-                expected: physical_blocks,
-                actual: lbas.len(),
-            });
-        }
-        if let Some(c) = &crcs {
-            if c.len() != lbas.len() {
-                return Err(P2lError::CrcLength {
-                    lbas: lbas.len(),
-                    crcs: c.len(),
-                });
+        let entries = if in_band {
+            Entries::Full {
+                lbas: vec![NO_LBA; len].into_boxed_slice(),
+                crcs: vec![0; len].into_boxed_slice(),
             }
+        } else {
+            Entries::Bits(vec![0u64; len.div_ceil(64)].into_boxed_slice())
+        };
+        P2l {
+            physical_blocks,
+            entries,
         }
-        Ok(P2l {
-            lbas: lbas.into_boxed_slice(),
-            crcs: crcs.map(Vec::into_boxed_slice),
-        })
     }
 
     /// Physical blocks covered.
     pub fn physical_blocks(&self) -> u32 {
-        self.lbas.len() as u32
+        self.physical_blocks
     }
 
-    /// True in CRC mode.
-    pub fn keeps_crcs(&self) -> bool {
-        self.crcs.is_some()
-    }
-
-    /// Records that `ppa` holds `lba` with data CRC `data_crc` (ignored
-    /// outside CRC mode).
+    /// Records that `ppa` holds `lba` with data CRC `data_crc` (the LBA and
+    /// CRC are kept in band only).
     pub fn set(&mut self, ppa: Ppa, lba: Lba, data_crc: u32) {
         let i = self.index(ppa);
         assert!(lba < u64::from(NO_LBA), "LBA {lba} does not fit the P2L");
-        self.lbas[i] = lba as u32;
-        if let Some(crcs) = &mut self.crcs {
-            crcs[i] = data_crc;
+        match &mut self.entries {
+            Entries::Bits(bits) => bits[i / 64] |= 1 << (i % 64),
+            Entries::Full { lbas, crcs } => {
+                lbas[i] = lba as u32;
+                crcs[i] = data_crc;
+            }
         }
     }
 
-    /// Marks `ppa` as holding no LBA.
+    /// Marks `ppa` as holding no live data.
     pub fn clear(&mut self, ppa: Ppa) {
         let i = self.index(ppa);
-        self.lbas[i] = NO_LBA;
-        if let Some(crcs) = &mut self.crcs {
-            crcs[i] = 0;
+        match &mut self.entries {
+            Entries::Bits(bits) => bits[i / 64] &= !(1 << (i % 64)),
+            Entries::Full { lbas, crcs } => {
+                lbas[i] = NO_LBA;
+                crcs[i] = 0;
+            }
         }
     }
 
-    /// The LBA `ppa` holds, if any.
-    pub fn lba(&self, ppa: Ppa) -> Option<Lba> {
-        let raw = self.lbas[self.index(ppa)];
-        (raw != NO_LBA).then_some(Lba::from(raw))
+    /// Whether `ppa` holds live data.
+    pub fn is_valid(&self, ppa: Ppa) -> bool {
+        let i = self.index(ppa);
+        match &self.entries {
+            Entries::Bits(bits) => bits[i / 64] & (1 << (i % 64)) != 0,
+            Entries::Full { lbas, .. } => lbas[i] != NO_LBA,
+        }
     }
 
-    /// The data CRC of `ppa`; `None` outside CRC mode or when `ppa` holds no
-    /// LBA.
+    /// The LBA `ppa` holds: in band only (with OOB tags the block's tag
+    /// names it, and this is `None`).
+    pub fn lba(&self, ppa: Ppa) -> Option<Lba> {
+        let i = self.index(ppa);
+        match &self.entries {
+            Entries::Bits(_) => None,
+            Entries::Full { lbas, .. } => (lbas[i] != NO_LBA).then_some(Lba::from(lbas[i])),
+        }
+    }
+
+    /// The data CRC of `ppa`: in band only, and only while it is live.
     pub fn crc(&self, ppa: Ppa) -> Option<u32> {
         let i = self.index(ppa);
-        let crcs = self.crcs.as_ref()?;
-        (self.lbas[i] != NO_LBA).then_some(crcs[i])
+        match &self.entries {
+            Entries::Bits(_) => None,
+            Entries::Full { lbas, crcs } => (lbas[i] != NO_LBA).then_some(crcs[i]),
+        }
+    }
+
+    /// Whether LBAs and CRCs are kept (in-band tags).
+    pub fn keeps_lbas(&self) -> bool {
+        matches!(self.entries, Entries::Full { .. })
+    }
+
+    /// Live blocks, with their LBA when kept.
+    pub fn live(&self) -> impl Iterator<Item = (Ppa, Option<Lba>)> + '_ {
+        (0..self.physical_blocks)
+            .map(Ppa)
+            .filter(|&p| self.is_valid(p))
+            .map(|p| (p, self.lba(p)))
     }
 
     /// Clears the physical blocks `blocks` (raw `Ppa` values), e.g. a zone
@@ -119,13 +132,11 @@ impl P2l {
     pub fn clear_range(&mut self, blocks: Range<u32>) {
         assert!(blocks.start <= blocks.end, "reversed range {blocks:?}");
         assert!(
-            blocks.end <= self.physical_blocks(),
+            blocks.end <= self.physical_blocks,
             "range {blocks:?} past the device"
         );
-        let range = blocks.start as usize..blocks.end as usize;
-        self.lbas[range.clone()].fill(NO_LBA);
-        if let Some(crcs) = &mut self.crcs {
-            crcs[range].fill(0);
+        for b in blocks {
+            self.clear(Ppa(b));
         }
     }
 
@@ -138,24 +149,17 @@ impl P2l {
         self.clear_range(start..end);
     }
 
-    /// The raw LBA array (`NO_LBA` = none), indexed by `Ppa.0`, for checkpoints.
-    pub fn lbas(&self) -> &[u32] {
-        &self.lbas
-    }
-
-    /// The raw CRC array in CRC mode, indexed by `Ppa.0`, for checkpoints.
-    pub fn crcs(&self) -> Option<&[u32]> {
-        self.crcs.as_deref()
-    }
-
-    /// Bytes the table holds: 4 per block, 8 in CRC mode.
+    /// Bytes the table holds: 1 bit per block with OOB tags, 8 bytes in band.
     pub fn memory_bytes(&self) -> u64 {
-        let per_block = if self.crcs.is_some() { 8 } else { 4 };
-        std::mem::size_of::<Self>() as u64 + per_block * self.lbas.len() as u64
+        let table = match &self.entries {
+            Entries::Bits(bits) => 8 * bits.len() as u64,
+            Entries::Full { lbas, crcs } => 4 * (lbas.len() + crcs.len()) as u64,
+        };
+        std::mem::size_of::<Self>() as u64 + table
     }
 
     fn index(&self, ppa: Ppa) -> usize {
-        assert!(ppa.0 < self.physical_blocks(), "{ppa:?} past the device");
+        assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
         ppa.0 as usize
     }
 }
@@ -165,21 +169,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn set_and_clear() {
+    fn bitmap_tracks_liveness_only() {
         let mut p2l = P2l::new(100, false);
-        assert_eq!(p2l.lba(Ppa(5)), None);
+        assert!(!p2l.is_valid(Ppa(5)));
         p2l.set(Ppa(5), 1234, 0xdead);
-        assert_eq!(p2l.lba(Ppa(5)), Some(1234));
-        assert_eq!(p2l.crc(Ppa(5)), None, "no CRCs outside CRC mode");
+        assert!(p2l.is_valid(Ppa(5)) && !p2l.is_valid(Ppa(4)) && !p2l.is_valid(Ppa(6)));
+        assert_eq!(p2l.lba(Ppa(5)), None, "the tag names the LBA");
+        assert_eq!(p2l.crc(Ppa(5)), None, "the tag carries the CRC");
+        p2l.set(Ppa(64), 1, 0);
+        assert_eq!(
+            p2l.live().map(|(p, _)| p).collect::<Vec<_>>(),
+            vec![Ppa(5), Ppa(64)]
+        );
         p2l.clear(Ppa(5));
-        assert_eq!(p2l.lba(Ppa(5)), None);
-        assert_eq!(p2l.memory_bytes(), std::mem::size_of::<P2l>() as u64 + 400);
+        assert!(!p2l.is_valid(Ppa(5)));
+        assert_eq!(p2l.memory_bytes(), std::mem::size_of::<P2l>() as u64 + 16);
     }
 
     #[test]
-    fn crc_mode_keeps_crcs() {
+    fn in_band_keeps_lbas_and_crcs() {
         let mut p2l = P2l::new(100, true);
         p2l.set(Ppa(7), 3, 0xbeef);
+        assert_eq!(p2l.lba(Ppa(7)), Some(3));
         assert_eq!(p2l.crc(Ppa(7)), Some(0xbeef));
         assert_eq!(p2l.crc(Ppa(8)), None);
         assert_eq!(p2l.memory_bytes(), std::mem::size_of::<P2l>() as u64 + 800);
@@ -187,44 +198,27 @@ mod tests {
 
     #[test]
     fn clear_zone_clears_only_that_zone() {
-        let mut p2l = P2l::new(40, true);
-        for b in 0..40 {
-            p2l.set(Ppa(b), u64::from(b) + 100, b);
-        }
-        p2l.clear_zone(1, 10);
-        assert_eq!(p2l.lba(Ppa(9)), Some(109));
-        assert!((10..20).all(|b| p2l.lba(Ppa(b)).is_none() && p2l.crc(Ppa(b)).is_none()));
-        assert_eq!(p2l.lba(Ppa(20)), Some(120));
-    }
-
-    #[test]
-    fn from_parts_checks_lengths() {
-        let p2l = P2l::new(4, true);
-        let copy =
-            P2l::from_parts(4, p2l.lbas().to_vec(), p2l.crcs().map(<[u32]>::to_vec)).unwrap();
-        assert!(copy.keeps_crcs());
-        assert_eq!(
-            P2l::from_parts(5, vec![NO_LBA; 4], None).unwrap_err(),
-            P2lError::Length {
-                expected: 5,
-                actual: 4
+        for in_band in [false, true] {
+            let mut p2l = P2l::new(200, in_band);
+            for b in 0..200 {
+                p2l.set(Ppa(b), u64::from(b) + 100, b);
             }
-        );
-        assert_eq!(
-            P2l::from_parts(4, vec![NO_LBA; 4], Some(vec![0; 3])).unwrap_err(),
-            P2lError::CrcLength { lbas: 4, crcs: 3 }
-        );
+            p2l.clear_zone(1, 64);
+            assert!(p2l.is_valid(Ppa(63)));
+            assert!((64..128).all(|b| !p2l.is_valid(Ppa(b)) && p2l.crc(Ppa(b)).is_none()));
+            assert!(p2l.is_valid(Ppa(128)));
+        }
     }
 
     #[test]
     #[should_panic(expected = "does not fit")]
     fn huge_lba_is_a_bug() {
-        P2l::new(4, false).set(Ppa(0), u64::from(u32::MAX), 0);
+        P2l::new(4, true).set(Ppa(0), u64::from(u32::MAX), 0);
     }
 
     #[test]
     #[should_panic(expected = "past the device")]
     fn ppa_past_device_is_a_bug() {
-        P2l::new(4, false).lba(Ppa(4));
+        P2l::new(4, false).is_valid(Ppa(4));
     }
 }
