@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real NBD clients against `zftl serve`: nbdinfo, nbdcopy, qemu-io and fio's
-# nbd engine (verify=crc32c), then a SIGTERM (drain, flush, checkpoint) and a
-# restart that must still hold the data.
+# nbd engine (verify=crc32c), hole reporting (nbdinfo --map, qemu-img map),
+# then a SIGTERM (drain, flush, checkpoint) and a restart that must still
+# hold the data.
 #
 #   tests/nbd_clients.sh            # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10999 tests/nbd_clients.sh
@@ -148,12 +149,52 @@ fio_job randwrite-4k --rw=randwrite --bs=4k --iodepth=16
 fio_job seqwrite-128k --rw=write --bs=128k --iodepth=8
 fio_job randrw-4k --rw=randrw --bs=4k --iodepth=16 --verify_backlog=256 --runtime=20 --time_based=0
 
-# ----- nbdinfo --map ----------------------------------------------------------
-say "nbdinfo --map (base:allocation)"
-if nbdinfo --map "$URI" | tee "$WORK/map.txt" | grep -q "data"; then
-    pass "nbdinfo --map answers (every extent reported as allocated: no hole reporting yet)"
+# ----- block status: holes -----------------------------------------------------
+say "block status (base:allocation): holes after discard"
+# 120M..124M written, then 121M..122M discarded; in 123M..124M, 64k zeroed
+# without unmap (qemu sends NO_HOLE: written as data) and 64k at 123.5M
+# zeroed with unmap (a hole).
+Z_DATA=$((123 << 20)) Z_HOLE=$(((123 << 20) + (512 << 10)))
+if "${QIO[@]}" -c "write -P 0x5a 120M 4M" -c "discard 121M 1M" \
+    -c "write -z $Z_DATA 64k" -c "write -z -u $Z_HOLE 64k" \
+    -c "read -P 0 121M 1M" -c "read -P 0x5a 122M 1M" -c "read -P 0 $Z_HOLE 64k" \
+    >"$WORK/qio-map.txt" 2>&1 && ! grep -qiE "fail|error|mismatch" "$WORK/qio-map.txt"; then
+    pass "qemu-io writes, discards and zeroes 120M..124M"
 else
-    fail "nbdinfo --map"
+    cat "$WORK/qio-map.txt"
+    fail "qemu-io before the map"
+fi
+# covered FILE START END TYPE: lines "offset length type description" of
+# type TYPE cover [START, END) (nbdinfo --map lists extents in order).
+covered() {
+    awk -v s="$2" -v e="$3" -v t="$4" \
+        '$3 == t && $1 <= s && $1 + $2 > s { s = $1 + $2 } END { exit !(s >= e) }' "$1"
+}
+nbdinfo --map "$URI" >"$WORK/map.txt" 2>&1
+cat "$WORK/map.txt"
+ok=1
+M=$((1 << 20))
+# want START END TYPE WHAT
+want() { covered "$WORK/map.txt" "$1" "$2" "$3" || { echo "not type $3: $4 [$1, $2)"; ok=0; }; }
+want 0 $((64 * M)) 0 "nbdcopy's data"
+want $((64 * M)) $((100 * M)) 3 "never written"
+want $((120 * M)) $((121 * M)) 0 "written"
+want $((121 * M)) $((122 * M)) 3 "discarded"
+want $((122 * M)) "$Z_HOLE" 0 "written, zeroed with NO_HOLE"
+want "$Z_HOLE" $((Z_HOLE + (64 << 10))) 3 "zeroed with unmap"
+want $((Z_HOLE + (64 << 10))) $((124 * M)) 0 "written"
+want $((124 * M)) $((256 * M)) 3 "never written"
+want $((256 * M)) $((256 * M + 4096)) 0 "fio's data"
+[ "$ok" = 1 ] && pass "nbdinfo --map shows the holes (3 hole,zero) and the data (0)" \
+    || fail "nbdinfo --map holes"
+# qemu's client asks with NBD_CMD_FLAG_REQ_ONE, one extent per request.
+if qemu-img map -f raw --output=json "$URI" >"$WORK/qmap.txt" 2>&1 \
+    && grep -q "\"start\": $((121 * M)), \"length\": $M, .*\"zero\": true, \"data\": false" "$WORK/qmap.txt" \
+    && grep -q "\"start\": $((120 * M)), \"length\": $M, .*\"zero\": false, \"data\": true" "$WORK/qmap.txt"; then
+    pass "qemu-img map (REQ_ONE) shows the discarded MiB as a zero hole"
+else
+    cat "$WORK/qmap.txt"
+    fail "qemu-img map"
 fi
 
 # ----- SIGTERM drains and checkpoints; a restart still has the data ------------

@@ -14,9 +14,12 @@
 //! [`ServerConfig`]. TLS is not implemented: [`check_listen_address`]
 //! refuses non-loopback addresses unless the operator opts out.
 //!
-//! `BLOCK_STATUS` reports every extent as allocated data (status 0, always
-//! a correct answer): hole reporting needs core support, a query of which
-//! blocks are mapped that the volume interface does not offer yet.
+//! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
+//! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
+//! zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are data
+//! (status 0). One request looks at most `MAX_EXTENT_QUERY_BLOCKS` blocks
+//! ahead; the reply then covers the start of the range, as the spec allows.
+//! READ replies always carry the data (no `NBD_REPLY_TYPE_OFFSET_HOLE`).
 
 mod config;
 mod export;

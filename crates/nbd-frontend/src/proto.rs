@@ -88,6 +88,12 @@ pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 
+// `base:allocation` status flags of a block status descriptor.
+/// Not allocated in the backing store (never written, or trimmed).
+pub const STATE_HOLE: u32 = 1 << 0;
+/// Reads as zeros.
+pub const STATE_ZERO: u32 = 1 << 1;
+
 /// The one metadata context the server knows.
 pub const META_BASE_ALLOCATION: &str = "base:allocation";
 /// Its id in `NBD_REP_META_CONTEXT` and `NBD_REPLY_TYPE_BLOCK_STATUS`.

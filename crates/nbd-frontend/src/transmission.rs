@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
-use zftl_core::{IoError, ReplyData, Request};
+use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
 use crate::config::ServerConfig;
 use crate::export::{Export, Volume};
@@ -50,8 +50,11 @@ pub(crate) enum Op {
         fua: bool,
         no_hole: bool,
     },
+    /// `offset` and `length` in bytes (need not be block-aligned).
     BlockStatus {
+        offset: u64,
         length: u32,
+        req_one: bool,
     },
     Disc,
 }
@@ -210,7 +213,11 @@ impl Limits {
                     return Err(refuse(Errno::Inval, "zero-length request"));
                 }
                 match h.offset.checked_add(u64::from(h.length)) {
-                    Some(end) if end <= self.size_bytes => Ok(Op::BlockStatus { length: h.length }),
+                    Some(end) if end <= self.size_bytes => Ok(Op::BlockStatus {
+                        offset: h.offset,
+                        length: h.length,
+                        req_one: h.flags & CMD_FLAG_REQ_ONE != 0,
+                    }),
                     _ => Err(refuse(Errno::Inval, "BLOCK_STATUS beyond the end")),
                 }
             }
@@ -285,16 +292,99 @@ impl Replier {
         }
     }
 
-    fn block_status(self, cookie: u64, length: u32) -> Vec<u8> {
-        let mut h = chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, 12);
+    /// The one `NBD_REPLY_TYPE_BLOCK_STATUS` chunk (for `base:allocation`)
+    /// with `(length, status)` descriptors; there is at least one.
+    fn block_status(self, cookie: u64, descriptors: &[(u32, u32)]) -> Vec<u8> {
+        let len = u32::try_from(4 + 8 * descriptors.len()).expect("descriptors are capped");
+        let mut h = chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, len);
         h.extend_from_slice(&META_BASE_ALLOCATION_ID.to_be_bytes());
-        h.extend_from_slice(&length.to_be_bytes());
-        // Status 0: allocated data, contents unknown. Always a correct
-        // answer; hole reporting needs core support (a query of which
-        // blocks are mapped), which the volume interface does not offer.
-        h.extend_from_slice(&0u32.to_be_bytes());
+        for (length, status) in descriptors {
+            h.extend_from_slice(&length.to_be_bytes());
+            h.extend_from_slice(&status.to_be_bytes());
+        }
         h
     }
+}
+
+/// Most descriptors in one BLOCK_STATUS reply (a 1 MiB chunk); the spec lets
+/// the server describe less than the whole range asked about.
+const MAX_STATUS_DESCRIPTORS: usize = 1 << 17;
+
+/// The blocks a BLOCK_STATUS of `offset`+`length` bytes asks the volume
+/// about: those it touches, at most `MAX_EXTENT_QUERY_BLOCKS` (the reply
+/// then covers only the start of the range, which the spec allows).
+fn status_blocks(offset: u64, length: u32, block_size: u64) -> (u64, u32) {
+    let lba = offset / block_size;
+    let end = (offset + u64::from(length)).div_ceil(block_size);
+    let blocks = (end - lba).min(u64::from(MAX_EXTENT_QUERY_BLOCKS));
+    (lba, blocks as u32)
+}
+
+/// `base:allocation` descriptors for `offset`+`length` bytes, from the
+/// volume's mapped/unmapped runs: an unmapped run (never written or
+/// trimmed) is a hole that reads as zeros, a mapped one is data (status 0).
+/// Lengths are in bytes, clipped to the request; with `req_one` there is
+/// exactly one descriptor.
+async fn block_status<V: Volume>(
+    vol: &V,
+    offset: u64,
+    length: u32,
+    req_one: bool,
+) -> Result<Vec<(u32, u32)>, IoError> {
+    let bs = vol.block_size() as u64;
+    let (lba, block_count) = status_blocks(offset, length, bs);
+    let runs = match vol.call(Request::Extents { lba, block_count }).await? {
+        ReplyData::Extents(runs) => runs,
+        // A volume that cannot tell: allocated data, always a correct answer.
+        _ => return Ok(vec![(length, 0)]),
+    };
+    Ok(descriptors(offset, length, bs, lba, &runs, req_one))
+}
+
+/// The descriptors of `runs` (starting at block `lba`) clipped to the byte
+/// range `offset`+`length`; adjacent runs of one status are merged.
+fn descriptors(
+    offset: u64,
+    length: u32,
+    bs: u64,
+    lba: u64,
+    runs: &[zftl_core::Extent],
+    req_one: bool,
+) -> Vec<(u32, u32)> {
+    let end = offset + u64::from(length);
+    let max = if req_one { 1 } else { MAX_STATUS_DESCRIPTORS };
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut at = offset;
+    let mut run_end = lba * bs;
+    for run in runs {
+        run_end = run_end.saturating_add(u64::from(run.block_count) * bs);
+        let stop = run_end.min(end);
+        if stop <= at {
+            continue;
+        }
+        let len = (stop - at) as u32;
+        let status = if run.mapped {
+            0
+        } else {
+            STATE_HOLE | STATE_ZERO
+        };
+        if let Some(last) = out.last_mut().filter(|last| last.1 == status) {
+            last.0 += len;
+        } else if out.len() < max {
+            out.push((len, status));
+        } else {
+            break;
+        }
+        at = stop;
+        if at == end {
+            break;
+        }
+    }
+    if out.is_empty() {
+        // The volume described nothing: report data, always correct.
+        out.push((length, 0));
+    }
+    out
 }
 
 /// Runs a validated request on the volume, in pieces of at most the
@@ -381,6 +471,7 @@ async fn execute<V: Volume>(
             }
             Ok(None)
         }
+        // Answered by `block_status`; never executed here.
         Op::BlockStatus { .. } | Op::Disc => Ok(None),
     }
 }
@@ -460,6 +551,12 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         let cost = match op {
             Op::Read { .. } | Op::Write { .. } => header.length,
             Op::Zero { no_hole: true, .. } => header.length.min(self.limits.max_payload),
+            // The volume's answer holds up to one run per block queried.
+            Op::BlockStatus { offset, length, .. } => {
+                let (_, blocks) = status_blocks(offset, length, self.limits.block_size);
+                let bytes = u64::from(blocks) * std::mem::size_of::<zftl_core::Extent>() as u64;
+                bytes.min(u64::from(self.limits.max_payload)) as u32
+            }
             _ => 0,
         };
         let Ok(request) = Arc::clone(&self.requests).acquire_owned().await else {
@@ -542,6 +639,14 @@ fn io_stop(e: io::Error) -> Stop {
     }
 }
 
+/// What a request that succeeded answers.
+enum Answer {
+    /// Read data, or nothing.
+    Data(Option<Vec<u8>>),
+    /// BLOCK_STATUS descriptors.
+    Status(Vec<(u32, u32)>),
+}
+
 /// Runs one request and queues its reply.
 async fn serve_request<V: Volume>(
     export: Arc<Export<V>>,
@@ -553,16 +658,23 @@ async fn serve_request<V: Volume>(
     tx: mpsc::Sender<Outgoing>,
 ) {
     let cookie = header.cookie;
-    let block_status = match op {
-        Op::BlockStatus { length } => Some(length),
-        _ => None,
+    let result = match op {
+        Op::BlockStatus {
+            offset,
+            length,
+            req_one,
+        } => block_status(&export.volume, offset, length, req_one)
+            .await
+            .map(Answer::Status),
+        op => execute(&export, op, payload).await.map(Answer::Data),
     };
-    let result = execute(&export, op, payload).await;
-    let (head, data) = match (result, block_status) {
-        (Ok(_), Some(length)) => (replier.block_status(cookie, length), None),
-        (Ok(Some(data)), None) => (replier.read_data(cookie, header.offset, &data), Some(data)),
-        (Ok(None), None) => (replier.ok(cookie), None),
-        (Err(e), _) => {
+    let (head, data) = match result {
+        Ok(Answer::Status(d)) => (replier.block_status(cookie, &d), None),
+        Ok(Answer::Data(Some(data))) => {
+            (replier.read_data(cookie, header.offset, &data), Some(data))
+        }
+        Ok(Answer::Data(None)) => (replier.ok(cookie), None),
+        Err(e) => {
             let errno = errno_of(&e);
             if errno == Errno::Io {
                 warn!(cookie, command = header.command, error = %e, "request failed");
@@ -792,6 +904,77 @@ mod tests {
             errno(simple.check(&h(CMD_READ, CMD_FLAG_DF, 0, 4096))),
             Some(Errno::Inval)
         );
+    }
+
+    #[test]
+    fn block_status_decodes_req_one() {
+        let l = Limits {
+            base_allocation: true,
+            ..limits()
+        };
+        assert_eq!(
+            l.check(&h(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 4096, 8192)),
+            Ok(Op::BlockStatus {
+                offset: 4096,
+                length: 8192,
+                req_one: true
+            })
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_BLOCK_STATUS, 0, 4096 * 99, 8192))),
+            Some(Errno::Inval)
+        );
+    }
+
+    fn run(block_count: u32, mapped: bool) -> zftl_core::Extent {
+        zftl_core::Extent {
+            block_count,
+            mapped,
+        }
+    }
+
+    #[test]
+    fn descriptors_are_bytes_clipped_to_the_request() {
+        const HZ: u32 = STATE_HOLE | STATE_ZERO;
+        let runs = [run(2, true), run(3, false), run(1, true)];
+        // Aligned: one descriptor per run, in bytes.
+        assert_eq!(
+            descriptors(0, 6 * 4096, 4096, 0, &runs, false),
+            vec![(8192, 0), (3 * 4096, HZ), (4096, 0)]
+        );
+        // REQ_ONE: only the first.
+        assert_eq!(
+            descriptors(0, 6 * 4096, 4096, 0, &runs, true),
+            vec![(8192, 0)]
+        );
+        // Unaligned start and end inside blocks: clipped to the request.
+        assert_eq!(
+            descriptors(
+                4096 + 100,
+                3 * 4096,
+                4096,
+                1,
+                &[run(1, true), run(3, false)],
+                false
+            ),
+            vec![(4096 - 100, 0), (2 * 4096 + 100, HZ)]
+        );
+        // Runs of one status merge; a short answer covers a prefix.
+        let same = [run(1, false), run(1, false), run(1, true)];
+        assert_eq!(
+            descriptors(0, 10 * 4096, 4096, 0, &same, false),
+            vec![(8192, HZ), (4096, 0)]
+        );
+        // Nothing described: data, for the whole range.
+        assert_eq!(descriptors(0, 4096, 4096, 0, &[], false), vec![(4096, 0)]);
+    }
+
+    #[test]
+    fn status_queries_are_capped() {
+        assert_eq!(status_blocks(4096 + 1, 4096, 4096), (1, 2));
+        assert_eq!(status_blocks(0, 4096, 4096), (0, 1));
+        let (_, n) = status_blocks(0, u32::MAX, 512);
+        assert_eq!(n, MAX_EXTENT_QUERY_BLOCKS);
     }
 
     #[test]

@@ -616,7 +616,7 @@ async fn list_info_and_meta_contexts() {
     assert_eq!(option_reply(&mut s).await.1, REP_ACK);
     assert!(closed(&mut s).await);
 
-    // BLOCK_STATUS with base:allocation: everything reads as allocated.
+    // BLOCK_STATUS with base:allocation: a fresh volume is one hole.
     let mut c = connect(
         server.addr,
         "zftl",
@@ -628,9 +628,126 @@ async fn list_info_and_meta_contexts() {
     .await;
     let r = c.call(CMD_BLOCK_STATUS, 0, 0, 16 * BS as u32, &[]).await;
     assert_eq!(r.error, 0);
-    assert_eq!(r.extents, vec![(16 * BS as u32, 0)]);
+    assert_eq!(r.extents, vec![(16 * BS as u32, STATE_HOLE | STATE_ZERO)]);
     let r = c.call(CMD_BLOCK_STATUS, 0, c.size, BS as u32, &[]).await;
     assert_eq!(r.error, Errno::Inval.code());
+    c.disconnect().await;
+    server.stop().await;
+}
+
+/// `base:allocation` of `blocks` blocks from block `first`, as (blocks,
+/// hole) runs, with or without REQ_ONE; checks the reply's invariants.
+async fn status(c: &mut Client, first: u64, blocks: u32, flags: u16) -> Vec<(u32, bool)> {
+    let length = blocks * BS as u32;
+    let r = c
+        .call(CMD_BLOCK_STATUS, flags, first * BS as u64, length, &[])
+        .await;
+    assert_eq!(r.error, 0);
+    assert!(!r.extents.is_empty(), "at least one descriptor");
+    if flags & CMD_FLAG_REQ_ONE != 0 {
+        assert_eq!(r.extents.len(), 1, "REQ_ONE: exactly one descriptor");
+    }
+    let total: u64 = r.extents.iter().map(|&(l, _)| u64::from(l)).sum();
+    assert!(total <= u64::from(length), "descriptors within the request");
+    r.extents
+        .iter()
+        .map(|&(l, st)| {
+            assert!(
+                l > 0 && (l as usize).is_multiple_of(BS),
+                "whole blocks: {l}"
+            );
+            assert!(st == 0 || st == STATE_HOLE | STATE_ZERO, "status {st}");
+            (l / BS as u32, st != 0)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_status_reports_exactly_the_holes() {
+    let server = start().await;
+    let mut c = connect(
+        server.addr,
+        "zftl",
+        Opts {
+            structured: true,
+            meta: true,
+        },
+    )
+    .await;
+    let b = |n: u64| n * BS as u64;
+    assert_eq!(status(&mut c, 0, 32, 0).await, vec![(32, true)]);
+    // Data at 4..12 and 20..24; then 6..8 trimmed, 10 zeroed (a hole too),
+    // 30 zeroed with NO_HOLE (written as data).
+    assert_eq!(c.write(b(4), &pattern(1, 8 * BS), 0).await, 0);
+    assert_eq!(c.write(b(20), &pattern(2, 4 * BS), 0).await, 0);
+    let bs = BS as u32;
+    assert_eq!(c.call(CMD_TRIM, 0, b(6), 2 * bs, &[]).await.error, 0);
+    assert_eq!(c.call(CMD_WRITE_ZEROES, 0, b(10), bs, &[]).await.error, 0);
+    let nh = CMD_FLAG_NO_HOLE;
+    assert_eq!(c.call(CMD_WRITE_ZEROES, nh, b(30), bs, &[]).await.error, 0);
+    let want = vec![
+        (4, true),
+        (2, false),
+        (2, true),
+        (2, false),
+        (1, true),
+        (1, false),
+        (8, true),
+        (4, false),
+        (6, true),
+        (1, false),
+        (1, true),
+    ];
+    assert_eq!(status(&mut c, 0, 32, 0).await, want);
+    // The same once the buffered writes are flushed to flash.
+    assert_eq!(c.call(CMD_FLUSH, 0, 0, 0, &[]).await.error, 0);
+    assert_eq!(status(&mut c, 0, 32, 0).await, want);
+    // A range starting inside runs, and one larger than the largest request
+    // (the rest of the volume is a hole, merged with the last run).
+    assert_eq!(
+        status(&mut c, 5, 6, 0).await,
+        vec![(1, false), (2, true), (2, false), (1, true)]
+    );
+    let big = 3 * MAX_REQUEST_BLOCKS;
+    let got = status(&mut c, 0, big, 0).await;
+    assert_eq!(got[..10], want[..10]);
+    assert_eq!(got[10..], [(big - 31, true)]);
+    // REQ_ONE: only the first run, clipped to the request.
+    assert_eq!(
+        status(&mut c, 0, 32, CMD_FLAG_REQ_ONE).await,
+        vec![(4, true)]
+    );
+    assert_eq!(
+        status(&mut c, 4, 32, CMD_FLAG_REQ_ONE).await,
+        vec![(2, false)]
+    );
+    assert_eq!(
+        status(&mut c, 5, 32, CMD_FLAG_REQ_ONE).await,
+        vec![(1, false)]
+    );
+    assert_eq!(
+        status(&mut c, 13, 3, CMD_FLAG_REQ_ONE).await,
+        vec![(3, true)]
+    );
+    let fua = CMD_FLAG_REQ_ONE | CMD_FLAG_FUA;
+    assert_eq!(status(&mut c, 21, 1, fua).await, vec![(1, false)]);
+    // The whole export in one request: a short answer is allowed, but it
+    // starts with what is known.
+    let whole = (c.size.min(u64::from(u32::MAX)) / BS as u64) as u32;
+    let got = status(&mut c, 0, whole, 0).await;
+    assert_eq!(got[..10], want[..10]);
+    // Holes read as zeros, data as written.
+    assert!(c.read(b(6), 2 * bs).await.iter().all(|&x| x == 0));
+    assert_eq!(
+        c.read(b(8), 2 * bs).await,
+        pattern(1, 8 * BS)[4 * BS..6 * BS]
+    );
+    // Overwriting a hole makes it data again.
+    assert_eq!(c.write(b(6), &pattern(3, 2 * BS), 0).await, 0);
+    assert_eq!(
+        status(&mut c, 4, 8, 0).await,
+        vec![(6, false), (1, true), (1, false)]
+    );
     c.disconnect().await;
     server.stop().await;
 }
