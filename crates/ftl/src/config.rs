@@ -16,8 +16,9 @@ pub enum TagPlacement {
 /// Options fixed at format time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FormatOptions {
-    /// Logical size in blocks; `None` = the data capacity less the GC reserve
-    /// (no over-provisioning beyond the reserve). May exceed the media (thin).
+    /// Logical size in blocks; `None` = the data capacity (less the GC
+    /// reserve and the open zones) with 7 % over-provisioning on top. May
+    /// exceed the media (thin provisioning).
     pub logical_blocks: Option<u64>,
     pub tag_placement: TagPlacement,
     /// Zones kept free so GC can always make progress at 100 % logical fill.

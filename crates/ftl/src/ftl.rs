@@ -627,7 +627,9 @@ impl Ftl {
         let pending = self.buffer.queued() > 0
             || self.gc_queued() > 0
             || !self.flushes.is_empty()
-            || !self.waiting_writes.is_empty();
+            || !self.waiting_writes.is_empty()
+            || !self.checkpoint_idle()
+            || self.log.blocked();
         !self.read_only && self.ops.is_empty() && pending
     }
 
@@ -635,6 +637,12 @@ impl Ftl {
     /// data zones (their stale blocks become collectable), then let host
     /// writes use the GC reserve, then declare the media exhausted.
     fn resolve_stall(&mut self) {
+        if self.log.blocked() {
+            // Lost ring zones left the log no room for the checkpoint that
+            // would free some: read-only; a remount starts a fresh log.
+            self.metadata_failed();
+            return;
+        }
         let free = u64::from(self.zones.free_count());
         assert!(
             free <= u64::from(self.gc_reserve_zones) || self.reserve_unlocked,

@@ -14,6 +14,15 @@ use crate::error::MountError;
 /// their unwritten tails hold no data, so space accounting sets them aside.
 pub const OPEN_DATA_LANES: u32 = 3;
 
+/// Over-provisioning a format leaves when no logical size is given: the
+/// usual minimum on SSDs; with less, GC at full fill copies most of each
+/// victim and a workload that fills the volume crawls.
+pub const DEFAULT_OP_PERCENT: u64 = 7;
+
+/// Smallest metadata log ring: after one failed zone, three remain, so a
+/// checkpoint can always be written while the previous one is still needed.
+pub const MIN_META_ZONES: u64 = 4;
+
 /// Superblock copies, at zones 0 and 1.
 pub const SUPER_ZONES: [ZoneId; 2] = [0, 1];
 
@@ -53,8 +62,11 @@ impl Layout {
         let bs = u64::from(geometry.block_size_bytes);
         let guess_logical = logical_blocks.unwrap_or(u64::from(physical));
         let ckpt_blocks = max_checkpoint_bytes(geometry, guess_logical).div_ceil(bs - 64);
-        let meta_zone_count = u32::try_from((3 * ckpt_blocks).div_ceil(cap) + 2)
-            .map_err(|_| MountError::Unsupported("metadata log too large".into()))?;
+        // Three worst-case checkpoints plus two zones of notes, and never
+        // fewer than MIN_META_ZONES: the ring must survive losing a zone.
+        let meta_zone_count =
+            u32::try_from(((3 * ckpt_blocks).div_ceil(cap) + 2).max(MIN_META_ZONES))
+                .map_err(|_| MountError::Unsupported("metadata log too large".into()))?;
         let reserved = 2 + meta_zone_count + gc_reserve_zones + OPEN_DATA_LANES;
         if geometry.zone_count <= reserved {
             return Err(MountError::Unsupported(format!(
@@ -65,7 +77,8 @@ impl Layout {
             )));
         }
         let data_zones = u64::from(geometry.zone_count - 2 - meta_zone_count);
-        let default_logical = (data_zones - u64::from(gc_reserve_zones + OPEN_DATA_LANES)) * cap;
+        let usable = (data_zones - u64::from(gc_reserve_zones + OPEN_DATA_LANES)) * cap;
+        let default_logical = usable * 100 / (100 + DEFAULT_OP_PERCENT);
         let logical_blocks = logical_blocks.unwrap_or(default_logical);
         if logical_blocks == 0 || logical_blocks >= u64::from(u32::MAX) {
             return Err(MountError::Unsupported(format!(

@@ -254,6 +254,21 @@ impl MetaLog {
         }
     }
 
+    /// Whether the log has blocks to write but no zone to put them in and
+    /// no way to get one: every other live ring zone still holds the
+    /// committed checkpoint or later blocks. Only a checkpoint commit frees
+    /// space, and a checkpoint needs log space: a dead end.
+    pub fn blocked(&self) -> bool {
+        if self.failed || self.staged.is_empty() || self.reset_in_flight || self.dead_zone_busy() {
+            return false;
+        }
+        let cur_full = self.wp_blocks == self.zone_capacity_blocks || self.dead[self.cur];
+        cur_full
+            && self
+                .next_live(self.cur)
+                .is_none_or(|next| !self.reclaimable(next))
+    }
+
     /// A write failed: its zone leaves the ring, and it and every later
     /// write in flight to that zone are staged again, in log order. Their
     /// own failure completions then find nothing to do.
