@@ -6,11 +6,14 @@
 //! - `throughput`: the FTL's host rates against the raw backend's, measured
 //!   in one run on identical devices;
 //! - `recovery`: mount time after a power cut on devices of several sizes
-//!   holding the same data and history.
+//!   holding the same data and history;
+//! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
+//!   `qemu-nbd` (external tools, not the in-process simulator alone).
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
+mod nbd;
 mod pipe;
 pub mod raw;
 mod recovery;
@@ -47,6 +50,11 @@ pub enum BenchCommand {
     /// Mount time after a power cut on 1, 4 and 16 GiB devices holding the
     /// same data and the same history since the last checkpoint.
     Recovery(RecoveryArgs),
+    /// fio's nbd engine (4 KiB random writes and reads, 128 KiB sequential
+    /// writes, iodepth 16) against `zftl serve`, `nbdkit memory` and
+    /// `qemu-nbd` on tmpfs, in one run: IOPS, MiB/s and zftl's ratio to the
+    /// best peer. Needs fio, nbdkit and qemu-nbd (qemu-utils) installed.
+    Nbd(NbdArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -151,6 +159,22 @@ pub struct ThroughputArgs {
     /// bench's docs), so the default stays at 32.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub read_queue_depth: usize,
+    /// Raw and FTL phases alternate in this many rounds (the window split
+    /// among them); the ratios reported are the median over rounds, so a
+    /// change in machine load skews a round, not the result.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub rounds: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct NbdArgs {
+    /// Length of each measured fio job, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub seconds: u64,
+    /// The region fio works on (filled once before the jobs), in MiB; every
+    /// server exports at least this much.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub size_mib: u64,
 }
 
 #[derive(Debug, Args)]
@@ -211,6 +235,7 @@ pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
         BenchCommand::Wa(a) => wa::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Throughput(a) => throughput::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Recovery(a) => recovery::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Nbd(a) => nbd::run(a).and_then(|r| emit(json, &r, || r.text())),
     };
     match outcome {
         Ok(()) => Ok(()),

@@ -27,6 +27,11 @@ const RAW_BATCH: u64 = 4096;
 
 #[derive(Debug, Serialize)]
 pub struct ThroughputReport {
+    /// Raw and FTL phases alternate this many times; `write_efficiency` and
+    /// `read_ratio` are medians of the per-round ratios.
+    pub rounds: u32,
+    pub write_efficiency_per_round: Vec<f64>,
+    pub read_ratio_per_round: Vec<f64>,
     pub op: f64,
     pub policy: String,
     pub zone_count: u32,
@@ -99,24 +104,25 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
     if args.ops == Some(0) {
         return Err(BenchError::Args("--ops must be at least 1".into()));
     }
-    let window = Window {
-        seconds: args.seconds,
-        ops: args.ops,
-    };
     let plan = plan(&args.space, args.op)?;
     let depth = args.space.queue_depth;
     let raw_depth = args.read_queue_depth;
 
-    // (a) The raw backend.
-    let mut dev = SimDevice::create_memory(plan.sim.clone())?;
-    let (raw_write_blocks, raw_write_s) = raw_writes(&mut dev, raw_depth, window);
-    drop(dev);
-    let mut dev = SimDevice::create_memory(plan.sim.clone())?;
-    fill_device(&mut dev, raw_depth);
-    let (raw_read_blocks, raw_read_s) = raw_reads(&mut dev, raw_depth, window, args.space.seed);
-    drop(dev);
+    let rounds = args.rounds.max(1);
+    let slice = Window {
+        seconds: args.seconds / f64::from(rounds),
+        ops: args.ops.map(|n| (n / u64::from(rounds)).max(1)),
+    };
 
-    // (b) The FTL on an identical device.
+    // The raw backend: one device written sequentially, one filled device
+    // read at random; both live through every round.
+    let mut raw_w = SimDevice::create_memory(plan.sim.clone())?;
+    let mut writer = SeqWriter::new(&raw_w, raw_depth);
+    let mut raw_r = SimDevice::create_memory(plan.sim.clone())?;
+    fill_device(&mut raw_r, raw_depth);
+    let mut raw_rng = Rng::stream(args.space.seed, 0x4a3);
+
+    // The FTL on an identical device, filled and warmed up.
     let config = FtlConfig {
         gc_policy: args.space.policy,
         ..FtlConfig::default()
@@ -144,44 +150,56 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
     drv.flush()?;
     let warmup_s = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-
-    let before = drv.backend().stats();
-    let bar = progress(window.ops.unwrap_or(0), "ftl write");
-    let started = Instant::now();
-    let ftl_write_blocks = pipe.write(
-        &mut drv,
-        window.blocks(),
-        &mut || addresses.next_lba(),
-        &mut |done| {
-            bar.set_position(done);
-            !window.over(started, done)
-        },
-    )?;
-    drv.flush()?;
-    let ftl_write_s = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    let after = drv.backend().stats();
-    let window_delta = Delta::between(&before, &after);
-
-    let bar = progress(window.ops.unwrap_or(0), "ftl read");
     let mut read_addresses = AddressGen::new(
         &WorkloadSpec::uniform(),
         plan.logical_blocks,
         args.space.seed ^ 0x4ead,
     );
-    let mut pipe = Pipeline::new(raw_depth, drv.block_size());
-    let started = Instant::now();
-    let ftl_read_blocks = pipe.read(
-        &mut drv,
-        window.blocks(),
-        &mut || read_addresses.next_lba(),
-        &mut |done| {
-            bar.set_position(done);
-            !window.over(started, done)
-        },
-    )?;
-    let ftl_read_s = started.elapsed().as_secs_f64();
+    let mut read_pipe = Pipeline::new(raw_depth, drv.block_size());
+
+    let mut t = Totals::default();
+    let mut write_effs = Vec::new();
+    let mut read_ratios = Vec::new();
+    let bar = progress(u64::from(rounds), "rounds");
+    for r in 0..rounds {
+        let (rw, rw_s) = raw_write_round(&mut raw_w, &mut writer, slice);
+        let before = drv.backend().stats();
+        let started = Instant::now();
+        let fw = pipe.write(
+            &mut drv,
+            slice.blocks(),
+            &mut || addresses.next_lba(),
+            &mut |done| !slice.over(started, done),
+        )?;
+        drv.flush()?;
+        let fw_s = started.elapsed().as_secs_f64();
+        let delta = Delta::between(&before, &drv.backend().stats());
+        let (rr, rr_s) = raw_read_round(&mut raw_r, &mut raw_rng, raw_depth, slice);
+        let started = Instant::now();
+        let fr = read_pipe.read(
+            &mut drv,
+            slice.blocks(),
+            &mut || read_addresses.next_lba(),
+            &mut |done| !slice.over(started, done),
+        )?;
+        let fr_s = started.elapsed().as_secs_f64();
+        let backend_cmds = delta.programs + delta.reads;
+        write_effs.push(ratio(
+            ratio(backend_cmds as f64, fw_s),
+            ratio(rw as f64, rw_s),
+        ));
+        read_ratios.push(ratio(ratio(fr as f64, fr_s), ratio(rr as f64, rr_s)));
+        t.add(rw, rw_s, rr, rr_s, fw, fw_s, fr, fr_s, &delta);
+        bar.set_position(u64::from(r) + 1);
+    }
     bar.finish_and_clear();
+    let (raw_write_blocks, raw_write_s, raw_read_blocks, raw_read_s) = (t.rw, t.rw_s, t.rr, t.rr_s);
+    let (ftl_write_blocks, ftl_write_s, ftl_read_blocks, ftl_read_s) = (t.fw, t.fw_s, t.fr, t.fr_s);
+    let window_delta = Delta {
+        programs: t.programs,
+        reads: t.reads,
+        erases: t.erases,
+    };
 
     let raw_write_rate = ratio(raw_write_blocks as f64, raw_write_s);
     let raw_read_rate = ratio(raw_read_blocks as f64, raw_read_s);
@@ -223,9 +241,12 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
         ftl_read_blocks,
         ftl_read_s: round(ftl_read_s, 3),
         ftl_host_reads_per_s: round(ftl_read_rate, 0),
-        write_efficiency: round(ratio(backend_rate, raw_write_rate), 4),
+        write_efficiency: round(median(&write_effs), 4),
         host_write_ratio: round(ratio(ftl_write_rate, raw_write_rate), 4),
-        read_ratio: round(ratio(ftl_read_rate, raw_read_rate), 4),
+        read_ratio: round(median(&read_ratios), 4),
+        rounds,
+        write_efficiency_per_round: write_effs.iter().map(|&x| round(x, 4)).collect(),
+        read_ratio_per_round: read_ratios.iter().map(|&x| round(x, 4)).collect(),
     })
 }
 
@@ -245,38 +266,83 @@ impl Delta {
     }
 }
 
-/// Raw sequential programs for the window; (blocks, seconds).
-fn raw_writes(dev: &mut SimDevice, depth: usize, window: Window) -> (u64, f64) {
-    let mut writer = SeqWriter::new(dev, depth);
-    let bar = progress(window.ops.unwrap_or(0), "raw write");
+/// Sums over rounds.
+#[derive(Default)]
+struct Totals {
+    rw: u64,
+    rw_s: f64,
+    rr: u64,
+    rr_s: f64,
+    fw: u64,
+    fw_s: f64,
+    fr: u64,
+    fr_s: f64,
+    programs: u64,
+    reads: u64,
+    erases: u64,
+}
+
+impl Totals {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        rw: u64,
+        rw_s: f64,
+        rr: u64,
+        rr_s: f64,
+        fw: u64,
+        fw_s: f64,
+        fr: u64,
+        fr_s: f64,
+        d: &Delta,
+    ) {
+        self.rw += rw;
+        self.rw_s += rw_s;
+        self.rr += rr;
+        self.rr_s += rr_s;
+        self.fw += fw;
+        self.fw_s += fw_s;
+        self.fr += fr;
+        self.fr_s += fr_s;
+        self.programs += d.programs;
+        self.reads += d.reads;
+        self.erases += d.erases;
+    }
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One round of raw sequential programs; (blocks, seconds).
+fn raw_write_round(dev: &mut SimDevice, writer: &mut SeqWriter, window: Window) -> (u64, f64) {
     let started = Instant::now();
     let mut done = 0u64;
     while !window.over(started, done) {
         let batch = RAW_BATCH.min(window.blocks() - done);
         writer.write(dev, batch);
         done += batch;
-        bar.set_position(done);
     }
-    bar.finish_and_clear();
     (done, started.elapsed().as_secs_f64())
 }
 
-/// Raw random reads of a full device for the window; (blocks, seconds).
-fn raw_reads(dev: &mut SimDevice, depth: usize, window: Window, seed: u64) -> (u64, f64) {
-    let mut rng = Rng::stream(seed, 0x4a3);
+/// One round of raw random reads of a full device; (blocks, seconds).
+fn raw_read_round(dev: &mut SimDevice, rng: &mut Rng, depth: usize, window: Window) -> (u64, f64) {
     let mut completions = Vec::with_capacity(depth);
-    let bar = progress(window.ops.unwrap_or(0), "raw read");
     let started = Instant::now();
-    let mut done = 0u64;
-    let mut bytes = 0u64;
+    let (mut done, mut bytes) = (0u64, 0u64);
     while !window.over(started, done) {
         let batch = RAW_BATCH.min(window.blocks() - done);
-        bytes += random_reads(dev, &mut rng, &mut completions, depth, batch);
+        bytes += random_reads(dev, rng, &mut completions, depth, batch);
         done += batch;
-        bar.set_position(done);
     }
     std::hint::black_box(bytes);
-    bar.finish_and_clear();
     (done, started.elapsed().as_secs_f64())
 }
 
