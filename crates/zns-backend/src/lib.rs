@@ -1,6 +1,1170 @@
-//! `zftl-zns`: the `Backend` for NVMe Zoned Namespace SSDs through io_uring
-//! passthrough on `/dev/ngXnY`.
+//! `zftl-zns`: the [`Backend`] for NVMe Zoned Namespace SSDs through io_uring
+//! passthrough on the NVMe generic char device `/dev/ngXnY`.
 //!
-//! Status: not yet implemented. This crate is a placeholder in the workspace
-//! layout; it exports nothing, so nothing can mistake it for a working
-//! backend. The work is tracked by the "ZNS backend" issue.
+//! * Identify (controller, namespace, ZNS controller and namespace data) and
+//!   a Zone Management Receive of every zone give the [`Geometry`]. NVMe ZNS
+//!   reports a capacity per zone; the geometry takes the minimum over the
+//!   zones that are not offline (QEMU and today's drives give one value for
+//!   all zones), and [`Backend::zone_info`] reports each zone's own value.
+//! * Read, Write, Zone Append, Zone Management Send (open, close, finish,
+//!   reset) and Flush go through one io_uring (128-byte SQEs, 32-byte CQEs,
+//!   `IORING_OP_URING_CMD` with `NVME_URING_CMD_IO`); the appended LBA comes
+//!   back in the big CQE. Many commands are in flight at once; the queue
+//!   depth of the geometry is the ring size.
+//! * NVMe does not order commands. Commands that move a zone's write pointer
+//!   or state in a way the caller orders (Write, Reset, Finish, Open, Close)
+//!   are therefore sent one at a time per zone, each when the previous one
+//!   of that zone has completed; reads and appends go out at once.
+//! * Commands the device would reject for reasons the host can see (buffer
+//!   sizes, zone numbers, transfer limits, reads outside the zone capacity)
+//!   complete with their typed error without reaching the device. NVMe
+//!   status codes are decoded into [`DeviceError`]s; errors whose typed form
+//!   needs the zone's state (a write off the write pointer, an invalid state
+//!   transition) read the zone's descriptor when they complete.
+//! * Per-block metadata of the namespace's LBA format (separate buffer, not
+//!   interleaved) is the OOB area: [`Geometry::oob_size_bytes`] is its size,
+//!   0 without metadata.
+//!
+//! Limits of this version: transfers are capped at 256 KiB (an unaligned
+//! user buffer of that size spans at most 65 pages, well inside the NVMe
+//! driver's segment limit); the memory page size of the controller is
+//! assumed to be 4 KiB when reading MDTS and ZASL; no registered buffers;
+//! power cuts cannot be simulated on real hardware.
+
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+mod sys;
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use zftl_core::backend::{
+    Backend, Command, Completion, DeviceError, Geometry, GeometryError, Outcome, SubmitError,
+    ZoneId, ZoneInfo, ZoneState,
+};
+
+use sys::{NvmeCmd, Owned, Ring, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_IO_CMD};
+
+/// NVMe opcodes (`include/linux/nvme.h`).
+mod op {
+    pub const FLUSH: u8 = 0x00;
+    pub const WRITE: u8 = 0x01;
+    pub const READ: u8 = 0x02;
+    pub const ZONE_MGMT_SEND: u8 = 0x79;
+    pub const ZONE_MGMT_RECV: u8 = 0x7a;
+    pub const ZONE_APPEND: u8 = 0x7d;
+    pub const ADMIN_IDENTIFY: u8 = 0x06;
+}
+
+/// Zone Send Actions.
+mod zsa {
+    pub const CLOSE: u32 = 1;
+    pub const FINISH: u32 = 2;
+    pub const OPEN: u32 = 3;
+    pub const RESET: u32 = 4;
+    /// Select All, bit 8 of CDW13.
+    pub const SELECT_ALL: u32 = 1 << 8;
+}
+
+/// NVMe status codes: (Status Code Type << 8) | Status Code, as the kernel
+/// returns them (without the phase bit; DNR is 0x4000, More 0x2000).
+mod sc {
+    pub const MASK: u16 = 0x7ff;
+    pub const LBA_RANGE: u16 = 0x080;
+    pub const ZONE_BOUNDARY_ERROR: u16 = 0x1b8;
+    pub const ZONE_FULL: u16 = 0x1b9;
+    pub const ZONE_READ_ONLY: u16 = 0x1ba;
+    pub const ZONE_OFFLINE: u16 = 0x1bb;
+    pub const ZONE_INVALID_WRITE: u16 = 0x1bc;
+    pub const ZONE_TOO_MANY_ACTIVE: u16 = 0x1bd;
+    pub const ZONE_TOO_MANY_OPEN: u16 = 0x1be;
+    pub const ZONE_INVALID_TRANSITION: u16 = 0x1bf;
+    pub const WRITE_FAULT: u16 = 0x280;
+    pub const READ_ERROR: u16 = 0x281;
+}
+
+/// Command Set Identifier of Zoned Namespaces.
+const CSI_ZNS: u32 = 2;
+/// Identify data size.
+const IDENTIFY_BYTES: usize = 4096;
+/// Upper bound on one transfer (see the crate docs).
+const MAX_TRANSFER_BYTES: u64 = 256 << 10;
+/// Zone descriptors asked for per report while opening.
+const REPORT_CHUNK_ZONES: u64 = 1024;
+/// Default ring size (and queue depth).
+pub const DEFAULT_QUEUE_DEPTH: u32 = 64;
+
+/// Why a device could not be opened as a ZNS backend.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{path}: no such device")]
+    NotFound { path: PathBuf },
+    #[error("{path}: permission denied (NVMe passthrough needs read-write access to the char device and, on kernels before 6.2, CAP_SYS_ADMIN: run as root)")]
+    PermissionDenied { path: PathBuf },
+    #[error("{path}: the device is in use (busy, or locked by another zftl process)")]
+    Busy { path: PathBuf },
+    #[error("{path}: not a character device ({kind}); give the NVMe generic char device /dev/ngXnY (zoned block devices are not supported yet)")]
+    NotCharDevice { path: PathBuf, kind: &'static str },
+    #[error("{path}: not an NVMe device (the NVMe namespace-id ioctl failed: {source})")]
+    NotNvme { path: PathBuf, source: io::Error },
+    #[error("{path}: not a zoned (ZNS) namespace: {reason}")]
+    NotZoned { path: PathBuf, reason: String },
+    #[error("{path}: unsupported namespace: {reason}")]
+    Unsupported { path: PathBuf, reason: String },
+    #[error("{path}: {what} failed: {source}")]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error("{path}: {what} failed with NVMe status {status:#x}")]
+    Nvme {
+        path: PathBuf,
+        what: &'static str,
+        status: u16,
+    },
+    #[error("{path}: the device's geometry is not usable: {source}")]
+    Geometry {
+        path: PathBuf,
+        source: GeometryError,
+    },
+}
+
+/// Options for [`ZnsDevice::open_with`].
+#[derive(Clone, Debug)]
+pub struct ZnsOptions {
+    /// Ring size = commands in flight at once (a power of two, 1..=4096).
+    pub queue_depth: u32,
+}
+
+impl Default for ZnsOptions {
+    fn default() -> Self {
+        ZnsOptions {
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+        }
+    }
+}
+
+/// What the Identify commands said, for `zftl info` and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub nsid: u32,
+    /// Namespace size in logical blocks.
+    pub size_blocks: u64,
+    /// Index of the LBA format in use.
+    pub lba_format: u8,
+    /// Maximum data transfer size reported by the controller, bytes (0 = none).
+    pub mdts_bytes: u64,
+    /// Zone append size limit reported by the controller, bytes (0 = MDTS).
+    pub zasl_bytes: u64,
+    /// Zone capacities seen at open: (minimum, maximum) over non-offline zones.
+    pub zone_capacity_range: (u64, u64),
+}
+
+/// What one command is, kept with its buffers while it is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write,
+    Append,
+    Reset,
+    Finish,
+    Open,
+    Close,
+    Flush,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Append => "zone append",
+            Kind::Reset => "reset",
+            Kind::Finish => "finish",
+            Kind::Open => "open",
+            Kind::Close => "close",
+            Kind::Flush => "flush",
+        }
+    }
+
+    /// Sent one at a time per zone, in submission order.
+    fn ordered(self) -> bool {
+        matches!(
+            self,
+            Kind::Write | Kind::Reset | Kind::Finish | Kind::Open | Kind::Close
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ctx {
+    tag: u64,
+    kind: Kind,
+    zone: ZoneId,
+    offset_blocks: u64,
+    block_count: u32,
+}
+
+#[derive(Debug, Default)]
+struct ZoneQueue {
+    /// An ordered command of this zone is with the kernel.
+    busy: bool,
+    waiting: VecDeque<(NvmeCmd, Owned<Ctx>)>,
+}
+
+/// An NVMe ZNS namespace behind `/dev/ngXnY`, as a [`Backend`].
+pub struct ZnsDevice {
+    ring: Ring<Ctx>,
+    path: PathBuf,
+    nsid: u32,
+    geometry: Geometry,
+    info: NamespaceInfo,
+    /// Per-block metadata bytes of the LBA format (= oob_size_bytes).
+    meta_bytes: u32,
+    /// Completions decided on the host, waiting to be reaped.
+    ready: VecDeque<Completion>,
+    zones: Vec<ZoneQueue>,
+    /// Commands waiting in `zones[..].waiting`.
+    waiting: usize,
+    start: Instant,
+    gone: bool,
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// One zone descriptor of a Zone Management Receive report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ZoneDesc {
+    state: Option<ZoneState>,
+    capacity: u64,
+    start: u64,
+    wp: u64,
+}
+
+fn parse_zone_desc(d: &[u8]) -> ZoneDesc {
+    let state = match d[1] >> 4 {
+        0x1 => Some(ZoneState::Empty),
+        0x2 => Some(ZoneState::ImplicitlyOpen),
+        0x3 => Some(ZoneState::ExplicitlyOpen),
+        0x4 => Some(ZoneState::Closed),
+        0xd => Some(ZoneState::ReadOnly),
+        0xe => Some(ZoneState::Full),
+        0xf => Some(ZoneState::Offline),
+        _ => None,
+    };
+    ZoneDesc {
+        state,
+        capacity: le64(d, 8),
+        start: le64(d, 16),
+        wp: le64(d, 24),
+    }
+}
+
+fn io_kind(errno: i32) -> io::ErrorKind {
+    io::Error::from_raw_os_error(errno).kind()
+}
+
+impl ZnsDevice {
+    /// Open `path` (an NVMe generic char device of a zoned namespace) with
+    /// the default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
+        Self::open_with(path, &ZnsOptions::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, opts: &ZnsOptions) -> Result<Self, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        let p = || path.clone();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
+                    OpenError::NotFound { path: p() }
+                }
+                Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+                    OpenError::PermissionDenied { path: p() }
+                }
+                Some(libc::EBUSY) => OpenError::Busy { path: p() },
+                _ => OpenError::Io {
+                    path: p(),
+                    what: "open",
+                    source: e,
+                },
+            })?;
+        let ft = file
+            .metadata()
+            .map_err(|e| OpenError::Io {
+                path: p(),
+                what: "stat",
+                source: e,
+            })?
+            .file_type();
+        if !ft.is_char_device() {
+            let kind = if ft.is_block_device() {
+                "a block device"
+            } else if ft.is_dir() {
+                "a directory"
+            } else if ft.is_file() {
+                "a regular file"
+            } else {
+                "another kind of file"
+            };
+            return Err(OpenError::NotCharDevice { path: p(), kind });
+        }
+        let nsid = sys::nvme_nsid(&file).map_err(|e| OpenError::NotNvme {
+            path: p(),
+            source: e,
+        })?;
+        match sys::try_lock_exclusive(&file) {
+            Ok(true) => {}
+            Ok(false) => return Err(OpenError::Busy { path: p() }),
+            Err(e) => {
+                return Err(OpenError::Io {
+                    path: p(),
+                    what: "flock",
+                    source: e,
+                })
+            }
+        }
+
+        let admin = |what: &'static str, cmd: NvmeCmd| -> Result<Vec<u8>, OpenError> {
+            let mut buf = vec![0u8; IDENTIFY_BYTES];
+            match sys::passthru(&file, NVME_IOCTL_ADMIN_CMD, cmd, &mut buf) {
+                Ok((0, _)) => Ok(buf),
+                Ok((status, _)) => Err(OpenError::Nvme {
+                    path: p(),
+                    what,
+                    status,
+                }),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+                    Err(OpenError::PermissionDenied { path: p() })
+                }
+                Err(e) => Err(OpenError::Io {
+                    path: p(),
+                    what,
+                    source: e,
+                }),
+            }
+        };
+        let identify = |cns: u32, nsid: u32, csi: u32| NvmeCmd {
+            opcode: op::ADMIN_IDENTIFY,
+            nsid,
+            cdw10: cns,
+            cdw11: csi << 24,
+            ..NvmeCmd::default()
+        };
+        // Identify Controller: MDTS (byte 77), in units of the minimum memory
+        // page size (assumed 4 KiB).
+        let ctrl = admin("Identify Controller", identify(1, 0, 0))?;
+        let mdts = ctrl[77];
+        let mdts_bytes = if mdts == 0 { 0 } else { 4096u64 << mdts };
+        // Identify Namespace: size, LBA format, metadata.
+        let ns = admin("Identify Namespace", identify(0, nsid, 0))?;
+        let nsze = le64(&ns, 0);
+        let flbas = ns[26];
+        let nlbaf = ns[25];
+        let fmt = (flbas & 0x0f) | (((flbas >> 5) & 0x3) << 4);
+        if fmt > nlbaf.max(63) {
+            return Err(OpenError::Unsupported {
+                path: p(),
+                reason: format!("LBA format index {fmt} out of range"),
+            });
+        }
+        let lbaf = 128 + 4 * fmt as usize;
+        let meta_bytes = u32::from(le16(&ns, lbaf));
+        let lbads = ns[lbaf + 2];
+        if !(9..=16).contains(&lbads) {
+            return Err(OpenError::Unsupported {
+                path: p(),
+                reason: format!("LBA data size 2^{lbads} bytes"),
+            });
+        }
+        let block_bytes = 1u32 << lbads;
+        if meta_bytes > 0 && flbas & 0x10 != 0 {
+            return Err(OpenError::Unsupported {
+                path: p(),
+                reason: format!(
+                    "{meta_bytes} bytes of metadata interleaved with the data (extended LBA); \
+                     only a separate metadata buffer is supported"
+                ),
+            });
+        }
+        // ZNS controller and namespace data.
+        let not_zoned = |e: OpenError| match e {
+            OpenError::Nvme { status, what, .. } => OpenError::NotZoned {
+                path: p(),
+                reason: format!(
+                    "{what} answered NVMe status {status:#x} (the namespace does not use the \
+                     Zoned command set)"
+                ),
+            },
+            other => other,
+        };
+        let zns_ns = admin(
+            "Identify Namespace (ZNS command set)",
+            identify(5, nsid, CSI_ZNS),
+        )
+        .map_err(not_zoned)?;
+        let zns_ctrl = admin(
+            "Identify Controller (ZNS command set)",
+            identify(6, 0, CSI_ZNS),
+        )
+        .map_err(not_zoned)?;
+        let zasl = zns_ctrl[0];
+        let zasl_bytes = if zasl == 0 { 0 } else { 4096u64 << zasl };
+        let mar = le32(&zns_ns, 4);
+        let mor = le32(&zns_ns, 8);
+        let zone_size = le64(&zns_ns, 2816 + 16 * fmt as usize);
+        if zone_size == 0 {
+            return Err(OpenError::NotZoned {
+                path: p(),
+                reason: "zone size 0 in the ZNS namespace data".into(),
+            });
+        }
+        let zone_count = u32::try_from(nsze / zone_size).map_err(|_| OpenError::Unsupported {
+            path: p(),
+            reason: format!("{} zones", nsze / zone_size),
+        })?;
+        // Zone capacities (QEMU: one for all; take the minimum otherwise).
+        let mut cap_min = u64::MAX;
+        let mut cap_max = 0;
+        let mut zone = 0u64;
+        while zone < u64::from(zone_count) {
+            let n = REPORT_CHUNK_ZONES.min(u64::from(zone_count) - zone);
+            let descs = report_zones(&file, nsid, zone * zone_size, n as usize).map_err(|e| {
+                OpenError::Io {
+                    path: p(),
+                    what: "Zone Management Receive",
+                    source: e,
+                }
+            })?;
+            if descs.is_empty() {
+                break;
+            }
+            for d in &descs {
+                if d.state != Some(ZoneState::Offline) {
+                    cap_min = cap_min.min(d.capacity);
+                    cap_max = cap_max.max(d.capacity);
+                }
+            }
+            zone += descs.len() as u64;
+        }
+        if cap_min == u64::MAX {
+            return Err(OpenError::Unsupported {
+                path: p(),
+                reason: "every zone is offline".into(),
+            });
+        }
+        let limit_blocks = |bytes: u64| -> u32 {
+            let b = if bytes == 0 {
+                MAX_TRANSFER_BYTES
+            } else {
+                bytes.min(MAX_TRANSFER_BYTES)
+            };
+            (b / u64::from(block_bytes)).clamp(1, 65536) as u32
+        };
+        let max_transfer_blocks = limit_blocks(mdts_bytes);
+        let max_append_blocks = limit_blocks(if zasl_bytes == 0 {
+            mdts_bytes
+        } else {
+            zasl_bytes
+        })
+        .min(max_transfer_blocks);
+        // MAR/MOR are 0-based; all ones = no limit.
+        let limit = |v: u32| if v == u32::MAX { 0 } else { v + 1 };
+        let qd = opts.queue_depth.clamp(1, 4096).next_power_of_two();
+        let geometry = Geometry {
+            block_size_bytes: block_bytes,
+            oob_size_bytes: meta_bytes,
+            zone_count,
+            zone_size_blocks: zone_size,
+            zone_capacity_blocks: cap_min,
+            write_unit_blocks: 1,
+            max_append_blocks,
+            max_transfer_blocks,
+            max_open_zones: limit(mor),
+            max_active_zones: limit(mar),
+            parallel_units: 1,
+            queue_depth: qd,
+        };
+        geometry.validate().map_err(|e| OpenError::Geometry {
+            path: p(),
+            source: e,
+        })?;
+        let info = NamespaceInfo {
+            nsid,
+            size_blocks: nsze,
+            lba_format: fmt,
+            mdts_bytes,
+            zasl_bytes,
+            zone_capacity_range: (cap_min, cap_max),
+        };
+        let ring = Ring::new(file, qd).map_err(|e| OpenError::Io {
+            path: p(),
+            what: "io_uring setup (128-byte SQEs, 32-byte CQEs)",
+            source: e,
+        })?;
+        Ok(ZnsDevice {
+            ring,
+            path,
+            nsid,
+            geometry,
+            info,
+            meta_bytes,
+            ready: VecDeque::new(),
+            zones: (0..zone_count).map(|_| ZoneQueue::default()).collect(),
+            waiting: 0,
+            start: Instant::now(),
+            gone: false,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn namespace_info(&self) -> &NamespaceInfo {
+        &self.info
+    }
+
+    fn zone_start(&self, zone: ZoneId) -> u64 {
+        u64::from(zone) * self.geometry.zone_size_blocks
+    }
+
+    /// Synchronous Zone Management Send on an idle or busy queue (outside
+    /// the ring). `zone = None` selects all zones.
+    pub fn zone_action_sync(
+        &mut self,
+        zone: Option<ZoneId>,
+        action: ZoneAction,
+    ) -> Result<(), DeviceError> {
+        let (slba, all) = match zone {
+            Some(z) if z >= self.geometry.zone_count => {
+                return Err(DeviceError::NoSuchZone { zone: z })
+            }
+            Some(z) => (self.zone_start(z), 0),
+            None => (0, zsa::SELECT_ALL),
+        };
+        let cmd = NvmeCmd {
+            opcode: op::ZONE_MGMT_SEND,
+            nsid: self.nsid,
+            cdw10: slba as u32,
+            cdw11: (slba >> 32) as u32,
+            cdw13: action.code() | all,
+            ..NvmeCmd::default()
+        };
+        match sys::passthru(self.ring.file(), NVME_IOCTL_IO_CMD, cmd, &mut []) {
+            Ok((0, _)) => Ok(()),
+            Ok((status, _)) => {
+                let ctx = Ctx {
+                    tag: 0,
+                    kind: action.kind(),
+                    zone: zone.unwrap_or(0),
+                    offset_blocks: 0,
+                    block_count: 0,
+                };
+                Err(self.decode_status(&ctx, status))
+            }
+            Err(e) => Err(self.errno_error(action.kind(), e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    /// Reset every zone that is not empty, read-only or offline (one Zone
+    /// Management Send with Select All).
+    pub fn reset_all(&mut self) -> Result<(), DeviceError> {
+        self.zone_action_sync(None, ZoneAction::Reset)
+    }
+
+    fn report_zone(&self, zone: ZoneId) -> Result<ZoneDesc, DeviceError> {
+        let start = self.zone_start(zone);
+        match report_zones(self.ring.file(), self.nsid, start, 1) {
+            Ok(d) if d.len() == 1 && d[0].start == start => Ok(d[0]),
+            Ok(d) => Err(DeviceError::HostIo {
+                op: "zone report",
+                kind: io::ErrorKind::InvalidData,
+                message: format!(
+                    "report for zone {zone} (LBA {start}) returned {} descriptors{}",
+                    d.len(),
+                    d.first()
+                        .map(|d| format!(", the first at LBA {}", d.start))
+                        .unwrap_or_default()
+                ),
+            }),
+            Err(e) => Err(self.errno_error(Kind::Read, e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    fn errno_error(&self, kind: Kind, errno: i32) -> DeviceError {
+        match errno {
+            libc::ENODEV | libc::ENXIO | libc::EIO => DeviceError::DeviceGone,
+            _ => DeviceError::HostIo {
+                op: kind.name(),
+                kind: io_kind(errno),
+                message: io::Error::from_raw_os_error(errno).to_string(),
+            },
+        }
+    }
+
+    /// The typed error of an NVMe status for the command `c`.
+    fn decode_status(&self, c: &Ctx, status: u16) -> DeviceError {
+        let zone = c.zone;
+        let n = u64::from(c.block_count);
+        // The write pointer now, for errors that name it.
+        let wp = || -> Result<u64, DeviceError> {
+            let d = self.report_zone(zone)?;
+            Ok(d.wp.saturating_sub(d.start))
+        };
+        match status & sc::MASK {
+            sc::ZONE_FULL => DeviceError::ZoneFull { zone },
+            sc::ZONE_READ_ONLY => DeviceError::ZoneReadOnly { zone },
+            sc::ZONE_OFFLINE => DeviceError::ZoneOffline { zone },
+            sc::ZONE_TOO_MANY_ACTIVE => DeviceError::TooManyActiveZones {
+                zone,
+                limit: self.geometry.max_active_zones,
+            },
+            sc::ZONE_TOO_MANY_OPEN => DeviceError::TooManyOpenZones {
+                zone,
+                limit: self.geometry.max_open_zones,
+            },
+            sc::ZONE_INVALID_WRITE => match wp() {
+                Ok(wp) => DeviceError::BadWritePointer {
+                    zone,
+                    offset_blocks: c.offset_blocks,
+                    write_pointer_blocks: wp,
+                },
+                Err(e) => e,
+            },
+            sc::ZONE_BOUNDARY_ERROR | sc::LBA_RANGE => {
+                let offset_blocks = if c.kind == Kind::Append {
+                    match wp() {
+                        Ok(wp) => wp,
+                        Err(e) => return e,
+                    }
+                } else {
+                    c.offset_blocks
+                };
+                DeviceError::OutOfRange {
+                    zone,
+                    offset_blocks,
+                    block_count: n,
+                }
+            }
+            sc::ZONE_INVALID_TRANSITION => match self.report_zone(zone) {
+                Ok(d) => DeviceError::InvalidTransition {
+                    zone,
+                    state: d.state.unwrap_or(ZoneState::Offline),
+                    action: c.kind.name(),
+                },
+                Err(e) => e,
+            },
+            sc::READ_ERROR => DeviceError::UncorrectableRead {
+                zone,
+                offset_blocks: c.offset_blocks,
+            },
+            sc::WRITE_FAULT if c.kind == Kind::Reset => DeviceError::EraseFailed { zone },
+            sc::WRITE_FAULT => DeviceError::ProgramFailed {
+                zone,
+                offset_blocks: c.offset_blocks,
+            },
+            _ => DeviceError::HostIo {
+                op: c.kind.name(),
+                kind: io::ErrorKind::Other,
+                message: format!(
+                    "NVMe status {status:#06x} (type {:#x}, code {:#04x}{}) on zone {zone}",
+                    (status >> 8) & 0x7,
+                    status & 0xff,
+                    if status & 0x4000 != 0 {
+                        ", do not retry"
+                    } else {
+                        ""
+                    }
+                ),
+            },
+        }
+    }
+
+    /// Check what the host can check; the command, the buffers and the
+    /// context to send, or the error to complete with.
+    #[allow(clippy::type_complexity)]
+    fn prepare(&self, tag: u64, command: Command) -> Result<(NvmeCmd, Owned<Ctx>), DeviceError> {
+        let g = &self.geometry;
+        let bs = g.block_size_bytes as usize;
+        let ms = self.meta_bytes as usize;
+        if let Some(z) = command.zone() {
+            if z >= g.zone_count {
+                return Err(DeviceError::NoSuchZone { zone: z });
+            }
+        }
+        let rw = |opcode: u8, slba: u64, nlb: u32| NvmeCmd {
+            opcode,
+            nsid: self.nsid,
+            cdw10: slba as u32,
+            cdw11: (slba >> 32) as u32,
+            cdw12: nlb - 1,
+            ..NvmeCmd::default()
+        };
+        let ctx = |kind, zone, offset_blocks, block_count| Ctx {
+            tag,
+            kind,
+            zone,
+            offset_blocks,
+            block_count,
+        };
+        // Data and metadata buffers of a write or append.
+        let program = |data: &Vec<u8>, oob: &mut Vec<u8>, limit: u32| -> Result<u32, DeviceError> {
+            if data.is_empty() || !data.len().is_multiple_of(bs) {
+                return Err(DeviceError::BufferSize {
+                    expected_bytes: data.len().div_ceil(bs).max(1) * bs,
+                    actual_bytes: data.len(),
+                });
+            }
+            let n = data.len() / bs;
+            if !oob.is_empty() && oob.len() != n * ms {
+                return Err(DeviceError::BufferSize {
+                    expected_bytes: n * ms,
+                    actual_bytes: oob.len(),
+                });
+            }
+            if n as u64 > u64::from(limit) {
+                return Err(DeviceError::TooLarge {
+                    block_count: n as u64,
+                    limit_blocks: limit,
+                });
+            }
+            if ms > 0 && oob.is_empty() {
+                oob.resize(n * ms, 0);
+            }
+            Ok(n as u32)
+        };
+        let mgmt = |zone: ZoneId, action: ZoneAction| {
+            let slba = self.zone_start(zone);
+            let cmd = NvmeCmd {
+                opcode: op::ZONE_MGMT_SEND,
+                nsid: self.nsid,
+                cdw10: slba as u32,
+                cdw11: (slba >> 32) as u32,
+                cdw13: action.code(),
+                ..NvmeCmd::default()
+            };
+            Ok((
+                cmd,
+                Owned {
+                    data: Vec::new(),
+                    meta: Vec::new(),
+                    ctx: ctx(action.kind(), zone, 0, 0),
+                },
+            ))
+        };
+        match command {
+            Command::Read {
+                zone,
+                offset_blocks,
+                block_count,
+            } => {
+                let n = u64::from(block_count);
+                if block_count > g.max_transfer_blocks {
+                    return Err(DeviceError::TooLarge {
+                        block_count: n,
+                        limit_blocks: g.max_transfer_blocks,
+                    });
+                }
+                if block_count == 0 || offset_blocks.saturating_add(n) > g.zone_capacity_blocks {
+                    return Err(DeviceError::OutOfRange {
+                        zone,
+                        offset_blocks,
+                        block_count: n,
+                    });
+                }
+                let cmd = rw(op::READ, self.zone_start(zone) + offset_blocks, block_count);
+                Ok((
+                    cmd,
+                    Owned {
+                        data: vec![0; block_count as usize * bs],
+                        meta: vec![0; block_count as usize * ms],
+                        ctx: ctx(Kind::Read, zone, offset_blocks, block_count),
+                    },
+                ))
+            }
+            Command::Write {
+                zone,
+                offset_blocks,
+                data,
+                mut oob,
+            } => {
+                let n = program(&data, &mut oob, g.max_transfer_blocks)?;
+                if offset_blocks.saturating_add(u64::from(n)) > g.zone_size_blocks {
+                    // Not addressable inside the zone at all.
+                    return Err(DeviceError::OutOfRange {
+                        zone,
+                        offset_blocks,
+                        block_count: u64::from(n),
+                    });
+                }
+                let cmd = rw(op::WRITE, self.zone_start(zone) + offset_blocks, n);
+                Ok((
+                    cmd,
+                    Owned {
+                        data,
+                        meta: oob,
+                        ctx: ctx(Kind::Write, zone, offset_blocks, n),
+                    },
+                ))
+            }
+            Command::Append {
+                zone,
+                data,
+                mut oob,
+            } => {
+                let n = program(&data, &mut oob, g.max_append_blocks)?;
+                let cmd = rw(op::ZONE_APPEND, self.zone_start(zone), n);
+                Ok((
+                    cmd,
+                    Owned {
+                        data,
+                        meta: oob,
+                        ctx: ctx(Kind::Append, zone, 0, n),
+                    },
+                ))
+            }
+            Command::Reset { zone } => mgmt(zone, ZoneAction::Reset),
+            Command::Finish { zone } => mgmt(zone, ZoneAction::Finish),
+            Command::Open { zone } => mgmt(zone, ZoneAction::Open),
+            Command::Close { zone } => mgmt(zone, ZoneAction::Close),
+            Command::Flush => Ok((
+                NvmeCmd {
+                    opcode: op::FLUSH,
+                    nsid: self.nsid,
+                    ..NvmeCmd::default()
+                },
+                Owned {
+                    data: Vec::new(),
+                    meta: Vec::new(),
+                    ctx: ctx(Kind::Flush, 0, 0, 0),
+                },
+            )),
+        }
+    }
+
+    /// The completion of a command the kernel finished.
+    fn complete(&mut self, f: sys::Finished<Ctx>) -> Completion {
+        let c = f.owned.ctx;
+        let result = if f.res < 0 {
+            let errno = -f.res;
+            if matches!(errno, libc::ENODEV | libc::ENXIO) {
+                self.gone = true;
+            }
+            Err(self.errno_error(c.kind, errno))
+        } else if f.res > 0 {
+            Err(self.decode_status(&c, f.res as u16))
+        } else {
+            match c.kind {
+                Kind::Read => Ok(Outcome::Read {
+                    data: f.owned.data,
+                    oob: f.owned.meta,
+                }),
+                Kind::Write => Ok(Outcome::Written {
+                    zone: c.zone,
+                    offset_blocks: c.offset_blocks,
+                    block_count: c.block_count,
+                }),
+                Kind::Append => {
+                    let start = self.zone_start(c.zone);
+                    match f.result.checked_sub(start) {
+                        Some(off) if off < self.geometry.zone_size_blocks => Ok(Outcome::Written {
+                            zone: c.zone,
+                            offset_blocks: off,
+                            block_count: c.block_count,
+                        }),
+                        _ => Err(DeviceError::HostIo {
+                            op: "zone append",
+                            kind: io::ErrorKind::InvalidData,
+                            message: format!(
+                                "the device reported LBA {} for an append to zone {} (LBAs {start}..{})",
+                                f.result,
+                                c.zone,
+                                start + self.geometry.zone_size_blocks
+                            ),
+                        }),
+                    }
+                }
+                _ => Ok(Outcome::Done),
+            }
+        };
+        if c.kind.ordered() {
+            self.next_in_zone(c.zone);
+        }
+        Completion { tag: c.tag, result }
+    }
+
+    /// The zone's ordered command finished: send the next one, if any.
+    fn next_in_zone(&mut self, zone: ZoneId) {
+        let q = &mut self.zones[zone as usize];
+        match q.waiting.pop_front() {
+            Some((cmd, owned)) => {
+                self.waiting -= 1;
+                if let Err(owned) = self.ring.push(cmd, owned) {
+                    // Cannot happen: a slot was just freed.
+                    let q = &mut self.zones[zone as usize];
+                    q.waiting.push_front((cmd, owned));
+                    self.waiting += 1;
+                    q.busy = false;
+                }
+            }
+            None => q.busy = false,
+        }
+    }
+
+    fn flush_ring(&mut self) {
+        if let Err(e) = self.ring.flush() {
+            if matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::ENXIO)) {
+                self.gone = true;
+            }
+        }
+    }
+}
+
+/// A Zone Management Send action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneAction {
+    Open,
+    Close,
+    Finish,
+    Reset,
+}
+
+impl ZoneAction {
+    fn code(self) -> u32 {
+        match self {
+            ZoneAction::Open => zsa::OPEN,
+            ZoneAction::Close => zsa::CLOSE,
+            ZoneAction::Finish => zsa::FINISH,
+            ZoneAction::Reset => zsa::RESET,
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            ZoneAction::Open => Kind::Open,
+            ZoneAction::Close => Kind::Close,
+            ZoneAction::Finish => Kind::Finish,
+            ZoneAction::Reset => Kind::Reset,
+        }
+    }
+}
+
+/// Zone Management Receive (report zones, all states, partial report) of up
+/// to `max` zones from `slba`.
+fn report_zones(file: &File, nsid: u32, slba: u64, max: usize) -> io::Result<Vec<ZoneDesc>> {
+    let mut buf = vec![0u8; 64 + 64 * max];
+    let cmd = NvmeCmd {
+        opcode: op::ZONE_MGMT_RECV,
+        nsid,
+        cdw10: slba as u32,
+        cdw11: (slba >> 32) as u32,
+        cdw12: (buf.len() / 4 - 1) as u32,
+        // Report Zones (ZRA 0), all states (ZRASF 0), partial report (bit 16).
+        cdw13: 1 << 16,
+        ..NvmeCmd::default()
+    };
+    let (status, _) = sys::passthru(file, NVME_IOCTL_IO_CMD, cmd, &mut buf)?;
+    if status != 0 {
+        return Err(io::Error::other(format!(
+            "Zone Management Receive answered NVMe status {status:#x}"
+        )));
+    }
+    let n = (le64(&buf, 0) as usize).min(max);
+    Ok((0..n)
+        .map(|i| parse_zone_desc(&buf[64 + 64 * i..128 + 64 * i]))
+        .collect())
+}
+
+impl Backend for ZnsDevice {
+    fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        if zone >= self.geometry.zone_count {
+            return Err(DeviceError::NoSuchZone { zone });
+        }
+        let d = self.report_zone(zone)?;
+        let state = d.state.ok_or_else(|| DeviceError::HostIo {
+            op: "zone report",
+            kind: io::ErrorKind::InvalidData,
+            message: format!("zone {zone} reports an unknown state"),
+        })?;
+        let write_pointer_blocks = match state {
+            ZoneState::Empty => 0,
+            // The write pointer of full, read-only and offline zones is not
+            // valid in NVMe; full zones are written up to their capacity.
+            ZoneState::Full => d.capacity,
+            ZoneState::Offline => 0,
+            _ => d.wp.saturating_sub(d.start).min(d.capacity),
+        };
+        Ok(ZoneInfo {
+            zone,
+            state,
+            write_pointer_blocks,
+            capacity_blocks: d.capacity,
+        })
+    }
+
+    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+        if self.gone {
+            return Err(SubmitError::DeviceGone);
+        }
+        if self.in_flight() >= self.geometry.queue_depth as usize {
+            return Err(SubmitError::Busy);
+        }
+        let (cmd, owned) = match self.prepare(tag, command) {
+            Ok(x) => x,
+            Err(e) => {
+                self.ready.push_back(Completion {
+                    tag,
+                    result: Err(e),
+                });
+                return Ok(());
+            }
+        };
+        let kind = owned.ctx.kind;
+        let zone = owned.ctx.zone;
+        if kind.ordered() {
+            let q = &mut self.zones[zone as usize];
+            if q.busy {
+                q.waiting.push_back((cmd, owned));
+                self.waiting += 1;
+                return Ok(());
+            }
+            q.busy = true;
+        }
+        if self.ring.push(cmd, owned).is_err() {
+            // The ring holds at most queue_depth commands and in_flight()
+            // counts them all, so a slot is always free here.
+            unreachable!("ring full below the queue depth");
+        }
+        Ok(())
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        self.flush_ring();
+        let mut moved = 0;
+        while moved < max {
+            if let Some(c) = self.ready.pop_front() {
+                out.push(c);
+                moved += 1;
+                continue;
+            }
+            match self.ring.pop() {
+                Some(f) => {
+                    let c = self.complete(f);
+                    out.push(c);
+                    moved += 1;
+                }
+                None => break,
+            }
+        }
+        // Ordered commands released by these completions.
+        self.flush_ring();
+        moved
+    }
+
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        if !self.ready.is_empty() || self.ring.in_kernel() == 0 {
+            return Ok(());
+        }
+        self.ring.wait_one().map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            if matches!(errno, libc::ENODEV | libc::ENXIO) {
+                self.gone = true;
+            }
+            self.errno_error(Kind::Read, errno)
+        })
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ready.len() + self.ring.in_kernel() + self.waiting
+    }
+
+    fn clock_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+impl std::fmt::Debug for ZnsDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZnsDevice")
+            .field("path", &self.path)
+            .field("nsid", &self.nsid)
+            .field("geometry", &self.geometry)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_descriptor_parses() {
+        let mut d = [0u8; 64];
+        d[0] = 0x2;
+        d[1] = 0x2 << 4;
+        d[8..16].copy_from_slice(&100u64.to_le_bytes());
+        d[16..24].copy_from_slice(&16384u64.to_le_bytes());
+        d[24..32].copy_from_slice(&16390u64.to_le_bytes());
+        let z = parse_zone_desc(&d);
+        assert_eq!(z.state, Some(ZoneState::ImplicitlyOpen));
+        assert_eq!((z.capacity, z.start, z.wp), (100, 16384, 16390));
+    }
+
+    #[test]
+    fn opening_a_regular_file_is_a_clear_error() {
+        let path = std::env::temp_dir().join(format!("zftl-zns-test-{}", std::process::id()));
+        std::fs::write(&path, b"x").unwrap();
+        let e = ZnsDevice::open(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(e, OpenError::NotCharDevice { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_missing_device_is_not_found() {
+        let e = ZnsDevice::open("/dev/ng-does-not-exist").unwrap_err();
+        assert!(matches!(e, OpenError::NotFound { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_second_open_of_a_locked_device_is_busy() {
+        // Any file can be locked; a regular file stands in for the device.
+        let path = std::env::temp_dir().join(format!("zftl-zns-lock-{}", std::process::id()));
+        std::fs::write(&path, b"x").unwrap();
+        let a = File::open(&path).unwrap();
+        let b = File::open(&path).unwrap();
+        assert!(sys::try_lock_exclusive(&a).unwrap());
+        assert!(!sys::try_lock_exclusive(&b).unwrap());
+        drop(a);
+        assert!(sys::try_lock_exclusive(&b).unwrap());
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_char_device_that_is_not_nvme_is_named() {
+        let e = ZnsDevice::open("/dev/null").unwrap_err();
+        assert!(matches!(e, OpenError::NotNvme { .. }), "{e}");
+    }
+}

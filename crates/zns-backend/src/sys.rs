@@ -1,0 +1,346 @@
+//! The only module with `unsafe`: the NVMe passthrough structure, the three
+//! ioctls the backend uses, and an io_uring ring that owns the buffers of
+//! every command the kernel holds.
+//!
+//! Layouts follow the kernel's UAPI (`include/uapi/linux/nvme_ioctl.h`):
+//! `struct nvme_passthru_cmd` (the ioctl form, with `result` last) and
+//! `struct nvme_uring_cmd` (the io_uring form, with a reserved word last) are
+//! the same 72 bytes, so one Rust struct serves both.
+
+use std::fs::File;
+use std::io;
+use std::mem::{offset_of, size_of};
+use std::os::fd::{AsRawFd, RawFd};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+/// `struct nvme_passthru_cmd` / `struct nvme_uring_cmd`: 72 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvmeCmd {
+    pub opcode: u8,
+    pub flags: u8,
+    pub rsvd1: u16,
+    pub nsid: u32,
+    pub cdw2: u32,
+    pub cdw3: u32,
+    pub metadata: u64,
+    pub addr: u64,
+    pub metadata_len: u32,
+    pub data_len: u32,
+    pub cdw10: u32,
+    pub cdw11: u32,
+    pub cdw12: u32,
+    pub cdw13: u32,
+    pub cdw14: u32,
+    pub cdw15: u32,
+    pub timeout_ms: u32,
+    /// `result` (dword 0 of the completion) in the ioctl form; reserved in
+    /// the io_uring form (the result comes back in the big CQE).
+    pub result: u32,
+}
+
+const _: () = assert!(size_of::<NvmeCmd>() == 72);
+const _: () = assert!(offset_of!(NvmeCmd, nsid) == 4);
+const _: () = assert!(offset_of!(NvmeCmd, metadata) == 16);
+const _: () = assert!(offset_of!(NvmeCmd, addr) == 24);
+const _: () = assert!(offset_of!(NvmeCmd, metadata_len) == 32);
+const _: () = assert!(offset_of!(NvmeCmd, data_len) == 36);
+const _: () = assert!(offset_of!(NvmeCmd, cdw10) == 40);
+const _: () = assert!(offset_of!(NvmeCmd, timeout_ms) == 64);
+const _: () = assert!(offset_of!(NvmeCmd, result) == 68);
+
+impl NvmeCmd {
+    /// The command as the 80-byte command area of a 128-byte SQE (the
+    /// structure, then zero padding), little-endian as on x86-64.
+    fn to_sqe_cmd(self) -> [u8; 80] {
+        let mut b = [0u8; 80];
+        b[0] = self.opcode;
+        b[1] = self.flags;
+        b[2..4].copy_from_slice(&self.rsvd1.to_ne_bytes());
+        let words32 = [
+            (4, self.nsid),
+            (8, self.cdw2),
+            (12, self.cdw3),
+            (32, self.metadata_len),
+            (36, self.data_len),
+            (40, self.cdw10),
+            (44, self.cdw11),
+            (48, self.cdw12),
+            (52, self.cdw13),
+            (56, self.cdw14),
+            (60, self.cdw15),
+            (64, self.timeout_ms),
+            (68, self.result),
+        ];
+        for (at, v) in words32 {
+            b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        b[16..24].copy_from_slice(&self.metadata.to_ne_bytes());
+        b[24..32].copy_from_slice(&self.addr.to_ne_bytes());
+        b
+    }
+}
+
+/// `_IO('N', 0x40)`.
+const NVME_IOCTL_ID: libc::c_ulong = 0x4E40;
+/// `_IOWR('N', 0x41, struct nvme_passthru_cmd)`.
+pub const NVME_IOCTL_ADMIN_CMD: libc::c_ulong = 0xC048_4E41;
+/// `_IOWR('N', 0x43, struct nvme_passthru_cmd)`.
+pub const NVME_IOCTL_IO_CMD: libc::c_ulong = 0xC048_4E43;
+/// `_IOWR('N', 0x80, struct nvme_uring_cmd)`.
+pub const NVME_URING_CMD_IO: u32 = 0xC048_4E80;
+
+/// The namespace id behind an NVMe char or block device; fails (ENOTTY) on
+/// anything that is not NVMe.
+pub fn nvme_nsid(file: &File) -> io::Result<u32> {
+    // SAFETY: NVME_IOCTL_ID takes no argument and only returns a number; the
+    // fd is open for the duration of the call.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), NVME_IOCTL_ID as _) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u32)
+    }
+}
+
+/// Take an advisory exclusive lock on the device without blocking, so that
+/// two zftl processes do not drive one namespace. `Ok(false)` = another
+/// process holds it.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: flock only reads the fd, which is open for the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// A synchronous passthrough command (`NVME_IOCTL_ADMIN_CMD` or
+/// `NVME_IOCTL_IO_CMD`) moving `data` (device-to-host or host-to-device per
+/// the opcode). Returns the NVMe status (0 = success) and dword 0 of the
+/// completion; an `Err` is an errno from the kernel.
+pub fn passthru(
+    file: &File,
+    request: libc::c_ulong,
+    mut cmd: NvmeCmd,
+    data: &mut [u8],
+) -> io::Result<(u16, u32)> {
+    cmd.addr = if data.is_empty() {
+        0
+    } else {
+        data.as_mut_ptr() as u64
+    };
+    cmd.data_len = u32::try_from(data.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    cmd.metadata = 0;
+    cmd.metadata_len = 0;
+    // SAFETY: `cmd` is a valid `struct nvme_passthru_cmd` (size checked
+    // above) that lives across the call; `addr`/`data_len` describe `data`,
+    // which is exclusively borrowed for the call, so the kernel may read or
+    // write exactly that range. The ioctl is synchronous: nothing refers to
+    // either buffer after it returns.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), request as _, &mut cmd as *mut NvmeCmd) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok((r as u16, cmd.result))
+    }
+}
+
+/// Buffers and caller context of one command while the kernel owns it.
+#[derive(Debug)]
+pub struct Owned<T> {
+    pub data: Vec<u8>,
+    pub meta: Vec<u8>,
+    pub ctx: T,
+}
+
+/// A command the kernel finished, with its buffers handed back.
+#[derive(Debug)]
+pub struct Finished<T> {
+    pub owned: Owned<T>,
+    /// The CQE result: 0 success, > 0 an NVMe status, < 0 a negated errno.
+    pub res: i32,
+    /// The 64-bit command result from the big CQE (the LBA of an append).
+    pub result: u64,
+}
+
+/// An io_uring with 128-byte SQEs and 32-byte CQEs over one NVMe char
+/// device. Every buffer a queued command refers to is owned here until its
+/// CQE has been consumed; dropping the ring waits for the kernel first.
+pub struct Ring<T> {
+    ring: IoUring<squeue::Entry128, cqueue::Entry32>,
+    file: File,
+    slots: Vec<Option<Owned<T>>>,
+    free: Vec<u32>,
+    /// Commands pushed and not yet completed (in the SQ or in the kernel).
+    in_kernel: usize,
+    /// SQEs pushed since the last `io_uring_enter`.
+    unsubmitted: usize,
+}
+
+impl<T> Ring<T> {
+    /// A ring of `entries` submission slots (the completion queue is twice
+    /// that, so it cannot overflow: at most `entries` commands are held).
+    pub fn new(file: File, entries: u32) -> io::Result<Self> {
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder().build(entries)?;
+        let n = entries as usize;
+        Ok(Ring {
+            ring,
+            file,
+            slots: (0..n).map(|_| None).collect(),
+            free: (0..entries).rev().collect(),
+            in_kernel: 0,
+            unsubmitted: 0,
+        })
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Commands pushed and not yet popped.
+    pub fn in_kernel(&self) -> usize {
+        self.in_kernel
+    }
+
+    /// Queue `cmd` with the buffers of `owned` as its data and metadata
+    /// (their addresses and lengths are filled in here). Gives `owned` back
+    /// when every slot is taken.
+    pub fn push(&mut self, mut cmd: NvmeCmd, owned: Owned<T>) -> Result<(), Owned<T>> {
+        let Some(slot) = self.free.pop() else {
+            return Err(owned);
+        };
+        let mut owned = owned;
+        cmd.addr = if owned.data.is_empty() {
+            0
+        } else {
+            owned.data.as_mut_ptr() as u64
+        };
+        cmd.data_len = owned.data.len() as u32;
+        cmd.metadata = if owned.meta.is_empty() {
+            0
+        } else {
+            owned.meta.as_mut_ptr() as u64
+        };
+        cmd.metadata_len = owned.meta.len() as u32;
+        let entry = opcode::UringCmd80::new(types::Fd(self.fd()), NVME_URING_CMD_IO)
+            .cmd(cmd.to_sqe_cmd())
+            .build()
+            .user_data(u64::from(slot));
+        // The buffers move into the slot table; their heap storage (what the
+        // SQE points at) does not move with them.
+        self.slots[slot as usize] = Some(owned);
+        loop {
+            // SAFETY: the SQE refers to `data` and `meta` of the Owned now in
+            // `slots[slot]`; that entry is only taken out in `pop`, after the
+            // kernel posted the CQE with this slot's user_data, and `Drop`
+            // waits for every pushed command before the buffers are freed.
+            // The fd stays open as long as `self.file` (and the kernel holds
+            // its own reference while the command runs).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                break;
+            }
+            // SQ full of unsubmitted entries: hand them to the kernel.
+            if let Err(e) = self.ring.submit() {
+                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EAGAIN) {
+                    // Cannot happen with in_kernel <= entries; keep trying
+                    // rather than lose track of the buffers.
+                    std::thread::yield_now();
+                }
+            }
+        }
+        self.in_kernel += 1;
+        self.unsubmitted += 1;
+        Ok(())
+    }
+
+    /// Hand pushed SQEs to the kernel without waiting.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.unsubmitted == 0 {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.unsubmitted = self.ring.submission().len();
+        Ok(())
+    }
+
+    /// True when a CQE is ready to pop.
+    pub fn has_completion(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
+    /// Submit pushed SQEs and block until at least one CQE is ready.
+    pub fn wait_one(&mut self) -> io::Result<()> {
+        loop {
+            if self.has_completion() {
+                return Ok(());
+            }
+            if self.in_kernel == 0 {
+                return Ok(());
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => self.unsubmitted = self.ring.submission().len(),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next finished command, if any; never blocks.
+    pub fn pop(&mut self) -> Option<Finished<T>> {
+        let cqe = self.ring.completion().next()?;
+        let slot = cqe.user_data() as usize;
+        let owned = self.slots[slot]
+            .take()
+            .expect("CQE for a slot that holds no command");
+        self.free.push(slot as u32);
+        self.in_kernel -= 1;
+        Some(Finished {
+            owned,
+            res: cqe.result(),
+            result: cqe.big_cqe()[0],
+        })
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // The kernel may still DMA into buffers of commands in flight:
+        // wait for every one before the slot table (and its buffers) goes.
+        while self.in_kernel > 0 {
+            while self.pop().is_some() {}
+            if self.in_kernel == 0 {
+                break;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(_) => {
+                    // The ring is unusable; leaking the buffers is the only
+                    // safe way out (the kernel may still write to them).
+                    std::mem::forget(std::mem::take(&mut self.slots));
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Boot a QEMU guest (software CPU) with an emulated NVMe ZNS namespace and run
+# zftl's backend conformance suite inside it on /dev/ng0n1 (io_uring NVMe
+# passthrough), once per namespace configuration:
+#
+#   zcap=zsze   2 GiB, 64 MiB zones, zone capacity = zone size
+#   zcap<zsze   2 GiB, 64 MiB zones, zone capacity 48 MiB
+#   metadata    as the first, with 16 bytes of per-block metadata (OOB,
+#               QEMU's ms=16, separate buffer); required by default,
+#               ZNS_GUEST_METADATA=try reports its failure without failing,
+#               ZNS_GUEST_METADATA=skip leaves it out
+#
+# Must run as root: it installs Debian packages (QEMU, a guest kernel,
+# busybox) with apt-get. Any failure inside a guest, a guest that never
+# reports (panic, hang, plain poweroff) or a missing prerequisite fails the
+# script with a message saying which.
+#
+# Environment: ZNS_GUEST_TIMEOUT (seconds per guest, default 1500),
+# ZNS_GUEST_SKIP_INSTALL=1 (skip apt-get), ZNS_GUEST_KEEP=1 (keep the work
+# directory), CARGO_TARGET_DIR (as for cargo).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TIMEOUT=${ZNS_GUEST_TIMEOUT:-1500}
+METADATA=${ZNS_GUEST_METADATA:-required}
+
+die() {
+    echo "zns-guest: FAIL: $*" >&2
+    exit 1
+}
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages with apt-get and boots QEMU); nothing was tested"
+
+if [ "${ZNS_GUEST_SKIP_INSTALL:-0}" != 1 ]; then
+    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "apt-get update failed; nothing was tested"
+    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio >/dev/null ||
+        die "apt-get install failed; nothing was tested"
+fi
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; nothing was tested"
+BUSYBOX=$(command -v busybox) || die "busybox not found; nothing was tested"
+if command -v file >/dev/null && file -L "$BUSYBOX" | grep -q "dynamically linked"; then
+    die "$BUSYBOX is not static (install busybox-static)"
+fi
+KERNEL=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+[ -n "$KERNEL" ] || die "no guest kernel in /boot (install linux-image-amd64); nothing was tested"
+KVER=${KERNEL#/boot/vmlinuz-}
+MODDIR=/lib/modules/$KVER
+[ -d "$MODDIR" ] || die "no modules for $KVER in $MODDIR"
+
+echo "zns-guest: building zns-conformance (static)"
+(
+    cd "$REPO"
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q -p zftl-zns \
+        --bin zns-conformance --target x86_64-unknown-linux-gnu
+) || die "cargo build of zns-conformance failed"
+BIN=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release/zns-conformance
+[ -x "$BIN" ] || die "built binary not found at $BIN"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zns-guest.XXXXXX")
+if [ "${ZNS_GUEST_KEEP:-0}" != 1 ]; then
+    trap 'rm -rf "$WORK"' EXIT
+else
+    echo "zns-guest: work directory $WORK"
+fi
+
+# The initramfs: static busybox as /init's shell, the NVMe modules, the binary.
+ROOT=$WORK/root
+mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
+cp "$BUSYBOX" "$ROOT/bin/busybox"
+for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff; do
+    ln -s busybox "$ROOT/bin/$applet"
+done
+for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
+    ko=$(find "$MODDIR" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" \) | head -n 1)
+    [ -n "$ko" ] || die "module $m not found under $MODDIR"
+    case "$ko" in
+        *.xz) xz -dc "$ko" >"$ROOT/lib/modules/$m.ko" ;;
+        *.zst) zstd -qdc "$ko" >"$ROOT/lib/modules/$m.ko" ;;
+        *) cp "$ko" "$ROOT/lib/modules/$m.ko" ;;
+    esac
+done
+cp "$REPO/scripts/zns-guest/init" "$ROOT/init"
+chmod +x "$ROOT/init"
+cp "$BIN" "$ROOT/bin/zns-conformance"
+(cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initramfs.cpio.gz"
+
+# run NAME NS-OPTIONS: boot one guest on a fresh 2 GiB image; returns 0 only
+# if the guest reported exit status 0.
+run() {
+    local name=$1 nsopts=$2 img=$WORK/zns-$1.img log=$WORK/$1.log rc start end
+    rm -f "$img"
+    truncate -s 2G "$img"
+    echo "zns-guest: === $name: nvme-ns $nsopts"
+    start=$(date +%s)
+    set +e
+    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 1024 -smp 1 \
+        -display none -nodefaults -serial stdio -no-reboot \
+        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+        -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio.gz" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=conformance" \
+        -drive "file=$img,id=zns0,format=raw,if=none" \
+        -device nvme,serial=deadbeef,id=nvme0 \
+        -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \
+        </dev/null 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    end=$(date +%s)
+    rm -f "$img"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "zns-guest: $name: FAIL: the guest did not finish within ${TIMEOUT}s ($((end - start))s)"
+        return 1
+    elif [ "$rc" -eq 0 ]; then
+        echo "zns-guest: $name: FAIL: the guest never reported (plain poweroff, panic or crash) ($((end - start))s)"
+        return 1
+    elif [ $((rc & 1)) -eq 1 ] && [ $((rc >> 1)) -eq 0 ]; then
+        echo "zns-guest: $name: PASS ($((end - start))s)"
+        return 0
+    elif [ $((rc & 1)) -eq 1 ]; then
+        echo "zns-guest: $name: FAIL: the guest reported exit status $((rc >> 1)) ($((end - start))s)"
+        return 1
+    else
+        echo "zns-guest: $name: FAIL: qemu exited with $rc ($((end - start))s)"
+        return 1
+    fi
+}
+
+# max_active below the zone count, so the conformance case open_close_limits
+# can reach the active-zone limit (it needs max_active + 1 usable zones).
+BASE="logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=64M,zoned.max_open=16,zoned.max_active=24"
+failed=()
+run zcap-eq-zsze "$BASE,zoned.zone_capacity=0" || failed+=(zcap-eq-zsze)
+run zcap-lt-zsze "$BASE,zoned.zone_capacity=48M" || failed+=(zcap-lt-zsze)
+case "$METADATA" in
+    skip) echo "zns-guest: metadata run skipped (ZNS_GUEST_METADATA=skip)" ;;
+    try)
+        run metadata "$BASE,zoned.zone_capacity=0,ms=16" ||
+            echo "zns-guest: the metadata run failed; not counted (ZNS_GUEST_METADATA=try)"
+        ;;
+    *) run metadata "$BASE,zoned.zone_capacity=0,ms=16" || failed+=(metadata) ;;
+esac
+
+if [ ${#failed[@]} -gt 0 ]; then
+    die "failed runs: ${failed[*]}"
+fi
+echo "zns-guest: all required runs passed"
