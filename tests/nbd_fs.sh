@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# A real file system on `zftl serve`: nbdfuse exposes the export as a file,
+# a loop device with 4 KiB sectors sits on it (see attach), mkfs.ext4
+# formats it and it is mounted; a tree of files is
+# written, checked with e2fsck and sha256sum across a clean server restart
+# (SIGTERM) and across a `kill -9` of the server right after a `sync` (what
+# the FLUSH under that sync acknowledged must survive).
+#
+#   tests/nbd_fs.sh                        # as root (mount, loop, FUSE)
+#   ZFTL=path/to/zftl PORT=10998 tests/nbd_fs.sh
+#
+# Installs libnbd-bin (nbdfuse, nbdinfo) and e2fsprogs with apt-get when
+# they are missing. Uses $ZFTL, default target/release/zftl (built if
+# absent). The last line is "N passed, N failed"; exit status 0 only if
+# nothing failed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PASSED=0
+FAILED=0
+WORK=
+SERVER_PID=
+FUSE_PID=
+LOOP=
+MNT=
+FUSEDIR=
+
+say() { printf '\n=== %s\n' "$*"; }
+pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
+die() {
+    echo "nbd_fs.sh: fatal: $*" >&2
+    FAILED=$((FAILED + 1))
+    exit 2
+}
+
+# ----- cleanup: mounts first (innermost first), then processes ----------------
+cleanup() {
+    local rc=$?
+    set +e
+    if [ -n "$MNT" ] && mountpoint -q "$MNT" 2>/dev/null; then
+        timeout 30 umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    fi
+    if [ -n "$LOOP" ]; then losetup -d "$LOOP" 2>/dev/null; fi
+    if [ -n "$FUSEDIR" ] && mountpoint -q "$FUSEDIR" 2>/dev/null; then
+        timeout 30 umount "$FUSEDIR" 2>/dev/null || umount -l "$FUSEDIR" 2>/dev/null
+    fi
+    if [ -n "$FUSE_PID" ]; then
+        kill -TERM "$FUSE_PID" 2>/dev/null
+        wait "$FUSE_PID" 2>/dev/null
+    fi
+    if [ -n "$SERVER_PID" ]; then
+        kill -KILL "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+    fi
+    if [ -n "$WORK" ] && [ -d "$WORK" ]; then
+        if [ "$rc" != 0 ] || [ "$FAILED" != 0 ]; then
+            echo "--- last lines of the last server's log"
+            tail -n 30 "$WORK/serve.try.log" 2>/dev/null
+        fi
+        # Never rm -rf through a mount that could not be taken down.
+        if ! grep -q " $WORK/" /proc/mounts; then rm -rf "$WORK"; fi
+    fi
+    if [ "$rc" != 0 ] && [ "$FAILED" = 0 ]; then
+        echo "nbd_fs.sh: aborted (exit status $rc)" >&2
+        FAILED=1
+    fi
+    echo
+    echo "$PASSED passed, $FAILED failed"
+    if [ "$FAILED" != 0 ] && [ "$rc" = 0 ]; then rc=1; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ----- tools, from Debian packages --------------------------------------------
+[ "$(id -u)" = 0 ] || die "must run as root (mount, loop devices, FUSE)"
+need=(nbdfuse nbdinfo mkfs.ext4 e2fsck losetup sha256sum mountpoint timeout)
+missing=()
+for t in "${need[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
+if [ "${#missing[@]}" != 0 ]; then
+    say "installing libnbd-bin e2fsprogs fuse3 (missing: ${missing[*]})"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "apt-get update failed"
+    apt-get install -y -qq libnbd-bin e2fsprogs fuse3 >/dev/null \
+        || die "apt-get install libnbd-bin e2fsprogs fuse3 failed"
+    for t in "${need[@]}"; do
+        command -v "$t" >/dev/null || die "$t still missing after apt-get install"
+    done
+fi
+[ -e /dev/fuse ] || die "/dev/fuse is missing: FUSE is not available on this machine"
+
+# ----- the server binary ------------------------------------------------------
+if [ -z "${ZFTL:-}" ]; then
+    ZFTL="$ROOT/target/release/zftl"
+    if [ ! -x "$ZFTL" ]; then
+        say "building zftl (release)"
+        (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
+    fi
+fi
+[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
+
+WORK=$(mktemp -d /tmp/zftl-nbd-fs.XXXXXX)
+MNT="$WORK/mnt"
+FUSEDIR="$WORK/fuse"
+DISK="$FUSEDIR/disk"
+IMAGE="$WORK/img"
+mkdir -p "$MNT" "$FUSEDIR"
+
+# A free port on 127.0.0.1, below the kernel's ephemeral range (so no
+# outgoing connection holds it), that no socket uses now. A server that
+# still loses a race for it is restarted on another port (start_server).
+port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 1
+    if command -v ss >/dev/null; then
+        [ -z "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ] || return 1
+    fi
+}
+FIXED_PORT=${PORT:-}
+pick_port() {
+    if [ -n "$FIXED_PORT" ]; then PORT=$FIXED_PORT; return 0; fi
+    local lo p
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$lo" -gt 11000 ] || lo=32768
+    for _ in $(seq 1 200); do
+        p=$((10000 + RANDOM % (lo - 10000)))
+        if port_free "$p"; then PORT=$p; return 0; fi
+    done
+    die "no free port found"
+}
+pick_port
+URI="nbd://127.0.0.1:$PORT"
+echo "zftl: $ZFTL; work dir: $WORK"
+
+# 1 GiB simulated device (8 channels x 2 LUNs x 64 blocks x 256 pages of 4 KiB).
+"$ZFTL" sim create "$IMAGE" --blocks-per-lun 64 >/dev/null || die "zftl sim create failed"
+
+start_server() {
+    local attempt
+    for attempt in 1 2 3 4 5; do
+        port_free "$PORT" || pick_port
+        URI="nbd://127.0.0.1:$PORT"
+        : >"$WORK/serve.try.log"
+        "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >"$WORK/serve.try.log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 1 600); do
+            if nbdinfo --size "$URI" >/dev/null 2>&1; then
+                cat "$WORK/serve.try.log" >>"$WORK/serve.log"
+                echo "zftl serve (pid $SERVER_PID) on $URI"
+                return 0
+            fi
+            kill -0 "$SERVER_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        cat "$WORK/serve.try.log" >>"$WORK/serve.log"
+        if kill -0 "$SERVER_PID" 2>/dev/null; then die "zftl serve did not come up on port $PORT"; fi
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=
+        if grep -q "Address already in use" "$WORK/serve.try.log" && [ -z "$FIXED_PORT" ]; then
+            echo "port $PORT was taken: trying another one"
+            pick_port
+            continue
+        fi
+        die "zftl serve exited at start"
+    done
+    die "zftl serve could not get a port"
+}
+
+# SIGTERM: drain, flush, checkpoint; exit status 0 expected.
+stop_server() {
+    local rc=0
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=
+    return "$rc"
+}
+
+kill9_server() {
+    kill -KILL "$SERVER_PID"
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+
+# nbdfuse exposes the export as $DISK. nbdfuse (libnbd 1.14) passes the
+# kernel's requests through unaligned (mkfs.ext4 writes 1 KiB at offset
+# 1 KiB), and the server rejects requests misaligned to its advertised
+# 4 KiB minimum block size with EINVAL, as the protocol allows. So the file
+# goes on a loop device with 4 KiB logical sectors (what `mount -o loop`
+# does, plus --sector-size): every request that reaches the server is then
+# 4 KiB-aligned, and the loop device turns the file system's cache flushes
+# into fsync of the file, i.e. NBD FLUSH.
+attach() {
+    nbdfuse "$DISK" "$URI" >>"$WORK/nbdfuse.log" 2>&1 &
+    FUSE_PID=$!
+    local up=0
+    for _ in $(seq 1 300); do
+        if [ -e "$DISK" ]; then up=1; break; fi
+        kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; cat "$WORK/nbdfuse.log"; die "nbdfuse exited"; }
+        sleep 0.1
+    done
+    [ "$up" = 1 ] || die "nbdfuse did not expose $DISK"
+    LOOP=$(losetup --find --show --sector-size 4096 "$DISK") || { LOOP=; die "losetup failed"; }
+}
+
+# Detach the loop device, then unmount the FUSE directory (nbdfuse then
+# disconnects and exits).
+detach() {
+    if [ -n "$LOOP" ]; then
+        losetup -d "$LOOP" || true
+        for _ in $(seq 1 100); do
+            losetup "$LOOP" >/dev/null 2>&1 || break
+            sleep 0.1
+        done
+        LOOP=
+    fi
+    if mountpoint -q "$FUSEDIR"; then
+        timeout 60 umount "$FUSEDIR" || umount -l "$FUSEDIR"
+    fi
+    if [ -n "$FUSE_PID" ]; then
+        timeout 30 tail --pid="$FUSE_PID" -f /dev/null || kill -KILL "$FUSE_PID" 2>/dev/null || true
+        wait "$FUSE_PID" 2>/dev/null || true
+        FUSE_PID=
+    fi
+}
+
+mount_fs() { mount -t ext4 "$LOOP" "$MNT"; }
+umount_fs() { timeout 120 umount "$MNT"; }
+
+# COUNT files of random sizes (512 B .. 128 KiB) plus a few of 1-2 MiB in
+# directories under $MNT/$1.
+write_tree() {
+    local top="$MNT/$1" count=$2 i d size
+    mkdir -p "$top"
+    for i in $(seq 1 "$count"); do
+        d="$top/d$((i % 12))/sub$((i % 3))"
+        mkdir -p "$d"
+        size=$((512 + (RANDOM * 32768 + RANDOM) % (128 * 1024)))
+        head -c "$size" /dev/urandom >"$d/f$i.bin"
+    done
+    for i in 1 2 3 4; do
+        head -c $(((1 + i % 2) << 20)) /dev/urandom >"$top/big$i.bin"
+    done
+}
+
+# sha256sum of every file under $MNT/$1, paths relative to $MNT.
+sums() { (cd "$MNT" && find "$1" -type f -print0 | sort -z | xargs -0 sha256sum); }
+check_sums() { (cd "$MNT" && sha256sum --quiet -c "$1"); }
+
+fsck_clean() {
+    local out rc=0
+    out=$(e2fsck -fn "$LOOP" 2>&1) || rc=$?
+    echo "$out" | tail -n 3
+    [ "$rc" = 0 ]
+}
+
+# ----- phase 1: mkfs, a tree of files, clean unmount, fsck ---------------------
+say "phase 1: zftl serve, nbdfuse, loop device, mkfs.ext4, mount, write a tree"
+start_server
+echo "export size: $(nbdinfo --size "$URI") bytes"
+attach
+if mkfs.ext4 -q -F "$LOOP"; then pass "mkfs.ext4 on the nbdfuse file (through a 4 KiB-sector loop device)"; else die "mkfs.ext4 failed"; fi
+mount_fs || die "mount -o loop failed"
+write_tree one 300
+sums one >"$WORK/sums1"
+echo "$(wc -l <"$WORK/sums1") files, $(du -sm "$MNT/one" | cut -f1) MiB"
+sync
+if check_sums "$WORK/sums1"; then pass "checksums read back while mounted"; else fail "checksums while mounted"; fi
+if umount_fs; then pass "unmount"; else die "umount failed"; fi
+if fsck_clean; then pass "e2fsck -fn clean after the first unmount"; else fail "e2fsck -fn after the first unmount"; fi
+detach
+
+# ----- phase 2: SIGTERM, restart, remount, checksums --------------------------
+say "phase 2: SIGTERM the server, restart, remount, checksums"
+if stop_server; then pass "zftl serve exits 0 on SIGTERM"; else fail "zftl serve exit status on SIGTERM"; fi
+start_server
+attach
+if fsck_clean; then pass "e2fsck -fn clean after a clean restart"; else fail "e2fsck -fn after a clean restart"; fi
+mount_fs || die "mount after a clean restart failed"
+if check_sums "$WORK/sums1"; then pass "all $(wc -l <"$WORK/sums1") checksums match after a clean restart"; else fail "checksums after a clean restart"; fi
+umount_fs || die "umount failed"
+detach
+
+# ----- phase 3: write more, sync, kill -9 at once, restart ---------------------
+say "phase 3: remount, write more, sync, kill -9 the server"
+attach
+mount_fs || die "mount failed"
+write_tree two 200
+sums two >"$WORK/sums2"
+# Delete and overwrite some phase-1 files too, so the journal carries metadata.
+rm -rf "$MNT/one/d0"
+head -c 65536 /dev/urandom >"$MNT/one/big1.bin"
+sums one >"$WORK/sums1b"
+sync
+kill9_server
+echo "sync returned; server killed with SIGKILL"
+# The mounts now sit on a dead connection: take them down (their last
+# writes fail with EIO and are not part of what was acknowledged).
+timeout 60 umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+detach
+
+say "phase 3: restart after kill -9, journal replay, checksums, e2fsck"
+start_server
+attach
+if dumpe2fs -h "$LOOP" 2>/dev/null | grep -q needs_recovery; then
+    echo "the file system needs journal recovery (as expected after a kill -9 while mounted)"
+else
+    echo "note: no journal recovery needed"
+fi
+# The journal was committed by sync but not checkpointed: e2fsck -n cannot
+# replay it, so the kernel does (mount), and then e2fsck checks the result.
+if mount_fs; then pass "mount after kill -9 (journal replay)"; else die "mount after kill -9 failed"; fi
+if check_sums "$WORK/sums1b"; then pass "all $(wc -l <"$WORK/sums1b") phase-1 checksums (after changes) match after kill -9"; else fail "phase-1 checksums after kill -9"; fi
+if check_sums "$WORK/sums2"; then pass "all $(wc -l <"$WORK/sums2") files synced before kill -9 match"; else fail "synced files after kill -9"; fi
+if [ ! -e "$MNT/one/d0" ]; then pass "a directory removed before the sync stays removed"; else fail "removed directory came back"; fi
+if umount_fs; then pass "unmount after kill -9"; else die "umount failed"; fi
+if fsck_clean; then pass "e2fsck -fn clean after kill -9 and journal replay"; else fail "e2fsck -fn after kill -9"; fi
+detach
+if stop_server; then pass "zftl serve exits 0 on SIGTERM after the crash restart"; else fail "final SIGTERM"; fi
