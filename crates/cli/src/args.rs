@@ -79,13 +79,21 @@ pub enum Command {
 pub struct ServeArgs {
     #[command(flatten)]
     pub image: ImageOpt,
-    /// Address and port to listen on. TLS is not implemented yet, so only
-    /// loopback addresses are accepted unless --insecure-no-tls is given.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
-    pub listen: std::net::SocketAddr,
-    /// Name of the export (the empty name selects it too).
-    #[arg(long, value_name = "NAME", default_value = "zftl")]
-    pub export: String,
+    /// Read the settings from this TOML file: the keys are the long flags
+    /// with `_` for `-` (listen, export, read_only, insecure_no_tls, image,
+    /// tls_cert, tls_key, tls_client_ca, metrics) and an `[ftl]` table of
+    /// the FTL's tunables. Flags given on the command line override it;
+    /// unknown keys are an error.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address and port to listen on [default: 127.0.0.1:10809]. Without
+    /// TLS only loopback addresses are accepted, unless --insecure-no-tls
+    /// is given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Name of the export (the empty name selects it too) [default: zftl].
+    #[arg(long, value_name = "NAME")]
+    pub export: Option<String>,
     /// Export read-only: writes, trims and zeroing fail with EPERM.
     #[arg(long)]
     pub read_only: bool,
@@ -93,6 +101,23 @@ pub struct ServeArgs {
     /// reach it can read and overwrite the volume.
     #[arg(long)]
     pub insecure_no_tls: bool,
+    /// Require TLS (NBD_OPT_STARTTLS) with this server certificate chain
+    /// (PEM, leaf first); needs --tls-key. Clients then connect with e.g.
+    /// `nbds://HOST/zftl`.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Client-certificate authentication: admit only clients presenting a
+    /// certificate signed by a CA in this PEM bundle (needs --tls-cert).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics (plain HTTP, `GET /metrics`) on this
+    /// address: request counts, bytes, latency histograms, connections and
+    /// the FTL's statistics (write amplification, GC, erases, free zones).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Which image an FTL command works on.

@@ -1,7 +1,8 @@
 //! `zftl serve`: export the FTL on a simulated device image over NBD.
 //!
-//! Steps: check the listen address (no TLS yet: loopback only unless
-//! `--insecure-no-tls`), open or create the image, mount the FTL (format it
+//! Steps: check the listen address (without TLS, loopback only unless
+//! `--insecure-no-tls`), load the TLS files if any (then every client must
+//! use NBD_OPT_STARTTLS), open or create the image, mount the FTL (format it
 //! first if the image holds none) on a driver thread, serve until SIGINT or
 //! SIGTERM, then drain the connections, flush and checkpoint (a clean
 //! unmount) and sync the image.
@@ -9,18 +10,23 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::{info, warn};
 use zftl::handle::{AsyncHandle, Handle};
 use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
 use zftl_core::{
-    Backend, BackendExt, FormatOptions, FtlConfig, IoError, MountError, ReplyData, Request,
+    Backend, BackendExt, FormatOptions, FtlConfig, FtlStats, IoError, MountError, ReplyData,
+    Request,
 };
-use zftl_nbd::{check_listen_address, Export, ExportTable, Server, ServerConfig, Volume};
+use zftl_nbd::{
+    check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
+    ServerConfig, TlsFiles, Volume,
+};
 use zftl_sim::SimDevice;
 
-use crate::args::ServeArgs;
+use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
 use crate::{image, volume};
 
@@ -66,8 +72,11 @@ fn holds_superblock(dev: &mut SimDevice) -> bool {
 }
 
 /// Mounts the FTL on the image, formatting it first if it holds none.
-fn mount_or_format(path: &Path, mut dev: SimDevice) -> Result<Handle<SimDevice>, CliError> {
-    let config = FtlConfig::default();
+fn mount_or_format(
+    path: &Path,
+    mut dev: SimDevice,
+    config: FtlConfig,
+) -> Result<Handle<SimDevice>, CliError> {
     if holds_superblock(&mut dev) {
         info!(image = %path.display(), "mounting");
         return Handle::mount(dev, config).map_err(|e| {
@@ -115,26 +124,319 @@ async fn termination() {
     }
 }
 
+/// What `zftl serve` runs with: the flags (and, later, a config file) resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Settings {
+    pub listen: SocketAddr,
+    pub export: String,
+    pub read_only: bool,
+    pub insecure_no_tls: bool,
+    pub tls: Option<TlsFiles>,
+    pub metrics: Option<SocketAddr>,
+    pub image: Option<PathBuf>,
+    pub ftl: FtlConfig,
+}
+
+/// The default NBD address.
+const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+/// The default export name.
+const DEFAULT_EXPORT: &str = "zftl";
+
+/// `zftl serve --config FILE`: every key optional; unknown keys refused.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    listen: Option<SocketAddr>,
+    export: Option<String>,
+    read_only: Option<bool>,
+    insecure_no_tls: Option<bool>,
+    image: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    metrics: Option<SocketAddr>,
+    ftl: Option<toml::Table>,
+}
+
+fn config_error(path: &Path, reason: impl Into<String>) -> CliError {
+    CliError::Config {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads a serve config file. Relative paths in it are relative to the
+/// file's directory.
+fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| config_error(path, e.to_string()))?;
+    let mut file: ServeFile =
+        toml::from_str(&text).map_err(|e| config_error(path, e.message().to_string()))?;
+    let ftl = match file.ftl.take() {
+        None => FtlConfig::default(),
+        Some(table) => {
+            let known = serde_json::to_value(FtlConfig::default())
+                .map_err(|e| config_error(path, e.to_string()))?;
+            for key in table.keys() {
+                if known.get(key).is_none() {
+                    return Err(config_error(
+                        path,
+                        format!(
+                            "unknown key `ftl.{key}` (the [ftl] table takes the FTL's tunables)"
+                        ),
+                    ));
+                }
+            }
+            table.try_into().map_err(|e: toml::de::Error| {
+                config_error(path, format!("[ftl]: {}", e.message()))
+            })?
+        }
+    };
+    let base = path.parent().unwrap_or(Path::new(""));
+    for p in [
+        &mut file.image,
+        &mut file.tls_cert,
+        &mut file.tls_key,
+        &mut file.tls_client_ca,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    }
+    Ok((file, ftl))
+}
+
+impl Settings {
+    /// The flags over the config file (if any) over the defaults.
+    pub fn from_args(args: &ServeArgs) -> Result<Settings, CliError> {
+        let (file, ftl) = match &args.config {
+            Some(path) => load_serve_file(path)?,
+            None => (ServeFile::default(), FtlConfig::default()),
+        };
+        let tls = tls_files(
+            args.tls_cert.clone().or(file.tls_cert),
+            args.tls_key.clone().or(file.tls_key),
+            args.tls_client_ca.clone().or(file.tls_client_ca),
+        )?;
+        Ok(Settings {
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address")),
+            export: args
+                .export
+                .clone()
+                .or(file.export)
+                .unwrap_or_else(|| DEFAULT_EXPORT.to_string()),
+            read_only: args.read_only || file.read_only.unwrap_or(false),
+            insecure_no_tls: args.insecure_no_tls || file.insecure_no_tls.unwrap_or(false),
+            tls,
+            metrics: args.metrics.or(file.metrics),
+            image: args.image.image.clone().or(file.image),
+            ftl,
+        })
+    }
+}
+
+/// The TLS files, if any, checked for completeness.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, CliError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None) if client_ca.is_none() => Ok(None),
+        (None, None) => Err(CliError::InvalidArgument(
+            "--tls-client-ca needs --tls-cert and --tls-key (the server's own certificate)".into(),
+        )),
+        (Some(_), None) => Err(CliError::InvalidArgument(
+            "--tls-cert needs --tls-key (the certificate's private key)".into(),
+        )),
+        (None, Some(_)) => Err(CliError::InvalidArgument(
+            "--tls-key needs --tls-cert (the server's certificate chain)".into(),
+        )),
+    }
+}
+
+/// Appends the FTL's statistics in the Prometheus text format (`None`:
+/// the FTL did not answer; only `zftl_ftl_up 0` is written).
+fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
+    use std::fmt::Write as _;
+    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    let Some(s) = stats else {
+        metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 0.0);
+        return;
+    };
+    metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 1.0);
+    let counters: [(&str, &str, u64); 10] = [
+        (
+            "host_write_blocks",
+            "Blocks written by the host.",
+            s.host_write_blocks,
+        ),
+        (
+            "host_read_blocks",
+            "Blocks read by the host.",
+            s.host_read_blocks,
+        ),
+        (
+            "host_trim_blocks",
+            "Blocks trimmed by the host.",
+            s.host_trim_blocks,
+        ),
+        (
+            "host_zero_blocks",
+            "Blocks zeroed by the host.",
+            s.host_zero_blocks,
+        ),
+        (
+            "media_write_blocks",
+            "Blocks written to media: host data, GC copies, padding, metadata.",
+            s.media_write_blocks,
+        ),
+        (
+            "gc_copy_blocks",
+            "Blocks garbage collection copied.",
+            s.gc_copy_blocks,
+        ),
+        (
+            "meta_write_blocks",
+            "Metadata blocks written.",
+            s.meta_write_blocks,
+        ),
+        ("erases", "Zone erases (resets).", s.erases),
+        ("flushes", "Flushes.", s.flushes),
+        ("checkpoints", "Checkpoints written.", s.checkpoints),
+    ];
+    for (name, help, v) in counters {
+        metric(
+            &format!("zftl_ftl_{name}_total"),
+            "counter",
+            &format!("{help} Since this mount."),
+            v as f64,
+        );
+    }
+    let gauges: [(&str, &str, f64); 10] = [
+        (
+            "write_amplification",
+            "Media writes per host write since this mount (0 before any host write).",
+            s.write_amplification,
+        ),
+        (
+            "free_zones",
+            "Zones free for writing.",
+            f64::from(s.free_zones),
+        ),
+        (
+            "retired_zones",
+            "Zones taken out of service.",
+            f64::from(s.retired_zones),
+        ),
+        (
+            "mapped_blocks",
+            "Logical blocks mapped to data.",
+            s.mapped_blocks as f64,
+        ),
+        (
+            "erase_count_min",
+            "Lowest erase count of a data or free zone.",
+            f64::from(s.erase_count_min),
+        ),
+        (
+            "erase_count_mean",
+            "Mean erase count of the data and free zones.",
+            s.erase_count_mean,
+        ),
+        (
+            "erase_count_max",
+            "Highest erase count of a data or free zone.",
+            f64::from(s.erase_count_max),
+        ),
+        (
+            "metadata_erase_count_max",
+            "Highest erase count of a superblock or metadata zone.",
+            f64::from(s.metadata_erase_count_max),
+        ),
+        (
+            "map_memory_bytes",
+            "Bytes of memory the L2P and P2L maps use.",
+            s.map_memory_bytes as f64,
+        ),
+        (
+            "map_bytes_per_mapped_block",
+            "Map memory per mapped block, in bytes.",
+            s.map_bytes_per_mapped_block,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        metric(&format!("zftl_ftl_{name}"), "gauge", help, v);
+    }
+}
+
+/// Where the server ended up listening (ports may have been 0).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bound {
+    #[allow(dead_code)] // read by the tests
+    pub nbd: SocketAddr,
+    #[allow(dead_code)] // read by the tests
+    pub metrics: Option<SocketAddr>,
+}
+
 pub fn run(args: &ServeArgs, top_image: Option<&PathBuf>) -> Result<(), CliError> {
     init_logging();
-    let listen: SocketAddr = args.listen;
-    check_listen_address(listen, args.insecure_no_tls)
+    let settings = Settings::from_args(args)?;
+    run_until(&settings, top_image, termination(), |_| {})
+}
+
+/// Serves until `shutdown` completes; `ready` is told the bound addresses
+/// once the listeners are up.
+pub(crate) fn run_until(
+    settings: &Settings,
+    top_image: Option<&PathBuf>,
+    shutdown: impl Future<Output = ()>,
+    ready: impl FnOnce(Bound),
+) -> Result<(), CliError> {
+    let listen = settings.listen;
+    check_listen_address(listen, settings.tls.is_some(), settings.insecure_no_tls)
         .map_err(|e| CliError::InvalidArgument(e.to_string()))?;
-    if !listen.ip().is_loopback() {
+    let tls = match &settings.tls {
+        Some(files) => {
+            Some(tls_server_config(files).map_err(|e| CliError::InvalidArgument(e.to_string()))?)
+        }
+        None => None,
+    };
+    if !listen.ip().is_loopback() && tls.is_none() {
         warn!(%listen, "serving without TLS on a non-loopback address (--insecure-no-tls)");
     }
-    let path = volume::image_path(&args.image, top_image)?;
+    let path = volume::image_path(
+        &ImageOpt {
+            image: settings.image.clone(),
+        },
+        top_image,
+    )?;
     let (dev, action) = image::open_or_create(&path)?;
     info!(image = %path.display(), action = action.as_str(), "image");
-    let handle = mount_or_format(&path, dev)?;
+    let handle = mount_or_format(&path, dev, settings.ftl.clone())?;
     let vol = FtlVolume {
-        max_request_blocks: FtlConfig::default().max_request_blocks,
+        max_request_blocks: settings.ftl.max_request_blocks,
         handle: AsyncHandle::from(handle),
     };
-    let export = Export::new(args.export.clone(), vol.clone())
-        .read_only(args.read_only)
+    let export = Export::new(settings.export.clone(), vol.clone())
+        .read_only(settings.read_only)
         .description(format!("zftl volume on {}", path.display()));
-    let exports = ExportTable::new(vec![export], Some(&args.export))
+    let exports = ExportTable::new(vec![export], Some(&settings.export))
         .map_err(|e| CliError::InvalidArgument(format!("--export: {e}")))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -146,20 +448,61 @@ pub fn run(args: &ServeArgs, top_image: Option<&PathBuf>) -> Result<(), CliError
             .await
             .map_err(|e| CliError::InvalidArgument(format!("cannot listen on {listen}: {e}")))?;
         let local = listener.local_addr().unwrap_or(listen);
+        let scheme = if tls.is_some() { "nbds" } else { "nbd" };
         info!(
             listen = %local,
-            export = %args.export,
-            read_only = args.read_only,
+            export = %settings.export,
+            read_only = settings.read_only,
+            tls = tls.is_some(),
+            client_certificates = settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             size_bytes = vol.logical_blocks() * vol.block_size() as u64,
             block_size = vol.block_size(),
-            "serving NBD (nbd://{local}/{})",
-            args.export
+            "serving NBD ({scheme}://{local}/{})",
+            settings.export
         );
-        let server = Server::new(exports, ServerConfig::default());
-        server
-            .serve(listener, termination())
-            .await
-            .map_err(|e| CliError::InvalidArgument(format!("serving on {local}: {e}")))?;
+        let mut server = Server::new(exports, ServerConfig::default());
+        if let Some(tls) = tls {
+            server = server.with_tls(tls);
+        }
+        let (metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut metrics_task = None;
+        let mut metrics_addr = None;
+        if let Some(addr) = settings.metrics {
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                CliError::InvalidArgument(format!("cannot listen on {addr} (--metrics): {e}"))
+            })?;
+            let local = l.local_addr().unwrap_or(addr);
+            if !local.ip().is_loopback() {
+                warn!(metrics = %local, "metrics are served in plain HTTP on a non-loopback address");
+            }
+            info!(metrics = %local, "serving Prometheus metrics (http://{local}/metrics)");
+            metrics_addr = Some(local);
+            let nbd = server.metrics();
+            let handle = vol.handle.clone();
+            let render = move || {
+                let nbd = Arc::clone(&nbd);
+                let handle = handle.clone();
+                async move {
+                    let mut out = String::with_capacity(8192);
+                    nbd.render(&mut out);
+                    render_ftl_stats(handle.stats().await.ok().as_ref(), &mut out);
+                    out
+                }
+            };
+            metrics_task = Some(tokio::spawn(serve_metrics(l, render, async {
+                let _ = metrics_stopped.await;
+            })));
+        }
+        ready(Bound {
+            nbd: local,
+            metrics: metrics_addr,
+        });
+        let served = server.serve(listener, shutdown).await;
+        let _ = metrics_stop.send(());
+        if let Some(task) = metrics_task {
+            let _ = task.await;
+        }
+        served.map_err(|e| CliError::InvalidArgument(format!("serving on {local}: {e}")))?;
         info!("connections drained: flushing and writing a checkpoint");
         drop(server);
         vol.handle
@@ -172,4 +515,289 @@ pub fn run(args: &ServeArgs, top_image: Option<&PathBuf>) -> Result<(), CliError
         .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
     info!("clean shutdown");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let argv = ["zftl", "serve"].iter().chain(extra).copied();
+        match Cli::try_parse_from(argv)?.command {
+            Some(Command::Serve(a)) => Ok(a),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    fn settings(extra: &[&str]) -> Result<Settings, String> {
+        Settings::from_args(&serve_args(extra).unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tls_flags_come_in_pairs() {
+        assert!(settings(&[]).unwrap().tls.is_none());
+        let e = settings(&["--tls-cert", "c.pem"]).unwrap_err();
+        assert!(e.contains("--tls-key"), "{e}");
+        let e = settings(&["--tls-key", "k.pem"]).unwrap_err();
+        assert!(e.contains("--tls-cert"), "{e}");
+        let e = settings(&["--tls-client-ca", "ca.pem"]).unwrap_err();
+        assert!(e.contains("--tls-cert"), "{e}");
+        let s = settings(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-ca",
+            "ca.pem",
+        ])
+        .unwrap();
+        let tls = s.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("c.pem"));
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+    }
+
+    #[test]
+    fn bad_tls_files_are_named_before_anything_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("cert.pem");
+        std::fs::write(&cert, "garbage").unwrap();
+        let img = dir.path().join("never.img");
+        let s = settings(&[
+            "--image",
+            img.to_str().unwrap(),
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            dir.path().join("missing.key").to_str().unwrap(),
+        ])
+        .unwrap();
+        let e = run_until(&s, None, async {}, |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cert.pem"), "{e}");
+        assert!(!img.exists());
+    }
+
+    #[test]
+    fn non_loopback_needs_tls_or_the_override() {
+        let s = settings(&["--listen", "0.0.0.0:0"]).unwrap();
+        let e = run_until(&s, None, async {}, |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--tls-cert") && e.contains("--insecure-no-tls"),
+            "{e}"
+        );
+    }
+
+    /// A blocking NBD client: greet, GO the default export, then one write
+    /// of `blocks` blocks at 0 and a flush.
+    fn write_over_nbd(addr: SocketAddr, blocks: usize) {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let mut greeting = [0u8; 18];
+        s.read_exact(&mut greeting).unwrap();
+        s.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+        let mut opt = Vec::new();
+        opt.extend_from_slice(b"IHAVEOPT");
+        opt.extend_from_slice(&7u32.to_be_bytes()); // GO
+        opt.extend_from_slice(&6u32.to_be_bytes());
+        opt.extend_from_slice(&[0; 6]); // empty name, no info requests
+        s.write_all(&opt).unwrap();
+        loop {
+            let mut h = [0u8; 20];
+            s.read_exact(&mut h).unwrap();
+            let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+            let mut d = vec![0u8; len as usize];
+            s.read_exact(&mut d).unwrap();
+            assert!(reply < 1 << 31, "GO refused");
+            if reply == 1 {
+                break;
+            }
+        }
+        let request = |s: &mut std::net::TcpStream, command: u16, len: u32, payload: &[u8]| {
+            let mut r = Vec::new();
+            r.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+            r.extend_from_slice(&0u16.to_be_bytes());
+            r.extend_from_slice(&command.to_be_bytes());
+            r.extend_from_slice(&1u64.to_be_bytes());
+            r.extend_from_slice(&0u64.to_be_bytes());
+            r.extend_from_slice(&len.to_be_bytes());
+            r.extend_from_slice(payload);
+            s.write_all(&r).unwrap();
+            let mut reply = [0u8; 16];
+            s.read_exact(&mut reply).unwrap();
+            assert_eq!(&reply[4..8], &[0; 4], "NBD error");
+        };
+        let data = vec![0x5au8; blocks * 4096];
+        request(&mut s, 1, data.len() as u32, &data);
+        request(&mut s, 3, 0, &[]);
+    }
+
+    fn get_metrics(addr: SocketAddr) -> HashMap<String, f64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        r.split("\r\n\r\n")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn serve_exports_metrics_of_the_server_and_the_ftl() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("m.img");
+        let s = settings(&[
+            "--image",
+            img.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            run_until(
+                &s,
+                None,
+                async {
+                    let _ = stopped.await;
+                },
+                move |b| bound_tx.send(b).unwrap(),
+            )
+        });
+        let bound = bound_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the server starts");
+        let maddr = bound.metrics.unwrap();
+        let before = get_metrics(maddr);
+        assert_eq!(before["zftl_ftl_up"], 1.0);
+        assert_eq!(before["zftl_ftl_host_write_blocks_total"], 0.0);
+        write_over_nbd(bound.nbd, 4);
+        let after = get_metrics(maddr);
+        assert_eq!(after["zftl_nbd_requests_total{command=\"write\"}"], 1.0);
+        assert_eq!(after["zftl_nbd_written_bytes_total"], 4.0 * 4096.0);
+        assert_eq!(after["zftl_ftl_host_write_blocks_total"], 4.0);
+        assert!(after["zftl_ftl_media_write_blocks_total"] >= 4.0);
+        assert!(after["zftl_ftl_write_amplification"] >= 1.0);
+        assert!(after["zftl_ftl_mapped_blocks"] >= 4.0);
+        assert!(after["zftl_ftl_free_zones"] > 0.0);
+        assert!(after.contains_key("zftl_ftl_erase_count_mean"));
+        assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
+        assert!(after.contains_key(
+            "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"
+        ));
+        stop.send(()).unwrap();
+        server.join().unwrap().unwrap();
+        // The metrics listener closed with the server.
+        assert!(std::net::TcpStream::connect(maddr).is_err());
+    }
+
+    #[test]
+    fn config_file_with_flags_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("serve.toml");
+        std::fs::write(
+            &cfg,
+            r#"
+listen = "127.0.0.1:10900"
+export = "disk"
+read_only = true
+image = "img/z.img"
+tls_cert = "/etc/zftl/cert.pem"
+tls_key = "key.pem"
+tls_client_ca = "ca.pem"
+metrics = "127.0.0.1:9100"
+
+[ftl]
+write_buffer_blocks = 77
+gc_policy = "greedy"
+"#,
+        )
+        .unwrap();
+        let c = cfg.to_str().unwrap();
+        let s = settings(&["--config", c]).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:10900".parse().unwrap());
+        assert_eq!(s.export, "disk");
+        assert!(s.read_only);
+        assert_eq!(s.image, Some(dir.path().join("img/z.img")));
+        let tls = s.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/etc/zftl/cert.pem"));
+        assert_eq!(tls.key, dir.path().join("key.pem"));
+        assert_eq!(tls.client_ca, Some(dir.path().join("ca.pem")));
+        assert_eq!(s.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(s.ftl.write_buffer_blocks, 77);
+        assert_eq!(
+            s.ftl.max_request_blocks,
+            FtlConfig::default().max_request_blocks
+        );
+        assert_ne!(s.ftl, FtlConfig::default());
+
+        // Flags win.
+        let s = settings(&[
+            "--config",
+            c,
+            "--listen",
+            "127.0.0.1:1",
+            "--export",
+            "other",
+            "--metrics",
+            "127.0.0.1:2",
+            "--tls-key",
+            "/k.pem",
+        ])
+        .unwrap();
+        assert_eq!(s.listen, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(s.export, "other");
+        assert_eq!(s.metrics, Some("127.0.0.1:2".parse().unwrap()));
+        assert_eq!(s.tls.unwrap().key, PathBuf::from("/k.pem"));
+
+        // No file, no flags: the defaults.
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(s.export, DEFAULT_EXPORT);
+        assert!(!s.read_only && s.metrics.is_none() && s.tls.is_none());
+        assert_eq!(s.ftl, FtlConfig::default());
+    }
+
+    #[test]
+    fn config_file_errors_name_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("bad.toml");
+        let c = cfg.to_str().unwrap();
+        let err = |text: &str| {
+            std::fs::write(&cfg, text).unwrap();
+            settings(&["--config", c]).unwrap_err()
+        };
+        let e = err("listne = \"127.0.0.1:1\"\n");
+        assert!(e.contains("listne") && e.contains("bad.toml"), "{e}");
+        let e = err("[ftl]\nwrite_bufer_blocks = 1\n");
+        assert!(e.contains("ftl.write_bufer_blocks"), "{e}");
+        let e = err("[ftl]\nwrite_buffer_blocks = \"many\"\n");
+        assert!(e.contains("[ftl]") && e.contains("bad.toml"), "{e}");
+        let e = err("listen = \"nowhere\"\n");
+        assert!(e.contains("bad.toml"), "{e}");
+        let e = err("tls_cert = \"c.pem\"\n");
+        assert!(e.contains("--tls-key"), "{e}");
+        let e =
+            settings(&["--config", dir.path().join("none.toml").to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("none.toml"), "{e}");
+    }
 }

@@ -76,10 +76,11 @@ impl std::fmt::Display for ListenRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "refusing to listen on {}: it is not a loopback address, and NBD traffic \
-             (the volume's data) would cross the network unencrypted and unauthenticated. \
-             TLS (NBD_OPT_STARTTLS) is not implemented yet; listen on 127.0.0.1 or ::1, \
-             or pass --insecure-no-tls to accept the risk",
+            "refusing to listen on {}: it is not a loopback address, and without TLS \
+             the NBD traffic (the volume's data) would cross the network unencrypted and \
+             unauthenticated. Configure TLS (--tls-cert and --tls-key, and --tls-client-ca \
+             to admit only clients with a certificate from your CA), listen on 127.0.0.1 \
+             or ::1, or pass --insecure-no-tls to accept the risk",
             self.addr
         )
     }
@@ -88,10 +89,14 @@ impl std::fmt::Display for ListenRefused {
 impl std::error::Error for ListenRefused {}
 
 /// Loopback addresses are always allowed; any other address (including
-/// the wildcard `0.0.0.0` / `::`) only with `insecure_no_tls`, because this
-/// server does not implement TLS yet.
-pub fn check_listen_address(addr: SocketAddr, insecure_no_tls: bool) -> Result<(), ListenRefused> {
-    if addr.ip().is_loopback() || insecure_no_tls {
+/// the wildcard `0.0.0.0` / `::`) only when the server requires TLS
+/// (`tls`), or with `insecure_no_tls`.
+pub fn check_listen_address(
+    addr: SocketAddr,
+    tls: bool,
+    insecure_no_tls: bool,
+) -> Result<(), ListenRefused> {
+    if addr.ip().is_loopback() || tls || insecure_no_tls {
         Ok(())
     } else {
         Err(ListenRefused { addr })
@@ -103,8 +108,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_without_the_override() {
-        let ok = |s: &str, insecure| check_listen_address(s.parse().unwrap(), insecure).is_ok();
+    fn only_loopback_without_tls_or_the_override() {
+        let ok =
+            |s: &str, insecure| check_listen_address(s.parse().unwrap(), false, insecure).is_ok();
         assert!(ok("127.0.0.1:10809", false));
         assert!(ok("127.0.0.2:1", false));
         assert!(ok("[::1]:10809", false));
@@ -112,10 +118,11 @@ mod tests {
         assert!(!ok("[::]:10809", false));
         assert!(!ok("192.168.1.5:10809", false));
         assert!(ok("0.0.0.0:10809", true));
-        let msg = check_listen_address("10.0.0.1:1".parse().unwrap(), false)
+        assert!(check_listen_address("0.0.0.0:10809".parse().unwrap(), true, false).is_ok());
+        let msg = check_listen_address("10.0.0.1:1".parse().unwrap(), false, false)
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("TLS") && msg.contains("not implemented"));
+        assert!(msg.contains("--tls-cert") && msg.contains("--insecure-no-tls"));
     }
 
     #[test]

@@ -69,22 +69,49 @@ struct Haggle<'a, S, V> {
     stream: &'a mut S,
     exports: &'a ExportTable<V>,
     cfg: &'a ServerConfig,
-    no_zeroes: bool,
+    neg: &'a mut Negotiation,
     structured: bool,
     /// The export `NBD_OPT_SET_META_CONTEXT` selected `base:allocation` for.
     meta_for: Option<Arc<Export<V>>>,
 }
 
-/// Runs the handshake. `Ok(Some)` enters transmission; `Ok(None)` is a
-/// clean end (the client aborted).
-pub(crate) async fn handshake<S, V>(
+/// What carries over from the greeting through a TLS upgrade.
+pub(crate) struct Negotiation {
+    no_zeroes: bool,
+    /// Options the client may still send.
+    options_left: u32,
+    /// The server has TLS configured (then it is required).
+    tls_configured: bool,
+    /// `NBD_OPT_STARTTLS` succeeded and the stream is now TLS.
+    tls_active: bool,
+}
+
+impl Negotiation {
+    /// Marks the stream as upgraded to TLS.
+    pub fn tls_started(&mut self) {
+        self.tls_active = true;
+    }
+}
+
+/// How option haggling ended well.
+pub(crate) enum Agreed<V> {
+    /// Enter transmission.
+    Session(Session<V>),
+    /// The client aborted.
+    Abort,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the caller runs the TLS
+    /// handshake on the stream, then calls [`haggle`] again on it.
+    StartTls,
+}
+
+/// Sends the greeting and reads the client's flags.
+pub(crate) async fn greet<S>(
     stream: &mut S,
-    exports: &ExportTable<V>,
     cfg: &ServerConfig,
-) -> Result<Option<Session<V>>, HandshakeEnd>
+    tls_configured: bool,
+) -> Result<Negotiation, HandshakeEnd>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    V: Volume,
 {
     let mut greeting = Vec::with_capacity(18);
     greeting.extend_from_slice(&NBD_MAGIC.to_be_bytes());
@@ -99,19 +126,43 @@ where
             "unknown client flags {client_flags:#x}"
         )));
     }
+    Ok(Negotiation {
+        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        options_left: cfg.max_options_per_handshake,
+        tls_configured,
+        tls_active: false,
+    })
+}
+
+/// Option haggling on `stream` until the client picks an export, aborts or
+/// asks for TLS. After a TLS upgrade it is called again on the TLS stream
+/// and starts from a clean slate: nothing negotiated in plain text
+/// (structured replies, meta contexts) carries over.
+pub(crate) async fn haggle<S, V>(
+    stream: &mut S,
+    exports: &ExportTable<V>,
+    cfg: &ServerConfig,
+    neg: &mut Negotiation,
+) -> Result<Agreed<V>, HandshakeEnd>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    V: Volume,
+{
     let mut h = Haggle {
         stream,
         exports,
         cfg,
-        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        neg,
         structured: false,
         meta_for: None,
     };
-    for _ in 0..cfg.max_options_per_handshake {
+    while h.neg.options_left > 0 {
+        h.neg.options_left -= 1;
         match h.one_option().await? {
             Step::Continue => {}
-            Step::Done(session) => return Ok(Some(session)),
-            Step::Abort => return Ok(None),
+            Step::Done(session) => return Ok(Agreed::Session(session)),
+            Step::Abort => return Ok(Agreed::Abort),
+            Step::StartTls => return Ok(Agreed::StartTls),
         }
     }
     Err(HandshakeEnd::Violation(format!(
@@ -124,6 +175,7 @@ enum Step<V> {
     Continue,
     Done(Session<V>),
     Abort,
+    StartTls,
 }
 
 impl<S, V> Haggle<'_, S, V>
@@ -182,6 +234,9 @@ where
     }
 
     async fn dispatch(&mut self, option: u32, data: &[u8]) -> Result<Step<V>, HandshakeEnd> {
+        if self.neg.tls_configured && !self.neg.tls_active {
+            return self.before_tls(option, data).await;
+        }
         match option {
             OPT_EXPORT_NAME => self.export_name(data).await,
             OPT_ABORT => {
@@ -209,16 +264,49 @@ where
                 Ok(Step::Continue)
             }
             OPT_STARTTLS => {
-                self.error(
-                    option,
-                    REP_ERR_UNSUP,
-                    "TLS is not implemented by this server",
-                )
-                .await?;
+                let (reply, message) = if self.neg.tls_active {
+                    (REP_ERR_INVALID, "TLS is already in use on this connection")
+                } else {
+                    (REP_ERR_UNSUP, "TLS is not configured on this server")
+                };
+                self.error(option, reply, message).await?;
                 Ok(Step::Continue)
             }
             _ => {
                 self.error(option, REP_ERR_UNSUP, "unknown option").await?;
+                Ok(Step::Continue)
+            }
+        }
+    }
+
+    /// "TLS required" mode, before the upgrade: only STARTTLS and ABORT.
+    async fn before_tls(&mut self, option: u32, data: &[u8]) -> Result<Step<V>, HandshakeEnd> {
+        match option {
+            OPT_STARTTLS if data.is_empty() => {
+                // Nothing may follow the ACK in plain text.
+                self.finish_reply(option, REP_ACK, &[]).await?;
+                Ok(Step::StartTls)
+            }
+            OPT_STARTTLS => {
+                self.error(option, REP_ERR_INVALID, "STARTTLS takes no data")
+                    .await?;
+                Ok(Step::Continue)
+            }
+            OPT_ABORT => {
+                let _ = self.finish_reply(option, REP_ACK, &[]).await;
+                Ok(Step::Abort)
+            }
+            // It cannot be answered with an error: close instead.
+            OPT_EXPORT_NAME => Err(HandshakeEnd::Violation(
+                "EXPORT_NAME before STARTTLS on a server that requires TLS".into(),
+            )),
+            _ => {
+                self.error(
+                    option,
+                    REP_ERR_TLS_REQD,
+                    "this server requires TLS: send NBD_OPT_STARTTLS first",
+                )
+                .await?;
                 Ok(Step::Continue)
             }
         }
@@ -239,7 +327,7 @@ where
         let mut b = Vec::with_capacity(10 + 124);
         b.extend_from_slice(&export.size_bytes().to_be_bytes());
         b.extend_from_slice(&transmission_flags(&export, self.structured).to_be_bytes());
-        if !self.no_zeroes {
+        if !self.neg.no_zeroes {
             b.extend_from_slice(&[0u8; 124]);
         }
         self.stream.write_all(&b).await?;

@@ -11,8 +11,12 @@
 //! The server is generic over a [`Volume`] (the FTL behind a driver:
 //! `zftl::handle::AsyncHandle` wrapped in a newtype), exports a table of
 //! named [`Export`]s with per-export flags, and holds every bound in
-//! [`ServerConfig`]. TLS is not implemented: [`check_listen_address`]
-//! refuses non-loopback addresses unless the operator opts out.
+//! [`ServerConfig`]. With [`Server::with_tls`] (a configuration from
+//! [`tls_server_config`]: certificate, key, optional client CA) the server
+//! requires `NBD_OPT_STARTTLS` before anything else; [`check_listen_address`]
+//! refuses non-loopback addresses without TLS unless the operator opts out.
+//! [`Server::metrics`] counts requests, bytes, latencies and connections;
+//! [`serve_metrics`] serves them (and anything else) as Prometheus text.
 //!
 //! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
 //! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
@@ -24,11 +28,15 @@
 mod config;
 mod export;
 mod handshake;
+mod metrics;
 pub mod proto;
 mod server;
+mod tls;
 mod transmission;
 
 pub use config::{check_listen_address, ListenRefused, ServerConfig};
 pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS};
+pub use metrics::{serve_metrics, Command, Metrics, LATENCY_BUCKETS_US};
 pub use server::Server;
+pub use tls::{server_config as tls_server_config, TlsError, TlsFiles};
 pub use transmission::errno_of;

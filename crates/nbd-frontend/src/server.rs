@@ -14,7 +14,8 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::config::ServerConfig;
 use crate::export::{ExportTable, Volume};
-use crate::handshake::{handshake, log_end};
+use crate::handshake::{greet, haggle, log_end, Agreed, HandshakeEnd, Session};
+use crate::metrics::Metrics;
 use crate::transmission::transmit;
 
 /// An NBD server for a table of exports.
@@ -32,6 +33,8 @@ pub struct Server<V> {
     exports: Arc<ExportTable<V>>,
     config: Arc<ServerConfig>,
     shutdown_tx: watch::Sender<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    metrics: Arc<Metrics>,
 }
 
 impl<V: Volume> Server<V> {
@@ -40,7 +43,26 @@ impl<V: Volume> Server<V> {
             exports: Arc::new(exports),
             config: Arc::new(config.normalized()),
             shutdown_tx: watch::channel(false).0,
+            tls: None,
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Requires TLS (`NBD_OPT_STARTTLS`) on every connection, with this
+    /// configuration (see [`crate::tls_server_config`]).
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(tls));
+        self
+    }
+
+    /// The server's counters (serve them with [`crate::serve_metrics`]).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Whether connections must upgrade to TLS.
+    pub fn requires_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The limits in force (after normalisation).
@@ -81,10 +103,13 @@ impl<V: Volume> Server<V> {
             let exports = Arc::clone(&self.exports);
             let config = Arc::clone(&self.config);
             let down = self.shutdown_tx.subscribe();
+            let tls = self.tls.clone();
+            let metrics = Arc::clone(&self.metrics);
             connections.spawn(
                 async move {
                     debug!("connected");
-                    serve_one(stream, &exports, &config, down).await;
+                    let _open = metrics.connection();
+                    serve_one(stream, &exports, &config, tls, &metrics, down).await;
                     debug!("closed");
                     drop(slot);
                 }
@@ -113,7 +138,17 @@ impl<V: Volume> Server<V> {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let down = self.shutdown_tx.subscribe();
-        serve_one(stream, &self.exports, &self.config, down).await;
+        let tls = self.tls.clone();
+        let _open = self.metrics.connection();
+        serve_one(
+            stream,
+            &self.exports,
+            &self.config,
+            tls,
+            &self.metrics,
+            down,
+        )
+        .await;
     }
 }
 
@@ -133,10 +168,57 @@ async fn accept(
     Ok((stream, peer, slot))
 }
 
-async fn serve_one<S, V>(
+/// Where a handshake ended up.
+enum Negotiated<S, V> {
+    Plain(S, Session<V>),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>, Session<V>),
+}
+
+/// The handshake, with the TLS upgrade in the middle when TLS is
+/// configured. `Ok(None)`: the client aborted.
+async fn negotiate<S, V>(
     mut stream: S,
     exports: &ExportTable<V>,
     config: &ServerConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<Option<Negotiated<S, V>>, HandshakeEnd>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    V: Volume,
+{
+    let mut neg = greet(&mut stream, config, tls.is_some()).await?;
+    let session = match haggle(&mut stream, exports, config, &mut neg).await? {
+        Agreed::Session(s) => return Ok(Some(Negotiated::Plain(stream, s))),
+        Agreed::Abort => return Ok(None),
+        Agreed::StartTls => {
+            let Some(acceptor) = tls else {
+                return Err(HandshakeEnd::Violation("STARTTLS without TLS".into()));
+            };
+            let mut secure = acceptor
+                .accept(stream)
+                .await
+                .map_err(|e| HandshakeEnd::Violation(format!("TLS handshake failed: {e}")))?;
+            debug!("TLS established");
+            neg.tls_started();
+            match haggle(&mut secure, exports, config, &mut neg).await? {
+                Agreed::Session(s) => Negotiated::Tls(Box::new(secure), s),
+                Agreed::Abort => {
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut secure).await;
+                    return Ok(None);
+                }
+                Agreed::StartTls => return Err(HandshakeEnd::Violation("STARTTLS twice".into())),
+            }
+        }
+    };
+    Ok(Some(session))
+}
+
+async fn serve_one<S, V>(
+    stream: S,
+    exports: &ExportTable<V>,
+    config: &ServerConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    metrics: &Arc<Metrics>,
     mut down: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -145,9 +227,9 @@ async fn serve_one<S, V>(
     let agreed = tokio::select! {
         biased;
         _ = down.wait_for(|d| *d) => return,
-        r = tokio::time::timeout(config.handshake_timeout, handshake(&mut stream, exports, config)) => r,
+        r = tokio::time::timeout(config.handshake_timeout, negotiate(stream, exports, config, tls)) => r,
     };
-    let session = match agreed {
+    let negotiated = match agreed {
         Err(_) => {
             warn!("handshake timed out; closing");
             return;
@@ -160,13 +242,26 @@ async fn serve_one<S, V>(
             debug!("client aborted the handshake");
             return;
         }
-        Ok(Ok(Some(session))) => session,
+        Ok(Ok(Some(n))) => n,
     };
+    match negotiated {
+        Negotiated::Plain(stream, session) => {
+            log_session(&session, false);
+            transmit(stream, session, config, metrics, down).await;
+        }
+        Negotiated::Tls(stream, session) => {
+            log_session(&session, true);
+            transmit(*stream, session, config, metrics, down).await;
+        }
+    }
+}
+
+fn log_session<V>(session: &Session<V>, tls: bool) {
     debug!(
         export = %session.export.name,
         structured = session.structured,
         read_only = session.export.read_only,
+        tls,
         "transmission"
     );
-    transmit(stream, session, config, down).await;
 }

@@ -24,6 +24,7 @@ use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use crate::config::ServerConfig;
 use crate::export::{Export, Volume};
 use crate::handshake::{block_sizes, Session};
+use crate::metrics::{Command, Metrics};
 use crate::proto::*;
 
 /// A decoded, validated request.
@@ -648,6 +649,7 @@ enum Answer {
 }
 
 /// Runs one request and queues its reply.
+#[allow(clippy::too_many_arguments)]
 async fn serve_request<V: Volume>(
     export: Arc<Export<V>>,
     replier: Replier,
@@ -656,8 +658,19 @@ async fn serve_request<V: Volume>(
     payload: Option<Vec<u8>>,
     permits: Permits,
     tx: mpsc::Sender<Outgoing>,
+    metrics: Arc<Metrics>,
 ) {
     let cookie = header.cookie;
+    let started = std::time::Instant::now();
+    let kind = match op {
+        Op::Read { .. } => Some(Command::Read),
+        Op::Write { .. } => Some(Command::Write),
+        Op::Flush => Some(Command::Flush),
+        Op::Trim { .. } => Some(Command::Trim),
+        Op::Zero { .. } => Some(Command::WriteZeroes),
+        Op::BlockStatus { .. } => Some(Command::BlockStatus),
+        Op::Disc => None,
+    };
     let result = match op {
         Op::BlockStatus {
             offset,
@@ -668,6 +681,7 @@ async fn serve_request<V: Volume>(
             .map(Answer::Status),
         op => execute(&export, op, payload).await.map(Answer::Data),
     };
+    let failed = result.is_err();
     let (head, data) = match result {
         Ok(Answer::Status(d)) => (replier.block_status(cookie, &d), None),
         Ok(Answer::Data(Some(data))) => {
@@ -685,6 +699,9 @@ async fn serve_request<V: Volume>(
             (replier.error(cookie, &refusal), None)
         }
     };
+    if let Some(kind) = kind {
+        metrics.record(kind, started.elapsed(), u64::from(header.length), failed);
+    }
     // The connection may be gone; the request itself is done either way.
     let _ = tx
         .send(Outgoing {
@@ -723,6 +740,7 @@ pub(crate) async fn transmit<S, V>(
     stream: S,
     session: Session<V>,
     cfg: &ServerConfig,
+    metrics: &Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -762,10 +780,18 @@ pub(crate) async fn transmit<S, V>(
                 let export = Arc::clone(&session.export);
                 let tx = tx.clone();
                 tokio::spawn(serve_request(
-                    export, replier, header, op, payload, permits, tx,
+                    export,
+                    replier,
+                    header,
+                    op,
+                    payload,
+                    permits,
+                    tx,
+                    Arc::clone(metrics),
                 ));
             }
             Next::Refused(out) => {
+                metrics.record_refused();
                 if tx.send(out).await.is_err() {
                     break Stop::Eof;
                 }
