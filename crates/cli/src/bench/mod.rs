@@ -21,7 +21,7 @@ mod throughput;
 mod wa;
 mod workload;
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -247,24 +247,13 @@ pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
     }
 }
 
+/// The CLI's output helper, with the bench's error type.
 fn emit<T: Serialize>(
     json: bool,
     value: &T,
     render: impl FnOnce() -> String,
 ) -> Result<(), BenchError> {
-    let mut out = if json {
-        serde_json::to_string_pretty(value).map_err(|e| CliError::Output(io::Error::other(e)))?
-    } else {
-        render()
-    };
-    if !out.ends_with('\n') {
-        out.push('\n');
-    }
-    let mut stdout = io::stdout().lock();
-    stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(|e| BenchError::Cli(CliError::Output(e)))
+    crate::emit(json, value, render).map_err(BenchError::Cli)
 }
 
 /// A progress bar on stderr, hidden unless stderr is a terminal.
