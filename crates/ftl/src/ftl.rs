@@ -1467,7 +1467,6 @@ impl Ftl {
                     });
                 }
             }
-            let _ = seq;
         }
         self.admit_writes();
     }
@@ -1945,18 +1944,9 @@ impl Ftl {
         }
     }
 
+    /// OOB bytes for metadata blocks: zeros (metadata is self-describing).
     fn meta_oob(&self, blocks: u64) -> Vec<u8> {
-        Vec::with_capacity(0)
-            .into_iter()
-            .chain(std::iter::repeat_n(
-                0u8,
-                if self.geo.oob_size_bytes > 0 {
-                    self.geo.oob_bytes(blocks)
-                } else {
-                    0
-                },
-            ))
-            .collect()
+        vec![0u8; self.geo.oob_bytes(blocks)]
     }
 
     fn next_flush_command(&mut self) -> Option<(Op, Command)> {
