@@ -10,13 +10,24 @@
 #               ZNS_GUEST_METADATA=try reports its failure without failing,
 #               ZNS_GUEST_METADATA=skip leaves it out
 #
+# and then the FTL's crash test (zns-ftl-crash, its own guest boot): zftl
+# formatted on /dev/ng0n1, a writer process killed with SIGKILL in the
+# middle of flushed writes, several rounds, each followed by a fresh
+# process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
+# default 6).
+#
+# Last the CLI (its own guest boot): zftl info / format / stats / check
+# --device on /dev/ng0n1 and zftl serve --device with a write and verify
+# through NBD (zns-nbd-client) across a server restart.
+#
 # Must run as root: it installs Debian packages (QEMU, a guest kernel,
 # busybox) with apt-get. Any failure inside a guest, a guest that never
 # reports (panic, hang, plain poweroff) or a missing prerequisite fails the
 # script with a message saying which.
 #
 # Environment: ZNS_GUEST_TIMEOUT (seconds per guest, default 1500),
-# ZNS_GUEST_SKIP_INSTALL=1 (skip apt-get), ZNS_GUEST_KEEP=1 (keep the work
+# ZNS_GUEST_SKIP_INSTALL=1 (skip apt-get), ZNS_GUEST_ONLY="NAME ..." (boot
+# only the named runs, for debugging; the others are reported as skipped), ZNS_GUEST_KEEP=1 (keep the work
 # directory), CARGO_TARGET_DIR (as for cargo).
 set -euo pipefail
 
@@ -49,14 +60,18 @@ KVER=${KERNEL#/boot/vmlinuz-}
 MODDIR=/lib/modules/$KVER
 [ -d "$MODDIR" ] || die "no modules for $KVER in $MODDIR"
 
-echo "zns-guest: building zns-conformance (static)"
+echo "zns-guest: building zns-conformance, zns-ftl-crash, zns-nbd-client and zftl (static)"
 (
     cd "$REPO"
     RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q -p zftl-zns \
-        --bin zns-conformance --target x86_64-unknown-linux-gnu
-) || die "cargo build of zns-conformance failed"
-BIN=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release/zns-conformance
-[ -x "$BIN" ] || die "built binary not found at $BIN"
+        --bin zns-conformance --bin zns-ftl-crash --bin zns-nbd-client \
+        -p zftl-cli --bin zftl --target x86_64-unknown-linux-gnu
+) || die "cargo build of the guest binaries failed"
+BINDIR=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release
+GUEST_BINS="zns-conformance zns-ftl-crash zns-nbd-client zftl"
+for b in $GUEST_BINS; do
+    [ -x "$BINDIR/$b" ] || die "built binary not found at $BINDIR/$b"
+done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zns-guest.XXXXXX")
 if [ "${ZNS_GUEST_KEEP:-0}" != 1 ]; then
@@ -69,7 +84,7 @@ fi
 ROOT=$WORK/root
 mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
 cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff; do
+for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc; do
     ln -s busybox "$ROOT/bin/$applet"
 done
 for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
@@ -83,15 +98,20 @@ for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme;
 done
 cp "$REPO/scripts/zns-guest/init" "$ROOT/init"
 chmod +x "$ROOT/init"
-cp "$BIN" "$ROOT/bin/zns-conformance"
+for b in $GUEST_BINS; do cp "$BINDIR/$b" "$ROOT/bin/"; done
 (cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initramfs.cpio.gz"
 
-# run NAME NS-OPTIONS: boot one guest on a fresh 2 GiB image; returns 0 only
-# if the guest reported exit status 0.
+# run NAME NS-OPTIONS [WHAT [SIZE]]: boot one guest on a fresh image of
+# SIZE (default 2G) and run WHAT in it (zftl.run=, default conformance);
+# returns 0 only if the guest reported exit status 0.
 run() {
-    local name=$1 nsopts=$2 img=$WORK/zns-$1.img log=$WORK/$1.log rc start end
+    local name=$1 nsopts=$2 what=${3:-conformance} size=${4:-2G} img=$WORK/zns-$1.img log=$WORK/$1.log rc start end
+    if [ -n "${ZNS_GUEST_ONLY:-}" ] && ! [[ " $ZNS_GUEST_ONLY " == *" $name "* ]]; then
+        echo "zns-guest: $name: SKIPPED (not in ZNS_GUEST_ONLY=$ZNS_GUEST_ONLY)"
+        return 0
+    fi
     rm -f "$img"
-    truncate -s 2G "$img"
+    truncate -s "$size" "$img"
     echo "zns-guest: === $name: nvme-ns $nsopts"
     start=$(date +%s)
     set +e
@@ -99,7 +119,7 @@ run() {
         -display none -nodefaults -serial stdio -no-reboot \
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio.gz" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=conformance" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
         -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \
@@ -141,7 +161,17 @@ case "$METADATA" in
     *) run metadata "$BASE,zoned.zone_capacity=0,ms=16" || failed+=(metadata) ;;
 esac
 
+# The crash test on a small namespace (32 zones of 16 MiB, capacity 12 MiB)
+# so that garbage collection runs between the kills.
+run ftl-crash "logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=16M,zoned.zone_capacity=12M,zoned.max_open=16,zoned.max_active=24" \
+    ftl-crash 512M || failed+=(ftl-crash)
+run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
+
 if [ ${#failed[@]} -gt 0 ]; then
     die "failed runs: ${failed[*]}"
 fi
-echo "zns-guest: all required runs passed"
+if [ -n "${ZNS_GUEST_ONLY:-}" ]; then
+    echo "zns-guest: the runs in ZNS_GUEST_ONLY=$ZNS_GUEST_ONLY passed; the others were SKIPPED"
+else
+    echo "zns-guest: all required runs passed"
+fi

@@ -41,7 +41,8 @@ pub enum Command {
     /// Create and inspect simulated NAND devices (image files).
     #[command(subcommand)]
     Sim(SimCommand),
-    /// Format the FTL on a simulated device image (created if missing).
+    /// Format the FTL on a simulated device image (created if missing), or
+    /// on an NVMe ZNS drive with --device.
     ///
     /// Refuses an image that already holds a zftl FTL, even a damaged one,
     /// unless --force is given. Prints the logical size, the tag mode and
@@ -72,6 +73,13 @@ pub enum Command {
     /// `nbdinfo nbd://127.0.0.1:10809` or `qemu-io -f raw nbd://127.0.0.1:10809/zftl`.
     /// Logs go to stderr (filter with RUST_LOG, default info).
     Serve(ServeArgs),
+    /// Print the zone geometry and limits of an NVMe ZNS drive (Linux only).
+    ///
+    /// DEVICE is the namespace's generic char device (/dev/ngXnY); it is
+    /// opened read-write (and locked) for io_uring passthrough, so it needs
+    /// root or write permission, and fails on a device in use. Nothing is
+    /// written.
+    Info(DeviceArg),
 }
 
 /// `zftl serve`.
@@ -128,6 +136,18 @@ pub struct ImageOpt {
     /// $HOME/.local/share/zftl/default.img].
     #[arg(long, value_name = "PATH")]
     pub image: Option<PathBuf>,
+    /// Work on this NVMe ZNS namespace (the generic char device
+    /// /dev/ngXnY; Linux only) instead of a simulated device image.
+    #[arg(long, value_name = "DEVICE", conflicts_with = "image")]
+    pub device: Option<PathBuf>,
+}
+
+/// `zftl info`.
+#[derive(Debug, Args)]
+pub struct DeviceArg {
+    /// The NVMe ZNS namespace: its generic char device, e.g. /dev/ng0n1.
+    #[arg(value_name = "DEVICE")]
+    pub device: PathBuf,
 }
 
 /// Where tags go (`--tag-placement`).

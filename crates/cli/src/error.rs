@@ -38,6 +38,15 @@ pub enum CliError {
     AlreadyFormatted { path: PathBuf, what: String },
     #[error("image {}: check found {problems} problem(s): the volume is damaged", path.display())]
     Damaged { path: PathBuf, problems: u64 },
+    /// A ZNS device that cannot be used; the message names the path.
+    #[error("cannot open ZNS device {0}")]
+    DeviceOpen(String),
+    #[error("device {}: {reason}", path.display())]
+    DeviceFtl { path: PathBuf, reason: String },
+    #[error("device {} already holds {what}; pass --force to format it anyway (this destroys its data)", path.display())]
+    DeviceAlreadyFormatted { path: PathBuf, what: String },
+    #[error("device {}: check found {problems} problem(s): the volume is damaged", path.display())]
+    DeviceDamaged { path: PathBuf, problems: u64 },
     #[error("{0}")]
     InvalidArgument(String),
     #[error("cannot write output: {0}")]
@@ -61,5 +70,23 @@ pub fn sim_reason(err: &SimError) -> String {
             format!("truncated: {actual_bytes} bytes where {expected_bytes} were expected")
         }
         other => other.to_string(),
+    }
+}
+
+impl CliError {
+    /// The same error worded for a device instead of an image.
+    pub fn on_device(self) -> CliError {
+        match self {
+            CliError::Ftl { path, reason } => CliError::DeviceFtl { path, reason },
+            CliError::AlreadyFormatted { path, what } => {
+                CliError::DeviceAlreadyFormatted { path, what }
+            }
+            CliError::Damaged { path, problems } => CliError::DeviceDamaged { path, problems },
+            CliError::Device { path, source } => CliError::DeviceFtl {
+                path,
+                reason: source.to_string(),
+            },
+            other => other,
+        }
     }
 }

@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod config;
+mod device;
 mod error;
 mod image;
 mod paths;
@@ -81,14 +82,23 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             if out.clean {
                 Ok(())
             } else {
-                Err(CliError::Damaged {
+                let err = CliError::Damaged {
                     path,
                     problems: out.report.summary.problems_total,
+                };
+                Err(if args.device.is_some() {
+                    err.on_device()
+                } else {
+                    err
                 })
             }
         }
         Some(Command::Bench(args)) => bench::run(args, cli.json),
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref()),
+        Some(Command::Info(args)) => {
+            let report = device::info(&args.device)?;
+            emit(cli.json, &report, || report.text().render())
+        }
     }
 }
 

@@ -267,7 +267,14 @@ impl InfoReport {
     }
 
     fn geometry(&self, t: &mut Text) {
-        let g = &self.geometry.geometry;
+        geometry_text(&self.geometry, t);
+    }
+}
+
+/// The `geometry` section of `zftl sim info` and `zftl info`.
+pub fn geometry_text(report: &GeometryReport, t: &mut Text) {
+    {
+        let g = &report.geometry;
         t.section("geometry");
         t.row("block_size_bytes", g.block_size_bytes);
         t.row("oob_size_bytes", g.oob_size_bytes);
@@ -283,7 +290,7 @@ impl InfoReport {
         t.limit("max_active_zones", g.max_active_zones);
         t.row("parallel_units", g.parallel_units);
         t.row("queue_depth", g.queue_depth);
-        t.bytes("capacity_bytes", self.geometry.capacity_bytes);
+        t.bytes("capacity_bytes", report.capacity_bytes);
     }
 }
 

@@ -24,20 +24,27 @@ use zftl_nbd::{
     check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
     ServerConfig, TlsFiles, Volume,
 };
-use zftl_sim::SimDevice;
 
 use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
 use crate::{image, volume};
 
 /// The FTL's async handle as an NBD volume.
-#[derive(Clone)]
-struct FtlVolume {
-    handle: AsyncHandle<SimDevice>,
+struct FtlVolume<B> {
+    handle: AsyncHandle<B>,
     max_request_blocks: u32,
 }
 
-impl Volume for FtlVolume {
+impl<B> Clone for FtlVolume<B> {
+    fn clone(&self) -> Self {
+        FtlVolume {
+            handle: self.handle.clone(),
+            max_request_blocks: self.max_request_blocks,
+        }
+    }
+}
+
+impl<B: Send + 'static> Volume for FtlVolume<B> {
     fn block_size(&self) -> usize {
         self.handle.block_size()
     }
@@ -61,7 +68,7 @@ fn ftl_error(path: &Path, what: &str, e: impl std::fmt::Display) -> CliError {
 
 /// Whether the image holds a superblock record (then it is mounted, and a
 /// damaged FTL is reported rather than formatted over).
-fn holds_superblock(dev: &mut SimDevice) -> bool {
+fn holds_superblock<B: Backend>(dev: &mut B) -> bool {
     SUPER_ZONES.iter().any(|&z| {
         let wp = dev.zone_info(z).map_or(0, |i| i.write_pointer_blocks);
         (0..wp).any(|off| {
@@ -72,11 +79,11 @@ fn holds_superblock(dev: &mut SimDevice) -> bool {
 }
 
 /// Mounts the FTL on the image, formatting it first if it holds none.
-fn mount_or_format(
+fn mount_or_format<B: Backend + Send + 'static>(
     path: &Path,
-    mut dev: SimDevice,
+    mut dev: B,
     config: FtlConfig,
-) -> Result<Handle<SimDevice>, CliError> {
+) -> Result<Handle<B>, CliError> {
     if holds_superblock(&mut dev) {
         info!(image = %path.display(), "mounting");
         return Handle::mount(dev, config).map_err(|e| {
@@ -134,6 +141,8 @@ pub(crate) struct Settings {
     pub tls: Option<TlsFiles>,
     pub metrics: Option<SocketAddr>,
     pub image: Option<PathBuf>,
+    /// `--device`: serve an NVMe ZNS drive instead of an image.
+    pub device: Option<PathBuf>,
     pub ftl: FtlConfig,
 }
 
@@ -235,6 +244,7 @@ impl Settings {
             tls,
             metrics: args.metrics.or(file.metrics),
             image: args.image.image.clone().or(file.image),
+            device: args.image.device.clone(),
             ftl,
         })
     }
@@ -420,15 +430,66 @@ pub(crate) fn run_until(
     if !listen.ip().is_loopback() && tls.is_none() {
         warn!(%listen, "serving without TLS on a non-loopback address (--insecure-no-tls)");
     }
+    if let Some(device) = &settings.device {
+        return serve_device(settings, device, tls, shutdown, ready);
+    }
     let path = volume::image_path(
         &ImageOpt {
             image: settings.image.clone(),
+            device: None,
         },
         top_image,
     )?;
     let (dev, action) = image::open_or_create(&path)?;
     info!(image = %path.display(), action = action.as_str(), "image");
-    let handle = mount_or_format(&path, dev, settings.ftl.clone())?;
+    let mut dev = serve_on(settings, &path, dev, tls, shutdown, ready)?;
+    dev.sync()
+        .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
+    info!("clean shutdown");
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn serve_device(
+    settings: &Settings,
+    device: &Path,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+    ready: impl FnOnce(Bound),
+) -> Result<(), CliError> {
+    let dev = crate::device::open(device)?;
+    info!(device = %device.display(), "ZNS device");
+    serve_on(settings, device, dev, tls, shutdown, ready).map_err(CliError::on_device)?;
+    info!("clean shutdown");
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn serve_device(
+    _settings: &Settings,
+    device: &Path,
+    _tls: Option<Arc<rustls::ServerConfig>>,
+    _shutdown: impl Future<Output = ()>,
+    _ready: impl FnOnce(Bound),
+) -> Result<(), CliError> {
+    Err(CliError::DeviceOpen(format!(
+        "{}: NVMe ZNS devices are supported on Linux only",
+        device.display()
+    )))
+}
+
+/// Mounts (or formats) the FTL on `dev`, serves it until `shutdown`, then
+/// shuts it down cleanly and hands the device back.
+fn serve_on<B: Backend + Send + 'static>(
+    settings: &Settings,
+    path: &Path,
+    dev: B,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+    ready: impl FnOnce(Bound),
+) -> Result<B, CliError> {
+    let listen = settings.listen;
+    let handle = mount_or_format(path, dev, settings.ftl.clone())?;
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.max_request_blocks,
         handle: AsyncHandle::from(handle),
@@ -508,13 +569,9 @@ pub(crate) fn run_until(
         vol.handle
             .shutdown()
             .await
-            .map_err(|e| ftl_error(&path, "shutdown", e))
+            .map_err(|e| ftl_error(path, "shutdown", e))
     });
-    let mut dev = served?;
-    dev.sync()
-        .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
-    info!("clean shutdown");
-    Ok(())
+    served
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! The FTL commands: `format`, `stats`, `check`, and the FTL part of the
-//! main job. Each works on a simulated device image.
+//! main job. Each works on a simulated device image, or (`--device`, see
+//! `crate::device`) on an NVMe ZNS drive: the FTL part of each command is
+//! generic over the [`Backend`].
 
 use std::path::{Path, PathBuf};
 
@@ -204,7 +206,7 @@ impl FormatReport {
 }
 
 /// What the image holds now: `None` for no FTL, else a description.
-fn existing_ftl(dev: &mut SimDevice) -> Option<String> {
+pub fn existing_ftl<B: Backend>(dev: &mut B) -> Option<String> {
     match recover_state(dev) {
         Ok(r) => Some(format!(
             "a zftl FTL ({} logical blocks, {} mapped)",
@@ -230,8 +232,26 @@ fn logical_blocks(args: &FormatArgs, block_size: u32) -> Result<Option<u64>, Cli
 }
 
 pub fn format(args: &FormatArgs, top: Option<&PathBuf>) -> Result<FormatReport, CliError> {
+    if let Some(device) = &args.image.device {
+        return crate::device::format(args, device);
+    }
     let path = image_path(&args.image, top)?;
-    let (mut dev, action) = image::open_or_create(&path)?;
+    let (dev, action) = image::open_or_create(&path)?;
+    let (report, mut dev) = format_on(args, &path, dev, action.as_str())?;
+    dev.sync()
+        .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
+    Ok(report)
+}
+
+/// Formats the FTL on `dev` (named `path`); hands the device back after a
+/// clean shutdown.
+pub fn format_on<B: Backend>(
+    args: &FormatArgs,
+    path: &Path,
+    mut dev: B,
+    action: &'static str,
+) -> Result<(FormatReport, B), CliError> {
+    let path = path.to_path_buf();
     let progress = Progress::start("looking for an existing FTL");
     let existing = existing_ftl(&mut dev);
     if let (Some(what), false) = (&existing, args.force) {
@@ -261,19 +281,18 @@ pub fn format(args: &FormatArgs, top: Option<&PathBuf>) -> Result<FormatReport, 
     .map_err(|e| ftl_error(&path, "layout", e))?;
     let volume = VolumeReport::of(&driver, &layout);
     progress.step("shutting down");
-    let mut dev = driver
+    let dev = driver
         .shutdown()
         .map_err(|e| ftl_error(&path, "shutdown after format", e))?;
-    dev.sync()
-        .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
     progress.finish();
-    Ok(FormatReport {
+    let report = FormatReport {
         image: path.display().to_string(),
-        image_action: action.as_str(),
+        image_action: action,
         replaced_existing: existing.is_some(),
         gc_reserve_zones: args.gc_reserve_zones,
         volume,
-    })
+    };
+    Ok((report, dev))
 }
 
 // ----- stats -----------------------------------------------------------------
@@ -283,8 +302,12 @@ pub struct StatsReport {
     pub image: String,
     pub volume: Option<VolumeReport>,
     pub ftl: FtlStats,
-    pub device: SimStats,
-    pub wear: WearSummary,
+    /// The simulator's counters; absent on a ZNS drive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<SimStats>,
+    /// The simulator's wear; absent on a ZNS drive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wear: Option<WearSummary>,
 }
 
 impl StatsReport {
@@ -298,33 +321,52 @@ impl StatsReport {
             v.write(&mut t);
         }
         ftl_stats_text(&self.ftl, &mut t);
-        crate::report::stats_text(&self.device, &mut t);
-        t.section("wear");
-        self.wear.write(&mut t);
+        if let Some(device) = &self.device {
+            crate::report::stats_text(device, &mut t);
+        }
+        if let Some(wear) = &self.wear {
+            t.section("wear");
+            wear.write(&mut t);
+        }
         t
     }
 }
 
 pub fn stats(args: &ImageOpt, top: Option<&PathBuf>) -> Result<StatsReport, CliError> {
+    if let Some(device) = &args.device {
+        return crate::device::stats(device);
+    }
     let path = image_path(args, top)?;
     let dev = image::open(&path)?;
+    let (mut report, dev) = stats_on(&path, dev)?;
+    report.device = Some(dev.stats());
+    report.wear = Some(WearSummary::of(
+        &dev.erase_counts(),
+        dev.config().endurance_erases,
+    ));
+    Ok(report)
+}
+
+/// Mounts the FTL on `dev`, reads its statistics and shuts it down; the
+/// report has no device counters (the caller adds its own).
+pub fn stats_on<B: Backend>(path: &Path, dev: B) -> Result<(StatsReport, B), CliError> {
     let progress = Progress::start("mounting");
-    let mut driver =
-        Driver::mount(dev, FtlConfig::default()).map_err(|e| mount_error(&path, &e))?;
+    let mut driver = Driver::mount(dev, FtlConfig::default()).map_err(|e| mount_error(path, &e))?;
     let ftl = driver.stats();
     let volume = volume(&mut driver);
     progress.step("shutting down");
     let dev = driver
         .shutdown()
-        .map_err(|e| ftl_error(&path, "shutdown", e))?;
+        .map_err(|e| ftl_error(path, "shutdown", e))?;
     progress.finish();
-    Ok(StatsReport {
+    let report = StatsReport {
         image: path.display().to_string(),
         volume,
         ftl,
-        device: dev.stats(),
-        wear: WearSummary::of(&dev.erase_counts(), dev.config().endurance_erases),
-    })
+        device: None,
+        wear: None,
+    };
+    Ok((report, dev))
 }
 
 // ----- check -----------------------------------------------------------------
@@ -412,10 +454,21 @@ impl CheckOutput {
 /// no FTL; otherwise the report, which the caller prints before failing on
 /// damage.
 pub fn check(args: &ImageOpt, top: Option<&PathBuf>) -> Result<(PathBuf, CheckOutput), CliError> {
+    if let Some(device) = &args.device {
+        return crate::device::check(device);
+    }
     let path = image_path(args, top)?;
     let mut dev = image::open(&path)?;
+    check_on(path, &mut dev)
+}
+
+/// The check on `dev`, named `path`.
+pub fn check_on<B: Backend>(
+    path: PathBuf,
+    dev: &mut B,
+) -> Result<(PathBuf, CheckOutput), CliError> {
     let progress = Progress::start("checking superblocks");
-    let report = check_with_progress(&mut dev, &mut |p| {
+    let report = check_with_progress(dev, &mut |p| {
         if p.total > 0 {
             progress.position(p.step, p.done, p.total);
         } else {

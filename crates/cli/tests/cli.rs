@@ -484,3 +484,66 @@ fn check_names_the_block_with_a_flipped_data_bit() {
     assert_eq!(report["problems"][0]["what"], "data_crc");
     assert_eq!(report["problems"][0]["lba"], 6);
 }
+
+/// `zftl info DEVICE` and `--device` on what is not a ZNS namespace: one
+/// line on stderr naming the path and the reason, exit status 1, and no
+/// file created. (The real device is tested in the QEMU guest:
+/// scripts/zns-guest.sh.)
+#[cfg(target_os = "linux")]
+#[test]
+fn device_commands_refuse_what_is_not_a_zns_namespace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("plain.img");
+    std::fs::write(&plain, vec![0u8; 8192]).expect("write");
+    let plain_s = plain.to_str().expect("utf-8");
+    let missing = dir.path().join("ng7n7");
+    let missing_s = missing.to_str().expect("utf-8");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["info", plain_s],
+            format!("zftl: error: cannot open ZNS device {plain_s}: not a character device (a regular file)"),
+        ),
+        (
+            vec!["info", missing_s],
+            format!("zftl: error: cannot open ZNS device {missing_s}: no such device"),
+        ),
+        (
+            vec!["format", "--device", missing_s],
+            format!("zftl: error: cannot open ZNS device {missing_s}: no such device"),
+        ),
+        (
+            vec!["stats", "--device", plain_s],
+            format!("zftl: error: cannot open ZNS device {plain_s}: not a character device"),
+        ),
+        (
+            vec!["check", "--device", plain_s],
+            format!("zftl: error: cannot open ZNS device {plain_s}: not a character device"),
+        ),
+        (
+            vec!["--json", "info", "/dev/null"],
+            "zftl: error: cannot open ZNS device /dev/null: not an NVMe device".to_string(),
+        ),
+    ];
+    for (args, prefix) in cases {
+        let out = zftl(dir.path(), &args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with(&prefix), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+    assert!(!missing.exists());
+    assert_eq!(std::fs::read(&plain).expect("read").len(), 8192);
+    assert!(
+        !dir.path().join("zftl").exists(),
+        "no default image created"
+    );
+    // --device and --image exclude each other; info needs its DEVICE.
+    let out = zftl(
+        dir.path(),
+        &["stats", "--device", missing_s, "--image", plain_s],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = zftl(dir.path(), &["info"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
