@@ -9,6 +9,8 @@
 #               QEMU's ms=16, separate buffer); required by default,
 #               ZNS_GUEST_METADATA=try reports its failure without failing,
 #               ZNS_GUEST_METADATA=skip leaves it out
+#             ZNS_GUEST_CRASH=try: report the FTL crash run without failing
+#               (see the note at that run)
 #
 # and then the FTL's crash test (zns-ftl-crash, its own guest boot): zftl
 # formatted on /dev/ng0n1, a writer process killed with SIGKILL in the
@@ -163,8 +165,17 @@ esac
 
 # The crash test on a small namespace (32 zones of 16 MiB, capacity 12 MiB)
 # so that garbage collection runs between the kills.
-run ftl-crash "logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=16M,zoned.zone_capacity=12M,zoned.max_open=16,zoned.max_active=24" \
-    ftl-crash 512M || failed+=(ftl-crash)
+# ZNS_GUEST_CRASH=try reports a failure without failing the script: after a
+# SIGKILL with NVMe passthrough commands in flight, the guest sometimes keeps
+# the dead process's io_uring (and so the device) open for more than 30 s,
+# and the verifier cannot reopen it. Rounds that do reopen verify correctly.
+CRASH_ARGS=("logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=16M,zoned.zone_capacity=12M,zoned.max_open=16,zoned.max_active=24" ftl-crash 512M)
+if [ "${ZNS_GUEST_CRASH:-required}" = try ]; then
+    run ftl-crash "${CRASH_ARGS[@]}" ||
+        echo "zns-guest: the ftl-crash run failed; not counted (ZNS_GUEST_CRASH=try)"
+else
+    run ftl-crash "${CRASH_ARGS[@]}" || failed+=(ftl-crash)
+fi
 run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
 
 if [ ${#failed[@]} -gt 0 ]; then
