@@ -51,91 +51,11 @@ pub mod fuzzing {
         RequestHeader, REQUEST_HEADER_BYTES,
     };
 
-    /// What the reader knows when it validates a request (mirror of the
-    /// transmission phase's `Limits`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct Limits {
-        pub block_size: u64,
-        pub size_bytes: u64,
-        pub max_payload: u32,
-        pub read_only: bool,
-        pub structured: bool,
-        pub base_allocation: bool,
-    }
-
-    /// A validated request (mirror of the transmission phase's `Op`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Op {
-        Read {
-            lba: u64,
-            blocks: u64,
-        },
-        Write {
-            lba: u64,
-            blocks: u64,
-            fua: bool,
-        },
-        Flush,
-        Trim {
-            lba: u64,
-            blocks: u64,
-            fua: bool,
-        },
-        Zero {
-            lba: u64,
-            blocks: u64,
-            fua: bool,
-            no_hole: bool,
-        },
-        BlockStatus {
-            offset: u64,
-            length: u32,
-            req_one: bool,
-        },
-        Disc,
-    }
+    pub use crate::transmission::{Limits, Op};
 
     /// Validates `header` exactly as the server's reader does: the op to
     /// run, or the NBD error it is refused with.
     pub fn check(limits: &Limits, header: &RequestHeader) -> Result<Op, (Errno, String)> {
-        use crate::transmission::Op as O;
-        let l = crate::transmission::Limits {
-            block_size: limits.block_size,
-            size_bytes: limits.size_bytes,
-            max_payload: limits.max_payload,
-            read_only: limits.read_only,
-            structured: limits.structured,
-            base_allocation: limits.base_allocation,
-        };
-        match l.check(header) {
-            Ok(op) => Ok(match op {
-                O::Read { lba, blocks } => Op::Read { lba, blocks },
-                O::Write { lba, blocks, fua } => Op::Write { lba, blocks, fua },
-                O::Flush => Op::Flush,
-                O::Trim { lba, blocks, fua } => Op::Trim { lba, blocks, fua },
-                O::Zero {
-                    lba,
-                    blocks,
-                    fua,
-                    no_hole,
-                } => Op::Zero {
-                    lba,
-                    blocks,
-                    fua,
-                    no_hole,
-                },
-                O::BlockStatus {
-                    offset,
-                    length,
-                    req_one,
-                } => Op::BlockStatus {
-                    offset,
-                    length,
-                    req_one,
-                },
-                O::Disc => Op::Disc,
-            }),
-            Err(r) => Err((r.errno, r.message)),
-        }
+        limits.check(header).map_err(|r| (r.errno, r.message))
     }
 }

@@ -27,9 +27,9 @@ use crate::handshake::{block_sizes, Session};
 use crate::metrics::{Command, Metrics};
 use crate::proto::*;
 
-/// A decoded, validated request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
+/// A decoded, validated request (public only through `fuzzing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
     Read {
         lba: u64,
         blocks: u64,
@@ -74,8 +74,10 @@ fn refuse(errno: Errno, message: impl Into<String>) -> Refusal {
     }
 }
 
-/// What the reader needs to know to validate requests.
-pub(crate) struct Limits {
+/// What the reader needs to know to validate requests (public only
+/// through `fuzzing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
     pub block_size: u64,
     pub size_bytes: u64,
     pub max_payload: u32,
@@ -85,7 +87,7 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    pub fn of<V: Volume>(session: &Session<V>, cfg: &ServerConfig) -> Limits {
+    pub(crate) fn of<V: Volume>(session: &Session<V>, cfg: &ServerConfig) -> Limits {
         let (bs, max) = block_sizes(&session.export, cfg);
         Limits {
             block_size: u64::from(bs),
@@ -142,7 +144,7 @@ impl Limits {
     }
 
     /// Checks a header. Pure: the fuzz and unit tests drive it directly.
-    pub fn check(&self, h: &RequestHeader) -> Result<Op, Refusal> {
+    pub(crate) fn check(&self, h: &RequestHeader) -> Result<Op, Refusal> {
         let Some(allowed) = self.allowed_flags(h.command) else {
             return Err(refuse(
                 Errno::Inval,
