@@ -15,7 +15,7 @@
 
 use crate::addr::{Epoch, Seq};
 pub use crate::codec::FormatError;
-use crate::codec::{aligned, check_crc, get_bytes, get_u32, get_u64, zero, Reader, Writer};
+use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
 use crate::note::{chunk_payload_bytes, LogBlock};
 
 const STRUCTURE: &str = "checkpoint";
@@ -241,29 +241,12 @@ impl CheckpointImage {
 /// chunks to collect.
 pub fn peek_stream_bytes(bytes: &[u8]) -> Result<u64, FormatError> {
     crate::codec::need(STRUCTURE, bytes, CHECKPOINT_HEADER_BYTES)?;
-    let magic = get_bytes::<8>(bytes, MAGIC_OFF);
-    if magic != CHECKPOINT_MAGIC {
-        return Err(FormatError::BadMagic {
-            structure: STRUCTURE,
-            expected: u64::from_le_bytes(CHECKPOINT_MAGIC),
-            found: u64::from_le_bytes(magic),
-        });
-    }
-    let version = get_u32(bytes, VERSION_OFF);
-    if version > CHECKPOINT_VERSION {
-        return Err(FormatError::NewerVersion {
-            structure: STRUCTURE,
-            found: version,
-            supported: CHECKPOINT_VERSION,
-        });
-    }
-    if version != CHECKPOINT_VERSION {
-        return Err(FormatError::BadVersion {
-            structure: STRUCTURE,
-            found: version,
-            supported: CHECKPOINT_VERSION,
-        });
-    }
+    crate::codec::check_magic_version(
+        STRUCTURE,
+        bytes,
+        (MAGIC_OFF, CHECKPOINT_MAGIC),
+        (VERSION_OFF, CHECKPOINT_VERSION),
+    )?;
     let header_bytes = get_u32(bytes, HEADER_BYTES_OFF);
     if header_bytes as usize != CHECKPOINT_HEADER_BYTES {
         return Err(FormatError::Length {

@@ -171,6 +171,40 @@ pub(crate) fn check_crc(
 }
 
 /// Stores the CRC32C of `bytes[..crc_off]` at `crc_off`.
+/// Checks an 8-byte magic at `magic_off` and a `u32` version at
+/// `version_off`: a foreign structure, a newer one, or an invalid version.
+pub(crate) fn check_magic_version(
+    structure: &'static str,
+    bytes: &[u8],
+    (magic_off, magic): (usize, [u8; 8]),
+    (version_off, supported): (usize, u32),
+) -> Result<(), FormatError> {
+    let found = get_bytes::<8>(bytes, magic_off);
+    if found != magic {
+        return Err(FormatError::BadMagic {
+            structure,
+            expected: u64::from_le_bytes(magic),
+            found: u64::from_le_bytes(found),
+        });
+    }
+    let version = get_u32(bytes, version_off);
+    if version > supported {
+        return Err(FormatError::NewerVersion {
+            structure,
+            found: version,
+            supported,
+        });
+    }
+    if version != supported {
+        return Err(FormatError::BadVersion {
+            structure,
+            found: version,
+            supported,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn seal_crc(bytes: &mut [u8], crc_off: usize) {
     let crc = crc32c::crc32c(&bytes[..crc_off]);
     put_u32(bytes, crc_off, crc);

@@ -184,29 +184,12 @@ impl Superblock {
                 structure: STRUCTURE,
             });
         }
-        let magic = get_bytes::<8>(bytes, MAGIC_OFF);
-        if magic != SUPERBLOCK_MAGIC {
-            return Err(FormatError::BadMagic {
-                structure: STRUCTURE,
-                expected: u64::from_le_bytes(SUPERBLOCK_MAGIC),
-                found: u64::from_le_bytes(magic),
-            });
-        }
-        let version = get_u32(bytes, VERSION_OFF);
-        if version > SUPERBLOCK_VERSION {
-            return Err(FormatError::NewerVersion {
-                structure: STRUCTURE,
-                found: version,
-                supported: SUPERBLOCK_VERSION,
-            });
-        }
-        if version != SUPERBLOCK_VERSION {
-            return Err(FormatError::BadVersion {
-                structure: STRUCTURE,
-                found: version,
-                supported: SUPERBLOCK_VERSION,
-            });
-        }
+        crate::codec::check_magic_version(
+            STRUCTURE,
+            bytes,
+            (MAGIC_OFF, SUPERBLOCK_MAGIC),
+            (VERSION_OFF, SUPERBLOCK_VERSION),
+        )?;
         let record_bytes = get_u32(bytes, RECORD_BYTES_OFF);
         if record_bytes as usize != SUPERBLOCK_RECORD_BYTES {
             return Err(FormatError::Length {
