@@ -18,9 +18,15 @@
 # process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
 # default 6).
 #
-# Last the CLI (its own guest boot): zftl info / format / stats / check
+# Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
 # through NBD (zns-nbd-client) across a server restart.
+#
+# Last the kernel's NBD client (its own guest boot, run nbd-kernel):
+# zftl serve --device /dev/ng0n1, nbd-client attaches the export as
+# /dev/nbd0, mkfs.ext4, mount, write a tree of files, and e2fsck and
+# checksums after a clean server restart and after a kill -9 of the server
+# right after a sync.
 #
 # Must run as root: it installs Debian packages (QEMU, a guest kernel,
 # busybox) with apt-get. Any failure inside a guest, a guest that never
@@ -45,10 +51,10 @@ die() {
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages with apt-get and boots QEMU); nothing was tested"
 
 if [ "${ZNS_GUEST_SKIP_INSTALL:-0}" != 1 ]; then
-    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio"
+    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio nbd-client e2fsprogs"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || die "apt-get update failed; nothing was tested"
-    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio >/dev/null ||
+    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio nbd-client e2fsprogs >/dev/null ||
         die "apt-get install failed; nothing was tested"
 fi
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; nothing was tested"
@@ -61,6 +67,12 @@ KERNEL=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
 KVER=${KERNEL#/boot/vmlinuz-}
 MODDIR=/lib/modules/$KVER
 [ -d "$MODDIR" ] || die "no modules for $KVER in $MODDIR"
+# Dynamically linked host programs the guest runs (copied with their
+# shared libraries by add_program).
+GUEST_PROGRAMS="nbd-client mkfs.ext4 e2fsck"
+for p in $GUEST_PROGRAMS; do
+    command -v "$p" >/dev/null || die "$p not found (install nbd-client e2fsprogs); nothing was tested"
+done
 
 echo "zns-guest: building zns-conformance, zns-ftl-crash, zns-nbd-client and zftl (static)"
 (
@@ -86,10 +98,25 @@ fi
 ROOT=$WORK/root
 mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
 cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc; do
+for applet in sh mount umount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc \
+    mkdir cp rm sync kill find sort xargs sha256sum seq head; do
     ln -s busybox "$ROOT/bin/$applet"
 done
-for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
+# add_program NAME: copy a dynamically linked host program and the shared
+# libraries ldd lists (with the loader) to the same paths in the guest.
+add_program() {
+    local bin lib
+    bin=$(command -v "$1")
+    cp "$bin" "$ROOT/bin/"
+    for lib in $(ldd "$bin" | grep -oE '/[^ ]+'); do
+        mkdir -p "$ROOT$(dirname "$lib")"
+        cp -L "$lib" "$ROOT$lib"
+    done
+}
+for p in $GUEST_PROGRAMS; do add_program "$p"; done
+# The NVMe driver, then (loaded by the nbd-kernel run only) ext4 and nbd.
+for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme \
+    crc16 mbcache jbd2 crc32c_generic ext4 nbd; do
     ko=$(find "$MODDIR" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" \) | head -n 1)
     [ -n "$ko" ] || die "module $m not found under $MODDIR"
     case "$ko" in
@@ -177,6 +204,7 @@ else
     run ftl-crash "${CRASH_ARGS[@]}" || failed+=(ftl-crash)
 fi
 run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
+run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || failed+=(nbd-kernel)
 
 if [ ${#failed[@]} -gt 0 ]; then
     die "failed runs: ${failed[*]}"
