@@ -25,11 +25,12 @@ use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::{LogCommand, MetaLog};
 use crate::note::Note;
 use crate::p2l::P2l;
+use crate::slab::{Key, Slab};
 use crate::stats::FtlStats;
 use crate::superblock::{Superblock, TagMode};
 use crate::tag::{self, Tag, TagKind, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneTable};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// A host request. Offsets and counts are in blocks.
@@ -93,28 +94,6 @@ pub struct Reply {
     pub id: u64,
     pub result: Result<ReplyData, IoError>,
 }
-
-/// Command tags and request ids are dense counters and both tables are
-/// bounded (max in-flight commands, max host requests): a multiplicative
-/// hash is enough, and much cheaper than SipHash on the per-I/O path.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type IdMap<T> = HashMap<u64, T, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,6 +248,8 @@ struct FlushWait {
 
 #[derive(Debug)]
 struct ReadReq {
+    /// The host's request id, for the reply.
+    id: u64,
     /// Assembled reply; empty while `whole` (one device read serves it all).
     data: Vec<u8>,
     parts_left: u32,
@@ -280,7 +261,8 @@ struct ReadReq {
 #[derive(Debug)]
 /// Blocks `first_lba..+count` of a request, at consecutive physical blocks.
 struct ReadPart {
-    req: u64,
+    /// The request's key in `Ftl::reads`.
+    req: Key,
     dst_block: u32,
     first_lba: Lba,
     count: u32,
@@ -372,10 +354,14 @@ pub struct Ftl {
     super_wp_blocks: [u64; 2],
     /// Superblock zones that failed a write or reset.
     super_dead: [bool; 2],
-    ops: IdMap<Op>,
-    next_tag: u64,
+    /// Commands in flight, keyed by the tag they were submitted with
+    /// (at most `max_inflight_commands`).
+    ops: Slab<Op>,
     read_queue: VecDeque<ReadPart>,
-    reads: IdMap<ReadReq>,
+    /// Host reads waiting on the device (at most `max_host_requests`).
+    reads: Slab<ReadReq>,
+    /// Scratch for planning one read (kept so a read allocates nothing).
+    read_plan: Vec<ReadPart>,
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
@@ -397,6 +383,8 @@ impl Ftl {
             .filter(|&z| p.zones.get(z).kind() != ZoneKind::Retired)
             .count() as u64;
         let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
+        let max_commands = p.config.max_inflight_commands.max(1) as usize;
+        let max_reads = p.config.max_host_requests.max(1) as usize;
         let usable = data_zones.saturating_sub(set_aside) * cap;
         Ftl {
             buffer: WriteBuffer::new(
@@ -434,10 +422,10 @@ impl Ftl {
             super_generation: p.super_generation,
             super_wp_blocks: p.super_wp_blocks,
             super_dead: p.super_dead,
-            ops: IdMap::default(),
-            next_tag: 0,
+            ops: Slab::new(max_commands),
             read_queue: VecDeque::new(),
-            reads: IdMap::default(),
+            reads: Slab::new(max_reads),
+            read_plan: Vec::new(),
             waiting_writes: VecDeque::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
@@ -605,10 +593,7 @@ impl Ftl {
             }
             self.resolve_stall();
         };
-        let tag = self.next_tag;
-        self.next_tag += 1;
-        self.ops.insert(tag, op);
-        Some((tag, cmd))
+        Some((self.ops.insert(op).0, cmd))
     }
 
     fn next_command(&mut self) -> Option<(Op, Command)> {
@@ -676,7 +661,7 @@ impl Ftl {
     pub fn handle_completion(&mut self, completion: Completion) {
         let op = self
             .ops
-            .remove(&completion.tag)
+            .remove(Key(completion.tag))
             .expect("completion for an unknown command");
         let result = completion.result;
         if matches!(result, Err(DeviceError::DeviceGone)) {
@@ -966,7 +951,9 @@ impl Ftl {
             return Ok(Some(ReplyData::Read(Vec::new())));
         }
         self.stats.host_read_blocks += u64::from(block_count);
-        let (parts, media_blocks) = self.plan_read(id, lba, block_count);
+        let mut parts = std::mem::take(&mut self.read_plan);
+        debug_assert!(parts.is_empty());
+        let media_blocks = self.plan_read(lba, block_count, &mut parts);
         let whole = parts.len() == 1 && media_blocks == block_count;
         let data = if whole {
             Vec::new()
@@ -974,36 +961,37 @@ impl Ftl {
             self.assemble_read(lba, block_count)
         };
         if parts.is_empty() {
+            self.read_plan = parts;
             return Ok(Some(ReplyData::Read(data)));
         }
-        let cap = self.cap();
-        for p in &parts {
-            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
-        }
-        let parts_left = parts.len() as u32;
-        self.reads.insert(
+        let req = self.reads.insert(ReadReq {
             id,
-            ReadReq {
-                data,
-                parts_left,
-                error: None,
-                whole,
-            },
-        );
-        self.read_queue.extend(parts);
+            data,
+            parts_left: parts.len() as u32,
+            error: None,
+            whole,
+        });
+        let cap = self.cap();
+        for mut p in parts.drain(..) {
+            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
+            p.req = req;
+            self.read_queue.push_back(p);
+        }
+        self.read_plan = parts;
         Ok(None)
     }
 
     /// Device reads for the mapped, unbuffered blocks of a request, merged
-    /// where physical blocks are consecutive; and how many blocks they cover.
-    fn plan_read(&self, id: u64, lba: Lba, block_count: u32) -> (Vec<ReadPart>, u32) {
+    /// where physical blocks are consecutive, appended to `parts` (their
+    /// `req` not yet set); returns how many blocks they cover.
+    fn plan_read(&self, lba: Lba, block_count: u32, parts: &mut Vec<ReadPart>) -> u32 {
         let cap = self.cap();
         let in_band = self.tag_mode == TagMode::InBand;
-        let mut parts: Vec<ReadPart> = Vec::new();
+        let buffered = self.buffer.used_slots() > 0;
         let mut media_blocks = 0;
         for i in 0..block_count {
             let l = lba + u64::from(i);
-            if self.buffer.lookup(l).is_some() {
+            if buffered && self.buffer.lookup(l).is_some() {
                 continue;
             }
             let Some(ppa) = self.l2p.get(l) else { continue };
@@ -1025,7 +1013,7 @@ impl Ftl {
                 }
             }
             parts.push(ReadPart {
-                req: id,
+                req: Key::NONE,
                 dst_block: i,
                 first_lba: l,
                 count: 1,
@@ -1034,7 +1022,7 @@ impl Ftl {
                 attempts: 0,
             });
         }
-        (parts, media_blocks)
+        media_blocks
     }
 
     /// The reply buffer: buffered blocks copied in, unmapped ones zero.
@@ -1080,8 +1068,8 @@ impl Ftl {
                 source: e,
             }),
         };
-        let Some(req) = self.reads.get_mut(&part.req) else {
-            return;
+        let Some(req) = self.reads.get_mut(part.req) else {
+            return; // answered already (the device went away)
         };
         match checked {
             Ok(data) if req.whole => req.data = data,
@@ -1096,15 +1084,12 @@ impl Ftl {
         }
         req.parts_left -= 1;
         if req.parts_left == 0 {
-            let req = self.reads.remove(&part.req).expect("read request");
+            let req = self.reads.remove(part.req).expect("read request");
             let result = match req.error {
                 Some(e) => Err(e),
                 None => Ok(ReplyData::Read(req.data)),
             };
-            self.replies.push_back(Reply {
-                id: part.req,
-                result,
-            });
+            self.replies.push_back(Reply { id: req.id, result });
         }
     }
 
@@ -2269,9 +2254,9 @@ impl Ftl {
             for part in std::mem::take(&mut self.read_queue) {
                 let zone = part.ppa.zone(self.cap()) as usize;
                 self.zone_readers[zone] -= 1;
-                if self.reads.remove(&part.req).is_some() {
+                if let Some(req) = self.reads.remove(part.req) {
                     self.replies.push_back(Reply {
-                        id: part.req,
+                        id: req.id,
                         result: Err(IoError::DeviceGone),
                     });
                 }

@@ -25,6 +25,7 @@ mod log;
 pub mod note;
 pub mod p2l;
 pub mod recovery;
+mod slab;
 pub mod stats;
 pub mod superblock;
 pub mod tag;
