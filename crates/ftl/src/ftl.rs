@@ -13,6 +13,10 @@
 //!   map still points where GC read it from (a racing host write wins);
 //! - a zone is reset only after a durable ZoneReset note, which the log's
 //!   prefix order makes durable together with every earlier Reloc note.
+//!
+//! A host read sees the map as of its planning (the first poll after its
+//! request): every write acknowledged before then, and maybe writes
+//! acknowledged after its request; never older data than at its request.
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
 use crate::backend::{Command, Completion, DeviceError, Geometry, Outcome, ZoneId};
@@ -201,6 +205,9 @@ struct GcJob {
 /// While GC is busy, GC jobs between two static wear-leveling moves.
 const WL_EVERY_GC_JOBS: u32 = 4;
 const READ_ATTEMPTS: u8 = 3;
+/// Blocks looked up in the L2P in one pass when reads are planned (bounds
+/// the scratch; a larger request is looked up alone).
+const READ_LOOKUP_BATCH_BLOCKS: usize = 256;
 
 #[derive(Debug, Default)]
 struct StreamState {
@@ -360,7 +367,12 @@ pub struct Ftl {
     read_queue: VecDeque<ReadPart>,
     /// Host reads waiting on the device (at most `max_host_requests`).
     reads: Slab<ReadReq>,
-    /// Scratch for planning one read (kept so a read allocates nothing).
+    /// Host reads accepted but not yet looked up: (id, lba, block_count).
+    /// Planned together at the next poll (see `plan_reads`).
+    unplanned_reads: VecDeque<(u64, Lba, u32)>,
+    /// Scratch, kept so a read allocates nothing: one batch's L2P lookups,
+    /// and one request's device reads.
+    read_lookups: Vec<Option<Ppa>>,
     read_plan: Vec<ReadPart>,
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
     flushes: Vec<FlushWait>,
@@ -425,6 +437,8 @@ impl Ftl {
             ops: Slab::new(max_commands),
             read_queue: VecDeque::new(),
             reads: Slab::new(max_reads),
+            unplanned_reads: VecDeque::new(),
+            read_lookups: Vec::new(),
             read_plan: Vec::new(),
             waiting_writes: VecDeque::new(),
             flushes: Vec::new(),
@@ -484,6 +498,7 @@ impl Ftl {
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
             && self.replies.is_empty()
+            && self.unplanned_reads.is_empty()
             && self.flushes.is_empty()
             && self.waiting_writes.is_empty()
             && self.read_queue.is_empty()
@@ -504,7 +519,7 @@ impl Ftl {
         format!(
             "ckpt {:?} requested {}; job {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
              host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
-             log {}; ops {}; read_only {}",
+             log {}; ops {}; reads unplanned {} planned {}; read_only {}",
             self.ckpt,
             self.ckpt_requested,
             self.job,
@@ -521,6 +536,8 @@ impl Ftl {
             self.lanes[Lane::Gc as usize],
             self.log.debug_state(),
             self.ops.len(),
+            self.unplanned_reads.len(),
+            self.reads.len(),
             self.read_only
         )
     }
@@ -530,9 +547,14 @@ impl Ftl {
     }
 
     /// Takes a host request. `Err(Busy)` when too many are pending; every
-    /// other outcome, including bad arguments, arrives as a reply.
+    /// other outcome, including bad arguments, arrives as a reply. A read
+    /// is looked up at the next [`Self::poll_command`] or
+    /// [`Self::poll_reply`], with the reads that arrived alongside it.
     pub fn handle_request(&mut self, id: u64, request: Request) -> Result<(), IoError> {
-        let pending = self.reads.len() + self.waiting_writes.len() + self.flushes.len();
+        let pending = self.reads.len()
+            + self.unplanned_reads.len()
+            + self.waiting_writes.len()
+            + self.flushes.len();
         if pending >= self.cfg.max_host_requests as usize {
             return Err(IoError::Busy);
         }
@@ -572,12 +594,14 @@ impl Ftl {
     }
 
     pub fn poll_reply(&mut self) -> Option<Reply> {
+        self.plan_reads();
         self.replies.pop_front()
     }
 
     /// The next device command, or `None` when the core has nothing to issue
     /// now. The driver calls this only while the device has queue room.
     pub fn poll_command(&mut self) -> Option<(u64, Command)> {
+        self.plan_reads();
         if self.ops.len() >= self.cfg.max_inflight_commands as usize {
             return None;
         }
@@ -940,6 +964,7 @@ impl Ftl {
 
     // ----- reads ----------------------------------------------------------
 
+    /// Accepts a read; its blocks are looked up at the next poll.
     fn start_read(
         &mut self,
         id: u64,
@@ -951,9 +976,51 @@ impl Ftl {
             return Ok(Some(ReplyData::Read(Vec::new())));
         }
         self.stats.host_read_blocks += u64::from(block_count);
+        self.unplanned_reads.push_back((id, lba, block_count));
+        Ok(None)
+    }
+
+    /// Plans every accepted read, a batch at a time: first the L2P lookups
+    /// of the whole batch in one tight loop (they are independent, so their
+    /// cache misses overlap instead of stalling one request each), then
+    /// each request's device reads. A read takes its snapshot of the map
+    /// here, between its request and its reply.
+    fn plan_reads(&mut self) {
+        while !self.unplanned_reads.is_empty() {
+            let mut lookups = std::mem::take(&mut self.read_lookups);
+            lookups.clear();
+            let mut requests = 0;
+            for &(_, lba, block_count) in &self.unplanned_reads {
+                let full = lookups.len() + block_count as usize > READ_LOOKUP_BATCH_BLOCKS;
+                if full && requests > 0 {
+                    break;
+                }
+                lookups.extend((lba..lba + u64::from(block_count)).map(|l| self.l2p.get(l)));
+                requests += 1;
+            }
+            let mut at = 0;
+            for _ in 0..requests {
+                let (id, lba, block_count) = self.unplanned_reads.pop_front().expect("counted");
+                let ppas = &lookups[at..at + block_count as usize];
+                at += ppas.len();
+                if let Some(data) = self.plan_read(id, lba, ppas) {
+                    self.replies.push_back(Reply {
+                        id,
+                        result: Ok(ReplyData::Read(data)),
+                    });
+                }
+            }
+            self.read_lookups = lookups;
+        }
+    }
+
+    /// Queues the device reads of request `id` at `lba`, whose blocks map
+    /// to `ppas`; returns the reply when no device read is needed.
+    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<Ppa>]) -> Option<Vec<u8>> {
+        let block_count = ppas.len() as u32;
         let mut parts = std::mem::take(&mut self.read_plan);
         debug_assert!(parts.is_empty());
-        let media_blocks = self.plan_read(lba, block_count, &mut parts);
+        let media_blocks = self.plan_parts(lba, ppas, &mut parts);
         let whole = parts.len() == 1 && media_blocks == block_count;
         let data = if whole {
             Vec::new()
@@ -962,7 +1029,7 @@ impl Ftl {
         };
         if parts.is_empty() {
             self.read_plan = parts;
-            return Ok(Some(ReplyData::Read(data)));
+            return Some(data);
         }
         let req = self.reads.insert(ReadReq {
             id,
@@ -978,23 +1045,23 @@ impl Ftl {
             self.read_queue.push_back(p);
         }
         self.read_plan = parts;
-        Ok(None)
+        None
     }
 
     /// Device reads for the mapped, unbuffered blocks of a request, merged
     /// where physical blocks are consecutive, appended to `parts` (their
     /// `req` not yet set); returns how many blocks they cover.
-    fn plan_read(&self, lba: Lba, block_count: u32, parts: &mut Vec<ReadPart>) -> u32 {
+    fn plan_parts(&self, lba: Lba, ppas: &[Option<Ppa>], parts: &mut Vec<ReadPart>) -> u32 {
         let cap = self.cap();
         let in_band = self.tag_mode == TagMode::InBand;
         let buffered = self.buffer.used_slots() > 0;
         let mut media_blocks = 0;
-        for i in 0..block_count {
+        for (i, &ppa) in (0u32..).zip(ppas) {
             let l = lba + u64::from(i);
             if buffered && self.buffer.lookup(l).is_some() {
                 continue;
             }
-            let Some(ppa) = self.l2p.get(l) else { continue };
+            let Some(ppa) = ppa else { continue };
             media_blocks += 1;
             let crc = if in_band {
                 Some(self.p2l.crc(ppa))
@@ -2251,6 +2318,7 @@ impl Ftl {
             });
         }
         if self.device_gone {
+            self.plan_reads(); // buffered and unmapped blocks still answer
             for part in std::mem::take(&mut self.read_queue) {
                 let zone = part.ppa.zone(self.cap()) as usize;
                 self.zone_readers[zone] -= 1;
