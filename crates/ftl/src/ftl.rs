@@ -374,6 +374,10 @@ pub struct Ftl {
     /// and one request's device reads.
     read_lookups: Vec<Option<Ppa>>,
     read_plan: Vec<ReadPart>,
+    /// The last `poll_command` ran `advance` (or followed one that did)
+    /// and issued a host read, and nothing came in since: issuing a read
+    /// changes nothing `advance` looks at, so the next poll may skip it.
+    advanced_then_read: bool,
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
@@ -440,6 +444,7 @@ impl Ftl {
             unplanned_reads: VecDeque::new(),
             read_lookups: Vec::new(),
             read_plan: Vec::new(),
+            advanced_then_read: false,
             waiting_writes: VecDeque::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
@@ -481,6 +486,7 @@ impl Ftl {
 
     /// Requests a checkpoint as soon as possible (shutdown, after mount).
     pub fn request_checkpoint(&mut self) {
+        self.advanced_then_read = false;
         self.ckpt_requested = true;
     }
 
@@ -551,6 +557,7 @@ impl Ftl {
     /// is looked up at the next [`Self::poll_command`] or
     /// [`Self::poll_reply`], with the reads that arrived alongside it.
     pub fn handle_request(&mut self, id: u64, request: Request) -> Result<(), IoError> {
+        self.advanced_then_read = false;
         let pending = self.reads.len()
             + self.unplanned_reads.len()
             + self.waiting_writes.len()
@@ -605,18 +612,28 @@ impl Ftl {
         if self.ops.len() >= self.cfg.max_inflight_commands as usize {
             return None;
         }
-        self.advance();
+        let mut advanced = !self.advanced_then_read || self.read_only;
+        if advanced {
+            self.advance();
+        }
         // Each stall step changes state (seal lanes, lend the reserve, give
         // up read-only), so this ends.
         let (op, cmd) = loop {
             if let Some(c) = self.next_command() {
                 break c;
             }
+            if !advanced {
+                advanced = true;
+                self.advance();
+                continue;
+            }
             if !self.stalled() {
+                self.advanced_then_read = false;
                 return None;
             }
             self.resolve_stall();
         };
+        self.advanced_then_read = matches!(op, Op::HostRead(_));
         Some((self.ops.insert(op).0, cmd))
     }
 
@@ -703,7 +720,14 @@ impl Ftl {
                 items,
                 pad_blocks,
             } => self.gc_append_done(zone, items, pad_blocks, result),
-            Op::HostRead(part) => self.host_read_done(part, result),
+            Op::HostRead(part) => {
+                self.host_read_done(part, result);
+                // A read's completion changes nothing `advance` looks at
+                // (pins, replies and statistics), unless the device is gone.
+                if !self.read_only {
+                    return;
+                }
+            }
             Op::GcRead {
                 ppa,
                 count,
@@ -762,6 +786,7 @@ impl Ftl {
             }
             Op::CkptFlush => self.checkpoint_flushed(result),
         }
+        self.advanced_then_read = false;
         self.advance();
     }
 
