@@ -257,19 +257,21 @@ struct FlushWait {
 struct ReadReq {
     /// The host's request id, for the reply.
     id: u64,
-    /// Assembled reply; empty while `whole` (one device read serves it all).
+    /// The reply, assembled: buffered blocks, zeros, then each part's data.
     data: Vec<u8>,
     parts_left: u32,
     error: Option<IoError>,
-    /// One part covers every block: reply with the device's buffer as is.
-    whole: bool,
 }
 
 #[derive(Debug)]
 /// Blocks `first_lba..+count` of a request, at consecutive physical blocks.
 struct ReadPart {
-    /// The request's key in `Ftl::reads`.
+    /// The request's key in `Ftl::reads`; `Key::NONE` when this part is the
+    /// whole request (one device read serves it all): it replies to `id`
+    /// with the device's buffer as is, with no entry in `Ftl::reads`.
     req: Key,
+    /// The host's request id.
+    id: u64,
     dst_block: u32,
     first_lba: Lba,
     count: u32,
@@ -365,8 +367,10 @@ pub struct Ftl {
     /// (at most `max_inflight_commands`).
     ops: Slab<Op>,
     read_queue: VecDeque<ReadPart>,
-    /// Host reads waiting on the device (at most `max_host_requests`).
+    /// Host reads of several parts waiting on the device, and how many
+    /// single-part reads are (together at most `max_host_requests`).
     reads: Slab<ReadReq>,
+    whole_reads: usize,
     /// Host reads accepted but not yet looked up: (id, lba, block_count).
     /// Planned together at the next poll (see `plan_reads`).
     unplanned_reads: VecDeque<(u64, Lba, u32)>,
@@ -441,6 +445,7 @@ impl Ftl {
             ops: Slab::new(max_commands),
             read_queue: VecDeque::new(),
             reads: Slab::new(max_reads),
+            whole_reads: 0,
             unplanned_reads: VecDeque::new(),
             read_lookups: Vec::new(),
             read_plan: Vec::new(),
@@ -543,7 +548,7 @@ impl Ftl {
             self.log.debug_state(),
             self.ops.len(),
             self.unplanned_reads.len(),
-            self.reads.len(),
+            self.reads.len() + self.whole_reads,
             self.read_only
         )
     }
@@ -559,6 +564,7 @@ impl Ftl {
     pub fn handle_request(&mut self, id: u64, request: Request) -> Result<(), IoError> {
         self.advanced_then_read = false;
         let pending = self.reads.len()
+            + self.whole_reads
             + self.unplanned_reads.len()
             + self.waiting_writes.len()
             + self.flushes.len();
@@ -1045,13 +1051,17 @@ impl Ftl {
         let block_count = ppas.len() as u32;
         let mut parts = std::mem::take(&mut self.read_plan);
         debug_assert!(parts.is_empty());
-        let media_blocks = self.plan_parts(lba, ppas, &mut parts);
-        let whole = parts.len() == 1 && media_blocks == block_count;
-        let data = if whole {
-            Vec::new()
-        } else {
-            self.assemble_read(lba, block_count)
-        };
+        let media_blocks = self.plan_parts(id, lba, ppas, &mut parts);
+        let cap = self.cap();
+        if parts.len() == 1 && media_blocks == block_count {
+            let p = parts.pop().expect("one part");
+            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
+            self.whole_reads += 1;
+            self.read_queue.push_back(p);
+            self.read_plan = parts;
+            return None;
+        }
+        let data = self.assemble_read(lba, block_count);
         if parts.is_empty() {
             self.read_plan = parts;
             return Some(data);
@@ -1061,9 +1071,7 @@ impl Ftl {
             data,
             parts_left: parts.len() as u32,
             error: None,
-            whole,
         });
-        let cap = self.cap();
         for mut p in parts.drain(..) {
             self.zone_readers[p.ppa.zone(cap) as usize] += 1;
             p.req = req;
@@ -1076,7 +1084,13 @@ impl Ftl {
     /// Device reads for the mapped, unbuffered blocks of a request, merged
     /// where physical blocks are consecutive, appended to `parts` (their
     /// `req` not yet set); returns how many blocks they cover.
-    fn plan_parts(&self, lba: Lba, ppas: &[Option<Ppa>], parts: &mut Vec<ReadPart>) -> u32 {
+    fn plan_parts(
+        &self,
+        id: u64,
+        lba: Lba,
+        ppas: &[Option<Ppa>],
+        parts: &mut Vec<ReadPart>,
+    ) -> u32 {
         let cap = self.cap();
         let in_band = self.tag_mode == TagMode::InBand;
         let buffered = self.buffer.used_slots() > 0;
@@ -1106,6 +1120,7 @@ impl Ftl {
             }
             parts.push(ReadPart {
                 req: Key::NONE,
+                id,
                 dst_block: i,
                 first_lba: l,
                 count: 1,
@@ -1160,11 +1175,20 @@ impl Ftl {
                 source: e,
             }),
         };
+        if part.req == Key::NONE {
+            self.whole_reads -= 1;
+            let result = checked.map(ReplyData::Read);
+            self.stats.read_errors += u64::from(result.is_err());
+            self.replies.push_back(Reply {
+                id: part.id,
+                result,
+            });
+            return;
+        }
         let Some(req) = self.reads.get_mut(part.req) else {
             return; // answered already (the device went away)
         };
         match checked {
-            Ok(data) if req.whole => req.data = data,
             Ok(data) => {
                 let at = part.dst_block as usize * bs;
                 req.data[at..at + data.len()].copy_from_slice(&data);
@@ -2347,7 +2371,13 @@ impl Ftl {
             for part in std::mem::take(&mut self.read_queue) {
                 let zone = part.ppa.zone(self.cap()) as usize;
                 self.zone_readers[zone] -= 1;
-                if let Some(req) = self.reads.remove(part.req) {
+                if part.req == Key::NONE {
+                    self.whole_reads -= 1;
+                    self.replies.push_back(Reply {
+                        id: part.id,
+                        result: Err(IoError::DeviceGone),
+                    });
+                } else if let Some(req) = self.reads.remove(part.req) {
                     self.replies.push_back(Reply {
                         id: req.id,
                         result: Err(IoError::DeviceGone),
