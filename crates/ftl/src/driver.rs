@@ -259,6 +259,11 @@ impl<B: Backend> Driver<B> {
                 return Err(e);
             }
             if !self.turn()? {
+                // The last turn may have given up (read-only): an error,
+                // not a stall.
+                if let Some(e) = self.ftl.failure() {
+                    return Err(e);
+                }
                 panic!(
                     "checkpoint stalled with nothing in flight: {}",
                     self.ftl.debug_state()

@@ -477,15 +477,26 @@ impl LogReader {
             .zone_info(zone)
             .map_err(dev("mount: log zone report"))?;
         let writable = !matches!(info.state, ZoneState::ReadOnly | ZoneState::Offline);
-        let wp = if writable {
+        let mut cur = self.ring_index;
+        let mut wp = if writable {
             info.write_pointer_blocks.max(self.offset_blocks)
         } else {
             g.zone_capacity_blocks
         };
+        if self.offset_blocks == 0 && self.newest_in[cur].is_none() && wp > 0 {
+            // The log ended at the very end of a ring zone and the reader
+            // stepped into the next one, which holds only blocks of an
+            // older pass (the cut came before the writer reset it).
+            // Appending after them would put new blocks where no reader
+            // looks; continue as the writer would have, from the full zone
+            // before it, so the next log write resets this zone first.
+            cur = (cur + self.ring.len() - 1) % self.ring.len();
+            wp = g.zone_capacity_blocks;
+        }
         let ring = self.ring.clone();
         let mut log = MetaLog::new(
             self.ring,
-            self.ring_index,
+            cur,
             wp,
             g.zone_capacity_blocks,
             g.block_size_bytes as usize,
