@@ -50,9 +50,9 @@ fn run_until_cut(d: &mut Driver<SimDevice>, cut: u64) -> (Model, u32) {
                 }
             }),
             1..=3 => d.read(lba, 1).map(drop),
-            4 => d
-                .write_fua(lba, &block(lba, round, bs))
-                .map(|()| drop(model.insert(lba, (round, round)))),
+            4 => d.write_fua(lba, &block(lba, round, bs)).map(|()| {
+                model.insert(lba, (round, round));
+            }),
             _ => d.write(lba, &block(lba, round, bs)).map(|()| {
                 let durable = model.get(&lba).map_or(0, |v| v.1);
                 model.insert(lba, (round, durable));
