@@ -18,9 +18,13 @@
 # process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
 # default 6).
 #
-# Last the CLI (its own guest boot): zftl info / format / stats / check
+# Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
 # through NBD (zns-nbd-client) across a server restart.
+#
+# Then the zoned block device path (blkdev, its own boot): /dev/nvme0n1
+# with /dev/ng0n1 removed, so the backend falls back to positional I/O and
+# the BLK*ZONE ioctls; the conformance suite, format, check and serve.
 #
 # Must run as root: it installs Debian packages (QEMU, a guest kernel,
 # busybox) with apt-get. Any failure inside a guest, a guest that never
@@ -86,7 +90,7 @@ fi
 ROOT=$WORK/root
 mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
 cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc; do
+for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc rm tee; do
     ln -s busybox "$ROOT/bin/$applet"
 done
 for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
@@ -177,6 +181,10 @@ else
     run ftl-crash "${CRASH_ARGS[@]}" || failed+=(ftl-crash)
 fi
 run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
+
+# The zoned block device path (/dev/nvme0n1 without /dev/ng0n1), with zone
+# capacity below the zone size so the capacity of the v2 zone report counts.
+run blkdev "$BASE,zoned.zone_capacity=48M" blkdev || failed+=(blkdev)
 
 if [ ${#failed[@]} -gt 0 ]; then
     die "failed runs: ${failed[*]}"
