@@ -26,6 +26,11 @@
 # with /dev/ng0n1 removed, so the backend falls back to positional I/O and
 # the BLK*ZONE ioctls; the conformance suite, format, check and serve.
 #
+# Last zftl bench zns (bench, its own boot, with fio and its libraries
+# added to the initramfs): JSON with IOPS, MiB/s and the ratios of zftl to
+# the raw namespace. ZNS_GUEST_BENCH_SECONDS (default 4) per job and round,
+# ZNS_GUEST_BENCH_RAW_IODEPTH (default 16) fio's iodepth.
+#
 # Must run as root: it installs Debian packages (QEMU, a guest kernel,
 # busybox) with apt-get. Any failure inside a guest, a guest that never
 # reports (panic, hang, plain poweroff) or a missing prerequisite fails the
@@ -40,6 +45,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TIMEOUT=${ZNS_GUEST_TIMEOUT:-1500}
 METADATA=${ZNS_GUEST_METADATA:-required}
+GUEST_CPU=${ZNS_GUEST_CPU:-qemu64}
 
 die() {
     echo "zns-guest: FAIL: $*" >&2
@@ -90,7 +96,7 @@ fi
 ROOT=$WORK/root
 mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
 cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc rm tee; do
+for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc rm tee mkdir; do
     ln -s busybox "$ROOT/bin/$applet"
 done
 for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
@@ -107,6 +113,28 @@ chmod +x "$ROOT/init"
 for b in $GUEST_BINS; do cp "$BINDIR/$b" "$ROOT/bin/"; done
 (cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initramfs.cpio.gz"
 
+# wanted NAME: whether the run NAME is to boot (ZNS_GUEST_ONLY).
+wanted() {
+    [ -z "${ZNS_GUEST_ONLY:-}" ] || [[ " $ZNS_GUEST_ONLY " == *" $1 "* ]]
+}
+
+# The bench run's extra archive: fio with its shared libraries and the
+# dynamic loader (the guest is busybox only), appended to the initramfs
+# (the kernel unpacks concatenated archives) so the other runs stay small.
+if wanted bench; then
+    FIO=$(command -v fio) || die "fio not found (apt-get install fio): the bench run needs it"
+    FIOROOT=$WORK/fioroot
+    mkdir -p "$FIOROOT/bin" "$FIOROOT/tmp"
+    cp "$FIO" "$FIOROOT/bin/fio"
+    for lib in $(ldd "$FIO" | grep -o '/[^ ]*'); do
+        mkdir -p "$FIOROOT$(dirname "$lib")"
+        cp -L "$lib" "$FIOROOT$lib"
+    done
+    [ -n "$(ls "$FIOROOT"/lib64/ld-linux-* 2>/dev/null)" ] || die "ldd $FIO named no dynamic loader in /lib64"
+    (cd "$FIOROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/fio.cpio.gz"
+    cat "$WORK/initramfs.cpio.gz" "$WORK/fio.cpio.gz" >"$WORK/initramfs-bench.cpio.gz"
+fi
+
 # run NAME NS-OPTIONS [WHAT [SIZE]]: boot one guest on a fresh image of
 # SIZE (default 2G) and run WHAT in it (zftl.run=, default conformance);
 # returns 0 only if the guest reported exit status 0.
@@ -121,11 +149,11 @@ run() {
     echo "zns-guest: === $name: nvme-ns $nsopts"
     start=$(date +%s)
     set +e
-    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 1024 -smp 1 \
+    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$GUEST_CPU" -m 1024 -smp 1 \
         -display none -nodefaults -serial stdio -no-reboot \
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-        -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio.gz" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6}" \
+        -kernel "$KERNEL" -initrd "${INITRD:-$WORK/initramfs.cpio.gz}" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-16}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
         -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \
@@ -185,6 +213,14 @@ run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
 # The zoned block device path (/dev/nvme0n1 without /dev/ng0n1), with zone
 # capacity below the zone size so the capacity of the v2 zone report counts.
 run blkdev "$BASE,zoned.zone_capacity=48M" blkdev || failed+=(blkdev)
+
+# zftl bench zns: zftl over passthrough against fio's io_uring_cmd engine on
+# the raw namespace, in one guest; prints the JSON report (ratios).
+if wanted bench; then
+    INITRD=$WORK/initramfs-bench.cpio.gz run bench "$BASE,zoned.zone_capacity=0" bench || failed+=(bench)
+else
+    run bench "$BASE,zoned.zone_capacity=0" bench || failed+=(bench)
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
     die "failed runs: ${failed[*]}"
