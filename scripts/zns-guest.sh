@@ -29,7 +29,10 @@
 # Last zftl bench zns (bench, its own boot, with fio and its libraries
 # added to the initramfs): JSON with IOPS, MiB/s and the ratios of zftl to
 # the raw namespace. ZNS_GUEST_BENCH_SECONDS (default 4) per job and round,
-# ZNS_GUEST_BENCH_RAW_IODEPTH (default 16) fio's iodepth.
+# ZNS_GUEST_BENCH_RAW_IODEPTH (default 1) fio's iodepth. ZNS_GUEST_CPU sets
+# QEMU's -cpu (default qemu64: with -cpu max glibc picks AVX string
+# functions that TCG emulates slowly: zftl's 128 KiB rate fell from 124 to
+# 68 MiB/s in one comparison).
 #
 # Must run as root: it installs Debian packages (QEMU, a guest kernel,
 # busybox) with apt-get. Any failure inside a guest, a guest that never
@@ -55,10 +58,10 @@ die() {
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages with apt-get and boots QEMU); nothing was tested"
 
 if [ "${ZNS_GUEST_SKIP_INSTALL:-0}" != 1 ]; then
-    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio"
+    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio fio"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || die "apt-get update failed; nothing was tested"
-    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio >/dev/null ||
+    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio fio >/dev/null ||
         die "apt-get install failed; nothing was tested"
 fi
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; nothing was tested"
@@ -96,7 +99,7 @@ fi
 ROOT=$WORK/root
 mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
 cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc rm tee mkdir; do
+for applet in sh mount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc rm tee mkdir dmesg tail; do
     ln -s busybox "$ROOT/bin/$applet"
 done
 for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme; do
@@ -153,7 +156,7 @@ run() {
         -display none -nodefaults -serial stdio -no-reboot \
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -kernel "$KERNEL" -initrd "${INITRD:-$WORK/initramfs.cpio.gz}" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-16}" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-1}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
         -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \
