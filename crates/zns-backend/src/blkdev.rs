@@ -3,10 +3,9 @@
 //! when NVMe passthrough is not available.
 //!
 //! * The geometry comes from sysfs (`queue/…`: logical and physical block
-//!   size, `chunk_sectors` = zone size, `nr_zones`, `max_open_zones`,
-//!   `max_active_zones`, `max_sectors_kb`) and `BLKREPORTZONE` (zone
-//!   capacity, with the v2 report's `BLK_ZONE_REP_CAPACITY` flag; zone
-//!   length without it).
+//!   size, `max_open_zones`, `max_active_zones`, `max_sectors_kb`; `size`)
+//!   and `BLKREPORTZONE` (zone size and count, and zone capacity with the
+//!   v2 report's `BLK_ZONE_REP_CAPACITY` flag; zone length without it).
 //! * Reads, writes and flushes go through an io_uring of positional
 //!   reads/writes on the device opened with `O_DIRECT` (no page cache:
 //!   buffered writes to a sequential zone could reach the device out of
@@ -172,6 +171,25 @@ pub(crate) fn tracked_of(
     })
 }
 
+/// Zone ids map to sectors as id × length: every zone must start where that
+/// puts it, and only the last may be shorter.
+fn check_zone_layout(zones: &[BlkZone], zone_len_sectors: u64) -> Result<(), String> {
+    let last = zones.len().saturating_sub(1);
+    for (i, z) in zones.iter().enumerate() {
+        let start = i as u64 * zone_len_sectors;
+        let len_ok =
+            z.len_sectors == zone_len_sectors || (i == last && z.len_sectors < zone_len_sectors);
+        if z.start_sectors != start || !len_ok {
+            return Err(format!(
+                "zone {i} spans sectors {}+{}, not {start}+{zone_len_sectors} (zones of different \
+                 sizes)",
+                z.start_sectors, z.len_sectors
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What an ordered command does once its turn comes.
 #[derive(Debug)]
 enum Pending {
@@ -285,6 +303,8 @@ impl ZonedBlockDevice {
                 reason: format!("zone length of {zone_len_sectors} sectors"),
             });
         }
+        check_zone_layout(&zones, zone_len_sectors)
+            .map_err(|reason| OpenError::Unsupported { path: p(), reason })?;
         let mut tracked = Vec::with_capacity(zones.len());
         for (i, z) in zones.iter().enumerate() {
             match tracked_of(z, capacity_reported, spb) {
@@ -1237,6 +1257,14 @@ mod tests {
         let mut conventional = zone(0, len, 0, 0x0, len);
         conventional.zone_type = ZONE_TYPE_CONVENTIONAL;
         assert_eq!(tracked_of(&conventional, true, 8), None);
+    }
+
+    #[test]
+    fn zones_of_one_size_are_required() {
+        let z = |start, len| zone(start, len, start, 0x1, len);
+        assert!(check_zone_layout(&[z(0, 8), z(8, 8), z(16, 4)], 8).is_ok());
+        assert!(check_zone_layout(&[z(0, 8), z(8, 4), z(12, 8)], 8).is_err());
+        assert!(check_zone_layout(&[z(0, 8), z(16, 8)], 8).is_err());
     }
 
     #[test]
