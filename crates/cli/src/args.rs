@@ -136,8 +136,9 @@ pub struct ImageOpt {
     /// $HOME/.local/share/zftl/default.img].
     #[arg(long, value_name = "PATH")]
     pub image: Option<PathBuf>,
-    /// Work on this NVMe ZNS namespace (the generic char device
-    /// /dev/ngXnY; Linux only) instead of a simulated device image.
+    /// Work on this zoned device (an NVMe ZNS generic char device
+    /// /dev/ngXnY, or a zoned block device such as /dev/nvmeXnY; Linux
+    /// only) instead of a simulated device image.
     #[arg(long, value_name = "DEVICE", conflicts_with = "image")]
     pub device: Option<PathBuf>,
 }
@@ -145,7 +146,9 @@ pub struct ImageOpt {
 /// `zftl info`.
 #[derive(Debug, Args)]
 pub struct DeviceArg {
-    /// The NVMe ZNS namespace: its generic char device, e.g. /dev/ng0n1.
+    /// The zoned device: an NVMe generic char device (/dev/ng0n1) or a zoned
+    /// block device (/dev/nvme0n1: passthrough on its /dev/ng0n1 if that
+    /// works, else the block path).
     #[arg(value_name = "DEVICE")]
     pub device: PathBuf,
 }

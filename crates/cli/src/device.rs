@@ -1,8 +1,10 @@
-//! NVMe ZNS drives: `zftl info DEVICE` and the `--device` forms of
-//! `format`, `stats`, `check` and `serve`. The FTL code paths are the ones
-//! the simulator uses (generic over the `Backend`), with a
-//! `zftl_zns::ZnsDevice` in place of a `SimDevice`. Linux only: elsewhere
-//! every function fails with one line saying so.
+//! Zoned drives: `zftl info DEVICE` and the `--device` forms of `format`,
+//! `stats`, `check` and `serve`. The FTL code paths are the ones the
+//! simulator uses (generic over the `Backend`), with a `zftl_zns::Device`
+//! in place of a `SimDevice`: NVMe passthrough on `/dev/ngXnY` when it
+//! works, else the zoned block device path (`/dev/nvmeXnY`, other zoned
+//! block devices). Linux only: elsewhere every function fails with one
+//! line saying so.
 
 use std::path::Path;
 
@@ -17,17 +19,28 @@ use crate::volume::{CheckOutput, FormatReport, StatsReport};
 #[derive(Serialize)]
 pub struct ZnsInfoReport {
     pub device: String,
-    pub nsid: u32,
+    /// `nvme-passthrough` or `zoned-block-device`.
+    pub io_path: &'static str,
+    /// The node driven (the `/dev/ngXnY` of a `/dev/nvmeXnY` on passthrough).
+    pub io_device: String,
+    /// Why the block path was used (null on passthrough).
+    pub io_path_reason: Option<String>,
+    /// NVMe namespace id (null on the block path).
+    pub nsid: Option<u32>,
     pub namespace_blocks: u64,
     pub namespace_bytes: u64,
-    /// Index of the LBA format in use.
-    pub lba_format: u8,
+    /// Index of the LBA format in use (null on the block path).
+    pub lba_format: Option<u8>,
     /// Per-block metadata bytes of the LBA format (the OOB area; 0 = none).
     pub metadata_bytes_per_block: u32,
-    /// Maximum data transfer size of the controller (0 = no limit).
-    pub mdts_bytes: u64,
-    /// Zone append size limit of the controller (0 = MDTS).
-    pub zasl_bytes: u64,
+    /// Maximum data transfer size of the controller (0 = no limit; null on
+    /// the block path).
+    pub mdts_bytes: Option<u64>,
+    /// Zone append size limit of the controller (0 = MDTS; null on the
+    /// block path, which emulates appends).
+    pub zasl_bytes: Option<u64>,
+    /// `queue/zoned` of the block device (null on passthrough).
+    pub zoned_model: Option<String>,
     /// Smallest and largest zone capacity over the zones that are not offline.
     pub zone_capacity_min_blocks: u64,
     pub zone_capacity_max_blocks: u64,
@@ -40,13 +53,25 @@ pub struct ZnsInfoReport {
 impl ZnsInfoReport {
     pub fn text(&self) -> Text {
         let mut t = Text::default();
-        t.line(format!("NVMe ZNS namespace {}", self.device));
+        t.line(format!("zoned device {} ({})", self.device, self.io_path));
         t.section("namespace");
         t.row("device", &self.device);
-        t.row("nsid", self.nsid);
+        t.row("io_path", self.io_path);
+        t.row("io_device", &self.io_device);
+        if let Some(why) = &self.io_path_reason {
+            t.row("io_path_reason", why);
+        }
+        if let Some(nsid) = self.nsid {
+            t.row("nsid", nsid);
+        }
+        if let Some(model) = &self.zoned_model {
+            t.row("zoned_model", model);
+        }
         t.row("namespace_blocks", self.namespace_blocks);
         t.bytes("namespace_bytes", self.namespace_bytes);
-        t.row("lba_format", self.lba_format);
+        if let Some(f) = self.lba_format {
+            t.row("lba_format", f);
+        }
         t.row("metadata_bytes_per_block", self.metadata_bytes_per_block);
         let limit = |v: u64| {
             if v == 0 {
@@ -55,8 +80,12 @@ impl ZnsInfoReport {
                 format!("{v} ({})", crate::report::human_bytes(v))
             }
         };
-        t.row("mdts_bytes", limit(self.mdts_bytes));
-        t.row("zasl_bytes", limit(self.zasl_bytes));
+        if let Some(v) = self.mdts_bytes {
+            t.row("mdts_bytes", limit(v));
+        }
+        if let Some(v) = self.zasl_bytes {
+            t.row("zasl_bytes", limit(v));
+        }
         t.row("zone_capacity_min_blocks", self.zone_capacity_min_blocks);
         t.row("zone_capacity_max_blocks", self.zone_capacity_max_blocks);
         geometry_text(&self.geometry, &mut t);
@@ -78,7 +107,7 @@ impl ZnsInfoReport {
 mod imp {
     use super::*;
     use zftl_core::Backend;
-    use zftl_zns::ZnsDevice;
+    use zftl_zns::{Device, ZnsOptions};
 
     use crate::volume;
 
@@ -89,10 +118,10 @@ mod imp {
     const BUSY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
     /// Opens the device; every failure is one line naming the path.
-    pub fn open(path: &Path) -> Result<ZnsDevice, CliError> {
+    pub fn open(path: &Path) -> Result<Device, CliError> {
         let t0 = std::time::Instant::now();
         loop {
-            match ZnsDevice::open(path) {
+            match zftl_zns::open_device(path, &ZnsOptions::default()) {
                 Ok(dev) => return Ok(dev),
                 Err(zftl_zns::OpenError::Busy { .. }) if t0.elapsed() < BUSY_GRACE => {
                     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -116,26 +145,52 @@ mod imp {
             })?;
             zones.add(info.state);
         }
-        let ns = dev.namespace_info().clone();
         let ftl = volume::existing_ftl(&mut dev);
-        Ok(ZnsInfoReport {
+        let io_device = dev.path().display().to_string();
+        let mut report = ZnsInfoReport {
             device: path.display().to_string(),
-            nsid: ns.nsid,
-            namespace_blocks: ns.size_blocks,
-            namespace_bytes: ns.size_blocks * u64::from(geometry.block_size_bytes),
-            lba_format: ns.lba_format,
+            io_path: dev.io_path().name(),
+            io_device,
+            io_path_reason: None,
+            nsid: None,
+            namespace_blocks: 0,
+            namespace_bytes: 0,
+            lba_format: None,
             metadata_bytes_per_block: geometry.oob_size_bytes,
-            mdts_bytes: ns.mdts_bytes,
-            zasl_bytes: ns.zasl_bytes,
-            zone_capacity_min_blocks: ns.zone_capacity_range.0,
-            zone_capacity_max_blocks: ns.zone_capacity_range.1,
+            mdts_bytes: None,
+            zasl_bytes: None,
+            zoned_model: None,
+            zone_capacity_min_blocks: 0,
+            zone_capacity_max_blocks: 0,
             geometry: GeometryReport {
                 capacity_bytes: geometry.capacity_bytes(),
-                geometry,
+                geometry: geometry.clone(),
             },
             zones,
             ftl,
-        })
+        };
+        match &dev {
+            Device::Passthrough(d) => {
+                let ns = d.namespace_info();
+                report.nsid = Some(ns.nsid);
+                report.namespace_blocks = ns.size_blocks;
+                report.lba_format = Some(ns.lba_format);
+                report.mdts_bytes = Some(ns.mdts_bytes);
+                report.zasl_bytes = Some(ns.zasl_bytes);
+                report.zone_capacity_min_blocks = ns.zone_capacity_range.0;
+                report.zone_capacity_max_blocks = ns.zone_capacity_range.1;
+            }
+            Device::Block { dev: d, why } => {
+                let b = d.block_info();
+                report.io_path_reason = Some(why.clone());
+                report.zoned_model = Some(b.zoned_model.clone());
+                report.namespace_blocks = b.size_blocks;
+                report.zone_capacity_min_blocks = b.zone_capacity_range.0;
+                report.zone_capacity_max_blocks = b.zone_capacity_range.1;
+            }
+        }
+        report.namespace_bytes = report.namespace_blocks * u64::from(geometry.block_size_bytes);
+        Ok(report)
     }
 
     pub fn format(args: &FormatArgs, path: &Path) -> Result<FormatReport, CliError> {
@@ -222,7 +277,7 @@ mod tests {
         let msg = open_err(&file);
         assert!(
             msg.starts_with(&format!(
-                "cannot open ZNS device {}: not a character device (a regular file)",
+                "cannot open ZNS device {}: not a character device (a regular file) nor a block device",
                 file.display()
             )),
             "{msg}"

@@ -1,5 +1,10 @@
 //! `zftl-zns`: the [`Backend`] for NVMe Zoned Namespace SSDs through io_uring
-//! passthrough on the NVMe generic char device `/dev/ngXnY`.
+//! passthrough on the NVMe generic char device `/dev/ngXnY` ([`ZnsDevice`]),
+//! and for zoned block devices through positional I/O and the zone ioctls
+//! ([`ZonedBlockDevice`], module `blkdev`). [`open_device`] picks the path:
+//! passthrough when it works, the block device otherwise ([`Device`]).
+//!
+//! The passthrough path:
 //!
 //! * Identify (controller, namespace, ZNS controller and namespace data) and
 //!   a Zone Management Receive of every zone give the [`Geometry`]. NVMe ZNS
@@ -35,6 +40,12 @@
 
 #[allow(unsafe_code)]
 mod sys;
+
+mod blkdev;
+mod device;
+
+pub use blkdev::{BlockInfo, ZonedBlockDevice};
+pub use device::{open_device, Device, IoPath};
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -93,7 +104,7 @@ const CSI_ZNS: u32 = 2;
 /// Identify data size.
 const IDENTIFY_BYTES: usize = 4096;
 /// Upper bound on one transfer (see the crate docs).
-const MAX_TRANSFER_BYTES: u64 = 256 << 10;
+pub(crate) const MAX_TRANSFER_BYTES: u64 = 256 << 10;
 /// Zone descriptors asked for per report while opening.
 const REPORT_CHUNK_ZONES: u64 = 1024;
 /// Default ring size (and queue depth).
@@ -104,12 +115,14 @@ pub const DEFAULT_QUEUE_DEPTH: u32 = 64;
 pub enum OpenError {
     #[error("{path}: no such device")]
     NotFound { path: PathBuf },
-    #[error("{path}: permission denied (NVMe passthrough needs read-write access to the char device and, on kernels before 6.2, CAP_SYS_ADMIN: run as root)")]
+    #[error("{path}: permission denied (zftl needs read-write access to the device; NVMe passthrough on kernels before 6.2 also needs CAP_SYS_ADMIN: run as root)")]
     PermissionDenied { path: PathBuf },
     #[error("{path}: the device is in use (busy, or locked by another zftl process)")]
     Busy { path: PathBuf },
-    #[error("{path}: not a character device ({kind}); give the NVMe generic char device /dev/ngXnY (zoned block devices are not supported yet)")]
+    #[error("{path}: not a character device ({kind}); NVMe passthrough needs the generic char device /dev/ngXnY")]
     NotCharDevice { path: PathBuf, kind: &'static str },
+    #[error("{path}: not a character device ({kind}) nor a block device; give an NVMe generic char device /dev/ngXnY or a zoned block device such as /dev/nvmeXnY")]
+    NotADevice { path: PathBuf, kind: &'static str },
     #[error("{path}: not an NVMe device (the NVMe namespace-id ioctl failed: {source})")]
     NotNvme { path: PathBuf, source: io::Error },
     #[error("{path}: not a zoned (ZNS) namespace: {reason}")]
@@ -234,6 +247,8 @@ pub struct ZnsDevice {
     waiting: usize,
     start: Instant,
     gone: bool,
+    /// The block device node of the namespace, held open and flocked.
+    _sibling_locks: Vec<File>,
 }
 
 fn le16(b: &[u8], at: usize) -> u16 {
@@ -278,6 +293,65 @@ fn io_kind(errno: i32) -> io::ErrorKind {
     io::Error::from_raw_os_error(errno).kind()
 }
 
+/// The typed error of a failed open (or stat) of `path`.
+pub(crate) fn open_error(path: &Path, e: io::Error) -> OpenError {
+    let path = path.to_path_buf();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => OpenError::NotFound { path },
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+            OpenError::PermissionDenied { path }
+        }
+        Some(libc::EBUSY) => OpenError::Busy { path },
+        _ => OpenError::Io {
+            path,
+            what: "open",
+            source: e,
+        },
+    }
+}
+
+/// Words for a file type in error messages.
+pub(crate) fn file_kind(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "another kind of file"
+    }
+}
+
+/// flock `file` (the device node being opened) or answer Busy.
+pub(crate) fn lock(file: &File, path: &Path) -> Result<(), OpenError> {
+    match sys::try_lock_exclusive(file) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(OpenError::Busy {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            what: "flock",
+            source: e,
+        }),
+    }
+}
+
+/// The other node of the same NVMe namespace (`/dev/nvmeXnY` for
+/// `/dev/ngXnY` and back) is locked too, so that a zftl on one path and a
+/// zftl on the other cannot drive one namespace. A node that does not
+/// exist or cannot be opened locks nothing.
+pub(crate) fn lock_sibling(sibling: &Path) -> Result<Vec<File>, OpenError> {
+    let Ok(file) = File::open(sibling) else {
+        return Ok(Vec::new());
+    };
+    lock(&file, sibling)?;
+    Ok(vec![file])
+}
+
 impl ZnsDevice {
     /// Open `path` (an NVMe generic char device of a zoned namespace) with
     /// the default options.
@@ -292,20 +366,7 @@ impl ZnsDevice {
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
-                    OpenError::NotFound { path: p() }
-                }
-                Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
-                    OpenError::PermissionDenied { path: p() }
-                }
-                Some(libc::EBUSY) => OpenError::Busy { path: p() },
-                _ => OpenError::Io {
-                    path: p(),
-                    what: "open",
-                    source: e,
-                },
-            })?;
+            .map_err(|e| open_error(&path, e))?;
         let ft = file
             .metadata()
             .map_err(|e| OpenError::Io {
@@ -315,32 +376,21 @@ impl ZnsDevice {
             })?
             .file_type();
         if !ft.is_char_device() {
-            let kind = if ft.is_block_device() {
-                "a block device"
-            } else if ft.is_dir() {
-                "a directory"
-            } else if ft.is_file() {
-                "a regular file"
-            } else {
-                "another kind of file"
-            };
-            return Err(OpenError::NotCharDevice { path: p(), kind });
+            return Err(OpenError::NotCharDevice {
+                path: p(),
+                kind: file_kind(&ft),
+            });
         }
         let nsid = sys::nvme_nsid(&file).map_err(|e| OpenError::NotNvme {
             path: p(),
             source: e,
         })?;
-        match sys::try_lock_exclusive(&file) {
-            Ok(true) => {}
-            Ok(false) => return Err(OpenError::Busy { path: p() }),
-            Err(e) => {
-                return Err(OpenError::Io {
-                    path: p(),
-                    what: "flock",
-                    source: e,
-                })
-            }
-        }
+        lock(&file, &path)?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let siblings = match name.as_deref().and_then(blkdev::nvme_block_name) {
+            Some(b) => lock_sibling(&Path::new("/dev").join(b))?,
+            None => Vec::new(),
+        };
 
         let admin = |what: &'static str, cmd: NvmeCmd| -> Result<Vec<u8>, OpenError> {
             let mut buf = vec![0u8; IDENTIFY_BYTES];
@@ -531,6 +581,7 @@ impl ZnsDevice {
             waiting: 0,
             start: Instant::now(),
             gone: false,
+            _sibling_locks: siblings,
         })
     }
 
@@ -955,6 +1006,10 @@ impl ZoneAction {
             ZoneAction::Finish => zsa::FINISH,
             ZoneAction::Reset => zsa::RESET,
         }
+    }
+
+    fn name(self) -> &'static str {
+        self.kind().name()
     }
 
     fn kind(self) -> Kind {

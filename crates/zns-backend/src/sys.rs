@@ -344,3 +344,335 @@ impl<T> Drop for Ring<T> {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Zoned block devices: `include/uapi/linux/blkzoned.h` and an io_uring of
+// plain positional reads and writes.
+// ---------------------------------------------------------------------------
+
+/// `struct blk_zone`: one zone of a `BLKREPORTZONE` answer. Sectors are
+/// 512 bytes whatever the logical block size.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlkZone {
+    pub start_sectors: u64,
+    pub len_sectors: u64,
+    pub wp_sectors: u64,
+    pub zone_type: u8,
+    pub cond: u8,
+    pub non_seq: u8,
+    pub reset: u8,
+    pub resv: [u8; 4],
+    /// Valid when the report's flags carry `BLK_ZONE_REP_CAPACITY`.
+    pub capacity_sectors: u64,
+    pub reserved: [u8; 24],
+}
+
+const _: () = assert!(size_of::<BlkZone>() == 64);
+const _: () = assert!(offset_of!(BlkZone, len_sectors) == 8);
+const _: () = assert!(offset_of!(BlkZone, wp_sectors) == 16);
+const _: () = assert!(offset_of!(BlkZone, zone_type) == 24);
+const _: () = assert!(offset_of!(BlkZone, cond) == 25);
+const _: () = assert!(offset_of!(BlkZone, capacity_sectors) == 32);
+
+/// `struct blk_zone_report` without its flexible array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlkZoneReport {
+    pub sector: u64,
+    pub nr_zones: u32,
+    pub flags: u32,
+}
+
+const _: () = assert!(size_of::<BlkZoneReport>() == 16);
+const _: () = assert!(offset_of!(BlkZoneReport, nr_zones) == 8);
+const _: () = assert!(offset_of!(BlkZoneReport, flags) == 12);
+
+/// `struct blk_zone_range`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlkZoneRange {
+    pub sector: u64,
+    pub nr_sectors: u64,
+}
+
+const _: () = assert!(size_of::<BlkZoneRange>() == 16);
+const _: () = assert!(offset_of!(BlkZoneRange, nr_sectors) == 8);
+
+/// Zones asked for per `BLKREPORTZONE`.
+pub const REPORT_BATCH_ZONES: usize = 128;
+
+/// The header and its zones as one buffer, as the ioctl expects them.
+#[repr(C)]
+struct ReportBuf {
+    hdr: BlkZoneReport,
+    zones: [BlkZone; REPORT_BATCH_ZONES],
+}
+
+const _: () = assert!(offset_of!(ReportBuf, zones) == 16);
+const _: () = assert!(size_of::<ReportBuf>() == 16 + 64 * REPORT_BATCH_ZONES);
+
+/// `BLK_ZONE_REP_CAPACITY`: the kernel filled in `capacity_sectors`.
+pub const BLK_ZONE_REP_CAPACITY: u32 = 1 << 0;
+
+/// `_IOC(dir, type, nr, size)` of `include/uapi/asm-generic/ioctl.h`.
+const fn ioc(dir: u64, ty: u64, nr: u64, size: usize) -> u64 {
+    (dir << 30) | ((size as u64) << 16) | (ty << 8) | nr
+}
+const IOC_WRITE: u64 = 1;
+const IOC_READ: u64 = 2;
+
+/// `_IOWR(0x12, 130, struct blk_zone_report)`.
+pub const BLKREPORTZONE: u64 = ioc(IOC_READ | IOC_WRITE, 0x12, 130, size_of::<BlkZoneReport>());
+/// `_IOW(0x12, 131, struct blk_zone_range)`.
+pub const BLKRESETZONE: u64 = ioc(IOC_WRITE, 0x12, 131, size_of::<BlkZoneRange>());
+/// `_IOW(0x12, 134, struct blk_zone_range)`.
+pub const BLKOPENZONE: u64 = ioc(IOC_WRITE, 0x12, 134, size_of::<BlkZoneRange>());
+/// `_IOW(0x12, 135, struct blk_zone_range)`.
+pub const BLKCLOSEZONE: u64 = ioc(IOC_WRITE, 0x12, 135, size_of::<BlkZoneRange>());
+/// `_IOW(0x12, 136, struct blk_zone_range)`.
+pub const BLKFINISHZONE: u64 = ioc(IOC_WRITE, 0x12, 136, size_of::<BlkZoneRange>());
+
+// The values the kernel headers expand to on x86-64.
+const _: () = assert!(BLKREPORTZONE == 0xC010_1282);
+const _: () = assert!(BLKRESETZONE == 0x4010_1283);
+const _: () = assert!(BLKOPENZONE == 0x4010_1286);
+const _: () = assert!(BLKCLOSEZONE == 0x4010_1287);
+const _: () = assert!(BLKFINISHZONE == 0x4010_1288);
+
+/// `BLKREPORTZONE` from `sector`: up to [`REPORT_BATCH_ZONES`] zones and
+/// the report's flags.
+pub fn blk_report_zones(file: &File, sector: u64) -> io::Result<(Vec<BlkZone>, u32)> {
+    let mut buf = Box::new(ReportBuf {
+        hdr: BlkZoneReport {
+            sector,
+            nr_zones: REPORT_BATCH_ZONES as u32,
+            flags: 0,
+        },
+        zones: [BlkZone::default(); REPORT_BATCH_ZONES],
+    });
+    // SAFETY: `buf` is a `struct blk_zone_report` followed by room for
+    // `nr_zones` `struct blk_zone`s (layouts asserted above); the kernel
+    // writes at most `nr_zones` zones and updates the header. The ioctl is
+    // synchronous and `buf` outlives it.
+    let r = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            BLKREPORTZONE as _,
+            &mut *buf as *mut ReportBuf,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = (buf.hdr.nr_zones as usize).min(REPORT_BATCH_ZONES);
+    Ok((buf.zones[..n].to_vec(), buf.hdr.flags))
+}
+
+/// One of `BLKRESETZONE`, `BLKOPENZONE`, `BLKCLOSEZONE`, `BLKFINISHZONE`
+/// on the sectors `range` (whole zones).
+pub fn blk_zone_mgmt(file: &File, request: u64, range: BlkZoneRange) -> io::Result<()> {
+    debug_assert!([BLKRESETZONE, BLKOPENZONE, BLKCLOSEZONE, BLKFINISHZONE].contains(&request));
+    // SAFETY: the four requests read one `struct blk_zone_range` (layout
+    // asserted above), which lives across the synchronous call.
+    let r = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            request as _,
+            &range as *const BlkZoneRange,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A data buffer whose I/O window `[start, start + len)` meets the
+/// device's memory alignment (O_DIRECT). The `Vec` never changes size
+/// while the kernel holds it, so the window's address is stable.
+#[derive(Debug, Default)]
+pub struct IoBuf {
+    pub vec: Vec<u8>,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl IoBuf {
+    /// The window itself.
+    pub fn window(&self) -> &[u8] {
+        &self.vec[self.start..self.start + self.len]
+    }
+}
+
+/// A positional operation on the block device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOp {
+    Read {
+        offset_bytes: u64,
+    },
+    Write {
+        offset_bytes: u64,
+    },
+    /// A cache flush (fsync of the block device).
+    Fsync,
+}
+
+/// A finished block operation with its buffer handed back.
+#[derive(Debug)]
+pub struct BlockFinished<T> {
+    pub buf: IoBuf,
+    pub ctx: T,
+    /// Bytes moved, or a negated errno.
+    pub res: i32,
+}
+
+/// An io_uring of plain 64-byte SQEs over one block device (opened with
+/// O_DIRECT). Every buffer of a queued operation is owned here until its
+/// CQE is consumed; dropping the ring waits for the kernel first.
+pub struct BlockRing<T> {
+    ring: IoUring,
+    file: File,
+    slots: Vec<Option<(IoBuf, T)>>,
+    free: Vec<u32>,
+    in_kernel: usize,
+    unsubmitted: usize,
+}
+
+impl<T> BlockRing<T> {
+    pub fn new(file: File, entries: u32) -> io::Result<Self> {
+        let ring = IoUring::builder().build(entries)?;
+        Ok(BlockRing {
+            ring,
+            file,
+            slots: (0..entries).map(|_| None).collect(),
+            free: (0..entries).rev().collect(),
+            in_kernel: 0,
+            unsubmitted: 0,
+        })
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn in_kernel(&self) -> usize {
+        self.in_kernel
+    }
+
+    /// Queue `op` on the window of `buf`. Gives the buffer back when every
+    /// slot is taken.
+    pub fn push(&mut self, op: BlockOp, buf: IoBuf, ctx: T) -> Result<(), (IoBuf, T)> {
+        let Some(slot) = self.free.pop() else {
+            return Err((buf, ctx));
+        };
+        let mut buf = buf;
+        assert!(
+            buf.start + buf.len <= buf.vec.len(),
+            "I/O window outside its buffer"
+        );
+        let len = u32::try_from(buf.len).expect("transfers are capped far below 4 GiB");
+        let ptr = buf.vec[buf.start..].as_mut_ptr();
+        let fd = types::Fd(self.file.as_raw_fd());
+        let entry = match op {
+            BlockOp::Read { offset_bytes } => {
+                opcode::Read::new(fd, ptr, len).offset(offset_bytes).build()
+            }
+            BlockOp::Write { offset_bytes } => opcode::Write::new(fd, ptr, len)
+                .offset(offset_bytes)
+                .build(),
+            BlockOp::Fsync => opcode::Fsync::new(fd).build(),
+        }
+        .user_data(u64::from(slot));
+        // Moving the Vec into the slot table does not move its heap storage.
+        self.slots[slot as usize] = Some((buf, ctx));
+        loop {
+            // SAFETY: the SQE points into the heap storage of the IoBuf now
+            // in `slots[slot]`, which is only taken out in `pop` after the
+            // kernel posted this slot's CQE; `Drop` waits for every pushed
+            // operation before the slot table is freed. The fd is owned by
+            // `self.file` for the ring's life.
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                break;
+            }
+            // The SQ is full of unsubmitted entries: hand them over.
+            if self.ring.submit().is_err() {
+                std::thread::yield_now();
+            }
+        }
+        self.in_kernel += 1;
+        self.unsubmitted += 1;
+        Ok(())
+    }
+
+    /// Hand pushed SQEs to the kernel without waiting.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.unsubmitted == 0 {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.unsubmitted = self.ring.submission().len();
+        Ok(())
+    }
+
+    /// Submit pushed SQEs and block until at least one CQE is ready.
+    pub fn wait_one(&mut self) -> io::Result<()> {
+        loop {
+            if !self.ring.completion().is_empty() || self.in_kernel == 0 {
+                return Ok(());
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => self.unsubmitted = self.ring.submission().len(),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next finished operation, if any; never blocks.
+    pub fn pop(&mut self) -> Option<BlockFinished<T>> {
+        let cqe = self.ring.completion().next()?;
+        let slot = cqe.user_data() as usize;
+        let (buf, ctx) = self.slots[slot]
+            .take()
+            .expect("CQE for a slot that holds no operation");
+        self.free.push(slot as u32);
+        self.in_kernel -= 1;
+        Some(BlockFinished {
+            buf,
+            ctx,
+            res: cqe.result(),
+        })
+    }
+}
+
+impl<T> Drop for BlockRing<T> {
+    fn drop(&mut self) {
+        // The kernel may still DMA into buffers of operations in flight.
+        while self.in_kernel > 0 {
+            while self.pop().is_some() {}
+            if self.in_kernel == 0 {
+                break;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(_) => {
+                    // Leaking is the only safe way out of a broken ring.
+                    std::mem::forget(std::mem::take(&mut self.slots));
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -8,7 +8,9 @@
 //! - `recovery`: mount time after a power cut on devices of several sizes
 //!   holding the same data and history;
 //! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
-//!   `qemu-nbd` (external tools, not the in-process simulator alone).
+//!   `qemu-nbd` (external tools, not the in-process simulator alone);
+//! - `zns`: zftl on an NVMe ZNS namespace against fio's io_uring_cmd
+//!   engine on the raw namespace (a real device, e.g. in the QEMU guest).
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
@@ -20,6 +22,7 @@ mod recovery;
 mod throughput;
 mod wa;
 mod workload;
+mod zns;
 
 use std::io::{self, IsTerminal};
 
@@ -55,6 +58,12 @@ pub enum BenchCommand {
     /// `qemu-nbd` on tmpfs, in one run: IOPS, MiB/s and zftl's ratio to the
     /// best peer. Needs fio, nbdkit and qemu-nbd (qemu-utils) installed.
     Nbd(NbdArgs),
+    /// zftl on an NVMe ZNS namespace (/dev/ngXnY, passthrough) against
+    /// fio's io_uring_cmd engine writing the raw namespace, in one run:
+    /// sequential 128 KiB and random 4 KiB writes through zftl, sequential
+    /// 128 KiB and 4 KiB raw writes; IOPS, MiB/s and the ratios. Destroys
+    /// what the namespace holds. Needs fio.
+    Zns(zns::ZnsArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -236,6 +245,7 @@ pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
         BenchCommand::Throughput(a) => throughput::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Recovery(a) => recovery::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Nbd(a) => nbd::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Zns(a) => zns::run(a).and_then(|r| emit(json, &r, || r.text())),
     };
     match outcome {
         Ok(()) => Ok(()),

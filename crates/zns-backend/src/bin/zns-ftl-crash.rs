@@ -40,15 +40,36 @@ const TEST_BLOCKS: u64 = 8192;
 const MAGIC: &[u8; 8] = b"ZFTLCRSH";
 const DEFAULT_ROUNDS: u32 = 6;
 
-/// Opens the device, waiting while it is busy: after a SIGKILL the kernel
-/// tears the dead process's io_uring down asynchronously, and the device
-/// stays open (and locked) until it has.
+/// How long a busy device is waited for after a kill. The kernel tears the
+/// dead process's io_uring down asynchronously, and a 6.1 kernel cannot
+/// cancel NVMe passthrough commands in flight: the ring, and with it the
+/// device's file and its lock, lives until every one of them completes. A
+/// command the (emulated) controller never completes holds it until the
+/// NVMe driver's timeout (30 s) aborts it and, when the abort times out
+/// too, resets the controller (another 30 s) and cancels it.
+const BUSY_WAIT: Duration = Duration::from_secs(150);
+
+/// NVMe "host path error": what the kernel answers while it resets the
+/// controller (after a command timed out), before the namespace is back.
+const NVME_SC_HOST_PATH_ERROR: u16 = 0x370;
+
+/// Open errors that end by themselves: the dead writer's ring still holds
+/// the device, or the controller is being reset.
+fn transient(e: &zftl_zns::OpenError) -> bool {
+    match e {
+        zftl_zns::OpenError::Busy { .. } => true,
+        zftl_zns::OpenError::Nvme { status, .. } => status & 0x7ff == NVME_SC_HOST_PATH_ERROR,
+        _ => false,
+    }
+}
+
+/// Opens the device, waiting while it is busy (see [`BUSY_WAIT`]).
 fn open_device(dev: &str) -> Result<ZnsDevice, String> {
     let t0 = Instant::now();
     let mut busy = false;
     loop {
         match ZnsDevice::open(dev) {
-            Err(zftl_zns::OpenError::Busy { .. }) if t0.elapsed() < Duration::from_secs(30) => {
+            Err(e) if transient(&e) && t0.elapsed() < BUSY_WAIT => {
                 busy = true;
                 std::thread::sleep(Duration::from_millis(5));
             }

@@ -1,0 +1,744 @@
+//! `zftl bench zns`: zftl on a real (or QEMU-emulated) NVMe ZNS namespace
+//! against the raw namespace, in one run on one device.
+//!
+//! The namespace is split: the last `--raw-zones` zones are the raw
+//! region, the others hold zftl (formatted through an adapter that shows
+//! the FTL only its zones), so raw and zftl jobs can alternate without
+//! reformatting. Each of `--rounds` rounds runs, `--seconds` each:
+//!
+//! * `raw_seq128k`, `raw_seq4k`: fio's `io_uring_cmd` engine
+//!   (`cmd_type=nvme`, `zonemode=zbd`) writing the raw region through
+//!   `/dev/ngXnY` sequentially (fio resets zones as it wraps);
+//! * `backend_append128k` (diagnostic, with `--backend-job`): zftl's
+//!   passthrough backend alone, 128 KiB zone appends, 8 in flight, over
+//!   the raw region, a new
+//!   buffer per command as the FTL hands them over: the backend's cost
+//!   without the FTL's;
+//! * `zftl_seq128k`, `zftl_randwrite4k`: the FTL through its driver loop,
+//!   `--depth` host requests in flight, sequential 128 KiB writes, then
+//!   4 KiB writes at uniformly random addresses of the whole logical space.
+//!   Each ends with a flush inside its timed window: only data on the
+//!   device counts. Later rounds may run garbage collection; the media
+//!   blocks written per host block say how much.
+//!
+//! Ratios, median over rounds (each round's ratio from jobs run minutes
+//! apart at most, so load drift on a shared machine skews a round, not the
+//! result): `seq128k_ratio` = zftl seq 128 KiB ÷ raw seq 128 KiB MiB/s and
+//! `randwrite4k_vs_raw_seq4k` = zftl random 4 KiB ÷ raw sequential 4 KiB
+//! IOPS (the FTL turns random writes into zone appends; the raw device can
+//! only take sequential ones).
+//!
+//! Meant for the QEMU guest of `scripts/zns-guest.sh` (run `bench`); fio
+//! must be on PATH, else the bench fails naming it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{ratio, round, BenchError};
+use crate::report::Text;
+
+const MIB: f64 = (1u64 << 20) as f64;
+/// What the ratios should reach.
+const TARGET_RATIO: f64 = 0.8;
+
+#[derive(Debug, Args)]
+pub struct ZnsArgs {
+    /// The namespace's NVMe generic char device (fio's io_uring_cmd engine
+    /// and zftl's passthrough backend both need it).
+    #[arg(long, value_name = "DEVICE", default_value = "/dev/ng0n1")]
+    pub device: PathBuf,
+    /// Length of each measured job, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 4)]
+    pub seconds: u64,
+    /// Rounds of all jobs; rates and ratios are medians over rounds.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: u32,
+    /// Host requests zftl keeps in flight.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub depth: usize,
+    /// fio's iodepth for the raw jobs. Regular writes to a zone must reach
+    /// the device in order, so 1 is what a zoned drive promises to take.
+    /// (QEMU 7.2's controller took 16 in some runs and in others stopped
+    /// completing commands until the kernel's 30 s timeout cancelled them.)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub raw_iodepth: u32,
+    /// Zones at the end of the namespace for the raw jobs (zftl gets the
+    /// others).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub raw_zones: u32,
+    /// Also run `backend_append128k` (zftl's backend alone, 128 KiB zone
+    /// appends). Off by default: on QEMU 7.2 it made the emulated
+    /// controller stop completing commands in most guest runs.
+    #[arg(long)]
+    pub backend_job: bool,
+    /// Seed of the random addresses.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// One job: medians over rounds, and each round's rates.
+#[derive(Debug, Serialize)]
+pub struct JobReport {
+    pub name: &'static str,
+    /// `fio io_uring_cmd` or `zftl`.
+    pub engine: &'static str,
+    pub pattern: &'static str,
+    pub block_size_bytes: u64,
+    pub iodepth: u64,
+    pub iops: f64,
+    pub mib_per_s: f64,
+    pub iops_per_round: Vec<f64>,
+    /// CPU time of the job's process (zftl itself, or the fio child) ÷
+    /// wall time, over all rounds: near 1 means the job was bound by the
+    /// (guest) CPU, not by the device.
+    pub cpu_busy_fraction: f64,
+    /// zftl jobs: media blocks written per host block (GC, tags, notes).
+    pub media_blocks_per_host_block: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ZnsBenchReport {
+    pub device: String,
+    pub fio_version: String,
+    pub seconds_per_job: u64,
+    pub rounds: u32,
+    pub raw_zones: u32,
+    pub zone_size_bytes: u64,
+    pub zone_capacity_bytes: u64,
+    pub zone_count: u32,
+    pub logical_bytes: u64,
+    pub jobs: Vec<JobReport>,
+    /// zftl sequential 128 KiB ÷ raw sequential 128 KiB (MiB/s), median.
+    pub seq128k_ratio: f64,
+    /// zftl random 4 KiB writes ÷ raw sequential 4 KiB writes (IOPS), median.
+    pub randwrite4k_vs_raw_seq4k: f64,
+    pub seq128k_ratio_per_round: Vec<f64>,
+    pub randwrite4k_vs_raw_seq4k_per_round: Vec<f64>,
+    pub target_ratio: f64,
+}
+
+impl ZnsBenchReport {
+    pub fn text(&self) -> String {
+        let mut t = Text::default();
+        t.line(format!(
+            "zns: {} ({} zones of {} MiB, capacity {} MiB, {} for raw jobs), {}, {} rounds of {} s per job",
+            self.device,
+            self.zone_count,
+            self.zone_size_bytes >> 20,
+            self.zone_capacity_bytes >> 20,
+            self.raw_zones,
+            self.fio_version,
+            self.rounds,
+            self.seconds_per_job
+        ));
+        t.section("jobs");
+        for j in &self.jobs {
+            t.row(
+                j.name,
+                format!(
+                    "{:>10.0} IOPS {:>8.1} MiB/s  cpu {:.2}  ({}, {} {} B, iodepth {})",
+                    j.iops,
+                    j.mib_per_s,
+                    j.cpu_busy_fraction,
+                    j.engine,
+                    j.pattern,
+                    j.block_size_bytes,
+                    j.iodepth
+                ),
+            );
+        }
+        t.section("ratios");
+        t.row("seq128k_ratio", self.seq128k_ratio);
+        t.row("randwrite4k_vs_raw_seq4k", self.randwrite4k_vs_raw_seq4k);
+        t.row("target_ratio", self.target_ratio);
+        t.render()
+    }
+}
+
+/// `tool` on $PATH.
+fn find_tool(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+    Err(BenchError::Args(format!(
+        "{}: NVMe ZNS devices are supported on Linux only",
+        args.device.display()
+    )))
+}
+
+#[cfg(target_os = "linux")]
+pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+    imp::run(args)
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    use zftl_core::backend::{
+        Command as DevCommand, Completion, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
+    };
+    use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request};
+    use zftl_sim::rng::Rng;
+    use zftl_zns::{Device, IoPath, ZoneAction};
+
+    /// The first zones of a device: the FTL never sees the raw region.
+    pub struct FirstZones {
+        inner: Device,
+        geometry: Geometry,
+    }
+
+    impl FirstZones {
+        fn new(inner: Device, zone_count: u32) -> FirstZones {
+            let mut geometry = inner.geometry().clone();
+            geometry.zone_count = zone_count;
+            FirstZones { inner, geometry }
+        }
+    }
+
+    impl Backend for FirstZones {
+        fn geometry(&self) -> &Geometry {
+            &self.geometry
+        }
+        fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+            if zone >= self.geometry.zone_count {
+                return Err(DeviceError::NoSuchZone { zone });
+            }
+            self.inner.zone_info(zone)
+        }
+        fn submit(&mut self, tag: u64, command: DevCommand) -> Result<(), SubmitError> {
+            // The FTL addresses only the zones of its geometry; anything
+            // else is a bug of the FTL.
+            assert!(
+                command.zone().is_none_or(|z| z < self.geometry.zone_count),
+                "FTL command outside its zones"
+            );
+            self.inner.submit(tag, command)
+        }
+        fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+            self.inner.reap(out, max)
+        }
+        fn wait(&mut self) -> Result<(), DeviceError> {
+            self.inner.wait()
+        }
+        fn in_flight(&self) -> usize {
+            self.inner.in_flight()
+        }
+        fn clock_ns(&self) -> u64 {
+            self.inner.clock_ns()
+        }
+    }
+
+    /// Appends the backend-only job keeps in flight (all to one zone). With
+    /// 32 and with 8, QEMU 7.2's controller stopped completing commands in
+    /// most guest runs (until the kernel reset it).
+    const BACKEND_DEPTH: usize = 8;
+
+    /// One round's rate of one job.
+    struct Rate {
+        ops: u64,
+        bytes: u64,
+        secs: f64,
+        /// CPU seconds the job's process used (user + system).
+        cpu_secs: f64,
+    }
+
+    /// USER_HZ, the unit of /proc/<pid>/stat times (100 on every Linux ABI).
+    const USER_HZ: f64 = 100.0;
+
+    /// CPU seconds (user + system) of this process and of its reaped
+    /// children, from /proc/self/stat; zeros if it cannot be read.
+    fn cpu_secs() -> (f64, f64) {
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+            return (0.0, 0.0);
+        };
+        // Fields after the command name, which may hold spaces: state is
+        // field 3, utime 14, stime 15, cutime 16, cstime 17.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        let at = |field: usize| f.get(field - 3).copied().unwrap_or(0.0) / USER_HZ;
+        (at(14) + at(15), at(16) + at(17))
+    }
+
+    impl Rate {
+        fn iops(&self) -> f64 {
+            self.ops as f64 / self.secs
+        }
+        fn mib_per_s(&self) -> f64 {
+            self.bytes as f64 / MIB / self.secs
+        }
+    }
+
+    /// The jobs, in the order each round runs them.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Job {
+        RawSeq128k,
+        RawSeq4k,
+        BackendAppend128k,
+        FtlSeq128k,
+        FtlRand4k,
+    }
+
+    const JOBS: [Job; 5] = [
+        Job::RawSeq128k,
+        Job::RawSeq4k,
+        Job::BackendAppend128k,
+        Job::FtlSeq128k,
+        Job::FtlRand4k,
+    ];
+
+    impl Job {
+        fn name(self) -> &'static str {
+            match self {
+                Job::RawSeq128k => "raw_seq128k",
+                Job::RawSeq4k => "raw_seq4k",
+                Job::BackendAppend128k => "backend_append128k",
+                Job::FtlSeq128k => "zftl_seq128k",
+                Job::FtlRand4k => "zftl_randwrite4k",
+            }
+        }
+        fn block_bytes(self) -> u64 {
+            match self {
+                Job::RawSeq4k | Job::FtlRand4k => 4 << 10,
+                _ => 128 << 10,
+            }
+        }
+        fn engine(self) -> &'static str {
+            match self {
+                Job::RawSeq128k | Job::RawSeq4k => "fio io_uring_cmd",
+                Job::BackendAppend128k => "zftl-zns backend (zone append)",
+                Job::FtlSeq128k | Job::FtlRand4k => "zftl",
+            }
+        }
+        fn pattern(self) -> &'static str {
+            match self {
+                Job::FtlRand4k => "random",
+                Job::BackendAppend128k => "append",
+                _ => "sequential",
+            }
+        }
+    }
+
+    /// Everything one run needs.
+    struct Bench<'a> {
+        args: &'a ZnsArgs,
+        fio: PathBuf,
+        drv: Driver<FirstZones>,
+        /// Zones of the raw region: `raw_first..zone_count`.
+        raw_first: ZoneId,
+        zone_count: u32,
+        zone_bytes: u64,
+        rng: Rng,
+    }
+
+    pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+        if args.seconds == 0 || args.depth == 0 || args.raw_iodepth == 0 || args.raw_zones == 0 {
+            return Err(BenchError::Args(
+                "--seconds, --depth, --raw-iodepth and --raw-zones must be at least 1".into(),
+            ));
+        }
+        if args.rounds == 0 {
+            return Err(BenchError::Args("--rounds must be at least 1".into()));
+        }
+        let fio = find_tool("fio").ok_or_else(|| {
+            BenchError::Args(
+                "`fio` is not on PATH: bench zns compares zftl with fio's io_uring_cmd engine \
+                 (install the Debian package fio; in the ZNS guest it is copied into the \
+                 initramfs)"
+                    .into(),
+            )
+        })?;
+        let fio_version = tool_version(&fio)?;
+        let dev = open_reset(&args.device)?;
+        let g = dev.geometry().clone();
+        let bs = u64::from(g.block_size_bytes);
+        if args.raw_zones + 8 > g.zone_count {
+            return Err(BenchError::Args(format!(
+                "--raw-zones {} leaves fewer than 8 of the {} zones for zftl",
+                args.raw_zones, g.zone_count
+            )));
+        }
+        let raw_first = g.zone_count - args.raw_zones;
+        let ftl_dev = FirstZones::new(dev, raw_first);
+        let drv = Driver::format(ftl_dev, &FormatOptions::default(), FtlConfig::default())?;
+        let logical_bytes = drv.logical_blocks() * bs;
+        let mut b = Bench {
+            args,
+            fio,
+            drv,
+            raw_first,
+            zone_count: g.zone_count,
+            zone_bytes: g.zone_size_blocks * bs,
+            rng: Rng::new(args.seed),
+        };
+        let mut rates: Vec<Vec<Rate>> = JOBS.iter().map(|_| Vec::new()).collect();
+        let mut wa: Vec<(u64, u64)> = vec![(0, 0); JOBS.len()];
+        for _ in 0..args.rounds {
+            for (i, &job) in JOBS.iter().enumerate() {
+                if job == Job::BackendAppend128k && !args.backend_job {
+                    continue;
+                }
+                let before = b.drv.stats();
+                let (own0, child0) = cpu_secs();
+                let mut rate = b.run_job(job)?;
+                let (own1, child1) = cpu_secs();
+                rate.cpu_secs = match job {
+                    Job::RawSeq128k | Job::RawSeq4k => child1 - child0,
+                    _ => own1 - own0,
+                };
+                rates[i].push(rate);
+                let after = b.drv.stats();
+                wa[i].0 += after.host_write_blocks - before.host_write_blocks;
+                wa[i].1 += after.media_write_blocks - before.media_write_blocks;
+            }
+        }
+        b.drv.shutdown()?;
+        let per_round = |a: usize, b: usize, f: fn(&Rate) -> f64| -> Vec<f64> {
+            rates[a]
+                .iter()
+                .zip(&rates[b])
+                .map(|(x, y)| round(ratio(f(x), f(y)), 3))
+                .collect()
+        };
+        let seq = per_round(3, 0, Rate::mib_per_s);
+        let rand = per_round(4, 1, Rate::iops);
+        let jobs = JOBS
+            .iter()
+            .zip(&rates)
+            .zip(&wa)
+            .filter(|((_, r), _)| !r.is_empty())
+            .map(|((&job, r), &(host, media))| JobReport {
+                name: job.name(),
+                engine: job.engine(),
+                pattern: job.pattern(),
+                block_size_bytes: job.block_bytes(),
+                iodepth: match job {
+                    Job::RawSeq128k | Job::RawSeq4k => u64::from(args.raw_iodepth),
+                    Job::BackendAppend128k => BACKEND_DEPTH as u64,
+                    _ => args.depth as u64,
+                },
+                iops: round(median(r.iter().map(Rate::iops)), 1),
+                mib_per_s: round(median(r.iter().map(Rate::mib_per_s)), 2),
+                iops_per_round: r.iter().map(|x| round(x.iops(), 1)).collect(),
+                cpu_busy_fraction: round(
+                    ratio(
+                        r.iter().map(|x| x.cpu_secs).sum(),
+                        r.iter().map(|x| x.secs).sum(),
+                    ),
+                    2,
+                ),
+                media_blocks_per_host_block: (host > 0)
+                    .then(|| round(ratio(media as f64, host as f64), 3)),
+            })
+            .collect();
+        Ok(ZnsBenchReport {
+            device: args.device.display().to_string(),
+            fio_version,
+            seconds_per_job: args.seconds,
+            rounds: args.rounds,
+            raw_zones: args.raw_zones,
+            zone_size_bytes: g.zone_size_blocks * bs,
+            zone_capacity_bytes: g.zone_capacity_blocks * bs,
+            zone_count: g.zone_count,
+            logical_bytes,
+            jobs,
+            seq128k_ratio: round(median(seq.iter().copied()), 3),
+            randwrite4k_vs_raw_seq4k: round(median(rand.iter().copied()), 3),
+            seq128k_ratio_per_round: seq,
+            randwrite4k_vs_raw_seq4k_per_round: rand,
+            target_ratio: TARGET_RATIO,
+        })
+    }
+
+    fn median(xs: impl Iterator<Item = f64>) -> f64 {
+        let mut v: Vec<f64> = xs.collect();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    fn tool_version(fio: &Path) -> Result<String, BenchError> {
+        let out = Command::new(fio)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| BenchError::Check(format!("cannot run {}: {e}", fio.display())))?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Opens the namespace on the passthrough path and resets every zone.
+    fn open_reset(path: &Path) -> Result<Device, BenchError> {
+        let mut dev = crate::device::open(path)?;
+        if dev.io_path() != IoPath::Passthrough {
+            return Err(BenchError::Args(format!(
+                "{}: bench zns needs NVMe passthrough (an /dev/ngXnY device); got the {} path",
+                path.display(),
+                dev.io_path().name()
+            )));
+        }
+        dev.reset_all().map_err(|e| {
+            BenchError::Check(format!("{}: reset of every zone: {e}", path.display()))
+        })?;
+        Ok(dev)
+    }
+
+    impl Bench<'_> {
+        fn run_job(&mut self, job: Job) -> Result<Rate, BenchError> {
+            match job {
+                Job::RawSeq128k | Job::RawSeq4k => self.fio_job(job),
+                Job::BackendAppend128k => self.backend_job(),
+                Job::FtlSeq128k => self.ftl_job(Pattern::Sequential, 32),
+                Job::FtlRand4k => self.ftl_job(Pattern::Random, 1),
+            }
+        }
+
+        fn window(&self) -> Duration {
+            Duration::from_secs(self.args.seconds)
+        }
+
+        /// Lets the FTL finish what it does (its commands would otherwise
+        /// complete into the raw jobs) and resets the raw region; outside
+        /// any timed window.
+        fn reset_raw(&mut self) -> Result<(), BenchError> {
+            self.drv.settle()?;
+            let dev = &mut self.drv.backend_mut().inner;
+            if dev.in_flight() != 0 {
+                return Err(BenchError::Check(format!(
+                    "the FTL left {} commands in flight after settling",
+                    dev.in_flight()
+                )));
+            }
+            for z in self.raw_first..self.zone_count {
+                dev.zone_action_sync(Some(z), ZoneAction::Reset)
+                    .map_err(|e| BenchError::Check(format!("reset of raw zone {z}: {e}")))?;
+            }
+            Ok(())
+        }
+
+        /// One raw fio job over the raw region.
+        fn fio_job(&mut self, job: Job) -> Result<Rate, BenchError> {
+            self.reset_raw()?;
+            let args = self.args;
+            let name = job.name();
+            let out = Command::new(&self.fio)
+                .arg(format!("--name={name}"))
+                .arg("--ioengine=io_uring_cmd")
+                .arg("--cmd_type=nvme")
+                .arg(format!("--filename={}", args.device.display()))
+                .arg("--zonemode=zbd")
+                .arg("--rw=write")
+                .arg(format!("--bs={}", job.block_bytes()))
+                .arg(format!("--iodepth={}", args.raw_iodepth))
+                .arg(format!(
+                    "--offset={}",
+                    u64::from(self.raw_first) * self.zone_bytes
+                ))
+                .arg(format!(
+                    "--size={}",
+                    u64::from(args.raw_zones) * self.zone_bytes
+                ))
+                .arg("--time_based")
+                .arg(format!("--runtime={}", args.seconds))
+                .arg("--output-format=json")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| BenchError::Check(format!("cannot run fio: {e}")))?;
+            parse_fio(&out, name, &args.device)
+        }
+
+        /// zftl's backend alone: 128 KiB appends over the raw region.
+        fn backend_job(&mut self) -> Result<Rate, BenchError> {
+            self.reset_raw()?;
+            let (first, count) = (self.raw_first, self.zone_count);
+            let depth = BACKEND_DEPTH;
+            let window = self.window();
+            let dev = &mut self.drv.backend_mut().inner;
+            let g = dev.geometry().clone();
+            let n = (32u32).min(g.max_append_blocks);
+            let bytes = n as usize * g.block_size_bytes as usize;
+            // Blocks handed out per zone; a zone is used until it is full.
+            let mut zone = first;
+            let mut planned = 0u64;
+            let (mut done, mut in_flight) = (0u64, 0usize);
+            let mut out = Vec::new();
+            let t0 = Instant::now();
+            loop {
+                let open = t0.elapsed() < window;
+                while open && in_flight < depth {
+                    if planned + u64::from(n) > g.zone_capacity_blocks {
+                        if zone + 1 < count {
+                            zone += 1;
+                            planned = 0;
+                            continue;
+                        }
+                        break; // every raw zone is full: drain, then reset
+                    }
+                    let command = DevCommand::Append {
+                        zone,
+                        data: vec![0x5a; bytes],
+                        oob: Vec::new(),
+                    };
+                    dev.submit(done + in_flight as u64, command)
+                        .map_err(|e| BenchError::Check(format!("backend append: {e}")))?;
+                    planned += u64::from(n);
+                    in_flight += 1;
+                }
+                if in_flight == 0 {
+                    if !open {
+                        break;
+                    }
+                    for z in first..count {
+                        dev.zone_action_sync(Some(z), ZoneAction::Reset)
+                            .map_err(|e| {
+                                BenchError::Check(format!("reset of raw zone {z}: {e}"))
+                            })?;
+                    }
+                    (zone, planned) = (first, 0);
+                    continue;
+                }
+                out.clear();
+                if dev.reap(&mut out, usize::MAX) == 0 {
+                    dev.wait()
+                        .map_err(|e| BenchError::Check(format!("backend wait: {e}")))?;
+                    dev.reap(&mut out, usize::MAX);
+                }
+                for c in &out {
+                    if let Err(e) = &c.result {
+                        return Err(BenchError::Check(format!("backend append: {e}")));
+                    }
+                }
+                in_flight -= out.len();
+                done += out.len() as u64;
+            }
+            Ok(Rate {
+                ops: done,
+                bytes: done * bytes as u64,
+                secs: t0.elapsed().as_secs_f64(),
+                cpu_secs: 0.0,
+            })
+        }
+
+        /// Host writes of `block_count` blocks through the FTL for
+        /// `--seconds` with `--depth` in flight, then a flush, all timed.
+        fn ftl_job(&mut self, pattern: Pattern, block_count: u32) -> Result<Rate, BenchError> {
+            let depth = self.args.depth;
+            let window = self.window();
+            let drv = &mut self.drv;
+            let bs = drv.block_size();
+            let data = vec![0x5a_u8; bs * block_count as usize];
+            let slots = drv.logical_blocks() / u64::from(block_count);
+            let (mut next_slot, mut id, mut in_flight, mut done) = (0u64, 1u64 << 62, 0usize, 0u64);
+            let t0 = Instant::now();
+            loop {
+                let open = t0.elapsed() < window;
+                while open && in_flight < depth {
+                    let slot = match pattern {
+                        Pattern::Sequential => next_slot,
+                        Pattern::Random => self.rng.below(slots),
+                    };
+                    let request = Request::Write {
+                        lba: slot * u64::from(block_count),
+                        data: data.clone(),
+                        fua: false,
+                    };
+                    match drv.try_submit(id, request) {
+                        Ok(()) => {
+                            id += 1;
+                            in_flight += 1;
+                            next_slot = (next_slot + 1) % slots;
+                        }
+                        Err(IoError::Busy) => break,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if !open && in_flight == 0 {
+                    break;
+                }
+                drv.turn()?;
+                while let Some(reply) = drv.take_reply() {
+                    reply.result?;
+                    in_flight -= 1;
+                    done += 1;
+                }
+            }
+            drv.flush()?;
+            Ok(Rate {
+                ops: done,
+                bytes: done * data.len() as u64,
+                secs: t0.elapsed().as_secs_f64(),
+                cpu_secs: 0.0,
+            })
+        }
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Pattern {
+        Sequential,
+        Random,
+    }
+
+    /// The write rate of one fio run from its JSON output.
+    fn parse_fio(
+        out: &std::process::Output,
+        name: &str,
+        device: &Path,
+    ) -> Result<Rate, BenchError> {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let fail = |why: String| {
+            BenchError::Check(format!(
+                "fio {name} on {}: {why}\nfio stderr: {}\nfio stdout: {}",
+                device.display(),
+                stderr.trim(),
+                stdout.trim()
+            ))
+        };
+        if !out.status.success() {
+            return Err(fail(format!("exit status {}", out.status)));
+        }
+        let start = stdout
+            .find('{')
+            .ok_or_else(|| fail("no JSON in its output".into()))?;
+        let v: serde_json::Value = serde_json::from_str(&stdout[start..])
+            .map_err(|e| fail(format!("cannot parse its JSON: {e}")))?;
+        let job = &v["jobs"][0];
+        if job["error"].as_i64().unwrap_or(0) != 0 {
+            return Err(fail(format!("job error {}", job["error"])));
+        }
+        let w = &job["write"];
+        let ops = w["total_ios"]
+            .as_u64()
+            .ok_or_else(|| fail("no write.total_ios".into()))?;
+        let bytes = w["io_bytes"]
+            .as_u64()
+            .ok_or_else(|| fail("no write.io_bytes".into()))?;
+        let runtime_ms = w["runtime"]
+            .as_f64()
+            .ok_or_else(|| fail("no write.runtime".into()))?;
+        if ops == 0 || runtime_ms <= 0.0 {
+            return Err(fail("measured no writes".into()));
+        }
+        Ok(Rate {
+            ops,
+            bytes,
+            secs: runtime_ms / 1000.0,
+            cpu_secs: 0.0,
+        })
+    }
+}
