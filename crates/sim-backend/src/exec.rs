@@ -9,6 +9,7 @@ use zftl_core::{Command, DeviceError, Outcome, ZoneState};
 use crate::device::SimDevice;
 use crate::faults::ProgramFate;
 use crate::image::{PageState, EB_GROWN_BAD};
+use crate::media::Piece;
 
 impl SimDevice {
     /// Errors that depend only on the geometry, found at submit so a bad
@@ -291,23 +292,32 @@ impl SimDevice {
         let os = self.geometry.oob_size_bytes as usize;
         let unit_bytes = unit as usize * bs;
         let unit_oob = unit as usize * os;
+        // The units land in one batch of image writes (see `Media::program_many`);
+        // a failing unit ends the batch after the units before it.
+        let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(landed as usize);
+        let mut failed = None;
         for u in 0..landed {
             let b = wp + u * unit;
             let (_, eb, page) = self.layout.locate(zone, b);
             if self.faults.program_fails() {
-                return self.program_failed(zone, b, eb, page);
+                failed = Some((b, eb, page));
+                break;
             }
-            let (u, at) = (u as usize, u as usize);
-            let d = &data[at * unit_bytes..(u + 1) * unit_bytes];
+            let u = u as usize;
+            let d = &data[u * unit_bytes..(u + 1) * unit_bytes];
             let o = if oob.is_empty() {
                 &[][..]
             } else {
-                &oob[at * unit_oob..(u + 1) * unit_oob]
+                &oob[u * unit_oob..(u + 1) * unit_oob]
             };
-            self.media
-                .program(page, d, o)
-                .map_err(|e| self.host_io("program", e))?;
-            self.stats.media_page_programs += unit;
+            pieces.push((page, d, o));
+        }
+        self.media
+            .program_many(&pieces)
+            .map_err(|e| self.host_io("program", e))?;
+        self.stats.media_page_programs += pieces.len() as u64 * unit;
+        if let Some((b, eb, page)) = failed {
+            return self.program_failed(zone, b, eb, page);
         }
         let mut done = landed * unit;
         if landed < units {

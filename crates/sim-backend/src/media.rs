@@ -38,7 +38,13 @@ pub(crate) struct Media {
     page_state: Vec<u8>,
     erase_count: Vec<u32>,
     eb_flags: Vec<u8>,
+    /// Gathers the units of one run (file mode), reused across programs.
+    scratch: Vec<u8>,
 }
+
+/// One program unit of a command: its first global page, its data and its
+/// OOB bytes (empty = zeros).
+pub(crate) type Piece<'a> = (u64, &'a [u8], &'a [u8]);
 
 fn to_usize(n: u64, what: &str) -> Result<usize, SimError> {
     usize::try_from(n).map_err(|_| SimError::InvalidConfig {
@@ -79,6 +85,7 @@ impl Media {
             page_state: vec![0u8; to_usize(cfg.page_count(), "page-state table")?],
             erase_count: vec![0; erase_blocks],
             eb_flags: vec![0; erase_blocks],
+            scratch: Vec::new(),
         })
     }
 
@@ -146,7 +153,37 @@ impl Media {
 
     /// Programs `data.len() / page_size` consecutive pages of one erase block.
     /// `oob` empty writes zero OOB bytes.
+    #[cfg(test)]
     pub fn program(&mut self, first_page: u64, data: &[u8], oob: &[u8]) -> io::Result<()> {
+        self.program_many(&[(first_page, data, oob)])
+    }
+
+    /// Programs the units of one command (in any page order; each unit
+    /// stays inside one erase block). In file mode the units that are
+    /// consecutive pages of one erase block go out as one run: one write for
+    /// their data, one for their OOB bytes, one for their page states
+    /// (instead of three per unit). Each run's pages are programmed before
+    /// their states say so; the caller's zone entry commits them all.
+    pub fn program_many(&mut self, pieces: &[Piece<'_>]) -> io::Result<()> {
+        for &(first_page, data, oob) in pieces {
+            self.check_program(first_page, data, oob);
+        }
+        let mut order: Vec<usize> = (0..pieces.len()).collect();
+        order.sort_unstable_by_key(|&i| pieces[i].0);
+        let mut start = 0;
+        while start < order.len() {
+            let mut end = start + 1;
+            while end < order.len() && self.continues(&pieces[order[end - 1]], pieces[order[end]].0)
+            {
+                end += 1;
+            }
+            self.program_run(pieces, &order[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn check_program(&self, first_page: u64, data: &[u8], oob: &[u8]) {
         let count = data.len() / self.page_size;
         assert!(count > 0 && data.len().is_multiple_of(self.page_size));
         assert!(oob.is_empty() || oob.len() == count * self.oob_size);
@@ -163,31 +200,63 @@ impl Media {
                 "program of non-erased page {p}"
             );
         }
+    }
+
+    /// Whether a unit at `next_page` directly follows `prev` in its erase block.
+    fn continues(&self, prev: &Piece<'_>, next_page: u64) -> bool {
+        let end = prev.0 + (prev.1.len() / self.page_size) as u64;
+        end == next_page && prev.0 / self.pages_per_block == next_page / self.pages_per_block
+    }
+
+    /// Programs units of consecutive pages (`run` indexes `pieces`, in page order).
+    fn program_run(&mut self, pieces: &[Piece<'_>], run: &[usize]) -> io::Result<()> {
+        let first_page = pieces[run[0]].0;
+        let count: usize = run.iter().map(|&i| pieces[i].1.len()).sum::<usize>() / self.page_size;
         let (ps, os) = (self.page_size, self.oob_size);
+        let first = first_page as usize;
         match &mut self.store {
             Store::Memory { data: d, oob: o } => {
-                d[first * ps..(first + count) * ps].copy_from_slice(data);
-                let dst = &mut o[first * os..(first + count) * os];
-                if oob.is_empty() {
-                    dst.fill(0);
-                } else {
-                    dst.copy_from_slice(oob);
+                for &i in run {
+                    let (page, data, oob) = pieces[i];
+                    let (p, n) = (page as usize, data.len() / ps);
+                    d[p * ps..(p + n) * ps].copy_from_slice(data);
+                    let dst = &mut o[p * os..(p + n) * os];
+                    if oob.is_empty() {
+                        dst.fill(0);
+                    } else {
+                        dst.copy_from_slice(oob);
+                    }
                 }
             }
             Store::File { file, layout, .. } => {
-                file.write_all_at(data, layout.data_offset + first_page * ps as u64)?;
+                let scratch = &mut self.scratch;
+                if let [only] = run {
+                    file.write_all_at(
+                        pieces[*only].1,
+                        layout.data_offset + first_page * ps as u64,
+                    )?;
+                } else {
+                    scratch.clear();
+                    for &i in run {
+                        scratch.extend_from_slice(pieces[i].1);
+                    }
+                    file.write_all_at(scratch, layout.data_offset + first_page * ps as u64)?;
+                }
                 if os > 0 {
-                    let zeros;
-                    let src = if oob.is_empty() {
-                        zeros = vec![0u8; count * os];
-                        &zeros[..]
-                    } else {
-                        oob
-                    };
-                    file.write_all_at(src, layout.oob_offset + first_page * os as u64)?;
+                    scratch.clear();
+                    for &i in run {
+                        let (_, data, oob) = pieces[i];
+                        if oob.is_empty() {
+                            scratch.resize(scratch.len() + data.len() / ps * os, 0);
+                        } else {
+                            scratch.extend_from_slice(oob);
+                        }
+                    }
+                    file.write_all_at(scratch, layout.oob_offset + first_page * os as u64)?;
                 }
             }
         }
+        debug_assert!(first + count <= self.page_state.len());
         self.set_states(first_page, count as u64, PageState::Programmed)
     }
 
@@ -359,6 +428,46 @@ mod tests {
         assert!(o[..16].iter().all(|&b| b == 9));
         m.set_states(1, 1, PageState::Torn).expect("mark");
         assert_eq!(m.read(0, &mut d, &mut o).expect("read"), Some(1));
+    }
+
+    /// Units of two erase blocks, interleaved as a striped zone hands them
+    /// over, land where a unit-at-a-time program would put them.
+    #[test]
+    fn batched_runs_match_unit_programs() {
+        let cfg = SimConfig::small_for_tests();
+        let (ps, os) = (cfg.page_size_bytes as usize, cfg.oob_size_bytes as usize);
+        let ppb = u64::from(cfg.pages_per_block);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("m.img");
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("create");
+        file.set_len(ImageLayout::for_config(&cfg).image_size_bytes)
+            .expect("size");
+        let mut m = Media::new_file(&cfg, file, &path).expect("media");
+        let pages = [0, ppb, 1, ppb + 1, 2, ppb + 2];
+        let data: Vec<Vec<u8>> = (0..pages.len()).map(|i| vec![i as u8 + 1; ps]).collect();
+        let oob: Vec<Vec<u8>> = (0..pages.len()).map(|i| vec![i as u8 + 0x40; os]).collect();
+        let pieces: Vec<Piece<'_>> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (p, &data[i][..], &oob[i][..]))
+            .collect();
+        m.program_many(&pieces).expect("program");
+        m.program_many(&[(3, &data[0][..], &[][..])])
+            .expect("program");
+        for (i, &p) in pages.iter().enumerate() {
+            let (mut d, mut o) = (vec![0u8; ps], vec![0u8; os]);
+            assert_eq!(m.read(p, &mut d, &mut o).expect("read"), None);
+            assert_eq!((d, o), (data[i].clone(), oob[i].clone()), "page {p}");
+        }
+        let (mut d, mut o) = (vec![0u8; ps], vec![0xAAu8; os]);
+        m.read(3, &mut d, &mut o).expect("read");
+        assert!(d == data[0] && o.iter().all(|&b| b == 0));
+        assert_eq!(m.page_state(4), PageState::Erased);
     }
 
     #[test]
