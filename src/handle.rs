@@ -839,3 +839,233 @@ impl<B: Backend> Engine<B> {
         }
     }
 }
+
+// ----- the inline handle ------------------------------------------------------
+
+/// Most loop turns a call makes after its reply to send the write buffer's
+/// full appends and move a running GC job or checkpoint along, so one
+/// caller does a bounded share of the background work.
+const MAX_FEED_TURNS: usize = 8;
+
+/// A cloneable handle that runs the [`Driver`] on the **calling** thread,
+/// under a lock, instead of on a driver thread: a request costs no thread
+/// hop and no wakeup. Meant for backends whose commands complete without
+/// blocking the caller (the simulator, whose [`Backend::wait`] advances a
+/// virtual clock); a device that blocks in `wait` belongs on [`Handle`]'s
+/// thread.
+///
+/// Calls run one at a time: a call hands its request to the core, and turns
+/// the loop only while its reply is not ready (a read, a flush, a write
+/// waiting for buffer room). A buffered write is answered at once; the
+/// buffer goes to the device in full appends (`Geometry::max_append_blocks`),
+/// sent by the call that completed one; a call also turns the loop after
+/// its reply while a GC job or a checkpoint is under way. Blocks that never fill an append wait in the buffer
+/// for the next flush (a FLUSH, a FUA write, shutdown, or the final flush
+/// of the last clone's drop), as every buffered write does.
+///
+/// Errors and lifecycle follow [`Handle`]: a lost device fails this and
+/// every later call with [`IoError::DeviceGone`]; a panic of the core
+/// (a bug) closes the handle the same way; [`Self::shutdown`] flushes,
+/// writes a checkpoint and returns the backend; dropping the last clone
+/// without it flushes but writes no checkpoint.
+pub struct InlineHandle<B: Backend> {
+    shared: Arc<InlineShared<B>>,
+}
+
+impl<B: Backend> Clone for InlineHandle<B> {
+    fn clone(&self) -> Self {
+        InlineHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for InlineHandle<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InlineHandle")
+            .field("block_size", &self.shared.block_size)
+            .field("logical_blocks", &self.shared.logical_blocks)
+            .finish()
+    }
+}
+
+struct InlineShared<B: Backend> {
+    state: Mutex<Inline<B>>,
+    block_size: usize,
+    logical_blocks: u64,
+}
+
+impl<B: Backend> Drop for InlineShared<B> {
+    /// The last clone went without a shutdown: make every acknowledged
+    /// write durable, as [`Handle`]'s thread does.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(driver), false) = (state.driver.as_mut(), state.gone) {
+            let _ = driver.flush();
+        }
+    }
+}
+
+struct Inline<B: Backend> {
+    /// `None` once shut down.
+    driver: Option<Driver<B>>,
+    next_id: u64,
+    /// Set once the device was reported lost.
+    gone: bool,
+    /// Queued blocks that make a full append.
+    append_blocks: usize,
+}
+
+impl<B: Backend> InlineHandle<B> {
+    /// Takes over an already formatted or mounted driver.
+    pub fn new(driver: Driver<B>) -> InlineHandle<B> {
+        let append_blocks = driver.backend().geometry().max_append_blocks.max(1) as usize;
+        InlineHandle {
+            shared: Arc::new(InlineShared {
+                block_size: driver.block_size(),
+                logical_blocks: driver.logical_blocks(),
+                state: Mutex::new(Inline {
+                    driver: Some(driver),
+                    next_id: ID_BASE,
+                    gone: false,
+                    append_blocks,
+                }),
+            }),
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> usize {
+        self.shared.block_size
+    }
+
+    /// Size of the logical space in blocks.
+    pub fn logical_blocks(&self) -> u64 {
+        self.shared.logical_blocks
+    }
+
+    /// The lock, or `None` when a call panicked inside it (a core bug:
+    /// the handle is closed from then on).
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Inline<B>>> {
+        self.shared.state.lock().ok()
+    }
+
+    /// Runs any [`Request`] to its reply on the calling thread.
+    pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        self.lock().ok_or(IoError::DeviceGone)?.call(request)
+    }
+
+    /// The core's statistics. Still answers after the device is gone;
+    /// `DeviceGone` once shut down.
+    pub fn stats(&self) -> Result<FtlStats, IoError> {
+        let state = self.lock().ok_or(IoError::DeviceGone)?;
+        state
+            .driver
+            .as_ref()
+            .map(Driver::stats)
+            .ok_or(IoError::DeviceGone)
+    }
+
+    /// Clean unmount: flushes, writes a checkpoint and returns the backend.
+    /// Other clones fail with [`IoError::DeviceGone`] afterwards.
+    pub fn shutdown(self) -> Result<B, IoError> {
+        let mut state = self.lock().ok_or(IoError::DeviceGone)?;
+        let driver = state.driver.take().ok_or(IoError::DeviceGone)?;
+        if state.gone {
+            return Err(IoError::DeviceGone);
+        }
+        driver.shutdown()
+    }
+}
+
+impl<B: Backend> InlineHandle<B> {
+    /// Stops without writing anything, as a crash would, and returns the
+    /// backend as it is. Works after the device was lost; other clones fail
+    /// with [`IoError::DeviceGone`] afterwards.
+    pub fn into_backend(self) -> Result<B, IoError> {
+        let mut state = self.lock().ok_or(IoError::DeviceGone)?;
+        let driver = state.driver.take().ok_or(IoError::DeviceGone)?;
+        Ok(driver.into_backend())
+    }
+}
+
+impl<B: Backend> Inline<B> {
+    fn call(&mut self, request: Request) -> Result<ReplyData, IoError> {
+        if self.gone {
+            return Err(IoError::DeviceGone);
+        }
+        let driver = self.driver.as_mut().ok_or(IoError::DeviceGone)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        // One request at a time, and the core takes `max_host_requests`:
+        // `Busy` cannot happen here.
+        driver.try_submit(id, request)?;
+        let result = loop {
+            if let Some(reply) = driver.take_reply() {
+                assert_eq!(reply.id, id, "inline handle: a reply for another call");
+                break reply.result;
+            }
+            let moved = match driver.turn_nowait() {
+                Ok(moved) => moved,
+                Err(e) => return Err(self.lost(e)),
+            };
+            if driver.ftl().failure() == Some(IoError::DeviceGone) {
+                return Err(self.lost(IoError::DeviceGone));
+            }
+            if moved {
+                continue;
+            }
+            if driver.device_in_flight() > 0 {
+                if let Err(e) = driver.wait_device() {
+                    return Err(self.lost(e));
+                }
+                continue;
+            }
+            panic!(
+                "zftl inline handle: FTL stalled with request {id} unanswered and nothing in flight: {}",
+                driver.ftl().debug_state()
+            );
+        };
+        // As on the driver thread: once the core learned that the device is
+        // gone, its answers (`ReadOnly` among them) report that instead.
+        if driver.ftl().failure() == Some(IoError::DeviceGone) {
+            return Err(self.lost(IoError::DeviceGone));
+        }
+        self.feed();
+        result
+    }
+
+    /// Sends the write buffer's full appends, a bounded number of turns.
+    fn feed(&mut self) {
+        let Some(driver) = self.driver.as_mut() else {
+            return;
+        };
+        for _ in 0..MAX_FEED_TURNS {
+            let ftl = driver.ftl();
+            let background = ftl.activity();
+            let due =
+                ftl.queued_blocks() >= self.append_blocks || background.gc || background.checkpoint;
+            if !due {
+                return;
+            }
+            match driver.turn_nowait() {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(_) => {
+                    self.gone = true;
+                    return;
+                }
+            }
+            if driver.ftl().failure() == Some(IoError::DeviceGone) {
+                self.gone = true;
+                return;
+            }
+        }
+    }
+
+    /// The device is gone: this call and every later one fail.
+    fn lost(&mut self, error: IoError) -> IoError {
+        self.gone = true;
+        error
+    }
+}

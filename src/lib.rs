@@ -39,7 +39,7 @@
 
 pub mod handle;
 
-pub use handle::{AsyncHandle, Handle};
+pub use handle::{AsyncHandle, Handle, InlineHandle};
 pub use zftl_core as core;
 #[cfg(feature = "nbd")]
 pub use zftl_nbd as nbd;

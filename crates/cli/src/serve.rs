@@ -3,9 +3,13 @@
 //! Steps: check the listen address (without TLS, loopback only unless
 //! `--insecure-no-tls`), load the TLS files if any (then every client must
 //! use NBD_OPT_STARTTLS), open or create the image, mount the FTL (format it
-//! first if the image holds none) on a driver thread, serve until SIGINT or
-//! SIGTERM, then drain the connections, flush and checkpoint (a clean
-//! unmount) and sync the image.
+//! first if the image holds none), serve until SIGINT or SIGTERM, then drain
+//! the connections, flush and checkpoint (a clean unmount) and sync the image.
+//!
+//! On a simulated image the FTL runs inline on the connections' runtime
+//! threads ([`InlineHandle`]: the simulator never blocks, so a request costs
+//! no thread hop); on a ZNS drive it runs on a driver thread ([`Handle`]),
+//! which waits on the device's io_uring.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,12 +17,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tracing::{info, warn};
-use zftl::handle::{AsyncHandle, Handle};
+use zftl::handle::{AsyncHandle, Handle, InlineHandle};
 use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
 use zftl_core::{
-    Backend, BackendExt, FormatOptions, FtlConfig, FtlStats, IoError, MountError, ReplyData,
-    Request,
+    Backend, BackendExt, Driver, FormatOptions, FtlConfig, FtlStats, IoError, MountError,
+    ReplyData, Request,
 };
 use zftl_nbd::{
     check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
@@ -29,13 +33,74 @@ use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
 use crate::{image, volume};
 
-/// The FTL's async handle as an NBD volume.
-struct FtlVolume<B> {
-    handle: AsyncHandle<B>,
+/// Where the FTL's loop runs (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drive {
+    /// On a driver thread: for devices that block in `wait`.
+    Thread,
+    /// On the calling runtime thread: for the simulator.
+    Inline,
+}
+
+/// The FTL, driven one way or the other.
+enum Core<B: Backend> {
+    Thread(AsyncHandle<B>),
+    Inline(InlineHandle<B>),
+}
+
+impl<B: Backend> Clone for Core<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Core::Thread(h) => Core::Thread(h.clone()),
+            Core::Inline(h) => Core::Inline(h.clone()),
+        }
+    }
+}
+
+impl<B: Backend + Send + 'static> Core<B> {
+    async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        match self {
+            Core::Thread(h) => h.call(request).await,
+            Core::Inline(h) => h.call(request),
+        }
+    }
+
+    async fn stats(&self) -> Result<FtlStats, IoError> {
+        match self {
+            Core::Thread(h) => h.stats().await,
+            Core::Inline(h) => h.stats(),
+        }
+    }
+
+    async fn shutdown(self) -> Result<B, IoError> {
+        match self {
+            Core::Thread(h) => h.shutdown().await,
+            Core::Inline(h) => h.shutdown(),
+        }
+    }
+
+    fn block_size(&self) -> usize {
+        match self {
+            Core::Thread(h) => h.block_size(),
+            Core::Inline(h) => h.block_size(),
+        }
+    }
+
+    fn logical_blocks(&self) -> u64 {
+        match self {
+            Core::Thread(h) => h.logical_blocks(),
+            Core::Inline(h) => h.logical_blocks(),
+        }
+    }
+}
+
+/// The FTL as an NBD volume.
+struct FtlVolume<B: Backend> {
+    handle: Core<B>,
     max_request_blocks: u32,
 }
 
-impl<B> Clone for FtlVolume<B> {
+impl<B: Backend> Clone for FtlVolume<B> {
     fn clone(&self) -> Self {
         FtlVolume {
             handle: self.handle.clone(),
@@ -44,7 +109,7 @@ impl<B> Clone for FtlVolume<B> {
     }
 }
 
-impl<B: Send + 'static> Volume for FtlVolume<B> {
+impl<B: Backend + Send + 'static> Volume for FtlVolume<B> {
     fn block_size(&self) -> usize {
         self.handle.block_size()
     }
@@ -78,15 +143,32 @@ fn holds_superblock<B: Backend>(dev: &mut B) -> bool {
     })
 }
 
-/// Mounts the FTL on the image, formatting it first if it holds none.
+/// Mounts the FTL on the image, formatting it first if it holds none, and
+/// starts driving it.
 fn mount_or_format<B: Backend + Send + 'static>(
+    path: &Path,
+    dev: B,
+    config: FtlConfig,
+    drive: Drive,
+) -> Result<Core<B>, CliError> {
+    match drive {
+        Drive::Thread => open_ftl(path, dev, config, Handle::mount, Handle::format)
+            .map(|h| Core::Thread(AsyncHandle::from(h))),
+        Drive::Inline => open_ftl(path, dev, config, Driver::mount, Driver::format)
+            .map(|d| Core::Inline(InlineHandle::new(d))),
+    }
+}
+
+fn open_ftl<B: Backend, T>(
     path: &Path,
     mut dev: B,
     config: FtlConfig,
-) -> Result<Handle<B>, CliError> {
+    mount: impl FnOnce(B, FtlConfig) -> Result<T, MountError>,
+    format: impl FnOnce(B, &FormatOptions, FtlConfig) -> Result<T, MountError>,
+) -> Result<T, CliError> {
     if holds_superblock(&mut dev) {
         info!(image = %path.display(), "mounting");
-        return Handle::mount(dev, config).map_err(|e| {
+        return mount(dev, config).map_err(|e| {
             let hint = match e {
                 MountError::Damaged(_) | MountError::Format { .. } => {
                     "; run `zftl check` for details"
@@ -97,8 +179,7 @@ fn mount_or_format<B: Backend + Send + 'static>(
         });
     }
     info!(image = %path.display(), "no FTL on the image yet: formatting");
-    Handle::format(dev, &FormatOptions::default(), config)
-        .map_err(|e| ftl_error(path, "cannot format", e))
+    format(dev, &FormatOptions::default(), config).map_err(|e| ftl_error(path, "cannot format", e))
 }
 
 fn init_logging() {
@@ -442,7 +523,7 @@ pub(crate) fn run_until(
     )?;
     let (dev, action) = image::open_or_create(&path)?;
     info!(image = %path.display(), action = action.as_str(), "image");
-    let mut dev = serve_on(settings, &path, dev, tls, shutdown, ready)?;
+    let mut dev = serve_on(settings, &path, dev, Drive::Inline, tls, shutdown, ready)?;
     dev.sync()
         .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
     info!("clean shutdown");
@@ -459,7 +540,8 @@ fn serve_device(
 ) -> Result<(), CliError> {
     let dev = crate::device::open(device)?;
     info!(device = %device.display(), "ZNS device");
-    serve_on(settings, device, dev, tls, shutdown, ready).map_err(CliError::on_device)?;
+    serve_on(settings, device, dev, Drive::Thread, tls, shutdown, ready)
+        .map_err(CliError::on_device)?;
     info!("clean shutdown");
     Ok(())
 }
@@ -484,15 +566,16 @@ fn serve_on<B: Backend + Send + 'static>(
     settings: &Settings,
     path: &Path,
     dev: B,
+    drive: Drive,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
     ready: impl FnOnce(Bound),
 ) -> Result<B, CliError> {
     let listen = settings.listen;
-    let handle = mount_or_format(path, dev, settings.ftl.clone())?;
+    let handle = mount_or_format(path, dev, settings.ftl.clone(), drive)?;
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.max_request_blocks,
-        handle: AsyncHandle::from(handle),
+        handle,
     };
     let export = Export::new(settings.export.clone(), vol.clone())
         .read_only(settings.read_only)

@@ -114,10 +114,11 @@ impl<B: Backend> Driver<B> {
         self.ftl.handle_request(id, request)
     }
 
-    /// Moves one finished reply out, if any (after [`Self::turn`] or
-    /// [`Self::turn_nowait`]).
+    /// Moves one finished reply out, if any: one collected by
+    /// [`Self::turn`] or [`Self::turn_nowait`], else one the core answered
+    /// at once (a buffered write, a bad argument), without turning the loop.
     pub fn take_reply(&mut self) -> Option<Reply> {
-        self.replies.pop_front()
+        self.replies.pop_front().or_else(|| self.ftl.poll_reply())
     }
 
     /// Like [`Self::turn`] but never waits on the device. Returns whether

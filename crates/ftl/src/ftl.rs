@@ -505,6 +505,11 @@ impl Ftl {
         self.ops.len()
     }
 
+    /// Host blocks in the write buffer waiting to be sent to the device.
+    pub fn queued_blocks(&self) -> usize {
+        self.buffer.queued()
+    }
+
     /// Whether the core has nothing left to do until a new request arrives.
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
