@@ -16,7 +16,7 @@
 use std::io;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
@@ -714,6 +714,9 @@ async fn serve_request<V: Volume>(
         .await;
 }
 
+/// The connection's receive buffer.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
 /// Writes replies in the order they finish; flushes when none is waiting.
 async fn write_replies<W: AsyncWrite + Unpin>(
     writer: W,
@@ -733,6 +736,21 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         w.flush().await?;
     }
     w.shutdown().await
+}
+
+/// Runs a request to its end here when it needs no waiting (a volume that
+/// answers at once, a reply queue with room), and as its own task when it
+/// does: the first poll, with a waker that does nothing, only decides
+/// which; a future that is not ready is polled again by its task, which
+/// registers the real waker then.
+fn run_or_spawn<F>(mut request: std::pin::Pin<Box<F>>)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if request.as_mut().poll(&mut cx).is_pending() {
+        tokio::spawn(request);
+    }
 }
 
 /// Serves requests until the client disconnects, breaks the protocol, or
@@ -757,7 +775,9 @@ pub(crate) async fn transmit<S, V>(
     let (tx, rx) = mpsc::channel::<Outgoing>(depth);
     let writer = tokio::spawn(write_replies(write_half, rx));
     let mut reader = Reader {
-        inner: read_half,
+        // Many small requests per receive; a payload at least this large
+        // goes straight into its own buffer.
+        inner: BufReader::with_capacity(READ_BUFFER_BYTES, read_half),
         limits,
         replier,
         requests: Arc::new(Semaphore::new(depth)),
@@ -781,7 +801,7 @@ pub(crate) async fn transmit<S, V>(
             } => {
                 let export = Arc::clone(&session.export);
                 let tx = tx.clone();
-                tokio::spawn(serve_request(
+                run_or_spawn(Box::pin(serve_request(
                     export,
                     replier,
                     header,
@@ -790,7 +810,7 @@ pub(crate) async fn transmit<S, V>(
                     permits,
                     tx,
                     Arc::clone(metrics),
-                ));
+                )));
             }
             Next::Refused(out) => {
                 metrics.record_refused();
