@@ -70,6 +70,10 @@ pub struct WriteBuffer {
     next_ticket: u64,
     /// Tickets of occupied slots, to find the oldest unfinished one.
     tickets: std::collections::BTreeMap<u64, SlotId>,
+    /// Block buffers of released slots, reused for the blocks of
+    /// multi-block writes instead of one allocation each. At most one per
+    /// slot: the pool never holds more than a full buffer would.
+    spare: Vec<Vec<u8>>,
 }
 
 impl WriteBuffer {
@@ -88,6 +92,27 @@ impl WriteBuffer {
             ),
             next_ticket: 0,
             tickets: Default::default(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// A copy of `block` in a reused buffer when one is spare.
+    pub fn block_copy(&mut self, block: &[u8]) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.extend_from_slice(block);
+                v
+            }
+            None => block.to_vec(),
+        }
+    }
+
+    /// Keeps a released block's buffer for `block_copy`: only one of
+    /// exactly one block (`block_bytes`), and no more than there are slots.
+    pub fn recycle(&mut self, data: Vec<u8>, block_bytes: usize) {
+        if data.capacity() == block_bytes && self.spare.len() < self.slots.len() {
+            self.spare.push(data);
         }
     }
 
@@ -248,6 +273,19 @@ mod tests {
         b.pop_queued(Temp::Cold, 1);
         b.release(s);
         assert!(b.drained_before(barrier));
+    }
+
+    #[test]
+    fn recycled_block_buffers_are_bounded_and_reused() {
+        let mut b = WriteBuffer::new(2, 1);
+        for _ in 0..5 {
+            b.recycle(Vec::with_capacity(8), 8);
+        }
+        b.recycle(Vec::with_capacity(16), 8); // not one block: dropped
+        assert_eq!(b.spare.len(), 2, "at most one spare buffer per slot");
+        let copy = b.block_copy(&[7; 8]);
+        assert_eq!((copy.as_slice(), copy.capacity()), (&[7u8; 8][..], 8));
+        assert_eq!(b.spare.len(), 1);
     }
 
     #[test]

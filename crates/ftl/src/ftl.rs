@@ -878,7 +878,8 @@ impl Ftl {
                 self.buffer_block(lba, data); // the request's own buffer, no copy
             } else {
                 for (i, chunk) in data.chunks_exact(bs).enumerate() {
-                    self.buffer_block(lba + i as u64, chunk.to_vec());
+                    let block = self.buffer.block_copy(chunk);
+                    self.buffer_block(lba + i as u64, block);
                 }
             }
             self.stats.host_write_blocks += count;
@@ -1562,6 +1563,8 @@ impl Ftl {
             if slot.counted_new {
                 self.buffered_new -= 1;
             }
+            self.buffer
+                .recycle(slot.data, self.geo.block_size_bytes as usize);
             if latest {
                 self.map(lba, ppa, crc);
                 if self.tag_mode == TagMode::InBand {
