@@ -126,6 +126,12 @@ pub struct ServeArgs {
     /// the FTL's statistics (write amplification, GC, erases, free zones).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Serve a simulated device held in memory (timing off) with about MIB
+    /// MiB of logical space instead of an image: formatted at start, gone
+    /// at exit. For trying zftl out and for benchmarks (like `nbdkit
+    /// memory`).
+    #[arg(long, value_name = "MIB", conflicts_with_all = ["image", "device"])]
+    pub memory_mib: Option<u64>,
 }
 
 /// Which image an FTL command works on.

@@ -43,6 +43,34 @@ pub fn create(path: &Path, cfg: SimConfig) -> Result<SimDevice, CliError> {
     Ok(dev)
 }
 
+/// A simulated device for `size_mib` MiB of logical space: the default
+/// shape (16 LUNs, 4 MiB zones) with timing off, no wear-out, and enough
+/// erase blocks for about 50 % over-provisioning (format's default logical
+/// size takes the data capacity less the GC reserve and the open zones).
+pub fn memory_config(size_mib: u64) -> Result<SimConfig, CliError> {
+    const MIB: u64 = 1 << 20;
+    let base = SimConfig::default();
+    let eb_mib = u64::from(base.pages_per_block) * u64::from(base.page_size_bytes) / MIB;
+    let per_lun_mib = (u64::from(base.lun_count()) * eb_mib).max(1);
+    let too_large = || CliError::InvalidArgument(format!("{size_mib} MiB is too large"));
+    let blocks = size_mib
+        .checked_mul(3)
+        .ok_or_else(too_large)?
+        .div_ceil(2)
+        .div_ceil(per_lun_mib)
+        .max(64);
+    let blocks_per_lun = u32::try_from(blocks).map_err(|_| too_large())?;
+    let cfg = SimConfig {
+        blocks_per_lun,
+        timing: None,
+        endurance_erases: u32::MAX,
+        ..base
+    };
+    cfg.geometry()
+        .map_err(|e| CliError::InvalidArgument(format!("{size_mib} MiB: {}", sim_reason(&e))))?;
+    Ok(cfg)
+}
+
 /// The main job's device: open the image, or create a default one (and its
 /// directory) if there is no file at `path`.
 pub fn open_or_create(path: &Path) -> Result<(SimDevice, Action), CliError> {

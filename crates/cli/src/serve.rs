@@ -28,6 +28,7 @@ use zftl_nbd::{
     check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
     ServerConfig, TlsFiles, Volume,
 };
+use zftl_sim::SimDevice;
 
 use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
@@ -224,6 +225,8 @@ pub(crate) struct Settings {
     pub image: Option<PathBuf>,
     /// `--device`: serve an NVMe ZNS drive instead of an image.
     pub device: Option<PathBuf>,
+    /// `--memory-mib`: serve an in-memory simulated device of this many MiB.
+    pub memory_mib: Option<u64>,
     pub ftl: FtlConfig,
 }
 
@@ -326,6 +329,7 @@ impl Settings {
             metrics: args.metrics.or(file.metrics),
             image: args.image.image.clone().or(file.image),
             device: args.image.device.clone(),
+            memory_mib: args.memory_mib,
             ftl,
         })
     }
@@ -514,6 +518,9 @@ pub(crate) fn run_until(
     if let Some(device) = &settings.device {
         return serve_device(settings, device, tls, shutdown, ready);
     }
+    if let Some(size_mib) = settings.memory_mib {
+        return serve_memory(settings, size_mib, tls, shutdown, ready);
+    }
     let path = volume::image_path(
         &ImageOpt {
             image: settings.image.clone(),
@@ -526,6 +533,30 @@ pub(crate) fn run_until(
     let mut dev = serve_on(settings, &path, dev, Drive::Inline, tls, shutdown, ready)?;
     dev.sync()
         .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
+    info!("clean shutdown");
+    Ok(())
+}
+
+/// `--memory-mib`: a fresh in-memory simulated device, formatted now and
+/// gone at exit (the shutdown still drains, flushes and checkpoints, so the
+/// FTL's exit path is the same as on an image).
+fn serve_memory(
+    settings: &Settings,
+    size_mib: u64,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+    ready: impl FnOnce(Bound),
+) -> Result<(), CliError> {
+    let cfg = image::memory_config(size_mib)
+        .map_err(|e| CliError::InvalidArgument(format!("--memory-mib: {e}")))?;
+    let path = Path::new("(memory)");
+    let dev = SimDevice::create_memory(cfg)
+        .map_err(|e| ftl_error(path, "create", crate::error::sim_reason(&e)))?;
+    info!(
+        size_mib,
+        "serving an in-memory simulated device (gone at exit)"
+    );
+    serve_on(settings, path, dev, Drive::Inline, tls, shutdown, ready)?;
     info!("clean shutdown");
     Ok(())
 }
@@ -796,6 +827,50 @@ mod tests {
             .filter_map(|l| l.rsplit_once(' '))
             .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn memory_device_serves_and_conflicts_with_an_image() {
+        let e = serve_args(&["--memory-mib", "64", "--image", "x.img"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let e = serve_args(&["--memory-mib", "64", "--device", "/dev/ng0n1"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let too_big = settings(&["--memory-mib", &u64::MAX.to_string()]).unwrap();
+        let e = run_until(&too_big, None, async {}, |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--memory-mib") && e.contains("too large"), "{e}");
+
+        let s = settings(&[
+            "--memory-mib",
+            "64",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            run_until(
+                &s,
+                None,
+                async {
+                    let _ = stopped.await;
+                },
+                move |b| bound_tx.send(b).unwrap(),
+            )
+        });
+        let bound = bound_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the server starts");
+        write_over_nbd(bound.nbd, 8);
+        let m = get_metrics(bound.metrics.unwrap());
+        assert_eq!(m["zftl_ftl_host_write_blocks_total"], 8.0);
+        assert_eq!(m["zftl_ftl_mapped_blocks"], 8.0);
+        stop.send(()).unwrap();
+        server.join().unwrap().expect("clean shutdown");
     }
 
     #[test]

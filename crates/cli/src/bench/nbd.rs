@@ -1,7 +1,7 @@
 //! `zftl bench nbd`: fio's `nbd` engine against three NBD servers in one
-//! run — `zftl serve` (this binary, on a simulated device image with timing
-//! off, kept on tmpfs), `nbdkit memory` and `qemu-nbd` serving a raw file on
-//! tmpfs — and zftl's ratio to the best peer per job.
+//! run — `zftl serve --memory-mib` (this binary, on a simulated device held
+//! in memory, timing off), `nbdkit memory` and `qemu-nbd` serving a raw file
+//! on tmpfs — and zftl's ratio to the best peer per job.
 //!
 //! For each server: start it on a free 127.0.0.1 port, wait until it
 //! answers an NBD handshake, fill the measured region once with 1 MiB
@@ -22,7 +22,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use zftl_sim::SimConfig;
 
 use super::{ratio, round, BenchError, NbdArgs};
 use crate::report::Text;
@@ -262,48 +261,6 @@ fn spawn(
     })
 }
 
-/// The simulated device for `zftl serve`: the default shape (16 LUNs, 4 MiB
-/// zones) with timing off and enough erase blocks for `size_mib` of logical
-/// space at about 50 % over-provisioning (format's default logical size
-/// takes the data capacity less the GC reserve and the open zones).
-fn zftl_device(size_mib: u64) -> Result<SimConfig, BenchError> {
-    let base = SimConfig::default();
-    let eb_mib = u64::from(base.pages_per_block) * u64::from(base.page_size_bytes) / MIB;
-    let per_lun_mib = (u64::from(base.lun_count()) * eb_mib).max(1);
-    let blocks = (size_mib * 3 / 2).div_ceil(per_lun_mib).max(64);
-    let blocks_per_lun = u32::try_from(blocks)
-        .map_err(|_| BenchError::Args(format!("--size-mib {size_mib} is too large")))?;
-    Ok(SimConfig {
-        blocks_per_lun,
-        timing: None,
-        endurance_erases: u32::MAX,
-        ..base
-    })
-}
-
-/// Allocates the whole (sparse) image on its file system, without changing
-/// a byte, so that the measured jobs do not pay for the first touch of
-/// tmpfs pages: the peers' measured region is allocated by the unmeasured
-/// fill, but zftl's log-structured writes reach the image's over-provisioned
-/// space only during the jobs. Best effort: a file system without
-/// `fallocate` keeps the image sparse.
-fn allocate(image: &Path) {
-    let result = std::fs::OpenOptions::new()
-        .write(true)
-        .open(image)
-        .and_then(|f| {
-            let len = f.metadata()?.len();
-            rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, len)?;
-            Ok(())
-        });
-    if let Err(e) = result {
-        eprintln!(
-            "bench nbd: cannot allocate {} ({e}); it stays sparse",
-            image.display()
-        );
-    }
-}
-
 struct Tools {
     fio: PathBuf,
     nbdkit: PathBuf,
@@ -321,19 +278,16 @@ fn start(
     let port = free_port()?;
     let (name, program, args, shown): (&'static str, &Path, Vec<String>, String) = match which {
         "zftl" => {
-            let image = scratch.join("zftl.img");
-            let _ = std::fs::remove_file(&image);
-            let dev = crate::image::create(&image, zftl_device(size_mib)?)?;
-            drop(dev);
-            allocate(&image);
+            crate::image::memory_config(size_mib)
+                .map_err(|e| BenchError::Args(format!("--size-mib: {e}")))?;
             let args = vec![
                 "serve".into(),
-                "--image".into(),
-                image.display().to_string(),
+                "--memory-mib".into(),
+                size_mib.to_string(),
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
             ];
-            let shown = format!("zftl serve --image {} (tmpfs, timing off)", image.display());
+            let shown = format!("zftl serve --memory-mib {size_mib} (timing off)");
             ("zftl", &tools.zftl, args, shown)
         }
         "nbdkit" => {
