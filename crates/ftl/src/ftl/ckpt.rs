@@ -1,0 +1,254 @@
+//! Checkpoints: when one is due, capturing the image, and the log, flush
+//! and superblock steps that commit it.
+
+use super::reloc::{JobPhase, JobPurpose};
+use super::{Ftl, Op};
+use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::checkpoint::{self, CheckpointImage};
+use crate::layout::SUPER_ZONES;
+use crate::superblock::{Superblock, TagMode};
+use crate::zone::ZoneKind;
+
+#[derive(Debug)]
+pub(super) enum CkptState {
+    Idle,
+    Draining,
+    Writing {
+        id: u64,
+        end_log_seq: u64,
+        location: Option<(ZoneId, u64)>,
+    },
+    Flushing {
+        id: u64,
+        location: (ZoneId, u64),
+        issued: bool,
+    },
+    Super {
+        id: u64,
+        location: (ZoneId, u64),
+        copy: usize,
+        busy: bool,
+    },
+}
+
+impl Ftl {
+    fn checkpoint_due(&self) -> bool {
+        if self.ckpt_requested {
+            return true;
+        }
+        if self.blocks_since_checkpoint >= self.cfg.checkpoint_interval_blocks {
+            return true;
+        }
+        let est = crate::layout::max_checkpoint_bytes(&self.geo, self.layout.logical_blocks)
+            .div_ceil(self.geo.block_size_bytes as u64 - 64);
+        self.log.free_blocks() < 2 * est + 2
+    }
+
+    pub(super) fn advance_checkpoint(&mut self) {
+        match self.ckpt {
+            CkptState::Idle if !self.read_only && self.checkpoint_due() => {
+                self.ckpt_requested = false;
+                self.ckpt = CkptState::Draining;
+                self.advance_checkpoint();
+            }
+            CkptState::Draining if self.host_appends_in_flight == 0 => self.capture_checkpoint(),
+            CkptState::Writing {
+                id,
+                end_log_seq,
+                location: Some(location),
+            } if self.log.durable_next() >= end_log_seq => {
+                self.ckpt = CkptState::Flushing {
+                    id,
+                    location,
+                    issued: false,
+                };
+            }
+            _ => {}
+        }
+    }
+
+    /// A victim whose ZoneReset note precedes the checkpoint in the log: the
+    /// checkpoint must call it free, or recovery would skip the new data the
+    /// reused zone gets after the reset (it holds no live data: valid is 0).
+    fn victim_noted(&self) -> Option<ZoneId> {
+        let j = self.job.as_ref()?;
+        (j.purpose != JobPurpose::Retire && !matches!(j.phase, JobPhase::Copying))
+            .then_some(j.victim)
+    }
+
+    fn capture_checkpoint(&mut self) {
+        self.log.pack(true);
+        let image = self.checkpoint_image();
+        let stream = image.encode();
+        let chunk_payload = crate::note::chunk_payload_bytes(self.block_size());
+        let n = stream.len().div_ceil(chunk_payload) as u64;
+        let first = self.log.reserve_log_seqs(n);
+        let chunks = checkpoint::split_into_chunks(&stream, self.block_size(), first);
+        assert_eq!(chunks.len() as u64, n);
+        let blocks = chunks.iter().map(|c| c.encode(self.block_size())).collect();
+        self.log.stage_encoded(first, blocks);
+        self.blocks_since_checkpoint = 0;
+        self.stats.checkpoints += 1;
+        self.ckpt = CkptState::Writing {
+            id: first,
+            end_log_seq: first + n,
+            location: None,
+        };
+    }
+
+    fn checkpoint_image(&self) -> CheckpointImage {
+        let noted = self.victim_noted();
+        let zones = (0..self.geo.zone_count)
+            .map(|z| {
+                let zone = self.zones.get(z);
+                let mut record = zone.record();
+                if Some(z) == noted {
+                    assert_eq!(zone.valid_blocks(), 0, "noted victim {z} still holds data");
+                    record = crate::zone::ZoneRecord {
+                        kind: ZoneKind::Free,
+                        state: crate::zone::ZoneUse::Empty,
+                        write_pointer_blocks: 0,
+                        erase_count: record.erase_count + 1,
+                        last_write_seq: record.last_write_seq,
+                    };
+                }
+                crate::recovery::zone_record_out(record, zone.valid_blocks())
+            })
+            .collect();
+        let leaves = self
+            .l2p
+            .leaves()
+            .map(|(i, leaf)| (i, Box::new(*leaf)))
+            .collect();
+        let crcs = (self.tag_mode == TagMode::InBand).then(|| {
+            self.l2p
+                .iter()
+                .map(|(_, ppa)| self.p2l.crc(ppa).expect("crc of a mapped block"))
+                .collect()
+        });
+        CheckpointImage {
+            next_seq: self.next_seq,
+            epoch: self.epoch,
+            log_seq: self.log.next_log_seq(),
+            logical_blocks: self.layout.logical_blocks,
+            zones,
+            leaves,
+            crcs,
+        }
+    }
+
+    pub(super) fn next_checkpoint_command(&mut self) -> Option<(Op, Command)> {
+        match &mut self.ckpt {
+            CkptState::Flushing { issued, .. } if !*issued => {
+                *issued = true;
+                return Some((Op::CkptFlush, Command::Flush));
+            }
+            CkptState::Super { busy, .. } if !*busy => *busy = true,
+            _ => return None,
+        }
+        let CkptState::Super {
+            id, location, copy, ..
+        } = self.ckpt
+        else {
+            unreachable!()
+        };
+        if self.super_dead[copy] {
+            self.super_step_done(copy);
+            return self.next_checkpoint_command();
+        }
+        let zone = SUPER_ZONES[copy];
+        if self.super_wp_blocks[copy] == self.cap() {
+            return Some((Op::SuperReset { copy }, Command::Reset { zone }));
+        }
+        let sb = self.superblock_record(id, location);
+        let data = sb.encode(self.block_size());
+        self.stats.media_write_blocks += 1;
+        self.stats.meta_write_blocks += 1;
+        let cmd = Command::Write {
+            zone,
+            offset_blocks: self.super_wp_blocks[copy],
+            data,
+            oob: self.meta_oob(1),
+        };
+        Some((Op::SuperWrite { copy }, cmd))
+    }
+
+    fn superblock_record(&self, checkpoint_id: u64, (zone, offset): (ZoneId, u64)) -> Superblock {
+        Superblock {
+            generation: self.super_generation + 1,
+            uuid: self.uuid,
+            block_size_bytes: self.geo.block_size_bytes,
+            zone_count: self.geo.zone_count,
+            zone_capacity_blocks: self.geo.zone_capacity_blocks,
+            oob_size_bytes: self.geo.oob_size_bytes,
+            write_unit_blocks: self.geo.write_unit_blocks,
+            super_zone_count: 2,
+            meta_first_zone: self.layout.meta_first_zone,
+            meta_zone_count: self.layout.meta_zone_count,
+            tag_mode: self.tag_mode,
+            logical_blocks: self.layout.logical_blocks,
+            checkpoint_log_seq: checkpoint_id,
+            checkpoint_zone: zone,
+            checkpoint_offset_blocks: offset,
+            format_time_seq: 0,
+        }
+    }
+
+    pub(super) fn checkpoint_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+        if result.is_err() {
+            self.metadata_failed();
+            return;
+        }
+        let CkptState::Flushing { id, location, .. } = self.ckpt else {
+            panic!("checkpoint flush out of order")
+        };
+        self.ckpt = CkptState::Super {
+            id,
+            location,
+            copy: 0,
+            busy: false,
+        };
+    }
+
+    pub(super) fn super_write_done(&mut self, copy: usize, result: Result<Outcome, DeviceError>) {
+        match result {
+            Ok(_) => self.super_wp_blocks[copy] += 1,
+            Err(e) => return self.super_failed(copy, e),
+        }
+        self.super_step_done(copy);
+    }
+
+    /// A superblock zone failed: the other copy carries on alone (mount
+    /// takes the newest valid record of either); with both gone the volume
+    /// is read-only.
+    pub(super) fn super_failed(&mut self, copy: usize, error: DeviceError) {
+        if error == DeviceError::DeviceGone {
+            return self.metadata_failed();
+        }
+        self.stats.write_errors += 1;
+        self.super_dead[copy] = true;
+        if self.super_dead.iter().all(|&d| d) {
+            return self.metadata_failed();
+        }
+        self.super_step_done(copy);
+    }
+
+    /// Copy `copy` has the new record (or is dead): on to the next, or commit.
+    fn super_step_done(&mut self, copy: usize) {
+        let CkptState::Super { id, location, .. } = self.ckpt else {
+            panic!("superblock write out of order")
+        };
+        if copy == 0 {
+            self.ckpt = CkptState::Super {
+                id,
+                location,
+                copy: 1,
+                busy: false,
+            };
+        } else {
+            self.super_generation += 1;
+            self.log.set_committed_checkpoint(id);
+            self.ckpt = CkptState::Idle;
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The open zones data is appended to (one lane per stream): zone room,
+//! temperature, and the host appends that drain the write buffer.
+
+use super::ckpt::CkptState;
+use super::{Ftl, Op};
+use crate::addr::{Lba, Ppa, Seq};
+use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::buffer::{SlotId, Temp};
+use crate::note::Note;
+use crate::superblock::TagMode;
+use crate::tag::{self, Tag, TagKind, TAG_BYTES};
+use crate::zone::{Stream, ZoneKind};
+
+/// An open zone the core writes data into; each maps to a zone stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lane {
+    /// Host writes of recently rewritten blocks.
+    HostHot = 0,
+    /// First host writes and blocks rewritten after a long time; cold data GC moved.
+    HostCold = 1,
+    /// Data GC moved that is not cold.
+    Gc = 2,
+    /// Cold data static wear leveling parks on the most-worn free zones.
+    WearLeveling = 3,
+}
+
+impl Lane {
+    fn stream(self) -> Stream {
+        match self {
+            Lane::HostHot => Stream::Host,
+            Lane::HostCold => Stream::HostCold,
+            Lane::Gc | Lane::WearLeveling => Stream::Gc,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct StreamState {
+    pub(super) zone: Option<ZoneId>,
+    allocated_blocks: u64,
+    /// The zone came out of the GC reserve: only GC may fill it, or host
+    /// writes sharing the lane would eat the reserve.
+    gc_only: bool,
+}
+
+impl Ftl {
+    /// Zone and block count for the next append of a stream, opening a new
+    /// zone when needed. Host streams may not dip into the GC reserve.
+    fn lane_room(
+        &mut self,
+        lane: Lane,
+        wanted: u64,
+        may_use_reserve: bool,
+    ) -> Option<(ZoneId, u64)> {
+        let cap = self.cap();
+        let reserve = u64::from(self.gc_reserve_zones);
+        let host_barred = !may_use_reserve && !self.reserve_unlocked;
+        let above_reserve = self.zones.free_count() as u64 > reserve;
+        let st = self.lane_mut(lane);
+        if st.zone.is_some() && st.gc_only && host_barred {
+            if !above_reserve {
+                return None;
+            }
+            // The reserve has been refilled: the zone no longer stands in for it.
+            st.gc_only = false;
+        }
+        if st.zone.is_none() {
+            let free = self.zones.free_count() as u64;
+            let from_reserve = free <= reserve;
+            if free == 0 || (from_reserve && host_barred) {
+                return None;
+            }
+            let kind = ZoneKind::Data {
+                stream: lane.stream(),
+            };
+            let z = match lane {
+                Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
+                _ => self.zones.take_free(kind)?,
+            };
+            self.zone_clock[z as usize] = 0;
+            let st = self.lane_mut(lane);
+            st.zone = Some(z);
+            st.allocated_blocks = 0;
+            st.gc_only = from_reserve && may_use_reserve;
+        }
+        let st = self.lane_mut(lane);
+        let zone = st.zone.expect("lane zone");
+        let room = cap - st.allocated_blocks;
+        let n = wanted.min(room);
+        Some((zone, n))
+    }
+
+    /// Room in `lane`, or else in its sibling: temperature separation is
+    /// best effort, and must never hold up writing when one lane cannot get
+    /// a zone (e.g. GC with one reserve zone left and both lanes full).
+    pub(super) fn room_in(
+        &mut self,
+        lane: Lane,
+        wanted: u64,
+        may_use_reserve: bool,
+    ) -> Option<(Lane, ZoneId, u64)> {
+        if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
+            return Some((lane, zone, room));
+        }
+        let sibling = match lane {
+            Lane::HostHot => Lane::HostCold,
+            Lane::HostCold if may_use_reserve => Lane::Gc,
+            Lane::HostCold => Lane::HostHot,
+            Lane::Gc => Lane::HostCold,
+            // Never let leveling wedge GC: park the data with GC's instead.
+            Lane::WearLeveling => {
+                let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
+                return Some((Lane::Gc, zone, room));
+            }
+        };
+        if !self.cfg.temperature_streams || (sibling == Lane::Gc && !self.cfg.separate_gc_stream) {
+            return None;
+        }
+        let (zone, room) = self.lane_room(sibling, wanted, may_use_reserve)?;
+        Some((sibling, zone, room))
+    }
+
+    fn lane_mut(&mut self, lane: Lane) -> &mut StreamState {
+        &mut self.lanes[lane as usize]
+    }
+
+    /// Hot if the block's previous version was written recently (see
+    /// [`Self::age_temp`]; the time is that of the last host write into its
+    /// zone) or is still in the buffer. First writes count as cold. No
+    /// per-block memory: the estimate rides on the zone the old version is in.
+    pub(super) fn temperature(&self, lba: Lba) -> Temp {
+        if !self.cfg.temperature_streams {
+            return Temp::Hot;
+        }
+        if self.buffer.lookup(lba).is_some() {
+            return Temp::Hot;
+        }
+        let Some(old) = self.l2p.get(lba) else {
+            return Temp::Cold;
+        };
+        self.age_temp(self.zone_clock[old.zone(self.cap()) as usize])
+    }
+
+    /// Hot if data written at host clock `written_at` is younger than a
+    /// third of the mapped space's worth of host writes. (Uniform random
+    /// rewrites a block every mapped-space's worth of writes on average; in
+    /// the 90/10 hot/cold case hot blocks come back after a ninth of it.)
+    pub(super) fn age_temp(&self, written_at: u64) -> Temp {
+        if !self.cfg.temperature_streams {
+            return Temp::Hot;
+        }
+        let window = (self.l2p.mapped_blocks() / 3).max(1);
+        if written_at > 0 && self.host_clock - written_at < window {
+            Temp::Hot
+        } else {
+            Temp::Cold
+        }
+    }
+
+    /// Books `n` blocks of the stream's zone; a zone with no room left is
+    /// dropped by the stream and becomes Full once its appends complete.
+    /// The zone table counts the blocks at submission (it becomes Full at
+    /// capacity); `zone_appends` keeps GC off it until they complete.
+    pub(super) fn lane_commit(&mut self, lane: Lane, zone: ZoneId, n: u64, seq: Seq) {
+        let cap = self.cap();
+        let st = self.lane_mut(lane);
+        st.allocated_blocks += n;
+        if st.allocated_blocks == cap {
+            st.zone = None;
+        }
+        self.zones.record_write(zone, n, seq);
+        self.zone_appends[zone as usize] += 1;
+    }
+
+    pub(super) fn append_settled(&mut self, zone: ZoneId) {
+        self.zone_appends[zone as usize] -= 1;
+    }
+
+    fn write_unit(&self) -> u64 {
+        u64::from(self.geo.write_unit_blocks)
+    }
+
+    /// Blocks to send now: full write units; a partial unit is padded only
+    /// when something waits for durability.
+    pub(super) fn batch_size(&self, queued: u64, room: u64, urgent: bool) -> (u64, u64) {
+        let wu = self.write_unit();
+        let max = u64::from(self.geo.max_append_blocks).min(room);
+        let take = queued.min(max);
+        let full = take / wu * wu;
+        if full > 0 || !urgent || take == 0 {
+            return (full, 0);
+        }
+        (take, wu - take % wu)
+    }
+
+    pub(super) fn next_host_append(&mut self) -> Option<(Op, Command)> {
+        if self.read_only || matches!(self.ckpt, CkptState::Draining) || self.buffer.queued() == 0 {
+            return None;
+        }
+        let temp = if self.buffer.queued_in(Temp::Hot) >= self.buffer.queued_in(Temp::Cold) {
+            Temp::Hot
+        } else {
+            Temp::Cold
+        };
+        let lane = match temp {
+            Temp::Hot => Lane::HostHot,
+            Temp::Cold => Lane::HostCold,
+        };
+        let queued = self.buffer.queued_in(temp) as u64;
+        let urgent = self.host_flush_waiting();
+        let (lane, zone, room) = self.room_in(lane, queued, false)?;
+        let (n, pad) = self.batch_size(queued, room, urgent);
+        if n == 0 {
+            return None;
+        }
+        let mut slots = Vec::with_capacity(n as usize);
+        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let bs = self.block_size();
+        for _ in 0..n {
+            let seq = self.take_seq();
+            let s = self.buffer.pop_queued(temp, seq).expect("queued slot");
+            let slot = self.buffer.slot(s);
+            let crc = tag::data_crc(&slot.data);
+            data.extend_from_slice(&slot.data);
+            let t = Tag {
+                kind: TagKind::HostData,
+                epoch: self.epoch,
+                lba: slot.lba,
+                seq,
+                data_crc: crc,
+            };
+            self.push_tag(&mut oob, &t);
+            slots.push((s, seq, crc));
+        }
+        self.push_padding(&mut data, &mut oob, pad, bs);
+        self.lane_commit(lane, zone, n + pad, self.next_seq.saturating_sub(1));
+        self.zone_clock[zone as usize] = self.host_clock;
+        self.host_appends_in_flight += 1;
+        self.stats.media_write_blocks += n + pad;
+        self.stats.pad_blocks += pad;
+        self.blocks_since_checkpoint += n + pad;
+        Some((
+            Op::HostAppend {
+                zone,
+                slots,
+                pad_blocks: pad as u32,
+            },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    pub(super) fn alloc_buffers(&self, blocks: u64) -> (Vec<u8>, Vec<u8>) {
+        let oob = if self.geo.oob_size_bytes > 0 {
+            self.geo.oob_bytes(blocks)
+        } else {
+            0
+        };
+        (
+            Vec::with_capacity(self.geo.data_bytes(blocks)),
+            Vec::with_capacity(oob),
+        )
+    }
+
+    pub(super) fn push_tag(&self, oob: &mut Vec<u8>, t: &Tag) {
+        let ob = self.geo.oob_size_bytes as usize;
+        if ob == 0 {
+            return;
+        }
+        let at = oob.len();
+        oob.resize(at + ob, 0);
+        if self.tag_mode == TagMode::Oob {
+            t.encode(&mut oob[at..at + TAG_BYTES]);
+        }
+    }
+
+    pub(super) fn push_padding(&self, data: &mut Vec<u8>, oob: &mut Vec<u8>, pad: u64, bs: usize) {
+        for _ in 0..pad {
+            data.resize(data.len() + bs, 0);
+            let t = Tag {
+                kind: TagKind::Pad,
+                epoch: self.epoch,
+                lba: u64::MAX,
+                seq: 0,
+                data_crc: tag::data_crc(&vec![0; bs]),
+            };
+            self.push_tag(oob, &t);
+        }
+    }
+
+    pub(super) fn host_append_done(
+        &mut self,
+        zone: ZoneId,
+        slots: Vec<(SlotId, Seq, u32)>,
+        pad: u32,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.host_appends_in_flight -= 1;
+        self.append_settled(zone);
+        let offset = match result {
+            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => {
+                for &(s, _, _) in slots.iter().rev() {
+                    self.buffer.requeue_front(s);
+                }
+                self.stats.media_write_blocks -= slots.len() as u64 + u64::from(pad);
+                self.write_failed(zone, e);
+                return;
+            }
+        };
+        for (i, &(s, seq, crc)) in slots.iter().enumerate() {
+            let ppa = Ppa::new(zone, offset + i as u64, self.cap());
+            let lba = self.buffer.slot(s).lba;
+            let latest = self.buffer.is_latest(lba, s);
+            let slot = self.buffer.release(s);
+            if slot.counted_new {
+                self.buffered_new -= 1;
+            }
+            self.buffer
+                .recycle(slot.data, self.geo.block_size_bytes as usize);
+            if latest {
+                self.map(lba, ppa, crc);
+                if self.tag_mode == TagMode::InBand {
+                    self.log.push_note(Note::HostWrite {
+                        seq,
+                        lba,
+                        ppa,
+                        data_crc: crc,
+                    });
+                }
+            }
+        }
+        self.admit_writes();
+    }
+
+    /// A data zone refused a write: stop using it, move its live data out and
+    /// retire it (DESIGN.md §4 media faults).
+    pub(super) fn write_failed(&mut self, zone: ZoneId, error: DeviceError) {
+        if error == DeviceError::DeviceGone {
+            return;
+        }
+        self.stats.write_errors += 1;
+        for st in &mut self.lanes {
+            if st.zone == Some(zone) {
+                st.zone = None;
+            }
+        }
+        self.zones.finish(zone);
+        if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
+        {
+            self.retire_queue.push_back(zone);
+        }
+    }
+}

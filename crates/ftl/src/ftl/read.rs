@@ -1,0 +1,348 @@
+//! Host reads: planning them against the buffer and the map, the device
+//! reads that serve them, and checking the blocks that come back.
+
+use super::request::{Extent, Reply, ReplyData, MAX_EXTENT_QUERY_BLOCKS};
+use super::{Ftl, Op};
+use crate::addr::{Lba, Ppa};
+use crate::backend::{Command, DeviceError, Outcome};
+use crate::error::IoError;
+use crate::slab::Key;
+use crate::superblock::TagMode;
+use crate::tag::{self, Tag, TAG_BYTES};
+
+#[derive(Debug)]
+pub(super) struct ReadReq {
+    /// The host's request id, for the reply.
+    pub(super) id: u64,
+    /// The reply, assembled: buffered blocks, zeros, then each part's data.
+    data: Vec<u8>,
+    parts_left: u32,
+    error: Option<IoError>,
+}
+
+#[derive(Debug)]
+/// Blocks `first_lba..+count` of a request, at consecutive physical blocks.
+pub(super) struct ReadPart {
+    /// The request's key in `Ftl::reads`; `Key::NONE` when this part is the
+    /// whole request (one device read serves it all): it replies to `id`
+    /// with the device's buffer as is, with no entry in `Ftl::reads`.
+    pub(super) req: Key,
+    /// The host's request id.
+    pub(super) id: u64,
+    dst_block: u32,
+    first_lba: Lba,
+    count: u32,
+    pub(super) ppa: Ppa,
+    /// Data CRCs when the tag is not in OOB (empty in OOB mode).
+    crcs: Vec<Option<u32>>,
+    attempts: u8,
+}
+
+/// Attempts at a read that fails with a media error before its blocks are
+/// given up on (NAND read errors are often transient: read retry).
+pub(super) const READ_ATTEMPTS: u8 = 3;
+/// Blocks looked up in the L2P in one pass when reads are planned (bounds
+/// the scratch; a larger request is looked up alone).
+const READ_LOOKUP_BATCH_BLOCKS: usize = 256;
+
+impl Ftl {
+    pub(super) fn extents(&self, lba: Lba, block_count: u32) -> Result<ReplyData, IoError> {
+        if block_count > MAX_EXTENT_QUERY_BLOCKS {
+            return Err(IoError::TooLarge {
+                block_count: u64::from(block_count),
+                max_blocks: MAX_EXTENT_QUERY_BLOCKS,
+            });
+        }
+        let logical_blocks = self.layout.logical_blocks;
+        if lba
+            .checked_add(u64::from(block_count))
+            .is_none_or(|end| end > logical_blocks)
+        {
+            return Err(IoError::OutOfRange {
+                lba,
+                block_count: u64::from(block_count),
+                logical_blocks,
+            });
+        }
+        let mut runs: Vec<Extent> = Vec::new();
+        for l in lba..lba + u64::from(block_count) {
+            let mapped = self.l2p.get(l).is_some() || self.buffer.lookup(l).is_some();
+            match runs.last_mut() {
+                Some(run) if run.mapped == mapped => run.block_count += 1,
+                _ => runs.push(Extent {
+                    block_count: 1,
+                    mapped,
+                }),
+            }
+        }
+        Ok(ReplyData::Extents(runs))
+    }
+
+    /// Accepts a read; its blocks are looked up at the next poll.
+    pub(super) fn start_read(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Option<ReplyData>, IoError> {
+        self.check_range(lba, u64::from(block_count))?;
+        if block_count == 0 {
+            return Ok(Some(ReplyData::Read(Vec::new())));
+        }
+        self.stats.host_read_blocks += u64::from(block_count);
+        self.unplanned_reads.push_back((id, lba, block_count));
+        Ok(None)
+    }
+
+    /// Plans every accepted read, a batch at a time: first the L2P lookups
+    /// of the whole batch in one tight loop (they are independent, so their
+    /// cache misses overlap instead of stalling one request each), then
+    /// each request's device reads. A read takes its snapshot of the map
+    /// here, between its request and its reply.
+    pub(super) fn plan_reads(&mut self) {
+        while !self.unplanned_reads.is_empty() {
+            let mut lookups = std::mem::take(&mut self.read_lookups);
+            lookups.clear();
+            let mut requests = 0;
+            for &(_, lba, block_count) in &self.unplanned_reads {
+                let full = lookups.len() + block_count as usize > READ_LOOKUP_BATCH_BLOCKS;
+                if full && requests > 0 {
+                    break;
+                }
+                lookups.extend((lba..lba + u64::from(block_count)).map(|l| self.l2p.get(l)));
+                requests += 1;
+            }
+            let mut at = 0;
+            for _ in 0..requests {
+                let (id, lba, block_count) = self.unplanned_reads.pop_front().expect("counted");
+                let ppas = &lookups[at..at + block_count as usize];
+                at += ppas.len();
+                if let Some(data) = self.plan_read(id, lba, ppas) {
+                    self.replies.push_back(Reply {
+                        id,
+                        result: Ok(ReplyData::Read(data)),
+                    });
+                }
+            }
+            self.read_lookups = lookups;
+        }
+    }
+
+    /// Queues the device reads of request `id` at `lba`, whose blocks map
+    /// to `ppas`; returns the reply when no device read is needed.
+    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<Ppa>]) -> Option<Vec<u8>> {
+        let block_count = ppas.len() as u32;
+        let mut parts = std::mem::take(&mut self.read_plan);
+        debug_assert!(parts.is_empty());
+        let media_blocks = self.plan_parts(id, lba, ppas, &mut parts);
+        let cap = self.cap();
+        if parts.len() == 1 && media_blocks == block_count {
+            let p = parts.pop().expect("one part");
+            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
+            self.whole_reads += 1;
+            self.read_queue.push_back(p);
+            self.read_plan = parts;
+            return None;
+        }
+        let data = self.assemble_read(lba, block_count);
+        if parts.is_empty() {
+            self.read_plan = parts;
+            return Some(data);
+        }
+        let req = self.reads.insert(ReadReq {
+            id,
+            data,
+            parts_left: parts.len() as u32,
+            error: None,
+        });
+        for mut p in parts.drain(..) {
+            self.zone_readers[p.ppa.zone(cap) as usize] += 1;
+            p.req = req;
+            self.read_queue.push_back(p);
+        }
+        self.read_plan = parts;
+        None
+    }
+
+    /// Device reads for the mapped, unbuffered blocks of a request, merged
+    /// where physical blocks are consecutive, appended to `parts` (their
+    /// `req` not yet set); returns how many blocks they cover.
+    fn plan_parts(
+        &self,
+        id: u64,
+        lba: Lba,
+        ppas: &[Option<Ppa>],
+        parts: &mut Vec<ReadPart>,
+    ) -> u32 {
+        let cap = self.cap();
+        let in_band = self.tag_mode == TagMode::InBand;
+        let buffered = self.buffer.used_slots() > 0;
+        let mut media_blocks = 0;
+        for (i, &ppa) in (0u32..).zip(ppas) {
+            let l = lba + u64::from(i);
+            if buffered && self.buffer.lookup(l).is_some() {
+                continue;
+            }
+            let Some(ppa) = ppa else { continue };
+            media_blocks += 1;
+            let crc = if in_band {
+                Some(self.p2l.crc(ppa))
+            } else {
+                None
+            };
+            if let Some(p) = parts.last_mut() {
+                let contiguous = p.ppa.0 + p.count == ppa.0
+                    && p.ppa.zone(cap) == ppa.zone(cap)
+                    && p.dst_block + p.count == i
+                    && p.count < self.geo.max_transfer_blocks;
+                if contiguous {
+                    p.count += 1;
+                    p.crcs.extend(crc);
+                    continue;
+                }
+            }
+            parts.push(ReadPart {
+                req: Key::NONE,
+                id,
+                dst_block: i,
+                first_lba: l,
+                count: 1,
+                ppa,
+                crcs: crc.into_iter().collect(),
+                attempts: 0,
+            });
+        }
+        media_blocks
+    }
+
+    /// The reply buffer: buffered blocks copied in, unmapped ones zero.
+    fn assemble_read(&self, lba: Lba, block_count: u32) -> Vec<u8> {
+        let bs = self.block_size();
+        let mut data = vec![0u8; block_count as usize * bs];
+        for (i, dst) in data.chunks_exact_mut(bs).enumerate() {
+            if let Some(buffered) = self.buffer.lookup(lba + i as u64) {
+                dst.copy_from_slice(buffered);
+            }
+        }
+        data
+    }
+
+    pub(super) fn next_read_command(&mut self) -> Option<(Op, Command)> {
+        let part = self.read_queue.pop_front()?;
+        let cap = self.cap();
+        let cmd = Command::Read {
+            zone: part.ppa.zone(cap),
+            offset_blocks: part.ppa.offset_blocks(cap),
+            block_count: part.count,
+        };
+        Some((Op::HostRead(part), cmd))
+    }
+
+    pub(super) fn host_read_done(
+        &mut self,
+        mut part: ReadPart,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        let cap = self.cap();
+        let zone = part.ppa.zone(cap);
+        let media_error = matches!(result, Err(ref e) if *e != DeviceError::DeviceGone);
+        if media_error && part.attempts + 1 < READ_ATTEMPTS {
+            part.attempts += 1; // read retry; the zone stays pinned by this reader
+            self.read_queue.push_front(part);
+            return;
+        }
+        self.zone_readers[zone as usize] -= 1;
+        let bs = self.block_size();
+        let checked = match result {
+            Ok(Outcome::Read { data, oob }) => self.verify_blocks(&part, &data, &oob).map(|_| data),
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(DeviceError::DeviceGone) => Err(IoError::DeviceGone),
+            Err(e) => Err(IoError::Device {
+                lba: part.first_lba,
+                source: e,
+            }),
+        };
+        if part.req == Key::NONE {
+            self.whole_reads -= 1;
+            let result = checked.map(ReplyData::Read);
+            self.stats.read_errors += u64::from(result.is_err());
+            self.replies.push_back(Reply {
+                id: part.id,
+                result,
+            });
+            return;
+        }
+        let Some(req) = self.reads.get_mut(part.req) else {
+            return; // answered already (the device went away)
+        };
+        match checked {
+            Ok(data) => {
+                let at = part.dst_block as usize * bs;
+                req.data[at..at + data.len()].copy_from_slice(&data);
+            }
+            Err(e) => {
+                self.stats.read_errors += 1;
+                req.error.get_or_insert(e);
+            }
+        }
+        req.parts_left -= 1;
+        if req.parts_left == 0 {
+            let req = self.reads.remove(part.req).expect("read request");
+            let result = match req.error {
+                Some(e) => Err(e),
+                None => Ok(ReplyData::Read(req.data)),
+            };
+            self.replies.push_back(Reply { id: req.id, result });
+        }
+    }
+
+    /// Checks each block's CRC (and, with OOB tags, that it is the block asked for).
+    fn verify_blocks(&self, part: &ReadPart, data: &[u8], oob: &[u8]) -> Result<(), IoError> {
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let cap = self.cap();
+        for i in 0..part.count as usize {
+            let lba = part.first_lba + i as u64;
+            let ppa = Ppa(part.ppa.0 + i as u32);
+            let (zone, offset_blocks) = (ppa.zone(cap), ppa.offset_blocks(cap));
+            let block = &data[i * bs..(i + 1) * bs];
+            let actual_crc = tag::data_crc(block);
+            let expected_crc = match self.tag_mode {
+                TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
+                    Ok(Some(t)) if t.lba == lba => t.data_crc,
+                    Ok(Some(t)) => {
+                        return Err(IoError::Misdirected {
+                            lba,
+                            zone,
+                            offset_blocks,
+                            found_lba: t.lba,
+                        })
+                    }
+                    Ok(None) | Err(_) => {
+                        return Err(IoError::Corrupt {
+                            lba,
+                            zone,
+                            offset_blocks,
+                            expected_crc: 0,
+                            actual_crc,
+                        })
+                    }
+                },
+                TagMode::InBand => match part.crcs[i] {
+                    Some(c) => c,
+                    None => continue, // remapped after the read was issued; the data was valid then
+                },
+            };
+            if expected_crc != actual_crc {
+                return Err(IoError::Corrupt {
+                    lba,
+                    zone,
+                    offset_blocks,
+                    expected_crc,
+                    actual_crc,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,495 @@
+//! Relocation: garbage collection, static wear leveling and zone
+//! retirement, from victim choice through copying to the victim's reset.
+
+use super::lane::Lane;
+use super::read::READ_ATTEMPTS;
+use super::{Ftl, Op};
+use crate::addr::{Lba, Ppa, Seq};
+use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::buffer::Temp;
+use crate::note::Note;
+use crate::superblock::TagMode;
+use crate::tag::{Tag, TagKind, TAG_BYTES};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub(super) struct RelocItem {
+    lba: Lba,
+    src: Ppa,
+    /// The GC read's buffer, shared by its blocks; this one is at `at`.
+    buf: Arc<Vec<u8>>,
+    at: usize,
+    seq: Seq,
+    crc: u32,
+}
+
+impl RelocItem {
+    fn block(&self, block_size: usize) -> &[u8] {
+        &self.buf[self.at..self.at + block_size]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum JobPurpose {
+    Gc,
+    StaticWl,
+    Retire,
+}
+
+#[derive(Debug)]
+pub(super) enum JobPhase {
+    Copying,
+    /// The ZoneReset/ZoneRetire note is packed; waits until the log is durable through `log_barrier`.
+    Noting {
+        log_barrier: u64,
+    },
+    /// Waits for host reads of the victim to finish, then flushes the device
+    /// so the relocated copies are durable before the originals go.
+    ReadyToFlush,
+    Flushing,
+    ReadyToReset,
+    Resetting,
+}
+
+#[derive(Debug)]
+pub(super) struct GcJob {
+    pub(super) victim: ZoneId,
+    pub(super) purpose: JobPurpose,
+    scan_offset: u64,
+    reads_in_flight: u32,
+    pub(super) phase: JobPhase,
+    /// Reads that failed, to issue again: (first block, count, attempts so far).
+    retries: Vec<(Ppa, u32, u8)>,
+    /// Live blocks that could not be read or failed their checksum.
+    unreadable: BTreeSet<Ppa>,
+}
+
+/// While GC is busy, GC jobs between two static wear-leveling moves.
+const WL_EVERY_GC_JOBS: u32 = 4;
+
+impl Ftl {
+    fn retire_zone(&mut self, zone: ZoneId) {
+        self.zones.retire(zone);
+        self.max_mapped_blocks = self.max_mapped_blocks.saturating_sub(self.cap());
+    }
+
+    /// A zone for static wear leveling to move, if leveling is due: when GC
+    /// is idle, or as at most one job in `WL_EVERY_GC_JOBS + 1` while GC is
+    /// busy (a leveling move frees the zone it empties, so it costs GC no
+    /// space, only time).
+    fn wl_victim(&self) -> Option<ZoneId> {
+        if self.cfg.static_wl_threshold == 0 || self.zones.free_count() == 0 {
+            return None;
+        }
+        if self.gc_needed() && self.jobs_since_wl < WL_EVERY_GC_JOBS {
+            return None;
+        }
+        let ex = |z: ZoneId| self.excluded(z);
+        self.zones
+            .pick_static_wl_victim(self.cfg.static_wl_threshold, ex)
+    }
+
+    pub(super) fn gc_queued(&self) -> usize {
+        self.gc_queues[0].len() + self.gc_queues[1].len()
+    }
+
+    fn gc_needed(&self) -> bool {
+        (self.zones.free_count() as u64)
+            <= u64::from(self.gc_reserve_zones + self.cfg.gc_start_free_zones)
+    }
+
+    fn excluded(&self, z: ZoneId) -> bool {
+        self.lanes.iter().any(|st| st.zone == Some(z)) || self.zone_appends[z as usize] > 0
+    }
+
+    fn pick_job(&mut self) -> Option<GcJob> {
+        let (victim, purpose) = if let Some(z) = self.retire_queue.pop_front() {
+            (z, JobPurpose::Retire)
+        } else if let Some(z) = self.wl_victim() {
+            self.jobs_since_wl = 0;
+            (z, JobPurpose::StaticWl)
+        } else if self.gc_needed() {
+            let ex = |z: ZoneId| self.excluded(z);
+            let z = self
+                .zones
+                .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?;
+            self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
+            (z, JobPurpose::Gc)
+        } else {
+            return None;
+        };
+        Some(GcJob {
+            victim,
+            purpose,
+            scan_offset: 0,
+            reads_in_flight: 0,
+            phase: JobPhase::Copying,
+            retries: Vec::new(),
+            unreadable: BTreeSet::new(),
+        })
+    }
+
+    pub(super) fn next_job_command(&mut self) -> Option<(Op, Command)> {
+        if self.read_only {
+            return None;
+        }
+        if self.job.is_none() {
+            self.job = self.pick_job();
+        }
+        let job = self.job.as_ref()?;
+        let victim = job.victim;
+        match job.phase {
+            JobPhase::Copying => self.next_gc_read(),
+            JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
+                self.job.as_mut().expect("job").phase = JobPhase::Flushing;
+                Some((Op::VictimFlush, Command::Flush))
+            }
+            JobPhase::ReadyToReset => {
+                self.job.as_mut().expect("job").phase = JobPhase::Resetting;
+                Some((
+                    Op::VictimReset { zone: victim },
+                    Command::Reset { zone: victim },
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    fn gc_budget_left(&self) -> bool {
+        let host_busy = self.buffer.queued() > 0 || !self.read_queue.is_empty();
+        let urgent = (self.zones.free_count() as u64) <= u64::from(self.gc_reserve_zones);
+        urgent || !host_busy || self.gc_in_flight < self.cfg.gc_max_inflight
+    }
+
+    fn next_gc_read(&mut self) -> Option<(Op, Command)> {
+        if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
+            return None;
+        }
+        let cap = self.cap();
+        if let Some((ppa, count, attempts)) = self.job.as_mut().expect("job").retries.pop() {
+            return Some(self.gc_read(ppa, count, attempts));
+        }
+        let job = self.job.as_ref().expect("job");
+        let (victim, wp) = (
+            job.victim,
+            self.zones.get(job.victim).write_pointer_blocks(),
+        );
+        let movable = |off: u64| {
+            let p = Ppa::new(victim, off, cap);
+            self.p2l.is_valid(p) && !job.unreadable.contains(&p)
+        };
+        let mut off = job.scan_offset;
+        while off < wp && !movable(off) {
+            off += 1;
+        }
+        let start = off;
+        let limit = u64::from(self.geo.max_transfer_blocks).min(64);
+        while off < wp && off - start < limit && movable(off) {
+            off += 1;
+        }
+        self.job.as_mut().expect("job").scan_offset = off;
+        if start == off {
+            return None; // scan finished; completion is checked in advance()
+        }
+        Some(self.gc_read(Ppa::new(victim, start, cap), (off - start) as u32, 0))
+    }
+
+    fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
+        let cap = self.cap();
+        let zone = ppa.zone(cap);
+        self.job.as_mut().expect("job").reads_in_flight += 1;
+        self.gc_in_flight += 1;
+        self.zone_readers[zone as usize] += 1;
+        let cmd = Command::Read {
+            zone,
+            offset_blocks: ppa.offset_blocks(cap),
+            block_count: count,
+        };
+        (
+            Op::GcRead {
+                ppa,
+                count,
+                attempts,
+            },
+            cmd,
+        )
+    }
+
+    pub(super) fn gc_read_done(
+        &mut self,
+        first: Ppa,
+        count: u32,
+        attempts: u8,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        let cap = self.cap();
+        self.gc_in_flight -= 1;
+        self.zone_readers[first.zone(cap) as usize] -= 1;
+        if let Some(job) = self.job.as_mut() {
+            job.reads_in_flight -= 1;
+        }
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let (data, oob) = match result {
+            Ok(Outcome::Read { data, oob }) => (data, oob),
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(DeviceError::DeviceGone) => return,
+            Err(_) if attempts < READ_ATTEMPTS => {
+                if let Some(job) = self.job.as_mut() {
+                    job.retries.push((first, count, attempts));
+                }
+                return;
+            }
+            Err(_) if count > 1 => {
+                // One bad page must not doom its neighbours: block by block.
+                if let Some(job) = self.job.as_mut() {
+                    job.retries
+                        .extend((0..count).map(|i| (Ppa(first.0 + i), 1, 0)));
+                }
+                return;
+            }
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        let data = Arc::new(data);
+        for i in 0..count as usize {
+            let ppa = Ppa(first.0 + i as u32);
+            if !self.p2l.is_valid(ppa) {
+                continue; // overwritten or trimmed since the scan
+            }
+            // The LBA and data CRC come from the tag (OOB) or the table (in
+            // band); the CRC travels with the data rather than being
+            // recomputed: a damaged block moved by GC still fails its check
+            // when the host reads it, so nothing is laundered. A tag naming a
+            // block the map does not send here makes the block unreadable.
+            let readable = data.len() >= (i + 1) * bs;
+            let carried = match self.tag_mode {
+                _ if !readable => None,
+                TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
+                    Ok(Some(t)) => Some((t.lba, t.data_crc, t.seq)),
+                    _ => None,
+                },
+                TagMode::InBand => self
+                    .p2l
+                    .lba(ppa)
+                    .zip(self.p2l.crc(ppa))
+                    .map(|(l, c)| (l, c, 0)),
+            };
+            let carried = carried.filter(|&(lba, ..)| {
+                lba < self.layout.logical_blocks && self.l2p.get(lba) == Some(ppa)
+            });
+            if let Some((lba, crc, seq)) = carried {
+                let item = RelocItem {
+                    lba,
+                    src: ppa,
+                    buf: Arc::clone(&data),
+                    at: i * bs,
+                    seq,
+                    crc,
+                };
+                let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
+                self.gc_queues[temp as usize].push_back(item);
+            } else {
+                // Unreadable, or its tag names another block: it stays mapped
+                // where it is (reads report the error) and the victim is
+                // retired instead of reset.
+                self.stats.read_errors += 1;
+                if let Some(job) = self.job.as_mut() {
+                    job.unreadable.insert(ppa);
+                }
+            }
+        }
+    }
+
+    pub(super) fn next_gc_append(&mut self) -> Option<(Op, Command)> {
+        if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
+            return None;
+        }
+        let wl = self
+            .job
+            .as_ref()
+            .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
+        let temp = if self.gc_queues[0].len() >= self.gc_queues[1].len() {
+            Temp::Hot
+        } else {
+            Temp::Cold
+        };
+        // Relocated data joins the stream of its temperature: cold with cold
+        // host writes, the rest in the GC stream (survivors of a collection).
+        let lane = match (wl, self.cfg.separate_gc_stream, temp) {
+            (true, _, _) => Lane::WearLeveling,
+            (false, false, _) => Lane::HostHot,
+            (false, true, Temp::Cold) if self.cfg.temperature_streams => Lane::HostCold,
+            (false, true, _) => Lane::Gc,
+        };
+        let queued = self.gc_queues[temp as usize].len() as u64;
+        let urgent = self.job.as_ref().is_some_and(|j| {
+            j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
+                && j.reads_in_flight == 0
+        });
+        // GC and leveling (which frees what it moves) may use the reserve.
+        let (lane, zone, room) = self.room_in(lane, queued, true)?;
+        let (n, pad) = self.batch_size(queued, room, urgent);
+        if n == 0 {
+            return None;
+        }
+        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let items: Vec<RelocItem> = self.gc_queues[temp as usize].drain(..n as usize).collect();
+        for it in &items {
+            data.extend_from_slice(it.block(self.block_size()));
+            let t = Tag {
+                kind: TagKind::Relocated,
+                epoch: self.epoch,
+                lba: it.lba,
+                seq: it.seq,
+                data_crc: it.crc,
+            };
+            self.push_tag(&mut oob, &t);
+        }
+        self.push_padding(&mut data, &mut oob, pad, self.block_size());
+        let newest = items.iter().map(|it| it.seq).max().unwrap_or(0);
+        // Relocated data keeps the age of its youngest source: a hot block
+        // GC moved must not look cold on its next write (erring hot is
+        // cheaper than polluting cold zones).
+        let cap = self.cap();
+        let youngest = items
+            .iter()
+            .map(|it| self.zone_clock[it.src.zone(cap) as usize])
+            .max()
+            .unwrap_or(0);
+        let clock = &mut self.zone_clock[zone as usize];
+        *clock = (*clock).max(youngest);
+        self.lane_commit(lane, zone, n + pad, newest);
+        self.gc_in_flight += 1;
+        self.stats.media_write_blocks += n + pad;
+        self.stats.gc_copy_blocks += n;
+        self.stats.pad_blocks += pad;
+        self.blocks_since_checkpoint += n + pad;
+        Some((
+            Op::GcAppend {
+                zone,
+                items,
+                pad_blocks: pad as u32,
+            },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    /// GC may use the reserve; with a shared stream it writes where the host does.
+    pub(super) fn gc_append_done(
+        &mut self,
+        zone: ZoneId,
+        items: Vec<RelocItem>,
+        pad: u32,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.gc_in_flight -= 1;
+        self.append_settled(zone);
+        let offset = match result {
+            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => {
+                self.stats.media_write_blocks -= items.len() as u64 + u64::from(pad);
+                for it in items.into_iter().rev() {
+                    self.gc_queues[Temp::Hot as usize].push_front(it);
+                }
+                self.write_failed(zone, e);
+                return;
+            }
+        };
+        for (i, it) in items.into_iter().enumerate() {
+            let dst = Ppa::new(zone, offset + i as u64, self.cap());
+            if self.l2p.get(it.lba) != Some(it.src) {
+                continue; // a host write or trim won the race
+            }
+            self.map(it.lba, dst, it.crc);
+            let seq = self.take_seq();
+            self.log.push_note(Note::Reloc {
+                seq,
+                lba: it.lba,
+                from: it.src,
+                to: dst,
+            });
+        }
+    }
+
+    /// Drives the job to its note, flush and reset once its copies are done.
+    pub(super) fn advance_job(&mut self) {
+        let Some(job) = self.job.as_ref() else { return };
+        let (victim, purpose) = (job.victim, job.purpose);
+        match job.phase {
+            JobPhase::Copying => {
+                let wp = self.zones.get(victim).write_pointer_blocks();
+                let copied = job.scan_offset >= wp
+                    && job.reads_in_flight == 0
+                    && job.retries.is_empty()
+                    && self.gc_queued() == 0;
+                let gc_writes_done = self.gc_in_flight == 0;
+                if !copied || !gc_writes_done {
+                    return;
+                }
+                let job = self.job.as_mut().expect("job");
+                job.unreadable.retain(|&p| self.p2l.is_valid(p));
+                let stuck = job.unreadable.len() as u64;
+                if self.zones.get(victim).valid_blocks() > stuck {
+                    // Blocks became live behind the scan (cannot happen for a
+                    // Full zone) or a write raced: rescan.
+                    job.scan_offset = 0;
+                    return;
+                }
+                if stuck > 0 {
+                    job.purpose = JobPurpose::Retire;
+                }
+                let purpose = job.purpose;
+                let seq = self.take_seq();
+                let note = if purpose == JobPurpose::Retire {
+                    Note::ZoneRetire { seq, zone: victim }
+                } else {
+                    Note::ZoneReset {
+                        seq,
+                        zone: victim,
+                        erase_count: self.zones.get(victim).erase_count() + 1,
+                    }
+                };
+                self.log.push_note(note);
+                self.log.pack(true);
+                let log_barrier = self.log.next_log_seq();
+                self.job.as_mut().expect("job").phase = JobPhase::Noting { log_barrier };
+            }
+            JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
+                if purpose == JobPurpose::Retire {
+                    self.retire_zone(victim);
+                    self.job = None;
+                } else {
+                    self.job.as_mut().expect("job").phase = JobPhase::ReadyToFlush;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn victim_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+        if result.is_err() {
+            self.metadata_failed();
+            return;
+        }
+        self.job.as_mut().expect("job").phase = JobPhase::ReadyToReset;
+    }
+
+    pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
+        self.job = None;
+        match result {
+            Ok(_) => {
+                self.p2l.clear_zone(zone, self.cap());
+                self.zones.release(zone);
+                self.stats.erases += 1;
+            }
+            Err(DeviceError::DeviceGone) => {}
+            Err(_) => {
+                let seq = self.take_seq();
+                self.log.push_note(Note::ZoneRetire { seq, zone });
+                self.retire_zone(zone);
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! What the host asks of the core and what it gets back: requests,
+//! replies and the extents a map query returns.
+
+use crate::addr::Lba;
+use crate::error::IoError;
+
+/// A host request. Offsets and counts are in blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Read {
+        lba: Lba,
+        block_count: u32,
+    },
+    /// `fua`: reply only once the data is durable.
+    Write {
+        lba: Lba,
+        data: Vec<u8>,
+        fua: bool,
+    },
+    /// Persistent trim: reads return zeros, also after a crash once flushed.
+    Trim {
+        lba: Lba,
+        block_count: u32,
+    },
+    /// Reads return zeros; costs a note, no data writes.
+    WriteZeroes {
+        lba: Lba,
+        block_count: u32,
+        fua: bool,
+    },
+    /// Which blocks of the range hold data: runs of mapped (written, or
+    /// buffered) and unmapped (never written or trimmed: they read as zeros)
+    /// blocks, for NBD block status and tools. At most
+    /// `MAX_EXTENT_QUERY_BLOCKS` per request.
+    Extents {
+        lba: Lba,
+        block_count: u32,
+    },
+    /// Makes every acknowledged write, trim and zeroing durable.
+    Flush,
+}
+
+/// What a finished request returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyData {
+    Read(Vec<u8>),
+    /// Answer to `Request::Extents`: consecutive runs covering the range.
+    Extents(Vec<Extent>),
+    Done,
+}
+
+/// A run of blocks that are all mapped or all unmapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub block_count: u32,
+    pub mapped: bool,
+}
+
+/// The largest range one `Request::Extents` may ask about (bounds its loop).
+pub const MAX_EXTENT_QUERY_BLOCKS: u32 = 1 << 20;
+
+/// The answer to request `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub id: u64,
+    pub result: Result<ReplyData, IoError>,
+}

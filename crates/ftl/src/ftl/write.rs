@@ -1,0 +1,193 @@
+//! Host writes, trims and flushes up to the write buffer: admission, and
+//! the waiters a flush holds until data, log and device are durable.
+
+use super::ckpt::CkptState;
+use super::request::{Reply, ReplyData};
+use super::{Ftl, Op};
+use crate::addr::Lba;
+use crate::backend::Command;
+use crate::buffer::Temp;
+use crate::error::IoError;
+use crate::note::Note;
+
+#[derive(Debug)]
+enum FlushStage {
+    Data { ticket_barrier: u64 },
+    Log { log_barrier: u64 },
+    Device,
+}
+
+#[derive(Debug)]
+pub(super) struct FlushWait {
+    pub(super) id: u64,
+    stage: FlushStage,
+}
+
+impl Ftl {
+    pub(super) fn start_write(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> Result<Option<ReplyData>, IoError> {
+        let bs = self.block_size();
+        if data.is_empty() || !data.len().is_multiple_of(bs) {
+            let expected_bytes = data.len().div_ceil(bs).max(1) * bs;
+            return Err(IoError::BufferSize {
+                expected_bytes,
+                actual_bytes: data.len(),
+            });
+        }
+        self.check_range(lba, (data.len() / bs) as u64)?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        self.waiting_writes.push_back((id, lba, data, fua));
+        self.admit_writes();
+        Ok(None)
+    }
+
+    /// Moves waiting writes into the buffer, in arrival order, while it has room.
+    pub(super) fn admit_writes(&mut self) {
+        while let Some((id, lba, data, fua)) = self.waiting_writes.pop_front() {
+            let bs = self.block_size();
+            let count = (data.len() / bs) as u64;
+            let needed: usize = (lba..lba + count)
+                .map(|l| self.buffer.slots_needed(l))
+                .sum();
+            if needed > self.buffer.free_slots() {
+                assert!(
+                    count <= u64::from(self.cfg.write_buffer_blocks)
+                        || self.buffer.used_slots() > 0
+                );
+                self.waiting_writes.push_front((id, lba, data, fua));
+                return;
+            }
+            let new_blocks = (lba..lba + count)
+                .filter(|&l| self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none())
+                .count() as u64;
+            if self.l2p.mapped_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Err(IoError::NoSpace),
+                });
+                continue;
+            }
+            if count == 1 {
+                self.buffer_block(lba, data); // the request's own buffer, no copy
+            } else {
+                for (i, chunk) in data.chunks_exact(bs).enumerate() {
+                    let block = self.buffer.block_copy(chunk);
+                    self.buffer_block(lba + i as u64, block);
+                }
+            }
+            self.stats.host_write_blocks += count;
+            if fua {
+                self.add_flush(id);
+            } else {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Ok(ReplyData::Done),
+                });
+            }
+        }
+    }
+
+    fn buffer_block(&mut self, lba: Lba, block: Vec<u8>) {
+        let is_new = self.l2p.get(lba).is_none() && self.buffer.lookup(lba).is_none();
+        let temp = self.temperature(lba);
+        self.buffer.insert(lba, block, is_new, temp);
+        self.host_clock += 1;
+        self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
+        self.buffered_new += u64::from(is_new);
+    }
+
+    pub(super) fn trim(&mut self, lba: Lba, block_count: u32, zeroes: bool) -> Result<(), IoError> {
+        self.check_range(lba, u64::from(block_count))?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        for l in lba..lba + u64::from(block_count) {
+            if self.buffer.discard(l) {
+                self.buffered_new -= 1;
+            }
+            self.unmap(l);
+        }
+        let seq = self.take_seq();
+        self.log.push_note(Note::Trim {
+            seq,
+            lba,
+            block_count: u64::from(block_count),
+        });
+        if zeroes {
+            self.stats.host_zero_blocks += u64::from(block_count);
+        } else {
+            self.stats.host_trim_blocks += u64::from(block_count);
+        }
+        Ok(())
+    }
+
+    pub(super) fn add_flush(&mut self, id: u64) {
+        let ticket_barrier = self.buffer.next_ticket();
+        self.flushes.push(FlushWait {
+            id,
+            stage: FlushStage::Data { ticket_barrier },
+        });
+    }
+
+    pub(super) fn host_flush_waiting(&self) -> bool {
+        !self.flushes.is_empty() || matches!(self.ckpt, CkptState::Draining)
+    }
+
+    pub(super) fn next_flush_command(&mut self) -> Option<(Op, Command)> {
+        let ready: Vec<u64> = self
+            .flushes
+            .iter()
+            .filter(|f| matches!(f.stage, FlushStage::Device))
+            .map(|f| f.id)
+            .collect();
+        if ready.is_empty() {
+            return None;
+        }
+        self.flushes
+            .retain(|f| !matches!(f.stage, FlushStage::Device));
+        self.stats.flushes += 1;
+        Some((Op::HostFlush { waiters: ready }, Command::Flush))
+    }
+
+    /// Moves flush waiters through data → log → device stages.
+    pub(super) fn advance_flushes(&mut self) {
+        let mut need_pack = false;
+        for f in &mut self.flushes {
+            if let FlushStage::Data { ticket_barrier } = f.stage {
+                if self.buffer.drained_before(ticket_barrier) {
+                    need_pack = true;
+                    f.stage = FlushStage::Log {
+                        log_barrier: u64::MAX,
+                    };
+                }
+            }
+        }
+        if need_pack {
+            self.log.pack(true);
+            let barrier = self.log.next_log_seq();
+            for f in &mut self.flushes {
+                if let FlushStage::Log { log_barrier } = &mut f.stage {
+                    if *log_barrier == u64::MAX {
+                        *log_barrier = barrier;
+                    }
+                }
+            }
+        }
+        // A read-only core has already failed every waiter (`fail_waiters`).
+        let durable = self.log.durable_next();
+        for f in &mut self.flushes {
+            if let FlushStage::Log { log_barrier } = f.stage {
+                if durable >= log_barrier {
+                    f.stage = FlushStage::Device;
+                }
+            }
+        }
+    }
+}
