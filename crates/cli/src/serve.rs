@@ -829,6 +829,33 @@ mod tests {
             .collect()
     }
 
+    /// Runs `run_until` on a thread until `stop` is sent; returns where it
+    /// listens once it is up.
+    fn start(
+        s: Settings,
+    ) -> (
+        Bound,
+        tokio::sync::oneshot::Sender<()>,
+        std::thread::JoinHandle<Result<(), CliError>>,
+    ) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            run_until(
+                &s,
+                None,
+                async {
+                    let _ = stopped.await;
+                },
+                move |b| bound_tx.send(b).unwrap(),
+            )
+        });
+        let bound = bound_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the server starts");
+        (bound, stop, server)
+    }
+
     #[test]
     fn memory_device_serves_and_conflicts_with_an_image() {
         let e = serve_args(&["--memory-mib", "64", "--image", "x.img"]).unwrap_err();
@@ -850,21 +877,7 @@ mod tests {
             "127.0.0.1:0",
         ])
         .unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-        let server = std::thread::spawn(move || {
-            run_until(
-                &s,
-                None,
-                async {
-                    let _ = stopped.await;
-                },
-                move |b| bound_tx.send(b).unwrap(),
-            )
-        });
-        let bound = bound_rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the server starts");
+        let (bound, stop, server) = start(s);
         write_over_nbd(bound.nbd, 8);
         let m = get_metrics(bound.metrics.unwrap());
         assert_eq!(m["zftl_ftl_host_write_blocks_total"], 8.0);
@@ -886,21 +899,7 @@ mod tests {
             "127.0.0.1:0",
         ])
         .unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-        let server = std::thread::spawn(move || {
-            run_until(
-                &s,
-                None,
-                async {
-                    let _ = stopped.await;
-                },
-                move |b| bound_tx.send(b).unwrap(),
-            )
-        });
-        let bound = bound_rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the server starts");
+        let (bound, stop, server) = start(s);
         let maddr = bound.metrics.unwrap();
         let before = get_metrics(maddr);
         assert_eq!(before["zftl_ftl_up"], 1.0);
