@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::io;
 use std::mem::{offset_of, size_of};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -170,92 +170,68 @@ pub struct Finished<T> {
     pub result: u64,
 }
 
-/// An io_uring with 128-byte SQEs and 32-byte CQEs over one NVMe char
-/// device. Every buffer a queued command refers to is owned here until its
-/// CQE has been consumed; dropping the ring waits for the kernel first.
-pub struct Ring<T> {
-    ring: IoUring<squeue::Entry128, cqueue::Entry32>,
+/// An io_uring whose slot table owns what every queued entry points into
+/// (`V`: buffers and caller context) until the entry's CQE is consumed;
+/// dropping the ring waits for the kernel first. The NVMe passthrough ring
+/// and the block device ring are this with their own entry types.
+struct SlotRing<S: squeue::EntryMarker, C: cqueue::EntryMarker, V> {
+    ring: IoUring<S, C>,
     file: File,
-    slots: Vec<Option<Owned<T>>>,
+    slots: Vec<Option<V>>,
     free: Vec<u32>,
-    /// Commands pushed and not yet completed (in the SQ or in the kernel).
+    /// Entries pushed and not yet completed (in the SQ or in the kernel).
     in_kernel: usize,
     /// SQEs pushed since the last `io_uring_enter`.
     unsubmitted: usize,
 }
 
-impl<T> Ring<T> {
+impl<S: squeue::EntryMarker, C: cqueue::EntryMarker, V> SlotRing<S, C, V> {
     /// A ring of `entries` submission slots (the completion queue is twice
-    /// that, so it cannot overflow: at most `entries` commands are held).
-    pub fn new(file: File, entries: u32) -> io::Result<Self> {
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder().build(entries)?;
-        let n = entries as usize;
-        Ok(Ring {
-            ring,
+    /// that, so it cannot overflow: at most `entries` entries are held).
+    fn new(file: File, entries: u32) -> io::Result<Self> {
+        Ok(SlotRing {
+            ring: IoUring::<S, C>::builder().build(entries)?,
             file,
-            slots: (0..n).map(|_| None).collect(),
+            slots: (0..entries).map(|_| None).collect(),
             free: (0..entries).rev().collect(),
             in_kernel: 0,
             unsubmitted: 0,
         })
     }
 
-    pub fn file(&self) -> &File {
-        &self.file
-    }
-
-    fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
-    }
-
-    /// Commands pushed and not yet popped.
-    pub fn in_kernel(&self) -> usize {
-        self.in_kernel
-    }
-
-    /// Queue `cmd` with the buffers of `owned` as its data and metadata
-    /// (their addresses and lengths are filled in here). Gives `owned` back
-    /// when every slot is taken.
-    pub fn push(&mut self, mut cmd: NvmeCmd, owned: Owned<T>) -> Result<(), Owned<T>> {
+    /// Queues the entry `build` makes from `value` and the entry's
+    /// user_data; gives `value` back when every slot is taken.
+    ///
+    /// # Safety
+    /// Every address the entry passes to the kernel must lie in heap
+    /// storage owned by `value` (which moving `value` does not move).
+    unsafe fn push_with(
+        &mut self,
+        mut value: V,
+        build: impl FnOnce(&mut V, u64) -> S,
+    ) -> Result<(), V> {
         let Some(slot) = self.free.pop() else {
-            return Err(owned);
+            return Err(value);
         };
-        let mut owned = owned;
-        cmd.addr = if owned.data.is_empty() {
-            0
-        } else {
-            owned.data.as_mut_ptr() as u64
-        };
-        cmd.data_len = owned.data.len() as u32;
-        cmd.metadata = if owned.meta.is_empty() {
-            0
-        } else {
-            owned.meta.as_mut_ptr() as u64
-        };
-        cmd.metadata_len = owned.meta.len() as u32;
-        let entry = opcode::UringCmd80::new(types::Fd(self.fd()), NVME_URING_CMD_IO)
-            .cmd(cmd.to_sqe_cmd())
-            .build()
-            .user_data(u64::from(slot));
-        // The buffers move into the slot table; their heap storage (what the
-        // SQE points at) does not move with them.
-        self.slots[slot as usize] = Some(owned);
+        let entry = build(&mut value, u64::from(slot));
+        // The value moves into the slot table; its heap storage (what the
+        // SQE points at) does not move with it.
+        self.slots[slot as usize] = Some(value);
         loop {
-            // SAFETY: the SQE refers to `data` and `meta` of the Owned now in
-            // `slots[slot]`; that entry is only taken out in `pop`, after the
-            // kernel posted the CQE with this slot's user_data, and `Drop`
-            // waits for every pushed command before the buffers are freed.
-            // The fd stays open as long as `self.file` (and the kernel holds
-            // its own reference while the command runs).
+            // SAFETY: by the caller's contract the SQE points only into the
+            // value now in `slots[slot]`; that entry is only taken out in
+            // `pop`, after the kernel posted the CQE with this slot's
+            // user_data, and `Drop` waits for every pushed entry before the
+            // slot table is freed. The fd stays open as long as `self.file`.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
                 break;
             }
             // SQ full of unsubmitted entries: hand them to the kernel.
+            // Failing cannot happen with in_kernel <= entries; keep trying
+            // rather than lose track of the buffers.
             if let Err(e) = self.ring.submit() {
-                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EAGAIN) {
-                    // Cannot happen with in_kernel <= entries; keep trying
-                    // rather than lose track of the buffers.
+                if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
                     std::thread::yield_now();
                 }
             }
@@ -266,7 +242,7 @@ impl<T> Ring<T> {
     }
 
     /// Hand pushed SQEs to the kernel without waiting.
-    pub fn flush(&mut self) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         if self.unsubmitted == 0 {
             return Ok(());
         }
@@ -281,50 +257,41 @@ impl<T> Ring<T> {
         Ok(())
     }
 
-    /// True when a CQE is ready to pop.
-    pub fn has_completion(&mut self) -> bool {
+    fn has_completion(&mut self) -> bool {
         !self.ring.completion().is_empty()
     }
 
     /// Submit pushed SQEs and block until at least one CQE is ready.
-    pub fn wait_one(&mut self) -> io::Result<()> {
+    fn wait_one(&mut self) -> io::Result<()> {
         loop {
-            if self.has_completion() {
-                return Ok(());
-            }
-            if self.in_kernel == 0 {
+            if self.has_completion() || self.in_kernel == 0 {
                 return Ok(());
             }
             match self.ring.submit_and_wait(1) {
                 Ok(_) => self.unsubmitted = self.ring.submission().len(),
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => continue,
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// The next finished command, if any; never blocks.
-    pub fn pop(&mut self) -> Option<Finished<T>> {
+    /// The next completion and the value of its entry; never blocks.
+    fn pop(&mut self) -> Option<(V, C)> {
         let cqe = self.ring.completion().next()?;
         let slot = cqe.user_data() as usize;
-        let owned = self.slots[slot]
+        let value = self.slots[slot]
             .take()
-            .expect("CQE for a slot that holds no command");
+            .expect("CQE for a slot that holds no entry");
         self.free.push(slot as u32);
         self.in_kernel -= 1;
-        Some(Finished {
-            owned,
-            res: cqe.result(),
-            result: cqe.big_cqe()[0],
-        })
+        Some((value, cqe))
     }
 }
 
-impl<T> Drop for Ring<T> {
+impl<S: squeue::EntryMarker, C: cqueue::EntryMarker, V> Drop for SlotRing<S, C, V> {
     fn drop(&mut self) {
-        // The kernel may still DMA into buffers of commands in flight:
-        // wait for every one before the slot table (and its buffers) goes.
+        // The kernel may still DMA into buffers of entries in flight: wait
+        // for every one before the slot table (and its buffers) goes.
         while self.in_kernel > 0 {
             while self.pop().is_some() {}
             if self.in_kernel == 0 {
@@ -332,8 +299,7 @@ impl<T> Drop for Ring<T> {
             }
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
                 Err(_) => {
                     // The ring is unusable; leaking the buffers is the only
                     // safe way out (the kernel may still write to them).
@@ -342,6 +308,79 @@ impl<T> Drop for Ring<T> {
                 }
             }
         }
+    }
+}
+
+/// An io_uring with 128-byte SQEs and 32-byte CQEs over one NVMe char
+/// device. Every buffer a queued command refers to is owned here until its
+/// CQE has been consumed; dropping the ring waits for the kernel first.
+pub struct Ring<T> {
+    inner: SlotRing<squeue::Entry128, cqueue::Entry32, Owned<T>>,
+}
+
+impl<T> Ring<T> {
+    /// A ring of `entries` submission slots.
+    pub fn new(file: File, entries: u32) -> io::Result<Self> {
+        Ok(Ring {
+            inner: SlotRing::new(file, entries)?,
+        })
+    }
+
+    pub fn file(&self) -> &File {
+        &self.inner.file
+    }
+
+    /// Commands pushed and not yet popped.
+    pub fn in_kernel(&self) -> usize {
+        self.inner.in_kernel
+    }
+
+    /// Queue `cmd` with the buffers of `owned` as its data and metadata
+    /// (their addresses and lengths are filled in here). Gives `owned` back
+    /// when every slot is taken.
+    pub fn push(&mut self, mut cmd: NvmeCmd, owned: Owned<T>) -> Result<(), Owned<T>> {
+        let fd = types::Fd(self.inner.file.as_raw_fd());
+        let build = |owned: &mut Owned<T>, user_data: u64| {
+            cmd.addr = if owned.data.is_empty() {
+                0
+            } else {
+                owned.data.as_mut_ptr() as u64
+            };
+            cmd.data_len = owned.data.len() as u32;
+            cmd.metadata = if owned.meta.is_empty() {
+                0
+            } else {
+                owned.meta.as_mut_ptr() as u64
+            };
+            cmd.metadata_len = owned.meta.len() as u32;
+            opcode::UringCmd80::new(fd, NVME_URING_CMD_IO)
+                .cmd(cmd.to_sqe_cmd())
+                .build()
+                .user_data(user_data)
+        };
+        // SAFETY: the command's only addresses are the heap storage of
+        // `owned.data` and `owned.meta`, which the ring keeps until the CQE.
+        unsafe { self.inner.push_with(owned, build) }
+    }
+
+    /// Hand pushed SQEs to the kernel without waiting.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+
+    /// Submit pushed SQEs and block until at least one CQE is ready.
+    pub fn wait_one(&mut self) -> io::Result<()> {
+        self.inner.wait_one()
+    }
+
+    /// The next finished command, if any; never blocks.
+    pub fn pop(&mut self) -> Option<Finished<T>> {
+        let (owned, cqe) = self.inner.pop()?;
+        Some(Finished {
+            owned,
+            res: cqe.result(),
+            result: cqe.big_cqe()[0],
+        })
     }
 }
 
@@ -532,147 +571,68 @@ pub struct BlockFinished<T> {
 /// O_DIRECT). Every buffer of a queued operation is owned here until its
 /// CQE is consumed; dropping the ring waits for the kernel first.
 pub struct BlockRing<T> {
-    ring: IoUring,
-    file: File,
-    slots: Vec<Option<(IoBuf, T)>>,
-    free: Vec<u32>,
-    in_kernel: usize,
-    unsubmitted: usize,
+    inner: SlotRing<squeue::Entry, cqueue::Entry, (IoBuf, T)>,
 }
 
 impl<T> BlockRing<T> {
     pub fn new(file: File, entries: u32) -> io::Result<Self> {
-        let ring = IoUring::builder().build(entries)?;
         Ok(BlockRing {
-            ring,
-            file,
-            slots: (0..entries).map(|_| None).collect(),
-            free: (0..entries).rev().collect(),
-            in_kernel: 0,
-            unsubmitted: 0,
+            inner: SlotRing::new(file, entries)?,
         })
     }
 
     pub fn file(&self) -> &File {
-        &self.file
+        &self.inner.file
     }
 
     pub fn in_kernel(&self) -> usize {
-        self.in_kernel
+        self.inner.in_kernel
     }
 
     /// Queue `op` on the window of `buf`. Gives the buffer back when every
     /// slot is taken.
     pub fn push(&mut self, op: BlockOp, buf: IoBuf, ctx: T) -> Result<(), (IoBuf, T)> {
-        let Some(slot) = self.free.pop() else {
-            return Err((buf, ctx));
-        };
-        let mut buf = buf;
         assert!(
             buf.start + buf.len <= buf.vec.len(),
             "I/O window outside its buffer"
         );
         let len = u32::try_from(buf.len).expect("transfers are capped far below 4 GiB");
-        let ptr = buf.vec[buf.start..].as_mut_ptr();
-        let fd = types::Fd(self.file.as_raw_fd());
-        let entry = match op {
-            BlockOp::Read { offset_bytes } => {
-                opcode::Read::new(fd, ptr, len).offset(offset_bytes).build()
+        let fd = types::Fd(self.inner.file.as_raw_fd());
+        let build = |(buf, _): &mut (IoBuf, T), user_data: u64| {
+            let ptr = buf.vec[buf.start..].as_mut_ptr();
+            match op {
+                BlockOp::Read { offset_bytes } => {
+                    opcode::Read::new(fd, ptr, len).offset(offset_bytes).build()
+                }
+                BlockOp::Write { offset_bytes } => opcode::Write::new(fd, ptr, len)
+                    .offset(offset_bytes)
+                    .build(),
+                BlockOp::Fsync => opcode::Fsync::new(fd).build(),
             }
-            BlockOp::Write { offset_bytes } => opcode::Write::new(fd, ptr, len)
-                .offset(offset_bytes)
-                .build(),
-            BlockOp::Fsync => opcode::Fsync::new(fd).build(),
-        }
-        .user_data(u64::from(slot));
-        // Moving the Vec into the slot table does not move its heap storage.
-        self.slots[slot as usize] = Some((buf, ctx));
-        loop {
-            // SAFETY: the SQE points into the heap storage of the IoBuf now
-            // in `slots[slot]`, which is only taken out in `pop` after the
-            // kernel posted this slot's CQE; `Drop` waits for every pushed
-            // operation before the slot table is freed. The fd is owned by
-            // `self.file` for the ring's life.
-            let pushed = unsafe { self.ring.submission().push(&entry) };
-            if pushed.is_ok() {
-                break;
-            }
-            // The SQ is full of unsubmitted entries: hand them over.
-            if self.ring.submit().is_err() {
-                std::thread::yield_now();
-            }
-        }
-        self.in_kernel += 1;
-        self.unsubmitted += 1;
-        Ok(())
+            .user_data(user_data)
+        };
+        // SAFETY: the operation's only address is the window of `buf`'s
+        // heap storage (checked above), which the ring keeps until the CQE.
+        unsafe { self.inner.push_with((buf, ctx), build) }
     }
 
     /// Hand pushed SQEs to the kernel without waiting.
     pub fn flush(&mut self) -> io::Result<()> {
-        if self.unsubmitted == 0 {
-            return Ok(());
-        }
-        loop {
-            match self.ring.submit() {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        self.unsubmitted = self.ring.submission().len();
-        Ok(())
+        self.inner.flush()
     }
 
     /// Submit pushed SQEs and block until at least one CQE is ready.
     pub fn wait_one(&mut self) -> io::Result<()> {
-        loop {
-            if !self.ring.completion().is_empty() || self.in_kernel == 0 {
-                return Ok(());
-            }
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => self.unsubmitted = self.ring.submission().len(),
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
-                Err(e) => return Err(e),
-            }
-        }
+        self.inner.wait_one()
     }
 
     /// The next finished operation, if any; never blocks.
     pub fn pop(&mut self) -> Option<BlockFinished<T>> {
-        let cqe = self.ring.completion().next()?;
-        let slot = cqe.user_data() as usize;
-        let (buf, ctx) = self.slots[slot]
-            .take()
-            .expect("CQE for a slot that holds no operation");
-        self.free.push(slot as u32);
-        self.in_kernel -= 1;
+        let ((buf, ctx), cqe) = self.inner.pop()?;
         Some(BlockFinished {
             buf,
             ctx,
             res: cqe.result(),
         })
-    }
-}
-
-impl<T> Drop for BlockRing<T> {
-    fn drop(&mut self) {
-        // The kernel may still DMA into buffers of operations in flight.
-        while self.in_kernel > 0 {
-            while self.pop().is_some() {}
-            if self.in_kernel == 0 {
-                break;
-            }
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(_) => {
-                    // Leaking is the only safe way out of a broken ring.
-                    std::mem::forget(std::mem::take(&mut self.slots));
-                    return;
-                }
-            }
-        }
     }
 }
