@@ -374,6 +374,30 @@ pub fn plan(space: &SpaceArgs, op: f64) -> Result<Plan, BenchError> {
 }
 
 /// Rounds for printing: `digits` after the point.
+/// The first job of a fio run's `--output-format=json` output, checked:
+/// fio exited 0, printed a JSON object (maybe after notes) and the job
+/// reports no error. `fail` turns a reason into the caller's error.
+pub fn fio_job(
+    out: &std::process::Output,
+    fail: impl Fn(String) -> BenchError,
+) -> Result<serde_json::Value, BenchError> {
+    if !out.status.success() {
+        return Err(fail(format!("exit status {}", out.status)));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let start = stdout
+        .find('{')
+        .ok_or_else(|| fail("no JSON in its output".into()))?;
+    let mut v: serde_json::Value = serde_json::from_str(&stdout[start..])
+        .map_err(|e| fail(format!("cannot parse its JSON: {e}")))?;
+    let job = v["jobs"][0].take();
+    let err = job["error"].as_i64().unwrap_or(0);
+    if err != 0 {
+        return Err(fail(format!("job error {err}")));
+    }
+    Ok(job)
+}
+
 pub fn round(x: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (x * p).round() / p

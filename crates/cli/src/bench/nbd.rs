@@ -367,7 +367,6 @@ fn fio(
     let out = cmd
         .output()
         .map_err(|e| BenchError::Check(format!("cannot run fio: {e}")))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let fail = |why: String| {
         BenchError::Check(format!(
@@ -378,20 +377,7 @@ fn fio(
             server.log_tail()
         ))
     };
-    if !out.status.success() {
-        return Err(fail(format!("exit status {}", out.status)));
-    }
-    // fio may print notes before the JSON object.
-    let start = stdout
-        .find('{')
-        .ok_or_else(|| fail("no JSON in its output".into()))?;
-    let v: serde_json::Value = serde_json::from_str(&stdout[start..])
-        .map_err(|e| fail(format!("cannot parse its JSON: {e}")))?;
-    let job = &v["jobs"][0];
-    let err = job["error"].as_i64().unwrap_or(0);
-    if err != 0 {
-        return Err(fail(format!("job error {err}")));
-    }
+    let job = super::fio_job(&out, fail)?;
     let dir = if rw.contains("read") { "read" } else { "write" };
     let side = &job[dir];
     let iops = side["iops"]

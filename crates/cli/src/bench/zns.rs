@@ -709,18 +709,7 @@ mod imp {
                 stdout.trim()
             ))
         };
-        if !out.status.success() {
-            return Err(fail(format!("exit status {}", out.status)));
-        }
-        let start = stdout
-            .find('{')
-            .ok_or_else(|| fail("no JSON in its output".into()))?;
-        let v: serde_json::Value = serde_json::from_str(&stdout[start..])
-            .map_err(|e| fail(format!("cannot parse its JSON: {e}")))?;
-        let job = &v["jobs"][0];
-        if job["error"].as_i64().unwrap_or(0) != 0 {
-            return Err(fail(format!("job error {}", job["error"])));
-        }
+        let job = super::super::fio_job(out, fail)?;
         let w = &job["write"];
         let ops = w["total_ios"]
             .as_u64()
