@@ -7,7 +7,8 @@
 //!   requests in flight; `write_4k/raw`: the same count of 4 KiB programs at
 //!   the write pointer on an identical device, zones reset when reused.
 //! - `read_4k/ftl` vs `read_4k/raw`: 4 KiB random reads.
-//! - `l2p`: one `L2p::get` / `L2p::set` at a random LBA.
+//! - `l2p`: one `L2p::get_with_crc` / `L2p::set` at a random LBA, with OOB
+//!   tags and in band (bit-packed address + data CRC entries).
 //!
 //! Run: `cargo bench --bench ftl` (add `-- --quick` for a short run).
 
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use zftl_core::addr::Ppa;
-use zftl_core::l2p::L2p;
+use zftl_core::l2p::{EntryFormat, L2p};
 use zftl_core::{Driver, FormatOptions, FtlConfig, VictimPolicy};
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice};
@@ -67,7 +68,7 @@ fn new_device() -> SimDevice {
 fn steady_ftl(rng: &mut Rng) -> Driver<SimDevice> {
     let device = new_device();
     let g = bench_config().geometry().expect("valid");
-    let layout = zftl_core::layout::Layout::plan(&g, None, GC_RESERVE_ZONES).expect("plan");
+    let layout = zftl_core::layout::Layout::plan(&g, None, GC_RESERVE_ZONES, false).expect("plan");
     let data_blocks = u64::from(g.zone_count - 2 - layout.meta_zone_count) * g.zone_capacity_blocks;
     let logical = (data_blocks as f64 / (1.0 + OP)) as u64;
     let options = FormatOptions {
@@ -166,28 +167,32 @@ fn read_4k(c: &mut Criterion) {
 fn l2p(c: &mut Criterion) {
     const LOGICAL: u64 = 1 << 22; // 16 GiB of 4 KiB blocks
     const OPS: u64 = 4096;
+    const PHYSICAL: u32 = (LOGICAL + LOGICAL / 4) as u32;
     let mut group = c.benchmark_group("l2p");
     group.throughput(Throughput::Elements(OPS));
-    let mut map = L2p::new(LOGICAL);
-    let mut rng = Rng::new(3);
-    for lba in 0..LOGICAL {
-        map.set(lba, Ppa(lba as u32));
+    // OOB tags (23-bit addresses) and in band (addresses + data CRCs).
+    for (name, crc) in [("oob", false), ("in_band", true)] {
+        let mut map = L2p::with_format(LOGICAL, EntryFormat::for_device(PHYSICAL, crc));
+        let mut rng = Rng::new(3);
+        for lba in 0..LOGICAL {
+            map.set(lba, Ppa(lba as u32), lba as u32);
+        }
+        group.bench_function(format!("get_{name}"), |b| {
+            b.iter(|| {
+                for _ in 0..OPS {
+                    black_box(map.get_with_crc(rng.below(LOGICAL)));
+                }
+            });
+        });
+        group.bench_function(format!("set_{name}"), |b| {
+            b.iter(|| {
+                for _ in 0..OPS {
+                    let lba = rng.below(LOGICAL);
+                    black_box(map.set(lba, Ppa((lba ^ 1) as u32), 7));
+                }
+            });
+        });
     }
-    group.bench_function("get", |b| {
-        b.iter(|| {
-            for _ in 0..OPS {
-                black_box(map.get(rng.below(LOGICAL)));
-            }
-        });
-    });
-    group.bench_function("set", |b| {
-        b.iter(|| {
-            for _ in 0..OPS {
-                let lba = rng.below(LOGICAL);
-                black_box(map.set(lba, Ppa((lba ^ 1) as u32)));
-            }
-        });
-    });
     group.finish();
 }
 

@@ -277,6 +277,7 @@ pub fn format_on<B: Backend>(
         driver.ftl().geometry(),
         Some(driver.logical_blocks()),
         args.gc_reserve_zones,
+        driver.ftl().tag_mode() == zftl_core::superblock::TagMode::InBand,
     )
     .map_err(|e| ftl_error(&path, "layout", e))?;
     let volume = VolumeReport::of(&driver, &layout);

@@ -20,9 +20,10 @@ use crate::error::MountError;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::note::LogBlock;
 use crate::recovery::{recover_state, Recovered};
+use crate::summary;
 use crate::superblock::{Superblock, TagMode};
 use crate::tag::{self, Tag, TAG_BYTES};
-use crate::zone::ZoneKind;
+use crate::zone::{ZoneKind, ZoneUse};
 use serde::Serialize;
 
 /// Problems kept in a report; past it only `summary.problems_total` grows.
@@ -58,6 +59,9 @@ pub enum ProblemKind {
     MapMismatch,
     /// A zone's valid count, kind or write pointer disagrees with the map.
     ZoneAccounting,
+    /// A zone summary (tags in band) is damaged or names a live block
+    /// wrongly. A missing one is a notice.
+    Summary,
     /// A device error stopped part of the check.
     Device,
 }
@@ -208,7 +212,74 @@ pub fn check_with_progress<B: Backend>(
     check_mapped(backend, &g, &r, progress, &mut report);
     step(progress, "zones");
     check_zones(&g, &r, &zones, &mut report);
+    if r.superblock.tag_mode == TagMode::InBand {
+        step(progress, "zone summaries");
+        check_summaries(backend, &g, &r, &mut report);
+    }
     report
+}
+
+// ----- zone summaries ------------------------------------------------------
+
+/// In band, every data zone filled to capacity ends in a summary (format.md
+/// §2a). GC only takes it as a hint, so a missing one (zone closed early,
+/// or formatted before summaries) is a notice; one that has the magic but
+/// does not decode, or names a live block as holding another LBA than the
+/// map says, is damage.
+fn check_summaries<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    r: &Recovered,
+    report: &mut CheckReport,
+) {
+    let cap = g.zone_capacity_blocks;
+    let bs = g.block_size_bytes as usize;
+    let data_cap = crate::layout::data_blocks_per_zone(g, true);
+    for (z, zone) in r.zones.iter() {
+        let filled = zone.state() == ZoneUse::Full && zone.write_pointer_blocks() == cap;
+        if !matches!(zone.kind(), ZoneKind::Data { .. }) || !filled {
+            continue;
+        }
+        let notice = |detail: String| Problem::new(ProblemKind::Summary, detail).at(z, data_cap);
+        let data = match read_retrying(backend, z, data_cap, (cap - data_cap) as u32) {
+            Ok((data, _)) => data,
+            Err(DeviceError::DeviceGone) => return,
+            Err(e) => {
+                report.notices.push(notice(format!(
+                    "summary unreadable (torn by a power cut?): {e}"
+                )));
+                continue;
+            }
+        };
+        let lbas = match summary::decode(z, data_cap, &data, bs) {
+            Ok(lbas) => lbas,
+            Err(e @ summary::SummaryError::NoMagic { .. }) => {
+                report.notices.push(notice(e.to_string()));
+                continue;
+            }
+            Err(e) => {
+                report.problem(notice(e.to_string()));
+                continue;
+            }
+        };
+        for (off, &lba) in (0u64..).zip(lbas.iter()) {
+            let ppa = Ppa::new(z, off, cap);
+            if lba == summary::NO_LBA || !r.p2l.is_valid(ppa) {
+                continue;
+            }
+            let lba = Lba::from(lba);
+            if lba >= r.l2p.logical_blocks() || r.l2p.get(lba) != Some(ppa) {
+                report.problem(
+                    Problem::new(
+                        ProblemKind::Summary,
+                        format!("the zone summary says this live block holds block {lba}; the map does not"),
+                    )
+                    .at(z, off)
+                    .lba(lba),
+                );
+            }
+        }
+    }
 }
 
 // ----- superblocks ---------------------------------------------------------
@@ -786,18 +857,10 @@ fn check_block(
         return;
     };
     let actual = tag::data_crc(block);
-    if !r.p2l.is_valid(ppa) || r.p2l.lba(ppa).is_some_and(|l| l != lba) {
+    if !r.p2l.is_valid(ppa) {
         report.problem(here(
             ProblemKind::MapMismatch,
-            format!(
-                "the map sends block {lba} here, the reverse map says {} ({:?})",
-                if r.p2l.is_valid(ppa) {
-                    "live"
-                } else {
-                    "not live"
-                },
-                r.p2l.lba(ppa)
-            ),
+            format!("the map sends block {lba} here, the reverse map says not live"),
         ));
     }
     let expected = match r.superblock.tag_mode {
@@ -832,9 +895,9 @@ fn check_block(
                 Ok(Some(t)) => t.data_crc,
             }
         }
-        TagMode::InBand => match r.p2l.crc(ppa) {
-            Some(c) => c,
-            None => return, // reported as a map mismatch above
+        TagMode::InBand => match r.l2p.get_with_crc(lba) {
+            Some((at, crc)) if at == ppa => crc,
+            _ => return, // the caller walks the map: cannot happen
         },
     };
     if expected != actual {
@@ -897,24 +960,9 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
             );
         }
     }
-    // Every live entry must be where the map points: with LBAs kept (in
-    // band) entry by entry; with a bitmap, by count (each mapped block's
-    // bit was checked above, so equal counts leave no stray bit).
-    let mut live = 0u64;
-    for (ppa, lba) in r.p2l.live() {
-        live += 1;
-        let Some(lba) = lba else { continue };
-        if lba >= r.l2p.logical_blocks() || r.l2p.get(lba) != Some(ppa) {
-            report.problem(
-                Problem::new(
-                    ProblemKind::MapMismatch,
-                    "the reverse map names this block, the map does not point here",
-                )
-                .at(ppa.zone(cap), ppa.offset_blocks(cap))
-                .lba(lba),
-            );
-        }
-    }
+    // Every live bit must be where the map points: by count (each mapped
+    // block's bit was checked above, so equal counts leave no stray bit).
+    let live = r.p2l.live().count() as u64;
     if live != r.l2p.mapped_blocks() {
         report.problem(Problem::new(
             ProblemKind::MapMismatch,

@@ -2,28 +2,38 @@
 //!
 //! The logical space is thin-provisioned (it may be far larger than the
 //! media), so the map is a one-level radix: a top-level vector with one slot
-//! per [`LEAF_ENTRIES`] logical blocks, and a leaf of `u32` physical addresses
-//! allocated only when something in its range is mapped and freed when its
-//! last entry is unmapped. A dense leaf costs 4 bytes per block; an unused
-//! range costs one top-level slot (10 bytes per 1024 blocks).
+//! per [`LEAF_ENTRIES`] logical blocks, and a leaf allocated only when
+//! something in its range is mapped and freed when its last entry is
+//! unmapped. An unused range costs one top-level slot (18 bytes per 1024
+//! blocks).
+//!
+//! Leaf entries are bit-packed ([`EntryFormat`]): a physical address of just
+//! enough bits for the device, and, when tags are in band, the block's data
+//! CRC (nothing on the media carries it, and every read checks it). A 1 Mi
+//! block device thus costs 2.6 bytes per mapped block with OOB tags and 6.6
+//! in band, where a plain `u32` + `u32` entry would cost 4 and 8.
 
 use crate::addr::{Lba, Ppa};
 
-/// Entries per leaf. 4 KiB of `u32`: one host page per leaf.
+/// Entries per leaf.
 pub const LEAF_ENTRIES: usize = 1024;
 
 /// `LEAF_ENTRIES` as a block count, for LBA arithmetic.
 const LEAF_BLOCKS: u64 = LEAF_ENTRIES as u64;
 
-/// A leaf entry that maps nothing (the same bits as [`Ppa::NONE`]).
+/// An unpacked leaf entry that maps nothing (the same bits as [`Ppa::NONE`]).
 pub const UNMAPPED: u32 = u32::MAX;
 
-/// One leaf: the physical addresses of `LEAF_ENTRIES` consecutive LBAs.
+/// One leaf, unpacked: the physical addresses of `LEAF_ENTRIES` consecutive
+/// LBAs, as checkpoints store them.
 pub type Leaf = [u32; LEAF_ENTRIES];
 
 const _: () = assert!(UNMAPPED == Ppa::NONE.0);
 const _: () = assert!(LEAF_ENTRIES <= u16::MAX as usize, "per-leaf counts are u16");
-const _: () = assert!(std::mem::size_of::<Leaf>() == 4 * LEAF_ENTRIES);
+const _: () = assert!(
+    LEAF_ENTRIES.is_multiple_of(64),
+    "a leaf of any width is whole words"
+);
 
 /// Why a set of leaves (e.g. from a checkpoint) cannot form a map.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -38,14 +48,115 @@ pub enum L2pError {
     DuplicateLeaf { leaf: u32 },
     #[error("LBA {lba} is mapped but the logical space ends at {logical_blocks} blocks")]
     MappedPastEnd { lba: Lba, logical_blocks: u64 },
+    #[error("LBA {lba} maps to physical block {ppa}, past the device")]
+    PpaPastDevice { lba: Lba, ppa: u32 },
+    #[error("{got} data CRCs for {mapped} mapped blocks")]
+    CrcCount { got: usize, mapped: u64 },
+}
+
+/// How a leaf entry is packed: the physical address in the low `ppa_bits`
+/// bits (all ones: unmapped), then the 32-bit data CRC when kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryFormat {
+    ppa_bits: u32,
+    keeps_crc: bool,
+    /// Addresses at or above this are past the device.
+    physical_blocks: u32,
+}
+
+impl EntryFormat {
+    /// Plain `u32` addresses, no CRC (tools and tests).
+    pub const PLAIN: EntryFormat = EntryFormat {
+        ppa_bits: 32,
+        keeps_crc: false,
+        physical_blocks: u32::MAX,
+    };
+
+    /// The narrowest format for a device of `physical_blocks`: addresses
+    /// `0..physical_blocks` and the all-ones "unmapped" must fit.
+    pub fn for_device(physical_blocks: u32, keeps_crc: bool) -> EntryFormat {
+        let ppa_bits = (u32::BITS - physical_blocks.leading_zeros()).max(1);
+        EntryFormat {
+            ppa_bits,
+            keeps_crc,
+            physical_blocks,
+        }
+    }
+
+    /// Bits per entry (at most 64).
+    pub fn width_bits(self) -> u32 {
+        self.ppa_bits + if self.keeps_crc { 32 } else { 0 }
+    }
+
+    /// Whether entries carry the data CRC.
+    pub fn keeps_crc(self) -> bool {
+        self.keeps_crc
+    }
+
+    fn none(self) -> u64 {
+        (1u64 << self.ppa_bits) - 1
+    }
+
+    fn mask(self) -> u64 {
+        u64::MAX >> (64 - self.width_bits())
+    }
+
+    fn words_per_leaf(self) -> usize {
+        LEAF_ENTRIES * self.width_bits() as usize / 64
+    }
+
+    fn pack(self, ppa: Ppa, crc: u32) -> u64 {
+        let crc = if self.keeps_crc { u64::from(crc) } else { 0 };
+        u64::from(ppa.0) | crc << self.ppa_bits
+    }
+
+    fn ppa_of(self, raw: u64) -> Option<Ppa> {
+        let ppa = raw & self.none();
+        (ppa != self.none()).then_some(Ppa(ppa as u32))
+    }
+
+    fn crc_of(self, raw: u64) -> u32 {
+        (raw >> self.ppa_bits) as u32
+    }
+
+    fn read(self, words: &[u64], slot: usize) -> u64 {
+        let bit = slot * self.width_bits() as usize;
+        let (i, off) = (bit / 64, bit % 64);
+        let mut v = words[i] >> off;
+        if off + self.width_bits() as usize > 64 {
+            v |= words[i + 1] << (64 - off);
+        }
+        v & self.mask()
+    }
+
+    fn write(self, words: &mut [u64], slot: usize, value: u64) {
+        let w = self.width_bits() as usize;
+        let bit = slot * w;
+        let (i, off) = (bit / 64, bit % 64);
+        let mask = self.mask();
+        words[i] = words[i] & !(mask << off) | (value & mask) << off;
+        if off + w > 64 {
+            let spill = 64 - off;
+            words[i + 1] = words[i + 1] & !(mask >> spill) | (value & mask) >> spill;
+        }
+    }
+
+    fn empty_leaf(self) -> Box<[u64]> {
+        let mut words = vec![0u64; self.words_per_leaf()].into_boxed_slice();
+        for slot in 0..LEAF_ENTRIES {
+            self.write(&mut words, slot, self.none());
+        }
+        words
+    }
 }
 
 /// The sparse logical→physical map.
 #[derive(Clone, Debug)]
 pub struct L2p {
     logical_blocks: u64,
+    format: EntryFormat,
     /// One slot per leaf range; `None` while nothing in the range is mapped.
-    leaves: Vec<Option<Box<Leaf>>>,
+    leaves: Vec<Option<Box<[u64]>>>,
     /// Mapped entries per leaf, so unmapping frees an empty leaf in O(1).
     leaf_mapped_entries: Vec<u16>,
     mapped_blocks: u64,
@@ -53,15 +164,21 @@ pub struct L2p {
 }
 
 impl L2p {
-    /// An empty map of `logical_blocks` blocks.
+    /// An empty map of `logical_blocks` blocks with plain `u32` entries.
+    pub fn new(logical_blocks: u64) -> L2p {
+        L2p::with_format(logical_blocks, EntryFormat::PLAIN)
+    }
+
+    /// An empty map of `logical_blocks` blocks packed as `format`.
     ///
     /// The top level is allocated now (bounded by the logical size); leaves
     /// come later. At most `u32::MAX` leaves (2^42 blocks).
-    pub fn new(logical_blocks: u64) -> L2p {
+    pub fn with_format(logical_blocks: u64, format: EntryFormat) -> L2p {
         let slots = leaf_slots(logical_blocks);
         let slots_usize = usize::try_from(slots).expect("top level fits in memory");
         L2p {
             logical_blocks,
+            format,
             leaves: std::iter::repeat_with(|| None).take(slots_usize).collect(),
             leaf_mapped_entries: vec![0; slots_usize],
             mapped_blocks: 0,
@@ -69,15 +186,20 @@ impl L2p {
         }
     }
 
-    /// Rebuilds a map from `(leaf index, leaf)` pairs, e.g. read from a
-    /// checkpoint. Leaves with no mapped entry are dropped.
+    /// Rebuilds a map from unpacked `(leaf index, leaf)` pairs, e.g. read
+    /// from a checkpoint, and (when `format` keeps them) the data CRCs of
+    /// the mapped blocks in LBA order. Leaves with no mapped entry are
+    /// dropped.
     pub fn from_leaves(
         logical_blocks: u64,
-        leaves: Vec<(u32, Box<Leaf>)>,
+        format: EntryFormat,
+        leaves: &[(u32, Box<Leaf>)],
+        crcs: &[u32],
     ) -> Result<L2p, L2pError> {
-        let mut map = L2p::new(logical_blocks);
+        let mut map = L2p::with_format(logical_blocks, format);
         let slots = map.leaves.len() as u32;
         for (leaf, entries) in leaves {
+            let leaf = *leaf;
             if leaf >= slots {
                 return Err(L2pError::LeafOutOfRange {
                     leaf,
@@ -88,8 +210,21 @@ impl L2p {
             if map.leaves[leaf as usize].is_some() {
                 return Err(L2pError::DuplicateLeaf { leaf });
             }
-            map.check_leaf_end(leaf, &entries)?;
+            map.check_leaf(leaf, entries)?;
             map.install_leaf(leaf, entries);
+        }
+        if format.keeps_crc {
+            if crcs.len() as u64 != map.mapped_blocks {
+                return Err(L2pError::CrcCount {
+                    got: crcs.len(),
+                    mapped: map.mapped_blocks,
+                });
+            }
+            let lbas: Vec<Lba> = map.iter().map(|(lba, _)| lba).collect();
+            for (lba, &crc) in lbas.into_iter().zip(crcs) {
+                let ppa = map.get(lba).expect("just listed");
+                map.set(lba, ppa, crc);
+            }
         }
         Ok(map)
     }
@@ -99,47 +234,68 @@ impl L2p {
         self.logical_blocks
     }
 
-    /// Where `lba` lives, if it is mapped.
-    pub fn get(&self, lba: Lba) -> Option<Ppa> {
-        let (leaf, slot) = self.split(lba);
-        let raw = self.leaves[leaf].as_ref()?[slot];
-        (raw != UNMAPPED).then_some(Ppa(raw))
+    /// How entries are packed.
+    pub fn format(&self) -> EntryFormat {
+        self.format
     }
 
-    /// Maps `lba` to `ppa`; returns the address it replaced.
-    pub fn set(&mut self, lba: Lba, ppa: Ppa) -> Option<Ppa> {
+    /// Where `lba` lives, if it is mapped.
+    pub fn get(&self, lba: Lba) -> Option<Ppa> {
+        self.raw(lba).and_then(|raw| self.format.ppa_of(raw))
+    }
+
+    /// Where `lba` lives and its data CRC (0 when the format keeps none).
+    pub fn get_with_crc(&self, lba: Lba) -> Option<(Ppa, u32)> {
+        let raw = self.raw(lba)?;
+        let ppa = self.format.ppa_of(raw)?;
+        Some((ppa, self.format.crc_of(raw)))
+    }
+
+    fn raw(&self, lba: Lba) -> Option<u64> {
+        let (leaf, slot) = self.split(lba);
+        Some(self.format.read(self.leaves[leaf].as_ref()?, slot))
+    }
+
+    /// Maps `lba` to `ppa` with data CRC `crc` (dropped when the format
+    /// keeps none); returns the address it replaced.
+    pub fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Option<Ppa> {
         assert!(!ppa.is_none(), "set() with Ppa::NONE; use unmap()");
+        let f = self.format;
+        assert!(
+            ppa.0 < f.physical_blocks,
+            "{ppa:?} does not fit a device of {} blocks",
+            f.physical_blocks
+        );
         let (leaf, slot) = self.split(lba);
         if self.leaves[leaf].is_none() {
-            self.leaves[leaf] = Some(Box::new([UNMAPPED; LEAF_ENTRIES]));
+            self.leaves[leaf] = Some(f.empty_leaf());
             self.leaf_count += 1;
         }
-        let entries = self.leaves[leaf].as_mut().expect("leaf just ensured");
-        let old = std::mem::replace(&mut entries[slot], ppa.0);
-        if old == UNMAPPED {
+        let words = self.leaves[leaf].as_mut().expect("leaf just ensured");
+        let old = f.ppa_of(f.read(words, slot));
+        f.write(words, slot, f.pack(ppa, crc));
+        if old.is_none() {
             self.leaf_mapped_entries[leaf] += 1;
             self.mapped_blocks += 1;
-            return None;
         }
-        Some(Ppa(old))
+        old
     }
 
     /// Unmaps `lba`; returns the address it had. Frees the leaf when it was
     /// the leaf's last mapped entry.
     pub fn unmap(&mut self, lba: Lba) -> Option<Ppa> {
+        let f = self.format;
         let (leaf, slot) = self.split(lba);
-        let entries = self.leaves[leaf].as_mut()?;
-        let old = std::mem::replace(&mut entries[slot], UNMAPPED);
-        if old == UNMAPPED {
-            return None;
-        }
+        let words = self.leaves[leaf].as_mut()?;
+        let old = f.ppa_of(f.read(words, slot))?;
+        f.write(words, slot, f.none());
         self.mapped_blocks -= 1;
         self.leaf_mapped_entries[leaf] -= 1;
         if self.leaf_mapped_entries[leaf] == 0 {
             self.leaves[leaf] = None;
             self.leaf_count -= 1;
         }
-        Some(Ppa(old))
+        Some(old)
     }
 
     /// Mapped LBAs.
@@ -155,36 +311,57 @@ impl L2p {
     /// Heap and inline bytes the map holds: the struct, the top level (at its
     /// capacity) and every allocated leaf.
     pub fn memory_bytes(&self) -> u64 {
-        let top = self.leaves.capacity() * std::mem::size_of::<Option<Box<Leaf>>>()
+        let top = self.leaves.capacity() * std::mem::size_of::<Option<Box<[u64]>>>()
             + self.leaf_mapped_entries.capacity() * std::mem::size_of::<u16>();
-        let leaves = u64::from(self.leaf_count) * std::mem::size_of::<Leaf>() as u64;
-        (std::mem::size_of::<Self>() + top) as u64 + leaves
+        let leaf_bytes = 8 * self.format.words_per_leaf() as u64;
+        (std::mem::size_of::<Self>() + top) as u64 + u64::from(self.leaf_count) * leaf_bytes
     }
 
     /// Every mapped `(lba, ppa)`, in LBA order.
     pub fn iter(&self) -> impl Iterator<Item = (Lba, Ppa)> + '_ {
-        self.leaves().flat_map(|(leaf, entries)| {
+        self.iter_with_crc().map(|(lba, ppa, _)| (lba, ppa))
+    }
+
+    /// Every mapped `(lba, ppa, data CRC)`, in LBA order (CRC 0 when the
+    /// format keeps none).
+    pub fn iter_with_crc(&self) -> impl Iterator<Item = (Lba, Ppa, u32)> + '_ {
+        let f = self.format;
+        self.allocated().flat_map(move |(leaf, words)| {
             let base = u64::from(leaf) * LEAF_BLOCKS;
-            entries
-                .iter()
-                .enumerate()
-                .filter(|(_, &raw)| raw != UNMAPPED)
-                .map(move |(slot, &raw)| (base + slot as u64, Ppa(raw)))
+            (0..LEAF_ENTRIES).filter_map(move |slot| {
+                let raw = f.read(words, slot);
+                let ppa = f.ppa_of(raw)?;
+                Some((base + slot as u64, ppa, f.crc_of(raw)))
+            })
         })
     }
 
-    /// Every allocated leaf with its index, in index order (for checkpoints).
-    pub fn leaves(&self) -> impl Iterator<Item = (u32, &Leaf)> + '_ {
+    /// Every allocated leaf, unpacked, with its index, in index order (for
+    /// checkpoints).
+    pub fn leaves(&self) -> impl Iterator<Item = (u32, Box<Leaf>)> + '_ {
+        let f = self.format;
+        self.allocated().map(move |(leaf, words)| {
+            let mut out = Box::new([UNMAPPED; LEAF_ENTRIES]);
+            for (slot, e) in out.iter_mut().enumerate() {
+                if let Some(ppa) = f.ppa_of(f.read(words, slot)) {
+                    *e = ppa.0;
+                }
+            }
+            (leaf, out)
+        })
+    }
+
+    fn allocated(&self) -> impl Iterator<Item = (u32, &[u64])> + '_ {
         self.leaves
             .iter()
             .enumerate()
-            .filter_map(|(leaf, entries)| Some((leaf as u32, &**entries.as_ref()?)))
+            .filter_map(|(leaf, words)| Some((leaf as u32, &**words.as_ref()?)))
     }
 
     /// The first mapped LBA at or after `from`; `None` past the end.
     /// Skips unallocated leaves whole.
     pub fn next_mapped(&self, from: Lba) -> Option<Lba> {
-        self.next_matching(from, |count| count != 0, |raw| raw != UNMAPPED)
+        self.next_matching(from, |count| count != 0, true)
     }
 
     /// The first unmapped LBA at or after `from`; `None` past the end.
@@ -192,7 +369,7 @@ impl L2p {
     /// splits a range into mapped extents and holes (block status).
     pub fn next_unmapped(&self, from: Lba) -> Option<Lba> {
         let full = LEAF_ENTRIES as u16;
-        self.next_matching(from, |count| count != full, |raw| raw == UNMAPPED)
+        self.next_matching(from, |count| count != full, false)
     }
 
     /// True when every block of `start..start + count_blocks` is mapped.
@@ -215,18 +392,19 @@ impl L2p {
         self.next_mapped(start).is_none_or(|lba| lba >= end)
     }
 
-    /// The first LBA at or after `from` whose entry satisfies `entry_ok`,
-    /// looking only inside leaves whose mapped count satisfies `leaf_may`.
-    /// An unallocated leaf counts as 0 mapped and all-`UNMAPPED`.
+    /// The first LBA at or after `from` that is mapped (`want_mapped`) or
+    /// not, looking only inside leaves whose mapped count satisfies
+    /// `leaf_may`. An unallocated leaf counts as 0 mapped and all unmapped.
     fn next_matching(
         &self,
         from: Lba,
         leaf_may: impl Fn(u16) -> bool,
-        entry_ok: impl Fn(u32) -> bool,
+        want_mapped: bool,
     ) -> Option<Lba> {
         if from >= self.logical_blocks {
             return None;
         }
+        let f = self.format;
         let (first_leaf, first_slot) = self.split(from);
         for leaf in first_leaf..self.leaves.len() {
             if !leaf_may(self.leaf_mapped_entries[leaf]) {
@@ -235,7 +413,8 @@ impl L2p {
             let start = if leaf == first_leaf { first_slot } else { 0 };
             let found = match &self.leaves[leaf] {
                 None => Some(start),
-                Some(entries) => (start..LEAF_ENTRIES).find(|&slot| entry_ok(entries[slot])),
+                Some(words) => (start..LEAF_ENTRIES)
+                    .find(|&slot| f.ppa_of(f.read(words, slot)).is_some() == want_mapped),
             };
             if let Some(slot) = found {
                 let lba = leaf as u64 * LEAF_BLOCKS + slot as u64;
@@ -256,27 +435,41 @@ impl L2p {
     }
 
     /// Refuses a leaf that maps blocks past the logical end (only the last
-    /// leaf can have such entries).
-    fn check_leaf_end(&self, leaf: u32, entries: &Leaf) -> Result<(), L2pError> {
+    /// leaf can have such entries) or to addresses the format cannot hold.
+    fn check_leaf(&self, leaf: u32, entries: &Leaf) -> Result<(), L2pError> {
         let base = u64::from(leaf) * LEAF_BLOCKS;
         let valid = self.logical_blocks.saturating_sub(base).min(LEAF_BLOCKS) as usize;
-        match entries[valid..].iter().position(|&raw| raw != UNMAPPED) {
-            Some(slot) => Err(L2pError::MappedPastEnd {
+        if let Some(slot) = entries[valid..].iter().position(|&raw| raw != UNMAPPED) {
+            return Err(L2pError::MappedPastEnd {
                 lba: base + (valid + slot) as u64,
                 logical_blocks: self.logical_blocks,
+            });
+        }
+        let too_big = |&raw: &u32| raw != UNMAPPED && raw >= self.format.physical_blocks;
+        match entries.iter().position(too_big) {
+            Some(slot) => Err(L2pError::PpaPastDevice {
+                lba: base + slot as u64,
+                ppa: entries[slot],
             }),
             None => Ok(()),
         }
     }
 
     /// Puts a checked leaf in place, unless it maps nothing.
-    fn install_leaf(&mut self, leaf: u32, entries: Box<Leaf>) {
+    fn install_leaf(&mut self, leaf: u32, entries: &Leaf) {
         let mapped = entries.iter().filter(|&&raw| raw != UNMAPPED).count();
         if mapped == 0 {
             return;
         }
+        let f = self.format;
+        let mut words = f.empty_leaf();
+        for (slot, &raw) in entries.iter().enumerate() {
+            if raw != UNMAPPED {
+                f.write(&mut words, slot, f.pack(Ppa(raw), 0));
+            }
+        }
         self.leaf_mapped_entries[leaf as usize] = mapped as u16;
-        self.leaves[leaf as usize] = Some(entries);
+        self.leaves[leaf as usize] = Some(words);
         self.mapped_blocks += mapped as u64;
         self.leaf_count += 1;
     }
@@ -298,8 +491,8 @@ mod tests {
     fn set_get_unmap() {
         let mut map = L2p::new(5000);
         assert_eq!(map.get(10), None);
-        assert_eq!(map.set(10, Ppa(7)), None);
-        assert_eq!(map.set(10, Ppa(8)), Some(Ppa(7)));
+        assert_eq!(map.set(10, Ppa(7), 0), None);
+        assert_eq!(map.set(10, Ppa(8), 0), Some(Ppa(7)));
         assert_eq!(map.get(10), Some(Ppa(8)));
         assert_eq!(map.mapped_blocks(), 1);
         assert_eq!(map.unmap(10), Some(Ppa(8)));
@@ -312,9 +505,9 @@ mod tests {
     fn leaves_come_and_go() {
         let mut map = L2p::new(3 * LEAF_BLOCKS);
         let empty_bytes = map.memory_bytes();
-        map.set(0, Ppa(1));
-        map.set(1, Ppa(2));
-        map.set(2 * LEAF_BLOCKS + 5, Ppa(3));
+        map.set(0, Ppa(1), 0);
+        map.set(1, Ppa(2), 0);
+        map.set(2 * LEAF_BLOCKS + 5, Ppa(3), 0);
         assert_eq!(map.leaf_count(), 2);
         assert_eq!(map.memory_bytes(), empty_bytes + 2 * 4096);
         map.unmap(0);
@@ -331,7 +524,7 @@ mod tests {
         let blocks = 64 * LEAF_BLOCKS;
         let mut map = L2p::new(blocks);
         for lba in 0..blocks {
-            map.set(lba, Ppa(lba as u32));
+            map.set(lba, Ppa(lba as u32), 0);
         }
         let per_block = map.memory_bytes() as f64 / blocks as f64;
         assert!(
@@ -342,9 +535,9 @@ mod tests {
 
     #[test]
     fn thin_provisioned_map_is_cheap_when_empty() {
-        // 1 TiB of 4 KiB blocks: the top level only.
+        // 1 TiB of 4 KiB blocks: the top level only, 18 bytes per leaf slot.
         let map = L2p::new(1 << 28);
-        assert!(map.memory_bytes() < 3 << 20, "{}", map.memory_bytes());
+        assert!(map.memory_bytes() < 5 << 20, "{}", map.memory_bytes());
     }
 
     #[test]
@@ -356,17 +549,17 @@ mod tests {
     #[test]
     #[should_panic(expected = "Ppa::NONE")]
     fn setting_none_is_a_bug() {
-        L2p::new(100).set(1, Ppa::NONE);
+        L2p::new(100).set(1, Ppa::NONE, 0);
     }
 
     #[test]
     fn round_trips_through_leaves() {
         let mut map = L2p::new(2500);
         for lba in [0, 1023, 1024, 2499] {
-            map.set(lba, Ppa(lba as u32 + 1));
+            map.set(lba, Ppa(lba as u32 + 1), 0);
         }
-        let leaves: Vec<_> = map.leaves().map(|(i, l)| (i, Box::new(*l))).collect();
-        let copy = L2p::from_leaves(2500, leaves).unwrap();
+        let leaves: Vec<_> = map.leaves().collect();
+        let copy = L2p::from_leaves(2500, EntryFormat::PLAIN, &leaves, &[]).unwrap();
         assert_eq!(
             copy.iter().collect::<Vec<_>>(),
             map.iter().collect::<Vec<_>>()
@@ -383,7 +576,7 @@ mod tests {
             l
         };
         assert_eq!(
-            L2p::from_leaves(2048, vec![(2, leaf(0))]).unwrap_err(),
+            L2p::from_leaves(2048, EntryFormat::PLAIN, &[(2, leaf(0))], &[]).unwrap_err(),
             L2pError::LeafOutOfRange {
                 leaf: 2,
                 leaf_count: 2,
@@ -391,18 +584,20 @@ mod tests {
             }
         );
         assert_eq!(
-            L2p::from_leaves(2048, vec![(1, leaf(0)), (1, leaf(1))]).unwrap_err(),
+            L2p::from_leaves(2048, EntryFormat::PLAIN, &[(1, leaf(0)), (1, leaf(1))], &[])
+                .unwrap_err(),
             L2pError::DuplicateLeaf { leaf: 1 }
         );
         assert_eq!(
-            L2p::from_leaves(1500, vec![(1, leaf(476))]).unwrap_err(),
+            L2p::from_leaves(1500, EntryFormat::PLAIN, &[(1, leaf(476))], &[]).unwrap_err(),
             L2pError::MappedPastEnd {
                 lba: 1500,
                 logical_blocks: 1500
             }
         );
         let empty = Box::new([UNMAPPED; LEAF_ENTRIES]);
-        let map = L2p::from_leaves(1500, vec![(0, empty), (1, leaf(475))]).unwrap();
+        let map =
+            L2p::from_leaves(1500, EntryFormat::PLAIN, &[(0, empty), (1, leaf(475))], &[]).unwrap();
         assert_eq!(map.leaf_count(), 1);
         assert_eq!(map.get(1499), Some(Ppa(9)));
     }
@@ -411,7 +606,7 @@ mod tests {
     fn finds_extents_and_holes() {
         let mut map = L2p::new(5000);
         for lba in 1000..3100 {
-            map.set(lba, Ppa(lba as u32));
+            map.set(lba, Ppa(lba as u32), 0);
         }
         assert_eq!(map.next_mapped(0), Some(1000));
         assert_eq!(map.next_unmapped(1000), Some(3100));
@@ -429,10 +624,73 @@ mod tests {
     fn full_last_leaf_has_no_hole_past_end() {
         let mut map = L2p::new(1030);
         for lba in 0..1030 {
-            map.set(lba, Ppa(1));
+            map.set(lba, Ppa(1), 0);
         }
         assert_eq!(map.next_unmapped(0), None);
         assert!(map.is_mapped_range(0, 1030));
+    }
+
+    #[test]
+    fn format_is_as_narrow_as_the_device() {
+        assert_eq!(EntryFormat::for_device(1 << 18, false).width_bits(), 19);
+        assert_eq!(
+            EntryFormat::for_device((1 << 18) - 1, false).width_bits(),
+            18
+        );
+        assert_eq!(EntryFormat::for_device(1 << 18, true).width_bits(), 51);
+        assert_eq!(EntryFormat::for_device(u32::MAX, true).width_bits(), 64);
+        assert_eq!(EntryFormat::for_device(1, false).width_bits(), 1);
+    }
+
+    #[test]
+    fn packed_map_keeps_crcs_and_costs_its_width() {
+        let f = EntryFormat::for_device(1 << 18, true);
+        let blocks = 64 * LEAF_BLOCKS;
+        let mut map = L2p::with_format(blocks, f);
+        for lba in 0..blocks {
+            let ppa = Ppa((lba * 7 % (1 << 18)) as u32);
+            map.set(lba, ppa, lba as u32 ^ 0xdead_beef);
+        }
+        for lba in 0..blocks {
+            let ppa = Ppa((lba * 7 % (1 << 18)) as u32);
+            assert_eq!(map.get_with_crc(lba), Some((ppa, lba as u32 ^ 0xdead_beef)));
+        }
+        let per_block = map.memory_bytes() as f64 / blocks as f64;
+        assert!(
+            (6.375..6.4).contains(&per_block),
+            "{per_block} bytes per block"
+        );
+        let leaves: Vec<_> = map.leaves().collect();
+        let crcs: Vec<u32> = map.iter_with_crc().map(|(.., c)| c).collect();
+        let copy = L2p::from_leaves(blocks, f, &leaves, &crcs).unwrap();
+        assert!(copy.iter_with_crc().eq(map.iter_with_crc()));
+        assert_eq!(
+            L2p::from_leaves(blocks, f, &leaves, &crcs[1..]).unwrap_err(),
+            L2pError::CrcCount {
+                got: crcs.len() - 1,
+                mapped: blocks
+            }
+        );
+    }
+
+    #[test]
+    fn from_leaves_refuses_addresses_past_the_device() {
+        let mut leaf = Box::new([UNMAPPED; LEAF_ENTRIES]);
+        leaf[3] = 1000;
+        let f = EntryFormat::for_device(1000, false);
+        assert_eq!(
+            L2p::from_leaves(2048, f, &[(1, leaf)], &[]).unwrap_err(),
+            L2pError::PpaPastDevice {
+                lba: 1027,
+                ppa: 1000
+            }
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "does not fit")]
+    fn address_wider_than_the_format_is_a_bug() {
+        L2p::with_format(10, EntryFormat::for_device(100, false)).set(0, Ppa(100), 0);
     }
 
     #[derive(Clone, Debug)]
@@ -450,13 +708,39 @@ mod tests {
 
     proptest! {
         #[test]
+        fn packed_matches_a_btreemap(
+            physical in 1u32..5000,
+            crc in any::<bool>(),
+            ops in proptest::collection::vec((0..2 * LEAF_BLOCKS + 3, any::<u32>(), any::<u32>(), any::<bool>()), 1..400),
+        ) {
+            let blocks = 2 * LEAF_BLOCKS + 3;
+            let f = EntryFormat::for_device(physical, crc);
+            let mut map = L2p::with_format(blocks, f);
+            let mut model = BTreeMap::new();
+            for (lba, p, c, set) in ops {
+                if set {
+                    let ppa = Ppa(p % physical);
+                    let kept = if crc { c } else { 0 };
+                    let old = model.insert(lba, (ppa, kept)).map(|(p, _)| p);
+                    prop_assert_eq!(map.set(lba, ppa, c), old);
+                } else {
+                    prop_assert_eq!(map.unmap(lba), model.remove(&lba).map(|(p, _)| p));
+                }
+            }
+            prop_assert!(map.iter_with_crc().eq(model.iter().map(|(&l, &(p, c))| (l, p, c))));
+            for lba in [0, 1, 1023, 1024, blocks - 1] {
+                prop_assert_eq!(map.get_with_crc(lba), model.get(&lba).copied());
+            }
+        }
+
+        #[test]
         fn matches_a_btreemap(ops in proptest::collection::vec(op(4 * LEAF_BLOCKS + 7), 1..400)) {
             let blocks = 4 * LEAF_BLOCKS + 7;
             let mut map = L2p::new(blocks);
             let mut model = BTreeMap::new();
             for op in ops {
                 match op {
-                    Op::Set(l, p) => prop_assert_eq!(map.set(l, Ppa(p)), model.insert(l, Ppa(p))),
+                    Op::Set(l, p) => prop_assert_eq!(map.set(l, Ppa(p), 0), model.insert(l, Ppa(p))),
                     Op::Unmap(l) => prop_assert_eq!(map.unmap(l), model.remove(&l)),
                 }
             }

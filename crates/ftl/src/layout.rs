@@ -47,15 +47,24 @@ impl Layout {
     }
 
     /// Plans a layout for `geometry`; `logical_blocks = None` picks the data
-    /// capacity less the GC reserve.
+    /// capacity less the GC reserve. `in_band`: tags in band, so every data
+    /// zone ends in its summary.
     pub fn plan(
         geometry: &Geometry,
         logical_blocks: Option<u64>,
         gc_reserve_zones: u32,
+        in_band: bool,
     ) -> Result<Layout, MountError> {
         geometry
             .validate()
             .map_err(|e| MountError::Unsupported(e.to_string()))?;
+        let data_cap = data_blocks_per_zone(geometry, in_band);
+        if data_cap == 0 {
+            return Err(MountError::Unsupported(format!(
+                "zones of {} blocks leave no room for data after the zone summary (tags in band)",
+                geometry.zone_capacity_blocks
+            )));
+        }
         let physical = physical_blocks(geometry)
             .ok_or_else(|| MountError::Unsupported("more than 2^32 - 1 physical blocks".into()))?;
         let cap = geometry.zone_capacity_blocks;
@@ -77,7 +86,7 @@ impl Layout {
             )));
         }
         let data_zones = u64::from(geometry.zone_count - 2 - meta_zone_count);
-        let usable = (data_zones - u64::from(gc_reserve_zones + OPEN_DATA_LANES)) * cap;
+        let usable = (data_zones - u64::from(gc_reserve_zones + OPEN_DATA_LANES)) * data_cap;
         let default_logical = usable * 100 / (100 + DEFAULT_OP_PERCENT);
         let logical_blocks = logical_blocks.unwrap_or(default_logical);
         if logical_blocks == 0 || logical_blocks >= u64::from(u32::MAX) {
@@ -90,6 +99,17 @@ impl Layout {
             meta_zone_count,
             logical_blocks,
         })
+    }
+}
+
+/// Blocks of a data zone that hold data: its capacity, less the zone
+/// summary when tags are in band (`crate::summary`).
+pub fn data_blocks_per_zone(geometry: &Geometry, in_band: bool) -> u64 {
+    let cap = geometry.zone_capacity_blocks;
+    if in_band {
+        cap - crate::summary::summary_blocks(cap, geometry.block_size_bytes as usize)
+    } else {
+        cap
     }
 }
 

@@ -27,6 +27,7 @@ pub mod p2l;
 pub mod recovery;
 mod slab;
 pub mod stats;
+pub mod summary;
 pub mod superblock;
 pub mod tag;
 pub mod zone;

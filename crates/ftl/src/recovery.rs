@@ -15,7 +15,7 @@ use crate::config::{FormatOptions, FtlConfig, TagPlacement};
 use crate::driver::Driver;
 use crate::error::MountError;
 use crate::ftl::{Ftl, Parts};
-use crate::l2p::L2p;
+use crate::l2p::{EntryFormat, L2p};
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
 use crate::note::{LogBlock, Note};
@@ -68,12 +68,17 @@ impl<B: Backend> Driver<B> {
         config: FtlConfig,
     ) -> Result<Driver<B>, MountError> {
         let geometry = backend.geometry().clone();
-        let layout = Layout::plan(&geometry, options.logical_blocks, options.gc_reserve_zones)?;
-        let zones = reset_all_zones(&mut backend, &geometry, &layout)?;
         let tag_mode = match options.tag_placement {
             TagPlacement::Auto if geometry.oob_size_bytes as usize >= TAG_BYTES => TagMode::Oob,
             _ => TagMode::InBand,
         };
+        let layout = Layout::plan(
+            &geometry,
+            options.logical_blocks,
+            options.gc_reserve_zones,
+            tag_mode == TagMode::InBand,
+        )?;
+        let zones = reset_all_zones(&mut backend, &geometry, &layout)?;
         let physical = physical_blocks(&geometry).expect("checked by plan");
         let ring: Vec<ZoneId> = layout.meta_zones().collect();
         let log = MetaLog::new(
@@ -88,8 +93,11 @@ impl<B: Backend> Driver<B> {
             0,
         );
         let parts = Parts {
-            l2p: L2p::new(layout.logical_blocks),
-            p2l: P2l::new(physical, tag_mode == TagMode::InBand),
+            l2p: L2p::with_format(
+                layout.logical_blocks,
+                EntryFormat::for_device(physical, tag_mode == TagMode::InBand),
+            ),
+            p2l: P2l::new(physical),
             uuid: uuid_from_seed(options.seed),
             zones,
             next_seq: 1,
@@ -698,19 +706,14 @@ impl Rebuild {
                 "checkpoint does not match the superblock".into(),
             ));
         }
-        let l2p = L2p::from_leaves(image.logical_blocks, image.leaves.clone())
-            .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
         let physical = physical_blocks(g).expect("validated geometry");
-        let keep_crcs = sb.tag_mode == TagMode::InBand;
-        let mut p2l = P2l::new(physical, keep_crcs);
+        let format = EntryFormat::for_device(physical, sb.tag_mode == TagMode::InBand);
         let crcs = image.crcs.as_deref().unwrap_or(&[]);
-        if keep_crcs && crcs.len() as u64 != l2p.mapped_blocks() {
-            return Err(MountError::Damaged(
-                "checkpoint CRC table does not match its map".into(),
-            ));
-        }
-        for (i, (lba, ppa)) in l2p.iter().enumerate() {
-            p2l.set(ppa, lba, crcs.get(i).copied().unwrap_or(0));
+        let l2p = L2p::from_leaves(image.logical_blocks, format, &image.leaves, crcs)
+            .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
+        let mut p2l = P2l::new(physical);
+        for (_, ppa) in l2p.iter() {
+            p2l.set(ppa);
         }
         Ok(Rebuild {
             l2p,
@@ -731,10 +734,10 @@ impl Rebuild {
     }
 
     fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
-        if let Some(old) = self.l2p.set(lba, ppa) {
+        if let Some(old) = self.l2p.set(lba, ppa, crc) {
             self.p2l.clear(old);
         }
-        self.p2l.set(ppa, lba, crc);
+        self.p2l.set(ppa);
     }
 
     /// Step 5: apply notes and tags in seq order.
@@ -785,9 +788,10 @@ impl Rebuild {
                             to.0
                         )));
                     }
-                    if self.l2p.get(lba) == Some(from) {
-                        let crc = self.p2l.crc(from).unwrap_or(0);
-                        self.set(lba, to, crc);
+                    if let Some((at, crc)) = self.l2p.get_with_crc(lba) {
+                        if at == from {
+                            self.set(lba, to, crc);
+                        }
                     }
                 }
                 Event::Note(Note::ZoneReset {

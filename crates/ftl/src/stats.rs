@@ -20,6 +20,11 @@ pub struct FtlStats {
     pub gc_copy_blocks: u64,
     pub meta_write_blocks: u64,
     pub pad_blocks: u64,
+    /// Zone summary blocks written (tags in band; part of media writes).
+    pub summary_write_blocks: u64,
+    /// GC victims whose LBAs came from a walk of the map because they had
+    /// no usable summary (closed early, cut by a power loss, damaged).
+    pub summary_map_walks: u64,
     pub erases: u64,
     pub flushes: u64,
     pub checkpoints: u64,
@@ -40,7 +45,7 @@ pub struct FtlStats {
     /// Erase counts above are over data and free zones; this is the highest
     /// among the superblock and metadata zones.
     pub metadata_erase_count_max: u32,
-    /// L2P + P2L bytes.
+    /// L2P + P2L bytes, plus the summaries being collected (in band).
     pub map_memory_bytes: u64,
     /// map_memory_bytes ÷ mapped_blocks (0 when nothing is mapped).
     pub map_bytes_per_mapped_block: f64,
@@ -52,7 +57,7 @@ impl FtlStats {
         zones: &ZoneTable,
         l2p: &L2p,
         p2l: &P2l,
-        _zone_capacity_blocks: u64,
+        pending_summary_bytes: u64,
     ) {
         self.write_amplification = ratio(self.media_write_blocks, self.host_write_blocks);
         self.free_zones = zones.free_count();
@@ -71,7 +76,7 @@ impl FtlStats {
         self.erase_count_mean = wear.mean_erases;
         self.erase_count_stddev = wear.stddev_erases;
         self.metadata_erase_count_max = zones.metadata_erase_max();
-        self.map_memory_bytes = l2p.memory_bytes() + p2l.memory_bytes();
+        self.map_memory_bytes = l2p.memory_bytes() + p2l.memory_bytes() + pending_summary_bytes;
         self.map_bytes_per_mapped_block = ratio(self.map_memory_bytes, self.mapped_blocks);
     }
 }

@@ -341,7 +341,20 @@ pub fn plan(space: &SpaceArgs, op: f64) -> Result<Plan, BenchError> {
         )));
     }
     let zone_blocks = u64::from(space.zone_blocks);
-    let data_blocks = u64::from(space.zones) * zone_blocks;
+    // OP counts the blocks that can hold data: in band, each zone ends in
+    // its summary.
+    let summary_blocks = if space.in_band_tags {
+        let block_size = zoned_config(1, space.zone_blocks).page_size_bytes as usize;
+        zftl_core::summary::summary_blocks(zone_blocks, block_size)
+    } else {
+        0
+    };
+    if summary_blocks >= zone_blocks {
+        return Err(BenchError::Args(format!(
+            "--zone-blocks {zone_blocks} leaves no room for data after the zone summary"
+        )));
+    }
+    let data_blocks = u64::from(space.zones) * (zone_blocks - summary_blocks);
     let logical_blocks = (data_blocks as f64 / (1.0 + op)).floor() as u64;
     if logical_blocks == 0 {
         return Err(BenchError::Args(format!(
@@ -353,7 +366,12 @@ pub fn plan(space: &SpaceArgs, op: f64) -> Result<Plan, BenchError> {
         let device_zones = 2 + meta_zones + space.zones;
         let sim = zoned_config(device_zones, space.zone_blocks);
         let geometry = sim.geometry()?;
-        let layout = Layout::plan(&geometry, Some(logical_blocks), space.gc_reserve_zones)?;
+        let layout = Layout::plan(
+            &geometry,
+            Some(logical_blocks),
+            space.gc_reserve_zones,
+            space.in_band_tags,
+        )?;
         if layout.meta_zone_count == meta_zones {
             return Ok(Plan {
                 sim,

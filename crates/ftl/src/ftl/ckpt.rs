@@ -72,8 +72,9 @@ impl Ftl {
     /// reused zone gets after the reset (it holds no live data: valid is 0).
     fn victim_noted(&self) -> Option<ZoneId> {
         let j = self.job.as_ref()?;
-        (j.purpose != JobPurpose::Retire && !matches!(j.phase, JobPhase::Copying))
-            .then_some(j.victim)
+        (j.purpose != JobPurpose::Retire
+            && !matches!(j.phase, JobPhase::Summary { .. } | JobPhase::Copying))
+        .then_some(j.victim)
     }
 
     fn capture_checkpoint(&mut self) {
@@ -115,17 +116,9 @@ impl Ftl {
                 crate::recovery::zone_record_out(record, zone.valid_blocks())
             })
             .collect();
-        let leaves = self
-            .l2p
-            .leaves()
-            .map(|(i, leaf)| (i, Box::new(*leaf)))
-            .collect();
-        let crcs = (self.tag_mode == TagMode::InBand).then(|| {
-            self.l2p
-                .iter()
-                .map(|(_, ppa)| self.p2l.crc(ppa).expect("crc of a mapped block"))
-                .collect()
-        });
+        let leaves = self.l2p.leaves().collect();
+        let crcs = (self.tag_mode == TagMode::InBand)
+            .then(|| self.l2p.iter_with_crc().map(|(.., crc)| crc).collect());
         CheckpointImage {
             next_seq: self.next_seq,
             epoch: self.epoch,

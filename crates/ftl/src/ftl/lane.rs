@@ -9,7 +9,11 @@ use crate::buffer::{SlotId, Temp};
 use crate::note::Note;
 use crate::superblock::TagMode;
 use crate::tag::{self, Tag, TagKind, TAG_BYTES};
-use crate::zone::{Stream, ZoneKind};
+use crate::zone::{Stream, ZoneKind, ZoneUse};
+
+/// Zones outside the data lanes that may be open at once: the metadata
+/// log's current zone and the two superblock copies.
+const META_OPEN_ZONES: u32 = 3;
 
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +56,7 @@ impl Ftl {
         wanted: u64,
         may_use_reserve: bool,
     ) -> Option<(ZoneId, u64)> {
-        let cap = self.cap();
+        let data_cap = self.data_cap();
         let reserve = u64::from(self.gc_reserve_zones);
         let host_barred = !may_use_reserve && !self.reserve_unlocked;
         let above_reserve = self.zones.free_count() as u64 > reserve;
@@ -65,6 +69,9 @@ impl Ftl {
             st.gc_only = false;
         }
         if st.zone.is_none() {
+            if !self.may_open_data_zone() {
+                return None; // busy: zones filled earlier are still draining
+            }
             let free = self.zones.free_count() as u64;
             let from_reserve = free <= reserve;
             if free == 0 || (from_reserve && host_barred) {
@@ -78,6 +85,7 @@ impl Ftl {
                 _ => self.zones.take_free(kind)?,
             };
             self.zone_clock[z as usize] = 0;
+            self.summary_opened(z);
             let st = self.lane_mut(lane);
             st.zone = Some(z);
             st.allocated_blocks = 0;
@@ -85,9 +93,31 @@ impl Ftl {
         }
         let st = self.lane_mut(lane);
         let zone = st.zone.expect("lane zone");
-        let room = cap - st.allocated_blocks;
+        let room = data_cap - st.allocated_blocks;
         let n = wanted.min(room);
         Some((zone, n))
+    }
+
+    /// Whether one more data zone may be open on the device. Its open and
+    /// active zone limits must hold the metadata log's zone and both
+    /// superblock zones too; the data zones counted are the lanes' and
+    /// those still taking appends or waiting for their summary.
+    fn may_open_data_zone(&self) -> bool {
+        let limits = [self.geo.max_open_zones, self.geo.max_active_zones];
+        let Some(limit) = limits.into_iter().filter(|&l| l != 0).min() else {
+            return true;
+        };
+        let budget = limit.saturating_sub(META_OPEN_ZONES).max(1) as usize;
+        let open = (self.layout.first_data_zone()..self.geo.zone_count)
+            .filter(|&z| {
+                let zone = self.zones.get(z);
+                matches!(zone.kind(), ZoneKind::Data { .. })
+                    && (zone.state() == ZoneUse::Open
+                        || self.zone_appends[z as usize] > 0
+                        || self.lanes.iter().any(|l| l.zone == Some(z)))
+            })
+            .count();
+        open < budget
     }
 
     /// Room in `lane`, or else in its sibling: temperature separation is
@@ -158,15 +188,17 @@ impl Ftl {
     }
 
     /// Books `n` blocks of the stream's zone; a zone with no room left is
-    /// dropped by the stream and becomes Full once its appends complete.
-    /// The zone table counts the blocks at submission (it becomes Full at
-    /// capacity); `zone_appends` keeps GC off it until they complete.
+    /// dropped by the stream and becomes Full once its appends (and, in
+    /// band, its summary) complete. The zone table counts the blocks at
+    /// submission (it becomes Full at capacity); `zone_appends` keeps GC off
+    /// it until they complete.
     pub(super) fn lane_commit(&mut self, lane: Lane, zone: ZoneId, n: u64, seq: Seq) {
-        let cap = self.cap();
+        let data_cap = self.data_cap();
         let st = self.lane_mut(lane);
         st.allocated_blocks += n;
-        if st.allocated_blocks == cap {
+        if st.allocated_blocks == data_cap {
             st.zone = None;
+            self.summary_sealed(zone);
         }
         self.zones.record_write(zone, n, seq);
         self.zone_appends[zone as usize] += 1;
@@ -311,6 +343,7 @@ impl Ftl {
         for (i, &(s, seq, crc)) in slots.iter().enumerate() {
             let ppa = Ppa::new(zone, offset + i as u64, self.cap());
             let lba = self.buffer.slot(s).lba;
+            self.summary_note(zone, offset + i as u64, lba);
             let latest = self.buffer.is_latest(lba, s);
             let slot = self.buffer.release(s);
             if slot.counted_new {
@@ -346,6 +379,7 @@ impl Ftl {
             }
         }
         self.zones.finish(zone);
+        self.summary_dropped(zone);
         if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
         {
             self.retire_queue.push_back(zone);

@@ -31,6 +31,7 @@ mod meta;
 mod read;
 mod reloc;
 mod request;
+mod summaries;
 mod write;
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
@@ -112,6 +113,12 @@ enum Op {
     SuperWrite {
         copy: usize,
     },
+    SummaryWrite {
+        zone: ZoneId,
+    },
+    SummaryRead {
+        zone: ZoneId,
+    },
     VictimFlush,
     VictimReset {
         zone: ZoneId,
@@ -149,6 +156,9 @@ pub struct Ftl {
     /// zones and after mount: their data counts as old).
     zone_clock: Vec<u64>,
     job: Option<GcJob>,
+    /// Zone summaries being collected (tags in band): at most one per lane
+    /// plus those waiting for their zone's appends.
+    summaries: Vec<summaries::PendingSummary>,
     retire_queue: VecDeque<ZoneId>,
     /// GC jobs since the last static wear-leveling move.
     jobs_since_wl: u32,
@@ -176,7 +186,7 @@ pub struct Ftl {
     unplanned_reads: VecDeque<(u64, Lba, u32)>,
     /// Scratch, kept so a read allocates nothing: one batch's L2P lookups,
     /// and one request's device reads.
-    read_lookups: Vec<Option<Ppa>>,
+    read_lookups: Vec<Option<(Ppa, u32)>>,
     read_plan: Vec<ReadPart>,
     /// The last `poll_command` ran `advance` (or followed one that did)
     /// and issued a host read, and nothing came in since: issuing a read
@@ -198,14 +208,15 @@ pub struct Ftl {
 impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
-        let cap = p.geometry.zone_capacity_blocks;
+        let in_band = p.tag_mode == TagMode::InBand;
+        let data_cap = crate::layout::data_blocks_per_zone(&p.geometry, in_band);
         let data_zones = (p.layout.first_data_zone()..p.geometry.zone_count)
             .filter(|&z| p.zones.get(z).kind() != ZoneKind::Retired)
             .count() as u64;
         let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
         let max_commands = p.config.max_inflight_commands.max(1) as usize;
         let max_reads = p.config.max_host_requests.max(1) as usize;
-        let usable = data_zones.saturating_sub(set_aside) * cap;
+        let usable = data_zones.saturating_sub(set_aside) * data_cap;
         Ftl {
             buffer: WriteBuffer::new(
                 p.config.write_buffer_blocks,
@@ -231,6 +242,7 @@ impl Ftl {
             host_clock: 0,
             zone_clock: vec![0; zone_count],
             job: None,
+            summaries: Vec::new(),
             retire_queue: VecDeque::new(),
             jobs_since_wl: 0,
             gc_queues: Default::default(),
@@ -454,6 +466,7 @@ impl Ftl {
             .or_else(|| self.next_flush_command())
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_job_command())
+            .or_else(|| self.next_summary_command())
             .or_else(|| self.next_gc_append())
             .or_else(|| self.next_host_append())
     }
@@ -493,6 +506,7 @@ impl Ftl {
             }
             for z in open {
                 self.zones.finish(z);
+                self.summary_dropped(z);
             }
             return;
         }
@@ -576,6 +590,8 @@ impl Ftl {
                 Err(e) => self.super_failed(copy, e),
             },
             Op::SuperWrite { copy } => self.super_write_done(copy, result),
+            Op::SummaryWrite { zone } => self.summary_write_done(zone, result),
+            Op::SummaryRead { zone } => self.victim_summary_read(zone, result),
             Op::VictimFlush => self.victim_flushed(result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {
@@ -645,8 +661,8 @@ impl Ftl {
 
     fn map(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
         self.unmap(lba);
-        self.l2p.set(lba, ppa);
-        self.p2l.set(ppa, lba, crc);
+        self.l2p.set(lba, ppa, crc);
+        self.p2l.set(ppa);
         self.zones.add_valid(ppa.zone(self.cap()), 1);
     }
 
@@ -726,7 +742,7 @@ impl Ftl {
             &self.zones,
             &self.l2p,
             &self.p2l,
-            self.geo.zone_capacity_blocks,
+            self.pending_summary_bytes(),
         );
         s
     }

@@ -34,7 +34,7 @@ pub(super) struct ReadPart {
     count: u32,
     pub(super) ppa: Ppa,
     /// Data CRCs when the tag is not in OOB (empty in OOB mode).
-    crcs: Vec<Option<u32>>,
+    crcs: Vec<u32>,
     attempts: u8,
 }
 
@@ -109,7 +109,8 @@ impl Ftl {
                 if full && requests > 0 {
                     break;
                 }
-                lookups.extend((lba..lba + u64::from(block_count)).map(|l| self.l2p.get(l)));
+                lookups
+                    .extend((lba..lba + u64::from(block_count)).map(|l| self.l2p.get_with_crc(l)));
                 requests += 1;
             }
             let mut at = 0;
@@ -130,7 +131,7 @@ impl Ftl {
 
     /// Queues the device reads of request `id` at `lba`, whose blocks map
     /// to `ppas`; returns the reply when no device read is needed.
-    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<Ppa>]) -> Option<Vec<u8>> {
+    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<(Ppa, u32)>]) -> Option<Vec<u8>> {
         let block_count = ppas.len() as u32;
         let mut parts = std::mem::take(&mut self.read_plan);
         debug_assert!(parts.is_empty());
@@ -171,7 +172,7 @@ impl Ftl {
         &self,
         id: u64,
         lba: Lba,
-        ppas: &[Option<Ppa>],
+        ppas: &[Option<(Ppa, u32)>],
         parts: &mut Vec<ReadPart>,
     ) -> u32 {
         let cap = self.cap();
@@ -183,13 +184,9 @@ impl Ftl {
             if buffered && self.buffer.lookup(l).is_some() {
                 continue;
             }
-            let Some(ppa) = ppa else { continue };
+            let Some((ppa, crc)) = ppa else { continue };
             media_blocks += 1;
-            let crc = if in_band {
-                Some(self.p2l.crc(ppa))
-            } else {
-                None
-            };
+            let crc = in_band.then_some(crc);
             if let Some(p) = parts.last_mut() {
                 let contiguous = p.ppa.0 + p.count == ppa.0
                     && p.ppa.zone(cap) == ppa.zone(cap)
@@ -328,10 +325,7 @@ impl Ftl {
                         })
                     }
                 },
-                TagMode::InBand => match part.crcs[i] {
-                    Some(c) => c,
-                    None => continue, // remapped after the read was issued; the data was valid then
-                },
+                TagMode::InBand => part.crcs[i],
             };
             if expected_crc != actual_crc {
                 return Err(IoError::Corrupt {

@@ -39,6 +39,10 @@ pub(super) enum JobPurpose {
 
 #[derive(Debug)]
 pub(super) enum JobPhase {
+    /// Tags in band: reading the victim's summary (`issued` once sent).
+    Summary {
+        issued: bool,
+    },
     Copying,
     /// The ZoneReset/ZoneRetire note is packed; waits until the log is durable through `log_barrier`.
     Noting {
@@ -63,6 +67,9 @@ pub(super) struct GcJob {
     retries: Vec<(Ppa, u32, u8)>,
     /// Live blocks that could not be read or failed their checksum.
     unreadable: BTreeSet<Ppa>,
+    /// Tags in band: the LBA each block of the victim holds, by offset
+    /// (checked against the map before use).
+    lbas: Option<Box<[u32]>>,
 }
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
@@ -71,7 +78,7 @@ const WL_EVERY_GC_JOBS: u32 = 4;
 impl Ftl {
     fn retire_zone(&mut self, zone: ZoneId) {
         self.zones.retire(zone);
-        self.max_mapped_blocks = self.max_mapped_blocks.saturating_sub(self.cap());
+        self.max_mapped_blocks = self.max_mapped_blocks.saturating_sub(self.data_cap());
     }
 
     /// A zone for static wear leveling to move, if leveling is due: when GC
@@ -104,7 +111,15 @@ impl Ftl {
     }
 
     fn pick_job(&mut self) -> Option<GcJob> {
-        let (victim, purpose) = if let Some(z) = self.retire_queue.pop_front() {
+        // A zone to retire waits until its last append has completed: one
+        // still in flight may yet fail (and name the zone again) or map
+        // blocks into it that the job must move.
+        let retire_ready = self
+            .retire_queue
+            .front()
+            .is_some_and(|&z| self.zone_appends[z as usize] == 0);
+        let (victim, purpose) = if retire_ready {
+            let z = self.retire_queue.pop_front().expect("front checked");
             (z, JobPurpose::Retire)
         } else if let Some(z) = self.wl_victim() {
             self.jobs_since_wl = 0;
@@ -119,14 +134,24 @@ impl Ftl {
         } else {
             return None;
         };
+        // In band, GC learns what the victim holds from its summary, or,
+        // for a zone without one, from the map.
+        let (phase, lbas) = match self.tag_mode {
+            TagMode::Oob => (JobPhase::Copying, None),
+            TagMode::InBand if self.has_summary(victim) => {
+                (JobPhase::Summary { issued: false }, None)
+            }
+            TagMode::InBand => (JobPhase::Copying, Some(self.victim_lbas(victim, None))),
+        };
         Some(GcJob {
             victim,
             purpose,
             scan_offset: 0,
             reads_in_flight: 0,
-            phase: JobPhase::Copying,
+            phase,
             retries: Vec::new(),
             unreadable: BTreeSet::new(),
+            lbas,
         })
     }
 
@@ -140,6 +165,10 @@ impl Ftl {
         let job = self.job.as_ref()?;
         let victim = job.victim;
         match job.phase {
+            JobPhase::Summary { issued: false } => {
+                self.job.as_mut().expect("job").phase = JobPhase::Summary { issued: true };
+                Some((Op::SummaryRead { zone: victim }, self.summary_read(victim)))
+            }
             JobPhase::Copying => self.next_gc_read(),
             JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
                 self.job.as_mut().expect("job").phase = JobPhase::Flushing;
@@ -270,10 +299,14 @@ impl Ftl {
                     _ => None,
                 },
                 TagMode::InBand => self
-                    .p2l
-                    .lba(ppa)
-                    .zip(self.p2l.crc(ppa))
-                    .map(|(l, c)| (l, c, 0)),
+                    .job
+                    .as_ref()
+                    .and_then(|j| j.lbas.as_ref()?.get(ppa.offset_blocks(cap) as usize))
+                    .and_then(|&lba| {
+                        let lba = Lba::from(lba);
+                        let (at, crc) = self.l2p.get_with_crc(lba)?;
+                        (at == ppa).then_some((lba, crc, 0))
+                    }),
             };
             let carried = carried.filter(|&(lba, ..)| {
                 lba < self.layout.logical_blocks && self.l2p.get(lba) == Some(ppa)
@@ -399,6 +432,7 @@ impl Ftl {
         };
         for (i, it) in items.into_iter().enumerate() {
             let dst = Ppa::new(zone, offset + i as u64, self.cap());
+            self.summary_note(zone, offset + i as u64, it.lba);
             if self.l2p.get(it.lba) != Some(it.src) {
                 continue; // a host write or trim won the race
             }
@@ -466,6 +500,18 @@ impl Ftl {
             }
             _ => {}
         }
+    }
+
+    /// The victim's summary read finished: build its LBA table and copy.
+    pub(super) fn victim_summary_read(
+        &mut self,
+        zone: ZoneId,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        let lbas = self.victim_lbas(zone, Some(result));
+        let job = self.job.as_mut().expect("job");
+        job.lbas = Some(lbas);
+        job.phase = JobPhase::Copying;
     }
 
     pub(super) fn victim_flushed(&mut self, result: Result<Outcome, DeviceError>) {

@@ -1,0 +1,200 @@
+//! Zone summaries in band (see `crate::summary`): the writer side collects
+//! the LBAs of each zone a lane fills and appends them once the zone's data
+//! is on the media; the GC side turns a victim into an offset → LBA table,
+//! from its summary when that agrees with the L2P, else by walking the L2P.
+
+use super::{Ftl, Op};
+use crate::addr::{Lba, Ppa};
+use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::summary::{self, NO_LBA};
+use crate::superblock::TagMode;
+use crate::zone::ZoneUse;
+
+/// The summary of a zone a lane is filling, until it is on the media.
+#[derive(Debug)]
+pub(super) struct PendingSummary {
+    zone: ZoneId,
+    /// The LBA each data block was written for (`NO_LBA`: padding, or not
+    /// yet completed).
+    lbas: Box<[u32]>,
+    /// Every data block is allocated: the summary goes out once the zone's
+    /// appends have completed.
+    sealed: bool,
+    in_flight: bool,
+}
+
+impl Ftl {
+    /// Blocks at the end of each data zone that hold its summary (0 with
+    /// OOB tags).
+    pub(super) fn summary_blocks(&self) -> u64 {
+        match self.tag_mode {
+            TagMode::Oob => 0,
+            TagMode::InBand => summary::summary_blocks(self.cap(), self.block_size()),
+        }
+    }
+
+    /// Blocks of a data zone that hold data.
+    pub(super) fn data_cap(&self) -> u64 {
+        self.cap() - self.summary_blocks()
+    }
+
+    /// Memory the summaries being collected hold (counted as map memory).
+    pub(super) fn pending_summary_bytes(&self) -> u64 {
+        let entries: usize = self.summaries.iter().map(|s| s.lbas.len()).sum();
+        (self.summaries.capacity() * std::mem::size_of::<PendingSummary>() + 4 * entries) as u64
+    }
+
+    /// A lane opened `zone`: start collecting its summary. At most one per
+    /// lane plus those waiting for their appends, so the table stays small.
+    pub(super) fn summary_opened(&mut self, zone: ZoneId) {
+        if self.tag_mode != TagMode::InBand {
+            return;
+        }
+        assert!(
+            self.summaries.iter().all(|s| s.zone != zone),
+            "zone {zone} opened twice"
+        );
+        self.summaries.push(PendingSummary {
+            zone,
+            lbas: vec![NO_LBA; self.data_cap() as usize].into_boxed_slice(),
+            sealed: false,
+            in_flight: false,
+        });
+    }
+
+    /// Data block `offset` of `zone` now holds `lba`.
+    pub(super) fn summary_note(&mut self, zone: ZoneId, offset: u64, lba: Lba) {
+        if let Some(s) = self.summaries.iter_mut().find(|s| s.zone == zone) {
+            if let Some(e) = s.lbas.get_mut(offset as usize) {
+                *e = u32::try_from(lba).expect("in-band LBAs fit u32 (checked at format)");
+            }
+        }
+    }
+
+    /// The lane allocated the zone's last data block.
+    pub(super) fn summary_sealed(&mut self, zone: ZoneId) {
+        if let Some(s) = self.summaries.iter_mut().find(|s| s.zone == zone) {
+            s.sealed = true;
+        }
+    }
+
+    /// The zone was closed early or failed: it gets no summary (GC walks
+    /// the map for it instead).
+    pub(super) fn summary_dropped(&mut self, zone: ZoneId) {
+        self.summaries.retain(|s| s.zone != zone || s.in_flight);
+    }
+
+    /// Appends a sealed summary whose zone has no data append in flight:
+    /// it then lands right after the data, in the zone's last blocks.
+    pub(super) fn next_summary_command(&mut self) -> Option<(Op, Command)> {
+        if self.read_only {
+            return None;
+        }
+        let appends = &self.zone_appends;
+        let s = self
+            .summaries
+            .iter_mut()
+            .find(|s| s.sealed && !s.in_flight && appends[s.zone as usize] == 0)?;
+        s.in_flight = true;
+        let zone = s.zone;
+        let data = summary::encode(zone, &s.lbas, self.geo.block_size_bytes as usize);
+        let blocks = self.summary_blocks();
+        let (_, mut oob) = self.alloc_buffers(blocks);
+        let mut pad = Vec::new();
+        self.push_padding(&mut pad, &mut oob, blocks, self.block_size());
+        self.zones.record_write(zone, blocks, 0);
+        self.zone_appends[zone as usize] += 1;
+        self.stats.media_write_blocks += blocks;
+        self.stats.summary_write_blocks += blocks;
+        Some((
+            Op::SummaryWrite { zone },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    pub(super) fn summary_write_done(
+        &mut self,
+        zone: ZoneId,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.append_settled(zone);
+        self.summaries.retain(|s| s.zone != zone);
+        match result {
+            // Landing anywhere but the zone's end (a device that broke the
+            // append contract) only costs GC a map walk: the summary is a hint.
+            Ok(Outcome::Written { .. }) => {}
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => self.write_failed(zone, e),
+        }
+    }
+
+    /// Whether GC should read `zone`'s summary: in band, and the zone was
+    /// filled to capacity (one closed early has none).
+    pub(super) fn has_summary(&self, zone: ZoneId) -> bool {
+        let z = self.zones.get(zone);
+        self.tag_mode == TagMode::InBand
+            && z.state() == ZoneUse::Full
+            && z.write_pointer_blocks() == self.cap()
+    }
+
+    /// The read of `zone`'s summary blocks.
+    pub(super) fn summary_read(&self, zone: ZoneId) -> Command {
+        Command::Read {
+            zone,
+            offset_blocks: self.data_cap(),
+            block_count: self.summary_blocks() as u32,
+        }
+    }
+
+    /// The offset → LBA table of victim `zone` from its summary read, if
+    /// the summary decodes and names every live block of the zone the way
+    /// the map does; else from a walk of the map.
+    pub(super) fn victim_lbas(
+        &mut self,
+        zone: ZoneId,
+        read: Option<Result<Outcome, DeviceError>>,
+    ) -> Box<[u32]> {
+        let decoded = match read {
+            Some(Ok(Outcome::Read { data, .. })) => summary::decode(
+                zone,
+                self.data_cap(),
+                &data,
+                self.geo.block_size_bytes as usize,
+            )
+            .ok(),
+            _ => None,
+        };
+        if let Some(lbas) = decoded.filter(|l| self.names_every_live_block(zone, l)) {
+            return lbas;
+        }
+        self.stats.summary_map_walks += 1;
+        self.lbas_from_map(zone)
+    }
+
+    fn names_every_live_block(&self, zone: ZoneId, lbas: &[u32]) -> bool {
+        let cap = self.cap();
+        (0..cap).all(|off| {
+            let ppa = Ppa::new(zone, off, cap);
+            if !self.p2l.is_valid(ppa) {
+                return true;
+            }
+            let lba = lbas.get(off as usize).copied().unwrap_or(NO_LBA);
+            lba != NO_LBA
+                && u64::from(lba) < self.layout.logical_blocks
+                && self.l2p.get(u64::from(lba)) == Some(ppa)
+        })
+    }
+
+    /// Every LBA the map sends into `zone`, by offset: O(mapped blocks),
+    /// for zones without a usable summary.
+    fn lbas_from_map(&self, zone: ZoneId) -> Box<[u32]> {
+        let cap = self.cap();
+        let mut lbas = vec![NO_LBA; cap as usize].into_boxed_slice();
+        for (lba, ppa) in self.l2p.iter() {
+            if ppa.zone(cap) == zone {
+                lbas[ppa.offset_blocks(cap) as usize] = lba as u32;
+            }
+        }
+        lbas
+    }
+}
