@@ -306,15 +306,18 @@ impl Ftl {
     }
 
     pub(super) fn push_padding(&self, data: &mut Vec<u8>, oob: &mut Vec<u8>, pad: u64, bs: usize) {
+        if pad == 0 {
+            return;
+        }
+        data.resize(data.len() + pad as usize * bs, 0);
+        let t = Tag {
+            kind: TagKind::Pad,
+            epoch: self.epoch,
+            lba: u64::MAX,
+            seq: 0,
+            data_crc: tag::data_crc(&data[data.len() - bs..]),
+        };
         for _ in 0..pad {
-            data.resize(data.len() + bs, 0);
-            let t = Tag {
-                kind: TagKind::Pad,
-                epoch: self.epoch,
-                lba: u64::MAX,
-                seq: 0,
-                data_crc: tag::data_crc(&vec![0; bs]),
-            };
             self.push_tag(oob, &t);
         }
     }

@@ -99,9 +99,8 @@ impl Ftl {
         let zone = s.zone;
         let data = summary::encode(zone, &s.lbas, self.geo.block_size_bytes as usize);
         let blocks = self.summary_blocks();
-        let (_, mut oob) = self.alloc_buffers(blocks);
-        let mut pad = Vec::new();
-        self.push_padding(&mut pad, &mut oob, blocks, self.block_size());
+        // In band the OOB (too small for a tag, if any) is left zero.
+        let oob = vec![0; self.geo.oob_bytes(blocks)];
         self.zones.record_write(zone, blocks, 0);
         self.zone_appends[zone as usize] += 1;
         self.stats.media_write_blocks += blocks;
