@@ -114,6 +114,7 @@ impl Ftl {
                 matches!(zone.kind(), ZoneKind::Data { .. })
                     && (zone.state() == ZoneUse::Open
                         || self.zone_appends[z as usize] > 0
+                        || self.finish_pending.contains(&z)
                         || self.lanes.iter().any(|l| l.zone == Some(z)))
             })
             .count();
@@ -369,13 +370,11 @@ impl Ftl {
         self.admit_writes();
     }
 
-    /// A data zone refused a write: stop using it, move its live data out and
-    /// retire it (DESIGN.md §4 media faults).
-    pub(super) fn write_failed(&mut self, zone: ZoneId, error: DeviceError) {
-        if error == DeviceError::DeviceGone {
-            return;
-        }
-        self.stats.write_errors += 1;
+    /// Stops writing `zone` before it is full (or a write to it failed): no
+    /// lane takes it again, it gets no summary, and it is finished on the
+    /// device once its appends complete, so it stops counting against the
+    /// open zone limits (until then GC leaves it alone).
+    pub(super) fn seal_zone(&mut self, zone: ZoneId) {
         for st in &mut self.lanes {
             if st.zone == Some(zone) {
                 st.zone = None;
@@ -383,6 +382,28 @@ impl Ftl {
         }
         self.zones.finish(zone);
         self.summary_dropped(zone);
+        if !self.finish_pending.contains(&zone) {
+            self.finish_pending.push(zone);
+        }
+    }
+
+    /// The device Finish of a sealed zone whose appends have all completed.
+    pub(super) fn next_finish_command(&mut self) -> Option<(Op, Command)> {
+        let at = (0..self.finish_pending.len())
+            .find(|&i| self.zone_appends[self.finish_pending[i] as usize] == 0)?;
+        let zone = self.finish_pending.swap_remove(at);
+        self.zone_appends[zone as usize] += 1; // settles on completion
+        Some((Op::ZoneFinish { zone }, Command::Finish { zone }))
+    }
+
+    /// A data zone refused a write: stop using it, move its live data out and
+    /// retire it (DESIGN.md §4 media faults).
+    pub(super) fn write_failed(&mut self, zone: ZoneId, error: DeviceError) {
+        if error == DeviceError::DeviceGone {
+            return;
+        }
+        self.stats.write_errors += 1;
+        self.seal_zone(zone);
         if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
         {
             self.retire_queue.push_back(zone);

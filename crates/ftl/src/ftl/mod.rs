@@ -116,6 +116,9 @@ enum Op {
     SummaryWrite {
         zone: ZoneId,
     },
+    ZoneFinish {
+        zone: ZoneId,
+    },
     SummaryRead {
         zone: ZoneId,
     },
@@ -159,6 +162,9 @@ pub struct Ftl {
     /// Zone summaries being collected (tags in band): at most one per lane
     /// plus those waiting for their zone's appends.
     summaries: Vec<summaries::PendingSummary>,
+    /// Zones sealed before they were full, to finish on the device once
+    /// their appends complete (each is one a lane held: a few at most).
+    finish_pending: Vec<ZoneId>,
     retire_queue: VecDeque<ZoneId>,
     /// GC jobs since the last static wear-leveling move.
     jobs_since_wl: u32,
@@ -243,6 +249,7 @@ impl Ftl {
             zone_clock: vec![0; zone_count],
             job: None,
             summaries: Vec::new(),
+            finish_pending: Vec::new(),
             retire_queue: VecDeque::new(),
             jobs_since_wl: 0,
             gc_queues: Default::default(),
@@ -467,6 +474,7 @@ impl Ftl {
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_summary_command())
+            .or_else(|| self.next_finish_command())
             .or_else(|| self.next_gc_append())
             .or_else(|| self.next_host_append())
     }
@@ -493,23 +501,21 @@ impl Ftl {
             self.metadata_failed();
             return;
         }
+        // Sealing also unblocks lanes that wait for the device's open
+        // zone limit, with free zones left.
+        let open: Vec<ZoneId> = self.lanes.iter().filter_map(|l| l.zone).collect();
+        if !open.is_empty() {
+            for z in open {
+                self.seal_zone(z);
+            }
+            return;
+        }
         let free = u64::from(self.zones.free_count());
         assert!(
             free <= u64::from(self.gc_reserve_zones) || self.reserve_unlocked,
             "FTL stalled with free zones left: {}",
             self.debug_state()
         );
-        let open: Vec<ZoneId> = self.lanes.iter().filter_map(|l| l.zone).collect();
-        if !open.is_empty() {
-            for st in &mut self.lanes {
-                st.zone = None;
-            }
-            for z in open {
-                self.zones.finish(z);
-                self.summary_dropped(z);
-            }
-            return;
-        }
         if !self.reserve_unlocked && free > 0 {
             self.reserve_unlocked = true;
             return;
@@ -591,6 +597,9 @@ impl Ftl {
             },
             Op::SuperWrite { copy } => self.super_write_done(copy, result),
             Op::SummaryWrite { zone } => self.summary_write_done(zone, result),
+            // A zone that went read-only or offline cannot be finished, and
+            // need not be: it no longer counts against the open limits.
+            Op::ZoneFinish { zone } => self.append_settled(zone),
             Op::SummaryRead { zone } => self.victim_summary_read(zone, result),
             Op::VictimFlush => self.victim_flushed(result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),

@@ -107,17 +107,18 @@ impl Ftl {
     }
 
     fn excluded(&self, z: ZoneId) -> bool {
-        self.lanes.iter().any(|st| st.zone == Some(z)) || self.zone_appends[z as usize] > 0
+        self.lanes.iter().any(|st| st.zone == Some(z))
+            || self.zone_appends[z as usize] > 0
+            || self.finish_pending.contains(&z)
     }
 
     fn pick_job(&mut self) -> Option<GcJob> {
         // A zone to retire waits until its last append has completed: one
         // still in flight may yet fail (and name the zone again) or map
         // blocks into it that the job must move.
-        let retire_ready = self
-            .retire_queue
-            .front()
-            .is_some_and(|&z| self.zone_appends[z as usize] == 0);
+        let retire_ready = self.retire_queue.front().is_some_and(|&z| {
+            self.zone_appends[z as usize] == 0 && !self.finish_pending.contains(&z)
+        });
         let (victim, purpose) = if retire_ready {
             let z = self.retire_queue.pop_front().expect("front checked");
             (z, JobPurpose::Retire)
