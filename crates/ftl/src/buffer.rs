@@ -5,9 +5,18 @@
 //! still queued overwrites that slot in place (write coalescing); a write to a
 //! block already in flight takes a new slot. Sequence numbers are assigned at
 //! submission, so "in flight" slots are exactly those with a seq.
+//!
+//! A slot's data is the request's own buffer for a one-block write, and a
+//! block-sized window into the request's buffer, shared by the request's
+//! blocks, for a multi-block write ([`BlockData`]): admission copies no
+//! bytes. A shared buffer lives until its last block leaves the buffer; the
+//! blocks held that way are bounded ([`WriteBuffer::may_share`]), past that
+//! bound blocks are copied as before.
 
 use crate::addr::{Lba, Seq};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 pub type SlotId = u32;
 
@@ -47,10 +56,58 @@ pub enum Temp {
     Cold = 1,
 }
 
+/// A multi-block request's buffer, shared by its blocks in the write
+/// buffer. Counts its blocks in its write buffer's `shared_blocks` while
+/// alive.
+#[derive(Debug)]
+struct SharedBuf {
+    bytes: Vec<u8>,
+    blocks: usize,
+    held: Arc<AtomicUsize>,
+}
+
+impl Drop for SharedBuf {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.blocks, Ordering::Relaxed);
+    }
+}
+
+/// One buffered block's bytes: a buffer of its own, or a block-sized window
+/// into a multi-block request's buffer. Reads as the block's bytes.
+#[derive(Debug)]
+pub enum BlockData {
+    Owned(Vec<u8>),
+    Shared {
+        buf: Arc<SharedBufHandle>,
+        at: usize,
+        len: usize,
+    },
+}
+
+/// The shared buffer behind [`BlockData::Shared`] (opaque outside the module).
+#[derive(Debug)]
+pub struct SharedBufHandle(SharedBuf);
+
+impl std::ops::Deref for BlockData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockData::Owned(v) => v,
+            BlockData::Shared { buf, at, len } => &buf.0.bytes[*at..*at + *len],
+        }
+    }
+}
+
+impl From<Vec<u8>> for BlockData {
+    fn from(v: Vec<u8>) -> BlockData {
+        BlockData::Owned(v)
+    }
+}
+
 #[derive(Debug)]
 pub struct Slot {
     pub lba: Lba,
-    pub data: Vec<u8>,
+    pub data: BlockData,
     /// Set when the slot is handed to the device.
     pub seq: Option<Seq>,
     /// The block was unmapped and unbuffered when admitted (space accounting).
@@ -71,10 +128,21 @@ pub struct WriteBuffer {
     /// Tickets of occupied slots, to find the oldest unfinished one.
     tickets: std::collections::BTreeMap<u64, SlotId>,
     /// Block buffers of released slots, reused for the blocks of
-    /// multi-block writes instead of one allocation each. At most one per
-    /// slot: the pool never holds more than a full buffer would.
+    /// multi-block writes that are copied (see `may_share`) instead of one
+    /// allocation each. At most one per slot: the pool never holds more
+    /// than a full buffer would.
     spare: Vec<Vec<u8>>,
+    /// Blocks of the multi-block request buffers that buffered blocks
+    /// share (each buffer counted whole, until its last block goes).
+    shared_blocks: Arc<AtomicUsize>,
+    /// The bound on `shared_blocks`.
+    max_shared_blocks: usize,
 }
+
+/// Blocks of shared request buffers the buffer may hold per slot: a
+/// request's blocks leave the buffer together unless they are overwritten
+/// or go to different streams, so little is held beyond the live blocks.
+const SHARED_BLOCKS_PER_SLOT: usize = 2;
 
 impl WriteBuffer {
     /// `seed` keys the block-index hash (the host chooses the keys; the
@@ -93,7 +161,43 @@ impl WriteBuffer {
             next_ticket: 0,
             tickets: Default::default(),
             spare: Vec::new(),
+            shared_blocks: Arc::new(AtomicUsize::new(0)),
+            max_shared_blocks: capacity_blocks as usize * SHARED_BLOCKS_PER_SLOT,
         }
+    }
+
+    /// Whether a request of `blocks` blocks may be buffered without a copy
+    /// (its blocks sharing its buffer): while the shared buffers stay within
+    /// their bound.
+    pub fn may_share(&self, blocks: usize) -> bool {
+        self.shared_blocks.load(Ordering::Relaxed) + blocks <= self.max_shared_blocks
+    }
+
+    /// Splits a request's buffer into block-sized windows that share it
+    /// (no copy). `data.len()` is a nonzero multiple of `block_bytes`.
+    pub fn share_blocks(&mut self, data: Vec<u8>, block_bytes: usize) -> Vec<BlockData> {
+        assert!(block_bytes > 0 && !data.is_empty() && data.len().is_multiple_of(block_bytes));
+        let len = data.len();
+        let blocks = len / block_bytes;
+        self.shared_blocks.fetch_add(blocks, Ordering::Relaxed);
+        let buf = Arc::new(SharedBufHandle(SharedBuf {
+            bytes: data,
+            blocks,
+            held: Arc::clone(&self.shared_blocks),
+        }));
+        (0..blocks)
+            .map(|i| BlockData::Shared {
+                buf: Arc::clone(&buf),
+                at: i * block_bytes,
+                len: block_bytes,
+            })
+            .collect()
+    }
+
+    /// Blocks the shared request buffers hold now.
+    #[cfg(test)]
+    pub fn shared_blocks(&self) -> usize {
+        self.shared_blocks.load(Ordering::Relaxed)
     }
 
     /// A copy of `block` in a reused buffer when one is spare.
@@ -108,11 +212,14 @@ impl WriteBuffer {
         }
     }
 
-    /// Keeps a released block's buffer for `block_copy`: only one of
-    /// exactly one block (`block_bytes`), and no more than there are slots.
-    pub fn recycle(&mut self, data: Vec<u8>, block_bytes: usize) {
-        if data.capacity() == block_bytes && self.spare.len() < self.slots.len() {
-            self.spare.push(data);
+    /// Keeps a released block's buffer for `block_copy`: only one of its
+    /// own of exactly one block (`block_bytes`), and no more than there are
+    /// slots. A shared window just drops its reference.
+    pub fn recycle(&mut self, data: BlockData, block_bytes: usize) {
+        if let BlockData::Owned(data) = data {
+            if data.capacity() == block_bytes && self.spare.len() < self.slots.len() {
+                self.spare.push(data);
+            }
         }
     }
 
@@ -141,7 +248,7 @@ impl WriteBuffer {
     }
 
     /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
-    pub fn insert(&mut self, lba: Lba, data: Vec<u8>, counted_new: bool, temp: Temp) -> SlotId {
+    pub fn insert(&mut self, lba: Lba, data: BlockData, counted_new: bool, temp: Temp) -> SlotId {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         if let Some(&s) = self.latest.get(&lba) {
@@ -171,7 +278,7 @@ impl WriteBuffer {
 
     /// Newest buffered data for `lba`.
     pub fn lookup(&self, lba: Lba) -> Option<&[u8]> {
-        self.latest.get(&lba).map(|&s| self.slot(s).data.as_slice())
+        self.latest.get(&lba).map(|&s| &*self.slot(s).data)
     }
 
     pub fn is_latest(&self, lba: Lba, slot: SlotId) -> bool {
@@ -249,14 +356,14 @@ mod tests {
     #[test]
     fn coalesces_queued_and_keeps_inflight() {
         let mut b = WriteBuffer::new(4, 1);
-        let s1 = b.insert(7, vec![1], true, Temp::Hot);
+        let s1 = b.insert(7, vec![1].into(), true, Temp::Hot);
         assert_eq!(b.slots_needed(7), 0);
-        let s2 = b.insert(7, vec![2], false, Temp::Hot);
+        let s2 = b.insert(7, vec![2].into(), false, Temp::Hot);
         assert_eq!(s1, s2);
         assert_eq!(b.lookup(7), Some(&[2u8][..]));
         assert_eq!(b.pop_queued(Temp::Hot, 10), Some(s1));
         assert_eq!(b.slots_needed(7), 1);
-        let s3 = b.insert(7, vec![3], false, Temp::Hot);
+        let s3 = b.insert(7, vec![3].into(), false, Temp::Hot);
         assert_ne!(s3, s1);
         assert!(!b.is_latest(7, s1));
         b.release(s1);
@@ -266,9 +373,9 @@ mod tests {
     #[test]
     fn barrier_waits_for_older_tickets() {
         let mut b = WriteBuffer::new(4, 1);
-        let s = b.insert(1, vec![0], true, Temp::Cold);
+        let s = b.insert(1, vec![0].into(), true, Temp::Cold);
         let barrier = b.next_ticket();
-        b.insert(2, vec![0], true, Temp::Cold);
+        b.insert(2, vec![0].into(), true, Temp::Cold);
         assert!(!b.drained_before(barrier));
         b.pop_queued(Temp::Cold, 1);
         b.release(s);
@@ -279,9 +386,9 @@ mod tests {
     fn recycled_block_buffers_are_bounded_and_reused() {
         let mut b = WriteBuffer::new(2, 1);
         for _ in 0..5 {
-            b.recycle(Vec::with_capacity(8), 8);
+            b.recycle(Vec::with_capacity(8).into(), 8);
         }
-        b.recycle(Vec::with_capacity(16), 8); // not one block: dropped
+        b.recycle(Vec::with_capacity(16).into(), 8); // not one block: dropped
         assert_eq!(b.spare.len(), 2, "at most one spare buffer per slot");
         let copy = b.block_copy(&[7; 8]);
         assert_eq!((copy.as_slice(), copy.capacity()), (&[7u8; 8][..], 8));
@@ -289,9 +396,37 @@ mod tests {
     }
 
     #[test]
+    fn shared_blocks_read_as_their_window_and_are_bounded() {
+        let mut b = WriteBuffer::new(2, 1);
+        assert!(
+            b.may_share(4) && !b.may_share(5),
+            "2 blocks of shared buffers per slot"
+        );
+        let data: Vec<u8> = (0..4 * 8).map(|i| i as u8).collect();
+        let blocks = b.share_blocks(data.clone(), 8);
+        assert_eq!(b.shared_blocks(), 4);
+        assert!(!b.may_share(1));
+        let mut blocks = blocks.into_iter();
+        let s0 = b.insert(10, blocks.next().unwrap(), true, Temp::Hot);
+        let _s1 = b.insert(11, blocks.next().unwrap(), true, Temp::Hot);
+        drop(blocks); // two windows never buffered
+        assert_eq!(b.lookup(10), Some(&data[..8]));
+        assert_eq!(b.lookup(11), Some(&data[8..16]));
+        assert_eq!(b.shared_blocks(), 4, "alive while any window is");
+        b.insert(11, vec![9; 8].into(), false, Temp::Hot); // coalesced in place
+        assert_eq!(b.shared_blocks(), 4);
+        b.pop_queued(Temp::Hot, 1);
+        let slot = b.release(s0);
+        b.recycle(slot.data, 8);
+        assert_eq!(b.shared_blocks(), 0, "the last window freed the buffer");
+        assert!(b.spare.is_empty(), "shared windows are not pooled");
+        assert_eq!(b.lookup(11), Some(&[9u8; 8][..]));
+    }
+
+    #[test]
     fn discard_drops_queued_slot() {
         let mut b = WriteBuffer::new(2, 1);
-        b.insert(5, vec![0], true, Temp::Hot);
+        b.insert(5, vec![0].into(), true, Temp::Hot);
         assert!(b.discard(5));
         assert_eq!(b.free_slots(), 2);
         assert_eq!(b.queued(), 0);

@@ -6,7 +6,7 @@ use super::request::{Reply, ReplyData};
 use super::{Ftl, Op};
 use crate::addr::Lba;
 use crate::backend::Command;
-use crate::buffer::Temp;
+use crate::buffer::{BlockData, Temp};
 use crate::error::IoError;
 use crate::note::Note;
 
@@ -75,11 +75,17 @@ impl Ftl {
                 continue;
             }
             if count == 1 {
-                self.buffer_block(lba, data); // the request's own buffer, no copy
+                self.buffer_block(lba, data.into()); // the request's own buffer, no copy
+            } else if self.buffer.may_share(count as usize) {
+                // Windows into the request's buffer, no copy.
+                let blocks = self.buffer.share_blocks(data, bs);
+                for (i, block) in blocks.into_iter().enumerate() {
+                    self.buffer_block(lba + i as u64, block);
+                }
             } else {
                 for (i, chunk) in data.chunks_exact(bs).enumerate() {
                     let block = self.buffer.block_copy(chunk);
-                    self.buffer_block(lba + i as u64, block);
+                    self.buffer_block(lba + i as u64, block.into());
                 }
             }
             self.stats.host_write_blocks += count;
@@ -94,7 +100,7 @@ impl Ftl {
         }
     }
 
-    fn buffer_block(&mut self, lba: Lba, block: Vec<u8>) {
+    fn buffer_block(&mut self, lba: Lba, block: BlockData) {
         let is_new = self.l2p.get(lba).is_none() && self.buffer.lookup(lba).is_none();
         let temp = self.temperature(lba);
         self.buffer.insert(lba, block, is_new, temp);
