@@ -77,6 +77,96 @@ pub struct ZnsArgs {
     /// Seed of the random addresses.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Also measure, before the jobs, the rate of the per-byte work a zftl
+    /// write does on this CPU (each data CRC implementation, the copies):
+    /// `cpu_costs` in the report.
+    #[arg(long)]
+    pub cpu_costs: bool,
+}
+
+/// The rate of one piece of per-byte CPU work (`--cpu-costs`).
+#[derive(Debug, Serialize)]
+pub struct CpuCost {
+    pub name: String,
+    pub mib_per_s: f64,
+}
+
+/// How long each `--cpu-costs` item runs.
+const CPU_COST_SECS: f64 = 0.5;
+
+/// Runs `step` (which returns the bytes it processed) for about
+/// [`CPU_COST_SECS`] and returns its rate.
+fn cpu_cost(name: impl Into<String>, mut step: impl FnMut() -> usize) -> CpuCost {
+    let t0 = Instant::now();
+    let mut bytes = 0usize;
+    while t0.elapsed().as_secs_f64() < CPU_COST_SECS {
+        bytes += step();
+    }
+    CpuCost {
+        name: name.into(),
+        mib_per_s: round(bytes as f64 / MIB / t0.elapsed().as_secs_f64(), 1),
+    }
+}
+
+/// The per-byte work of a 128 KiB zftl write, piece by piece, on 4 KiB
+/// blocks: the data CRC by each implementation (and the one `data_crc`
+/// uses), the caller's fresh buffer, the FTL's copy into its block
+/// buffers and its copy into a fresh append buffer.
+pub fn cpu_costs() -> Vec<CpuCost> {
+    use std::hint::black_box;
+    use zftl_core::tag::{data_crc, DataCrcImpl};
+    const BLOCK: usize = 4096;
+    const WRITE: usize = 128 << 10;
+    const APPEND: usize = 512 << 10;
+    let src: Vec<u8> = (0..WRITE).map(|i| (i * 131 + (i >> 9)) as u8).collect();
+    let mut out = Vec::new();
+    for imp in DataCrcImpl::ALL {
+        out.push(cpu_cost(format!("crc_{}", imp.name()), || {
+            for b in src.chunks_exact(BLOCK) {
+                black_box(imp.checksum(black_box(b)));
+            }
+            WRITE
+        }));
+    }
+    out.push(cpu_cost(
+        format!("crc_data_crc_{}", DataCrcImpl::selected().name()),
+        || {
+            for b in src.chunks_exact(BLOCK) {
+                black_box(data_crc(black_box(b)));
+            }
+            WRITE
+        },
+    ));
+    let mut dst = vec![0u8; WRITE];
+    out.push(cpu_cost("copy_128k_reused", || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&dst);
+        WRITE
+    }));
+    out.push(cpu_cost("clone_128k_fresh", || {
+        black_box(black_box(&src).clone());
+        WRITE
+    }));
+    let mut blocks: Vec<Vec<u8>> = (0..WRITE / BLOCK)
+        .map(|_| Vec::with_capacity(BLOCK))
+        .collect();
+    out.push(cpu_cost("copy_4k_blocks_reused", || {
+        for (d, s) in blocks.iter_mut().zip(src.chunks_exact(BLOCK)) {
+            d.clear();
+            d.extend_from_slice(s);
+        }
+        black_box(&blocks);
+        WRITE
+    }));
+    out.push(cpu_cost("append_512k_fresh", || {
+        let mut v = Vec::with_capacity(APPEND);
+        for _ in 0..APPEND / WRITE {
+            v.extend_from_slice(black_box(&src));
+        }
+        black_box(v);
+        APPEND
+    }));
+    out
 }
 
 /// One job: medians over rounds, and each round's rates.
@@ -95,6 +185,11 @@ pub struct JobReport {
     /// wall time, over all rounds: near 1 means the job was bound by the
     /// (guest) CPU, not by the device.
     pub cpu_busy_fraction: f64,
+    /// The part of `cpu_busy_fraction` spent in the kernel.
+    pub cpu_sys_fraction: f64,
+    /// Minor page faults of the job's process per operation (fresh memory
+    /// the allocator took from the kernel; for fio including its start-up).
+    pub minor_faults_per_op: f64,
     /// zftl jobs: media blocks written per host block (GC, tags, notes).
     pub media_blocks_per_host_block: Option<f64>,
 }
@@ -118,6 +213,9 @@ pub struct ZnsBenchReport {
     pub seq128k_ratio_per_round: Vec<f64>,
     pub randwrite4k_vs_raw_seq4k_per_round: Vec<f64>,
     pub target_ratio: f64,
+    /// With `--cpu-costs`: the per-byte work of a zftl write on this CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_costs: Option<Vec<CpuCost>>,
 }
 
 impl ZnsBenchReport {
@@ -139,10 +237,12 @@ impl ZnsBenchReport {
             t.row(
                 j.name,
                 format!(
-                    "{:>10.0} IOPS {:>8.1} MiB/s  cpu {:.2}  ({}, {} {} B, iodepth {})",
+                    "{:>10.0} IOPS {:>8.1} MiB/s  cpu {:.2} (sys {:.2})  faults/op {:.1}  ({}, {} {} B, iodepth {})",
                     j.iops,
                     j.mib_per_s,
                     j.cpu_busy_fraction,
+                    j.cpu_sys_fraction,
+                    j.minor_faults_per_op,
                     j.engine,
                     j.pattern,
                     j.block_size_bytes,
@@ -154,6 +254,12 @@ impl ZnsBenchReport {
         t.row("seq128k_ratio", self.seq128k_ratio);
         t.row("randwrite4k_vs_raw_seq4k", self.randwrite4k_vs_raw_seq4k);
         t.row("target_ratio", self.target_ratio);
+        if let Some(costs) = &self.cpu_costs {
+            t.section("cpu costs (MiB/s)");
+            for c in costs {
+                t.row(&c.name, c.mib_per_s);
+            }
+        }
         t.render()
     }
 }
@@ -251,26 +357,60 @@ mod imp {
         secs: f64,
         /// CPU seconds the job's process used (user + system).
         cpu_secs: f64,
+        /// Of which in the kernel (system).
+        sys_secs: f64,
+        /// Minor page faults of the job's process.
+        minor_faults: f64,
     }
 
     /// USER_HZ, the unit of /proc/<pid>/stat times (100 on every Linux ABI).
     const USER_HZ: f64 = 100.0;
 
-    /// CPU seconds (user + system) of this process and of its reaped
-    /// children, from /proc/self/stat; zeros if it cannot be read.
-    fn cpu_secs() -> (f64, f64) {
+    /// CPU seconds (user + system, and system alone) and minor page
+    /// faults of a process (this one, or its reaped children).
+    #[derive(Clone, Copy, Default)]
+    struct Usage {
+        cpu_secs: f64,
+        sys_secs: f64,
+        minor_faults: f64,
+    }
+
+    impl Usage {
+        fn since(self, before: Usage) -> Usage {
+            Usage {
+                cpu_secs: self.cpu_secs - before.cpu_secs,
+                sys_secs: self.sys_secs - before.sys_secs,
+                minor_faults: self.minor_faults - before.minor_faults,
+            }
+        }
+    }
+
+    /// The usage of this process and of its reaped children, from
+    /// /proc/self/stat; zeros if it cannot be read.
+    fn usage() -> (Usage, Usage) {
         let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-            return (0.0, 0.0);
+            return Default::default();
         };
         // Fields after the command name, which may hold spaces: state is
-        // field 3, utime 14, stime 15, cutime 16, cstime 17.
+        // field 3, minflt 10, cminflt 11, utime 14, stime 15, cutime 16,
+        // cstime 17.
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
         let f: Vec<f64> = rest
             .split_whitespace()
             .map(|x| x.parse().unwrap_or(0.0))
             .collect();
-        let at = |field: usize| f.get(field - 3).copied().unwrap_or(0.0) / USER_HZ;
-        (at(14) + at(15), at(16) + at(17))
+        let at = |field: usize| f.get(field - 3).copied().unwrap_or(0.0);
+        let own = Usage {
+            cpu_secs: (at(14) + at(15)) / USER_HZ,
+            sys_secs: at(15) / USER_HZ,
+            minor_faults: at(10),
+        };
+        let children = Usage {
+            cpu_secs: (at(16) + at(17)) / USER_HZ,
+            sys_secs: at(17) / USER_HZ,
+            minor_faults: at(11),
+        };
+        (own, children)
     }
 
     impl Rate {
@@ -362,6 +502,7 @@ mod imp {
             )
         })?;
         let fio_version = tool_version(&fio)?;
+        let cpu_costs = args.cpu_costs.then(cpu_costs);
         let dev = open_reset(&args.device)?;
         let g = dev.geometry().clone();
         let bs = u64::from(g.block_size_bytes);
@@ -392,13 +533,16 @@ mod imp {
                     continue;
                 }
                 let before = b.drv.stats();
-                let (own0, child0) = cpu_secs();
+                let (own0, child0) = usage();
                 let mut rate = b.run_job(job)?;
-                let (own1, child1) = cpu_secs();
-                rate.cpu_secs = match job {
-                    Job::RawSeq128k | Job::RawSeq4k => child1 - child0,
-                    _ => own1 - own0,
+                let (own1, child1) = usage();
+                let used = match job {
+                    Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
+                    _ => own1.since(own0),
                 };
+                rate.cpu_secs = used.cpu_secs;
+                rate.sys_secs = used.sys_secs;
+                rate.minor_faults = used.minor_faults;
                 rates[i].push(rate);
                 let after = b.drv.stats();
                 wa[i].0 += after.host_write_blocks - before.host_write_blocks;
@@ -440,6 +584,20 @@ mod imp {
                     ),
                     2,
                 ),
+                cpu_sys_fraction: round(
+                    ratio(
+                        r.iter().map(|x| x.sys_secs).sum(),
+                        r.iter().map(|x| x.secs).sum(),
+                    ),
+                    2,
+                ),
+                minor_faults_per_op: round(
+                    ratio(
+                        r.iter().map(|x| x.minor_faults).sum(),
+                        r.iter().map(|x| x.ops as f64).sum(),
+                    ),
+                    2,
+                ),
                 media_blocks_per_host_block: (host > 0)
                     .then(|| round(ratio(media as f64, host as f64), 3)),
             })
@@ -460,6 +618,7 @@ mod imp {
             seq128k_ratio_per_round: seq,
             randwrite4k_vs_raw_seq4k_per_round: rand,
             target_ratio: TARGET_RATIO,
+            cpu_costs,
         })
     }
 
@@ -631,6 +790,8 @@ mod imp {
                 bytes: done * bytes as u64,
                 secs: t0.elapsed().as_secs_f64(),
                 cpu_secs: 0.0,
+                sys_secs: 0.0,
+                minor_faults: 0.0,
             })
         }
 
@@ -683,6 +844,8 @@ mod imp {
                 bytes: done * data.len() as u64,
                 secs: t0.elapsed().as_secs_f64(),
                 cpu_secs: 0.0,
+                sys_secs: 0.0,
+                minor_faults: 0.0,
             })
         }
     }
@@ -728,6 +891,8 @@ mod imp {
             bytes,
             secs: runtime_ms / 1000.0,
             cpu_secs: 0.0,
+            sys_secs: 0.0,
+            minor_faults: 0.0,
         })
     }
 }
