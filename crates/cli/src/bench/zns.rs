@@ -28,6 +28,12 @@
 //! IOPS (the FTL turns random writes into zone appends; the raw device can
 //! only take sequential ones).
 //!
+//! Before the jobs the bench makes glibc's allocator keep freed memory
+//! (`--allocator-default` leaves it): under an emulated CPU the page faults
+//! of zftl's 128 KiB and 512 KiB buffers, mapped and handed back again and
+//! again, are dear. `--cpu-costs` adds the guest's rate of each per-byte
+//! step of a zftl write and the ratio they alone would allow.
+//!
 //! Meant for the QEMU guest of `scripts/zns-guest.sh` (run `bench`); fio
 //! must be on PATH, else the bench fails naming it.
 
