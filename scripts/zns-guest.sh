@@ -34,7 +34,11 @@
 # Last zftl bench zns (bench, its own boot, with fio and its libraries
 # added to the initramfs): JSON with IOPS, MiB/s and the ratios of zftl to
 # the raw namespace. ZNS_GUEST_BENCH_SECONDS (default 4) per job and round,
-# ZNS_GUEST_BENCH_RAW_IODEPTH (default 1) fio's iodepth. ZNS_GUEST_CPU sets
+# ZNS_GUEST_BENCH_RAW_IODEPTH (default 1) fio's iodepth,
+# ZNS_GUEST_BENCH_FLAGS more flags of zftl bench zns, comma-separated (e.g.
+# --cpu-costs,--backend-job). ZNS_GUEST_SMP (default 1) QEMU's -smp.
+# ZNS_GUEST_PERF=1 runs the bench under perf in the guest (perf copied from
+# the host) and prints where zftl's CPU time went. ZNS_GUEST_CPU sets
 # QEMU's -cpu (default qemu64: with -cpu max glibc picks AVX string
 # functions that TCG emulates slowly: zftl's 128 KiB rate fell from 124 to
 # 68 MiB/s in one comparison).
@@ -54,6 +58,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 TIMEOUT=${ZNS_GUEST_TIMEOUT:-1500}
 METADATA=${ZNS_GUEST_METADATA:-required}
 GUEST_CPU=${ZNS_GUEST_CPU:-qemu64}
+GUEST_SMP=${ZNS_GUEST_SMP:-1}
 
 die() {
     echo "zns-guest: FAIL: $*" >&2
@@ -158,6 +163,10 @@ if wanted bench; then
     FIOROOT=$WORK/fioroot
     mkdir -p "$FIOROOT/tmp"
     add_program "$FIOROOT" "$FIO"
+    if [ -n "${ZNS_GUEST_PERF:-}" ]; then
+        command -v perf >/dev/null || die "ZNS_GUEST_PERF needs perf on the host (Debian: linux-perf)"
+        add_program "$FIOROOT" perf
+    fi
     (cd "$FIOROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/fio.cpio.gz"
     cat "$WORK/initramfs.cpio.gz" "$WORK/fio.cpio.gz" >"$WORK/initramfs-bench.cpio.gz"
 fi
@@ -176,11 +185,11 @@ run() {
     echo "zns-guest: === $name: nvme-ns $nsopts"
     start=$(date +%s)
     set +e
-    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$GUEST_CPU" -m 1024 -smp 1 \
+    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$GUEST_CPU" -m 1024 -smp "$GUEST_SMP" \
         -display none -nodefaults -serial stdio -no-reboot \
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -kernel "$KERNEL" -initrd "${INITRD:-$WORK/initramfs.cpio.gz}" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-1}" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-1} ZFTL_BENCH_FLAGS=${ZNS_GUEST_BENCH_FLAGS:-} ZFTL_BENCH_PERF=${ZNS_GUEST_PERF:-}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
         -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \

@@ -46,6 +46,7 @@ mod device;
 
 pub use blkdev::{BlockInfo, ZonedBlockDevice};
 pub use device::{open_device, Device, IoPath};
+pub use sys::keep_freed_memory;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};

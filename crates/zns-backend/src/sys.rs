@@ -104,6 +104,31 @@ pub fn nvme_nsid(file: &File) -> io::Result<u32> {
     }
 }
 
+/// Makes glibc's allocator keep the memory a process frees for its next
+/// allocations: blocks up to `mmap_threshold_bytes` come from the heap (not
+/// a fresh `mmap` each, faulted in page by page and unmapped on free), and
+/// the heap is never trimmed (freed memory at its top is not handed back to
+/// the kernel only to be faulted in again). Worth it where page faults are
+/// dear, as under an emulated CPU. Returns whether the allocator took both
+/// settings (false on a libc other than glibc).
+pub fn keep_freed_memory(mmap_threshold_bytes: u32) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let mmap = libc::c_int::try_from(mmap_threshold_bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets allocator parameters; both parameter
+        // numbers are glibc's, and it validates the values itself.
+        let mmap_ok = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, mmap) } == 1;
+        // SAFETY: as above; the largest value turns trimming off.
+        let trim_ok = unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX) } == 1;
+        mmap_ok && trim_ok
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = mmap_threshold_bytes;
+        false
+    }
+}
+
 /// Take an advisory exclusive lock on the device without blocking, so that
 /// two zftl processes do not drive one namespace. `Ok(false)` = another
 /// process holds it.

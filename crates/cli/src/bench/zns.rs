@@ -28,6 +28,12 @@
 //! IOPS (the FTL turns random writes into zone appends; the raw device can
 //! only take sequential ones).
 //!
+//! Before the jobs the bench makes glibc's allocator keep freed memory
+//! (`--allocator-default` leaves it): under an emulated CPU the page faults
+//! of zftl's 128 KiB and 512 KiB buffers, mapped and handed back again and
+//! again, are dear. `--cpu-costs` adds the guest's rate of each per-byte
+//! step of a zftl write and the ratio they alone would allow.
+//!
 //! Meant for the QEMU guest of `scripts/zns-guest.sh` (run `bench`); fio
 //! must be on PATH, else the bench fails naming it.
 
@@ -77,6 +83,130 @@ pub struct ZnsArgs {
     /// Seed of the random addresses.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Also measure, before the jobs, the rate of the per-byte work a zftl
+    /// write does on this CPU (each data CRC implementation, the copies):
+    /// `cpu_costs` in the report.
+    #[arg(long)]
+    pub cpu_costs: bool,
+    /// Leave glibc's allocator as it is. By default the bench first makes
+    /// it keep freed memory (`zftl_zns::keep_freed_memory`): with glibc's
+    /// defaults zftl's 128 KiB and 512 KiB buffers are mapped, faulted in
+    /// and handed back again and again, which an emulated CPU pays dearly.
+    #[arg(long)]
+    pub allocator_default: bool,
+}
+
+/// The rate of one piece of per-byte CPU work (`--cpu-costs`).
+#[derive(Debug, Serialize)]
+pub struct CpuCost {
+    pub name: String,
+    pub mib_per_s: f64,
+    /// One of the steps every byte of a zftl 128 KiB write goes through:
+    /// the caller's buffer, the FTL's copy into its block buffers, the data
+    /// CRC `data_crc` runs, the copy into the append.
+    pub per_write_byte: bool,
+}
+
+/// The fastest zftl's 128 KiB writes could go if all it did were the
+/// per-byte steps of `costs` one after the other (no bookkeeping, no
+/// device), MiB/s.
+fn per_byte_bound(costs: &[CpuCost]) -> f64 {
+    let secs_per_mib: f64 = costs
+        .iter()
+        .filter(|c| c.per_write_byte)
+        .map(|c| 1.0 / c.mib_per_s)
+        .sum();
+    1.0 / secs_per_mib
+}
+
+/// Each `--cpu-costs` item runs this many times for [`CPU_COST_SECS`]; its
+/// best rate counts (the least disturbed by other load on the machine).
+const CPU_COST_TRIES: u32 = 5;
+const CPU_COST_SECS: f64 = 0.1;
+
+/// Runs `step` (which returns the bytes it processed) and returns its best
+/// rate over [`CPU_COST_TRIES`] tries.
+fn cpu_cost(
+    name: impl Into<String>,
+    per_write_byte: bool,
+    mut step: impl FnMut() -> usize,
+) -> CpuCost {
+    let mut best = 0.0f64;
+    for _ in 0..CPU_COST_TRIES {
+        let t0 = Instant::now();
+        let mut bytes = 0usize;
+        while t0.elapsed().as_secs_f64() < CPU_COST_SECS {
+            bytes += step();
+        }
+        best = best.max(bytes as f64 / MIB / t0.elapsed().as_secs_f64());
+    }
+    CpuCost {
+        name: name.into(),
+        mib_per_s: round(best, 1),
+        per_write_byte,
+    }
+}
+
+/// The per-byte work of a 128 KiB zftl write, piece by piece, on 4 KiB
+/// blocks: the data CRC by each implementation (and the one `data_crc`
+/// uses), the caller's fresh buffer, the FTL's copy into its block
+/// buffers and its copy into a fresh append buffer.
+pub fn cpu_costs() -> Vec<CpuCost> {
+    use std::hint::black_box;
+    use zftl_core::tag::{data_crc, DataCrcImpl};
+    const BLOCK: usize = 4096;
+    const WRITE: usize = 128 << 10;
+    const APPEND: usize = 512 << 10;
+    let src: Vec<u8> = (0..WRITE).map(|i| (i * 131 + (i >> 9)) as u8).collect();
+    let mut out = Vec::new();
+    for imp in DataCrcImpl::ALL {
+        out.push(cpu_cost(format!("crc_{}", imp.name()), false, || {
+            for b in src.chunks_exact(BLOCK) {
+                black_box(imp.checksum(black_box(b)));
+            }
+            WRITE
+        }));
+    }
+    out.push(cpu_cost(
+        format!("crc_data_crc_{}", DataCrcImpl::selected().name()),
+        true,
+        || {
+            for b in src.chunks_exact(BLOCK) {
+                black_box(data_crc(black_box(b)));
+            }
+            WRITE
+        },
+    ));
+    let mut dst = vec![0u8; WRITE];
+    out.push(cpu_cost("copy_128k_reused", false, || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&dst);
+        WRITE
+    }));
+    out.push(cpu_cost("clone_128k_fresh", true, || {
+        black_box(black_box(&src).clone());
+        WRITE
+    }));
+    let mut blocks: Vec<Vec<u8>> = (0..WRITE / BLOCK)
+        .map(|_| Vec::with_capacity(BLOCK))
+        .collect();
+    out.push(cpu_cost("copy_4k_blocks_reused", true, || {
+        for (d, s) in blocks.iter_mut().zip(src.chunks_exact(BLOCK)) {
+            d.clear();
+            d.extend_from_slice(s);
+        }
+        black_box(&blocks);
+        WRITE
+    }));
+    out.push(cpu_cost("append_512k_fresh", true, || {
+        let mut v = Vec::with_capacity(APPEND);
+        for _ in 0..APPEND / WRITE {
+            v.extend_from_slice(black_box(&src));
+        }
+        black_box(v);
+        APPEND
+    }));
+    out
 }
 
 /// One job: medians over rounds, and each round's rates.
@@ -95,6 +225,14 @@ pub struct JobReport {
     /// wall time, over all rounds: near 1 means the job was bound by the
     /// (guest) CPU, not by the device.
     pub cpu_busy_fraction: f64,
+    /// The part of `cpu_busy_fraction` spent in the kernel.
+    pub cpu_sys_fraction: f64,
+    /// Minor page faults of the job's process per operation (fresh memory
+    /// the allocator took from the kernel; for fio including its start-up).
+    pub minor_faults_per_op: f64,
+    /// zftl jobs: the times zftl's process slept (voluntary context
+    /// switches: waits for the device) per operation.
+    pub waits_per_op: Option<f64>,
     /// zftl jobs: media blocks written per host block (GC, tags, notes).
     pub media_blocks_per_host_block: Option<f64>,
 }
@@ -118,6 +256,20 @@ pub struct ZnsBenchReport {
     pub seq128k_ratio_per_round: Vec<f64>,
     pub randwrite4k_vs_raw_seq4k_per_round: Vec<f64>,
     pub target_ratio: f64,
+    /// With `--cpu-costs`: the per-byte work of a zftl write on this CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_costs: Option<Vec<CpuCost>>,
+    /// With `--cpu-costs`: the MiB/s of 128 KiB writes if zftl did nothing
+    /// but their per-byte steps (see `CpuCost::per_write_byte`), and that
+    /// over raw_seq128k's median: the most `seq128k_ratio` could be on this
+    /// CPU without less per-byte work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_byte_bound_mib_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_byte_bound_ratio: Option<f64>,
+    /// Whether the allocator was told to keep freed memory (see
+    /// `--allocator-default`).
+    pub keep_freed_memory: bool,
 }
 
 impl ZnsBenchReport {
@@ -139,10 +291,12 @@ impl ZnsBenchReport {
             t.row(
                 j.name,
                 format!(
-                    "{:>10.0} IOPS {:>8.1} MiB/s  cpu {:.2}  ({}, {} {} B, iodepth {})",
+                    "{:>10.0} IOPS {:>8.1} MiB/s  cpu {:.2} (sys {:.2})  faults/op {:.1}  ({}, {} {} B, iodepth {})",
                     j.iops,
                     j.mib_per_s,
                     j.cpu_busy_fraction,
+                    j.cpu_sys_fraction,
+                    j.minor_faults_per_op,
                     j.engine,
                     j.pattern,
                     j.block_size_bytes,
@@ -154,6 +308,16 @@ impl ZnsBenchReport {
         t.row("seq128k_ratio", self.seq128k_ratio);
         t.row("randwrite4k_vs_raw_seq4k", self.randwrite4k_vs_raw_seq4k);
         t.row("target_ratio", self.target_ratio);
+        if let Some(costs) = &self.cpu_costs {
+            t.section("cpu costs (MiB/s)");
+            for c in costs {
+                t.row(&c.name, c.mib_per_s);
+            }
+            if let (Some(b), Some(r)) = (self.per_byte_bound_mib_per_s, self.per_byte_bound_ratio) {
+                t.row("per_byte_bound_mib_per_s", b);
+                t.row("per_byte_bound_ratio", r);
+            }
+        }
         t.render()
     }
 }
@@ -244,6 +408,10 @@ mod imp {
     /// most guest runs (until the kernel reset it).
     const BACKEND_DEPTH: usize = 8;
 
+    /// Allocations below this come from the reused heap (zftl's largest
+    /// per-command buffer is one append: 512 KiB on QEMU's namespace).
+    const KEEP_BELOW: u32 = 4 << 20;
+
     /// One round's rate of one job.
     struct Rate {
         ops: u64,
@@ -251,26 +419,77 @@ mod imp {
         secs: f64,
         /// CPU seconds the job's process used (user + system).
         cpu_secs: f64,
+        /// Of which in the kernel (system).
+        sys_secs: f64,
+        /// Minor page faults of the job's process.
+        minor_faults: f64,
+        /// Voluntary context switches (waits) of zftl's process; 0 for fio.
+        waits: f64,
     }
 
     /// USER_HZ, the unit of /proc/<pid>/stat times (100 on every Linux ABI).
     const USER_HZ: f64 = 100.0;
 
-    /// CPU seconds (user + system) of this process and of its reaped
-    /// children, from /proc/self/stat; zeros if it cannot be read.
-    fn cpu_secs() -> (f64, f64) {
+    /// CPU seconds (user + system, and system alone) and minor page
+    /// faults of a process (this one, or its reaped children).
+    #[derive(Clone, Copy, Default)]
+    struct Usage {
+        cpu_secs: f64,
+        sys_secs: f64,
+        minor_faults: f64,
+        waits: f64,
+    }
+
+    impl Usage {
+        fn since(self, before: Usage) -> Usage {
+            Usage {
+                cpu_secs: self.cpu_secs - before.cpu_secs,
+                sys_secs: self.sys_secs - before.sys_secs,
+                minor_faults: self.minor_faults - before.minor_faults,
+                waits: self.waits - before.waits,
+            }
+        }
+    }
+
+    /// The usage of this process and of its reaped children, from
+    /// /proc/self/stat; zeros if it cannot be read.
+    fn usage() -> (Usage, Usage) {
         let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-            return (0.0, 0.0);
+            return Default::default();
         };
         // Fields after the command name, which may hold spaces: state is
-        // field 3, utime 14, stime 15, cutime 16, cstime 17.
+        // field 3, minflt 10, cminflt 11, utime 14, stime 15, cutime 16,
+        // cstime 17.
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
         let f: Vec<f64> = rest
             .split_whitespace()
             .map(|x| x.parse().unwrap_or(0.0))
             .collect();
-        let at = |field: usize| f.get(field - 3).copied().unwrap_or(0.0) / USER_HZ;
-        (at(14) + at(15), at(16) + at(17))
+        let at = |field: usize| f.get(field - 3).copied().unwrap_or(0.0);
+        let own = Usage {
+            cpu_secs: (at(14) + at(15)) / USER_HZ,
+            sys_secs: at(15) / USER_HZ,
+            minor_faults: at(10),
+            waits: voluntary_switches(),
+        };
+        let children = Usage {
+            cpu_secs: (at(16) + at(17)) / USER_HZ,
+            sys_secs: at(17) / USER_HZ,
+            minor_faults: at(11),
+            waits: 0.0,
+        };
+        (own, children)
+    }
+
+    /// This process's voluntary context switches (/proc/self/status), 0
+    /// if they cannot be read.
+    fn voluntary_switches() -> f64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
     }
 
     impl Rate {
@@ -362,6 +581,8 @@ mod imp {
             )
         })?;
         let fio_version = tool_version(&fio)?;
+        let keep_freed_memory = !args.allocator_default && zftl_zns::keep_freed_memory(KEEP_BELOW);
+        let cpu_costs = args.cpu_costs.then(cpu_costs);
         let dev = open_reset(&args.device)?;
         let g = dev.geometry().clone();
         let bs = u64::from(g.block_size_bytes);
@@ -392,13 +613,17 @@ mod imp {
                     continue;
                 }
                 let before = b.drv.stats();
-                let (own0, child0) = cpu_secs();
+                let (own0, child0) = usage();
                 let mut rate = b.run_job(job)?;
-                let (own1, child1) = cpu_secs();
-                rate.cpu_secs = match job {
-                    Job::RawSeq128k | Job::RawSeq4k => child1 - child0,
-                    _ => own1 - own0,
+                let (own1, child1) = usage();
+                let used = match job {
+                    Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
+                    _ => own1.since(own0),
                 };
+                rate.cpu_secs = used.cpu_secs;
+                rate.sys_secs = used.sys_secs;
+                rate.minor_faults = used.minor_faults;
+                rate.waits = used.waits;
                 rates[i].push(rate);
                 let after = b.drv.stats();
                 wa[i].0 += after.host_write_blocks - before.host_write_blocks;
@@ -414,6 +639,8 @@ mod imp {
                 .collect()
         };
         let seq = per_round(3, 0, Rate::mib_per_s);
+        let raw_seq128k = median(rates[0].iter().map(Rate::mib_per_s));
+        let bound = cpu_costs.as_deref().map(per_byte_bound);
         let rand = per_round(4, 1, Rate::iops);
         let jobs = JOBS
             .iter()
@@ -440,6 +667,29 @@ mod imp {
                     ),
                     2,
                 ),
+                cpu_sys_fraction: round(
+                    ratio(
+                        r.iter().map(|x| x.sys_secs).sum(),
+                        r.iter().map(|x| x.secs).sum(),
+                    ),
+                    2,
+                ),
+                minor_faults_per_op: round(
+                    ratio(
+                        r.iter().map(|x| x.minor_faults).sum(),
+                        r.iter().map(|x| x.ops as f64).sum(),
+                    ),
+                    2,
+                ),
+                waits_per_op: matches!(job, Job::FtlSeq128k | Job::FtlRand4k).then(|| {
+                    round(
+                        ratio(
+                            r.iter().map(|x| x.waits).sum(),
+                            r.iter().map(|x| x.ops as f64).sum(),
+                        ),
+                        3,
+                    )
+                }),
                 media_blocks_per_host_block: (host > 0)
                     .then(|| round(ratio(media as f64, host as f64), 3)),
             })
@@ -460,6 +710,10 @@ mod imp {
             seq128k_ratio_per_round: seq,
             randwrite4k_vs_raw_seq4k_per_round: rand,
             target_ratio: TARGET_RATIO,
+            per_byte_bound_mib_per_s: bound.map(|b| round(b, 1)),
+            per_byte_bound_ratio: bound.map(|b| round(ratio(b, raw_seq128k), 3)),
+            cpu_costs,
+            keep_freed_memory,
         })
     }
 
@@ -631,6 +885,9 @@ mod imp {
                 bytes: done * bytes as u64,
                 secs: t0.elapsed().as_secs_f64(),
                 cpu_secs: 0.0,
+                sys_secs: 0.0,
+                minor_faults: 0.0,
+                waits: 0.0,
             })
         }
 
@@ -683,6 +940,9 @@ mod imp {
                 bytes: done * data.len() as u64,
                 secs: t0.elapsed().as_secs_f64(),
                 cpu_secs: 0.0,
+                sys_secs: 0.0,
+                minor_faults: 0.0,
+                waits: 0.0,
             })
         }
     }
@@ -728,6 +988,9 @@ mod imp {
             bytes,
             secs: runtime_ms / 1000.0,
             cpu_secs: 0.0,
+            sys_secs: 0.0,
+            minor_faults: 0.0,
+            waits: 0.0,
         })
     }
 }
