@@ -126,7 +126,10 @@ impl Ftl {
             self.jobs_since_wl = 0;
             (z, JobPurpose::StaticWl)
         } else if self.gc_needed() {
-            let ex = |z: ZoneId| self.excluded(z);
+            // In band a zone full of live data still has fewer valid blocks
+            // than its capacity (the summary): collecting it frees nothing.
+            let data_cap = self.data_cap();
+            let ex = |z: ZoneId| self.excluded(z) || self.zones.get(z).valid_blocks() >= data_cap;
             let z = self
                 .zones
                 .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?;
