@@ -1,6 +1,6 @@
 //! End-to-end checks of the FTL on the simulator: format, I/O, GC, remount.
 
-use zftl::core::{Driver, FormatOptions, FtlConfig, TagPlacement};
+use zftl::core::{Backend, Driver, FormatOptions, FtlConfig, TagPlacement};
 use zftl::sim::{SimConfig, SimDevice};
 
 fn sim(oob: u32) -> SimDevice {
@@ -141,4 +141,84 @@ fn extents_report_holes_and_thin_volume_runs_out_cleanly() {
         assert_eq!(ftl.read(l, 1).unwrap(), block(l, 7, bs), "block {l}");
     }
     assert_eq!(ftl.read(10, 1).unwrap(), vec![0; bs]);
+}
+
+/// In band, a zone summary larger than one append or one read (small
+/// blocks, big zones) goes out in several appends, in order, and comes back
+/// in several reads: GC believes every summary (no map walk), nothing is
+/// lost, and `check` finds every summary sound.
+#[test]
+fn in_band_summaries_span_several_commands() {
+    let cfg = SimConfig {
+        channels: 2,
+        luns_per_channel: 2,
+        blocks_per_lun: 16,
+        pages_per_block: 512,
+        page_size_bytes: 512,
+        oob_size_bytes: 0,
+        program_unit_pages: 1,
+        zone_width_luns: 2,
+        max_open_zones: 8,
+        max_active_zones: 12,
+        max_append_blocks: 4,
+        max_transfer_blocks: 4,
+        queue_depth: 64,
+        ..SimConfig::small_for_tests()
+    };
+    let dev = SimDevice::create_memory(cfg).expect("sim");
+    let g = dev.geometry().clone();
+    let summary_blocks = zftl::core::layout::summary_blocks_per_zone(&g, true);
+    assert!(
+        summary_blocks > u64::from(g.max_append_blocks)
+            && summary_blocks > u64::from(g.max_transfer_blocks),
+        "{summary_blocks} summary blocks"
+    );
+    let mut ftl =
+        Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format");
+    let bs = ftl.block_size();
+    let n = ftl.logical_blocks();
+    let mut version = vec![0u32; n as usize];
+    for lba in 0..n {
+        ftl.write(lba, &block(lba, 0, bs)).unwrap();
+    }
+    let mut x: u64 = 7;
+    for _ in 0..(3 * n) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let lba = (x >> 33) % n;
+        version[lba as usize] += 1;
+        ftl.write(lba, &block(lba, version[lba as usize], bs))
+            .unwrap();
+    }
+    ftl.flush().unwrap();
+    let s = ftl.stats();
+    assert!(s.erases > 0 && s.summary_write_blocks > 0, "{s:#?}");
+    assert_eq!(s.summary_map_walks, 0, "{s:#?}");
+    assert_eq!(s.write_errors, 0, "{s:#?}");
+    for lba in 0..n {
+        let v = version[lba as usize];
+        assert_eq!(ftl.read(lba, 1).unwrap(), block(lba, v, bs), "block {lba}");
+    }
+    let mut dev = ftl.shutdown().unwrap();
+    let report = zftl::core::check::check(&mut dev);
+    assert!(report.is_clean(), "{report:#?}");
+}
+
+/// A device that only takes writes of several blocks is refused at format
+/// with a reason, not half-formatted.
+#[test]
+fn write_unit_above_one_block_is_refused_clearly() {
+    let cfg = SimConfig {
+        program_unit_pages: 4,
+        ..SimConfig::small_for_tests()
+    };
+    let dev = SimDevice::create_memory(cfg).expect("sim");
+    match Driver::format(dev, &FormatOptions::default(), FtlConfig::default()) {
+        Err(zftl::core::MountError::Unsupported(why)) => {
+            assert!(why.contains("write unit of 4 blocks"), "{why}")
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("formatted a device with a 4-block write unit"),
+    }
 }

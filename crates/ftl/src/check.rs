@@ -241,8 +241,14 @@ fn check_summaries<B: Backend>(
             continue;
         }
         let notice = |detail: String| Problem::new(ProblemKind::Summary, detail).at(z, data_cap);
-        let data = match read_retrying(backend, z, data_cap, (cap - data_cap) as u32) {
-            Ok((data, _)) => data,
+        let data = match read_summary(
+            backend,
+            g,
+            z,
+            data_cap,
+            summary::encoded_blocks(data_cap, bs),
+        ) {
+            Ok(data) => data,
             Err(DeviceError::DeviceGone) => return,
             Err(e) => {
                 report.notices.push(notice(format!(
@@ -280,6 +286,26 @@ fn check_summaries<B: Backend>(
             }
         }
     }
+}
+
+/// `blocks` blocks from `offset_blocks` of `zone`, in reads of at most
+/// `max_transfer_blocks`.
+fn read_summary<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    zone: ZoneId,
+    offset_blocks: u64,
+    blocks: u64,
+) -> Result<Vec<u8>, DeviceError> {
+    let mut data = Vec::new();
+    let mut at = 0;
+    while at < blocks {
+        let count = (blocks - at).min(u64::from(g.max_transfer_blocks));
+        let (part, _) = read_retrying(backend, zone, offset_blocks + at, count as u32)?;
+        data.extend_from_slice(&part);
+        at += count;
+    }
+    Ok(data)
 }
 
 // ----- superblocks ---------------------------------------------------------

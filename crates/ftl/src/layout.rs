@@ -58,6 +58,13 @@ impl Layout {
         geometry
             .validate()
             .map_err(|e| MountError::Unsupported(e.to_string()))?;
+        if geometry.write_unit_blocks != 1 {
+            return Err(MountError::Unsupported(format!(
+                "a write unit of {} blocks: zftl writes its superblock records and metadata \
+                 one block at a time, so it needs devices that take single-block writes",
+                geometry.write_unit_blocks
+            )));
+        }
         let data_cap = data_blocks_per_zone(geometry, in_band);
         if data_cap == 0 {
             return Err(MountError::Unsupported(format!(
@@ -102,15 +109,21 @@ impl Layout {
     }
 }
 
-/// Blocks of a data zone that hold data: its capacity, less the zone
-/// summary when tags are in band (`crate::summary`).
-pub fn data_blocks_per_zone(geometry: &Geometry, in_band: bool) -> u64 {
+/// Blocks at the end of each data zone that hold its summary: none with
+/// OOB tags (`crate::summary`). At most the zone capacity.
+pub fn summary_blocks_per_zone(geometry: &Geometry, in_band: bool) -> u64 {
     let cap = geometry.zone_capacity_blocks;
-    if in_band {
-        cap - crate::summary::summary_blocks(cap, geometry.block_size_bytes as usize)
-    } else {
-        cap
+    if !in_band {
+        return 0;
     }
+    let bs = geometry.block_size_bytes as usize;
+    crate::summary::summary_blocks(cap, bs, u64::from(geometry.write_unit_blocks)).min(cap)
+}
+
+/// Blocks of a data zone that hold data: its capacity, less the zone
+/// summary when tags are in band.
+pub fn data_blocks_per_zone(geometry: &Geometry, in_band: bool) -> u64 {
+    geometry.zone_capacity_blocks - summary_blocks_per_zone(geometry, in_band)
 }
 
 /// Upper bound of an encoded checkpoint: header, zone table, every map leaf

@@ -27,9 +27,23 @@ pub fn entries_per_block(block_size_bytes: usize) -> u64 {
 }
 
 /// Summary blocks at the end of a zone of `zone_capacity_blocks`: the
-/// fewest `s` with `s × entries ≥ capacity − s`.
-pub fn summary_blocks(zone_capacity_blocks: u64, block_size_bytes: usize) -> u64 {
-    zone_capacity_blocks.div_ceil(entries_per_block(block_size_bytes) + 1)
+/// fewest `s` with `s × entries ≥ capacity − s`, rounded up to the write
+/// unit (every write is whole write units). Blocks past the encoded ones
+/// ([`encoded_blocks`]) are zeros.
+pub fn summary_blocks(
+    zone_capacity_blocks: u64,
+    block_size_bytes: usize,
+    write_unit_blocks: u64,
+) -> u64 {
+    let needed = zone_capacity_blocks.div_ceil(entries_per_block(block_size_bytes) + 1);
+    needed.div_ceil(write_unit_blocks.max(1)) * write_unit_blocks.max(1)
+}
+
+/// Blocks [`encode`] produces for a zone of `data_blocks` data blocks.
+pub fn encoded_blocks(data_blocks: u64, block_size_bytes: usize) -> u64 {
+    data_blocks
+        .div_ceil(entries_per_block(block_size_bytes))
+        .max(1)
 }
 
 /// Why summary blocks were not believed.
@@ -57,10 +71,10 @@ pub enum SummaryError {
 }
 
 /// Encodes the summary of `zone`: `lbas[i]` is what data block `i` holds.
-/// Returns `summary_blocks(lbas.len() + s)` blocks.
+/// Returns `encoded_blocks(lbas.len())` blocks.
 pub fn encode(zone: ZoneId, lbas: &[u32], block_size_bytes: usize) -> Vec<u8> {
     let per = entries_per_block(block_size_bytes) as usize;
-    let blocks = lbas.len().div_ceil(per).max(1);
+    let blocks = encoded_blocks(lbas.len() as u64, block_size_bytes) as usize;
     let mut out = vec![0u8; blocks * block_size_bytes];
     for (index, block) in out.chunks_exact_mut(block_size_bytes).enumerate() {
         let first = index * per;
@@ -99,7 +113,7 @@ pub fn decode(
     block_size_bytes: usize,
 ) -> Result<Box<[u32]>, SummaryError> {
     let per = entries_per_block(block_size_bytes);
-    let blocks = data_blocks.div_ceil(per).max(1);
+    let blocks = encoded_blocks(data_blocks, block_size_bytes);
     let expected = blocks as usize * block_size_bytes;
     if bytes.len() != expected {
         return Err(SummaryError::Length {
@@ -180,14 +194,18 @@ mod tests {
     #[test]
     fn sizes_leave_room_for_every_data_block() {
         assert_eq!(entries_per_block(4096), 1016);
-        assert_eq!(summary_blocks(1024, 4096), 2);
-        assert_eq!(summary_blocks(1017, 4096), 1);
-        assert_eq!(summary_blocks(1018, 4096), 2);
-        assert_eq!(summary_blocks(1, 4096), 1);
+        assert_eq!(summary_blocks(1024, 4096, 1), 2);
+        assert_eq!(summary_blocks(1017, 4096, 1), 1);
+        assert_eq!(summary_blocks(1018, 4096, 1), 2);
+        assert_eq!(summary_blocks(1, 4096, 1), 1);
+        assert_eq!(summary_blocks(1024, 4096, 4), 4, "whole write units");
         for cap in 1..5000u64 {
-            let s = summary_blocks(cap, 512);
+            let s = summary_blocks(cap, 512, 1);
             assert!(s * entries_per_block(512) >= cap - s, "cap {cap}");
             assert!(s == 1 || (s - 1) * entries_per_block(512) < cap - (s - 1));
+            assert!(encoded_blocks(cap - s, 512) <= s, "cap {cap}");
+            let aligned = summary_blocks(cap, 512, 4);
+            assert!(aligned.is_multiple_of(4) && aligned >= s && aligned < s + 4);
         }
     }
 

@@ -344,8 +344,9 @@ pub fn plan(space: &SpaceArgs, op: f64) -> Result<Plan, BenchError> {
     // OP counts the blocks that can hold data: in band, each zone ends in
     // its summary.
     let summary_blocks = if space.in_band_tags {
-        let block_size = zoned_config(1, space.zone_blocks).page_size_bytes as usize;
-        zftl_core::summary::summary_blocks(zone_blocks, block_size)
+        let sim = zoned_config(1, space.zone_blocks);
+        let (block_size, write_unit) = (sim.page_size_bytes as usize, sim.program_unit_pages);
+        zftl_core::summary::summary_blocks(zone_blocks, block_size, u64::from(write_unit))
     } else {
         0
     };

@@ -115,12 +115,14 @@ enum Op {
     },
     SummaryWrite {
         zone: ZoneId,
+        blocks: u64,
     },
     ZoneFinish {
         zone: ZoneId,
     },
     SummaryRead {
         zone: ZoneId,
+        count: u32,
     },
     VictimFlush,
     VictimReset {
@@ -596,11 +598,11 @@ impl Ftl {
                 Err(e) => self.super_failed(copy, e),
             },
             Op::SuperWrite { copy } => self.super_write_done(copy, result),
-            Op::SummaryWrite { zone } => self.summary_write_done(zone, result),
+            Op::SummaryWrite { zone, blocks } => self.summary_write_done(zone, blocks, result),
             // A zone that went read-only or offline cannot be finished, and
             // need not be: it no longer counts against the open limits.
             Op::ZoneFinish { zone } => self.append_settled(zone),
-            Op::SummaryRead { zone } => self.victim_summary_read(zone, result),
+            Op::SummaryRead { zone, count } => self.victim_summary_read(zone, count, result),
             Op::VictimFlush => self.victim_flushed(result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {

@@ -39,7 +39,9 @@ pub(super) enum JobPurpose {
 
 #[derive(Debug)]
 pub(super) enum JobPhase {
-    /// Tags in band: reading the victim's summary (`issued` once sent).
+    /// Tags in band: reading the victim's summary, a part at a time
+    /// (`issued` while a part is on its way; the parts read so far are in
+    /// `GcJob::summary`).
     Summary {
         issued: bool,
     },
@@ -70,6 +72,8 @@ pub(super) struct GcJob {
     /// Tags in band: the LBA each block of the victim holds, by offset
     /// (checked against the map before use).
     lbas: Option<Box<[u32]>>,
+    /// The victim's summary blocks read so far.
+    summary: Vec<u8>,
 }
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
@@ -156,6 +160,7 @@ impl Ftl {
             retries: Vec::new(),
             unreadable: BTreeSet::new(),
             lbas,
+            summary: Vec::new(),
         })
     }
 
@@ -170,8 +175,16 @@ impl Ftl {
         let victim = job.victim;
         match job.phase {
             JobPhase::Summary { issued: false } => {
+                let first = (job.summary.len() / self.block_size()) as u64;
+                let (cmd, count) = self.summary_read(victim, first);
                 self.job.as_mut().expect("job").phase = JobPhase::Summary { issued: true };
-                Some((Op::SummaryRead { zone: victim }, self.summary_read(victim)))
+                Some((
+                    Op::SummaryRead {
+                        zone: victim,
+                        count,
+                    },
+                    cmd,
+                ))
             }
             JobPhase::Copying => self.next_gc_read(),
             JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
@@ -506,13 +519,31 @@ impl Ftl {
         }
     }
 
-    /// The victim's summary read finished: build its LBA table and copy.
+    /// A part of the victim's summary was read: read the next, or, with
+    /// all of it (or a failed read), build its LBA table and start copying.
     pub(super) fn victim_summary_read(
         &mut self,
         zone: ZoneId,
+        count: u32,
         result: Result<Outcome, DeviceError>,
     ) {
-        let lbas = self.victim_lbas(zone, Some(result));
+        let bs = self.block_size();
+        let want = self.summary_encoded_blocks() as usize * bs;
+        let mut summary = std::mem::take(&mut self.job.as_mut().expect("job").summary);
+        let ok = match result {
+            Ok(Outcome::Read { data, .. }) if data.len() == count as usize * bs => {
+                summary.extend_from_slice(&data);
+                true
+            }
+            _ => false,
+        };
+        if ok && summary.len() < want {
+            let job = self.job.as_mut().expect("job");
+            job.summary = summary;
+            job.phase = JobPhase::Summary { issued: false };
+            return;
+        }
+        let lbas = self.victim_lbas(zone, ok.then_some(&summary[..]));
         let job = self.job.as_mut().expect("job");
         job.lbas = Some(lbas);
         job.phase = JobPhase::Copying;

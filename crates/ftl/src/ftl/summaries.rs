@@ -20,6 +20,11 @@ pub(super) struct PendingSummary {
     /// Every data block is allocated: the summary goes out once the zone's
     /// appends have completed.
     sealed: bool,
+    /// The summary blocks once encoded (zeros past the encoded ones).
+    encoded: Vec<u8>,
+    /// Blocks of it written so far: it goes out in appends of at most
+    /// `max_append_blocks`, one at a time so they land in order.
+    written_blocks: u64,
     in_flight: bool,
 }
 
@@ -27,10 +32,7 @@ impl Ftl {
     /// Blocks at the end of each data zone that hold its summary (0 with
     /// OOB tags).
     pub(super) fn summary_blocks(&self) -> u64 {
-        match self.tag_mode {
-            TagMode::Oob => 0,
-            TagMode::InBand => summary::summary_blocks(self.cap(), self.block_size()),
-        }
+        crate::layout::summary_blocks_per_zone(&self.geo, self.tag_mode == TagMode::InBand)
     }
 
     /// Blocks of a data zone that hold data.
@@ -58,6 +60,8 @@ impl Ftl {
             zone,
             lbas: vec![NO_LBA; self.data_cap() as usize].into_boxed_slice(),
             sealed: false,
+            encoded: Vec::new(),
+            written_blocks: 0,
             in_flight: false,
         });
     }
@@ -84,21 +88,30 @@ impl Ftl {
         self.summaries.retain(|s| s.zone != zone || s.in_flight);
     }
 
-    /// Appends a sealed summary whose zone has no data append in flight:
-    /// it then lands right after the data, in the zone's last blocks.
+    /// Appends the next part of a sealed summary whose zone has no append
+    /// in flight: the summary then lands right after the data, in the
+    /// zone's last blocks, part after part.
     pub(super) fn next_summary_command(&mut self) -> Option<(Op, Command)> {
         if self.read_only {
             return None;
         }
+        let total = self.summary_blocks();
+        let bs = self.block_size();
+        let max_blocks = u64::from(self.geo.max_append_blocks);
         let appends = &self.zone_appends;
         let s = self
             .summaries
             .iter_mut()
             .find(|s| s.sealed && !s.in_flight && appends[s.zone as usize] == 0)?;
+        if s.encoded.is_empty() {
+            s.encoded = summary::encode(s.zone, &s.lbas, bs);
+            s.encoded.resize(total as usize * bs, 0);
+        }
+        let blocks = (total - s.written_blocks).min(max_blocks);
+        let at = s.written_blocks as usize * bs;
+        let data = s.encoded[at..at + blocks as usize * bs].to_vec();
         s.in_flight = true;
         let zone = s.zone;
-        let data = summary::encode(zone, &s.lbas, self.geo.block_size_bytes as usize);
-        let blocks = self.summary_blocks();
         // In band the OOB (too small for a tag, if any) is left zero.
         let oob = vec![0; self.geo.oob_bytes(blocks)];
         self.zones.record_write(zone, blocks, 0);
@@ -106,7 +119,7 @@ impl Ftl {
         self.stats.media_write_blocks += blocks;
         self.stats.summary_write_blocks += blocks;
         Some((
-            Op::SummaryWrite { zone },
+            Op::SummaryWrite { zone, blocks },
             Command::Append { zone, data, oob },
         ))
     }
@@ -114,16 +127,28 @@ impl Ftl {
     pub(super) fn summary_write_done(
         &mut self,
         zone: ZoneId,
+        blocks: u64,
         result: Result<Outcome, DeviceError>,
     ) {
         self.append_settled(zone);
-        self.summaries.retain(|s| s.zone != zone);
+        let total = self.summary_blocks();
         match result {
             // Landing anywhere but the zone's end (a device that broke the
             // append contract) only costs GC a map walk: the summary is a hint.
-            Ok(Outcome::Written { .. }) => {}
+            Ok(Outcome::Written { .. }) => {
+                let s = self.summaries.iter_mut().find(|s| s.zone == zone);
+                let s = s.expect("summary in flight");
+                s.in_flight = false;
+                s.written_blocks += blocks;
+                if s.written_blocks == total {
+                    self.summaries.retain(|s| s.zone != zone);
+                }
+            }
             Ok(other) => panic!("append completed as {other:?}"),
-            Err(e) => self.write_failed(zone, e),
+            Err(e) => {
+                self.summaries.retain(|s| s.zone != zone);
+                self.write_failed(zone, e);
+            }
         }
     }
 
@@ -136,33 +161,30 @@ impl Ftl {
             && z.write_pointer_blocks() == self.cap()
     }
 
-    /// The read of `zone`'s summary blocks.
-    pub(super) fn summary_read(&self, zone: ZoneId) -> Command {
-        Command::Read {
-            zone,
-            offset_blocks: self.data_cap(),
-            block_count: self.summary_blocks() as u32,
-        }
+    /// Blocks of a zone's summary that hold entries (the rest are zeros).
+    pub(super) fn summary_encoded_blocks(&self) -> u64 {
+        summary::encoded_blocks(self.data_cap(), self.block_size())
     }
 
-    /// The offset → LBA table of victim `zone` from its summary read, if
-    /// the summary decodes and names every live block of the zone the way
-    /// the map does; else from a walk of the map.
-    pub(super) fn victim_lbas(
-        &mut self,
-        zone: ZoneId,
-        read: Option<Result<Outcome, DeviceError>>,
-    ) -> Box<[u32]> {
-        let decoded = match read {
-            Some(Ok(Outcome::Read { data, .. })) => summary::decode(
-                zone,
-                self.data_cap(),
-                &data,
-                self.geo.block_size_bytes as usize,
-            )
-            .ok(),
-            _ => None,
+    /// The next read of `zone`'s summary, from its block `first`: at most
+    /// `max_transfer_blocks`. Returns the command and its block count.
+    pub(super) fn summary_read(&self, zone: ZoneId, first: u64) -> (Command, u32) {
+        let left = self.summary_encoded_blocks() - first;
+        let count = left.min(u64::from(self.geo.max_transfer_blocks)) as u32;
+        let cmd = Command::Read {
+            zone,
+            offset_blocks: self.data_cap() + first,
+            block_count: count,
         };
+        (cmd, count)
+    }
+
+    /// The offset → LBA table of victim `zone` from its summary blocks
+    /// (`read`: all of them, in order), if they decode and name every live
+    /// block of the zone the way the map does; else from a walk of the map.
+    pub(super) fn victim_lbas(&mut self, zone: ZoneId, read: Option<&[u8]>) -> Box<[u32]> {
+        let bs = self.block_size();
+        let decoded = read.and_then(|data| summary::decode(zone, self.data_cap(), data, bs).ok());
         if let Some(lbas) = decoded.filter(|l| self.names_every_live_block(zone, l)) {
             return lbas;
         }
