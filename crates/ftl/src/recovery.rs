@@ -179,7 +179,8 @@ impl<B: Backend> Driver<B> {
             ..
         } = r;
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
-        let config_reserve = reserve_from_layout(&geometry, &layout);
+        let in_band = sb.tag_mode == TagMode::InBand;
+        let config_reserve = reserve_from_layout(&geometry, &layout, in_band);
         let parts = Parts {
             p2l,
             l2p,
@@ -280,11 +281,15 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
     })
 }
 
-/// The GC reserve is not stored; it is recomputed from the logical size the
-/// same way format chose it, with the format default as the floor.
-fn reserve_from_layout(g: &Geometry, layout: &Layout) -> u32 {
+/// The GC reserve is not stored; it is recomputed from the logical size:
+/// the data zones left once the logical space and the open lanes have
+/// theirs, at most the format default, at least 1. So the space a mounted
+/// volume may map (data zones less reserve and lanes) still holds its
+/// logical size whenever format could give it that.
+fn reserve_from_layout(g: &Geometry, layout: &Layout, in_band: bool) -> u32 {
     let data_zones = u64::from(g.zone_count - layout.first_data_zone());
-    let used = layout.logical_blocks.div_ceil(g.zone_capacity_blocks) + 2;
+    let data_cap = crate::layout::data_blocks_per_zone(g, in_band);
+    let used = layout.logical_blocks.div_ceil(data_cap) + u64::from(crate::layout::OPEN_DATA_LANES);
     let spare = data_zones.saturating_sub(used);
     (spare.min(u64::from(FormatOptions::default().gc_reserve_zones)) as u32).max(1)
 }
