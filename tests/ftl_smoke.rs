@@ -4,6 +4,10 @@ use zftl::core::{Backend, Driver, FormatOptions, FtlConfig, TagPlacement};
 use zftl::sim::{SimConfig, SimDevice};
 
 fn sim(oob: u32) -> SimDevice {
+    sim_with_limits(oob, 8, 12)
+}
+
+fn sim_with_limits(oob: u32, max_open_zones: u32, max_active_zones: u32) -> SimDevice {
     let cfg = SimConfig {
         channels: 2,
         luns_per_channel: 2,
@@ -11,14 +15,46 @@ fn sim(oob: u32) -> SimDevice {
         pages_per_block: 64,
         oob_size_bytes: oob,
         zone_width_luns: 1,
-        max_open_zones: 8,
-        max_active_zones: 12,
+        max_open_zones,
+        max_active_zones,
         max_append_blocks: 16,
         max_transfer_blocks: 32,
         queue_depth: 64,
         ..SimConfig::small_for_tests()
     };
     SimDevice::create_memory(cfg).expect("sim")
+}
+
+/// Writes every logical block once, then `passes` × the logical size of
+/// random overwrites (seeded): GC runs. Returns each block's version.
+fn fill_and_churn(ftl: &mut Driver<SimDevice>, passes: u64, seed: u64) -> Vec<u32> {
+    let bs = ftl.block_size();
+    let n = ftl.logical_blocks();
+    let mut version = vec![0u32; n as usize];
+    for lba in 0..n {
+        ftl.write(lba, &block(lba, 0, bs)).unwrap();
+    }
+    let mut x = seed;
+    for i in 0..(passes * n) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let lba = (x >> 33) % n;
+        version[lba as usize] += 1;
+        ftl.write(lba, &block(lba, version[lba as usize], bs))
+            .unwrap_or_else(|e| panic!("overwrite {i} of block {lba}: {e}"));
+        if i % 97 == 0 {
+            ftl.flush().unwrap();
+        }
+    }
+    version
+}
+
+fn assert_versions(ftl: &mut Driver<SimDevice>, version: &[u32]) {
+    let bs = ftl.block_size();
+    for (lba, &v) in (0u64..).zip(version) {
+        assert_eq!(ftl.read(lba, 1).unwrap(), block(lba, v, bs), "block {lba}");
+    }
 }
 
 fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
@@ -36,21 +72,8 @@ fn roundtrip(oob: u32, placement: TagPlacement) {
     let mut ftl = Driver::format(sim(oob), &opts, FtlConfig::default()).expect("format");
     let bs = ftl.block_size();
     let n = ftl.logical_blocks();
-    let mut version = vec![0u32; n as usize];
-    // Fill, then overwrite a hot range many times to force GC.
-    for lba in 0..n {
-        ftl.write(lba, &block(lba, 0, bs)).unwrap();
-    }
-    let mut x: u64 = 1;
-    for _ in 0..(4 * n) {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let lba = (x >> 33) % n;
-        version[lba as usize] += 1;
-        ftl.write(lba, &block(lba, version[lba as usize], bs))
-            .unwrap();
-    }
+    // Fill, then overwrite at random to force GC.
+    let mut version = fill_and_churn(&mut ftl, 4, 1);
     ftl.trim(3, 2).unwrap();
     ftl.flush().unwrap();
     let stats = ftl.stats();
@@ -175,31 +198,13 @@ fn in_band_summaries_span_several_commands() {
     );
     let mut ftl =
         Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format");
-    let bs = ftl.block_size();
-    let n = ftl.logical_blocks();
-    let mut version = vec![0u32; n as usize];
-    for lba in 0..n {
-        ftl.write(lba, &block(lba, 0, bs)).unwrap();
-    }
-    let mut x: u64 = 7;
-    for _ in 0..(3 * n) {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let lba = (x >> 33) % n;
-        version[lba as usize] += 1;
-        ftl.write(lba, &block(lba, version[lba as usize], bs))
-            .unwrap();
-    }
+    let version = fill_and_churn(&mut ftl, 3, 7);
     ftl.flush().unwrap();
     let s = ftl.stats();
     assert!(s.erases > 0 && s.summary_write_blocks > 0, "{s:#?}");
     assert_eq!(s.summary_map_walks, 0, "{s:#?}");
     assert_eq!(s.write_errors, 0, "{s:#?}");
-    for lba in 0..n {
-        let v = version[lba as usize];
-        assert_eq!(ftl.read(lba, 1).unwrap(), block(lba, v, bs), "block {lba}");
-    }
+    assert_versions(&mut ftl, &version);
     let mut dev = ftl.shutdown().unwrap();
     let report = zftl::core::check::check(&mut dev);
     assert!(report.is_clean(), "{report:#?}");
@@ -220,5 +225,33 @@ fn write_unit_above_one_block_is_refused_clearly() {
         }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("formatted a device with a 4-block write unit"),
+    }
+}
+
+/// The core keeps within the device's open and active zone limits: lanes,
+/// zones draining their appends or waiting for their summary, and zones
+/// sealed early never push the device past them (a refused append would
+/// retire a healthy zone), and a lane waiting for the limit never wedges
+/// the core.
+#[test]
+fn tight_zone_limits_are_never_exceeded() {
+    for (oob, placement) in [(64, TagPlacement::Auto), (0, TagPlacement::InBand)] {
+        for (max_open, max_active) in [(4, 4), (5, 6), (8, 8)] {
+            let what = format!("oob {oob}, open {max_open}, active {max_active}");
+            let opts = FormatOptions {
+                tag_placement: placement,
+                gc_reserve_zones: 2,
+                ..FormatOptions::default()
+            };
+            let dev = sim_with_limits(oob, max_open, max_active);
+            let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).expect("format");
+            let version = fill_and_churn(&mut ftl, 6, u64::from(max_open));
+            ftl.flush().unwrap();
+            let s = ftl.stats();
+            assert!(s.erases > 0, "{what}: GC never ran");
+            assert_eq!(s.write_errors, 0, "{what}: {s:#?}");
+            assert_eq!(s.retired_zones, 0, "{what}: {s:#?}");
+            assert_versions(&mut ftl, &version);
+        }
     }
 }

@@ -6,12 +6,12 @@
 //! summaries, and GC believes one only where the map agrees, so every
 //! flushed block must survive and nothing else may be read back.
 //! A failing seed is printed; replay it with
-//! `ZFTL_SEED=<seed> cargo test --release --test summary_cuts`.
+//! `ZFTL_SEED=<seed> cargo test --release --test summary_cuts`
+//! (`ZFTL_SEEDS=<n>` changes how many seeds run, default 300).
 
 mod common;
 
-use common::{Op, Rig};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use common::Rig;
 use zftl::sim::SimConfig;
 
 fn config(seed: u64) -> SimConfig {
@@ -25,41 +25,12 @@ fn config(seed: u64) -> SimConfig {
     }
 }
 
-fn run_seed(seed: u64) -> common::Coverage {
-    let mut rig = Rig::with_config(seed, config(seed));
-    for _ in 0..3 {
-        let after = 1 + rig.rng().next_u64() % 3000;
-        rig.apply(Op::Cut {
-            after_commands: after,
-        });
-        for _ in 0..400 {
-            let op = rig.random_op();
-            rig.apply(op);
-        }
-    }
-    rig.finish();
-    rig.coverage
-}
-
 #[test]
 fn summary_cuts() {
-    let seeds: Vec<u64> = match std::env::var("ZFTL_SEED") {
-        Ok(s) => vec![s.parse().expect("ZFTL_SEED must be a number")],
-        Err(_) => (0..300).collect(),
-    };
-    let mut total = common::Coverage::default();
-    for &seed in &seeds {
-        let cov = catch_unwind(AssertUnwindSafe(|| run_seed(seed))).unwrap_or_else(|e| {
-            eprintln!("\nsummary cuts FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test summary_cuts");
-            std::panic::resume_unwind(e)
-        });
-        total.cuts += cov.cuts;
-        total.during_gc += cov.during_gc;
-        total.gc_copies += cov.gc_copies;
-    }
-    eprintln!("summary cuts: {} seeds, {total:?}", seeds.len());
-    if seeds.len() > 1 {
-        assert!(total.cuts >= seeds.len() as u64, "too few cuts: {total:?}");
+    let run_seed = |seed| Rig::with_config(seed, config(seed)).cut_rounds(3, 3000);
+    let (seeds, total) = common::run_seeds("summary_cuts", 300, run_seed);
+    if seeds > 1 {
+        assert!(total.cuts >= seeds as u64, "too few cuts: {total:?}");
         assert!(
             total.during_gc > 0 && total.gc_copies > 0,
             "GC never ran: {total:?}"

@@ -174,6 +174,48 @@ pub struct Coverage {
     pub gc_copies: u64,
 }
 
+impl Coverage {
+    fn add(&mut self, other: &Coverage) {
+        self.cuts += other.cuts;
+        self.during_gc += other.during_gc;
+        self.during_checkpoint += other.during_checkpoint;
+        self.during_recovery += other.during_recovery;
+        self.gc_copies += other.gc_copies;
+    }
+}
+
+/// Runs `run_seed` on seeds 0.. (`ZFTL_SEEDS=<n>` of them, else
+/// `default_seeds`), or on `ZFTL_SEED=<s>` alone; a failing seed is printed
+/// with the command that replays it. Returns how many seeds ran and their
+/// summed coverage.
+pub fn run_seeds(
+    test: &str,
+    default_seeds: u64,
+    run_seed: impl Fn(u64) -> Coverage,
+) -> (usize, Coverage) {
+    let seeds: Vec<u64> = match std::env::var("ZFTL_SEED") {
+        Ok(s) => vec![s.parse().expect("ZFTL_SEED must be a number")],
+        Err(_) => {
+            let n = std::env::var("ZFTL_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default_seeds);
+            (0..n).collect()
+        }
+    };
+    let mut total = Coverage::default();
+    for &seed in &seeds {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));
+        let cov = run.unwrap_or_else(|e| {
+            eprintln!("\n{test} FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test {test}");
+            std::panic::resume_unwind(e)
+        });
+        total.add(&cov);
+    }
+    eprintln!("{test}: {} seeds, {total:?}", seeds.len());
+    (seeds.len(), total)
+}
+
 pub struct Rig {
     pub ftl: Option<Driver<SimDevice>>,
     pub model: Model,
@@ -486,5 +528,23 @@ impl Rig {
 
     pub fn rng(&mut self) -> &mut Rng {
         &mut self.rng
+    }
+
+    /// `rounds` of: arm a power cut after a random 1..=`max_after`
+    /// device commands, then 400 random operations; then a final cut and
+    /// check. Returns where the cuts landed.
+    pub fn cut_rounds(mut self, rounds: u32, max_after: u64) -> Coverage {
+        for _ in 0..rounds {
+            let after = 1 + self.rng.next_u64() % max_after;
+            self.apply(Op::Cut {
+                after_commands: after,
+            });
+            for _ in 0..400 {
+                let op = self.random_op();
+                self.apply(op);
+            }
+        }
+        self.finish();
+        self.coverage
     }
 }
