@@ -375,7 +375,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 1.0);
-    let counters: [(&str, &str, u64); 10] = [
+    let counters: [(&str, &str, u64); 12] = [
         (
             "host_write_blocks",
             "Blocks written by the host.",
@@ -410,6 +410,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "meta_write_blocks",
             "Metadata blocks written.",
             s.meta_write_blocks,
+        ),
+        (
+            "summary_write_blocks",
+            "Zone summary blocks written (tags in band).",
+            s.summary_write_blocks,
+        ),
+        (
+            "summary_map_walks",
+            "GC victims looked up by a walk of the map (no usable zone summary).",
+            s.summary_map_walks,
         ),
         ("erases", "Zone erases (resets).", s.erases),
         ("flushes", "Flushes.", s.flushes),

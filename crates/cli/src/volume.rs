@@ -161,6 +161,8 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("gc_copy_blocks", s.gc_copy_blocks);
     t.row("meta_write_blocks", s.meta_write_blocks);
     t.row("pad_blocks", s.pad_blocks);
+    t.row("summary_write_blocks", s.summary_write_blocks);
+    t.row("summary_map_walks", s.summary_map_walks);
     t.row("erases", s.erases);
     t.row("flushes", s.flushes);
     t.row("checkpoints", s.checkpoints);
