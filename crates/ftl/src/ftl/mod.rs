@@ -149,6 +149,9 @@ pub struct Ftl {
     buffer: WriteBuffer,
     buffered_new: u64,
     max_mapped_blocks: u64,
+    /// Blocks at the end of each data zone that hold its summary (0 with
+    /// OOB tags): fixed by the geometry and tag mode.
+    summary_blocks: u64,
     gc_reserve_zones: u32,
     next_seq: Seq,
     epoch: Epoch,
@@ -217,7 +220,8 @@ impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
         let in_band = p.tag_mode == TagMode::InBand;
-        let data_cap = crate::layout::data_blocks_per_zone(&p.geometry, in_band);
+        let summary_blocks = crate::layout::summary_blocks_per_zone(&p.geometry, in_band);
+        let data_cap = p.geometry.zone_capacity_blocks - summary_blocks;
         let data_zones = (p.layout.first_data_zone()..p.geometry.zone_count)
             .filter(|&z| p.zones.get(z).kind() != ZoneKind::Retired)
             .count() as u64;
@@ -231,6 +235,7 @@ impl Ftl {
                 u64::from_le_bytes(p.uuid[..8].try_into().expect("8 bytes")),
             ),
             max_mapped_blocks: usable.min(p.layout.logical_blocks),
+            summary_blocks,
             zone_readers: vec![0; zone_count],
             zone_appends: vec![0; zone_count],
             geo: p.geometry,

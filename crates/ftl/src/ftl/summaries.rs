@@ -29,15 +29,9 @@ pub(super) struct PendingSummary {
 }
 
 impl Ftl {
-    /// Blocks at the end of each data zone that hold its summary (0 with
-    /// OOB tags).
-    pub(super) fn summary_blocks(&self) -> u64 {
-        crate::layout::summary_blocks_per_zone(&self.geo, self.tag_mode == TagMode::InBand)
-    }
-
     /// Blocks of a data zone that hold data.
     pub(super) fn data_cap(&self) -> u64 {
-        self.cap() - self.summary_blocks()
+        self.cap() - self.summary_blocks
     }
 
     /// Memory the summaries being collected hold (counted as map memory).
@@ -95,7 +89,7 @@ impl Ftl {
         if self.read_only {
             return None;
         }
-        let total = self.summary_blocks();
+        let total = self.summary_blocks;
         let bs = self.block_size();
         let max_blocks = u64::from(self.geo.max_append_blocks);
         let appends = &self.zone_appends;
@@ -131,7 +125,7 @@ impl Ftl {
         result: Result<Outcome, DeviceError>,
     ) {
         self.append_settled(zone);
-        let total = self.summary_blocks();
+        let total = self.summary_blocks;
         match result {
             // Landing anywhere but the zone's end (a device that broke the
             // append contract) only costs GC a map walk: the summary is a hint.
