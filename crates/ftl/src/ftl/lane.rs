@@ -209,6 +209,15 @@ impl Ftl {
         self.zone_appends[zone as usize] -= 1;
     }
 
+    /// Where a completed append landed, or the device's error.
+    pub(super) fn appended_at(result: Result<Outcome, DeviceError>) -> Result<u64, DeviceError> {
+        match result {
+            Ok(Outcome::Written { offset_blocks, .. }) => Ok(offset_blocks),
+            Ok(other) => panic!("append completed as {other:?}"),
+            Err(e) => Err(e),
+        }
+    }
+
     fn write_unit(&self) -> u64 {
         u64::from(self.geo.write_unit_blocks)
     }
@@ -332,9 +341,8 @@ impl Ftl {
     ) {
         self.host_appends_in_flight -= 1;
         self.append_settled(zone);
-        let offset = match result {
-            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
-            Ok(other) => panic!("append completed as {other:?}"),
+        let offset = match Self::appended_at(result) {
+            Ok(offset) => offset,
             Err(e) => {
                 for &(s, _, _) in slots.iter().rev() {
                     self.buffer.requeue_front(s);
@@ -344,10 +352,11 @@ impl Ftl {
                 return;
             }
         };
+        let lbas = slots.iter().map(|&(s, ..)| self.buffer.slot(s).lba);
+        super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, &(s, seq, crc)) in slots.iter().enumerate() {
             let ppa = Ppa::new(zone, offset + i as u64, self.cap());
             let lba = self.buffer.slot(s).lba;
-            self.summary_note(zone, offset + i as u64, lba);
             let latest = self.buffer.is_latest(lba, s);
             let slot = self.buffer.release(s);
             if slot.counted_new {

@@ -435,9 +435,8 @@ impl Ftl {
     ) {
         self.gc_in_flight -= 1;
         self.append_settled(zone);
-        let offset = match result {
-            Ok(Outcome::Written { offset_blocks, .. }) => offset_blocks,
-            Ok(other) => panic!("append completed as {other:?}"),
+        let offset = match Self::appended_at(result) {
+            Ok(offset) => offset,
             Err(e) => {
                 self.stats.media_write_blocks -= items.len() as u64 + u64::from(pad);
                 for it in items.into_iter().rev() {
@@ -447,9 +446,10 @@ impl Ftl {
                 return;
             }
         };
+        let lbas = items.iter().map(|it| it.lba);
+        super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, it) in items.into_iter().enumerate() {
             let dst = Ppa::new(zone, offset + i as u64, self.cap());
-            self.summary_note(zone, offset + i as u64, it.lba);
             if self.l2p.get(it.lba) != Some(it.src) {
                 continue; // a host write or trim won the race
             }

@@ -28,6 +28,25 @@ pub(super) struct PendingSummary {
     in_flight: bool,
 }
 
+/// An append to `zone` completed at `offset`: its data blocks hold `lbas`,
+/// in order. One lookup per append; nothing to do for a zone without a
+/// summary being collected (OOB tags, or closed early). A free function so
+/// the caller can feed it from its other fields.
+pub(super) fn note_run(
+    summaries: &mut [PendingSummary],
+    zone: ZoneId,
+    offset: u64,
+    lbas: impl Iterator<Item = Lba>,
+) {
+    let Some(s) = summaries.iter_mut().find(|s| s.zone == zone) else {
+        return;
+    };
+    let entries = s.lbas.iter_mut().skip(offset as usize);
+    for (e, lba) in entries.zip(lbas) {
+        *e = u32::try_from(lba).expect("in-band LBAs fit u32 (checked at format)");
+    }
+}
+
 impl Ftl {
     /// Blocks of a data zone that hold data.
     pub(super) fn data_cap(&self) -> u64 {
@@ -58,15 +77,6 @@ impl Ftl {
             written_blocks: 0,
             in_flight: false,
         });
-    }
-
-    /// Data block `offset` of `zone` now holds `lba`.
-    pub(super) fn summary_note(&mut self, zone: ZoneId, offset: u64, lba: Lba) {
-        if let Some(s) = self.summaries.iter_mut().find(|s| s.zone == zone) {
-            if let Some(e) = s.lbas.get_mut(offset as usize) {
-                *e = u32::try_from(lba).expect("in-band LBAs fit u32 (checked at format)");
-            }
-        }
     }
 
     /// The lane allocated the zone's last data block.
@@ -126,10 +136,10 @@ impl Ftl {
     ) {
         self.append_settled(zone);
         let total = self.summary_blocks;
-        match result {
+        match Self::appended_at(result) {
             // Landing anywhere but the zone's end (a device that broke the
             // append contract) only costs GC a map walk: the summary is a hint.
-            Ok(Outcome::Written { .. }) => {
+            Ok(_) => {
                 let s = self.summaries.iter_mut().find(|s| s.zone == zone);
                 let s = s.expect("summary in flight");
                 s.in_flight = false;
@@ -138,7 +148,6 @@ impl Ftl {
                     self.summaries.retain(|s| s.zone != zone);
                 }
             }
-            Ok(other) => panic!("append completed as {other:?}"),
             Err(e) => {
                 self.summaries.retain(|s| s.zone != zone);
                 self.write_failed(zone, e);
