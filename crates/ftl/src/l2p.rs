@@ -198,6 +198,8 @@ impl L2p {
     ) -> Result<L2p, L2pError> {
         let mut map = L2p::with_format(logical_blocks, format);
         let slots = map.leaves.len() as u32;
+        let mut seen = vec![false; slots as usize];
+        let mut mapped = 0u64;
         for (leaf, entries) in leaves {
             let leaf = *leaf;
             if leaf >= slots {
@@ -207,24 +209,26 @@ impl L2p {
                     logical_blocks,
                 });
             }
-            if map.leaves[leaf as usize].is_some() {
+            if seen[leaf as usize] {
                 return Err(L2pError::DuplicateLeaf { leaf });
             }
             map.check_leaf(leaf, entries)?;
-            map.install_leaf(leaf, entries);
+            let in_leaf = entries.iter().filter(|&&raw| raw != UNMAPPED).count() as u64;
+            seen[leaf as usize] = in_leaf > 0; // an empty leaf is dropped
+            mapped += in_leaf;
         }
-        if format.keeps_crc {
-            if crcs.len() as u64 != map.mapped_blocks {
-                return Err(L2pError::CrcCount {
-                    got: crcs.len(),
-                    mapped: map.mapped_blocks,
-                });
-            }
-            let lbas: Vec<Lba> = map.iter().map(|(lba, _)| lba).collect();
-            for (lba, &crc) in lbas.into_iter().zip(crcs) {
-                let ppa = map.get(lba).expect("just listed");
-                map.set(lba, ppa, crc);
-            }
+        if format.keeps_crc && crcs.len() as u64 != mapped {
+            return Err(L2pError::CrcCount {
+                got: crcs.len(),
+                mapped,
+            });
+        }
+        // The CRC table runs in LBA order, so leaves go in by index.
+        let mut order: Vec<&(u32, Box<Leaf>)> = leaves.iter().collect();
+        order.sort_unstable_by_key(|(leaf, _)| *leaf);
+        let mut crcs = crcs.iter().copied();
+        for (leaf, entries) in order {
+            map.install_leaf(*leaf, entries, &mut crcs);
         }
         Ok(map)
     }
@@ -455,8 +459,9 @@ impl L2p {
         }
     }
 
-    /// Puts a checked leaf in place, unless it maps nothing.
-    fn install_leaf(&mut self, leaf: u32, entries: &Leaf) {
+    /// Puts a checked leaf in place, unless it maps nothing, taking the
+    /// data CRC of each mapped entry from `crcs` when the format keeps them.
+    fn install_leaf(&mut self, leaf: u32, entries: &Leaf, crcs: &mut impl Iterator<Item = u32>) {
         let mapped = entries.iter().filter(|&&raw| raw != UNMAPPED).count();
         if mapped == 0 {
             return;
@@ -465,7 +470,12 @@ impl L2p {
         let mut words = f.empty_leaf();
         for (slot, &raw) in entries.iter().enumerate() {
             if raw != UNMAPPED {
-                f.write(&mut words, slot, f.pack(Ppa(raw), 0));
+                let crc = if f.keeps_crc {
+                    crcs.next().expect("CRCs counted")
+                } else {
+                    0
+                };
+                f.write(&mut words, slot, f.pack(Ppa(raw), crc));
             }
         }
         self.leaf_mapped_entries[leaf as usize] = mapped as u16;
