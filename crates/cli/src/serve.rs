@@ -719,6 +719,13 @@ mod tests {
         Settings::from_args(&serve_args(extra).unwrap()).map_err(|e| e.to_string())
     }
 
+    /// Settings for `device` (its flags) served and measured on free
+    /// loopback ports.
+    fn with_metrics_on_free_ports(device: &[&str]) -> Settings {
+        let ports = ["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"];
+        settings(&[device, &ports[..]].concat()).unwrap()
+    }
+
     #[test]
     fn tls_flags_come_in_pairs() {
         assert!(settings(&[]).unwrap().tls.is_none());
@@ -878,15 +885,7 @@ mod tests {
             .to_string();
         assert!(e.contains("--memory-mib") && e.contains("too large"), "{e}");
 
-        let s = settings(&[
-            "--memory-mib",
-            "64",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-        ])
-        .unwrap();
+        let s = with_metrics_on_free_ports(&["--memory-mib", "64"]);
         let (bound, stop, server) = start(s);
         write_over_nbd(bound.nbd, 8);
         let m = get_metrics(bound.metrics.unwrap());
@@ -900,15 +899,7 @@ mod tests {
     fn serve_exports_metrics_of_the_server_and_the_ftl() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("m.img");
-        let s = settings(&[
-            "--image",
-            img.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-        ])
-        .unwrap();
+        let s = with_metrics_on_free_ports(&["--image", img.to_str().unwrap()]);
         let (bound, stop, server) = start(s);
         let maddr = bound.metrics.unwrap();
         let before = get_metrics(maddr);
