@@ -11,9 +11,12 @@
 //! order, through [`Backend::reap`]. Buffers travel with the command and come
 //! back with the completion, which is what io_uring needs (a buffer must stay
 //! put while the kernel owns it) and what the simulator can honour cheaply.
+//! The data of a write is a [`Payload`]: buffers shared with the write
+//! buffer, gathered in order without copying.
 
 pub mod conformance;
 
+pub use crate::payload::Payload;
 use serde::{Deserialize, Serialize};
 
 /// Index of a zone, `0..zone_count`.
@@ -196,14 +199,14 @@ pub enum Command {
     Write {
         zone: ZoneId,
         offset_blocks: u64,
-        data: Vec<u8>,
+        data: Payload,
         oob: Vec<u8>,
     },
     /// Zone append: the device picks the offset and returns it in
     /// [`Outcome::Written`].
     Append {
         zone: ZoneId,
-        data: Vec<u8>,
+        data: Payload,
         oob: Vec<u8>,
     },
     /// Erase the zone: write pointer back to 0, state `Empty`.
@@ -440,7 +443,7 @@ pub trait BackendExt: Backend {
         self.execute(Command::Write {
             zone,
             offset_blocks,
-            data,
+            data: data.into(),
             oob,
         })
         .map(|_| ())
@@ -453,7 +456,11 @@ pub trait BackendExt: Backend {
         data: Vec<u8>,
         oob: Vec<u8>,
     ) -> Result<u64, DeviceError> {
-        match self.execute(Command::Append { zone, data, oob })? {
+        match self.execute(Command::Append {
+            zone,
+            data: data.into(),
+            oob,
+        })? {
             Outcome::Written { offset_blocks, .. } => Ok(offset_blocks),
             other => panic!("append completed as {other:?}"),
         }

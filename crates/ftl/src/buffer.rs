@@ -14,6 +14,7 @@
 //! bound blocks are copied as before.
 
 use crate::addr::{Lba, Seq};
+pub use crate::payload::BlockData;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,54 +55,6 @@ impl std::hash::Hasher for LbaHasher {
 pub enum Temp {
     Hot = 0,
     Cold = 1,
-}
-
-/// A multi-block request's buffer, shared by its blocks in the write
-/// buffer. Counts its blocks in its write buffer's `shared_blocks` while
-/// alive.
-#[derive(Debug)]
-struct SharedBuf {
-    bytes: Vec<u8>,
-    blocks: usize,
-    held: Arc<AtomicUsize>,
-}
-
-impl Drop for SharedBuf {
-    fn drop(&mut self) {
-        self.held.fetch_sub(self.blocks, Ordering::Relaxed);
-    }
-}
-
-/// One buffered block's bytes: a buffer of its own, or a block-sized window
-/// into a multi-block request's buffer. Reads as the block's bytes.
-#[derive(Debug)]
-pub enum BlockData {
-    Owned(Vec<u8>),
-    Shared {
-        buf: Arc<SharedBufHandle>,
-        at: usize,
-        len: usize,
-    },
-}
-
-/// The shared buffer behind [`BlockData::Shared`] (opaque outside the module).
-#[derive(Debug)]
-pub struct SharedBufHandle(SharedBuf);
-
-impl std::ops::Deref for BlockData {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            BlockData::Owned(v) => v,
-            BlockData::Shared { buf, at, len } => &buf.0.bytes[*at..*at + *len],
-        }
-    }
-}
-
-impl From<Vec<u8>> for BlockData {
-    fn from(v: Vec<u8>) -> BlockData {
-        BlockData::Owned(v)
-    }
 }
 
 #[derive(Debug)]
@@ -176,22 +129,7 @@ impl WriteBuffer {
     /// Splits a request's buffer into block-sized windows that share it
     /// (no copy). `data.len()` is a nonzero multiple of `block_bytes`.
     pub fn share_blocks(&mut self, data: Vec<u8>, block_bytes: usize) -> Vec<BlockData> {
-        assert!(block_bytes > 0 && !data.is_empty() && data.len().is_multiple_of(block_bytes));
-        let len = data.len();
-        let blocks = len / block_bytes;
-        self.shared_blocks.fetch_add(blocks, Ordering::Relaxed);
-        let buf = Arc::new(SharedBufHandle(SharedBuf {
-            bytes: data,
-            blocks,
-            held: Arc::clone(&self.shared_blocks),
-        }));
-        (0..blocks)
-            .map(|i| BlockData::Shared {
-                buf: Arc::clone(&buf),
-                at: i * block_bytes,
-                len: block_bytes,
-            })
-            .collect()
+        BlockData::split(data, block_bytes, &self.shared_blocks)
     }
 
     /// Blocks the shared request buffers hold now.
@@ -213,10 +151,11 @@ impl WriteBuffer {
     }
 
     /// Keeps a released block's buffer for `block_copy`: only one of its
-    /// own of exactly one block (`block_bytes`), and no more than there are
-    /// slots. A shared window just drops its reference.
+    /// own of exactly one block (`block_bytes`) that nothing else holds
+    /// (an append still in flight may), and no more than there are slots.
+    /// A shared window just drops its reference.
     pub fn recycle(&mut self, data: BlockData, block_bytes: usize) {
-        if let BlockData::Owned(data) = data {
+        if let Ok(data) = data.into_unique_vec() {
             if data.capacity() == block_bytes && self.spare.len() < self.slots.len() {
                 self.spare.push(data);
             }

@@ -24,6 +24,7 @@ pub mod layout;
 mod log;
 pub mod note;
 pub mod p2l;
+pub mod payload;
 pub mod recovery;
 mod slab;
 pub mod stats;
@@ -34,7 +35,7 @@ pub mod zone;
 
 pub use backend::{
     Backend, BackendExt, Command, Completion, DeviceError, Geometry, GeometryError, Outcome,
-    SubmitError, ZoneInfo, ZoneState,
+    Payload, SubmitError, ZoneInfo, ZoneState,
 };
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};

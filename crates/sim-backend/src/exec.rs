@@ -4,7 +4,7 @@
 use std::io;
 
 use zftl_core::backend::ZoneId;
-use zftl_core::{Command, DeviceError, Outcome, ZoneState};
+use zftl_core::{Command, DeviceError, Outcome, Payload, ZoneState};
 
 use crate::device::SimDevice;
 use crate::faults::ProgramFate;
@@ -90,7 +90,7 @@ impl SimDevice {
     /// Checks data and OOB buffer sizes; returns the block count.
     fn check_buffers(
         &self,
-        data: &[u8],
+        data: &Payload,
         oob: &[u8],
         limit_blocks: u32,
     ) -> Result<u64, DeviceError> {
@@ -257,7 +257,7 @@ impl SimDevice {
         &mut self,
         zone: ZoneId,
         offset: Option<u64>,
-        data: &[u8],
+        data: &Payload,
         oob: &[u8],
         fate: ProgramFate,
     ) -> Result<Outcome, DeviceError> {
@@ -282,6 +282,15 @@ impl SimDevice {
             }
             _ => {}
         }
+        // Pages are programmed from whole blocks; a payload split inside a
+        // block (no FTL does that) is gathered into one buffer first.
+        let gathered;
+        let data = if data.parts().all(|p| p.len().is_multiple_of(bs)) {
+            data
+        } else {
+            gathered = Payload::from(data.to_vec());
+            &gathered
+        };
         let unit = self.layout.program_unit_pages;
         let units = count / unit;
         let landed = match fate {
@@ -303,14 +312,20 @@ impl SimDevice {
                 failed = Some((b, eb, page));
                 break;
             }
+            // A unit's bytes may lie in several buffers: a piece each.
             let u = u as usize;
-            let d = &data[u * unit_bytes..(u + 1) * unit_bytes];
-            let o = if oob.is_empty() {
-                &[][..]
-            } else {
-                &oob[u * unit_oob..(u + 1) * unit_oob]
-            };
-            pieces.push((page, d, o));
+            let mut done_pages = 0;
+            for d in data.pieces(u * unit_bytes, (u + 1) * unit_bytes) {
+                let n = d.len() / bs;
+                let o = if oob.is_empty() {
+                    &[][..]
+                } else {
+                    let at = u * unit_oob + done_pages * os;
+                    &oob[at..at + n * os]
+                };
+                pieces.push((page + done_pages as u64, d, o));
+                done_pages += n;
+            }
         }
         self.media
             .program_many(&pieces)

@@ -33,7 +33,7 @@ fn run_until_cut(d: &mut SimDevice, seed: u64) -> Vec<ZoneModel> {
             let cmd = Command::Write {
                 zone,
                 offset_blocks: m.submitted_end,
-                data: blocks(&g, zone, m.submitted_end, count, 0),
+                data: blocks(&g, zone, m.submitted_end, count, 0).into(),
                 oob: oob(&g, zone, m.submitted_end, count),
             };
             match d.submit(tag, cmd) {
@@ -197,7 +197,7 @@ fn cut_one_write(seed: u64) -> SimDevice {
         Command::Write {
             zone: 5,
             offset_blocks: 2,
-            data: blocks(&g, 5, 2, 8, 0),
+            data: blocks(&g, 5, 2, 8, 0).into(),
             oob: vec![],
         },
     )
@@ -317,7 +317,7 @@ fn completed_but_unreaped_commands_complete_with_device_gone() {
         Command::Write {
             zone: 0,
             offset_blocks: 0,
-            data: blocks(&g, 0, 0, 1, 0),
+            data: blocks(&g, 0, 0, 1, 0).into(),
             oob: vec![],
         },
     )

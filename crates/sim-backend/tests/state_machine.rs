@@ -194,7 +194,7 @@ fn queue_depth_is_bounded_and_commands_keep_zone_order() {
     for i in 0..g.queue_depth as u64 {
         let cmd = Command::Append {
             zone: 1,
-            data: blocks(&g, 1, i, 1, 0),
+            data: blocks(&g, 1, i, 1, 0).into(),
             oob: vec![],
         };
         d.submit(i, cmd).expect("submit");

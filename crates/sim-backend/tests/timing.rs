@@ -39,7 +39,7 @@ fn programs_on_different_luns_overlap_and_on_one_lun_serialize() {
         let cmd = Command::Write {
             zone,
             offset_blocks: off,
-            data: blocks(&g, zone, off, 1, 0),
+            data: blocks(&g, zone, off, 1, 0).into(),
             oob: vec![],
         };
         d.submit(tag as u64, cmd).expect("submit");
@@ -54,7 +54,7 @@ fn programs_on_different_luns_overlap_and_on_one_lun_serialize() {
         let cmd = Command::Write {
             zone: 0,
             offset_blocks: off,
-            data: blocks(&g, 0, off, 1, 0),
+            data: blocks(&g, 0, off, 1, 0).into(),
             oob: vec![],
         };
         d.submit(tag as u64, cmd).expect("submit");
@@ -73,7 +73,7 @@ fn reap_only_delivers_what_is_due_and_flush_waits_for_programs() {
         Command::Write {
             zone: 0,
             offset_blocks: 0,
-            data: blocks(&g, 0, 0, 1, 0),
+            data: blocks(&g, 0, 0, 1, 0).into(),
             oob: vec![],
         },
     )
@@ -100,7 +100,7 @@ fn timing_off_keeps_the_clock_still_and_commands_pending_until_reaped() {
         Command::Write {
             zone: 0,
             offset_blocks: 0,
-            data: blocks(&g, 0, 0, 1, 0),
+            data: blocks(&g, 0, 0, 1, 0).into(),
             oob: vec![],
         },
     )

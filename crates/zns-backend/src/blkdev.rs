@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use zftl_core::backend::{
-    Backend, Command, Completion, DeviceError, Geometry, Outcome, SubmitError, ZoneId, ZoneInfo,
-    ZoneState,
+    Backend, Command, Completion, DeviceError, Geometry, Outcome, Payload, SubmitError, ZoneId,
+    ZoneInfo, ZoneState,
 };
 
 use crate::sys::{self, BlkZone, BlkZoneRange, BlockOp, BlockRing, IoBuf};
@@ -514,16 +514,16 @@ impl ZonedBlockDevice {
     fn program_blocks(
         &self,
         zone: ZoneId,
-        data: &[u8],
+        data_bytes: usize,
         oob: &[u8],
         limit: u32,
     ) -> Result<u32, DeviceError> {
         let g = &self.geometry;
         let bs = g.block_size_bytes as usize;
-        if data.is_empty() || !data.len().is_multiple_of(bs) {
+        if data_bytes == 0 || !data_bytes.is_multiple_of(bs) {
             return Err(DeviceError::BufferSize {
-                expected_bytes: data.len().div_ceil(bs).max(1) * bs,
-                actual_bytes: data.len(),
+                expected_bytes: data_bytes.div_ceil(bs).max(1) * bs,
+                actual_bytes: data_bytes,
             });
         }
         if !oob.is_empty() {
@@ -533,7 +533,7 @@ impl ZonedBlockDevice {
                 actual_bytes: oob.len(),
             });
         }
-        let n = (data.len() / bs) as u64;
+        let n = (data_bytes / bs) as u64;
         if n > u64::from(limit) {
             return Err(DeviceError::TooLarge {
                 block_count: n,
@@ -552,18 +552,22 @@ impl ZonedBlockDevice {
     }
 
     /// `data` as an I/O buffer the device can DMA from (bounced if needed).
-    fn io_buf(&self, data: Vec<u8>) -> IoBuf {
+    fn io_buf(&self, data: Payload) -> IoBuf {
         let align = self.info.dma_alignment_bytes;
-        if (data.as_ptr() as usize).is_multiple_of(align) {
-            let len = data.len();
-            return IoBuf {
-                vec: data,
-                start: 0,
-                len,
-            };
-        }
+        let data = match data.try_into_vec() {
+            Ok(vec) if (vec.as_ptr() as usize).is_multiple_of(align) => {
+                let len = vec.len();
+                return IoBuf { vec, start: 0, len };
+            }
+            Ok(vec) => Payload::from(vec),
+            Err(data) => data,
+        };
         let mut buf = self.aligned_buf(data.len());
-        buf.vec[buf.start..buf.start + buf.len].copy_from_slice(&data);
+        let mut at = buf.start;
+        for part in data.parts() {
+            buf.vec[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
         buf
     }
 
@@ -595,7 +599,7 @@ impl ZonedBlockDevice {
                 data,
                 oob,
             } => {
-                let n = self.program_blocks(zone, &data, &oob, g.max_transfer_blocks)?;
+                let n = self.program_blocks(zone, data.len(), &oob, g.max_transfer_blocks)?;
                 if offset_blocks.saturating_add(u64::from(n)) > g.zone_size_blocks {
                     return Err(DeviceError::OutOfRange {
                         zone,
@@ -616,7 +620,7 @@ impl ZonedBlockDevice {
                 Ok(())
             }
             Command::Append { zone, data, oob } => {
-                let n = self.program_blocks(zone, &data, &oob, g.max_append_blocks)?;
+                let n = self.program_blocks(zone, data.len(), &oob, g.max_append_blocks)?;
                 let buf = self.io_buf(data);
                 self.enqueue(
                     zone,

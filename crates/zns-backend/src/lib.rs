@@ -56,8 +56,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use zftl_core::backend::{
-    Backend, Command, Completion, DeviceError, Geometry, GeometryError, Outcome, SubmitError,
-    ZoneId, ZoneInfo, ZoneState,
+    Backend, Command, Completion, DeviceError, Geometry, GeometryError, Outcome, Payload,
+    SubmitError, ZoneId, ZoneInfo, ZoneState,
 };
 
 use sys::{NvmeCmd, Owned, Ring, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_IO_CMD};
@@ -250,6 +250,17 @@ pub struct ZnsDevice {
     gone: bool,
     /// The block device node of the namespace, held open and flocked.
     _sibling_locks: Vec<File>,
+}
+
+/// A write's bytes in one buffer, as the passthrough command takes them: a
+/// payload already in one buffer (a sequential host write, gathered from
+/// the write buffer) goes as it is, others are copied together.
+fn gathered(data: Payload) -> Payload {
+    if data.as_contiguous().is_some() {
+        data
+    } else {
+        data.to_vec().into()
+    }
 }
 
 fn le16(b: &[u8], at: usize) -> u16 {
@@ -778,7 +789,7 @@ impl ZnsDevice {
             block_count,
         };
         // Data and metadata buffers of a write or append.
-        let program = |data: &Vec<u8>, oob: &mut Vec<u8>, limit: u32| -> Result<u32, DeviceError> {
+        let program = |data: &Payload, oob: &mut Vec<u8>, limit: u32| -> Result<u32, DeviceError> {
             if data.is_empty() || !data.len().is_multiple_of(bs) {
                 return Err(DeviceError::BufferSize {
                     expected_bytes: data.len().div_ceil(bs).max(1) * bs,
@@ -816,6 +827,7 @@ impl ZnsDevice {
             Ok((
                 cmd,
                 Owned {
+                    source: Payload::new(),
                     data: Vec::new(),
                     meta: Vec::new(),
                     ctx: ctx(action.kind(), zone, 0, 0),
@@ -846,6 +858,7 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
+                        source: Payload::new(),
                         data: vec![0; block_count as usize * bs],
                         meta: vec![0; block_count as usize * ms],
                         ctx: ctx(Kind::Read, zone, offset_blocks, block_count),
@@ -871,7 +884,8 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
-                        data,
+                        source: gathered(data),
+                        data: Vec::new(),
                         meta: oob,
                         ctx: ctx(Kind::Write, zone, offset_blocks, n),
                     },
@@ -887,7 +901,8 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
-                        data,
+                        source: gathered(data),
+                        data: Vec::new(),
                         meta: oob,
                         ctx: ctx(Kind::Append, zone, 0, n),
                     },
@@ -904,6 +919,7 @@ impl ZnsDevice {
                     ..NvmeCmd::default()
                 },
                 Owned {
+                    source: Payload::new(),
                     data: Vec::new(),
                     meta: Vec::new(),
                     ctx: ctx(Kind::Flush, 0, 0, 0),

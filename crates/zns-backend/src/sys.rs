@@ -13,6 +13,7 @@ use std::mem::{offset_of, size_of};
 use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use zftl_core::Payload;
 
 /// `struct nvme_passthru_cmd` / `struct nvme_uring_cmd`: 72 bytes.
 #[repr(C)]
@@ -180,6 +181,10 @@ pub fn passthru(
 /// Buffers and caller context of one command while the kernel owns it.
 #[derive(Debug)]
 pub struct Owned<T> {
+    /// The bytes a write sends, in one buffer (shared with the FTL's write
+    /// buffer, so the kernel only reads them); empty for other commands.
+    pub source: Payload,
+    /// The buffer a read fills; empty for other commands.
     pub data: Vec<u8>,
     pub meta: Vec<u8>,
     pub ctx: T,
@@ -366,12 +371,17 @@ impl<T> Ring<T> {
     pub fn push(&mut self, mut cmd: NvmeCmd, owned: Owned<T>) -> Result<(), Owned<T>> {
         let fd = types::Fd(self.inner.file.as_raw_fd());
         let build = |owned: &mut Owned<T>, user_data: u64| {
-            cmd.addr = if owned.data.is_empty() {
-                0
+            (cmd.addr, cmd.data_len) = if !owned.source.is_empty() {
+                let bytes = owned
+                    .source
+                    .as_contiguous()
+                    .expect("gathered into one buffer");
+                (bytes.as_ptr() as u64, bytes.len() as u32)
+            } else if owned.data.is_empty() {
+                (0, 0)
             } else {
-                owned.data.as_mut_ptr() as u64
+                (owned.data.as_mut_ptr() as u64, owned.data.len() as u32)
             };
-            cmd.data_len = owned.data.len() as u32;
             cmd.metadata = if owned.meta.is_empty() {
                 0
             } else {
@@ -384,7 +394,10 @@ impl<T> Ring<T> {
                 .user_data(user_data)
         };
         // SAFETY: the command's only addresses are the heap storage of
-        // `owned.data` and `owned.meta`, which the ring keeps until the CQE.
+        // `owned.source` (which the device only reads: the command writes
+        // it to the media), `owned.data` and `owned.meta`; the ring keeps
+        // `owned` until the CQE, and the source's buffer cannot move or be
+        // freed while `owned.source` holds it.
         unsafe { self.inner.push_with(owned, build) }
     }
 

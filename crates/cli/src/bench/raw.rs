@@ -117,7 +117,7 @@ impl SeqWriter {
                 let command = Command::Write {
                     zone: stream.zone,
                     offset_blocks: stream.next_offset_blocks,
-                    data: self.payload.clone(),
+                    data: self.payload.clone().into(),
                     oob: Vec::new(),
                 };
                 submit(dev, s as u64, command);

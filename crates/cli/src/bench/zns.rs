@@ -845,7 +845,7 @@ mod imp {
                     }
                     let command = DevCommand::Append {
                         zone,
-                        data: vec![0x5a; bytes],
+                        data: vec![0x5a; bytes].into(),
                         oob: Vec::new(),
                     };
                     dev.submit(done + in_flight as u64, command)

@@ -733,14 +733,18 @@ impl<B: Backend> Dev<B> {
         Command::Write {
             zone,
             offset_blocks: offset,
-            data,
+            data: data.into(),
             oob,
         }
     }
 
     fn append_cmd(&self, zone: ZoneId, exps: &[Expect]) -> Command {
         let (data, oob) = self.buffers(exps);
-        Command::Append { zone, data, oob }
+        Command::Append {
+            zone,
+            data: data.into(),
+            oob,
+        }
     }
 
     /// Check a Written outcome; returns the offset.
@@ -1716,14 +1720,14 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
         let cmd = Command::Write {
             zone: z,
             offset_blocks: wu,
-            data: short.clone(),
+            data: short.clone().into(),
             oob: Vec::new(),
         };
         d.exec_err(cmd, &format!("BufferSize(actual {len})"), buffer_size(len))?;
         unchanged(&mut d, "write with a bad data buffer")?;
         let cmd = Command::Append {
             zone: z,
-            data: short,
+            data: short.into(),
             oob: Vec::new(),
         };
         d.exec_err(cmd, &format!("BufferSize(actual {len})"), buffer_size(len))?;
@@ -1741,7 +1745,7 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
         let cmd = Command::Write {
             zone: z,
             offset_blocks: wu,
-            data: data.clone(),
+            data: data.clone().into(),
             oob: bad_oob.clone(),
         };
         d.exec_err(
@@ -1752,7 +1756,7 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
         unchanged(&mut d, "write with a bad OOB buffer")?;
         let cmd = Command::Append {
             zone: z,
-            data: data.clone(),
+            data: data.clone().into(),
             oob: bad_oob,
         };
         d.exec_err(
@@ -1775,12 +1779,12 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
         Command::Write {
             zone: nz,
             offset_blocks: 0,
-            data: one.clone(),
+            data: one.clone().into(),
             oob: one_oob.clone(),
         },
         Command::Append {
             zone: nz,
-            data: one,
+            data: one.into(),
             oob: one_oob,
         },
         Command::Reset { zone: nz },
@@ -2396,9 +2400,15 @@ mod tests {
                     offset_blocks,
                     data,
                     oob,
-                } => self.program(zone, Some(offset_blocks), data, oob, g.max_transfer_blocks),
+                } => self.program(
+                    zone,
+                    Some(offset_blocks),
+                    data.into_vec(),
+                    oob,
+                    g.max_transfer_blocks,
+                ),
                 Command::Append { zone, data, oob } => {
-                    self.program(zone, None, data, oob, g.max_append_blocks)
+                    self.program(zone, None, data.into_vec(), oob, g.max_append_blocks)
                 }
                 Command::Reset { zone } => {
                     self.zone(zone)?;

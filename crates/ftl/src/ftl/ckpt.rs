@@ -160,7 +160,7 @@ impl Ftl {
         let cmd = Command::Write {
             zone,
             offset_blocks: self.super_wp_blocks[copy],
-            data,
+            data: data.into(),
             oob: self.meta_oob(1),
         };
         Some((Op::SuperWrite { copy }, cmd))

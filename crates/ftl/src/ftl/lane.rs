@@ -4,7 +4,7 @@
 use super::ckpt::CkptState;
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
-use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
 use crate::buffer::{SlotId, Temp};
 use crate::note::Note;
 use crate::superblock::TagMode;
@@ -256,14 +256,14 @@ impl Ftl {
             return None;
         }
         let mut slots = Vec::with_capacity(n as usize);
-        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let bs = self.block_size();
         for _ in 0..n {
             let seq = self.take_seq();
             let s = self.buffer.pop_queued(temp, seq).expect("queued slot");
             let slot = self.buffer.slot(s);
             let crc = tag::data_crc(&slot.data);
-            data.extend_from_slice(&slot.data);
+            data.push(slot.data.clone()); // the slot's bytes, shared: no copy
             let t = Tag {
                 kind: TagKind::HostData,
                 epoch: self.epoch,
@@ -291,16 +291,13 @@ impl Ftl {
         ))
     }
 
-    pub(super) fn alloc_buffers(&self, blocks: u64) -> (Vec<u8>, Vec<u8>) {
-        let oob = if self.geo.oob_size_bytes > 0 {
-            self.geo.oob_bytes(blocks)
+    /// An empty OOB buffer for `blocks` tags (none when the device has no OOB).
+    pub(super) fn alloc_oob(&self, blocks: u64) -> Vec<u8> {
+        if self.geo.oob_size_bytes > 0 {
+            Vec::with_capacity(self.geo.oob_bytes(blocks))
         } else {
-            0
-        };
-        (
-            Vec::with_capacity(self.geo.data_bytes(blocks)),
-            Vec::with_capacity(oob),
-        )
+            Vec::new()
+        }
     }
 
     pub(super) fn push_tag(&self, oob: &mut Vec<u8>, t: &Tag) {
@@ -315,18 +312,19 @@ impl Ftl {
         }
     }
 
-    pub(super) fn push_padding(&self, data: &mut Vec<u8>, oob: &mut Vec<u8>, pad: u64, bs: usize) {
+    pub(super) fn push_padding(&self, data: &mut Payload, oob: &mut Vec<u8>, pad: u64, bs: usize) {
         if pad == 0 {
             return;
         }
-        data.resize(data.len() + pad as usize * bs, 0);
+        let zeros = vec![0; pad as usize * bs];
         let t = Tag {
             kind: TagKind::Pad,
             epoch: self.epoch,
             lba: u64::MAX,
             seq: 0,
-            data_crc: tag::data_crc(&data[data.len() - bs..]),
+            data_crc: tag::data_crc(&zeros[..bs]),
         };
+        data.push(zeros.into());
         for _ in 0..pad {
             self.push_tag(oob, &t);
         }

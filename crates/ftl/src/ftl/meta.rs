@@ -49,7 +49,7 @@ impl Ftl {
                     Command::Write {
                         zone,
                         offset_blocks,
-                        data,
+                        data: data.into(),
                         oob,
                     },
                 ))

@@ -5,29 +5,21 @@ use super::lane::Lane;
 use super::read::READ_ATTEMPTS;
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
-use crate::backend::{Command, DeviceError, Outcome, ZoneId};
-use crate::buffer::Temp;
+use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
+use crate::buffer::{BlockData, Temp};
 use crate::note::Note;
 use crate::superblock::TagMode;
 use crate::tag::{Tag, TagKind, TAG_BYTES};
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 #[derive(Debug)]
 pub(super) struct RelocItem {
     lba: Lba,
     src: Ppa,
-    /// The GC read's buffer, shared by its blocks; this one is at `at`.
-    buf: Arc<Vec<u8>>,
-    at: usize,
+    /// The block's window into the GC read's buffer.
+    data: BlockData,
     seq: Seq,
     crc: u32,
-}
-
-impl RelocItem {
-    fn block(&self, block_size: usize) -> &[u8] {
-        &self.buf[self.at..self.at + block_size]
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,7 +289,7 @@ impl Ftl {
             }
             Err(_) => (Vec::new(), Vec::new()),
         };
-        let data = Arc::new(data);
+        let data = BlockData::blocks(data, bs);
         for i in 0..count as usize {
             let ppa = Ppa(first.0 + i as u32);
             if !self.p2l.is_valid(ppa) {
@@ -308,7 +300,7 @@ impl Ftl {
             // recomputed: a damaged block moved by GC still fails its check
             // when the host reads it, so nothing is laundered. A tag naming a
             // block the map does not send here makes the block unreadable.
-            let readable = data.len() >= (i + 1) * bs;
+            let readable = i < data.len();
             let carried = match self.tag_mode {
                 _ if !readable => None,
                 TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
@@ -332,8 +324,7 @@ impl Ftl {
                 let item = RelocItem {
                     lba,
                     src: ppa,
-                    buf: Arc::clone(&data),
-                    at: i * bs,
+                    data: data[i].clone(),
                     seq,
                     crc,
                 };
@@ -383,10 +374,10 @@ impl Ftl {
         if n == 0 {
             return None;
         }
-        let (mut data, mut oob) = self.alloc_buffers(n + pad);
+        let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let items: Vec<RelocItem> = self.gc_queues[temp as usize].drain(..n as usize).collect();
         for it in &items {
-            data.extend_from_slice(it.block(self.block_size()));
+            data.push(it.data.clone()); // a window of the GC read: no copy
             let t = Tag {
                 kind: TagKind::Relocated,
                 epoch: self.epoch,

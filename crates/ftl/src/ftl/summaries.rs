@@ -124,7 +124,11 @@ impl Ftl {
         self.stats.summary_write_blocks += blocks;
         Some((
             Op::SummaryWrite { zone, blocks },
-            Command::Append { zone, data, oob },
+            Command::Append {
+                zone,
+                data: data.into(),
+                oob,
+            },
         ))
     }
 
