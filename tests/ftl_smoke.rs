@@ -1,9 +1,6 @@
 //! End-to-end checks of the FTL on the simulator: format, I/O, GC, remount.
 
-use zftl::core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, Request,
-    SubmitError, TagPlacement, ZoneInfo,
-};
+use zftl::core::{Backend, Driver, FormatOptions, FtlConfig, TagPlacement};
 use zftl::sim::{SimConfig, SimDevice};
 
 fn sim(oob: u32) -> SimDevice {
@@ -256,95 +253,5 @@ fn tight_zone_limits_are_never_exceeded() {
             assert_eq!(s.retired_zones, 0, "{what}: {s:#?}");
             assert_versions(&mut ftl, &version);
         }
-    }
-}
-
-/// A simulator that notes the shape of every append: (parts, bytes).
-struct AppendShapes {
-    dev: SimDevice,
-    appends: Vec<(usize, usize)>,
-}
-
-impl Backend for AppendShapes {
-    fn geometry(&self) -> &Geometry {
-        self.dev.geometry()
-    }
-    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
-        self.dev.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        if let Command::Append { data, .. } = &command {
-            self.appends.push((data.part_count(), data.len()));
-        }
-        self.dev.submit(tag, command)
-    }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        self.dev.reap(out, max)
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.dev.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.dev.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.dev.clock_ns()
-    }
-}
-
-#[test]
-fn long_writes_reach_the_device_as_their_own_buffers_and_small_ones_gather() {
-    let mut cfg = SimConfig::small_for_tests();
-    cfg.max_append_blocks = 64;
-    cfg.max_transfer_blocks = 64;
-    let dev = AppendShapes {
-        dev: SimDevice::create_memory(cfg).expect("sim"),
-        appends: Vec::new(),
-    };
-    let mut ftl =
-        Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format");
-    let bs = ftl.block_size();
-    let run_blocks = (128 << 10) / bs as u64;
-    // Queued together, before the core sends anything: one append could
-    // take blocks of two runs. (Ids far from the driver's own.)
-    const ID: u64 = 1 << 40;
-    let mut want = Vec::new();
-    for r in 0..6 {
-        let data: Vec<u8> = (0..run_blocks)
-            .flat_map(|i| block(r * run_blocks + i, 1, bs))
-            .collect();
-        let write = Request::Write {
-            lba: r * run_blocks,
-            data: data.clone(),
-            fua: false,
-        };
-        ftl.try_submit(ID + r, write).unwrap();
-        want.push(data);
-    }
-    ftl.flush().unwrap();
-    let long = std::mem::take(&mut ftl.backend_mut().appends);
-    assert!(
-        long.iter().all(|&(parts, _)| parts == 1),
-        "a long run shares an append with another buffer: {long:?}"
-    );
-    let first = 6 * run_blocks;
-    assert!(first + 32 * 3 < ftl.logical_blocks());
-    for lba in 0..32 {
-        let write = Request::Write {
-            lba: first + lba * 3,
-            data: block(lba, 2, bs),
-            fua: false,
-        };
-        ftl.try_submit(ID + 100 + lba, write).unwrap();
-    }
-    ftl.flush().unwrap();
-    let small = &ftl.backend_mut().appends;
-    assert!(
-        small.iter().any(|&(parts, _)| parts > 1),
-        "single-block writes no longer gather: {small:?}"
-    );
-    for (r, data) in want.iter().enumerate() {
-        let got = ftl.read(r as u64 * run_blocks, run_blocks as u32).unwrap();
-        assert!(got == *data, "run {r} reads back wrong");
     }
 }

@@ -240,11 +240,6 @@ impl WriteBuffer {
     }
 
     /// Takes the next queued slot for submission, stamping its seq.
-    /// The slot `pop_queued` would take next.
-    pub fn next_queued(&self, temp: Temp) -> Option<SlotId> {
-        self.queues[temp as usize].front().copied()
-    }
-
     pub fn pop_queued(&mut self, temp: Temp, seq: Seq) -> Option<SlotId> {
         let s = self.queues[temp as usize].pop_front()?;
         self.slot_mut(s).seq = Some(seq);

@@ -84,12 +84,6 @@ impl BlockData {
         }
     }
 
-    /// Bytes from the window's start to its buffer's end: how long a run
-    /// of this buffer's windows can follow from here.
-    pub fn bytes_to_buffer_end(&self) -> usize {
-        self.buf.bytes.len() - self.at
-    }
-
     /// Whether `next` starts where this window ends, in the same buffer.
     fn continued_by(&self, next: &BlockData) -> bool {
         Arc::ptr_eq(&self.buf, &next.buf) && self.at + self.len == next.at
@@ -150,18 +144,6 @@ impl Payload {
     /// Appends `bytes` zero bytes (padding).
     pub fn push_zeros(&mut self, bytes: usize) {
         self.push(vec![0; bytes].into());
-    }
-
-    /// Whether `block` would extend the last part (no new buffer).
-    pub fn extended_by(&self, block: &BlockData) -> bool {
-        self.parts
-            .last()
-            .is_some_and(|last| last.continued_by(block))
-    }
-
-    /// Bytes of the last part (0 when empty).
-    pub fn last_part_len(&self) -> usize {
-        self.parts.last().map_or(0, |p| p.len)
     }
 
     /// Bytes in all.

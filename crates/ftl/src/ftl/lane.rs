@@ -15,10 +15,6 @@ use crate::zone::{Stream, ZoneKind, ZoneUse};
 /// log's current zone and the two superblock copies.
 const META_OPEN_ZONES: u32 = 3;
 
-/// A run of one request buffer this long ends a host append where the
-/// next block comes from another buffer (see `ends_long_run`).
-const LONG_RUN_BYTES: usize = 64 << 10;
-
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Lane {
@@ -262,11 +258,7 @@ impl Ftl {
         let mut slots = Vec::with_capacity(n as usize);
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let bs = self.block_size();
-        for i in 0..n {
-            let next = self.buffer.next_queued(temp).expect("queued slot");
-            if pad == 0 && i % self.write_unit() == 0 && self.ends_long_run(&data, next) {
-                break;
-            }
+        for _ in 0..n {
             let seq = self.take_seq();
             let s = self.buffer.pop_queued(temp, seq).expect("queued slot");
             let slot = self.buffer.slot(s);
@@ -282,7 +274,6 @@ impl Ftl {
             self.push_tag(&mut oob, &t);
             slots.push((s, seq, crc));
         }
-        let n = slots.len() as u64;
         self.push_padding(&mut data, &mut oob, pad, bs);
         self.lane_commit(lane, zone, n + pad, self.next_seq.saturating_sub(1));
         self.zone_clock[zone as usize] = self.host_clock;
@@ -298,19 +289,6 @@ impl Ftl {
             },
             Command::Append { zone, data, oob },
         ))
-    }
-
-    /// Whether the append being built stops before slot `next`: a long
-    /// run of one request's buffer is not mixed with blocks of another
-    /// buffer, before or after it. A long sequential write then reaches the
-    /// device as the buffer it came in (a backend that takes one buffer per
-    /// command need not copy it together with others); small writes still
-    /// gather.
-    fn ends_long_run(&self, data: &Payload, next: SlotId) -> bool {
-        let next = &self.buffer.slot(next).data;
-        let long =
-            data.last_part_len() >= LONG_RUN_BYTES || next.bytes_to_buffer_end() >= LONG_RUN_BYTES;
-        !data.is_empty() && long && !data.extended_by(next)
     }
 
     /// An empty OOB buffer for `blocks` tags (none when the device has no OOB).
