@@ -29,6 +29,7 @@ mod config;
 mod export;
 mod handshake;
 mod metrics;
+mod outbox;
 pub mod proto;
 mod server;
 mod tls;

@@ -1,11 +1,14 @@
 //! The transmission phase of one connection.
 //!
 //! ```text
-//!  socket ─► reader loop ── validate ──► spawn one task per request ──► Volume
-//!                 │ (bounded: requests and bytes in flight)               │
-//!                 └── error replies ──►  writer task  ◄── replies ────────┘
-//!                                      (one mpsc, out of order) ─► socket
+//!  socket ─► reader loop ── validate ──► run each request (inline, or as
+//!    ▲            │ (bounded: requests       its own task when it waits) ──► Volume
+//!    │            │  and bytes in flight)                                   │
+//!    └── outbox ◄─┴── error replies          replies (mpsc, out of order) ◄─┘
 //! ```
+//!
+//! The reader task also writes the replies (see `outbox`): before each
+//! read from the socket and whenever it waits.
 //!
 //! The reader checks every header before anything reaches the volume, so
 //! bad input gets an NBD error (or, when the stream cannot be trusted any
@@ -16,7 +19,7 @@
 use std::io;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
@@ -25,6 +28,7 @@ use crate::config::ServerConfig;
 use crate::export::{Export, Volume};
 use crate::handshake::{block_sizes, Session};
 use crate::metrics::{Command, Metrics};
+use crate::outbox::{Duplex, Outbox};
 use crate::proto::*;
 
 /// A decoded, validated request (public only through `fuzzing`).
@@ -251,14 +255,15 @@ pub fn errno_of(e: &IoError) -> Errno {
 /// One message for the writer: a header (with any fixed fields), optional
 /// bulk data sent without copying, and the permits it holds until sent.
 pub(crate) struct Outgoing {
-    head: Vec<u8>,
-    data: Option<Vec<u8>>,
-    _permits: Option<Permits>,
+    pub(crate) head: Vec<u8>,
+    pub(crate) data: Option<Vec<u8>>,
+    /// Released once the reply is written.
+    pub(crate) permits: Option<Permits>,
 }
 
 pub(crate) struct Permits {
-    _request: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
+    pub(crate) _request: OwnedSemaphorePermit,
+    pub(crate) _bytes: Option<OwnedSemaphorePermit>,
 }
 
 /// Builds replies in the negotiated style.
@@ -529,7 +534,24 @@ struct Reader<R> {
     max_write_skip: u64,
 }
 
-impl<R: AsyncRead + Unpin> Reader<R> {
+type Socket<S> = Duplex<ReadHalf<S>, WriteHalf<S>>;
+
+impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
+    fn outbox(&mut self) -> &mut Outbox<WriteHalf<S>> {
+        &mut self.inner.get_mut().out
+    }
+
+    /// Waits for `permit` while sending the replies that free permits.
+    async fn sending_while<T>(&mut self, permit: impl std::future::Future<Output = T>) -> T {
+        let mut permit = std::pin::pin!(permit);
+        std::future::poll_fn(|cx| {
+            // A failed socket shows on the next read; the wait goes on.
+            let _ = self.outbox().poll_send(cx);
+            permit.as_mut().poll(cx)
+        })
+        .await
+    }
+
     async fn next(&mut self) -> Next {
         let mut raw = [0u8; REQUEST_HEADER_BYTES];
         if let Err(e) = self.inner.read_exact(&mut raw).await {
@@ -562,11 +584,13 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             }
             _ => 0,
         };
-        let Ok(request) = Arc::clone(&self.requests).acquire_owned().await else {
+        let requests = Arc::clone(&self.requests);
+        let Ok(request) = self.sending_while(requests.acquire_owned()).await else {
             return Next::Stop(Stop::Shutdown);
         };
         let bytes = if cost > 0 {
-            match Arc::clone(&self.bytes).acquire_many_owned(cost).await {
+            let bytes = Arc::clone(&self.bytes);
+            match self.sending_while(bytes.acquire_many_owned(cost)).await {
                 Ok(p) => Some(p),
                 Err(_) => return Next::Stop(Stop::Shutdown),
             }
@@ -627,7 +651,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         Next::Refused(Outgoing {
             head: self.replier.error(header.cookie, &refusal),
             data: None,
-            _permits: None,
+            permits: None,
         })
     }
 }
@@ -709,34 +733,13 @@ async fn serve_request<V: Volume>(
         .send(Outgoing {
             head,
             data,
-            _permits: Some(permits),
+            permits: Some(permits),
         })
         .await;
 }
 
 /// The connection's receive buffer.
 const READ_BUFFER_BYTES: usize = 64 << 10;
-
-/// Writes replies in the order they finish; flushes when none is waiting.
-async fn write_replies<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut rx: mpsc::Receiver<Outgoing>,
-) -> io::Result<()> {
-    let mut w = BufWriter::with_capacity(256 << 10, writer);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(m) = next.take() {
-            w.write_all(&m.head).await?;
-            if let Some(data) = &m.data {
-                w.write_all(data).await?;
-            }
-            drop(m);
-            next = rx.try_recv().ok();
-        }
-        w.flush().await?;
-    }
-    w.shutdown().await
-}
 
 /// Runs a request to its end here when it needs no waiting (a volume that
 /// answers at once, a reply queue with room), and as its own task when it
@@ -772,12 +775,16 @@ pub(crate) async fn transmit<S, V>(
     };
     let (read_half, write_half) = tokio::io::split(stream);
     let depth = cfg.max_inflight_requests_per_connection as usize;
+    // Replies of requests in flight: at most `depth`, as many as permits.
     let (tx, rx) = mpsc::channel::<Outgoing>(depth);
-    let writer = tokio::spawn(write_replies(write_half, rx));
+    let socket = Duplex {
+        r: read_half,
+        out: Outbox::new(write_half, rx),
+    };
     let mut reader = Reader {
         // Many small requests per receive; a payload at least this large
         // goes straight into its own buffer.
-        inner: BufReader::with_capacity(READ_BUFFER_BYTES, read_half),
+        inner: BufReader::with_capacity(READ_BUFFER_BYTES, socket),
         limits,
         replier,
         requests: Arc::new(Semaphore::new(depth)),
@@ -814,9 +821,7 @@ pub(crate) async fn transmit<S, V>(
             }
             Next::Refused(out) => {
                 metrics.record_refused();
-                if tx.send(out).await.is_err() {
-                    break Stop::Eof;
-                }
+                reader.outbox().push(out);
             }
             Next::Stop(stop) => break stop,
         }
@@ -826,14 +831,12 @@ pub(crate) async fn transmit<S, V>(
         Stop::Io(e) => debug!(error = %e, "read error; closing"),
         other => debug!(?other, "transmission ending"),
     }
-    // Requests in flight hold clones of `tx`; the writer ends after the last
-    // of them has queued its reply.
+    // Requests in flight hold clones of `tx`; the outbox is done after the
+    // last of them has queued its reply.
     drop(tx);
-    drop(reader);
-    match writer.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => debug!(error = %e, "writing replies failed"),
-        Err(e) => warn!(error = %e, "reply writer task failed"),
+    let outbox = reader.inner.into_inner().out;
+    if let Err(e) = outbox.finish().await {
+        debug!(error = %e, "writing replies failed");
     }
 }
 
