@@ -13,7 +13,7 @@
 //! The reader checks every header before anything reaches the volume, so
 //! bad input gets an NBD error (or, when the stream cannot be trusted any
 //! more, a hard disconnect) and never a panic. A request's permits travel
-//! with its reply and are released once the writer has sent it, so the
+//! with its reply and are released once the outbox has written it, so the
 //! memory held by one connection is bounded end to end.
 
 use std::io;
@@ -252,7 +252,7 @@ pub fn errno_of(e: &IoError) -> Errno {
     }
 }
 
-/// One message for the writer: a header (with any fixed fields), optional
+/// One reply for the outbox: a header (with any fixed fields), optional
 /// bulk data sent without copying, and the permits it holds until sent.
 pub(crate) struct Outgoing {
     pub(crate) head: Vec<u8>,
