@@ -253,7 +253,8 @@ pub fn errno_of(e: &IoError) -> Errno {
 }
 
 /// One reply for the outbox: a header (with any fixed fields), optional
-/// bulk data sent without copying, and the permits it holds until sent.
+/// data (a large read's sent from its own buffer), and the permits it holds
+/// until sent.
 pub(crate) struct Outgoing {
     pub(crate) head: Vec<u8>,
     pub(crate) data: Option<Vec<u8>>,
