@@ -533,6 +533,9 @@ struct Reader<R> {
     requests: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     max_write_skip: u64,
+    /// The last request was a WRITE with a payload of at least the receive
+    /// buffer's size.
+    after_large_write: bool,
 }
 
 type Socket<S> = Duplex<ReadHalf<S>, WriteHalf<S>>;
@@ -555,7 +558,14 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
 
     async fn next(&mut self) -> Next {
         let mut raw = [0u8; REQUEST_HEADER_BYTES];
-        if let Err(e) = self.inner.read_exact(&mut raw).await {
+        let got = if self.after_large_write && self.inner.buffer().is_empty() {
+            // Likely another large write: its header alone, so that its
+            // payload lands in its own buffer, not in ours and copied.
+            self.inner.get_mut().read_exact(&mut raw).await
+        } else {
+            self.inner.read_exact(&mut raw).await
+        };
+        if let Err(e) = got {
             return Next::Stop(io_stop(e));
         }
         let header = match RequestHeader::decode(&raw) {
@@ -603,6 +613,8 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
             _bytes: bytes,
         };
         let mut payload = None;
+        self.after_large_write =
+            header.command == CMD_WRITE && header.length as usize >= READ_BUFFER_BYTES;
         if header.command == CMD_WRITE {
             let len = header.length as usize;
             let mut buf = Vec::with_capacity(len);
@@ -793,6 +805,7 @@ pub(crate) async fn transmit<S, V>(
             cfg.max_inflight_bytes_per_connection as usize,
         )),
         max_write_skip: cfg.max_write_skip_bytes,
+        after_large_write: false,
     };
     let stop = loop {
         let next = tokio::select! {
