@@ -545,10 +545,15 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
         &mut self.inner.get_mut().out
     }
 
-    /// Waits for `permit` while sending the replies that free permits.
+    /// Takes `permit`, sending the replies that free permits while it
+    /// waits (only then: replies of a burst go out together, before the
+    /// next read from the socket).
     async fn sending_while<T>(&mut self, permit: impl std::future::Future<Output = T>) -> T {
         let mut permit = std::pin::pin!(permit);
         std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(p) = permit.as_mut().poll(cx) {
+                return std::task::Poll::Ready(p);
+            }
             // A failed socket shows on the next read; the wait goes on.
             let _ = self.outbox().poll_send(cx);
             permit.as_mut().poll(cx)
