@@ -80,11 +80,17 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
             None => {}
         }
         if let Some(p) = permits {
-            self.chunks.back_mut().expect("just queued").permits.push(p);
+            match self.chunks.back_mut() {
+                Some(c) => c.permits.push(p),
+                None => drop(p), // nothing to send: done at once
+            }
         }
     }
 
     fn queue_bytes(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return; // an empty chunk would read as a socket taking nothing
+        }
         self.queued_bytes += b.len();
         match self.chunks.back_mut() {
             Some(c) if c.bytes.len() + b.len() <= COALESCE_BYTES => c.bytes.extend_from_slice(b),
@@ -308,6 +314,17 @@ mod tests {
             .is_ready());
         assert_eq!(permits.available_permits(), 64);
         assert!(!socket.out.full());
+    }
+
+    #[test]
+    fn an_empty_reply_writes_nothing_and_frees_its_permit() {
+        let permits = Arc::new(Semaphore::new(1));
+        let (_tx, rx) = mpsc::channel(1);
+        let mut out = Outbox::new(Sink::default(), rx);
+        out.push(reply(b"", Some(Vec::new()), &permits));
+        assert!(matches!(out.poll_send(&mut cx()), Poll::Ready(Ok(()))));
+        assert!(out.w.writes.is_empty());
+        assert_eq!(permits.available_permits(), 1);
     }
 
     #[test]
