@@ -64,7 +64,7 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
         }
     }
 
-    /// Queues a reply made by the reader itself (a refusal).
+    /// Queues a reply: from the channel, or a refusal straight from the reader.
     pub(crate) fn push(&mut self, m: Outgoing) {
         let permits = m.permits;
         self.queue_bytes(&m.head);
