@@ -301,25 +301,27 @@ impl Ftl {
             // when the host reads it, so nothing is laundered. A tag naming a
             // block the map does not send here makes the block unreadable.
             let readable = i < data.len();
+            let logical = self.layout.logical_blocks;
             let carried = match self.tag_mode {
                 _ if !readable => None,
                 TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
-                    Ok(Some(t)) => Some((t.lba, t.data_crc, t.seq)),
+                    Ok(Some(t)) if t.lba < logical && self.l2p.get(t.lba) == Some(ppa) => {
+                        Some((t.lba, t.data_crc, t.seq))
+                    }
                     _ => None,
                 },
+                // One lookup gives both the check and the CRC.
                 TagMode::InBand => self
                     .job
                     .as_ref()
                     .and_then(|j| j.lbas.as_ref()?.get(ppa.offset_blocks(cap) as usize))
-                    .and_then(|&lba| {
-                        let lba = Lba::from(lba);
+                    .map(|&lba| Lba::from(lba))
+                    .filter(|&lba| lba < logical)
+                    .and_then(|lba| {
                         let (at, crc) = self.l2p.get_with_crc(lba)?;
                         (at == ppa).then_some((lba, crc, 0))
                     }),
             };
-            let carried = carried.filter(|&(lba, ..)| {
-                lba < self.layout.logical_blocks && self.l2p.get(lba) == Some(ppa)
-            });
             if let Some((lba, crc, seq)) = carried {
                 let item = RelocItem {
                     lba,
