@@ -6,7 +6,7 @@
 //! A multi-block host write stays in the request's own buffer from the
 //! moment it is admitted until its append completes: the append gathers the
 //! slots' windows, and consecutive windows of one buffer merge into one
-//! part, so a sequential write reaches the device as the buffer it came in.
+//! part, so an append holds one part per request buffer it takes blocks of.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

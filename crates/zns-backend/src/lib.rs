@@ -253,8 +253,8 @@ pub struct ZnsDevice {
 }
 
 /// A write's bytes in one buffer, as the passthrough command takes them: a
-/// payload already in one buffer (a sequential host write, gathered from
-/// the write buffer) goes as it is, others are copied together.
+/// payload already in one buffer (a metadata write, or an append within one
+/// host request's buffer) goes as it is, others are copied together.
 fn gathered(data: Payload) -> Payload {
     if data.as_contiguous().is_some() {
         data
