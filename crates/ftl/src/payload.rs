@@ -141,11 +141,6 @@ impl Payload {
         self.parts.push(block);
     }
 
-    /// Appends `bytes` zero bytes (padding).
-    pub fn push_zeros(&mut self, bytes: usize) {
-        self.push(vec![0; bytes].into());
-    }
-
     /// Bytes in all.
     pub fn len(&self) -> usize {
         self.len
@@ -257,7 +252,7 @@ mod tests {
             p.push(b.clone());
         }
         p.push(blocks[7].clone()); // a gap: a new part
-        p.push_zeros(8);
+        p.push(vec![0; 8].into());
         assert_eq!((p.len(), p.part_count()), (48, 3));
         let mut want = bytes[16..48].to_vec();
         want.extend_from_slice(&bytes[56..64]);
