@@ -422,6 +422,17 @@ pub fn round(x: f64, digits: i32) -> f64 {
     (x * p).round() / p
 }
 
+/// The median of `xs` (the mean of the middle two for an even count), 0 for none.
+pub fn median(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// `a ÷ b`, 0 when `b` is 0.
 pub fn ratio(a: f64, b: f64) -> f64 {
     if b == 0.0 {

@@ -25,7 +25,7 @@ use super::pipe::Pipeline;
 use super::raw::{fill_device, random_reads, SeqWriter};
 use super::wa::{fill, format};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{plan, progress, ratio, round, BenchError, ThroughputArgs};
+use super::{median, plan, progress, ratio, round, BenchError, ThroughputArgs};
 use crate::report::Text;
 
 /// Blocks per raw batch between clock checks.
@@ -273,14 +273,14 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
         ftl_read_blocks,
         ftl_read_s: round(ftl_read_s, 3),
         ftl_host_reads_per_s: round(ftl_read_rate, 0),
-        write_efficiency: round(median(&write_effs), 4),
+        write_efficiency: round(median(write_effs.iter().copied()), 4),
         host_write_ratio: round(ratio(ftl_write_rate, raw_write_rate), 4),
-        read_ratio: round(median(&read_ratios), 4),
+        read_ratio: round(median(read_ratios.iter().copied()), 4),
         rounds,
         write_efficiency_per_round: write_effs.iter().map(|&x| round(x, 4)).collect(),
         read_ratio_per_round: read_ratios.iter().map(|&x| round(x, 4)).collect(),
-        write_efficiency_cpu: round(median(&write_effs_cpu), 4),
-        read_ratio_cpu: round(median(&read_ratios_cpu), 4),
+        write_efficiency_cpu: round(median(write_effs_cpu.iter().copied()), 4),
+        read_ratio_cpu: round(median(read_ratios_cpu.iter().copied()), 4),
         write_efficiency_cpu_per_round: write_effs_cpu.iter().map(|&x| round(x, 4)).collect(),
         read_ratio_cpu_per_round: read_ratios_cpu.iter().map(|&x| round(x, 4)).collect(),
     })
@@ -343,16 +343,6 @@ impl Totals {
         self.programs += d.programs;
         self.reads += d.reads;
         self.erases += d.erases;
-    }
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

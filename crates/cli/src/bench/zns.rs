@@ -43,7 +43,7 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 
-use super::{ratio, round, BenchError};
+use super::{median, ratio, round, BenchError};
 use crate::report::Text;
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -717,16 +717,6 @@ mod imp {
             cpu_costs,
             keep_freed_memory,
         })
-    }
-
-    fn median(xs: impl Iterator<Item = f64>) -> f64 {
-        let mut v: Vec<f64> = xs.collect();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
     }
 
     fn tool_version(fio: &Path) -> Result<String, BenchError> {
