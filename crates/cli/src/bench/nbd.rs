@@ -3,12 +3,16 @@
 //! in memory, timing off), `nbdkit memory` and `qemu-nbd` serving a raw file
 //! on tmpfs — and zftl's ratio to the best peer per job.
 //!
-//! For each server: start it on a free 127.0.0.1 port, wait until it
-//! answers an NBD handshake, fill the measured region once with 1 MiB
-//! sequential writes (not measured: reads then hit written data everywhere,
-//! not holes), run the jobs (4 KiB random writes, 4 KiB random reads, both
-//! at iodepth 16, then 128 KiB sequential writes at iodepth 16), each for
-//! `--seconds` over the first `--size-mib` of the export, then kill it.
+//! All three servers run for the whole bench, each on a free 127.0.0.1
+//! port; each is filled once with 1 MiB sequential writes over the first
+//! `--size-mib` of its export (not measured: reads then hit written data
+//! everywhere, not holes). Then `--rounds` rounds run every job (4 KiB
+//! random writes, 4 KiB random reads, both at iodepth 16, then 128 KiB
+//! sequential writes at iodepth 16), `--seconds` each, against each server
+//! in turn, the servers in a rotated order each round. A job's ratio is the
+//! median over rounds of zftl's IOPS ÷ the best peer's IOPS in the same
+//! round: on a shared machine the load drifts between minutes, and
+//! measuring one server after the other skewed single runs by ±30 %.
 //!
 //! The external tools are not installed from here: a missing one stops the
 //! bench with the Debian package to install. Servers are spawned with
@@ -23,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{ratio, round, BenchError, NbdArgs};
+use super::{median, ratio, round, BenchError, NbdArgs};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -58,11 +62,12 @@ const JOBS: [JobSpec; 3] = [
 #[derive(Debug, Serialize)]
 pub struct NbdReport {
     pub seconds: u64,
+    pub rounds: u32,
     pub size_mib: u64,
     pub iodepth: u32,
     pub fio_version: String,
     pub servers: Vec<ServerResult>,
-    /// zftl's IOPS ÷ the best peer's IOPS, per job.
+    /// zftl's IOPS ÷ the best peer's IOPS, per job (median over rounds).
     pub ratios: Vec<JobRatio>,
     /// The smallest of `ratios` (the target is ≥ 1.0 on every job).
     pub min_ratio: f64,
@@ -85,18 +90,23 @@ pub struct JobResult {
     pub rw: String,
     pub block_size_bytes: u64,
     pub iodepth: u32,
+    /// Medians over rounds.
     pub iops: f64,
     pub mib_s: f64,
-    pub runtime_ms: u64,
+    pub iops_per_round: Vec<f64>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct JobRatio {
     pub job: String,
+    /// Medians over rounds; the best peer is the one with the higher median.
     pub zftl_iops: f64,
     pub best_peer: String,
     pub best_peer_iops: f64,
+    /// The median of `ratio_per_round`.
     pub ratio: f64,
+    /// zftl's IOPS ÷ the better peer's IOPS in the same round.
+    pub ratio_per_round: Vec<f64>,
 }
 
 /// A spawned server, killed by its pid and reaped when dropped.
@@ -330,7 +340,6 @@ fn start(
 struct Measured {
     iops: f64,
     bw_bytes: f64,
-    runtime_ms: u64,
 }
 
 /// Runs fio's nbd engine once and parses its JSON output.
@@ -388,23 +397,29 @@ fn fio(
         .as_f64()
         .or_else(|| side["bw"].as_f64().map(|k| k * 1024.0))
         .ok_or_else(|| fail(format!("no {dir}.bw")))?;
-    let runtime_ms = side["runtime"].as_u64().unwrap_or(0);
     if iops <= 0.0 {
         return Err(fail(format!("measured no {dir}s")));
     }
-    Ok(Measured {
-        iops,
-        bw_bytes,
-        runtime_ms,
-    })
+    Ok(Measured { iops, bw_bytes })
 }
 
-fn bench_server(
+/// A server started and filled, and what it measured so far.
+struct Running {
+    server: Server,
+    command: String,
+    export_bytes: u64,
+    prefill_mib_s: f64,
+    /// Per job of [`JOBS`], one measurement per round.
+    rates: Vec<Vec<Measured>>,
+}
+
+/// Starts `which`, waits for its handshake and fills the measured region.
+fn start_filled(
     which: &str,
     tools: &Tools,
     args: &NbdArgs,
     scratch: &Path,
-) -> Result<ServerResult, BenchError> {
+) -> Result<Running, BenchError> {
     let (mut server, command) = start(which, tools, args.size_mib, scratch)?;
     let export_bytes = server.wait_ready(Duration::from_secs(60))?;
     if export_bytes < args.size_mib * MIB {
@@ -420,42 +435,76 @@ fn bench_server(
         block_size: MIB,
     };
     let prefill = fio(tools, &server, scratch, &prefill_spec, args.size_mib, None)?;
-    let mut jobs = Vec::new();
-    for spec in &JOBS {
-        eprintln!("bench nbd: {which}: {} for {}s", spec.name, args.seconds);
-        let m = fio(
-            tools,
-            &server,
-            scratch,
-            spec,
-            args.size_mib,
-            Some(args.seconds),
-        )?;
-        jobs.push(JobResult {
-            job: spec.name.into(),
-            rw: spec.rw.into(),
-            block_size_bytes: spec.block_size,
-            iodepth: IODEPTH,
-            iops: round(m.iops, 0),
-            mib_s: round(m.bw_bytes / MIB as f64, 1),
-            runtime_ms: m.runtime_ms,
-        });
-    }
-    // Still alive after the jobs? (A crash mid-run would have failed fio.)
-    if let Ok(Some(status)) = server.child.try_wait() {
-        return Err(BenchError::Check(format!(
-            "{which} exited during the run ({status}); {}",
-            server.log_tail()
-        )));
-    }
-    drop(server);
-    Ok(ServerResult {
-        server: which.into(),
+    Ok(Running {
+        server,
         command,
         export_bytes,
         prefill_mib_s: round(prefill.bw_bytes / MIB as f64, 1),
-        jobs,
+        rates: JOBS.iter().map(|_| Vec::new()).collect(),
     })
+}
+
+impl Running {
+    /// An error if the server has exited (a crash mid-job fails fio, but
+    /// one between jobs would go unseen).
+    fn check_alive(&mut self) -> Result<(), BenchError> {
+        match self.server.child.try_wait() {
+            Ok(Some(status)) => Err(BenchError::Check(format!(
+                "{} exited during the run ({status}); {}",
+                self.server.name,
+                self.server.log_tail()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn result(&self) -> ServerResult {
+        let jobs = JOBS
+            .iter()
+            .zip(&self.rates)
+            .map(|(spec, ms)| JobResult {
+                job: spec.name.into(),
+                rw: spec.rw.into(),
+                block_size_bytes: spec.block_size,
+                iodepth: IODEPTH,
+                iops: round(median(ms.iter().map(|m| m.iops)), 0),
+                mib_s: round(median(ms.iter().map(|m| m.bw_bytes)) / MIB as f64, 1),
+                iops_per_round: ms.iter().map(|m| round(m.iops, 0)).collect(),
+            })
+            .collect();
+        ServerResult {
+            server: self.server.name.into(),
+            command: self.command.clone(),
+            export_bytes: self.export_bytes,
+            prefill_mib_s: self.prefill_mib_s,
+            jobs,
+        }
+    }
+}
+
+/// zftl's ratio to the best peer on job `j`: `servers[0]` is zftl.
+fn job_ratio(j: usize, servers: &[Running], results: &[ServerResult]) -> JobRatio {
+    let per_round: Vec<f64> = (0..servers[0].rates[j].len())
+        .map(|r| {
+            let peer_best = servers[1..]
+                .iter()
+                .map(|s| s.rates[j][r].iops)
+                .fold(0.0, f64::max);
+            round(ratio(servers[0].rates[j][r].iops, peer_best), 3)
+        })
+        .collect();
+    let best = results[1..]
+        .iter()
+        .max_by(|a, b| a.jobs[j].iops.total_cmp(&b.jobs[j].iops))
+        .expect("two peers");
+    JobRatio {
+        job: JOBS[j].name.into(),
+        zftl_iops: results[0].jobs[j].iops,
+        best_peer: best.server.clone(),
+        best_peer_iops: best.jobs[j].iops,
+        ratio: round(median(per_round.iter().copied()), 3),
+        ratio_per_round: per_round,
+    }
 }
 
 /// A scratch directory on tmpfs (/dev/shm) when there is one.
@@ -476,8 +525,10 @@ fn scratch_dir() -> Result<Scratch, BenchError> {
 }
 
 pub fn run(args: &NbdArgs) -> Result<NbdReport, BenchError> {
-    if args.seconds == 0 {
-        return Err(BenchError::Args("--seconds must be at least 1".into()));
+    if args.seconds == 0 || args.rounds == 0 {
+        return Err(BenchError::Args(
+            "--seconds and --rounds must be at least 1".into(),
+        ));
     }
     if args.size_mib < 16 {
         return Err(BenchError::Args("--size-mib must be at least 16".into()));
@@ -497,38 +548,50 @@ pub fn run(args: &NbdArgs) -> Result<NbdReport, BenchError> {
     let scratch = scratch_dir()?;
     let mut servers = Vec::new();
     for which in ["zftl", "nbdkit", "qemu-nbd"] {
-        servers.push(bench_server(which, &tools, args, &scratch.0)?);
-        // Free the tmpfs space of one server before the next.
-        for f in ["zftl.img", "qemu-nbd.raw"] {
-            let _ = std::fs::remove_file(scratch.0.join(f));
+        servers.push(start_filled(which, &tools, args, &scratch.0)?);
+    }
+    for r in 0..args.rounds as usize {
+        for (j, spec) in JOBS.iter().enumerate() {
+            // A rotated order, so no server always runs first or last.
+            for k in 0..servers.len() {
+                let s = &mut servers[(r + k) % 3];
+                eprintln!(
+                    "bench nbd: round {}/{}: {} on {} for {}s",
+                    r + 1,
+                    args.rounds,
+                    spec.name,
+                    s.server.name,
+                    args.seconds
+                );
+                let m = fio(
+                    &tools,
+                    &s.server,
+                    &scratch.0,
+                    spec,
+                    args.size_mib,
+                    Some(args.seconds),
+                )?;
+                s.rates[j].push(m);
+            }
+        }
+        for s in &mut servers {
+            s.check_alive()?;
         }
     }
-    drop(scratch);
-    let ratios: Vec<JobRatio> = JOBS
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| {
-            let zftl_iops = servers[0].jobs[i].iops;
-            let best = servers[1..]
-                .iter()
-                .max_by(|a, b| a.jobs[i].iops.total_cmp(&b.jobs[i].iops))
-                .expect("two peers");
-            JobRatio {
-                job: spec.name.into(),
-                zftl_iops,
-                best_peer: best.server.clone(),
-                best_peer_iops: best.jobs[i].iops,
-                ratio: round(ratio(zftl_iops, best.jobs[i].iops), 3),
-            }
-        })
+    let results: Vec<ServerResult> = servers.iter().map(Running::result).collect();
+    let ratios: Vec<JobRatio> = (0..JOBS.len())
+        .map(|j| job_ratio(j, &servers, &results))
         .collect();
+    drop(servers);
+    drop(scratch);
     let min_ratio = ratios.iter().map(|r| r.ratio).fold(f64::INFINITY, f64::min);
     Ok(NbdReport {
         seconds: args.seconds,
+        rounds: args.rounds,
         size_mib: args.size_mib,
         iodepth: IODEPTH,
         fio_version,
-        servers,
+        servers: results,
         ratios,
         min_ratio,
     })
@@ -538,8 +601,8 @@ impl NbdReport {
     pub fn text(&self) -> String {
         let mut t = Text::default();
         t.line(format!(
-            "nbd: fio nbd engine ({}), iodepth {}, {} s per job over {} MiB (filled first)",
-            self.fio_version, self.iodepth, self.seconds, self.size_mib
+            "nbd: fio nbd engine ({}), iodepth {}, {} rounds of {} s per job and server over {} MiB (filled first); medians over rounds",
+            self.fio_version, self.iodepth, self.rounds, self.seconds, self.size_mib
         ));
         for s in &self.servers {
             t.section(&s.server);
@@ -547,7 +610,13 @@ impl NbdReport {
             t.row("export bytes", s.export_bytes);
             t.row("prefill MiB/s", s.prefill_mib_s);
             for j in &s.jobs {
-                t.row(&j.job, format!("{} IOPS, {} MiB/s", j.iops, j.mib_s));
+                t.row(
+                    &j.job,
+                    format!(
+                        "{} IOPS, {} MiB/s (rounds: {:?})",
+                        j.iops, j.mib_s, j.iops_per_round
+                    ),
+                );
             }
         }
         t.section("zftl / best peer (IOPS)");
@@ -555,8 +624,8 @@ impl NbdReport {
             t.row(
                 &r.job,
                 format!(
-                    "{} ({} vs {} {})",
-                    r.ratio, r.zftl_iops, r.best_peer, r.best_peer_iops
+                    "{} ({} vs {} {}; rounds: {:?})",
+                    r.ratio, r.zftl_iops, r.best_peer, r.best_peer_iops, r.ratio_per_round
                 ),
             );
         }
