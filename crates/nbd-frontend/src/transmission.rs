@@ -274,12 +274,12 @@ pub(crate) struct Replier {
 }
 
 impl Replier {
+    /// Success without data. A simple reply even when structured replies
+    /// were negotiated, as the protocol allows for any command but READ:
+    /// 16 bytes instead of 20, which clients such as libnbd take in one
+    /// receive instead of two.
     fn ok(self, cookie: u64) -> Vec<u8> {
-        if self.structured {
-            chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0)
-        } else {
-            simple_reply(cookie, 0)
-        }
+        simple_reply(cookie, 0)
     }
 
     fn error(self, cookie: u64, r: &Refusal) -> Vec<u8> {
