@@ -178,11 +178,11 @@ pub struct ThroughputArgs {
 #[derive(Debug, Args)]
 pub struct NbdArgs {
     /// Length of each measured fio job, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 3)]
     pub seconds: u64,
     /// Rounds of every job against every server, in a rotated order;
     /// rates and ratios are medians over rounds.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
     /// The region fio works on (filled once before the jobs), in MiB; every
     /// server exports at least this much.
