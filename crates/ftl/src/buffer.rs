@@ -178,21 +178,26 @@ impl WriteBuffer {
         self.queues[temp as usize].len()
     }
 
-    /// Blocks a write needs: a queued slot for the same block is reused.
-    pub fn slots_needed(&self, lba: Lba) -> usize {
-        match self.latest.get(&lba) {
-            Some(&s) if self.slot(s).seq.is_none() => 0,
+    /// Slots a write of a block needs, given the block's newest slot
+    /// ([`Self::latest_slot`]): a queued one is overwritten in place.
+    pub fn slots_needed(&self, latest: Option<SlotId>) -> usize {
+        match latest {
+            Some(s) if self.slot(s).seq.is_none() => 0,
             _ => 1,
         }
     }
 
     /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
     pub fn insert(&mut self, lba: Lba, data: BlockData, counted_new: bool, temp: Temp) -> SlotId {
+        use std::collections::hash_map::Entry;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        if let Some(&s) = self.latest.get(&lba) {
-            if self.slot(s).seq.is_none() {
-                let old = self.slot_mut(s);
+        let entry = self.latest.entry(lba);
+        if let Entry::Occupied(e) = &entry {
+            let s = *e.get();
+            let old = self.slots[s as usize].as_mut().expect("slot in use");
+            if old.seq.is_none() {
+                // Queued, not yet sent: overwritten in place (coalescing).
                 old.data = data;
                 let old_ticket = std::mem::replace(&mut old.ticket, ticket);
                 self.tickets.remove(&old_ticket);
@@ -201,6 +206,12 @@ impl WriteBuffer {
             }
         }
         let s = self.free.pop().expect("caller checked free slots");
+        match entry {
+            Entry::Occupied(mut e) => *e.get_mut() = s,
+            Entry::Vacant(e) => {
+                e.insert(s);
+            }
+        }
         self.slots[s as usize] = Some(Slot {
             lba,
             data,
@@ -211,17 +222,17 @@ impl WriteBuffer {
         });
         self.tickets.insert(ticket, s);
         self.queues[temp as usize].push_back(s);
-        self.latest.insert(lba, s);
         s
+    }
+
+    /// The slot holding the newest buffered version of `lba`.
+    pub fn latest_slot(&self, lba: Lba) -> Option<SlotId> {
+        self.latest.get(&lba).copied()
     }
 
     /// Newest buffered data for `lba`.
     pub fn lookup(&self, lba: Lba) -> Option<&[u8]> {
         self.latest.get(&lba).map(|&s| &*self.slot(s).data)
-    }
-
-    pub fn is_latest(&self, lba: Lba, slot: SlotId) -> bool {
-        self.latest.get(&lba) == Some(&slot)
     }
 
     /// Forgets the newest version of `lba` (trim). A queued slot is dropped;
@@ -256,15 +267,26 @@ impl WriteBuffer {
     /// Frees a slot whose data reached the media; `latest` is cleared only if
     /// it still names this slot.
     pub fn release(&mut self, s: SlotId) -> Slot {
+        self.release_latest(s).0
+    }
+
+    /// [`Self::release`], also saying whether the slot held the newest
+    /// version of its block (one index lookup for both).
+    pub fn release_latest(&mut self, s: SlotId) -> (Slot, bool) {
+        use std::collections::hash_map::Entry;
         let slot = self.slots[s as usize]
             .take()
             .expect("release of a free slot");
-        if self.latest.get(&slot.lba) == Some(&s) {
-            self.latest.remove(&slot.lba);
-        }
+        let latest = match self.latest.entry(slot.lba) {
+            Entry::Occupied(e) if *e.get() == s => {
+                e.remove();
+                true
+            }
+            _ => false,
+        };
         self.tickets.remove(&slot.ticket);
         self.free.push(s);
-        slot
+        (slot, latest)
     }
 
     pub fn slot(&self, s: SlotId) -> &Slot {
@@ -296,15 +318,15 @@ mod tests {
     fn coalesces_queued_and_keeps_inflight() {
         let mut b = WriteBuffer::new(4, 1);
         let s1 = b.insert(7, vec![1].into(), true, Temp::Hot);
-        assert_eq!(b.slots_needed(7), 0);
+        assert_eq!(b.slots_needed(b.latest_slot(7)), 0);
         let s2 = b.insert(7, vec![2].into(), false, Temp::Hot);
         assert_eq!(s1, s2);
         assert_eq!(b.lookup(7), Some(&[2u8][..]));
         assert_eq!(b.pop_queued(Temp::Hot, 10), Some(s1));
-        assert_eq!(b.slots_needed(7), 1);
+        assert_eq!(b.slots_needed(b.latest_slot(7)), 1);
         let s3 = b.insert(7, vec![3].into(), false, Temp::Hot);
         assert_ne!(s3, s1);
-        assert!(!b.is_latest(7, s1));
+        assert_ne!(b.latest_slot(7), Some(s1));
         b.release(s1);
         assert_eq!(b.lookup(7), Some(&[3u8][..]));
     }

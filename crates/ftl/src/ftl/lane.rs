@@ -3,7 +3,7 @@
 
 use super::ckpt::CkptState;
 use super::{Ftl, Op};
-use crate::addr::{Lba, Ppa, Seq};
+use crate::addr::{Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
 use crate::buffer::{SlotId, Temp};
 use crate::note::Note;
@@ -159,14 +159,13 @@ impl Ftl {
     /// [`Self::age_temp`]; the time is that of the last host write into its
     /// zone) or is still in the buffer. First writes count as cold. No
     /// per-block memory: the estimate rides on the zone the old version is in.
-    pub(super) fn temperature(&self, lba: Lba) -> Temp {
-        if !self.cfg.temperature_streams {
+    /// `buffered`: the block has a version in the write buffer; `mapped`:
+    /// where its version on media is.
+    pub(super) fn temperature(&self, buffered: bool, mapped: Option<Ppa>) -> Temp {
+        if !self.cfg.temperature_streams || buffered {
             return Temp::Hot;
         }
-        if self.buffer.lookup(lba).is_some() {
-            return Temp::Hot;
-        }
-        let Some(old) = self.l2p.get(lba) else {
+        let Some(old) = mapped else {
             return Temp::Cold;
         };
         self.age_temp(self.zone_clock[old.zone(self.cap()) as usize])
@@ -354,9 +353,8 @@ impl Ftl {
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, &(s, seq, crc)) in slots.iter().enumerate() {
             let ppa = Ppa::new(zone, offset + i as u64, self.cap());
-            let lba = self.buffer.slot(s).lba;
-            let latest = self.buffer.is_latest(lba, s);
-            let slot = self.buffer.release(s);
+            let (slot, latest) = self.buffer.release_latest(s);
+            let lba = slot.lba;
             if slot.counted_new {
                 self.buffered_new -= 1;
             }

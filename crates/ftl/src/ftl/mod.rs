@@ -204,6 +204,9 @@ pub struct Ftl {
     /// changes nothing `advance` looks at, so the next poll may skip it.
     advanced_then_read: bool,
     waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
+    /// Scratch of `admit_writes`: per block of one request, whether the
+    /// buffer holds it and its mapping (at most a request's blocks).
+    admit_facts: Vec<(bool, Option<Ppa>)>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
     read_only: bool,
@@ -277,6 +280,7 @@ impl Ftl {
             read_plan: Vec::new(),
             advanced_then_read: false,
             waiting_writes: VecDeque::new(),
+            admit_facts: Vec::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
             read_only: false,

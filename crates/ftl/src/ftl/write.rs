@@ -4,7 +4,7 @@
 use super::ckpt::CkptState;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op};
-use crate::addr::Lba;
+use crate::addr::{Lba, Ppa};
 use crate::backend::Command;
 use crate::buffer::{BlockData, Temp};
 use crate::error::IoError;
@@ -50,23 +50,28 @@ impl Ftl {
 
     /// Moves waiting writes into the buffer, in arrival order, while it has room.
     pub(super) fn admit_writes(&mut self) {
+        // Each block's buffer slot and mapping, looked up once per request.
+        let mut facts = std::mem::take(&mut self.admit_facts);
         while let Some((id, lba, data, fua)) = self.waiting_writes.pop_front() {
             let bs = self.block_size();
             let count = (data.len() / bs) as u64;
-            let needed: usize = (lba..lba + count)
-                .map(|l| self.buffer.slots_needed(l))
-                .sum();
+            facts.clear();
+            let (mut needed, mut new_blocks) = (0usize, 0u64);
+            for l in lba..lba + count {
+                let buffered = self.buffer.latest_slot(l);
+                let mapped = self.l2p.get(l);
+                needed += self.buffer.slots_needed(buffered);
+                new_blocks += u64::from(buffered.is_none() && mapped.is_none());
+                facts.push((buffered.is_some(), mapped));
+            }
             if needed > self.buffer.free_slots() {
                 assert!(
                     count <= u64::from(self.cfg.write_buffer_blocks)
                         || self.buffer.used_slots() > 0
                 );
                 self.waiting_writes.push_front((id, lba, data, fua));
-                return;
+                break;
             }
-            let new_blocks = (lba..lba + count)
-                .filter(|&l| self.l2p.get(l).is_none() && self.buffer.lookup(l).is_none())
-                .count() as u64;
             if self.l2p.mapped_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
                 self.replies.push_back(Reply {
                     id,
@@ -75,17 +80,17 @@ impl Ftl {
                 continue;
             }
             if count == 1 {
-                self.buffer_block(lba, data.into()); // the request's own buffer, no copy
+                self.buffer_block(lba, data.into(), facts[0]); // the request's own buffer, no copy
             } else if self.buffer.may_share(count as usize) {
                 // Windows into the request's buffer, no copy.
                 let blocks = self.buffer.share_blocks(data, bs);
                 for (i, block) in blocks.into_iter().enumerate() {
-                    self.buffer_block(lba + i as u64, block);
+                    self.buffer_block(lba + i as u64, block, facts[i]);
                 }
             } else {
                 for (i, chunk) in data.chunks_exact(bs).enumerate() {
                     let block = self.buffer.block_copy(chunk);
-                    self.buffer_block(lba + i as u64, block.into());
+                    self.buffer_block(lba + i as u64, block.into(), facts[i]);
                 }
             }
             self.stats.host_write_blocks += count;
@@ -98,11 +103,20 @@ impl Ftl {
                 });
             }
         }
+        self.admit_facts = facts;
     }
 
-    fn buffer_block(&mut self, lba: Lba, block: BlockData) {
-        let is_new = self.l2p.get(lba).is_none() && self.buffer.lookup(lba).is_none();
-        let temp = self.temperature(lba);
+    /// Buffers one block of an admitted write; `(buffered, mapped)`: whether
+    /// the buffer holds a version of it and where its version on media is,
+    /// as looked up at admission.
+    fn buffer_block(
+        &mut self,
+        lba: Lba,
+        block: BlockData,
+        (buffered, mapped): (bool, Option<Ppa>),
+    ) {
+        let is_new = !buffered && mapped.is_none();
+        let temp = self.temperature(buffered, mapped);
         self.buffer.insert(lba, block, is_new, temp);
         self.host_clock += 1;
         self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
