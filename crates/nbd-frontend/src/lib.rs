@@ -24,6 +24,9 @@
 //! (status 0). One request looks at most `MAX_EXTENT_QUERY_BLOCKS` blocks
 //! ahead; the reply then covers the start of the range, as the spec allows.
 //! READ replies always carry the data (no `NBD_REPLY_TYPE_OFFSET_HOLE`).
+//! With structured replies negotiated, READ and `BLOCK_STATUS` answers and
+//! every error are structured chunks; other successes are simple replies,
+//! as the protocol allows (16 bytes, which a client reads in one receive).
 
 mod config;
 mod export;

@@ -55,8 +55,9 @@ pub enum BenchCommand {
     Recovery(RecoveryArgs),
     /// fio's nbd engine (4 KiB random writes and reads, 128 KiB sequential
     /// writes, iodepth 16) against `zftl serve`, `nbdkit memory` and
-    /// `qemu-nbd` on tmpfs, in one run: IOPS, MiB/s and zftl's ratio to the
-    /// best peer. Needs fio, nbdkit and qemu-nbd (qemu-utils) installed.
+    /// `qemu-nbd` on tmpfs, all running at once, in rounds that take the
+    /// servers in turn: IOPS, MiB/s and zftl's ratio to the best peer,
+    /// medians over rounds. Needs fio, nbdkit and qemu-nbd (qemu-utils).
     Nbd(NbdArgs),
     /// zftl on an NVMe ZNS namespace (/dev/ngXnY, passthrough) against
     /// fio's io_uring_cmd engine writing the raw namespace, in one run:
@@ -184,8 +185,8 @@ pub struct NbdArgs {
     /// rates and ratios are medians over rounds.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
-    /// The region fio works on (filled once before the jobs), in MiB; every
-    /// server exports at least this much.
+    /// The region fio works on (filled with two sequential passes before the
+    /// jobs), in MiB; every server exports at least this much.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub size_mib: u64,
 }
