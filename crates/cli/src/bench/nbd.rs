@@ -570,8 +570,9 @@ pub fn run(args: &NbdArgs) -> Result<NbdReport, BenchError> {
     for r in 0..args.rounds as usize {
         for (j, spec) in JOBS.iter().enumerate() {
             // A rotated order, so no server always runs first or last.
-            for k in 0..servers.len() {
-                let s = &mut servers[(r + k) % 3];
+            let n = servers.len();
+            for k in 0..n {
+                let s = &mut servers[(r + k) % n];
                 eprintln!(
                     "bench nbd: round {}/{}: {} on {} for {}s",
                     r + 1,
