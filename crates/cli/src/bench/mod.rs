@@ -53,11 +53,11 @@ pub enum BenchCommand {
     /// Mount time after a power cut on 1, 4 and 16 GiB devices holding the
     /// same data and the same history since the last checkpoint.
     Recovery(RecoveryArgs),
-    /// fio's nbd engine (4 KiB random writes and reads, 128 KiB sequential
-    /// writes, iodepth 16) against `zftl serve`, `nbdkit memory` and
-    /// `qemu-nbd` on tmpfs, all running at once, in rounds that take the
-    /// servers in turn: IOPS, MiB/s and zftl's ratio to the best peer,
-    /// medians over rounds. Needs fio, nbdkit and qemu-nbd (qemu-utils).
+    /// fio's nbd engine (128 KiB sequential writes, 4 KiB random writes
+    /// and reads, iodepth 16) against `zftl serve`, `nbdkit memory` and
+    /// `qemu-nbd` on tmpfs, all running at once; each job in rounds that
+    /// take the servers in turn: IOPS, MiB/s and zftl's ratio to the best
+    /// peer, medians over rounds. Needs fio, nbdkit and qemu-nbd (qemu-utils).
     Nbd(NbdArgs),
     /// zftl on an NVMe ZNS namespace (/dev/ngXnY, passthrough) against
     /// fio's io_uring_cmd engine writing the raw namespace, in one run:
@@ -181,8 +181,9 @@ pub struct NbdArgs {
     /// Length of each measured fio job, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3)]
     pub seconds: u64,
-    /// Rounds of every job against every server, in a rotated order;
-    /// rates and ratios are medians over rounds.
+    /// Rounds of each job against every server, in a rotated order (all
+    /// of a job's rounds before the next job); rates and ratios are
+    /// medians over rounds.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
     /// The region fio works on (filled with two sequential passes before the

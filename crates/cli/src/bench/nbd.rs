@@ -6,13 +6,17 @@
 //! All three servers run for the whole bench, each on a free 127.0.0.1
 //! port; each is filled with two passes of 1 MiB sequential writes over
 //! the first `--size-mib` of its export (not measured; see
-//! [`PREFILL_PASSES`]; reads then hit written data everywhere, not holes). Then `--rounds` rounds run every job (4 KiB
-//! random writes, 4 KiB random reads, both at iodepth 16, then 128 KiB
-//! sequential writes at iodepth 16), `--seconds` each, against each server
-//! in turn, the servers in a rotated order each round. A job's ratio is the
-//! median over rounds of zftl's IOPS ÷ the best peer's IOPS in the same
-//! round: on a shared machine the load drifts between minutes, and
-//! measuring one server after the other skewed single runs by ±30 %.
+//! [`PREFILL_PASSES`]; reads then hit written data everywhere, not holes).
+//! Then each job in turn (128 KiB sequential writes, 4 KiB random writes,
+//! 4 KiB random reads, all at iodepth 16) runs `--rounds` rounds of
+//! `--seconds` against each server, the servers in a rotated order each
+//! round. A job's ratio is the median over rounds of zftl's IOPS ÷ the
+//! best peer's IOPS in the same round: on a shared machine the load drifts
+//! between minutes, and measuring one server after the other skewed single
+//! runs by ±30 %. All rounds of a job run before the next job, so each
+//! measures its workload's steady state, as SNIA's performance test spec
+//! does; the first round of a job may still carry the switch from the job
+//! before.
 //!
 //! The external tools are not installed from here: a missing one stops the
 //! bench with the Debian package to install. Servers are spawned with
@@ -49,7 +53,15 @@ struct JobSpec {
     loops: u32,
 }
 
+/// In the order they run. Sequential writes first, right after the
+/// sequential fill; random writes next, then random reads of their data.
 const JOBS: [JobSpec; 3] = [
+    JobSpec {
+        name: "seqwrite-128k",
+        rw: "write",
+        block_size: 128 * 1024,
+        loops: 1,
+    },
     JobSpec {
         name: "randwrite-4k",
         rw: "randwrite",
@@ -60,12 +72,6 @@ const JOBS: [JobSpec; 3] = [
         name: "randread-4k",
         rw: "randread",
         block_size: 4096,
-        loops: 1,
-    },
-    JobSpec {
-        name: "seqwrite-128k",
-        rw: "write",
-        block_size: 128 * 1024,
         loops: 1,
     },
 ];
@@ -567,17 +573,21 @@ pub fn run(args: &NbdArgs) -> Result<NbdReport, BenchError> {
     for which in ["zftl", "nbdkit", "qemu-nbd"] {
         servers.push(start_filled(which, &tools, args, &scratch.0)?);
     }
-    for r in 0..args.rounds as usize {
-        for (j, spec) in JOBS.iter().enumerate() {
+    // Job by job, all rounds of one before the next: each job measures
+    // its own workload's steady state, not the switch from the job before
+    // (an FTL's first second of sequential writes after random ones pays
+    // for collecting the zones they scattered).
+    for (j, spec) in JOBS.iter().enumerate() {
+        for r in 0..args.rounds as usize {
             // A rotated order, so no server always runs first or last.
             let n = servers.len();
             for k in 0..n {
                 let s = &mut servers[(r + k) % n];
                 eprintln!(
-                    "bench nbd: round {}/{}: {} on {} for {}s",
+                    "bench nbd: {} round {}/{} on {} for {}s",
+                    spec.name,
                     r + 1,
                     args.rounds,
-                    spec.name,
                     s.server.name,
                     args.seconds
                 );
@@ -591,9 +601,9 @@ pub fn run(args: &NbdArgs) -> Result<NbdReport, BenchError> {
                 )?;
                 s.rates[j].push(m);
             }
-        }
-        for s in &mut servers {
-            s.check_alive()?;
+            for s in &mut servers {
+                s.check_alive()?;
+            }
         }
     }
     let results: Vec<ServerResult> = servers.iter().map(Running::result).collect();
