@@ -4,7 +4,11 @@
 //! The namespace is split: the last `--raw-zones` zones are the raw
 //! region, the others hold zftl (formatted through an adapter that shows
 //! the FTL only its zones), so raw and zftl jobs can alternate without
-//! reformatting. Each of `--rounds` rounds runs, `--seconds` each:
+//! reformatting. The jobs run in two phases, each `--rounds` rounds of
+//! `--seconds` per job: first the 128 KiB ones (`raw_seq128k`,
+//! `backend_append128k`, `zftl_seq128k`), then the 4 KiB ones
+//! (`raw_seq4k`, `zftl_randwrite4k`), so each zftl job measures its
+//! workload's steady state rather than the switch from the other one:
 //!
 //! * `raw_seq128k`, `raw_seq4k`: fio's `io_uring_cmd` engine
 //!   (`cmd_type=nvme`, `zonemode=zbd`) writing the raw region through
@@ -18,7 +22,7 @@
 //!   `--depth` host requests in flight, sequential 128 KiB writes, then
 //!   4 KiB writes at uniformly random addresses of the whole logical space.
 //!   Each ends with a flush inside its timed window: only data on the
-//!   device counts. Later rounds may run garbage collection; the media
+//!   device counts. Random writes run garbage collection; the media
 //!   blocks written per host block say how much.
 //!
 //! Ratios, median over rounds (each round's ratio from jobs run minutes
@@ -521,6 +525,17 @@ mod imp {
         Job::FtlRand4k,
     ];
 
+    /// The jobs in the order they run: all rounds of a phase before the
+    /// next, so each zftl job measures its workload's steady state (the
+    /// sequential rounds on a volume only sequential writes have touched),
+    /// not the switch from the other workload (sequential writes right
+    /// after random ones first pay for collecting the zones those
+    /// scattered, while fio writes freshly reset raw zones).
+    const PHASES: [&[Job]; 2] = [
+        &[Job::RawSeq128k, Job::BackendAppend128k, Job::FtlSeq128k],
+        &[Job::RawSeq4k, Job::FtlRand4k],
+    ];
+
     impl Job {
         fn name(self) -> &'static str {
             match self {
@@ -609,27 +624,33 @@ mod imp {
         };
         let mut rates: Vec<Vec<Rate>> = JOBS.iter().map(|_| Vec::new()).collect();
         let mut wa: Vec<(u64, u64)> = vec![(0, 0); JOBS.len()];
-        for _ in 0..args.rounds {
-            for (i, &job) in JOBS.iter().enumerate() {
-                if job == Job::BackendAppend128k && !args.backend_job {
-                    continue;
+        for phase in PHASES {
+            for _ in 0..args.rounds {
+                for &job in phase {
+                    if job == Job::BackendAppend128k && !args.backend_job {
+                        continue;
+                    }
+                    let i = JOBS
+                        .iter()
+                        .position(|&j| j == job)
+                        .expect("a phase job is a job");
+                    let before = b.drv.stats();
+                    let (own0, child0) = usage();
+                    let mut rate = b.run_job(job)?;
+                    let (own1, child1) = usage();
+                    let used = match job {
+                        Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
+                        _ => own1.since(own0),
+                    };
+                    rate.cpu_secs = used.cpu_secs;
+                    rate.sys_secs = used.sys_secs;
+                    rate.minor_faults = used.minor_faults;
+                    rate.waits = used.waits;
+                    rates[i].push(rate);
+                    let after = b.drv.stats();
+                    wa[i].0 += after.host_write_blocks - before.host_write_blocks;
+                    wa[i].1 += after.media_write_blocks - before.media_write_blocks;
                 }
-                let before = b.drv.stats();
-                let (own0, child0) = usage();
-                let mut rate = b.run_job(job)?;
-                let (own1, child1) = usage();
-                let used = match job {
-                    Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
-                    _ => own1.since(own0),
-                };
-                rate.cpu_secs = used.cpu_secs;
-                rate.sys_secs = used.sys_secs;
-                rate.minor_faults = used.minor_faults;
-                rate.waits = used.waits;
-                rates[i].push(rate);
-                let after = b.drv.stats();
-                wa[i].0 += after.host_write_blocks - before.host_write_blocks;
-                wa[i].1 += after.media_write_blocks - before.media_write_blocks;
             }
         }
         b.drv.shutdown()?;
