@@ -634,22 +634,10 @@ mod imp {
                         .iter()
                         .position(|&j| j == job)
                         .expect("a phase job is a job");
-                    let before = b.drv.stats();
-                    let (own0, child0) = usage();
-                    let mut rate = b.run_job(job)?;
-                    let (own1, child1) = usage();
-                    let used = match job {
-                        Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
-                        _ => own1.since(own0),
-                    };
-                    rate.cpu_secs = used.cpu_secs;
-                    rate.sys_secs = used.sys_secs;
-                    rate.minor_faults = used.minor_faults;
-                    rate.waits = used.waits;
+                    let (rate, host, media) = b.measured_job(job)?;
                     rates[i].push(rate);
-                    let after = b.drv.stats();
-                    wa[i].0 += after.host_write_blocks - before.host_write_blocks;
-                    wa[i].1 += after.media_write_blocks - before.media_write_blocks;
+                    wa[i].0 += host;
+                    wa[i].1 += media;
                 }
             }
         }
@@ -766,6 +754,29 @@ mod imp {
     }
 
     impl Bench<'_> {
+        /// Runs `job` with the CPU time of the process that did the work
+        /// (fio for raw jobs) and the FTL's host and media blocks written.
+        fn measured_job(&mut self, job: Job) -> Result<(Rate, u64, u64), BenchError> {
+            let before = self.drv.stats();
+            let (own0, child0) = usage();
+            let mut rate = self.run_job(job)?;
+            let (own1, child1) = usage();
+            let used = match job {
+                Job::RawSeq128k | Job::RawSeq4k => child1.since(child0),
+                _ => own1.since(own0),
+            };
+            rate.cpu_secs = used.cpu_secs;
+            rate.sys_secs = used.sys_secs;
+            rate.minor_faults = used.minor_faults;
+            rate.waits = used.waits;
+            let after = self.drv.stats();
+            Ok((
+                rate,
+                after.host_write_blocks - before.host_write_blocks,
+                after.media_write_blocks - before.media_write_blocks,
+            ))
+        }
+
         fn run_job(&mut self, job: Job) -> Result<Rate, BenchError> {
             match job {
                 Job::RawSeq128k | Job::RawSeq4k => self.fio_job(job),
