@@ -54,7 +54,9 @@ pub struct FtlConfig {
     pub max_host_requests: u32,
     /// Device commands the core keeps in flight at most.
     pub max_inflight_commands: u32,
-    /// GC starts when free data zones fall to this many (plus the reserve).
+    /// GC starts when the spare data zones (the free ones, plus those write
+    /// streams hold open beyond the first) fall to this many plus the
+    /// reserve.
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
