@@ -126,11 +126,17 @@ pub struct ServeArgs {
     /// the FTL's statistics (write amplification, GC, erases, free zones).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// Serve a simulated device held in memory (timing off) with about MIB
-    /// MiB of logical space instead of an image: formatted at start, gone
-    /// at exit. For trying zftl out and for benchmarks (like `nbdkit
-    /// memory`).
-    #[arg(long, value_name = "MIB", conflicts_with_all = ["image", "device"])]
+    /// Serve a simulated device held in memory (timing off) exporting MIB
+    /// MiB of logical space instead of an image (the device is half as
+    /// large again, at least 1 GiB, touched only as written): formatted at
+    /// start, gone at exit. For trying zftl out and for benchmarks (like
+    /// `nbdkit memory`).
+    #[arg(
+        long,
+        value_name = "MIB",
+        value_parser = clap::value_parser!(u64).range(1..),
+        conflicts_with_all = ["image", "device"]
+    )]
     pub memory_mib: Option<u64>,
 }
 

@@ -150,13 +150,14 @@ fn holds_superblock<B: Backend>(dev: &mut B) -> bool {
 fn mount_or_format<B: Backend + Send + 'static>(
     path: &Path,
     dev: B,
+    format: &FormatOptions,
     config: FtlConfig,
     drive: Drive,
 ) -> Result<Core<B>, CliError> {
     match drive {
-        Drive::Thread => open_ftl(path, dev, config, Handle::mount, Handle::format)
+        Drive::Thread => open_ftl(path, dev, format, config, Handle::mount, Handle::format)
             .map(|h| Core::Thread(AsyncHandle::from(h))),
-        Drive::Inline => open_ftl(path, dev, config, Driver::mount, Driver::format)
+        Drive::Inline => open_ftl(path, dev, format, config, Driver::mount, Driver::format)
             .map(|d| Core::Inline(InlineHandle::new(d))),
     }
 }
@@ -164,6 +165,7 @@ fn mount_or_format<B: Backend + Send + 'static>(
 fn open_ftl<B: Backend, T>(
     path: &Path,
     mut dev: B,
+    options: &FormatOptions,
     config: FtlConfig,
     mount: impl FnOnce(B, FtlConfig) -> Result<T, MountError>,
     format: impl FnOnce(B, &FormatOptions, FtlConfig) -> Result<T, MountError>,
@@ -181,7 +183,7 @@ fn open_ftl<B: Backend, T>(
         });
     }
     info!(image = %path.display(), "no FTL on the image yet: formatting");
-    format(dev, &FormatOptions::default(), config).map_err(|e| ftl_error(path, "cannot format", e))
+    format(dev, options, config).map_err(|e| ftl_error(path, "cannot format", e))
 }
 
 fn init_logging() {
@@ -614,6 +616,19 @@ fn runtime_for(drive: Drive) -> tokio::runtime::Builder {
     }
 }
 
+/// How to format a device that holds no FTL yet: `--memory-mib` asks for
+/// that much logical space (the simulator is made half as large again, see
+/// `image::memory_config`); otherwise all the device allows.
+fn format_options(settings: &Settings, block_size_bytes: u32) -> FormatOptions {
+    let logical_blocks = settings
+        .memory_mib
+        .map(|mib| mib * (1 << 20) / u64::from(block_size_bytes.max(1)));
+    FormatOptions {
+        logical_blocks,
+        ..FormatOptions::default()
+    }
+}
+
 /// Mounts (or formats) the FTL on `dev`, serves it until `shutdown`, then
 /// shuts it down cleanly and hands the device back.
 fn serve_on<B: Backend + Send + 'static>(
@@ -626,7 +641,8 @@ fn serve_on<B: Backend + Send + 'static>(
     ready: impl FnOnce(Bound),
 ) -> Result<B, CliError> {
     let listen = settings.listen;
-    let handle = mount_or_format(path, dev, settings.ftl.clone(), drive)?;
+    let format = format_options(settings, dev.geometry().block_size_bytes);
+    let handle = mount_or_format(path, dev, &format, settings.ftl.clone(), drive)?;
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.max_request_blocks,
         handle,
@@ -797,8 +813,8 @@ mod tests {
     }
 
     /// A blocking NBD client: greet, GO the default export, then one write
-    /// of `blocks` blocks at 0 and a flush.
-    fn write_over_nbd(addr: SocketAddr, blocks: usize) {
+    /// of `blocks` blocks at 0 and a flush. Returns the export's size.
+    fn write_over_nbd(addr: SocketAddr, blocks: usize) -> u64 {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         let mut greeting = [0u8; 18];
@@ -810,6 +826,7 @@ mod tests {
         opt.extend_from_slice(&6u32.to_be_bytes());
         opt.extend_from_slice(&[0; 6]); // empty name, no info requests
         s.write_all(&opt).unwrap();
+        let mut size_bytes = None;
         loop {
             let mut h = [0u8; 20];
             s.read_exact(&mut h).unwrap();
@@ -818,6 +835,10 @@ mod tests {
             let mut d = vec![0u8; len as usize];
             s.read_exact(&mut d).unwrap();
             assert!(reply < 1 << 31, "GO refused");
+            if reply == 3 && d[..2] == [0, 0] {
+                // NBD_REP_INFO, NBD_INFO_EXPORT: size, then flags.
+                size_bytes = Some(u64::from_be_bytes(d[2..10].try_into().unwrap()));
+            }
             if reply == 1 {
                 break;
             }
@@ -839,6 +860,7 @@ mod tests {
         let data = vec![0x5au8; blocks * 4096];
         request(&mut s, 1, data.len() as u32, &data);
         request(&mut s, 3, 0, &[]);
+        size_bytes.expect("GO answers with the export's size")
     }
 
     fn get_metrics(addr: SocketAddr) -> HashMap<String, f64> {
@@ -892,6 +914,8 @@ mod tests {
         assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
         let e = serve_args(&["--memory-mib", "64", "--device", "/dev/ng0n1"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let e = serve_args(&["--memory-mib", "0"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
         let too_big = settings(&["--memory-mib", &u64::MAX.to_string()]).unwrap();
         let e = run_until(&too_big, None, async {}, |_| {})
             .unwrap_err()
@@ -900,7 +924,8 @@ mod tests {
 
         let s = with_metrics_on_free_ports(&["--memory-mib", "64"]);
         let (bound, stop, server) = start(s);
-        write_over_nbd(bound.nbd, 8);
+        // As much logical space as asked for, like `nbdkit memory 64M`.
+        assert_eq!(write_over_nbd(bound.nbd, 8), 64 << 20);
         let m = get_metrics(bound.metrics.unwrap());
         assert_eq!(m["zftl_ftl_host_write_blocks_total"], 8.0);
         assert_eq!(m["zftl_ftl_mapped_blocks"], 8.0);
