@@ -622,7 +622,7 @@ fn runtime_for(drive: Drive) -> tokio::runtime::Builder {
 fn format_options(settings: &Settings, block_size_bytes: u32) -> FormatOptions {
     let logical_blocks = settings
         .memory_mib
-        .map(|mib| mib * (1 << 20) / u64::from(block_size_bytes.max(1)));
+        .map(|mib| mib.saturating_mul(1 << 20) / u64::from(block_size_bytes.max(1)));
     FormatOptions {
         logical_blocks,
         ..FormatOptions::default()
