@@ -349,6 +349,7 @@ impl Ftl {
                 return;
             }
         };
+        self.host_write_failures = 0;
         let lbas = slots.iter().map(|&(s, ..)| self.buffer.slot(s).lba);
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, &(s, seq, crc)) in slots.iter().enumerate() {
@@ -402,13 +403,27 @@ impl Ftl {
     }
 
     /// A data zone refused a write: stop using it, move its live data out and
-    /// retire it (DESIGN.md §4 media faults).
+    /// retire it (DESIGN.md §4 media faults). A host-side failure (the
+    /// kernel's `EINTR` for the commands a controller reset aborted) says
+    /// nothing about the media: the zone is only sealed, and GC resets it
+    /// like any other. Retiring those let one controller stall on a device
+    /// of 28 zones retire more zones than the GC reserve and fill the
+    /// volume. Past as many host-side failures in a row as commands can be
+    /// in flight, the device is failing for real and zones retire again,
+    /// so a dead device still ends read-only instead of sealing zones
+    /// forever.
     pub(super) fn write_failed(&mut self, zone: ZoneId, error: DeviceError) {
         if error == DeviceError::DeviceGone {
             return;
         }
         self.stats.write_errors += 1;
         self.seal_zone(zone);
+        if matches!(error, DeviceError::HostIo { .. })
+            && self.host_write_failures < self.cfg.max_inflight_commands
+        {
+            self.host_write_failures += 1;
+            return;
+        }
         if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
         {
             self.retire_queue.push_back(zone);

@@ -171,6 +171,9 @@ pub struct Ftl {
     /// their appends complete (each is one a lane held: a few at most).
     finish_pending: Vec<ZoneId>,
     retire_queue: VecDeque<ZoneId>,
+    /// Appends failed on the host side (`HostIo`) since the last one that
+    /// succeeded: see [`Ftl::write_failed`].
+    host_write_failures: u32,
     /// GC jobs since the last static wear-leveling move.
     jobs_since_wl: u32,
     /// Blocks read by GC waiting to be written, per temperature.
@@ -261,6 +264,7 @@ impl Ftl {
             summaries: Vec::new(),
             finish_pending: Vec::new(),
             retire_queue: VecDeque::new(),
+            host_write_failures: 0,
             jobs_since_wl: 0,
             gc_queues: Default::default(),
             gc_in_flight: 0,

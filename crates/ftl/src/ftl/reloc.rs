@@ -458,6 +458,7 @@ impl Ftl {
                 return;
             }
         };
+        self.host_write_failures = 0;
         let lbas = items.iter().map(|it| it.lba);
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, it) in items.into_iter().enumerate() {
