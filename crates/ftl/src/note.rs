@@ -47,6 +47,7 @@ pub mod note_kind {
     pub const RELOC: u8 = 3;
     pub const ZONE_RESET: u8 = 4;
     pub const ZONE_RETIRE: u8 = 5;
+    pub const RELOCATED: u8 = 6;
 }
 
 /// One logged change. Every note carries the global seq it was given.
@@ -67,7 +68,8 @@ pub enum Note {
         block_count: u64,
     },
     /// GC copied `lba` from `from` to `to` (`from != to`, neither NONE);
-    /// applies only if the map still points at `from`.
+    /// applies only if the map still points at `from`. Written in band,
+    /// where the map learns `from` from notes, which the log keeps.
     Reloc {
         seq: Seq,
         lba: Lba,
@@ -82,6 +84,16 @@ pub enum Note {
     },
     /// The zone is retired (worn out or failed) and never used again.
     ZoneRetire { seq: Seq, zone: ZoneId },
+    /// GC (or wear leveling) copied the version of `lba` written with seq
+    /// `version_seq` to `to` (OOB tag mode; `to` is never NONE). Applies
+    /// unless the map already holds a newer version of `lba`: it needs no
+    /// trace of the old location, whose tag the victim's reset erases.
+    Relocated {
+        seq: Seq,
+        lba: Lba,
+        to: Ppa,
+        version_seq: Seq,
+    },
 }
 
 /// The generic note fields before interpretation.
@@ -102,7 +114,8 @@ impl Note {
             | Note::Trim { seq, .. }
             | Note::Reloc { seq, .. }
             | Note::ZoneReset { seq, .. }
-            | Note::ZoneRetire { seq, .. } => seq,
+            | Note::ZoneRetire { seq, .. }
+            | Note::Relocated { seq, .. } => seq,
         }
     }
 
@@ -128,6 +141,12 @@ impl Note {
                 erase_count,
             } => raw(ZONE_RESET, zone, seq, u64::from(erase_count), 0),
             Note::ZoneRetire { seq, zone } => raw(ZONE_RETIRE, zone, seq, 0, 0),
+            Note::Relocated {
+                seq,
+                lba,
+                to,
+                version_seq,
+            } => raw(RELOCATED, to.0, seq, lba, version_seq),
         }
     }
 
@@ -183,6 +202,12 @@ impl Note {
                     zone: r.a,
                 }
             }
+            RELOCATED => Note::Relocated {
+                seq: r.seq,
+                lba: r.b,
+                to: ppa("to (a)", r.a)?,
+                version_seq: r.c,
+            },
             kind => return Err(FormatError::UnknownNoteKind { kind }),
         };
         Ok(note)
@@ -547,6 +572,14 @@ pub(crate) mod tests {
                 }
             }),
             (any::<u64>(), any::<u32>()).prop_map(|(seq, zone)| Note::ZoneRetire { seq, zone }),
+            (any::<u64>(), any::<u64>(), arb_ppa(), any::<u64>()).prop_map(
+                |(seq, lba, to, version_seq)| Note::Relocated {
+                    seq,
+                    lba,
+                    to,
+                    version_seq
+                }
+            ),
         ]
     }
 
@@ -591,6 +624,23 @@ pub(crate) mod tests {
         assert_eq!(&b[16..24], &6u64.to_le_bytes());
         assert_eq!(&b[24..32], &8u64.to_le_bytes());
         assert_eq!(n.seq(), 5);
+        let n = Note::Relocated {
+            seq: 9,
+            lba: 10,
+            to: Ppa(11),
+            version_seq: 3,
+        };
+        n.encode(&mut b);
+        assert_eq!(&b[..8], &[6, 0, 0, 0, 11, 0, 0, 0]);
+        assert_eq!(&b[8..16], &9u64.to_le_bytes());
+        assert_eq!(&b[16..24], &10u64.to_le_bytes());
+        assert_eq!(&b[24..32], &3u64.to_le_bytes());
+        assert_eq!(Note::decode(&b), Ok(n));
+        b[4..8].copy_from_slice(&Ppa::NONE.0.to_le_bytes());
+        assert!(matches!(
+            Note::decode(&b),
+            Err(FormatError::OutOfRange { .. })
+        ));
     }
 
     #[test]

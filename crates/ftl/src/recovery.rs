@@ -23,7 +23,7 @@ use crate::p2l::P2l;
 use crate::superblock::{uuid_from_seed, Superblock, TagMode};
 use crate::tag::{Tag, TagKind, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 fn dev(step: &'static str) -> impl Fn(DeviceError) -> MountError {
     move |source| MountError::Device { step, source }
@@ -251,15 +251,15 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
     let image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
     let notes = log.roll_forward(backend)?;
     let reports = report_zones(backend, &geometry)?;
-    let mut state = Rebuild::from_image(&geometry, &sb, &image)?;
     let notes_replayed = notes.len();
     let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
+    let resets = reset_seqs(&events);
     if sb.tag_mode == TagMode::Oob {
-        let resets = reset_seqs(&events);
         events.extend(scan_tags(
             backend, &geometry, &layout, &image, &reports, &resets,
         )?);
     }
+    let mut state = Rebuild::from_image(&geometry, &sb, &image, resets.keys().copied())?;
     let tags_replayed = events.len() - notes_replayed;
     events.sort_by_key(Event::seq);
     state.replay(&events, &geometry)?;
@@ -698,6 +698,15 @@ struct Rebuild {
     next_seq: Seq,
     erase_counts: HashMap<ZoneId, u32>,
     retired: Vec<ZoneId>,
+    zone_capacity_blocks: u64,
+    in_band: bool,
+    /// The seq of the version each block mapped by a replayed tag or note
+    /// holds (blocks the checkpoint maps are not in it).
+    versions: HashMap<Lba, Seq>,
+    /// Zones a replayed ZoneReset note resets (by zone id), and the blocks
+    /// mapped into them, by address: what such a note must unmap.
+    reset_zones: Vec<bool>,
+    in_reset_zones: BTreeMap<Ppa, Lba>,
 }
 
 impl Rebuild {
@@ -705,6 +714,7 @@ impl Rebuild {
         g: &Geometry,
         sb: &Superblock,
         image: &CheckpointImage,
+        reset_zones: impl Iterator<Item = ZoneId>,
     ) -> Result<Rebuild, MountError> {
         if image.logical_blocks != sb.logical_blocks || image.zones.len() != g.zone_count as usize {
             return Err(MountError::Damaged(
@@ -716,9 +726,21 @@ impl Rebuild {
         let crcs = image.crcs.as_deref().unwrap_or(&[]);
         let l2p = L2p::from_leaves(image.logical_blocks, format, &image.leaves, crcs)
             .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
+        let cap = g.zone_capacity_blocks;
+        let mut is_reset = vec![false; g.zone_count as usize];
+        for z in reset_zones {
+            // A note naming a zone past the device is refused by the replay.
+            if let Some(r) = is_reset.get_mut(z as usize) {
+                *r = true;
+            }
+        }
+        let mut in_reset_zones = BTreeMap::new();
         let mut p2l = P2l::new(physical);
-        for (_, ppa) in l2p.iter() {
+        for (lba, ppa) in l2p.iter() {
             p2l.set(ppa);
+            if is_reset[ppa.zone(cap) as usize] {
+                in_reset_zones.insert(ppa, lba);
+            }
         }
         Ok(Rebuild {
             l2p,
@@ -726,6 +748,11 @@ impl Rebuild {
             next_seq: image.next_seq,
             erase_counts: HashMap::new(),
             retired: Vec::new(),
+            zone_capacity_blocks: cap,
+            in_band: sb.tag_mode == TagMode::InBand,
+            versions: HashMap::new(),
+            reset_zones: is_reset,
+            in_reset_zones,
         })
     }
 
@@ -740,9 +767,48 @@ impl Rebuild {
 
     fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
         if let Some(old) = self.l2p.set(lba, ppa, crc) {
-            self.p2l.clear(old);
+            self.cleared(old);
         }
         self.p2l.set(ppa);
+        if self.reset_zones[ppa.zone(self.zone_capacity_blocks) as usize] {
+            self.in_reset_zones.insert(ppa, lba);
+        }
+    }
+
+    fn unmap(&mut self, lba: Lba) {
+        if let Some(old) = self.l2p.unmap(lba) {
+            self.cleared(old);
+        }
+    }
+
+    fn cleared(&mut self, ppa: Ppa) {
+        self.p2l.clear(ppa);
+        self.in_reset_zones.remove(&ppa);
+    }
+
+    /// A version of `lba` with seq `version` is mapped at `ppa`.
+    fn set_version(&mut self, lba: Lba, ppa: Ppa, crc: u32, version: Seq) {
+        self.set(lba, ppa, crc);
+        self.versions.insert(lba, version);
+    }
+
+    /// GC moved nothing live off a zone before its ZoneReset note, so any
+    /// block still mapped into it here is stale: its newer place is a tag
+    /// the reset of its own zone erased, which a later Relocated note
+    /// restores. Left mapped, it would share the address with the zone's
+    /// next data.
+    fn zone_reset(&mut self, zone: ZoneId) {
+        let cap = self.zone_capacity_blocks;
+        let first = Ppa::new(zone, 0, cap);
+        let last = Ppa::new(zone, cap - 1, cap);
+        let stale: Vec<Lba> = self
+            .in_reset_zones
+            .range(first..=last)
+            .map(|(_, &l)| l)
+            .collect();
+        for lba in stale {
+            self.unmap(lba);
+        }
     }
 
     /// Step 5: apply notes and tags in seq order.
@@ -752,12 +818,15 @@ impl Rebuild {
         for e in events {
             self.next_seq = self.next_seq.max(e.seq() + 1);
             match *e {
-                Event::Tag { lba, ppa, crc, .. } => {
+                Event::Tag { seq, lba, ppa, crc } => {
                     self.check_lba(lba)?;
-                    self.set(lba, ppa, crc);
+                    self.set_version(lba, ppa, crc, seq);
                 }
                 Event::Note(Note::HostWrite {
-                    lba, ppa, data_crc, ..
+                    seq,
+                    lba,
+                    ppa,
+                    data_crc,
                 }) => {
                     self.check_lba(lba)?;
                     if !ppa_ok(ppa) {
@@ -766,7 +835,7 @@ impl Rebuild {
                             ppa.0
                         )));
                     }
-                    self.set(lba, ppa, data_crc);
+                    self.set_version(lba, ppa, data_crc, seq);
                 }
                 Event::Note(Note::Trim {
                     lba, block_count, ..
@@ -780,9 +849,7 @@ impl Rebuild {
                         )));
                     };
                     for l in lba..end {
-                        if let Some(old) = self.l2p.unmap(l) {
-                            self.p2l.clear(old);
-                        }
+                        self.unmap(l);
                     }
                 }
                 Event::Note(Note::Reloc { lba, from, to, .. }) => {
@@ -799,10 +866,42 @@ impl Rebuild {
                         }
                     }
                 }
+                Event::Note(Note::Relocated {
+                    lba,
+                    to,
+                    version_seq,
+                    ..
+                }) => {
+                    self.check_lba(lba)?;
+                    if self.in_band {
+                        return Err(MountError::Damaged(
+                            "a Relocated note in a volume with in-band tags".into(),
+                        ));
+                    }
+                    if !ppa_ok(to) {
+                        return Err(MountError::Damaged(format!(
+                            "Relocated note names block {}",
+                            to.0
+                        )));
+                    }
+                    // A write of `lba` in flight when GC moved this version
+                    // has a larger seq and was replayed already: it wins.
+                    let newer = self.versions.get(&lba).is_some_and(|&v| v > version_seq);
+                    if !newer {
+                        self.set_version(lba, to, 0, version_seq);
+                    }
+                }
                 Event::Note(Note::ZoneReset {
                     zone, erase_count, ..
                 }) => {
+                    if zone >= g.zone_count {
+                        return Err(MountError::Damaged(format!(
+                            "ZoneReset note names zone {zone} of {}",
+                            g.zone_count
+                        )));
+                    }
                     self.erase_counts.insert(zone, erase_count);
+                    self.zone_reset(zone);
                 }
                 Event::Note(Note::ZoneRetire { zone, .. }) => self.retired.push(zone),
             }

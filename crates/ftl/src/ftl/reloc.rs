@@ -467,13 +467,31 @@ impl Ftl {
                 continue; // a host write or trim won the race
             }
             self.map(it.lba, dst, it.crc);
-            let seq = self.take_seq();
-            self.log.push_note(Note::Reloc {
+            let note = self.relocation_note(&it, dst);
+            self.log.push_note(note);
+        }
+    }
+
+    /// The note that moves `it`'s mapping to `dst` in recovery. With OOB
+    /// tags recovery may know a version written since the checkpoint only
+    /// from its tag, which the victim's reset erases: the note names the
+    /// version (its seq) rather than the old location. In band the version's
+    /// own note stays in the log, and GC does not know its seq.
+    fn relocation_note(&mut self, it: &RelocItem, dst: Ppa) -> Note {
+        let seq = self.take_seq();
+        match self.tag_mode {
+            TagMode::Oob => Note::Relocated {
+                seq,
+                lba: it.lba,
+                to: dst,
+                version_seq: it.seq,
+            },
+            TagMode::InBand => Note::Reloc {
                 seq,
                 lba: it.lba,
                 from: it.src,
                 to: dst,
-            });
+            },
         }
     }
 
