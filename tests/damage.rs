@@ -500,6 +500,27 @@ fn damaged_newest_superblock_in_both_copies_falls_back() {
     }
 }
 
+/// (g) Superblock copy A reset and never rewritten: what a cut leaves
+/// between the reset of a full copy and its next record. Not damage: check
+/// notes it, mount uses copy B.
+#[test]
+fn empty_superblock_copy_is_a_notice_and_the_other_copy_serves() {
+    let img = image(64);
+    let mut dev = open(&img.path);
+    dev.reset_zone(0).expect("reset copy A");
+    let report = check(&mut dev);
+    assert!(report.is_clean(), "{report:#?}");
+    assert!(
+        report
+            .notices
+            .iter()
+            .any(|n| n.what == ProblemKind::SuperblockCopyMissing && n.zone == Some(0)),
+        "{report:#?}"
+    );
+    let mut ftl = mount(dev).expect("mount from copy B");
+    img.assert_reads(&mut ftl, None);
+}
+
 // ----- random flips -------------------------------------------------------------
 
 /// Seeded bit flips anywhere in the metadata zones (superblocks and log,

@@ -355,6 +355,7 @@ fn scan_superblocks<B: Backend>(backend: &mut B, g: &Geometry) -> SuperScan {
             }
         };
         let wp = info.write_pointer_blocks.min(g.zone_capacity_blocks);
+        let problems_before = s.problems.len();
         for off in 0..wp {
             s.counts.records += 1;
             match read_retrying(backend, z, off, 1) {
@@ -390,13 +391,25 @@ fn scan_superblocks<B: Backend>(backend: &mut B, g: &Geometry) -> SuperScan {
             }
         }
         if !s.valid.iter().any(|(vz, _, _)| *vz == z) && g.zone_count > 1 {
-            s.problems.push(
-                Problem::new(
-                    ProblemKind::SuperblockCopyMissing,
-                    format!("superblock copy {z} holds no valid record"),
-                )
-                .at(z, 0),
-            );
+            let missing = Problem::new(
+                ProblemKind::SuperblockCopyMissing,
+                format!("superblock copy {z} holds no valid record"),
+            )
+            .at(z, 0);
+            // A full copy is reset before its next record is written: a cut
+            // in between leaves it empty or with that record torn, and the
+            // other copy serves. Only a record that reads back wrong is damage.
+            if s.problems.len() == problems_before {
+                s.notices.push(Problem {
+                    detail: format!(
+                        "superblock copy {z} holds no valid record (its rewrite was cut by a \
+                         power cut; the other copy serves)"
+                    ),
+                    ..missing
+                });
+            } else {
+                s.problems.push(missing);
+            }
         }
     }
     cross_check_superblocks(g, &mut s);
@@ -410,6 +423,8 @@ fn cross_check_superblocks(g: &Geometry, s: &mut SuperScan) {
         // Nothing valid at all: recovery reports "not formatted"; a copy
         // missing is implied.
         s.problems
+            .retain(|p| p.what != ProblemKind::SuperblockCopyMissing);
+        s.notices
             .retain(|p| p.what != ProblemKind::SuperblockCopyMissing);
         return;
     };
