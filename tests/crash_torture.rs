@@ -2,7 +2,8 @@
 //! commands (during host I/O, GC, checkpoints and recovery itself), with and
 //! without OOB, timing on and off. A failing seed is printed; replay it with
 //! `ZFTL_SEED=<seed> cargo test --release --test crash_torture`.
-//! `ZFTL_SEEDS=<n>` changes how many seeds run (default 1000).
+//! `ZFTL_SEEDS=<n>` changes how many seeds run (default 1000), `ZFTL_SEEDS=<from>..<to>`
+//! runs a range.
 
 mod common;
 

@@ -185,9 +185,10 @@ impl Coverage {
 }
 
 /// Runs `run_seed` on seeds 0.. (`ZFTL_SEEDS=<n>` of them, else
-/// `default_seeds`), or on `ZFTL_SEED=<s>` alone; a failing seed is printed
-/// with the command that replays it. Returns how many seeds ran and their
-/// summed coverage.
+/// `default_seeds`; `ZFTL_SEEDS=<from>..<to>` for a range, to go on past an
+/// earlier long run), or on `ZFTL_SEED=<s>` alone; a failing seed is
+/// printed with the command that replays it. Returns how many seeds ran
+/// and their summed coverage.
 pub fn run_seeds(
     test: &str,
     default_seeds: u64,
@@ -195,13 +196,10 @@ pub fn run_seeds(
 ) -> (usize, Coverage) {
     let seeds: Vec<u64> = match std::env::var("ZFTL_SEED") {
         Ok(s) => vec![s.parse().expect("ZFTL_SEED must be a number")],
-        Err(_) => {
-            let n = std::env::var("ZFTL_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(default_seeds);
-            (0..n).collect()
-        }
+        Err(_) => match std::env::var("ZFTL_SEEDS") {
+            Ok(v) => seed_range(&v),
+            Err(_) => (0..default_seeds).collect(),
+        },
     };
     let mut total = Coverage::default();
     for &seed in &seeds {
@@ -214,6 +212,19 @@ pub fn run_seeds(
     }
     eprintln!("{test}: {} seeds, {total:?}", seeds.len());
     (seeds.len(), total)
+}
+
+/// `n` (seeds 0..n) or `from..to`.
+fn seed_range(v: &str) -> Vec<u64> {
+    let num = |s: &str| -> u64 {
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ZFTL_SEEDS must be <n> or <from>..<to>, not {v:?}"))
+    };
+    match v.split_once("..") {
+        Some((from, to)) => (num(from)..num(to)).collect(),
+        None => (0..num(v)).collect(),
+    }
 }
 
 pub struct Rig {
