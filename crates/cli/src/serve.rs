@@ -378,7 +378,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 1.0);
-    let counters: [(&str, &str, u64); 12] = [
+    let counters: [(&str, &str, u64); 13] = [
         (
             "host_write_blocks",
             "Blocks written by the host.",
@@ -408,6 +408,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "gc_copy_blocks",
             "Blocks garbage collection copied.",
             s.gc_copy_blocks,
+        ),
+        (
+            "wl_move_blocks",
+            "Of the blocks GC copied, those static wear leveling moved.",
+            s.wl_move_blocks,
         ),
         (
             "meta_write_blocks",

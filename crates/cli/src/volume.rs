@@ -159,6 +159,7 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
         format!("{:.3}", s.write_amplification),
     );
     t.row("gc_copy_blocks", s.gc_copy_blocks);
+    t.row("wl_move_blocks", s.wl_move_blocks);
     t.row("meta_write_blocks", s.meta_write_blocks);
     t.row("pad_blocks", s.pad_blocks);
     t.row("summary_write_blocks", s.summary_write_blocks);

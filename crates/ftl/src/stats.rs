@@ -18,6 +18,8 @@ pub struct FtlStats {
     pub media_write_blocks: u64,
     /// Blocks GC wrote (a copy that lost a race to a host write included).
     pub gc_copy_blocks: u64,
+    /// Of those, blocks static wear leveling moved off young zones.
+    pub wl_move_blocks: u64,
     pub meta_write_blocks: u64,
     pub pad_blocks: u64,
     /// Zone summary blocks written (tags in band; part of media writes).

@@ -88,6 +88,8 @@ pub struct WaReport {
     /// Data + GC copies + metadata + padding.
     pub media_writes: u64,
     pub gc_copies: u64,
+    /// Of `gc_copies`, blocks static wear leveling moved.
+    pub wl_moves: u64,
     pub meta_writes: u64,
     pub pad_blocks: u64,
     pub erases: u64,
@@ -319,6 +321,7 @@ fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
         host_writes,
         media_writes,
         gc_copies: end.gc_copy_blocks - base.gc_copy_blocks,
+        wl_moves: end.wl_move_blocks - base.wl_move_blocks,
         meta_writes: end.meta_write_blocks - base.meta_write_blocks,
         pad_blocks: end.pad_blocks - base.pad_blocks,
         erases: end.erases - base.erases,
@@ -381,6 +384,7 @@ impl WaReport {
         t.row("host writes", self.host_writes);
         t.row("media writes", self.media_writes);
         t.row("gc copies", self.gc_copies);
+        t.row("of them wear leveling", self.wl_moves);
         t.row("meta writes", self.meta_writes);
         t.row("pad blocks", self.pad_blocks);
         t.row("erases", self.erases);

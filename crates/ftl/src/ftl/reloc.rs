@@ -425,6 +425,7 @@ impl Ftl {
         self.gc_in_flight += 1;
         self.stats.media_write_blocks += n + pad;
         self.stats.gc_copy_blocks += n;
+        self.stats.wl_move_blocks += if wl { n } else { 0 };
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
         Some((
