@@ -8,6 +8,7 @@
 mod common;
 
 use common::Rig;
+use zftl::core::FtlConfig;
 
 fn run_seed(seed: u64) -> common::Coverage {
     let oob = seed.is_multiple_of(2);
@@ -28,6 +29,28 @@ fn crash_torture_found_seeds() {
             eprintln!("\ncrash_torture FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test crash_torture");
             std::panic::resume_unwind(e);
         }
+    }
+}
+
+/// Static wear leveling on, with a spread of 2 erases: on the rig's small
+/// zones leveling moves cold data between GC jobs all the time, and its
+/// moves and resets meet the cuts too.
+#[test]
+fn crash_torture_with_wear_leveling() {
+    let cfg = FtlConfig {
+        static_wl_threshold: 2,
+        ..common::ftl_config()
+    };
+    let run = |seed: u64| {
+        let sim = common::sim_config(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
+        Rig::with_configs(seed, sim, cfg.clone()).cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_wear_leveling", 300, run);
+    if seeds >= 100 {
+        assert!(
+            total.wl_moves > 0,
+            "leveling never moved a block: {total:?}"
+        );
     }
 }
 

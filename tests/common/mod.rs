@@ -172,6 +172,7 @@ pub struct Coverage {
     pub during_checkpoint: u64,
     pub during_recovery: u64,
     pub gc_copies: u64,
+    pub wl_moves: u64,
 }
 
 impl Coverage {
@@ -181,6 +182,7 @@ impl Coverage {
         self.during_checkpoint += other.during_checkpoint;
         self.during_recovery += other.during_recovery;
         self.gc_copies += other.gc_copies;
+        self.wl_moves += other.wl_moves;
     }
 }
 
@@ -229,6 +231,8 @@ fn seed_range(v: &str) -> Vec<u64> {
 
 pub struct Rig {
     pub ftl: Option<Driver<SimDevice>>,
+    /// The FTL's settings at format and every mount.
+    cfg: FtlConfig,
     pub model: Model,
     pub blocks: u64,
     pub bs: usize,
@@ -251,6 +255,10 @@ impl Rig {
     }
 
     pub fn with_config(seed: u64, cfg: SimConfig) -> Rig {
+        Rig::with_configs(seed, cfg, ftl_config())
+    }
+
+    pub fn with_configs(seed: u64, cfg: SimConfig, ftl_cfg: FtlConfig) -> Rig {
         let dev = SimDevice::create_memory(cfg).expect("sim config");
         let opts = FormatOptions {
             tag_placement: TagPlacement::Auto,
@@ -258,11 +266,12 @@ impl Rig {
             gc_reserve_zones: 3,
             ..FormatOptions::default()
         };
-        let ftl = Driver::format(dev, &opts, ftl_config()).expect("format");
+        let ftl = Driver::format(dev, &opts, ftl_cfg.clone()).expect("format");
         let blocks = ftl.logical_blocks();
         let bs = ftl.block_size();
         Rig {
             ftl: Some(ftl),
+            cfg: ftl_cfg,
             model: Model::new(blocks),
             blocks,
             bs,
@@ -448,7 +457,9 @@ impl Rig {
         self.coverage.during_gc += u64::from(self.last_activity.gc);
         self.coverage.during_checkpoint += u64::from(self.last_activity.checkpoint);
         let ftl = self.ftl.take().expect("mounted");
-        self.coverage.gc_copies += ftl.stats().gc_copy_blocks;
+        let stats = ftl.stats();
+        self.coverage.gc_copies += stats.gc_copy_blocks;
+        self.coverage.wl_moves += stats.wl_move_blocks;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         self.armed = false;
@@ -469,7 +480,7 @@ impl Rig {
             power_cut: PowerCut::AfterSubmits(after),
             ..Faults::default()
         });
-        match Driver::mount(&mut *dev, ftl_config()) {
+        match Driver::mount(&mut *dev, self.cfg.clone()) {
             Ok(_) => {}
             Err(MountError::Device { .. }) => self.coverage.during_recovery += 1,
             Err(e) => panic!("mount cut short by a power cut reported: {e}"),
@@ -498,7 +509,7 @@ impl Rig {
                 report.problems
             );
         }
-        let mut ftl = Driver::mount(dev, ftl_config())
+        let mut ftl = Driver::mount(dev, self.cfg.clone())
             .unwrap_or_else(|e| panic!("mount after power cut: {e}"));
         if let Some(t) = trace_lba() {
             eprintln!(
@@ -525,7 +536,9 @@ impl Rig {
     /// A final cut and check at the end of a run.
     pub fn finish(&mut self) {
         let ftl = self.ftl.take().expect("mounted");
-        self.coverage.gc_copies += ftl.stats().gc_copy_blocks;
+        let stats = ftl.stats();
+        self.coverage.gc_copies += stats.gc_copy_blocks;
+        self.coverage.wl_moves += stats.wl_move_blocks;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         dev.power_on().expect("power on");
