@@ -8,7 +8,7 @@
 mod common;
 
 use common::Rig;
-use zftl::core::FtlConfig;
+use zftl::core::{FtlConfig, VictimPolicy};
 
 fn run_seed(seed: u64) -> common::Coverage {
     let oob = seed.is_multiple_of(2);
@@ -32,20 +32,46 @@ fn crash_torture_found_seeds() {
     }
 }
 
-/// Static wear leveling on, with a spread of 2 erases: on the rig's small
-/// zones leveling moves cold data between GC jobs all the time, and its
-/// moves and resets meet the cuts too.
+/// The settings the default run leaves alone, one per seed in turn: static
+/// wear leveling (a spread of 2 erases, so on the rig's small zones it moves
+/// cold data between GC jobs all the time), greedy victims, one host stream,
+/// GC writing with the host.
+fn other_settings(seed: u64) -> FtlConfig {
+    let base = common::ftl_config();
+    match seed % 4 {
+        0 => FtlConfig {
+            static_wl_threshold: 2,
+            ..base
+        },
+        1 => FtlConfig {
+            gc_policy: VictimPolicy::Greedy,
+            ..base
+        },
+        2 => FtlConfig {
+            temperature_streams: false,
+            ..base
+        },
+        _ => FtlConfig {
+            separate_gc_stream: false,
+            ..base
+        },
+    }
+}
+
 #[test]
-fn crash_torture_with_wear_leveling() {
-    let cfg = FtlConfig {
-        static_wl_threshold: 2,
-        ..common::ftl_config()
-    };
+fn crash_torture_with_other_settings() {
     let run = |seed: u64| {
-        let sim = common::sim_config(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
-        Rig::with_configs(seed, sim, cfg.clone()).cut_rounds(3, 1500)
+        // Seeds 4k..4k+3 share the device, so each setting meets OOB and
+        // in-band tags, timing on and off.
+        let device_seed = seed / 4;
+        let sim = common::sim_config(
+            seed,
+            device_seed.is_multiple_of(2),
+            device_seed.is_multiple_of(5),
+        );
+        Rig::with_configs(seed, sim, other_settings(seed)).cut_rounds(3, 1500)
     };
-    let (seeds, total) = common::run_seeds("crash_torture_with_wear_leveling", 300, run);
+    let (seeds, total) = common::run_seeds("crash_torture_with_other_settings", 400, run);
     if seeds >= 100 {
         assert!(
             total.wl_moves > 0,
