@@ -658,7 +658,19 @@ impl LogPos {
 /// Why a log position is not the next block of the log.
 enum LogRead {
     Block(LogBlock),
-    End(String),
+    /// Why the log cannot go on here; `torn`: the block is unreadable, as a
+    /// write cut by a power loss leaves it.
+    End {
+        why: String,
+        torn: bool,
+    },
+}
+
+fn log_end(why: impl Into<String>, torn: bool) -> LogRead {
+    LogRead::End {
+        why: why.into(),
+        torn,
+    }
 }
 
 fn read_log_block<B: Backend>(
@@ -668,15 +680,15 @@ fn read_log_block<B: Backend>(
     wp: u64,
 ) -> Result<LogRead, DeviceError> {
     if off >= wp {
-        return Ok(LogRead::End("erased (at the zone's write pointer)".into()));
+        return Ok(log_end("erased (at the zone's write pointer)", false));
     }
     match read_retrying(backend, zone, off, 1) {
         Ok((data, _)) => Ok(match LogBlock::decode(&data) {
             Ok(b) => LogRead::Block(b),
-            Err(e) => LogRead::End(e.to_string()),
+            Err(e) => log_end(e.to_string(), false),
         }),
         Err(DeviceError::UncorrectableRead { .. }) => {
-            Ok(LogRead::End("unreadable (torn by a power cut?)".into()))
+            Ok(log_end("unreadable (torn by a power cut?)", true))
         }
         Err(e) => Err(e),
     }
@@ -705,20 +717,23 @@ fn check_log<B: Backend>(
     let mut expected = sb.checkpoint_log_seq;
     let limit = pos.ring_blocks();
     let mut walked = 0;
-    let end = loop {
+    let (end, torn) = loop {
         if walked == limit {
-            break "the whole ring holds one sequence".to_string();
+            break ("the whole ring holds one sequence".to_string(), false);
         }
         let (zone, off) = pos.here();
         let block = match read_log_block(backend, zone, off, wp_of(zone)) {
             Ok(LogRead::Block(b)) if b.log_seq() == expected => b,
             Ok(LogRead::Block(b)) => {
-                break format!(
-                    "log_seq {} where {expected} was next (a block of an earlier lap)",
-                    b.log_seq()
+                break (
+                    format!(
+                        "log_seq {} where {expected} was next (a block of an earlier lap)",
+                        b.log_seq()
+                    ),
+                    false,
                 )
             }
-            Ok(LogRead::End(why)) => break why,
+            Ok(LogRead::End { why, torn }) => break (why, torn),
             Err(e) => {
                 report.problem(device_problem("reading the metadata log", &e).at(zone, off));
                 return;
@@ -741,22 +756,40 @@ fn check_log<B: Backend>(
     };
     let (zone, off) = pos.here();
     report.summary.log_end = Some(format!("zone {zone} offset {off}: {end}"));
-    look_past_end(backend, &mut pos, expected, limit - walked, wp_of, report);
+    let end = LogEnd {
+        expected,
+        torn,
+        budget: limit - walked,
+    };
+    look_past_end(backend, &mut pos, end, wp_of, report);
 }
 
-/// From the end position `pos` (which held no block `expected`): a valid
-/// block `k` positions later with log_seq `expected + k` proves the log went
-/// on after a block that is now damaged.
+/// Where the walk of the log stopped.
+struct LogEnd {
+    /// The log_seq it found no block for.
+    expected: u64,
+    /// The block there is unreadable (a torn write).
+    torn: bool,
+    /// Ring blocks not walked yet.
+    budget: u64,
+}
+
+/// From the end position `pos` (which held no block `end.expected`): a
+/// valid block `k` positions later with log_seq `expected + k` proves the
+/// log went on after a block that is now damaged. Except across ring zones:
+/// the writer starts on the next zone while the last writes to the full one
+/// are still in flight, so a cut may tear those and keep later ones, none
+/// of which was acknowledged (durability is a prefix of the log).
 fn look_past_end<B: Backend>(
     backend: &mut B,
     pos: &mut LogPos,
-    expected: u64,
-    budget: u64,
+    end: LogEnd,
     wp_of: impl Fn(ZoneId) -> u64,
     report: &mut CheckReport,
 ) {
     let (bad_zone, bad_off) = pos.here();
-    for k in 1..budget {
+    let expected = end.expected;
+    for k in 1..end.budget {
         pos.advance();
         let (zone, off) = pos.here();
         let wp = wp_of(zone);
@@ -770,6 +803,21 @@ fn look_past_end<B: Backend>(
             continue;
         };
         if b.log_seq() == expected + k {
+            if end.torn && zone != bad_zone {
+                report.notices.push(
+                    Problem::new(
+                        ProblemKind::LogBlock,
+                        format!(
+                            "log block {expected} was torn by a power cut while later blocks \
+                             went to the next ring zone (log block {} at zone {zone} offset \
+                             {off}); none was acknowledged, and mount drops them",
+                            b.log_seq()
+                        ),
+                    )
+                    .at(bad_zone, bad_off),
+                );
+                return;
+            }
             report.problem(
                 Problem::new(
                     ProblemKind::LogBlock,
