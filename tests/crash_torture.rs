@@ -26,13 +26,7 @@ const FOUND_SEEDS: [u64; 3] = [5797, 5888, 84865];
 
 #[test]
 fn crash_torture_found_seeds() {
-    for seed in FOUND_SEEDS {
-        let run = std::panic::catch_unwind(|| run_seed(seed));
-        if let Err(e) = run {
-            eprintln!("\ncrash_torture FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test crash_torture");
-            std::panic::resume_unwind(e);
-        }
-    }
+    common::run_listed_seeds("crash_torture", &FOUND_SEEDS, run_seed);
 }
 
 /// The settings the default run leaves alone, one per seed in turn: static

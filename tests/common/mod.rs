@@ -216,6 +216,18 @@ pub fn run_seeds(
     (seeds.len(), total)
 }
 
+/// Runs `run_seed` on `seeds` (regressions found by longer runs), printing
+/// the replay command of one that fails.
+pub fn run_listed_seeds(test: &str, seeds: &[u64], run_seed: impl Fn(u64) -> Coverage) {
+    for &seed in seeds {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));
+        if let Err(e) = run {
+            eprintln!("\n{test} FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test {test}");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
 /// `n` (seeds 0..n) or `from..to`.
 fn seed_range(v: &str) -> Vec<u64> {
     let num = |s: &str| -> u64 {
@@ -505,8 +517,9 @@ impl Rig {
             let report = zftl::core::check::check(&mut dev);
             assert!(
                 report.is_clean(),
-                "check before mount: {:?}",
-                report.problems
+                "check before mount: {:?} (the log ends at {:?})",
+                report.problems,
+                report.summary.log_end
             );
         }
         let mut ftl = Driver::mount(dev, self.cfg.clone())

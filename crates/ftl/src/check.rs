@@ -658,18 +658,18 @@ impl LogPos {
 /// Why a log position is not the next block of the log.
 enum LogRead {
     Block(LogBlock),
-    /// Why the log cannot go on here; `torn`: the block is unreadable, as a
-    /// write cut by a power loss leaves it.
+    /// Why the log cannot go on here; `cut`: the block is unwritten or
+    /// unreadable, as a write lost or torn by a power cut leaves it.
     End {
         why: String,
-        torn: bool,
+        cut: bool,
     },
 }
 
-fn log_end(why: impl Into<String>, torn: bool) -> LogRead {
+fn log_end(why: impl Into<String>, cut: bool) -> LogRead {
     LogRead::End {
         why: why.into(),
-        torn,
+        cut,
     }
 }
 
@@ -680,7 +680,7 @@ fn read_log_block<B: Backend>(
     wp: u64,
 ) -> Result<LogRead, DeviceError> {
     if off >= wp {
-        return Ok(log_end("erased (at the zone's write pointer)", false));
+        return Ok(log_end("erased (at the zone's write pointer)", true));
     }
     match read_retrying(backend, zone, off, 1) {
         Ok((data, _)) => Ok(match LogBlock::decode(&data) {
@@ -717,7 +717,7 @@ fn check_log<B: Backend>(
     let mut expected = sb.checkpoint_log_seq;
     let limit = pos.ring_blocks();
     let mut walked = 0;
-    let (end, torn) = loop {
+    let (end, cut) = loop {
         if walked == limit {
             break ("the whole ring holds one sequence".to_string(), false);
         }
@@ -733,7 +733,7 @@ fn check_log<B: Backend>(
                     false,
                 )
             }
-            Ok(LogRead::End { why, torn }) => break (why, torn),
+            Ok(LogRead::End { why, cut }) => break (why, cut),
             Err(e) => {
                 report.problem(device_problem("reading the metadata log", &e).at(zone, off));
                 return;
@@ -758,7 +758,7 @@ fn check_log<B: Backend>(
     report.summary.log_end = Some(format!("zone {zone} offset {off}: {end}"));
     let end = LogEnd {
         expected,
-        torn,
+        cut,
         budget: limit - walked,
     };
     look_past_end(backend, &mut pos, end, wp_of, report);
@@ -768,8 +768,8 @@ fn check_log<B: Backend>(
 struct LogEnd {
     /// The log_seq it found no block for.
     expected: u64,
-    /// The block there is unreadable (a torn write).
-    torn: bool,
+    /// The block there is unwritten or unreadable (a write lost or torn).
+    cut: bool,
     /// Ring blocks not walked yet.
     budget: u64,
 }
@@ -778,8 +778,8 @@ struct LogEnd {
 /// valid block `k` positions later with log_seq `expected + k` proves the
 /// log went on after a block that is now damaged. Except across ring zones:
 /// the writer starts on the next zone while the last writes to the full one
-/// are still in flight, so a cut may tear those and keep later ones, none
-/// of which was acknowledged (durability is a prefix of the log).
+/// are still in flight, so a cut may lose or tear those and keep later
+/// ones, none of which was acknowledged (durability is a prefix of the log).
 fn look_past_end<B: Backend>(
     backend: &mut B,
     pos: &mut LogPos,
@@ -803,14 +803,14 @@ fn look_past_end<B: Backend>(
             continue;
         };
         if b.log_seq() == expected + k {
-            if end.torn && zone != bad_zone {
+            if end.cut && zone != bad_zone {
                 report.notices.push(
                     Problem::new(
                         ProblemKind::LogBlock,
                         format!(
-                            "log block {expected} was torn by a power cut while later blocks \
-                             went to the next ring zone (log block {} at zone {zone} offset \
-                             {off}); none was acknowledged, and mount drops them",
+                            "log block {expected} was lost or torn by a power cut while later \
+                             blocks went to the next ring zone (log block {} at zone {zone} \
+                             offset {off}); none was acknowledged, and mount drops them",
                             b.log_seq()
                         ),
                     )
