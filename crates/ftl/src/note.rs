@@ -202,12 +202,22 @@ impl Note {
                     zone: r.a,
                 }
             }
-            RELOCATED => Note::Relocated {
-                seq: r.seq,
-                lba: r.b,
-                to: ppa("to (a)", r.a)?,
-                version_seq: r.c,
-            },
+            RELOCATED => {
+                // The version was written before GC moved it.
+                if r.c >= r.seq {
+                    return Err(out_of_range(
+                        "version seq (c)",
+                        r.c,
+                        "below the note's own seq",
+                    ));
+                }
+                Note::Relocated {
+                    seq: r.seq,
+                    lba: r.b,
+                    to: ppa("to (a)", r.a)?,
+                    version_seq: r.c,
+                }
+            }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
         };
         Ok(note)
@@ -572,14 +582,14 @@ pub(crate) mod tests {
                 }
             }),
             (any::<u64>(), any::<u32>()).prop_map(|(seq, zone)| Note::ZoneRetire { seq, zone }),
-            (any::<u64>(), any::<u64>(), arb_ppa(), any::<u64>()).prop_map(
-                |(seq, lba, to, version_seq)| Note::Relocated {
+            (1..u64::MAX, any::<u64>(), arb_ppa())
+                .prop_flat_map(|(seq, lba, to)| (Just(seq), Just(lba), Just(to), 0..seq))
+                .prop_map(|(seq, lba, to, version_seq)| Note::Relocated {
                     seq,
                     lba,
                     to,
                     version_seq
-                }
-            ),
+                }),
         ]
     }
 
@@ -636,6 +646,12 @@ pub(crate) mod tests {
         assert_eq!(&b[16..24], &10u64.to_le_bytes());
         assert_eq!(&b[24..32], &3u64.to_le_bytes());
         assert_eq!(Note::decode(&b), Ok(n));
+        let mut late = b;
+        late[24..32].copy_from_slice(&9u64.to_le_bytes());
+        assert!(matches!(
+            Note::decode(&late),
+            Err(FormatError::OutOfRange { .. })
+        ));
         b[4..8].copy_from_slice(&Ppa::NONE.0.to_le_bytes());
         assert!(matches!(
             Note::decode(&b),

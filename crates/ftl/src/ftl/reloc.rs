@@ -481,13 +481,15 @@ impl Ftl {
     fn relocation_note(&mut self, it: &RelocItem, dst: Ppa) -> Note {
         let seq = self.take_seq();
         match self.tag_mode {
-            TagMode::Oob => Note::Relocated {
+            // A tag's seq at or past the present is damage its CRC missed:
+            // then the older rule, which needs no version (never a panic).
+            TagMode::Oob if it.seq < seq => Note::Relocated {
                 seq,
                 lba: it.lba,
                 to: dst,
                 version_seq: it.seq,
             },
-            TagMode::InBand => Note::Reloc {
+            _ => Note::Reloc {
                 seq,
                 lba: it.lba,
                 from: it.src,
