@@ -203,8 +203,17 @@ pub fn run_seeds(
             Err(_) => (0..default_seeds).collect(),
         },
     };
+    let total = run_listed_seeds(test, &seeds, run_seed);
+    eprintln!("{test}: {} seeds, {total:?}", seeds.len());
+    (seeds.len(), total)
+}
+
+/// Runs `run_seed` on `seeds` (also: regressions found by longer runs),
+/// printing the replay command of one that fails. Returns the summed
+/// coverage.
+pub fn run_listed_seeds(test: &str, seeds: &[u64], run_seed: impl Fn(u64) -> Coverage) -> Coverage {
     let mut total = Coverage::default();
-    for &seed in &seeds {
+    for &seed in seeds {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));
         let cov = run.unwrap_or_else(|e| {
             eprintln!("\n{test} FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test {test}");
@@ -212,20 +221,7 @@ pub fn run_seeds(
         });
         total.add(&cov);
     }
-    eprintln!("{test}: {} seeds, {total:?}", seeds.len());
-    (seeds.len(), total)
-}
-
-/// Runs `run_seed` on `seeds` (regressions found by longer runs), printing
-/// the replay command of one that fails.
-pub fn run_listed_seeds(test: &str, seeds: &[u64], run_seed: impl Fn(u64) -> Coverage) {
-    for &seed in seeds {
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));
-        if let Err(e) = run {
-            eprintln!("\n{test} FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test {test}");
-            std::panic::resume_unwind(e);
-        }
-    }
+    total
 }
 
 /// `n` (seeds 0..n) or `from..to`.
