@@ -700,8 +700,9 @@ struct Rebuild {
     retired: Vec<ZoneId>,
     zone_capacity_blocks: u64,
     in_band: bool,
-    /// The seq of the version each block mapped by a replayed tag or note
-    /// holds (blocks the checkpoint maps are not in it).
+    /// The seq of the version each block mapped by a replayed tag or
+    /// Relocated note holds (OOB tags, where Relocated notes compare with
+    /// it; in band, HostWrite notes need none).
     versions: HashMap<Lba, Seq>,
     /// Zones a replayed ZoneReset note resets (by zone id), and the blocks
     /// mapped into them, by address: what such a note must unmap.
@@ -842,10 +843,7 @@ impl Rebuild {
                     self.set_version(lba, ppa, crc, seq);
                 }
                 Event::Note(Note::HostWrite {
-                    seq,
-                    lba,
-                    ppa,
-                    data_crc,
+                    lba, ppa, data_crc, ..
                 }) => {
                     self.check_lba(lba)?;
                     if !ppa_ok(ppa) {
@@ -854,7 +852,7 @@ impl Rebuild {
                             ppa.0
                         )));
                     }
-                    self.set_version(lba, ppa, data_crc, seq);
+                    self.set(lba, ppa, data_crc);
                 }
                 Event::Note(Note::Trim {
                     lba, block_count, ..
