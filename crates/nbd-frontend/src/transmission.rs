@@ -536,6 +536,10 @@ struct Reader<R> {
     /// The last request was a WRITE with a payload of at least the receive
     /// buffer's size.
     after_large_write: bool,
+    /// The start of the next request's header, read together with a large
+    /// WRITE's payload (`lookahead_bytes` of it): one receive instead of two.
+    lookahead: [u8; REQUEST_HEADER_BYTES],
+    lookahead_bytes: usize,
 }
 
 type Socket<S> = Duplex<ReadHalf<S>, WriteHalf<S>>;
@@ -563,12 +567,17 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
 
     async fn next(&mut self) -> Next {
         let mut raw = [0u8; REQUEST_HEADER_BYTES];
-        let got = if self.after_large_write && self.inner.buffer().is_empty() {
+        let have = std::mem::take(&mut self.lookahead_bytes);
+        raw[..have].copy_from_slice(&self.lookahead[..have]);
+        let rest = &mut raw[have..];
+        let got = if rest.is_empty() {
+            Ok(0)
+        } else if self.after_large_write && self.inner.buffer().is_empty() {
             // Likely another large write: its header alone, so that its
             // payload lands in its own buffer, not in ours and copied.
-            self.inner.get_mut().read_exact(&mut raw).await
+            self.inner.get_mut().read_exact(rest).await
         } else {
-            self.inner.read_exact(&mut raw).await
+            self.inner.read_exact(rest).await
         };
         if let Err(e) = got {
             return Next::Stop(io_stop(e));
@@ -621,16 +630,9 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
         self.after_large_write =
             header.command == CMD_WRITE && header.length as usize >= READ_BUFFER_BYTES;
         if header.command == CMD_WRITE {
-            let len = header.length as usize;
-            let mut buf = Vec::with_capacity(len);
-            let got = (&mut self.inner)
-                .take(len as u64)
-                .read_to_end(&mut buf)
-                .await;
-            match got {
-                Ok(n) if n == len => payload = Some(buf),
-                Ok(_) => return Next::Stop(Stop::Eof),
-                Err(e) => return Next::Stop(io_stop(e)),
+            match self.payload(header.length as usize).await {
+                Ok(buf) => payload = Some(buf),
+                Err(stop) => return Next::Stop(stop),
             }
         }
         Next::Spawn {
@@ -639,6 +641,39 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
             payload,
             permits,
         }
+    }
+
+    /// Reads a WRITE's `len`-byte payload. A large one that the receive
+    /// buffer does not hold yet is read straight into its own buffer,
+    /// together with up to a header's worth of what follows it.
+    async fn payload(&mut self, len: usize) -> Result<Vec<u8>, Stop> {
+        if len < READ_BUFFER_BYTES || !self.inner.buffer().is_empty() {
+            let mut buf = Vec::with_capacity(len);
+            return match (&mut self.inner)
+                .take(len as u64)
+                .read_to_end(&mut buf)
+                .await
+            {
+                Ok(n) if n == len => Ok(buf),
+                Ok(_) => Err(Stop::Eof),
+                Err(e) => Err(io_stop(e)),
+            };
+        }
+        assert_eq!(self.lookahead_bytes, 0, "the header came first");
+        let mut buf = Vec::with_capacity(len + REQUEST_HEADER_BYTES);
+        while buf.len() < len {
+            // Room is left, so `read_buf` never grows the buffer.
+            match self.inner.get_mut().read_buf(&mut buf).await {
+                Ok(0) => return Err(Stop::Eof),
+                Ok(_) => {}
+                Err(e) => return Err(io_stop(e)),
+            }
+        }
+        let extra = buf.len() - len;
+        self.lookahead[..extra].copy_from_slice(&buf[len..]);
+        self.lookahead_bytes = extra;
+        buf.truncate(len);
+        Ok(buf)
     }
 
     /// Answers a refused request; a refused WRITE's payload is read and
@@ -811,6 +846,8 @@ pub(crate) async fn transmit<S, V>(
         )),
         max_write_skip: cfg.max_write_skip_bytes,
         after_large_write: false,
+        lookahead: [0; REQUEST_HEADER_BYTES],
+        lookahead_bytes: 0,
     };
     let stop = loop {
         let next = tokio::select! {

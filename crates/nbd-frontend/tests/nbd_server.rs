@@ -535,6 +535,72 @@ async fn many_requests_in_flight_replies_by_cookie() {
     server.stop().await;
 }
 
+/// A large WRITE's payload is read into its own buffer together with what
+/// follows it, up to a header: requests sent back to back and cut at every
+/// kind of place (inside headers, right after a payload, a byte into the
+/// next header) are all answered, and the data reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_large_writes_cut_anywhere_read_back() {
+    let server = start().await;
+    let mut c = connect(server.addr, "zftl", Opts::default()).await;
+    let big = 32 * BS; // at least the server's receive buffer
+    let mut stream = Vec::new();
+    let mut regions = Vec::new();
+    let mut offset = 0u64;
+    for i in 0..12u8 {
+        let len = if i % 4 == 3 { BS } else { big };
+        let data = pattern(i.wrapping_mul(17).wrapping_add(3), len);
+        let h = RequestHeader {
+            flags: 0,
+            command: CMD_WRITE,
+            cookie: 1000 + u64::from(i),
+            offset,
+            length: len as u32,
+        };
+        stream.extend_from_slice(&h.encode());
+        stream.extend_from_slice(&data);
+        regions.push((offset, data));
+        offset += len as u64;
+    }
+    // Cut points: the ends of payloads, and a few bytes around them.
+    let mut cuts: Vec<usize> = Vec::new();
+    let mut at = 0;
+    for (k, (_, data)) in regions.iter().enumerate() {
+        at += REQUEST_HEADER_BYTES + data.len();
+        let shift = [0isize, 1, -1, 13, 27, 28, 29, -5, 100, 0, 7, -28][k];
+        cuts.push((at as isize + shift).clamp(1, stream.len() as isize) as usize);
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut from = 0;
+    for cut in cuts.into_iter().chain([stream.len()]) {
+        if cut <= from {
+            continue;
+        }
+        c.s.write_all(&stream[from..cut]).await.unwrap();
+        c.s.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        from = cut;
+    }
+    let mut answered = Vec::new();
+    for _ in 0..regions.len() {
+        let r = c.reply().await;
+        assert_eq!(r.error, 0, "write {}", r.cookie);
+        answered.push(r.cookie);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, (1000..1012).collect::<Vec<u64>>());
+    for (offset, data) in &regions {
+        assert_eq!(
+            &c.read(*offset, data.len() as u32).await,
+            data,
+            "at {offset}"
+        );
+    }
+    c.disconnect().await;
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multiple_connections_share_one_volume() {
     let server = start().await;
