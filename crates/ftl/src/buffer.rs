@@ -22,23 +22,40 @@ use std::sync::Arc;
 pub type SlotId = u32;
 
 /// A fast keyed hash for the buffer's block index (SipHash is the largest
-/// cost of a buffered 4 KiB write otherwise).
+/// cost of a buffered 4 KiB write otherwise). Blocks of one aligned run of
+/// [`LOCALITY_BLOCKS`] hash to consecutive buckets, so a multi-block
+/// write's blocks share a few cache lines of the table instead of one
+/// each; the runs themselves land where the keyed mix puts them.
 #[derive(Clone, Copy)]
 pub struct LbaHasherBuilder(u64);
 
-pub struct LbaHasher(u64);
+pub struct LbaHasher {
+    seed: u64,
+    key: u64,
+}
+
+/// Blocks per run of neighbouring buckets (a power of two).
+const LOCALITY_BLOCKS: u64 = 32;
 
 impl std::hash::BuildHasher for LbaHasherBuilder {
     type Hasher = LbaHasher;
     fn build_hasher(&self) -> LbaHasher {
-        LbaHasher(self.0)
+        LbaHasher {
+            seed: self.0,
+            key: 0,
+        }
     }
 }
 
 impl std::hash::Hasher for LbaHasher {
     fn finish(&self) -> u64 {
-        let x = self.0 ^ (self.0 >> 29);
-        x.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ (x >> 32)
+        let run = (self.key / LOCALITY_BLOCKS) ^ self.seed;
+        let x = run.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let x = (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let mixed = x ^ (x >> 32);
+        // The low bits pick the bucket, the top 7 the tag byte: the mix
+        // supplies both, the block's place in its run offsets the bucket.
+        (mixed & !(LOCALITY_BLOCKS - 1)) | (self.key % LOCALITY_BLOCKS)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -46,7 +63,7 @@ impl std::hash::Hasher for LbaHasher {
         }
     }
     fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.key = self.key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n;
     }
 }
 
@@ -382,6 +399,20 @@ mod tests {
         assert_eq!(b.shared_blocks(), 0, "the last window freed the buffer");
         assert!(b.spare.is_empty(), "shared windows are not pooled");
         assert_eq!(b.lookup(11), Some(&[9u8; 8][..]));
+    }
+
+    #[test]
+    fn a_run_of_blocks_hashes_to_neighbouring_buckets_placed_by_the_seed() {
+        use std::hash::BuildHasher;
+        let (a, b) = (LbaHasherBuilder(1), LbaHasherBuilder(2));
+        let run: Vec<u64> = (64..64 + LOCALITY_BLOCKS).map(|l| a.hash_one(l)).collect();
+        assert!(run.windows(2).all(|w| w[1] == w[0] + 1), "consecutive");
+        assert_ne!(
+            a.hash_one(64u64) >> 57,
+            a.hash_one(96u64) >> 57,
+            "runs mixed"
+        );
+        assert_ne!(a.hash_one(64u64), b.hash_one(64u64), "keyed");
     }
 
     #[test]
