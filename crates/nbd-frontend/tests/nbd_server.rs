@@ -536,66 +536,89 @@ async fn many_requests_in_flight_replies_by_cookie() {
 }
 
 /// A large WRITE's payload is read into its own buffer together with what
-/// follows it, up to a header: requests sent back to back and cut at every
-/// kind of place (inside headers, right after a payload, a byte into the
-/// next header) are all answered, and the data reads back.
+/// follows it, up to a header; replies go out in batches. Streams of
+/// writes of every size around the receive buffer's, with flushes between,
+/// sent back to back and cut at random places (inside headers, right after
+/// payloads, a byte into the next header): every request is answered once,
+/// and the data reads back. A failing seed is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn back_to_back_large_writes_cut_anywhere_read_back() {
+async fn back_to_back_requests_cut_anywhere_read_back() {
     let server = start().await;
     let mut c = connect(server.addr, "zftl", Opts::default()).await;
-    let big = 32 * BS; // at least the server's receive buffer
-    let mut stream = Vec::new();
-    let mut regions = Vec::new();
-    let mut offset = 0u64;
-    for i in 0..12u8 {
-        let len = if i % 4 == 3 { BS } else { big };
-        let data = pattern(i.wrapping_mul(17).wrapping_add(3), len);
-        let h = RequestHeader {
-            flags: 0,
-            command: CMD_WRITE,
-            cookie: 1000 + u64::from(i),
-            offset,
-            length: len as u32,
-        };
-        stream.extend_from_slice(&h.encode());
-        stream.extend_from_slice(&data);
-        regions.push((offset, data));
-        offset += len as u64;
-    }
-    // Cut points: the ends of payloads, and a few bytes around them.
-    let mut cuts: Vec<usize> = Vec::new();
-    let mut at = 0;
-    for (k, (_, data)) in regions.iter().enumerate() {
-        at += REQUEST_HEADER_BYTES + data.len();
-        let shift = [0isize, 1, -1, 13, 27, 28, 29, -5, 100, 0, 7, -28][k];
-        cuts.push((at as isize + shift).clamp(1, stream.len() as isize) as usize);
-    }
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut from = 0;
-    for cut in cuts.into_iter().chain([stream.len()]) {
-        if cut <= from {
-            continue;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for seed in 0..8u64 {
+        let mut stream = Vec::new();
+        let mut regions = Vec::new();
+        let mut ends = Vec::new();
+        let mut offset = 0u64;
+        for i in 0..16u64 {
+            let cookie = 1000 * (seed + 1) + i;
+            // The receive buffer is 16 blocks: sizes below, at and above it.
+            let blocks = [1, 15, 16, 17, 32, 32, 64, 64][next(8) as usize];
+            let (command, len) = if next(8) == 0 {
+                (CMD_FLUSH, 0)
+            } else {
+                (CMD_WRITE, blocks * BS)
+            };
+            let h = RequestHeader {
+                flags: 0,
+                command,
+                cookie,
+                offset: if len == 0 { 0 } else { offset },
+                length: len as u32,
+            };
+            stream.extend_from_slice(&h.encode());
+            if len > 0 {
+                let data = pattern((seed * 16 + i) as u8, len);
+                stream.extend_from_slice(&data);
+                regions.push((offset, data));
+                offset += len as u64;
+            }
+            ends.push(stream.len());
         }
-        c.s.write_all(&stream[from..cut]).await.unwrap();
-        c.s.flush().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        from = cut;
-    }
-    let mut answered = Vec::new();
-    for _ in 0..regions.len() {
-        let r = c.reply().await;
-        assert_eq!(r.error, 0, "write {}", r.cookie);
-        answered.push(r.cookie);
-    }
-    answered.sort_unstable();
-    assert_eq!(answered, (1000..1012).collect::<Vec<u64>>());
-    for (offset, data) in &regions {
+        let mut cuts: Vec<usize> = ends
+            .iter()
+            .map(|&end| {
+                // Mostly into the next header: partial lookaheads.
+                let shift = next(48) as isize - 8;
+                (end as isize + shift).clamp(1, stream.len() as isize) as usize
+            })
+            .collect();
+        cuts.extend((0..8).map(|_| 1 + next(stream.len() as u64 - 1) as usize));
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut from = 0;
+        for cut in cuts.into_iter().chain([stream.len()]) {
+            if cut > from {
+                c.s.write_all(&stream[from..cut]).await.unwrap();
+                c.s.flush().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                from = cut;
+            }
+        }
+        let mut answered = Vec::new();
+        for _ in 0..16 {
+            let r = c.reply().await;
+            assert_eq!(r.error, 0, "seed {seed}: request {}", r.cookie);
+            answered.push(r.cookie);
+        }
+        answered.sort_unstable();
+        let first = 1000 * (seed + 1);
         assert_eq!(
-            &c.read(*offset, data.len() as u32).await,
-            data,
-            "at {offset}"
+            answered,
+            (first..first + 16).collect::<Vec<u64>>(),
+            "seed {seed}"
         );
+        for (offset, data) in &regions {
+            let got = c.read(*offset, data.len() as u32).await;
+            assert!(&got == data, "seed {seed}: data at {offset}");
+        }
     }
     c.disconnect().await;
     server.stop().await;
