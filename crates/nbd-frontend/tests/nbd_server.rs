@@ -540,7 +540,8 @@ async fn many_requests_in_flight_replies_by_cookie() {
 /// writes of every size around the receive buffer's, with flushes between,
 /// sent back to back and cut at random places (inside headers, right after
 /// payloads, a byte into the next header): every request is answered once,
-/// and the data reads back. A failing seed is printed.
+/// and the data reads back. The streams and cuts come from a fixed
+/// generator: a failure replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn back_to_back_requests_cut_anywhere_read_back() {
     let server = start().await;
