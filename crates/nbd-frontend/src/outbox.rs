@@ -11,8 +11,8 @@
 //! send, not one (on loopback a send also delivers to the client and wakes
 //! it: with 128 KiB writes, a fifth of the server's time went to sending
 //! one reply per request); and the replies of a burst of small requests
-//! leave in one send. Requests that finish on their own tasks queue their replies on
-//! the channel, whose wakeup brings the reader here.
+//! leave in one send. Requests that finish on their own tasks queue their
+//! replies on the channel, whose wakeup brings the reader here.
 //!
 //! Bounded: the outbox takes replies off the channel only while it holds
 //! less than [`MAX_QUEUED_BYTES`]; past that the reader stops reading
