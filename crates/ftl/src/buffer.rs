@@ -95,8 +95,11 @@ pub struct WriteBuffer {
     queues: [VecDeque<SlotId>; 2],
     latest: HashMap<Lba, SlotId, LbaHasherBuilder>,
     next_ticket: u64,
-    /// Tickets of occupied slots, to find the oldest unfinished one.
-    tickets: std::collections::BTreeMap<u64, SlotId>,
+    /// (ticket, slot) in ticket order, for the oldest unfinished ticket.
+    /// An entry is stale once its slot is free or holds a newer ticket;
+    /// the front is never stale, and stale entries are swept out before
+    /// they outnumber the slots (see `note_ticket`).
+    tickets: VecDeque<(u64, SlotId)>,
     /// Block buffers of released slots, reused for the blocks of
     /// multi-block writes that are copied (see `may_share`) instead of one
     /// allocation each. At most one per slot: the pool never holds more
@@ -216,9 +219,8 @@ impl WriteBuffer {
             if old.seq.is_none() {
                 // Queued, not yet sent: overwritten in place (coalescing).
                 old.data = data;
-                let old_ticket = std::mem::replace(&mut old.ticket, ticket);
-                self.tickets.remove(&old_ticket);
-                self.tickets.insert(ticket, s);
+                old.ticket = ticket;
+                self.note_ticket(ticket, s);
                 return s;
             }
         }
@@ -237,7 +239,7 @@ impl WriteBuffer {
             ticket,
             temp,
         });
-        self.tickets.insert(ticket, s);
+        self.note_ticket(ticket, s);
         self.queues[temp as usize].push_back(s);
         s
     }
@@ -301,8 +303,8 @@ impl WriteBuffer {
             }
             _ => false,
         };
-        self.tickets.remove(&slot.ticket);
         self.free.push(s);
+        self.drop_stale_tickets();
         (slot, latest)
     }
 
@@ -321,9 +323,36 @@ impl WriteBuffer {
 
     /// Whether every block admitted before `barrier` has left the buffer.
     pub fn drained_before(&self, barrier: u64) -> bool {
-        self.tickets
-            .first_key_value()
-            .is_none_or(|(&t, _)| t >= barrier)
+        self.tickets.front().is_none_or(|&(t, _)| t >= barrier)
+    }
+
+    fn ticket_is_live(&self, (ticket, s): (u64, SlotId)) -> bool {
+        self.slots[s as usize]
+            .as_ref()
+            .is_some_and(|slot| slot.ticket == ticket)
+    }
+
+    /// Records slot `s`'s new ticket (the newest); its older entry, if
+    /// any, went stale. Sweeps the stale entries once they could outnumber
+    /// the slots, which bounds the queue at twice the slots.
+    fn note_ticket(&mut self, ticket: u64, s: SlotId) {
+        self.drop_stale_tickets();
+        if self.tickets.len() >= 2 * self.slots.len() {
+            let mut tickets = std::mem::take(&mut self.tickets);
+            tickets.retain(|&e| self.ticket_is_live(e));
+            self.tickets = tickets;
+        }
+        self.tickets.push_back((ticket, s));
+    }
+
+    /// Keeps the front entry live.
+    fn drop_stale_tickets(&mut self) {
+        while let Some(&e) = self.tickets.front() {
+            if self.ticket_is_live(e) {
+                break;
+            }
+            self.tickets.pop_front();
+        }
     }
 }
 
@@ -413,6 +442,55 @@ mod tests {
             "runs mixed"
         );
         assert_ne!(a.hash_one(64u64), b.hash_one(64u64), "keyed");
+    }
+
+    /// `drained_before` against the oldest ticket of the occupied slots,
+    /// found by brute force, through random admissions (coalescing many),
+    /// submissions, completions and trims; the ticket queue stays bounded
+    /// while the oldest slot stays in flight.
+    #[test]
+    fn barriers_match_the_oldest_occupied_ticket_and_tickets_stay_bounded() {
+        let cap = 8u32;
+        let mut b = WriteBuffer::new(cap, 7);
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut in_flight: Vec<SlotId> = Vec::new();
+        let mut seq = 0;
+        for step in 0..20_000 {
+            let lba = next(12);
+            match next(10) {
+                0..=4 => {
+                    if b.slots_needed(b.latest_slot(lba)) <= b.free_slots() {
+                        b.insert(lba, vec![0].into(), false, Temp::Hot);
+                    }
+                }
+                5 | 6 => {
+                    seq += 1;
+                    in_flight.extend(b.pop_queued(Temp::Hot, seq));
+                }
+                // Completions, but never of the first slot sent while
+                // step < 10000: the oldest ticket stays put meanwhile.
+                7 | 8 if in_flight.len() > usize::from(step < 10_000) => {
+                    let i = usize::from(step < 10_000)
+                        + next((in_flight.len() - usize::from(step < 10_000)) as u64) as usize;
+                    b.release(in_flight.swap_remove(i));
+                }
+                _ => {
+                    b.discard(lba);
+                }
+            }
+            let oldest = b.slots.iter().flatten().map(|slot| slot.ticket).min();
+            for barrier in [0, b.next_ticket() / 2, b.next_ticket()] {
+                let want = oldest.is_none_or(|t| t >= barrier);
+                assert_eq!(b.drained_before(barrier), want, "step {step}");
+            }
+            assert!(b.tickets.len() <= 2 * cap as usize + 1, "step {step}");
+        }
     }
 
     #[test]
