@@ -537,15 +537,18 @@ async fn many_requests_in_flight_replies_by_cookie() {
 
 /// A large WRITE's payload is read into its own buffer together with what
 /// follows it, up to a header; replies go out in batches. Streams of
-/// writes of every size around the receive buffer's, with flushes between,
-/// sent back to back and cut at random places (inside headers, right after
-/// payloads, a byte into the next header): every request is answered once,
-/// and the data reads back. The streams and cuts come from a fixed
-/// generator: a failure replays.
+/// writes of every size around the receive buffer's, flushes, reads of
+/// what the previous stream wrote, and refused writes past the end, sent
+/// back to back and cut at random places (mostly a few bytes into the next
+/// header): every request is answered once, as it should be, and the data
+/// reads back. The streams and cuts come from a fixed generator: a failure
+/// replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn back_to_back_requests_cut_anywhere_read_back() {
     let server = start().await;
     let mut c = connect(server.addr, "zftl", Opts::default()).await;
+    const HALF: u64 = 2 << 20;
+    assert!(c.size >= 2 * HALF, "room for two streams' regions");
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move |n: u64| {
         rng ^= rng << 13;
@@ -553,33 +556,53 @@ async fn back_to_back_requests_cut_anywhere_read_back() {
         rng ^= rng << 17;
         rng % n
     };
+    let mut previous: Vec<(u64, Vec<u8>)> = Vec::new();
     for seed in 0..8u64 {
         let mut stream = Vec::new();
         let mut regions = Vec::new();
+        // cookie -> (expect success, data a read must return)
+        let mut expected: HashMap<u64, (bool, Option<Vec<u8>>)> = HashMap::new();
         let mut ends = Vec::new();
-        let mut offset = 0u64;
+        // Each stream writes its own half; reads take the other half's
+        // data, acknowledged by the previous stream.
+        let base = (seed % 2) * HALF;
+        let mut offset = base;
         for i in 0..16u64 {
             let cookie = 1000 * (seed + 1) + i;
             // The receive buffer is 16 blocks: sizes below, at and above it.
             let blocks = [1, 15, 16, 17, 32, 32, 64, 64][next(8) as usize];
-            let (command, len) = if next(8) == 0 {
-                (CMD_FLUSH, 0)
-            } else {
-                (CMD_WRITE, blocks * BS)
+            let len = (blocks * BS) as u64;
+            let (command, at, length, ok) = match next(10) {
+                0 => (CMD_FLUSH, 0, 0, true),
+                1 if !previous.is_empty() => {
+                    let (at, data) = &previous[next(previous.len() as u64) as usize];
+                    c.reads.insert(cookie, data.len());
+                    expected.insert(cookie, (true, Some(data.clone())));
+                    (CMD_READ, *at, data.len() as u64, true)
+                }
+                // Past the end: refused, its payload skipped.
+                2 => (CMD_WRITE, c.size - BS as u64, len.max(2 * BS as u64), false),
+                _ if offset + len > base + HALF => (CMD_FLUSH, 0, 0, true),
+                _ => {
+                    offset += len;
+                    (CMD_WRITE, offset - len, len, true)
+                }
             };
+            expected.entry(cookie).or_insert((ok, None));
             let h = RequestHeader {
                 flags: 0,
                 command,
                 cookie,
-                offset: if len == 0 { 0 } else { offset },
-                length: len as u32,
+                offset: at,
+                length: length as u32,
             };
             stream.extend_from_slice(&h.encode());
-            if len > 0 {
-                let data = pattern((seed * 16 + i) as u8, len);
+            if command == CMD_WRITE {
+                let data = pattern((seed * 16 + i) as u8, length as usize);
                 stream.extend_from_slice(&data);
-                regions.push((offset, data));
-                offset += len as u64;
+                if ok {
+                    regions.push((at, data));
+                }
             }
             ends.push(stream.len());
         }
@@ -603,23 +626,22 @@ async fn back_to_back_requests_cut_anywhere_read_back() {
                 from = cut;
             }
         }
-        let mut answered = Vec::new();
         for _ in 0..16 {
             let r = c.reply().await;
-            assert_eq!(r.error, 0, "seed {seed}: request {}", r.cookie);
-            answered.push(r.cookie);
+            let (ok, data) = expected
+                .remove(&r.cookie)
+                .unwrap_or_else(|| panic!("seed {seed}: reply to {} twice or unasked", r.cookie));
+            assert_eq!(r.error == 0, ok, "seed {seed}: request {}", r.cookie);
+            if let Some(data) = data {
+                assert!(r.data == data, "seed {seed}: read {}", r.cookie);
+            }
         }
-        answered.sort_unstable();
-        let first = 1000 * (seed + 1);
-        assert_eq!(
-            answered,
-            (first..first + 16).collect::<Vec<u64>>(),
-            "seed {seed}"
-        );
+        assert!(expected.is_empty(), "seed {seed}");
         for (offset, data) in &regions {
             let got = c.read(*offset, data.len() as u32).await;
             assert!(&got == data, "seed {seed}: data at {offset}");
         }
+        previous = regions;
     }
     c.disconnect().await;
     server.stop().await;
