@@ -723,11 +723,11 @@ impl Rebuild {
             ));
         }
         let physical = physical_blocks(g).expect("validated geometry");
-        let format = EntryFormat::for_device(physical, sb.tag_mode == TagMode::InBand);
+        let in_band = sb.tag_mode == TagMode::InBand;
+        let format = EntryFormat::for_device(physical, in_band);
         let crcs = image.crcs.as_deref().unwrap_or(&[]);
         let l2p = L2p::from_leaves(image.logical_blocks, format, &image.leaves, crcs)
             .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
-        let in_band = sb.tag_mode == TagMode::InBand;
         Ok(Rebuild::with_map(
             g,
             l2p,
