@@ -508,16 +508,18 @@ impl Rig {
     fn mount_and_check(&mut self, mut dev: SimDevice) {
         // What mount will rebuild must agree with itself (map, reverse map,
         // zone table): a disagreement shows only much later, as lost space.
-        // Media faults leave unreadable blocks mapped in retired zones.
-        if !self.media_faults {
-            let report = zftl::core::check::check(&mut dev);
-            assert!(
-                report.is_clean(),
-                "check before mount: {:?} (the log ends at {:?})",
-                report.problems,
-                report.summary.log_end
-            );
-        }
+        // Injected read errors are transient: off while `check` reads (the
+        // fault streams restart from their seed afterwards).
+        let faults = dev.config().faults.clone();
+        dev.set_faults(Faults::default());
+        let report = zftl::core::check::check(&mut dev);
+        assert!(
+            report.is_clean(),
+            "check before mount: {:?} (the log ends at {:?})",
+            report.problems,
+            report.summary.log_end
+        );
+        dev.set_faults(faults);
         let mut ftl = Driver::mount(dev, self.cfg.clone())
             .unwrap_or_else(|e| panic!("mount after power cut: {e}"));
         if let Some(t) = trace_lba() {

@@ -1010,7 +1010,9 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
         mapped[z as usize] += 1;
         let dev = &zones[z as usize];
         let kind = r.zones.get(z).kind();
-        if !matches!(kind, ZoneKind::Data { .. }) {
+        // A block GC could not read stays mapped where it is, in a zone
+        // that is then retired (docs/format.md §8).
+        if !matches!(kind, ZoneKind::Data { .. } | ZoneKind::Retired) {
             report.problem(
                 Problem::new(
                     ProblemKind::ZoneAccounting,
