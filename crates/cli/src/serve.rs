@@ -33,7 +33,7 @@ use zftl_sim::SimDevice;
 
 use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
-use crate::{image, volume};
+use crate::{data_crc, image, volume};
 
 /// Where the FTL's loop runs (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -507,8 +507,14 @@ pub(crate) struct Bound {
     pub metrics: Option<SocketAddr>,
 }
 
-pub fn run(args: &ServeArgs, top_image: Option<&PathBuf>) -> Result<(), CliError> {
+/// `crc`: how the data CRC implementations timed (fastest first, in use).
+pub fn run(
+    args: &ServeArgs,
+    top_image: Option<&PathBuf>,
+    crc: &[data_crc::Timing],
+) -> Result<(), CliError> {
     init_logging();
+    info!("data CRC: {}", data_crc::describe(crc));
     let settings = Settings::from_args(args)?;
     run_until(&settings, top_image, termination(), |_| {})
 }

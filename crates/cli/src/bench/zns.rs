@@ -174,7 +174,7 @@ pub fn cpu_costs() -> Vec<CpuCost> {
         }));
     }
     out.push(cpu_cost(
-        format!("crc_data_crc_{}", DataCrcImpl::selected().name()),
+        format!("crc_data_crc_{}", DataCrcImpl::in_use().name()),
         true,
         || {
             for b in src.chunks_exact(BLOCK) {
