@@ -36,7 +36,12 @@
 //! Errors are typed ([`core::IoError`]); a lost device and a closed handle
 //! both answer [`core::IoError::DeviceGone`]. Dropping the last handle
 //! flushes but writes no checkpoint: see [`handle`] for the details.
+//!
+//! Every block written or read pays a CRC-32C; call
+//! [`data_crc::choose_fastest`] once at startup (about 5 ms) to run the
+//! implementation that is fastest on this CPU, as the `zftl` binary does.
 
+pub mod data_crc;
 pub mod handle;
 
 pub use handle::{AsyncHandle, Handle, InlineHandle};

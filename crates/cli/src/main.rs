@@ -7,7 +7,6 @@
 mod args;
 mod bench;
 mod config;
-mod data_crc;
 mod device;
 mod error;
 mod image;
@@ -56,7 +55,7 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), CliError> {
     // The FTL checksums every block it writes or reads: time the data CRC
     // implementations first (about 5 ms) and run the fastest.
-    let crc = data_crc::choose_fastest();
+    let crc = zftl::data_crc::choose_fastest();
     match &cli.command {
         None => main_job(cli),
         Some(Command::Sim(SimCommand::Create(args))) => sim_create(args, cli.json),

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tracing::{info, warn};
+use zftl::data_crc;
 use zftl::handle::{AsyncHandle, Handle, InlineHandle};
 use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
@@ -33,7 +34,7 @@ use zftl_sim::SimDevice;
 
 use crate::args::{ImageOpt, ServeArgs};
 use crate::error::CliError;
-use crate::{data_crc, image, volume};
+use crate::{image, volume};
 
 /// Where the FTL's loop runs (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,6 +2,12 @@
 //! fastest: every block written or read pays one CRC, and CPU features
 //! alone rank the implementations wrongly on some CPUs. The core has no
 //! clock to time them itself ([`DataCrcImpl::choose`]).
+//!
+//! ```
+//! let timings = zftl::data_crc::choose_fastest();
+//! assert_eq!(zftl::core::tag::DataCrcImpl::in_use(), timings[0].imp);
+//! println!("data CRC: {}", zftl::data_crc::describe(&timings));
+//! ```
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
