@@ -14,7 +14,7 @@
 //! returns 0xFF data and 0xFF OOB, as erased NAND does. Torn and failed
 //! pages fail with `UncorrectableRead` until their zone is reset.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod config;
 mod device;
@@ -27,6 +27,7 @@ mod media;
 mod power;
 pub mod rng;
 mod stats;
+mod streaming;
 mod timing;
 mod zone;
 

@@ -15,6 +15,7 @@ use zftl_core::ZoneState;
 use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::image::{self, ImageLayout, PageState, ERASE_ENTRY_BYTES, ZONE_ENTRY_BYTES};
+use crate::streaming;
 
 /// Page bytes in memory start on this boundary: copies to and from
 /// aligned pages run faster.
@@ -244,7 +245,7 @@ impl Media {
                 for &i in run {
                     let (page, data, oob) = pieces[i];
                     let (p, n) = (page as usize, data.len() / ps);
-                    d[*base + p * ps..*base + (p + n) * ps].copy_from_slice(data);
+                    streaming::copy(&mut d[*base + p * ps..*base + (p + n) * ps], data);
                     let dst = &mut o[p * os..(p + n) * os];
                     if oob.is_empty() {
                         dst.fill(0);
