@@ -10,12 +10,17 @@
 //! still leave in one send. Requests that finish on their own tasks queue
 //! their replies on the channel, whose wakeup brings the reader here.
 //!
-//! Not holding replies back for a batch while requests keep arriving is
-//! deliberate: batches of 4 cut sends per 128 KiB write from 1.0 to 0.3
-//! and gained a few per cent at iodepth 16, but a client with 2 to 8
-//! requests in flight then waits for its whole burst (128 KiB writes at
-//! iodepth 4: 26 K IOPS against 36 K), and the server cannot see a
-//! client's depth.
+//! One exception: a few small replies are held back for the next read
+//! while the socket already holds two more requests' worth of bytes beyond
+//! it ([`Backlog`], FIONREAD). A client that sent that much keeps the
+//! server busy for two more requests, so holding its replies costs it no
+//! throughput, and on loopback a send also delivers to the client and
+//! wakes it: with 128 KiB writes at iodepth 16, one send per reply took a
+//! fifth of the server thread. A client with few requests in flight never
+//! has that backlog, so it gets every reply at once: fixed batches (held
+//! whatever the backlog) cost such clients their pipelining (128 KiB
+//! writes at iodepth 4: 26 K IOPS against 36 K), since the server cannot
+//! see a client's depth, only what the client has sent.
 //!
 //! Bounded: the outbox takes replies off the channel only while it holds
 //! less than [`MAX_QUEUED_BYTES`]; past that the reader stops reading
@@ -38,6 +43,14 @@ pub(crate) const MAX_QUEUED_BYTES: usize = 1 << 20;
 /// send); larger read data goes out from its own buffer.
 const COALESCE_BYTES: usize = 64 << 10;
 
+/// Replies held back at most while the client keeps sending (a send per
+/// this many replies at best).
+const MAX_HELD_REPLIES: usize = 4;
+
+/// A read counts as at least this large when the backlog it needs is
+/// weighed: a header read alone must not hold replies on a few bytes.
+const MIN_READ_BYTES: u64 = 64 << 10;
+
 /// Bytes on their way out; the permits of the replies they end are
 /// released once they are written.
 struct Chunk {
@@ -52,6 +65,8 @@ pub(crate) struct Outbox<W> {
     /// Bytes of the front chunk already written.
     written: usize,
     queued_bytes: usize,
+    /// Replies queued since the outbox was last empty.
+    queued_replies: usize,
     /// Every sender is gone: no reply will come any more.
     closed: bool,
     /// The socket failed; nothing more is written.
@@ -66,6 +81,7 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
             chunks: VecDeque::new(),
             written: 0,
             queued_bytes: 0,
+            queued_replies: 0,
             closed: false,
             failed: None,
         }
@@ -74,6 +90,7 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
     /// Queues a reply: from the channel, or a refusal straight from the reader.
     pub(crate) fn push(&mut self, m: Outgoing) {
         let permits = m.permits;
+        self.queued_replies += 1;
         self.queue_bytes(&m.head);
         match m.data {
             Some(d) if d.len() > COALESCE_BYTES => {
@@ -128,14 +145,9 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
             return Poll::Ready(Err(kind.into()));
         }
         loop {
-            while !self.full() && !self.closed {
-                match self.rx.poll_recv(cx) {
-                    Poll::Ready(Some(m)) => self.push(m),
-                    Poll::Ready(None) => self.closed = true,
-                    Poll::Pending => break,
-                }
-            }
+            self.gather(cx);
             let Some(front) = self.chunks.front() else {
+                self.queued_replies = 0;
                 return Poll::Ready(Ok(()));
             };
             match Pin::new(&mut self.w).poll_write(cx, &front.bytes[self.written..]) {
@@ -154,10 +166,36 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
         }
     }
 
+    /// Takes the replies ready on the channel (registering its waker when
+    /// there are none) while there is room.
+    fn gather(&mut self, cx: &mut Context<'_>) {
+        while !self.full() && !self.closed {
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(m)) => self.push(m),
+                Poll::Ready(None) => self.closed = true,
+                Poll::Pending => break,
+            }
+        }
+    }
+
+    /// Whether the replies queued may wait for the next read: a few small
+    /// ones, none of them partly written, and what waits on the socket
+    /// (`backlog`, asked only then) beyond the `read_bytes` about to be
+    /// read is two more reads' worth (see the module doc).
+    fn may_hold(&self, read_bytes: usize, backlog: impl FnOnce() -> Option<u64>) -> bool {
+        let read_bytes = (read_bytes as u64).max(MIN_READ_BYTES);
+        self.failed.is_none()
+            && (1..MAX_HELD_REPLIES).contains(&self.queued_replies)
+            && self.queued_bytes <= COALESCE_BYTES
+            && self.written == 0
+            && backlog().is_some_and(|b| b >= 3 * read_bytes)
+    }
+
     fn fail(&mut self, kind: io::ErrorKind) -> Poll<io::Result<()>> {
         self.failed = Some(kind);
         self.chunks.clear();
         self.queued_bytes = 0;
+        self.queued_replies = 0;
         Poll::Ready(Err(kind.into()))
     }
 
@@ -174,12 +212,64 @@ impl<W: AsyncWrite + Unpin> Outbox<W> {
     }
 }
 
+/// What the client has sent that the server has not read yet, in bytes:
+/// the socket's FIONREAD.
+pub(crate) enum Backlog {
+    /// No way to tell (TLS, a stream that is not a socket): every reply
+    /// leaves before the next read.
+    Unknown,
+    #[cfg(unix)]
+    Socket(std::os::fd::OwnedFd),
+    /// A fixed figure, for tests.
+    #[cfg(test)]
+    Fixed(u64),
+}
+
+impl Backlog {
+    /// The backlog of `socket`, through a duplicate of its descriptor (the
+    /// stream itself is split and wrapped later).
+    pub(crate) fn of(socket: &tokio::net::TcpStream) -> Backlog {
+        #[cfg(unix)]
+        if let Ok(fd) = std::os::fd::AsFd::as_fd(socket).try_clone_to_owned() {
+            return Backlog::Socket(fd);
+        }
+        let _ = socket;
+        Backlog::Unknown
+    }
+
+    fn bytes(&self) -> Option<u64> {
+        match self {
+            Backlog::Unknown => None,
+            #[cfg(unix)]
+            Backlog::Socket(fd) => rustix::io::ioctl_fionread(fd).ok(),
+            #[cfg(test)]
+            Backlog::Fixed(n) => Some(*n),
+        }
+    }
+}
+
 /// The socket as the reader sees it: each read first sends the replies that
-/// are ready, and while the outbox is full, reading waits for the socket
-/// to take replies.
+/// are ready (unless the backlog lets a few wait), and while the outbox is
+/// full, reading waits for the socket to take replies.
 pub(crate) struct Duplex<R, W> {
     pub(crate) r: R,
     pub(crate) out: Outbox<W>,
+    pub(crate) backlog: Backlog,
+    /// The last read took less than it asked for: the socket ran dry, so
+    /// it is not worth asking for a backlog.
+    pub(crate) ran_dry: bool,
+}
+
+impl<R, W: AsyncWrite + Unpin> Duplex<R, W> {
+    /// Whether the replies queued may wait for this read (of up to
+    /// `read_bytes`); asks the socket only when there are some.
+    fn hold(&mut self, cx: &mut Context<'_>, read_bytes: usize) -> bool {
+        if self.ran_dry || matches!(self.backlog, Backlog::Unknown) {
+            return false;
+        }
+        self.out.gather(cx);
+        self.out.may_hold(read_bytes, || self.backlog.bytes())
+    }
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncRead for Duplex<R, W> {
@@ -189,6 +279,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncRead for Duplex<R, W> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        let asked = buf.remaining();
+        if this.hold(cx, asked) {
+            // Never waits with replies held: a read that would wait sends
+            // them first, below.
+            if let ready @ Poll::Ready(_) = Pin::new(&mut this.r).poll_read(cx, buf) {
+                this.ran_dry = buf.remaining() > 0;
+                return ready;
+            }
+        }
         match this.out.poll_send(cx) {
             // A failed write side: the read side is about to fail too;
             // reading on lets the reader see the end of the stream.
@@ -196,7 +295,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncRead for Duplex<R, W> {
             Poll::Pending if this.out.full() => return Poll::Pending,
             Poll::Pending => {}
         }
-        Pin::new(&mut this.r).poll_read(cx, buf)
+        let read = Pin::new(&mut this.r).poll_read(cx, buf);
+        if read.is_ready() {
+            this.ran_dry = buf.remaining() > 0;
+        }
+        read
     }
 }
 
@@ -291,6 +394,8 @@ mod tests {
         let mut socket = Duplex {
             r: &b"request bytes"[..],
             out: Outbox::new(sink, rx),
+            backlog: Backlog::Unknown,
+            ran_dry: true,
         };
         let mut buf = [0u8; 4];
         let mut read = ReadBuf::new(&mut buf);
@@ -348,5 +453,127 @@ mod tests {
         tx.try_send(reply(b"y", None, &permits)).unwrap();
         assert!(matches!(out.poll_send(&mut cx()), Poll::Ready(Err(_))));
         assert_eq!(permits.available_permits(), 4);
+    }
+
+    /// A socket read side with `ready` bytes to give, then nothing yet.
+    struct Incoming {
+        ready: usize,
+    }
+
+    impl AsyncRead for Incoming {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if self.ready == 0 {
+                return Poll::Pending;
+            }
+            let n = self.ready.min(buf.remaining());
+            buf.put_slice(&vec![0; n]);
+            self.ready -= n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    const READ: usize = 128 << 10;
+
+    fn duplex(ready: usize, backlog: u64) -> (Duplex<Incoming, Sink>, mpsc::Sender<Outgoing>) {
+        let (tx, rx) = mpsc::channel(16);
+        let socket = Duplex {
+            r: Incoming { ready },
+            out: Outbox::new(Sink::default(), rx),
+            backlog: Backlog::Fixed(backlog),
+            ran_dry: false,
+        };
+        (socket, tx)
+    }
+
+    /// One read of up to [`READ`] bytes; whether it completed.
+    fn read(socket: &mut Duplex<Incoming, Sink>) -> bool {
+        let mut buf = vec![0u8; READ];
+        let mut read = ReadBuf::new(&mut buf);
+        Pin::new(socket).poll_read(&mut cx(), &mut read).is_ready()
+    }
+
+    #[test]
+    fn a_few_replies_wait_while_two_more_reads_wait_on_the_socket() {
+        let permits = Arc::new(Semaphore::new(16));
+        let (mut socket, tx) = duplex(8 * READ, 3 * READ as u64);
+        for i in 0..MAX_HELD_REPLIES - 1 {
+            tx.try_send(reply(&[i as u8], None, &permits)).unwrap();
+            assert!(read(&mut socket));
+            assert!(socket.out.w.writes.is_empty(), "reply {i} is held");
+        }
+        tx.try_send(reply(b"x", None, &permits)).unwrap();
+        assert!(read(&mut socket));
+        assert_eq!(
+            socket.out.w.writes,
+            vec![vec![0, 1, 2, b'x']],
+            "a full batch leaves in one send"
+        );
+        assert_eq!(permits.available_permits(), 16);
+    }
+
+    #[test]
+    fn replies_leave_at_once_without_two_more_reads_waiting() {
+        let permits = Arc::new(Semaphore::new(16));
+        let (mut socket, tx) = duplex(8 * READ, 3 * READ as u64 - 1);
+        tx.try_send(reply(b"a", None, &permits)).unwrap();
+        assert!(read(&mut socket));
+        assert_eq!(socket.out.w.writes, vec![b"a".to_vec()]);
+    }
+
+    #[test]
+    fn held_replies_leave_before_a_read_that_waits() {
+        let permits = Arc::new(Semaphore::new(16));
+        // The backlog says more is there; the read finds nothing yet.
+        let (mut socket, tx) = duplex(0, 8 * READ as u64);
+        tx.try_send(reply(b"a", None, &permits)).unwrap();
+        assert!(!read(&mut socket));
+        assert_eq!(socket.out.w.writes, vec![b"a".to_vec()]);
+    }
+
+    #[test]
+    fn after_a_short_read_replies_leave_at_once() {
+        let permits = Arc::new(Semaphore::new(16));
+        let (mut socket, tx) = duplex(READ + 1, 8 * READ as u64);
+        tx.try_send(reply(b"a", None, &permits)).unwrap();
+        assert!(read(&mut socket), "a full read");
+        assert!(socket.out.w.writes.is_empty());
+        assert!(read(&mut socket), "a short read: the socket ran dry");
+        tx.try_send(reply(b"b", None, &permits)).unwrap();
+        assert!(!read(&mut socket));
+        assert_eq!(socket.out.w.writes, vec![b"ab".to_vec()]);
+    }
+
+    #[test]
+    fn large_replies_are_not_held() {
+        let permits = Arc::new(Semaphore::new(16));
+        let (mut socket, tx) = duplex(8 * READ, 8 * READ as u64);
+        let data = vec![5u8; COALESCE_BYTES];
+        tx.try_send(reply(b"h", Some(data), &permits)).unwrap();
+        assert!(read(&mut socket));
+        assert!(!socket.out.w.writes.is_empty(), "read data leaves at once");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_backlog_of_a_socket_is_what_waits_unread() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let backlog = Backlog::of(&server);
+        assert_eq!(backlog.bytes(), Some(0));
+        client.write_all(&[7; 1000]).await.unwrap();
+        let mut waited = 0;
+        while backlog.bytes() != Some(1000) && waited < 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            waited += 1;
+        }
+        assert_eq!(backlog.bytes(), Some(1000));
     }
 }

@@ -16,6 +16,7 @@ use crate::config::ServerConfig;
 use crate::export::{ExportTable, Volume};
 use crate::handshake::{greet, haggle, log_end, Agreed, HandshakeEnd, Session};
 use crate::metrics::Metrics;
+use crate::outbox::Backlog;
 use crate::transmission::transmit;
 
 /// An NBD server for a table of exports.
@@ -99,6 +100,7 @@ impl<V: Volume> Server<V> {
                 }
             };
             let _ = stream.set_nodelay(true);
+            let backlog = Backlog::of(&stream);
             let span = tracing::info_span!("conn", %peer);
             let exports = Arc::clone(&self.exports);
             let config = Arc::clone(&self.config);
@@ -109,7 +111,7 @@ impl<V: Volume> Server<V> {
                 async move {
                     debug!("connected");
                     let _open = metrics.connection();
-                    serve_one(stream, &exports, &config, tls, &metrics, down).await;
+                    serve_one(stream, backlog, &exports, &config, tls, &metrics, down).await;
                     debug!("closed");
                     drop(slot);
                 }
@@ -142,6 +144,7 @@ impl<V: Volume> Server<V> {
         let _open = self.metrics.connection();
         serve_one(
             stream,
+            Backlog::Unknown,
             &self.exports,
             &self.config,
             tls,
@@ -213,8 +216,11 @@ where
     Ok(Some(session))
 }
 
+/// Serves `stream`; `backlog` tells the bytes waiting on it (of no use
+/// once TLS wraps it).
 async fn serve_one<S, V>(
     stream: S,
+    backlog: Backlog,
     exports: &ExportTable<V>,
     config: &ServerConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -247,11 +253,11 @@ async fn serve_one<S, V>(
     match negotiated {
         Negotiated::Plain(stream, session) => {
             log_session(&session, false);
-            transmit(stream, session, config, metrics, down).await;
+            transmit(stream, backlog, session, config, metrics, down).await;
         }
         Negotiated::Tls(stream, session) => {
             log_session(&session, true);
-            transmit(*stream, session, config, metrics, down).await;
+            transmit(*stream, Backlog::Unknown, session, config, metrics, down).await;
         }
     }
 }

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! The reader task also writes the replies (see `outbox`): before each
-//! read from the socket and whenever it waits.
+//! read from the socket (a few may wait while the client keeps sending)
+//! and whenever it waits.
 //!
 //! The reader checks every header before anything reaches the volume, so
 //! bad input gets an NBD error (or, when the stream cannot be trusted any
@@ -28,7 +29,7 @@ use crate::config::ServerConfig;
 use crate::export::{Export, Volume};
 use crate::handshake::{block_sizes, Session};
 use crate::metrics::{Command, Metrics};
-use crate::outbox::{Duplex, Outbox};
+use crate::outbox::{Backlog, Duplex, Outbox};
 use crate::proto::*;
 
 /// A decoded, validated request (public only through `fuzzing`).
@@ -814,6 +815,7 @@ where
 /// reply, and closes.
 pub(crate) async fn transmit<S, V>(
     stream: S,
+    backlog: Backlog,
     session: Session<V>,
     cfg: &ServerConfig,
     metrics: &Arc<Metrics>,
@@ -833,6 +835,8 @@ pub(crate) async fn transmit<S, V>(
     let socket = Duplex {
         r: read_half,
         out: Outbox::new(write_half, rx),
+        backlog,
+        ran_dry: true,
     };
     let mut reader = Reader {
         // Many small requests per receive; a payload at least this large

@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use zftl::core::{FormatOptions, FtlConfig, IoError, ReplyData, Request};
-use zftl::handle::{AsyncHandle, Handle};
+use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
+use zftl::handle::{AsyncHandle, Handle, InlineHandle};
 use zftl::sim::{SimConfig, SimDevice};
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
@@ -43,6 +43,30 @@ impl Volume for Vol {
     }
 }
 
+/// The FTL driven on the server's own threads, as `zftl serve` drives it on
+/// the simulator: a buffered write is answered within the call, so its
+/// reply is queued by the time the reader reads on.
+#[derive(Clone)]
+struct InlineVol(InlineHandle<SimDevice>);
+
+impl Volume for InlineVol {
+    fn block_size(&self) -> usize {
+        self.0.block_size()
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.0.logical_blocks()
+    }
+    fn max_request_blocks(&self) -> u32 {
+        MAX_REQUEST_BLOCKS
+    }
+    fn call(
+        &self,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<ReplyData, IoError>> + Send {
+        std::future::ready(self.0.call(request))
+    }
+}
+
 fn ftl_config() -> FtlConfig {
     FtlConfig {
         max_request_blocks: MAX_REQUEST_BLOCKS,
@@ -60,15 +84,15 @@ async fn format_volume() -> Vol {
     .unwrap()
 }
 
-struct Running {
+struct Running<V = Vol> {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
-    vol: Vol,
+    vol: V,
 }
 
-impl Running {
-    async fn stop(mut self) -> Vol {
+impl<V> Running<V> {
+    async fn stop(mut self) -> V {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(20), self.task)
             .await
@@ -79,7 +103,7 @@ impl Running {
     }
 }
 
-async fn start_on(vol: Vol, config: ServerConfig) -> Running {
+async fn start_on<V: Volume + Clone>(vol: V, config: ServerConfig) -> Running<V> {
     let exports = ExportTable::new(
         vec![
             Export::new("zftl", vol.clone()).description("the zftl volume"),
@@ -531,6 +555,69 @@ async fn many_requests_in_flight_replies_by_cookie() {
     assert!(reads.is_empty());
     let in_order = order.windows(2).all(|w| w[0] < w[1]);
     eprintln!("replies in request order: {in_order}");
+    c.disconnect().await;
+    server.stop().await;
+}
+
+/// Large writes sent back to back to an inline volume (as `zftl serve`
+/// runs the simulator): replies wait for a few more while the socket holds
+/// more requests (the outbox's backlog rule); every one still comes, the
+/// last ones once the client stops sending, and the data reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_writes_back_to_back_all_get_replies() {
+    let vol = tokio::task::spawn_blocking(|| {
+        let dev = SimDevice::create_memory(SimConfig::small_for_tests()).unwrap();
+        let driver = Driver::format(dev, &FormatOptions::default(), ftl_config()).unwrap();
+        InlineVol(InlineHandle::new(driver))
+    })
+    .await
+    .unwrap();
+    let server = start_on(vol, ServerConfig::default()).await;
+    let mut c = connect(
+        server.addr,
+        "zftl",
+        Opts {
+            structured: false,
+            meta: false,
+        },
+    )
+    .await;
+    let blocks = 32u64;
+    let len = blocks as usize * BS;
+    for round in 0..3u64 {
+        let n = 24u64;
+        let mut writes = HashMap::new();
+        // One send for all: the server finds them waiting on its socket.
+        let mut burst = Vec::new();
+        for i in 0..n {
+            let cookie = c.next_cookie;
+            c.next_cookie += 1;
+            let h = RequestHeader {
+                flags: 0,
+                command: CMD_WRITE,
+                cookie,
+                offset: i * len as u64,
+                length: len as u32,
+            };
+            burst.extend_from_slice(&h.encode());
+            burst.extend_from_slice(&pattern((round * n + i) as u8, len));
+            writes.insert(cookie, i);
+        }
+        c.s.write_all(&burst).await.unwrap();
+        for _ in 0..n {
+            let r = c.reply().await;
+            assert_eq!(r.error, 0);
+            assert!(writes.remove(&r.cookie).is_some(), "one reply per cookie");
+        }
+        for i in [0, n / 2, n - 1] {
+            let got = c.read(i * len as u64, len as u32).await;
+            assert_eq!(
+                got,
+                pattern((round * n + i) as u8, len),
+                "round {round} write {i}"
+            );
+        }
+    }
     c.disconnect().await;
     server.stop().await;
 }
