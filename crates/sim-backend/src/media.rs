@@ -242,10 +242,11 @@ impl Media {
                 base,
                 oob: o,
             } => {
+                let mut copier = streaming::Copier::new();
                 for &i in run {
                     let (page, data, oob) = pieces[i];
                     let (p, n) = (page as usize, data.len() / ps);
-                    streaming::copy(&mut d[*base + p * ps..*base + (p + n) * ps], data);
+                    copier.copy(&mut d[*base + p * ps..*base + (p + n) * ps], data);
                     let dst = &mut o[p * os..(p + n) * os];
                     if oob.is_empty() {
                         dst.fill(0);
