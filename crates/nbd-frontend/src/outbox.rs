@@ -279,8 +279,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncRead for Duplex<R, W> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        let asked = buf.remaining();
-        if this.hold(cx, asked) {
+        if this.hold(cx, buf.remaining()) {
             // Never waits with replies held: a read that would wait sends
             // them first, below.
             if let ready @ Poll::Ready(_) = Pin::new(&mut this.r).poll_read(cx, buf) {
