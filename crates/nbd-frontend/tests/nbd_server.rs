@@ -289,6 +289,23 @@ impl Client {
         length: u32,
         payload: &[u8],
     ) -> u64 {
+        let mut b = Vec::new();
+        let cookie = self.encode(&mut b, command, flags, offset, length, payload);
+        self.s.write_all(&b).await.unwrap();
+        cookie
+    }
+
+    /// Appends a request to `out` (to be sent later, alone or with others);
+    /// returns its cookie.
+    fn encode(
+        &mut self,
+        out: &mut Vec<u8>,
+        command: u16,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> u64 {
         let cookie = self.next_cookie;
         self.next_cookie += 1;
         let h = RequestHeader {
@@ -301,9 +318,8 @@ impl Client {
         if command == CMD_READ {
             self.reads.insert(cookie, length as usize);
         }
-        let mut b = h.encode().to_vec();
-        b.extend_from_slice(payload);
-        self.s.write_all(&b).await.unwrap();
+        out.extend_from_slice(&h.encode());
+        out.extend_from_slice(payload);
         cookie
     }
 
@@ -590,17 +606,9 @@ async fn large_writes_back_to_back_all_get_replies() {
         // One send for all: the server finds them waiting on its socket.
         let mut burst = Vec::new();
         for i in 0..n {
-            let cookie = c.next_cookie;
-            c.next_cookie += 1;
-            let h = RequestHeader {
-                flags: 0,
-                command: CMD_WRITE,
-                cookie,
-                offset: i * len as u64,
-                length: len as u32,
-            };
-            burst.extend_from_slice(&h.encode());
-            burst.extend_from_slice(&pattern((round * n + i) as u8, len));
+            let data = pattern((round * n + i) as u8, len);
+            let offset = i * len as u64;
+            let cookie = c.encode(&mut burst, CMD_WRITE, 0, offset, len as u32, &data);
             writes.insert(cookie, i);
         }
         c.s.write_all(&burst).await.unwrap();
