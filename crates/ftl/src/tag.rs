@@ -128,6 +128,9 @@ pub enum DataCrcImpl {
     Crc32c,
     /// The `crc` crate's slicing by 16 tables: no special instruction.
     Table16,
+    /// `zftl-crc`: 256-bit carry-less multiply folding (AVX2 + VPCLMULQDQ)
+    /// where the CPU has it, else the `crc32c` crate.
+    Fold256,
 }
 
 /// CRC-32C by 16 tables of 256 entries (16 KiB, built at compile time).
@@ -135,10 +138,11 @@ const CRC32C_TABLE16: crc::Crc<u32, crc::Table<16>> =
     crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
 impl DataCrcImpl {
-    pub const ALL: [DataCrcImpl; 3] = [
+    pub const ALL: [DataCrcImpl; 4] = [
         DataCrcImpl::CrcFast,
         DataCrcImpl::Crc32c,
         DataCrcImpl::Table16,
+        DataCrcImpl::Fold256,
     ];
 
     /// The implementation [`data_crc`] uses, by the CPU's features:
@@ -186,6 +190,7 @@ impl DataCrcImpl {
             DataCrcImpl::CrcFast => "crc-fast",
             DataCrcImpl::Crc32c => "crc32c",
             DataCrcImpl::Table16 => "table16",
+            DataCrcImpl::Fold256 => "fold256",
         }
     }
 
@@ -198,6 +203,7 @@ impl DataCrcImpl {
             }
             DataCrcImpl::Crc32c => crc32c::crc32c(data),
             DataCrcImpl::Table16 => CRC32C_TABLE16.checksum(data),
+            DataCrcImpl::Fold256 => zftl_crc::crc32c(data),
         }
     }
 }
