@@ -15,6 +15,7 @@
 
 use crate::addr::{Lba, Seq};
 pub use crate::payload::BlockData;
+use crate::tag;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -78,6 +79,8 @@ pub enum Temp {
 pub struct Slot {
     pub lba: Lba,
     pub data: BlockData,
+    /// `tag::data_crc(&data)`, taken at admission (see `insert`).
+    pub data_crc: u32,
     /// Set when the slot is handed to the device.
     pub seq: Option<Seq>,
     /// The block was unmapped and unbuffered when admitted (space accounting).
@@ -208,8 +211,14 @@ impl WriteBuffer {
     }
 
     /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
+    ///
+    /// The block's CRC is taken here, just after the bytes came in: by the
+    /// time a full append leaves, a burst of writes has pushed them out of
+    /// the cache (`perf` of `zftl serve` under 128 KiB writes at iodepth
+    /// 16: the CRC's share fell from 13.8 % to 12.3 %).
     pub fn insert(&mut self, lba: Lba, data: BlockData, counted_new: bool, temp: Temp) -> SlotId {
         use std::collections::hash_map::Entry;
+        let data_crc = tag::data_crc(&data);
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let entry = self.latest.entry(lba);
@@ -219,6 +228,7 @@ impl WriteBuffer {
             if old.seq.is_none() {
                 // Queued, not yet sent: overwritten in place (coalescing).
                 old.data = data;
+                old.data_crc = data_crc;
                 old.ticket = ticket;
                 self.note_ticket(ticket, s);
                 return s;
@@ -234,6 +244,7 @@ impl WriteBuffer {
         self.slots[s as usize] = Some(Slot {
             lba,
             data,
+            data_crc,
             seq: None,
             counted_new,
             ticket,
@@ -375,6 +386,18 @@ mod tests {
         assert_ne!(b.latest_slot(7), Some(s1));
         b.release(s1);
         assert_eq!(b.lookup(7), Some(&[3u8][..]));
+    }
+
+    /// The CRC taken at admission follows the slot's data, also when a
+    /// queued block is overwritten in place.
+    #[test]
+    fn slot_crc_is_its_data_crc() {
+        let mut b = WriteBuffer::new(4, 1);
+        let s = b.insert(7, vec![1; 8].into(), true, Temp::Hot);
+        assert_eq!(b.slot(s).data_crc, tag::data_crc(&[1; 8]));
+        assert_eq!(b.insert(7, vec![2; 8].into(), false, Temp::Hot), s);
+        assert_eq!(b.slot(s).data_crc, tag::data_crc(&[2; 8]));
+        assert_ne!(tag::data_crc(&[1; 8]), tag::data_crc(&[2; 8]));
     }
 
     #[test]

@@ -261,7 +261,7 @@ impl Ftl {
             let seq = self.take_seq();
             let s = self.buffer.pop_queued(temp, seq).expect("queued slot");
             let slot = self.buffer.slot(s);
-            let crc = tag::data_crc(&slot.data);
+            let crc = slot.data_crc;
             data.push(slot.data.clone()); // the slot's bytes, shared: no copy
             let t = Tag {
                 kind: TagKind::HostData,
