@@ -112,16 +112,69 @@ pub(crate) fn append(crc: u32, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, rest)
 }
 
+/// `append` for whole rounds.
+///
 /// # Safety
 /// The CPU must have AVX2, VPCLMULQDQ, PCLMULQDQ and SSE4.2; `data.len()`
 /// must be a non-zero multiple of [`ROUND_BYTES`] (checked).
 #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
 unsafe fn fold_rounds(crc: u32, data: &[u8]) -> u32 {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { fold_and_chain(crc, data, []).0 }
+}
+
+/// The CRC-32C (from zero) of each of four blocks of `block_bytes` (a
+/// multiple of [`ROUND_BYTES`], at least one round) laid end to end in
+/// `data`: the first folds while the `crc32` instruction runs three
+/// chains over the others. The two use different execution units, so the
+/// four cost little more than the first alone (on an AMD EPYC of family
+/// 25: 1.2–1.3× the rate of folding block by block, in loop runs).
+pub(crate) fn four_blocks(data: &[u8], block_bytes: usize) -> [u32; 4] {
+    assert!(
+        available(),
+        "fold::four_blocks on a CPU without AVX2 + VPCLMULQDQ"
+    );
+    assert!(block_bytes >= ROUND_BYTES && block_bytes.is_multiple_of(ROUND_BYTES));
+    assert_eq!(
+        data.len(),
+        4 * block_bytes,
+        "four blocks of {block_bytes} bytes"
+    );
+    let (first, chained) = data.split_at(block_bytes);
+    let (b, rest) = chained.split_at(block_bytes);
+    let (c, d) = rest.split_at(block_bytes);
+    // SAFETY: `available()` has just confirmed the features; `first` is a
+    // non-zero multiple of `ROUND_BYTES`, and the chains are as long.
+    let (a, [b, c, d]) = unsafe { fold_and_chain(0, first, [b, c, d]) };
+    [a, b, c, d]
+}
+
+/// Folds `data` (continuing from `crc`) and, in the same rounds, runs the
+/// `crc32` instruction over each of `chains` (each as long as `data`, each
+/// from zero). Returns the CRC of `data` and of each chain.
+///
+/// # Safety
+/// The CPU must have AVX2, VPCLMULQDQ, PCLMULQDQ and SSE4.2; `data.len()`
+/// must be a non-zero multiple of [`ROUND_BYTES`] and every chain exactly
+/// as long (both checked).
+#[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
+unsafe fn fold_and_chain<const CHAINS: usize>(
+    crc: u32,
+    data: &[u8],
+    chains: [&[u8]; CHAINS],
+) -> (u32, [u32; CHAINS]) {
     assert!(!data.is_empty() && data.len().is_multiple_of(ROUND_BYTES));
+    assert!(chains.iter().all(|c| c.len() == data.len()));
     let at = data.as_ptr().cast::<__m256i>();
     // SAFETY (all loads): `at.add(4 * r + j)` for j < 4 and r below the
     // round count reads 32 bytes inside `data`; loadu needs no alignment.
     let load = |r: usize, j: usize| unsafe { _mm256_loadu_si256(at.add(4 * r + j)) };
+    // The chains read 8 bytes at a time: a round is 16 words of each.
+    let words = chains.map(|c| c.as_ptr().cast::<u64>());
+    // SAFETY: word `w` < `data.len() / 8` of a chain lies inside it (all
+    // chains are as long as `data`); read_unaligned needs no alignment.
+    let word = |c: usize, w: usize| unsafe { words[c].add(w).read_unaligned() };
+    let mut sums = [u64::from(!0u32); CHAINS];
     // The running CRC (complemented, as CRC-32C starts from all ones)
     // enters as an xor into the first 32 bits of the message.
     let first = _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, !crc as i32);
@@ -137,9 +190,17 @@ unsafe fn fold_rounds(crc: u32, data: &[u8]) -> u32 {
         ROUND.1 as i64,
         ROUND.0 as i64,
     );
-    for r in 1..data.len() / ROUND_BYTES {
-        for (j, a) in acc.iter_mut().enumerate() {
-            *a = fold256(*a, k, load(r, j));
+    const ROUND_WORDS: usize = ROUND_BYTES / 8;
+    for r in 0..data.len() / ROUND_BYTES {
+        if r > 0 {
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = fold256(*a, k, load(r, j));
+            }
+        }
+        for w in r * ROUND_WORDS..(r + 1) * ROUND_WORDS {
+            for (c, sum) in sums.iter_mut().enumerate() {
+                *sum = _mm_crc32_u64(*sum, word(c, w));
+            }
         }
     }
     let lanes: [__m128i; LANES] = [
@@ -164,7 +225,7 @@ unsafe fn fold_rounds(crc: u32, data: &[u8]) -> u32 {
     // final complement) is the message's.
     let c = _mm_crc32_u64(0, _mm_cvtsi128_si64(last) as u64);
     let c = _mm_crc32_u64(c, _mm_extract_epi64(last, 1) as u64);
-    !(c as u32)
+    (!(c as u32), sums.map(|s| !(s as u32)))
 }
 
 /// Two lanes times their multipliers, plus the data they land on.

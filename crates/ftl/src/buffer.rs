@@ -15,7 +15,6 @@
 
 use crate::addr::{Lba, Seq};
 pub use crate::payload::BlockData;
-use crate::tag;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -211,14 +210,20 @@ impl WriteBuffer {
     }
 
     /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
-    ///
-    /// The block's CRC is taken here, just after the bytes came in: by the
-    /// time a full append leaves, a burst of writes has pushed them out of
-    /// the cache (`perf` of `zftl serve` under 128 KiB writes at iodepth
-    /// 16: the CRC's share fell from 13.8 % to 12.3 %).
-    pub fn insert(&mut self, lba: Lba, data: BlockData, counted_new: bool, temp: Temp) -> SlotId {
+    /// `data_crc` is `tag::data_crc(&data)`, taken by the caller when the
+    /// write is admitted, just after its bytes came in: by the time a full
+    /// append leaves, a burst of writes has pushed them out of the cache
+    /// (`perf` of `zftl serve` under 128 KiB writes at iodepth 16: the
+    /// CRC's share fell from 13.8 % to 12.3 %).
+    pub fn insert(
+        &mut self,
+        lba: Lba,
+        data: BlockData,
+        data_crc: u32,
+        counted_new: bool,
+        temp: Temp,
+    ) -> SlotId {
         use std::collections::hash_map::Entry;
-        let data_crc = tag::data_crc(&data);
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let entry = self.latest.entry(lba);
@@ -370,32 +375,39 @@ impl WriteBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tag;
+
+    /// `WriteBuffer::insert` with the CRC admission takes.
+    fn insert(b: &mut WriteBuffer, lba: Lba, data: BlockData, new: bool, temp: Temp) -> SlotId {
+        let crc = tag::data_crc(&data);
+        b.insert(lba, data, crc, new, temp)
+    }
 
     #[test]
     fn coalesces_queued_and_keeps_inflight() {
         let mut b = WriteBuffer::new(4, 1);
-        let s1 = b.insert(7, vec![1].into(), true, Temp::Hot);
+        let s1 = insert(&mut b, 7, vec![1].into(), true, Temp::Hot);
         assert_eq!(b.slots_needed(b.latest_slot(7)), 0);
-        let s2 = b.insert(7, vec![2].into(), false, Temp::Hot);
+        let s2 = insert(&mut b, 7, vec![2].into(), false, Temp::Hot);
         assert_eq!(s1, s2);
         assert_eq!(b.lookup(7), Some(&[2u8][..]));
         assert_eq!(b.pop_queued(Temp::Hot, 10), Some(s1));
         assert_eq!(b.slots_needed(b.latest_slot(7)), 1);
-        let s3 = b.insert(7, vec![3].into(), false, Temp::Hot);
+        let s3 = insert(&mut b, 7, vec![3].into(), false, Temp::Hot);
         assert_ne!(s3, s1);
         assert_ne!(b.latest_slot(7), Some(s1));
         b.release(s1);
         assert_eq!(b.lookup(7), Some(&[3u8][..]));
     }
 
-    /// The CRC taken at admission follows the slot's data, also when a
+    /// The slot keeps the CRC it was given with its data, also when a
     /// queued block is overwritten in place.
     #[test]
     fn slot_crc_is_its_data_crc() {
         let mut b = WriteBuffer::new(4, 1);
-        let s = b.insert(7, vec![1; 8].into(), true, Temp::Hot);
+        let s = insert(&mut b, 7, vec![1; 8].into(), true, Temp::Hot);
         assert_eq!(b.slot(s).data_crc, tag::data_crc(&[1; 8]));
-        assert_eq!(b.insert(7, vec![2; 8].into(), false, Temp::Hot), s);
+        assert_eq!(insert(&mut b, 7, vec![2; 8].into(), false, Temp::Hot), s);
         assert_eq!(b.slot(s).data_crc, tag::data_crc(&[2; 8]));
         assert_ne!(tag::data_crc(&[1; 8]), tag::data_crc(&[2; 8]));
     }
@@ -403,9 +415,9 @@ mod tests {
     #[test]
     fn barrier_waits_for_older_tickets() {
         let mut b = WriteBuffer::new(4, 1);
-        let s = b.insert(1, vec![0].into(), true, Temp::Cold);
+        let s = insert(&mut b, 1, vec![0].into(), true, Temp::Cold);
         let barrier = b.next_ticket();
-        b.insert(2, vec![0].into(), true, Temp::Cold);
+        insert(&mut b, 2, vec![0].into(), true, Temp::Cold);
         assert!(!b.drained_before(barrier));
         b.pop_queued(Temp::Cold, 1);
         b.release(s);
@@ -437,13 +449,13 @@ mod tests {
         assert_eq!(b.shared_blocks(), 4);
         assert!(!b.may_share(1));
         let mut blocks = blocks.into_iter();
-        let s0 = b.insert(10, blocks.next().unwrap(), true, Temp::Hot);
-        let _s1 = b.insert(11, blocks.next().unwrap(), true, Temp::Hot);
+        let s0 = insert(&mut b, 10, blocks.next().unwrap(), true, Temp::Hot);
+        let _s1 = insert(&mut b, 11, blocks.next().unwrap(), true, Temp::Hot);
         drop(blocks); // two windows never buffered
         assert_eq!(b.lookup(10), Some(&data[..8]));
         assert_eq!(b.lookup(11), Some(&data[8..16]));
         assert_eq!(b.shared_blocks(), 4, "alive while any window is");
-        b.insert(11, vec![9; 8].into(), false, Temp::Hot); // coalesced in place
+        insert(&mut b, 11, vec![9; 8].into(), false, Temp::Hot); // coalesced in place
         assert_eq!(b.shared_blocks(), 4);
         b.pop_queued(Temp::Hot, 1);
         let slot = b.release(s0);
@@ -489,7 +501,7 @@ mod tests {
             match next(10) {
                 0..=4 => {
                     if b.slots_needed(b.latest_slot(lba)) <= b.free_slots() {
-                        b.insert(lba, vec![0].into(), false, Temp::Hot);
+                        insert(&mut b, lba, vec![0].into(), false, Temp::Hot);
                     }
                 }
                 5 | 6 => {
@@ -519,7 +531,7 @@ mod tests {
     #[test]
     fn discard_drops_queued_slot() {
         let mut b = WriteBuffer::new(2, 1);
-        b.insert(5, vec![0].into(), true, Temp::Hot);
+        insert(&mut b, 5, vec![0].into(), true, Temp::Hot);
         assert!(b.discard(5));
         assert_eq!(b.free_slots(), 2);
         assert_eq!(b.queued(), 0);

@@ -210,6 +210,8 @@ pub struct Ftl {
     /// Scratch of `admit_writes`: per block of one request, whether the
     /// buffer holds it and its mapping (at most a request's blocks).
     admit_facts: Vec<(bool, Option<Ppa>)>,
+    /// The data CRCs of the request being admitted (reused, as `admit_facts`).
+    admit_crcs: Vec<u32>,
     flushes: Vec<FlushWait>,
     replies: VecDeque<Reply>,
     read_only: bool,
@@ -285,6 +287,7 @@ impl Ftl {
             advanced_then_read: false,
             waiting_writes: VecDeque::new(),
             admit_facts: Vec::new(),
+            admit_crcs: Vec::new(),
             flushes: Vec::new(),
             replies: VecDeque::new(),
             read_only: false,

@@ -9,6 +9,7 @@ use crate::backend::Command;
 use crate::buffer::{BlockData, Temp};
 use crate::error::IoError;
 use crate::note::Note;
+use crate::tag;
 
 #[derive(Debug)]
 enum FlushStage {
@@ -52,6 +53,7 @@ impl Ftl {
     pub(super) fn admit_writes(&mut self) {
         // Each block's buffer slot and mapping, looked up once per request.
         let mut facts = std::mem::take(&mut self.admit_facts);
+        let mut crcs = std::mem::take(&mut self.admit_crcs);
         while let Some((id, lba, data, fua)) = self.waiting_writes.pop_front() {
             let bs = self.block_size();
             let count = (data.len() / bs) as u64;
@@ -79,18 +81,21 @@ impl Ftl {
                 });
                 continue;
             }
+            // Taken now, while the bytes just received are in cache.
+            crcs.resize(count as usize, 0);
+            tag::data_crcs(&data, bs, &mut crcs);
             if count == 1 {
-                self.buffer_block(lba, data.into(), facts[0]); // the request's own buffer, no copy
+                self.buffer_block(lba, data.into(), crcs[0], facts[0]); // the request's own buffer, no copy
             } else if self.buffer.may_share(count as usize) {
                 // Windows into the request's buffer, no copy.
                 let blocks = self.buffer.share_blocks(data, bs);
                 for (i, block) in blocks.into_iter().enumerate() {
-                    self.buffer_block(lba + i as u64, block, facts[i]);
+                    self.buffer_block(lba + i as u64, block, crcs[i], facts[i]);
                 }
             } else {
                 for (i, chunk) in data.chunks_exact(bs).enumerate() {
                     let block = self.buffer.block_copy(chunk);
-                    self.buffer_block(lba + i as u64, block.into(), facts[i]);
+                    self.buffer_block(lba + i as u64, block.into(), crcs[i], facts[i]);
                 }
             }
             self.stats.host_write_blocks += count;
@@ -104,20 +109,22 @@ impl Ftl {
             }
         }
         self.admit_facts = facts;
+        self.admit_crcs = crcs;
     }
 
-    /// Buffers one block of an admitted write; `(buffered, mapped)`: whether
-    /// the buffer holds a version of it and where its version on media is,
-    /// as looked up at admission.
+    /// Buffers one block of an admitted write and its data CRC;
+    /// `(buffered, mapped)`: whether the buffer holds a version of it and
+    /// where its version on media is, as looked up at admission.
     fn buffer_block(
         &mut self,
         lba: Lba,
         block: BlockData,
+        data_crc: u32,
         (buffered, mapped): (bool, Option<Ppa>),
     ) {
         let is_new = !buffered && mapped.is_none();
         let temp = self.temperature(buffered, mapped);
-        self.buffer.insert(lba, block, is_new, temp);
+        self.buffer.insert(lba, block, data_crc, is_new, temp);
         self.host_clock += 1;
         self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
         self.buffered_new += u64::from(is_new);
