@@ -212,22 +212,15 @@ impl SimDevice {
             self.geometry.block_size_bytes as usize,
             self.geometry.oob_size_bytes as usize,
         );
-        let mut data = vec![0u8; count as usize * bs];
-        let mut oob = vec![0u8; count as usize * os];
+        let mut data = Vec::with_capacity(count as usize * bs);
+        let mut oob = Vec::with_capacity(count as usize * os);
         let unit = self.layout.program_unit_pages;
         let mut b = offset;
         while b < offset + count {
             // Pages of one program unit are consecutive on the media.
             let run = (unit - b % unit).min(offset + count - b);
             let (_, _, page) = self.layout.locate(zone, b);
-            let at = (b - offset) as usize;
-            let d = &mut data[at * bs..(at + run as usize) * bs];
-            let o = if os == 0 {
-                &mut [][..]
-            } else {
-                &mut oob[at * os..(at + run as usize) * os]
-            };
-            match self.media.read(page, d, o) {
+            match self.media.read(page, run as usize, &mut data, &mut oob) {
                 Ok(None) => {}
                 Ok(Some(i)) => {
                     self.stats.uncorrectable_reads += 1;
@@ -246,6 +239,10 @@ impl SimDevice {
             }
             b += run;
         }
+        assert_eq!(
+            (data.len(), oob.len()),
+            (count as usize * bs, count as usize * os)
+        );
         self.stats.media_page_reads += count;
         self.stats.host_bytes_read += count * bs as u64;
         Ok(Outcome::Read { data, oob })

@@ -300,51 +300,53 @@ impl Media {
         Ok(())
     }
 
-    /// Reads consecutive pages into `data` (and `oob` if non-empty). Erased
-    /// pages read as 0xFF. Returns the index (within the run) of the first
-    /// torn or failed page, whose bytes are not returned.
+    /// Appends `pages` consecutive pages to `data` and their OOB to `oob`
+    /// (nothing there when the media has no OOB). Erased pages read as
+    /// 0xFF. Returns the index (within the run) of the first torn or failed
+    /// page, whose bytes and those after it are not appended.
+    ///
+    /// Appending, not filling a zeroed buffer: zeroing every read buffer
+    /// first was 1.3 % of `zftl serve`'s CPU under 4 KiB random writes,
+    /// where garbage collection reads what it moves.
     pub fn read(
         &self,
         first_page: u64,
-        data: &mut [u8],
-        oob: &mut [u8],
+        pages: usize,
+        data: &mut Vec<u8>,
+        oob: &mut Vec<u8>,
     ) -> io::Result<Option<u64>> {
-        let count = data.len() / self.page_size;
         let (ps, os) = (self.page_size, self.oob_size);
-        for i in 0..count {
+        data.reserve(pages * ps);
+        oob.reserve(pages * os);
+        for i in 0..pages {
             let page = first_page + i as u64;
-            let d = &mut data[i * ps..(i + 1) * ps];
-            let o = if oob.is_empty() {
-                &mut [][..]
-            } else {
-                &mut oob[i * os..(i + 1) * os]
-            };
             match self.page_state(page) {
                 PageState::Erased => {
-                    d.fill(0xFF);
-                    o.fill(0xFF);
+                    data.resize(data.len() + ps, 0xFF);
+                    oob.resize(oob.len() + os, 0xFF);
                 }
                 PageState::Torn | PageState::Failed => return Ok(Some(i as u64)),
-                PageState::Programmed => self.read_page(page, d, o)?,
+                PageState::Programmed => self.read_page(page, data, oob)?,
             }
         }
         Ok(None)
     }
 
-    fn read_page(&self, page: u64, d: &mut [u8], o: &mut [u8]) -> io::Result<()> {
+    fn read_page(&self, page: u64, d: &mut Vec<u8>, o: &mut Vec<u8>) -> io::Result<()> {
         let (ps, os) = (self.page_size, self.oob_size);
+        let p = page as usize;
         match &self.store {
             Store::Memory { data, base, oob } => {
-                let p = page as usize;
-                d.copy_from_slice(&data[base + p * ps..base + (p + 1) * ps]);
-                if !o.is_empty() {
-                    o.copy_from_slice(&oob[p * os..(p + 1) * os]);
-                }
+                d.extend_from_slice(&data[base + p * ps..base + (p + 1) * ps]);
+                o.extend_from_slice(&oob[p * os..(p + 1) * os]);
             }
             Store::File { file, layout, .. } => {
-                file.read_exact_at(d, layout.data_offset + page * ps as u64)?;
-                if !o.is_empty() {
-                    file.read_exact_at(o, layout.oob_offset + page * os as u64)?;
+                let (at_d, at_o) = (d.len(), o.len());
+                d.resize(at_d + ps, 0);
+                file.read_exact_at(&mut d[at_d..], layout.data_offset + page * ps as u64)?;
+                o.resize(at_o + os, 0);
+                if os > 0 {
+                    file.read_exact_at(&mut o[at_o..], layout.oob_offset + page * os as u64)?;
                 }
             }
         }
@@ -445,16 +447,25 @@ mod tests {
     fn erased_pages_read_ff_and_programmed_pages_read_back() {
         let cfg = SimConfig::small_for_tests();
         let mut m = Media::new_memory(&cfg).expect("media");
-        let mut d = vec![0u8; 4096 * 2];
-        let mut o = vec![0u8; 16 * 2];
-        assert_eq!(m.read(0, &mut d, &mut o).expect("read"), None);
+        let (mut d, mut o) = (Vec::new(), Vec::new());
+        assert_eq!(m.read(0, 2, &mut d, &mut o).expect("read"), None);
+        assert_eq!((d.len(), o.len()), (4096 * 2, 16 * 2));
         assert!(d.iter().chain(&o).all(|&b| b == 0xFF));
         m.program(0, &[7u8; 4096], &[9u8; 16]).expect("program");
-        m.read(0, &mut d, &mut o).expect("read");
-        assert!(d[..4096].iter().all(|&b| b == 7) && d[4096..].iter().all(|&b| b == 0xFF));
-        assert!(o[..16].iter().all(|&b| b == 9));
+        let (mut d, mut o) = (vec![1u8; 3], vec![2u8; 5]); // appended to
+        m.read(0, 2, &mut d, &mut o).expect("read");
+        assert_eq!((d.len(), o.len()), (3 + 4096 * 2, 5 + 16 * 2));
+        assert!(d[..3] == [1; 3] && o[..5] == [2; 5]);
+        assert!(d[3..4099].iter().all(|&b| b == 7) && d[4099..].iter().all(|&b| b == 0xFF));
+        assert!(o[5..21].iter().all(|&b| b == 9) && o[21..].iter().all(|&b| b == 0xFF));
         m.set_states(1, 1, PageState::Torn).expect("mark");
-        assert_eq!(m.read(0, &mut d, &mut o).expect("read"), Some(1));
+        let (mut d, mut o) = (Vec::new(), Vec::new());
+        assert_eq!(m.read(0, 2, &mut d, &mut o).expect("read"), Some(1));
+        assert_eq!(
+            (d.len(), o.len()),
+            (4096, 16),
+            "only the page before the torn one"
+        );
     }
 
     /// Units of two erase blocks, interleaved as a striped zone hands them
@@ -498,12 +509,12 @@ mod tests {
         m.program_many(&[(3, &data[0][..], &[][..])])
             .expect("program");
         for (i, &p) in pages.iter().enumerate() {
-            let (mut d, mut o) = (vec![0u8; ps], vec![0u8; os]);
-            assert_eq!(m.read(p, &mut d, &mut o).expect("read"), None);
+            let (mut d, mut o) = (Vec::new(), Vec::new());
+            assert_eq!(m.read(p, 1, &mut d, &mut o).expect("read"), None);
             assert_eq!((d, o), (data[i].clone(), oob[i].clone()), "page {p}");
         }
-        let (mut d, mut o) = (vec![0u8; ps], vec![0xAAu8; os]);
-        m.read(3, &mut d, &mut o).expect("read");
+        let (mut d, mut o) = (Vec::new(), Vec::new());
+        m.read(3, 1, &mut d, &mut o).expect("read");
         assert!(d == data[0] && o.iter().all(|&b| b == 0));
         assert_eq!(m.page_state(4), PageState::Erased);
     }
