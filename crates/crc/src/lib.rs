@@ -46,13 +46,7 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 ///
 /// Panics (a bug) unless `data` holds exactly `out.len()` blocks.
 pub fn crc32c_blocks(data: &[u8], block_bytes: usize, out: &mut [u32]) {
-    assert_eq!(
-        Some(data.len()),
-        block_bytes.checked_mul(out.len()),
-        "{} bytes are not {} blocks of {block_bytes}",
-        data.len(),
-        out.len()
-    );
+    check_blocks(data, block_bytes, out);
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if block_bytes >= FOLD_MIN_BYTES && block_bytes.is_multiple_of(128) && fold::available() {
@@ -64,12 +58,32 @@ pub fn crc32c_blocks(data: &[u8], block_bytes: usize, out: &mut [u32]) {
             done += 4;
         }
     }
-    for (block, crc) in data[done * block_bytes..]
-        .chunks_exact(block_bytes)
-        .zip(&mut out[done..])
-    {
-        *crc = crc32c(block);
+    each_block(
+        &data[done * block_bytes..],
+        block_bytes,
+        &mut out[done..],
+        crc32c,
+    );
+}
+
+/// `crc(block)` for each `block_bytes`-long block of `data`, into `out`:
+/// [`crc32c_blocks`] with any checksum function, for callers that choose
+/// among several. Panics (a bug) unless `data` holds exactly `out.len()`
+/// blocks.
+pub fn each_block(data: &[u8], block_bytes: usize, out: &mut [u32], crc: impl Fn(&[u8]) -> u32) {
+    check_blocks(data, block_bytes, out);
+    for (block, c) in data.chunks_exact(block_bytes).zip(out) {
+        *c = crc(block);
     }
+}
+
+fn check_blocks(data: &[u8], block_bytes: usize, out: &[u32]) {
+    assert!(
+        block_bytes > 0 && Some(data.len()) == block_bytes.checked_mul(out.len()),
+        "{} bytes are not {} blocks of {block_bytes}",
+        data.len(),
+        out.len()
+    );
 }
 
 /// Whether this CPU runs the folding code (else every call is the
@@ -176,6 +190,12 @@ mod tests {
     #[should_panic(expected = "are not 3 blocks")]
     fn blocks_must_fill_the_data() {
         crc32c_blocks(&[0; 100], 32, &mut [0; 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "0 bytes are not 2 blocks of 0")]
+    fn blocks_have_bytes() {
+        each_block(&[], 0, &mut [0; 2], crc32c);
     }
 
     proptest! {

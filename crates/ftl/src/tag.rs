@@ -217,18 +217,9 @@ impl DataCrcImpl {
 
     /// CRC-32C of each `block_bytes`-long block of `data`, into `out`.
     pub fn checksum_blocks(self, data: &[u8], block_bytes: usize, out: &mut [u32]) {
-        if self == DataCrcImpl::Fold256 {
-            return zftl_crc::crc32c_blocks(data, block_bytes, out);
-        }
-        assert_eq!(
-            Some(data.len()),
-            block_bytes.checked_mul(out.len()),
-            "{} bytes are not {} blocks of {block_bytes}",
-            data.len(),
-            out.len()
-        );
-        for (block, crc) in data.chunks_exact(block_bytes).zip(out) {
-            *crc = self.checksum(block);
+        match self {
+            DataCrcImpl::Fold256 => zftl_crc::crc32c_blocks(data, block_bytes, out),
+            _ => zftl_crc::each_block(data, block_bytes, out, |block| self.checksum(block)),
         }
     }
 }
