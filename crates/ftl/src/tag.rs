@@ -153,6 +153,13 @@ impl DataCrcImpl {
         DataCrcImpl::Fold256,
     ];
 
+    /// Whether the implementation runs its own code on this CPU: without
+    /// AVX2 and VPCLMULQDQ, `Fold256` is the `crc32c` crate under another
+    /// name, and timing it would only show that name in a log.
+    pub fn runs_here(self) -> bool {
+        self != DataCrcImpl::Fold256 || zftl_crc::is_accelerated()
+    }
+
     /// The implementation [`data_crc`] uses, by the CPU's features:
     /// `crc-fast` where it has carry-less multiply (PCLMULQDQ and SSE4.1,
     /// what `crc-fast` folds with: about 2.5× the `crc32c` crate's CRC32
