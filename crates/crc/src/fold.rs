@@ -80,36 +80,62 @@ const TO_LAST_LANE: [(u64, u64); LANES] = {
 };
 const ROUND: (u64, u64) = TO_LAST_LANE[0];
 
-/// Whether the CPU has what [`append`] runs: AVX2 with VPCLMULQDQ, and
-/// SSE4.2 for the final `crc32`.
-#[inline]
-pub(crate) fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("vpclmulqdq")
-        && std::arch::is_x86_feature_detected!("pclmulqdq")
-        && std::arch::is_x86_feature_detected!("sse4.2")
-}
+/// Proof that the CPU has what the folding runs: AVX2 with VPCLMULQDQ, and
+/// SSE4.2 for the final `crc32`. Only [`Folder::detect`] makes one, so its
+/// methods need not ask the CPU again on every call.
+#[derive(Clone, Copy)]
+pub(crate) struct Folder(());
 
-/// `crc32c::crc32c_append(crc, data)` for `data` of at least one round;
-/// whole rounds fold, the rest goes to the `crc32c` crate.
-pub(crate) fn append(crc: u32, data: &[u8]) -> u32 {
-    assert!(
-        available(),
-        "fold::append on a CPU without AVX2 + VPCLMULQDQ"
-    );
-    assert!(
-        data.len() >= ROUND_BYTES,
-        "{} bytes: less than a round",
-        data.len()
-    );
-    let (rounds, rest) = data.split_at(data.len() / ROUND_BYTES * ROUND_BYTES);
-    // SAFETY: `available()` has just confirmed every feature `fold_rounds`
-    // enables, and `rounds` is a non-empty multiple of `ROUND_BYTES`.
-    let crc = unsafe { fold_rounds(crc, rounds) };
-    if rest.is_empty() {
-        return crc; // the usual case (whole blocks): no call for nothing
+impl Folder {
+    #[inline]
+    pub(crate) fn detect() -> Option<Folder> {
+        let has = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.2");
+        has.then_some(Folder(()))
     }
-    crc32c::crc32c_append(crc, rest)
+
+    /// `crc32c::crc32c_append(crc, data)` for `data` of at least one round;
+    /// whole rounds fold, the rest goes to the `crc32c` crate.
+    pub(crate) fn append(self, crc: u32, data: &[u8]) -> u32 {
+        assert!(
+            data.len() >= ROUND_BYTES,
+            "{} bytes: less than a round",
+            data.len()
+        );
+        let (rounds, rest) = data.split_at(data.len() / ROUND_BYTES * ROUND_BYTES);
+        // SAFETY: `self` proves the CPU has every feature `fold_rounds`
+        // enables, and `rounds` is a non-empty multiple of `ROUND_BYTES`.
+        let crc = unsafe { fold_rounds(crc, rounds) };
+        if rest.is_empty() {
+            return crc; // the usual case (whole blocks): no call for nothing
+        }
+        crc32c::crc32c_append(crc, rest)
+    }
+
+    /// The CRC-32C (from zero) of each of four blocks of `block_bytes` (a
+    /// multiple of [`ROUND_BYTES`], at least one round) laid end to end in
+    /// `data`: the first folds while the `crc32` instruction runs three
+    /// chains over the others. The two use different execution units, so
+    /// the four cost little more than the first alone (on an AMD EPYC of
+    /// family 25: 1.2–1.3× the rate of folding block by block, in loop
+    /// runs).
+    pub(crate) fn four_blocks(self, data: &[u8], block_bytes: usize) -> [u32; 4] {
+        assert!(block_bytes >= ROUND_BYTES && block_bytes.is_multiple_of(ROUND_BYTES));
+        assert_eq!(
+            data.len(),
+            4 * block_bytes,
+            "four blocks of {block_bytes} bytes"
+        );
+        let (first, chained) = data.split_at(block_bytes);
+        let (b, rest) = chained.split_at(block_bytes);
+        let (c, d) = rest.split_at(block_bytes);
+        // SAFETY: `self` proves the features; `first` is a non-zero
+        // multiple of `ROUND_BYTES`, and the chains are as long.
+        let (a, [b, c, d]) = unsafe { fold_and_chain(0, first, [b, c, d]) };
+        [a, b, c, d]
+    }
 }
 
 /// `append` for whole rounds.
@@ -121,32 +147,6 @@ pub(crate) fn append(crc: u32, data: &[u8]) -> u32 {
 unsafe fn fold_rounds(crc: u32, data: &[u8]) -> u32 {
     // SAFETY: the caller's promise, passed on.
     unsafe { fold_and_chain(crc, data, []).0 }
-}
-
-/// The CRC-32C (from zero) of each of four blocks of `block_bytes` (a
-/// multiple of [`ROUND_BYTES`], at least one round) laid end to end in
-/// `data`: the first folds while the `crc32` instruction runs three
-/// chains over the others. The two use different execution units, so the
-/// four cost little more than the first alone (on an AMD EPYC of family
-/// 25: 1.2–1.3× the rate of folding block by block, in loop runs).
-pub(crate) fn four_blocks(data: &[u8], block_bytes: usize) -> [u32; 4] {
-    assert!(
-        available(),
-        "fold::four_blocks on a CPU without AVX2 + VPCLMULQDQ"
-    );
-    assert!(block_bytes >= ROUND_BYTES && block_bytes.is_multiple_of(ROUND_BYTES));
-    assert_eq!(
-        data.len(),
-        4 * block_bytes,
-        "four blocks of {block_bytes} bytes"
-    );
-    let (first, chained) = data.split_at(block_bytes);
-    let (b, rest) = chained.split_at(block_bytes);
-    let (c, d) = rest.split_at(block_bytes);
-    // SAFETY: `available()` has just confirmed the features; `first` is a
-    // non-zero multiple of `ROUND_BYTES`, and the chains are as long.
-    let (a, [b, c, d]) = unsafe { fold_and_chain(0, first, [b, c, d]) };
-    [a, b, c, d]
 }
 
 /// Folds `data` (continuing from `crc`) and, in the same rounds, runs the
@@ -255,9 +255,9 @@ mod tests {
 
     #[test]
     fn short_input_is_refused() {
-        if !available() {
+        let Some(folder) = Folder::detect() else {
             return;
-        }
-        assert!(std::panic::catch_unwind(|| append(0, &[0; 100])).is_err());
+        };
+        assert!(std::panic::catch_unwind(|| folder.append(0, &[0; 100])).is_err());
     }
 }

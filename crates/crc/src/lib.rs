@@ -33,8 +33,10 @@ pub fn crc32c(data: &[u8]) -> u32 {
 /// `crc32c::crc32c_append`).
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if data.len() >= FOLD_MIN_BYTES && fold::available() {
-        return fold::append(crc, data);
+    if data.len() >= FOLD_MIN_BYTES {
+        if let Some(folder) = fold::Folder::detect() {
+            return folder.append(crc, data);
+        }
     }
     crc32c::crc32c_append(crc, data)
 }
@@ -49,12 +51,14 @@ pub fn crc32c_blocks(data: &[u8], block_bytes: usize, out: &mut [u32]) {
     check_blocks(data, block_bytes, out);
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if block_bytes >= FOLD_MIN_BYTES && block_bytes.is_multiple_of(128) && fold::available() {
+    if let Some(folder) = fold::Folder::detect()
+        .filter(|_| block_bytes >= FOLD_MIN_BYTES && block_bytes.is_multiple_of(128))
+    {
         for (group, crcs) in data
             .chunks_exact(4 * block_bytes)
             .zip(out.chunks_exact_mut(4))
         {
-            crcs.copy_from_slice(&fold::four_blocks(group, block_bytes));
+            crcs.copy_from_slice(&folder.four_blocks(group, block_bytes));
             done += 4;
         }
     }
@@ -90,7 +94,7 @@ fn check_blocks(data: &[u8], block_bytes: usize, out: &[u32]) {
 /// `crc32c` crate's).
 pub fn is_accelerated() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return fold::available();
+    return fold::Folder::detect().is_some();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
