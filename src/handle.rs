@@ -930,7 +930,7 @@ struct Inline<B: Backend> {
 impl<B: Backend> InlineHandle<B> {
     /// Takes over an already formatted or mounted driver.
     pub fn new(driver: Driver<B>) -> InlineHandle<B> {
-        let append_blocks = inline_append_blocks(&driver.backend().geometry());
+        let append_blocks = inline_append_blocks(driver.backend().geometry());
         InlineHandle {
             shared: Arc::new(InlineShared {
                 block_size: driver.block_size(),
