@@ -56,7 +56,11 @@ pub struct FtlConfig {
     pub max_inflight_commands: u32,
     /// GC starts when the spare data zones (the free ones, plus those write
     /// streams hold open beyond the first) fall to this many plus the
-    /// reserve.
+    /// reserve. A collection keeps pace with the host's appends (moving
+    /// `valid / (capacity - valid)` blocks per host block, a quarter more)
+    /// and runs flat out once the free zones are down to the reserve; with
+    /// two, a paced collection ends before that (with one, the host's open
+    /// zone is all the room it has, and half the time too little).
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
@@ -77,7 +81,7 @@ impl Default for FtlConfig {
             write_buffer_blocks: 4096,
             max_host_requests: 1024,
             max_inflight_commands: 128,
-            gc_start_free_zones: 1,
+            gc_start_free_zones: 2,
             gc_max_inflight: 32,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,

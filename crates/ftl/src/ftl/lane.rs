@@ -277,6 +277,7 @@ impl Ftl {
         self.lane_commit(lane, zone, n + pad, self.next_seq.saturating_sub(1));
         self.zone_clock[zone as usize] = self.host_clock;
         self.host_appends_in_flight += 1;
+        self.earn_gc_credit(n + pad);
         self.stats.media_write_blocks += n + pad;
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
