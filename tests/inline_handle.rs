@@ -193,3 +193,67 @@ fn power_cuts_keep_every_durable_write_and_never_hang() {
         }
     }
 }
+
+#[test]
+fn gc_moves_a_victim_in_steps_between_requests() {
+    // Zones of 1024 blocks, many more than a paced step (32) moves, and
+    // the volume two thirds of the default size, as `zftl serve
+    // --memory-mib` formats it: victims hold about half their blocks live.
+    let cfg = SimConfig {
+        blocks_per_lun: 24,
+        pages_per_block: 256,
+        zone_width_luns: 4,
+        max_append_blocks: 128,
+        max_transfer_blocks: 256,
+        ..SimConfig::small_for_tests()
+    };
+    let full = format(SimDevice::create_memory(cfg.clone()).expect("sim")).logical_blocks();
+    let options = FormatOptions {
+        logical_blocks: Some(full * 2 / 3),
+        ..FormatOptions::default()
+    };
+    let dev = SimDevice::create_memory(cfg).expect("sim");
+    let ftl =
+        InlineHandle::new(Driver::format(dev, &options, FtlConfig::default()).expect("format"));
+    let (bs, n) = (ftl.block_size(), ftl.logical_blocks());
+    for lba in 0..n {
+        write(&ftl, lba, block(lba, 0, bs), false).unwrap();
+    }
+    let mut versions = vec![0u32; n as usize];
+    let before = ftl.stats().unwrap();
+    let (mut steps, mut state) = (0u64, 0x9e37_79b9_7f4a_7c15u64);
+    for version in 1..=(3 * n) as u32 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let lba = state % n;
+        let moved_before = ftl.stats().unwrap().gc_copy_blocks;
+        write(&ftl, lba, block(lba, version, bs), false).unwrap();
+        versions[lba as usize] = version;
+        steps += u64::from(ftl.stats().unwrap().gc_copy_blocks > moved_before);
+    }
+    let after = ftl.stats().unwrap();
+    let (jobs, moved) = (
+        after.erases - before.erases,
+        after.gc_copy_blocks - before.gc_copy_blocks,
+    );
+    assert!(
+        jobs >= 10 && moved >= 100 * 32,
+        "jobs {jobs}, moved {moved}"
+    );
+    // Unpaced, a collection runs inside the one or two requests that find
+    // it due; paced, in steps between many.
+    assert!(
+        steps >= 4 * jobs,
+        "{moved} blocks of {jobs} collections moved in {steps} requests"
+    );
+    flush(&ftl).unwrap();
+    for (lba, &version) in versions.iter().enumerate() {
+        let lba = lba as u64;
+        assert_eq!(
+            read(&ftl, lba, 1).unwrap(),
+            block(lba, version, bs),
+            "lba {lba}"
+        );
+    }
+}
