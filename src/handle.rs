@@ -869,12 +869,10 @@ const INLINE_APPEND_BYTES: u64 = 128 << 10;
 /// waiting for buffer room). A buffered write is answered at once; the
 /// buffer goes to the device in appends of [`INLINE_APPEND_BYTES`] (at most
 /// `Geometry::max_append_blocks`), each sent by the call that completed
-/// it; a call also turns the loop after its reply while a GC job or a
-/// checkpoint is under way (not while a paced collection waits for the
-/// host to append more: that turn would only send a smaller append).
-/// Blocks that never fill an append wait in the buffer for the next flush
-/// (a FLUSH, a FUA write, shutdown, or the final flush of the last clone's
-/// drop), as every buffered write does.
+/// it; a call also turns the loop after
+/// its reply while a GC job or a checkpoint is under way. Blocks that never fill an append wait in the buffer
+/// for the next flush (a FLUSH, a FUA write, shutdown, or the final flush
+/// of the last clone's drop), as every buffered write does.
 ///
 /// Errors and lifecycle follow [`Handle`]: a lost device fails this and
 /// every later call with [`IoError::DeviceGone`]; a panic of the core
@@ -1067,8 +1065,8 @@ impl<B: Backend> Inline<B> {
         for _ in 0..MAX_FEED_TURNS {
             let ftl = driver.ftl();
             let background = ftl.activity();
-            let gc = background.gc && !ftl.gc_waits_for_host();
-            let due = ftl.queued_blocks() >= self.append_blocks || gc || background.checkpoint;
+            let due =
+                ftl.queued_blocks() >= self.append_blocks || background.gc || background.checkpoint;
             if !due {
                 return;
             }
