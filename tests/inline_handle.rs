@@ -196,9 +196,9 @@ fn power_cuts_keep_every_durable_write_and_never_hang() {
 
 #[test]
 fn gc_moves_a_victim_in_steps_between_requests() {
-    // Zones of 1024 blocks, many more than a paced step (32) moves, and
-    // the volume two thirds of the default size, as `zftl serve
-    // --memory-mib` formats it: victims hold about half their blocks live.
+    // Zones of 1024 blocks, far more than a paced step moves, and the
+    // volume two thirds of the default size, as `zftl serve --memory-mib`
+    // formats it: victims hold about half their blocks live.
     let cfg = SimConfig {
         blocks_per_lun: 24,
         pages_per_block: 256,
