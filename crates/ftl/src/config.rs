@@ -59,8 +59,9 @@ pub struct FtlConfig {
     /// reserve. A collection keeps pace with the host's appends (moving
     /// `valid / (capacity - valid)` blocks per host block, a quarter more)
     /// and runs flat out once the free zones are down to the reserve; with
-    /// two, a paced collection ends before that (with one, the host's open
-    /// zone is all the room it has, and half the time too little).
+    /// two, a paced collection mostly ends before that (with one, the
+    /// host's open zone is all the room it has, and half the time too
+    /// little; open streams count as spare, so GC may still start late).
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,

@@ -152,9 +152,9 @@ impl Ftl {
     /// reserve, and always once the free ones are down to the reserve (the
     /// host may not open zones then: GC must make room).
     fn gc_needed(&self) -> bool {
-        let reserve = u64::from(self.gc_reserve_zones);
-        u64::from(self.zones.free_count()) <= reserve
-            || self.spare_zones() <= reserve + u64::from(self.cfg.gc_start_free_zones)
+        self.gc_urgent()
+            || self.spare_zones()
+                <= u64::from(self.gc_reserve_zones) + u64::from(self.cfg.gc_start_free_zones)
     }
 
     fn excluded(&self, z: ZoneId) -> bool {
