@@ -9,6 +9,7 @@ use std::thread;
 
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError};
 use zftl::handle::InlineHandle;
+use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 
 fn device() -> SimDevice {
@@ -221,12 +222,9 @@ fn gc_moves_a_victim_in_steps_between_requests() {
     }
     let mut versions = vec![0u32; n as usize];
     let before = ftl.stats().unwrap();
-    let (mut steps, mut state) = (0u64, 0x9e37_79b9_7f4a_7c15u64);
+    let (mut steps, mut rng) = (0u64, Rng::new(16));
     for version in 1..=(3 * n) as u32 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let lba = state % n;
+        let lba = rng.below(n);
         let moved_before = ftl.stats().unwrap().gc_copy_blocks;
         write(&ftl, lba, block(lba, version, bs), false).unwrap();
         versions[lba as usize] = version;
