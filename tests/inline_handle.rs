@@ -16,6 +16,18 @@ fn device() -> SimDevice {
     SimDevice::create_memory(SimConfig::small_for_tests()).expect("sim")
 }
 
+/// Zones of 256 blocks and appends of up to 64 (256 KiB): room for the
+/// handle's append size to follow the size of the writes.
+fn device_with_large_appends() -> SimDevice {
+    SimDevice::create_memory(SimConfig {
+        pages_per_block: 128,
+        max_append_blocks: 64,
+        max_transfer_blocks: 64,
+        ..SimConfig::small_for_tests()
+    })
+    .expect("sim")
+}
+
 fn format(dev: SimDevice) -> InlineHandle<SimDevice> {
     let driver =
         Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format");
@@ -122,14 +134,33 @@ fn bad_input_is_typed_and_shutdown_closes_every_clone() {
     assert_eq!(clone.stats().err(), Some(IoError::DeviceGone));
 }
 
-/// Power cuts after many different submit counts, under a mix of plain
-/// writes, FUA writes, flushes and reads checked against a model. The sweep
-/// covers several laps of the metadata log ring (cuts between a log zone
-/// filling and the next one's reset once wedged the mount; see
-/// `tests/log_wrap_cuts.rs`).
+/// Power cuts after many different submit counts, under a mix of
+/// single-block writes, FUA writes, flushes and reads checked against a
+/// model. The sweep covers several laps of the metadata log ring (cuts
+/// between a log zone filling and the next one's reset once wedged the
+/// mount; see `tests/log_wrap_cuts.rs`).
 #[test]
 fn power_cuts_keep_every_durable_write_and_never_hang() {
-    for cut in (20..8000).step_by(11) {
+    power_cut_sweep(device, (20..8000).step_by(11), 1);
+}
+
+/// The same with writes of up to 32 blocks among them, on a device whose
+/// appends take 64: after writes of more than 8 blocks the handle waits
+/// for more than its 32-block floor before it sends an append.
+#[test]
+fn power_cuts_under_large_writes_keep_every_durable_write() {
+    power_cut_sweep(device_with_large_appends, (20..3000).step_by(13), 32);
+}
+
+/// Formats `device()`, cuts its power after each of `cuts` submits in
+/// turn, and checks the model after the remount. Every 17th request is a
+/// write of 1 to `max_write_blocks` blocks.
+fn power_cut_sweep(
+    device: fn() -> SimDevice,
+    cuts: impl Iterator<Item = u64>,
+    max_write_blocks: u64,
+) {
+    for cut in cuts {
         let mut driver = Driver::format(device(), &FormatOptions::default(), FtlConfig::default())
             .expect("format");
         driver.backend_mut().set_faults(Faults {
@@ -159,6 +190,18 @@ fn power_cuts_keep_every_durable_write_and_never_hang() {
                 4 => write(&ftl, lba, block(lba, round, bs), true).map(|()| {
                     model.insert(lba, (round, round));
                 }),
+                5 => {
+                    let count = (1 + u64::from(round / 17) % max_write_blocks).min(span - lba);
+                    let data: Vec<u8> = (lba..lba + count)
+                        .flat_map(|l| block(l, round, bs))
+                        .collect();
+                    write(&ftl, lba, data, false).map(|()| {
+                        for l in lba..lba + count {
+                            let durable = model.get(&l).map_or(0, |v| v.1);
+                            model.insert(l, (round, durable));
+                        }
+                    })
+                }
                 _ => write(&ftl, lba, block(lba, round, bs), false).map(|()| {
                     let durable = model.get(&lba).map_or(0, |v| v.1);
                     model.insert(lba, (round, durable));
