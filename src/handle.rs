@@ -879,9 +879,9 @@ const INLINE_APPEND_WRITES: usize = 4;
 /// [`INLINE_APPEND_WRITES`] times the last write, whichever is larger (at
 /// most `Geometry::max_append_blocks`), each sent by the call that
 /// completed it; a call also turns the loop after its reply while a GC job
-/// or a checkpoint is under way. Blocks that never fill an append wait in the buffer
-/// for the next flush (a FLUSH, a FUA write, shutdown, or the final flush
-/// of the last clone's drop), as every buffered write does.
+/// or a checkpoint is under way. Blocks that never fill an append wait in
+/// the buffer for the next flush (a FLUSH, a FUA write, shutdown, or the
+/// final flush of the last clone's drop), as every buffered write does.
 ///
 /// Errors and lifecycle follow [`Handle`]: a lost device fails this and
 /// every later call with [`IoError::DeviceGone`]; a panic of the core
