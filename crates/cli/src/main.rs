@@ -54,8 +54,13 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<(), CliError> {
     // The FTL checksums every block it writes or reads: time the data CRC
-    // implementations first (about 5 ms) and run the fastest.
-    let crc = zftl::data_crc::choose_fastest();
+    // implementations first (about 5 ms) and run the fastest. Commands that
+    // only read a device's geometry or an image's header skip it.
+    let crc = if checksums_data(cli.command.as_ref()) {
+        zftl::data_crc::choose_fastest()
+    } else {
+        Vec::new()
+    };
     match &cli.command {
         None => main_job(cli),
         Some(Command::Sim(SimCommand::Create(args))) => sim_create(args, cli.json),
@@ -103,6 +108,12 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             emit(cli.json, &report, || report.text().render())
         }
     }
+}
+
+/// Whether `command` runs the FTL (or a benchmark of it), which checksums
+/// data: not the image and device inspections.
+fn checksums_data(command: Option<&Command>) -> bool {
+    !matches!(command, Some(Command::Sim(_)) | Some(Command::Info(_)))
 }
 
 /// What the main job prints: the device, then the FTL on it.
