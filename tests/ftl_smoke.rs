@@ -3,6 +3,9 @@
 use zftl::core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request, TagPlacement};
 use zftl::sim::{SimConfig, SimDevice};
 
+mod common;
+use common::block;
+
 fn sim(oob: u32) -> SimDevice {
     sim_with_limits(oob, 8, 12)
 }
@@ -55,13 +58,6 @@ fn assert_versions(ftl: &mut Driver<SimDevice>, version: &[u32]) {
     for (lba, &v) in (0u64..).zip(version) {
         assert_eq!(ftl.read(lba, 1).unwrap(), block(lba, v, bs), "block {lba}");
     }
-}
-
-fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..12].copy_from_slice(&version.to_le_bytes());
-    b
 }
 
 fn roundtrip(oob: u32, placement: TagPlacement) {

@@ -9,6 +9,9 @@ use zftl::core::{Driver, FormatOptions, FtlConfig, IoError};
 use zftl::handle::{AsyncHandle, Handle};
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 
+mod common;
+use common::block;
+
 /// Generous: a hang shows as a failure, not a stuck test run.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -18,14 +21,6 @@ fn device() -> SimDevice {
 
 fn format(dev: SimDevice) -> Handle<SimDevice> {
     Handle::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format")
-}
-
-/// A block that names its lba and version.
-fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..12].copy_from_slice(&version.to_le_bytes());
-    b
 }
 
 fn blocks(lba: u64, count: u64, version: u32, bs: usize) -> Vec<u8> {

@@ -11,6 +11,9 @@ use zftl::core::{
 };
 use zftl::sim::{SimConfig, SimDevice};
 
+mod common;
+use common::block;
+
 /// The simulator, with the appends numbered `fail` (counting from 0) run
 /// on the media but reported as failed on the host side, as an abort after
 /// the device wrote them would be.
@@ -76,13 +79,6 @@ impl Backend for HostFailures {
     }
 }
 
-fn block(lba: u64, version: u64, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..16].copy_from_slice(&version.to_le_bytes());
-    b
-}
-
 fn format() -> Driver<HostFailures> {
     format_with(FtlConfig::default())
 }
@@ -93,7 +89,7 @@ fn format_with(cfg: FtlConfig) -> Driver<HostFailures> {
 }
 
 /// Writes every logical block with `version`, a flush every 64 blocks.
-fn write_all(ftl: &mut Driver<HostFailures>, version: u64) -> Result<(), IoError> {
+fn write_all(ftl: &mut Driver<HostFailures>, version: u32) -> Result<(), IoError> {
     let bs = ftl.block_size();
     for lba in 0..ftl.logical_blocks() {
         ftl.write(lba, &block(lba, version, bs))?;
@@ -104,7 +100,7 @@ fn write_all(ftl: &mut Driver<HostFailures>, version: u64) -> Result<(), IoError
     ftl.flush()
 }
 
-fn assert_all(ftl: &mut Driver<HostFailures>, version: u64) {
+fn assert_all(ftl: &mut Driver<HostFailures>, version: u32) {
     let bs = ftl.block_size();
     for lba in 0..ftl.logical_blocks() {
         assert_eq!(

@@ -12,6 +12,9 @@ use zftl::handle::InlineHandle;
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 
+mod common;
+use common::block;
+
 fn device() -> SimDevice {
     SimDevice::create_memory(SimConfig::small_for_tests()).expect("sim")
 }
@@ -32,14 +35,6 @@ fn format(dev: SimDevice) -> InlineHandle<SimDevice> {
     let driver =
         Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).expect("format");
     InlineHandle::new(driver)
-}
-
-/// A block that names its lba and version.
-fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..12].copy_from_slice(&version.to_le_bytes());
-    b
 }
 
 fn write(ftl: &InlineHandle<SimDevice>, lba: u64, data: Vec<u8>, fua: bool) -> Result<(), IoError> {

@@ -13,13 +13,8 @@ use std::collections::HashMap;
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError};
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 
-/// A block that names its lba and version.
-fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..12].copy_from_slice(&version.to_le_bytes());
-    b
-}
+mod common;
+use common::block;
 
 fn cut_range() -> std::ops::Range<u64> {
     let from_env = std::env::var("ZFTL_LOG_CUTS").ok().and_then(|s| {

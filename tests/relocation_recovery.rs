@@ -7,6 +7,9 @@
 use zftl::core::{Driver, FormatOptions, FtlConfig, TagPlacement};
 use zftl::sim::{SimConfig, SimDevice};
 
+mod common;
+use common::block;
+
 const WATCHED: u64 = 0;
 
 fn device() -> SimDevice {
@@ -27,13 +30,6 @@ fn config() -> FtlConfig {
         checkpoint_interval_blocks: 1 << 40,
         ..FtlConfig::default()
     }
-}
-
-fn block(lba: u64, version: u64, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8); bs];
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..16].copy_from_slice(&version.to_le_bytes());
-    b
 }
 
 #[test]
@@ -61,7 +57,8 @@ fn version_moved_twice_after_the_checkpoint_survives_a_cut() {
     for i in 0..200 * n {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         let lba = 1 + (x >> 33) % (n - 1);
-        ftl.write(lba, &block(lba, i, bs)).expect("overwrite");
+        ftl.write(lba, &block(lba, i as u32, bs))
+            .expect("overwrite");
         let z = zone_of(&ftl);
         if z != *zones.last().expect("zone") {
             zones.push(z);

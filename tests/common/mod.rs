@@ -19,6 +19,16 @@ fn trace_lba() -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
+/// A block that names its lba (bytes 0..8) and version (bytes 8..12),
+/// filled with a byte of both: a test reads the version back to tell which
+/// write a block holds after a crash.
+pub fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
+    let mut b = vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs];
+    b[..8].copy_from_slice(&lba.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    b
+}
+
 /// Version 0 is "zeros" (never written or trimmed).
 pub fn pattern(lba: u64, version: u32, bs: usize) -> Vec<u8> {
     if version == 0 {
