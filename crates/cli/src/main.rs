@@ -55,7 +55,7 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), CliError> {
     // The FTL checksums every block it writes or reads: time the data CRC
     // implementations first (about 5 ms) and run the fastest. Commands that
-    // only read a device's geometry or an image's header skip it.
+    // only create or inspect an image, or read a device's geometry, skip it.
     let crc = if checksums_data(cli.command.as_ref()) {
         zftl::data_crc::choose_fastest()
     } else {
@@ -111,7 +111,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
 }
 
 /// Whether `command` runs the FTL (or a benchmark of it), which checksums
-/// data: not the image and device inspections.
+/// data: not `sim …` (image creation and inspection) nor `info`.
 fn checksums_data(command: Option<&Command>) -> bool {
     !matches!(command, Some(Command::Sim(_)) | Some(Command::Info(_)))
 }
