@@ -179,9 +179,6 @@ pub struct Ftl {
     /// Blocks read by GC waiting to be written, per temperature.
     gc_queues: [VecDeque<RelocItem>; 2],
     gc_in_flight: u32,
-    /// What the running collection may still read before it falls behind
-    /// its pace (`reloc::Pace`).
-    gc_credit: u64,
     host_appends_in_flight: u32,
     ckpt: CkptState,
     ckpt_requested: bool,
@@ -273,7 +270,6 @@ impl Ftl {
             jobs_since_wl: 0,
             gc_queues: Default::default(),
             gc_in_flight: 0,
-            gc_credit: 0,
             host_appends_in_flight: 0,
             ckpt: CkptState::Idle,
             ckpt_requested: false,

@@ -85,16 +85,18 @@ const PACED_READ_BLOCKS: u64 = 32;
 /// A collection's pace: collecting a victim with `valid` live blocks frees
 /// `capacity - valid` blocks net, so while the host appends, GC moves
 /// `valid / (capacity - valid)` blocks per host block, and a quarter more
-/// to stay ahead. Earned as credit (`Ftl::gc_credit`): `earn` per block the
-/// host appends, `cost` per block GC reads. Paced, a collection moves in
+/// to stay ahead. Kept as credit: `earn` per block the host appends, `cost`
+/// per block GC reads. Paced, a collection moves in
 /// small steps between host appends instead of all at once: the inline
 /// handle runs it on the thread that answers requests, and a whole victim
 /// (450 live 4 KiB blocks) held up the requests behind it for 0.7 ms.
 /// Without the pace it runs only when the free zones fall to the reserve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Pace {
     earn: u64,
     cost: u64,
+    /// What the collection may still read before it falls behind.
+    credit: u64,
 }
 
 impl Pace {
@@ -103,7 +105,27 @@ impl Pace {
         Pace {
             earn: valid_blocks.saturating_mul(5),
             cost: gain.saturating_mul(4),
+            credit: 0,
         }
+    }
+
+    /// The host appended `blocks`; the credit is capped at four reads.
+    fn earn(&mut self, blocks: u64) {
+        let most = self.cost.saturating_mul(4 * PACED_READ_BLOCKS);
+        self.credit = self
+            .credit
+            .saturating_add(blocks.saturating_mul(self.earn))
+            .min(most);
+    }
+
+    /// Blocks the credit pays for.
+    fn readable_blocks(&self) -> u64 {
+        self.credit / self.cost.max(1)
+    }
+
+    /// GC read `blocks`.
+    fn spend(&mut self, blocks: u64) {
+        self.credit = self.credit.saturating_sub(blocks.saturating_mul(self.cost));
     }
 }
 
@@ -194,7 +216,6 @@ impl Ftl {
             .then(|| self.zones.get(victim).valid_blocks())
             .filter(|&valid| valid > 0)
             .map(|valid| Pace::of(valid, self.data_cap()));
-        self.gc_credit = 0;
         // In band, GC learns what the victim holds from its summary, or,
         // for a zone without one, from the map.
         let (phase, lbas) = match self.tag_mode {
@@ -268,18 +289,19 @@ impl Ftl {
 
     /// Blocks the running collection may read now; `None`: no limit.
     fn paced_read_blocks(&self) -> Option<u64> {
-        let pace = self.job.as_ref()?.pace?;
-        (!self.gc_urgent()).then(|| self.gc_credit / pace.cost.max(1))
+        let pace = self.job.as_ref()?.pace.as_ref()?;
+        (!self.gc_urgent()).then(|| pace.readable_blocks())
+    }
+
+    /// The running collection's pace, if it has one.
+    fn pace_mut(&mut self) -> Option<&mut Pace> {
+        self.job.as_mut()?.pace.as_mut()
     }
 
     /// The host appended `blocks`: the running collection earns its pace.
     pub(super) fn earn_gc_credit(&mut self, blocks: u64) {
-        if let Some(pace) = self.job.as_ref().and_then(|j| j.pace) {
-            let most = pace.cost.saturating_mul(4 * PACED_READ_BLOCKS);
-            self.gc_credit = self
-                .gc_credit
-                .saturating_add(blocks.saturating_mul(pace.earn))
-                .min(most);
+        if let Some(pace) = self.pace_mut() {
+            pace.earn(blocks);
         }
     }
 
@@ -319,9 +341,8 @@ impl Ftl {
         if start == off {
             return None; // scan finished; completion is checked in advance()
         }
-        if let Some(pace) = self.job.as_ref().and_then(|j| j.pace) {
-            let spent = (off - start).saturating_mul(pace.cost);
-            self.gc_credit = self.gc_credit.saturating_sub(spent);
+        if let Some(pace) = self.pace_mut() {
+            pace.spend(off - start);
         }
         Some(self.gc_read(Ppa::new(victim, start, cap), (off - start) as u32, 0))
     }
