@@ -21,6 +21,7 @@ mod device;
 mod error;
 mod exec;
 mod faults;
+mod hugepages;
 pub mod image;
 mod layout;
 mod media;

@@ -15,7 +15,7 @@ use zftl_core::ZoneState;
 use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::image::{self, ImageLayout, PageState, ERASE_ENTRY_BYTES, ZONE_ENTRY_BYTES};
-use crate::streaming;
+use crate::{hugepages, streaming};
 
 /// Page bytes in memory start on this boundary: copies to and from
 /// aligned pages run faster.
@@ -24,7 +24,8 @@ const PAGE_ALIGN_BYTES: usize = 4096;
 /// Where page bytes live.
 enum Store {
     /// `vec![0; n]` is allocated lazily by the OS, so a 16 GiB device costs
-    /// only what is written.
+    /// only what is written (in 2 MiB huge pages if the media is large:
+    /// `hugepages`).
     Memory {
         data: Vec<u8>,
         /// Where page 0 starts in `data`: the first 4 KiB boundary.
@@ -67,7 +68,9 @@ impl Media {
     pub fn new_memory(cfg: &SimConfig) -> Result<Self, SimError> {
         let pages = cfg.page_count();
         let bytes = to_usize(pages * u64::from(cfg.page_size_bytes), "data")?;
-        let data = vec![0u8; bytes + PAGE_ALIGN_BYTES];
+        let mut data = vec![0u8; bytes + PAGE_ALIGN_BYTES];
+        // Advisory: without transparent huge pages nothing changes.
+        let _ = hugepages::advise(&mut data);
         let base = match data.as_ptr().align_offset(PAGE_ALIGN_BYTES) {
             b if b < PAGE_ALIGN_BYTES => b,
             _ => 0, // may not be computable: alignment only saves time

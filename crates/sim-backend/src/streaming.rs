@@ -6,7 +6,8 @@
 //! `zftl serve --memory-mib 1024` under fio's 128 KiB sequential writes on
 //! an AMD EPYC (family 25), streaming stores cut the server's CPU per
 //! request from 57–77 µs to 48–61 µs (4 interleaved pairs; 4 KiB random
-//! writes and reads unchanged). The only `unsafe` of this crate.
+//! writes and reads unchanged). One of the two modules of this crate with
+//! `unsafe` (the other is `hugepages`).
 
 #![allow(unsafe_code)]
 
