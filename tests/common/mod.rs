@@ -518,9 +518,14 @@ impl Rig {
     fn mount_and_check(&mut self, mut dev: SimDevice) {
         // What mount will rebuild must agree with itself (map, reverse map,
         // zone table): a disagreement shows only much later, as lost space.
-        // Injected read errors are transient: off while `check` reads (the
-        // fault streams restart from their seed afterwards).
-        let faults = dev.config().faults.clone();
+        // Injected read errors are transient: off while `check` reads. The
+        // faults resume with a seed drawn from the last one: restarting
+        // from the same seed would replay the same faults at the same
+        // points after every remount.
+        let faults = Faults {
+            seed: Rng::new(dev.config().faults.seed).next_u64(),
+            ..dev.config().faults.clone()
+        };
         dev.set_faults(Faults::default());
         let report = zftl::core::check::check(&mut dev);
         assert!(
