@@ -75,7 +75,7 @@ mod tests {
             assert_eq!(range.len() % BASE_PAGE_BYTES, 0);
             assert!(at >= start + from && at + range.len() <= start + to);
             assert!(at - (start + from) < BASE_PAGE_BYTES);
-            assert!(start + to - (at + range.len()) < 2 * BASE_PAGE_BYTES);
+            assert!(start + to - (at + range.len()) < BASE_PAGE_BYTES);
         }
         assert!(page_aligned(&mut buf[1..9]).is_empty());
     }
