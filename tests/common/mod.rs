@@ -19,14 +19,24 @@ fn trace_lba() -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// A block that names its lba (bytes 0..8) and version (bytes 8..12),
-/// filled with a byte of both: a test reads the version back to tell which
-/// write a block holds after a crash.
-pub fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
-    let mut b = vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs];
+/// Writes the header both block generators share: the lba in bytes 0..8,
+/// the version in bytes 8..12.
+fn stamp(mut b: Vec<u8>, lba: u64, version: u32) -> Vec<u8> {
     b[..8].copy_from_slice(&lba.to_le_bytes());
     b[8..12].copy_from_slice(&version.to_le_bytes());
     b
+}
+
+/// A block that names its lba and version ([`stamp`]), filled with a byte
+/// of both: a test reads the version back to tell which write a block
+/// holds after a crash. Unlike [`pattern`], version 0 is a stamped block
+/// too, and the fill costs nothing to build.
+pub fn block(lba: u64, version: u32, bs: usize) -> Vec<u8> {
+    stamp(
+        vec![(lba as u8) ^ (version as u8).wrapping_mul(31); bs],
+        lba,
+        version,
+    )
 }
 
 /// Version 0 is "zeros" (never written or trimmed).
@@ -42,9 +52,7 @@ pub fn pattern(lba: u64, version: u32, bs: usize) -> Vec<u8> {
         x ^= x << 17;
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
-    b[..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..12].copy_from_slice(&version.to_le_bytes());
-    b
+    stamp(b, lba, version)
 }
 
 /// The version a block holds, or a description of why it is no version.
