@@ -690,6 +690,8 @@ fn read_log_block<B: Backend>(
         Err(DeviceError::UncorrectableRead { .. }) => {
             Ok(log_end("unreadable (torn by a power cut?)", true))
         }
+        // A ring zone whose reset failed: out of the ring, as mount reads it.
+        Err(DeviceError::ZoneOffline { .. }) => Ok(log_end("the ring zone is offline", false)),
         Err(e) => Err(e),
     }
 }
