@@ -9,29 +9,95 @@ use zftl::core::{
     Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
     SubmitError, ZoneInfo,
 };
+use zftl::sim::rng::Rng;
 use zftl::sim::{SimConfig, SimDevice};
 
 mod common;
-use common::block;
+use common::{block, run_seeds, Coverage};
 
-/// The simulator, with the appends numbered `fail` (counting from 0) run
-/// on the media but reported as failed on the host side, as an abort after
-/// the device wrote them would be.
+/// The simulator, with some commands reported as failed on the host side.
 struct HostFailures {
     dev: SimDevice,
+    fail: Fail,
     appends: u64,
-    fail: std::ops::Range<u64>,
+    commands: u64,
+    /// Tags of submitted commands to complete with `HostIo`.
     failing_tags: Vec<u64>,
+    /// Failed completions not yet delivered: a stalled controller answers
+    /// nothing until its reset, which then aborts everything at once.
+    held: Vec<Completion>,
+}
+
+/// Which commands fail on the host side.
+enum Fail {
+    /// The appends numbered in the range (counting appends from 0): they
+    /// run on the media, as an abort after the device wrote them would.
+    Appends(std::ops::Range<u64>),
+    /// Controller stalls: every command numbered in one of the ranges
+    /// (counting all commands from 0), of any kind, fails; each one ran on
+    /// the media or not, as the generator draws. Their completions come
+    /// together when the range ends (the reset), or when the FTL waits
+    /// with nothing else in flight (the stall's timeout).
+    Stalls {
+        ranges: Vec<std::ops::Range<u64>>,
+        rng: Rng,
+    },
 }
 
 impl HostFailures {
     fn new(dev: SimDevice) -> HostFailures {
         HostFailures {
             dev,
+            fail: Fail::Appends(0..0),
             appends: 0,
-            fail: 0..0,
+            commands: 0,
             failing_tags: Vec::new(),
+            held: Vec::new(),
         }
+    }
+
+    /// Whether the command about to be submitted fails, and if so whether
+    /// it runs on the media first.
+    fn fails(&mut self, command: &Command) -> Option<bool> {
+        let append = matches!(command, Command::Append { .. });
+        let (n, c) = (self.appends, self.commands);
+        self.appends += u64::from(append);
+        self.commands += 1;
+        match &mut self.fail {
+            Fail::Appends(range) => (append && range.contains(&n)).then_some(true),
+            Fail::Stalls { ranges, rng } => ranges
+                .iter()
+                .any(|r| r.contains(&c))
+                .then(|| rng.below(2) == 0),
+        }
+    }
+
+    /// Whether the controller is stalled: the next command falls in a range.
+    fn stalled(&self) -> bool {
+        match &self.fail {
+            Fail::Appends(_) => false,
+            Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
+        }
+    }
+
+    /// The stall times out: its range ends here.
+    fn time_out(&mut self) {
+        if let Fail::Stalls { ranges, .. } = &mut self.fail {
+            for r in ranges.iter_mut().filter(|r| r.contains(&self.commands)) {
+                r.end = self.commands;
+            }
+        }
+    }
+}
+
+fn aborted(tag: u64) -> Completion {
+    Completion {
+        tag,
+        result: Err(DeviceError::HostIo {
+            op: "command",
+            kind: std::io::ErrorKind::Interrupted,
+            message: "aborted by a controller reset".into(),
+        }),
     }
 }
 
@@ -43,36 +109,58 @@ impl Backend for HostFailures {
         self.dev.zone_info(zone)
     }
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        let append = matches!(command, Command::Append { .. });
-        self.dev.submit(tag, command)?;
-        if append {
-            if self.fail.contains(&self.appends) {
+        if self.in_flight() >= self.geometry().queue_depth as usize {
+            return Err(SubmitError::Busy);
+        }
+        match self.fails(&command) {
+            None => self.dev.submit(tag, command)?,
+            Some(true) => {
+                self.dev.submit(tag, command)?;
                 self.failing_tags.push(tag);
             }
-            self.appends += 1;
+            Some(false) => self.held.push(aborted(tag)),
         }
         Ok(())
     }
     fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let first = out.len();
-        let n = self.dev.reap(out, max);
-        for c in &mut out[first..] {
-            if let Some(i) = self.failing_tags.iter().position(|&t| t == c.tag) {
-                self.failing_tags.swap_remove(i);
-                c.result = Err(DeviceError::HostIo {
-                    op: "append",
-                    kind: std::io::ErrorKind::Interrupted,
-                    message: "aborted by a controller reset".into(),
-                });
+        let mut done = Vec::new();
+        self.dev.reap(&mut done, usize::MAX);
+        for c in done {
+            match self.failing_tags.iter().position(|&t| t == c.tag) {
+                Some(i) => {
+                    self.failing_tags.swap_remove(i);
+                    self.held.push(aborted(c.tag));
+                }
+                None => self.held.push(c),
             }
+        }
+        // Completions of commands that did not fail wait with the rest
+        // only while stalled; otherwise all go out in order.
+        let mut n = 0;
+        let stalled = self.stalled();
+        let mut i = 0;
+        while i < self.held.len() && n < max {
+            let failed = matches!(self.held[i].result, Err(DeviceError::HostIo { .. }));
+            if stalled && failed {
+                i += 1;
+                continue;
+            }
+            out.push(self.held.remove(i));
+            n += 1;
         }
         n
     }
     fn wait(&mut self) -> Result<(), DeviceError> {
-        self.dev.wait()
+        if self.held.is_empty() || self.dev.in_flight() > 0 {
+            return self.dev.wait();
+        }
+        if self.stalled() {
+            self.time_out();
+        }
+        Ok(())
     }
     fn in_flight(&self) -> usize {
-        self.dev.in_flight()
+        self.dev.in_flight() + self.held.len()
     }
     fn clock_ns(&self) -> u64 {
         self.dev.clock_ns()
@@ -119,7 +207,7 @@ fn a_burst_of_aborted_appends_retires_nothing_and_loses_nothing() {
     // retired, they would leave the full volume no room.
     let burst = u64::from(ftl.backend().geometry().zone_count) / 2;
     let next = ftl.backend().appends;
-    ftl.backend_mut().fail = next + 3..next + 3 + burst;
+    ftl.backend_mut().fail = Fail::Appends(next + 3..next + 3 + burst);
     for version in 2..4 {
         write_all(&mut ftl, version).expect("writes go on after the aborted appends");
     }
@@ -144,7 +232,7 @@ fn a_device_failing_every_append_ends_read_only() {
         ..FtlConfig::default()
     });
     write_all(&mut ftl, 1).unwrap();
-    ftl.backend_mut().fail = ftl.backend().appends..u64::MAX;
+    ftl.backend_mut().fail = Fail::Appends(ftl.backend().appends..u64::MAX);
     let err = write_all(&mut ftl, 2).expect_err("a dead device cannot take writes");
     assert!(
         matches!(
@@ -154,4 +242,107 @@ fn a_device_failing_every_append_ends_read_only() {
         "{err:?}"
     );
     assert!(ftl.stats().retired_zones > 0);
+}
+
+/// A controller reset aborts every command in flight, of every kind (the
+/// kernel completes each with `EINTR`; the device ran it or not). Flushes
+/// and zone resets are issued again, appends rewritten elsewhere: the
+/// writes and flushes all succeed, no zone is retired, nothing is lost,
+/// and the volume mounts again.
+#[test]
+fn controller_resets_abort_commands_of_every_kind_and_lose_nothing() {
+    run_seeds("host_io_errors", 24, |seed| {
+        let mut ftl = format();
+        write_all(&mut ftl, 1).unwrap();
+        let per_pass = ftl.backend().commands;
+        let mut rng = Rng::new(seed);
+        let start = ftl.backend().commands;
+        let ranges = (0..8)
+            .map(|_| {
+                let at = start + rng.below(3 * per_pass);
+                at..at + 1 + rng.below(16)
+            })
+            .collect();
+        ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
+        for version in 2..5 {
+            if let Err(e) = write_all(&mut ftl, version) {
+                panic!(
+                    "writes and flushes go on after aborts: {e:?} {:?}",
+                    ftl.stats()
+                );
+            }
+        }
+        let stats = ftl.stats();
+        assert!(stats.write_errors > 0, "no abort landed: {stats:?}");
+        assert_eq!(stats.retired_zones, 0, "{stats:?}");
+        assert_all(&mut ftl, 4);
+        let mut dev = ftl.into_backend();
+        dev.fail = Fail::Appends(0..0);
+        let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+        assert_all(&mut ftl, 4);
+        Coverage::default()
+    });
+}
+
+/// The same stalls, then a power cut at a random point of the writes:
+/// mount finds every block at least at the version its last flush made
+/// durable and at most at the last version written, however the aborted
+/// writes (landed or not, rewritten or not) lie on the media.
+#[test]
+fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
+    run_seeds("host_io_errors", 24, |seed| {
+        let mut ftl = format();
+        write_all(&mut ftl, 1).unwrap();
+        let blocks = ftl.logical_blocks();
+        let per_pass = ftl.backend().commands;
+        let mut rng = Rng::new(seed);
+        let start = ftl.backend().commands;
+        let ranges = (0..8)
+            .map(|_| {
+                let at = start + rng.below(3 * per_pass);
+                at..at + 1 + rng.below(16)
+            })
+            .collect();
+        let cut_at = rng.below(3 * blocks);
+        ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
+        let bs = ftl.block_size();
+        let (mut durable, mut written) = (vec![1u32; blocks as usize], vec![1u32; blocks as usize]);
+        let mut n = 0;
+        'writes: for version in 2..5 {
+            for lba in 0..blocks {
+                if n == cut_at {
+                    break 'writes;
+                }
+                n += 1;
+                ftl.write(lba, &common::pattern(lba, version, bs))
+                    .expect("write");
+                written[lba as usize] = version;
+                if lba % 64 == 63 {
+                    ftl.flush().expect("flush");
+                    durable.clone_from(&written);
+                }
+            }
+        }
+        let mut dev = ftl.into_backend();
+        dev.fail = Fail::Appends(0..0);
+        dev.held.clear();
+        dev.failing_tags.clear();
+        dev.dev.power_cut();
+        dev.dev.power_on().expect("power on");
+        let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+        for lba in 0..blocks {
+            let data = ftl.read(lba, 1).expect("read");
+            let v = if data == block(lba, 1, bs) {
+                1 // written by `write_all`, with `block`
+            } else {
+                common::decode(lba, &data).unwrap_or_else(|e| panic!("{e}"))
+            };
+            let (d, w) = (durable[lba as usize], written[lba as usize]);
+            assert!(
+                d <= v && v <= w,
+                "block {lba}: version {v}, flushed {d}, written {w}"
+            );
+        }
+        Coverage::default()
+    });
 }

@@ -7,12 +7,16 @@
 //! A ring zone is reused only when everything in it is older than the
 //! checkpoint both superblock copies point at.
 //!
-//! A write or reset that fails takes its ring zone out of the ring; the
-//! failed write and every later one in flight to that zone are written again
-//! with the same log_seqs at the start of the next zone, once the failed zone
-//! has no write left in flight (so the rewrite keeps log order). Recovery
-//! follows: at an unreadable block it looks for the expected log_seq at the
-//! start of the next ring zone.
+//! Writes go to one ring zone at a time: the writer moves on only when
+//! every write to the current zone has completed. A write that fails takes
+//! its ring zone out of the ring (a media failure) or just ends it (a
+//! host-side failure such as a controller reset's abort, after which the
+//! blocks may or may not be on the media). Either way the failed write and
+//! every later one to that zone, completed or not, are written again with
+//! the same log_seqs and bytes at the start of the next zone, once nothing
+//! is in flight (so the rewrite keeps log order). Recovery follows: where
+//! the expected log_seq is missing it looks for a ring zone that starts
+//! with a copy of a block it has read, or with the expected log_seq itself.
 
 use crate::backend::ZoneId;
 use crate::note::{LogBlock, Note};
@@ -30,6 +34,9 @@ pub enum LogCommand {
     },
     /// Reset the next ring zone before the log moves into it.
     Reset { zone: ZoneId },
+    /// Finish a ring zone the log ended early after a host-side failure:
+    /// still open on the device, it would count against the open-zone limit.
+    Finish { zone: ZoneId },
 }
 
 #[derive(Debug)]
@@ -50,14 +57,31 @@ pub struct MetaLog {
     durable_next: u64,
     reset_in_flight: bool,
     reset_target: usize,
+    /// A ring zone ended early, to finish before the log moves on.
+    finish_due: Option<usize>,
+    finish_in_flight: bool,
     /// Checkpoint id both superblock copies point at.
     committed_checkpoint: u64,
     failed: bool,
     /// Ring zones taken out after a failed write or reset.
     dead: Vec<bool>,
-    /// Writes in flight: first log_seq → (ring index, encoded blocks), kept
-    /// so a failed write can be written again elsewhere.
-    in_flight: BTreeMap<u64, (usize, Vec<Vec<u8>>)>,
+    /// Writes not yet durable as a prefix, by first log_seq: kept, completed
+    /// or not, until every block before them is durable, so that a failed
+    /// write and all after it can be written again elsewhere (a later write
+    /// may complete before an earlier one fails). All are to the current
+    /// ring zone.
+    unsettled: BTreeMap<u64, Unsettled>,
+    /// First log_seqs of writes staged again while still in flight: the
+    /// writer leaves their zone only once they have completed, so that no
+    /// completion meets the rewrite's entry of the same log_seq.
+    superseded: BTreeSet<u64>,
+}
+
+#[derive(Debug)]
+struct Unsettled {
+    ring_index: usize,
+    blocks: Vec<Vec<u8>>,
+    completed: bool,
 }
 
 impl MetaLog {
@@ -93,10 +117,13 @@ impl MetaLog {
             durable_next: next_log_seq,
             reset_in_flight: false,
             reset_target: 0,
+            finish_due: None,
+            finish_in_flight: false,
             committed_checkpoint,
             failed: false,
             dead: vec![false; newest_in_len],
-            in_flight: BTreeMap::new(),
+            unsettled: BTreeMap::new(),
+            superseded: BTreeSet::new(),
         }
     }
 
@@ -166,11 +193,6 @@ impl MetaLog {
         }
     }
 
-    /// Whether a write to a dead zone is still in flight; rewrites wait.
-    fn dead_zone_busy(&self) -> bool {
-        self.in_flight.values().any(|&(i, _)| self.dead[i])
-    }
-
     /// Ring zones the log can still fill before it must wait for a checkpoint.
     pub fn free_zones(&self) -> usize {
         (1..self.ring.len())
@@ -185,10 +207,17 @@ impl MetaLog {
 
     /// The next device command, if the log has work and room.
     pub fn next_command(&mut self) -> Option<LogCommand> {
-        if self.failed || self.reset_in_flight || self.staged.is_empty() || self.dead_zone_busy() {
+        if self.failed || self.reset_in_flight || self.finish_in_flight || self.staged.is_empty() {
             return None;
         }
         if self.wp_blocks == self.zone_capacity_blocks || self.dead[self.cur] {
+            if !self.unsettled.is_empty() || !self.superseded.is_empty() {
+                return None; // one zone at a time: its writes complete first
+            }
+            if let Some(i) = self.finish_due.take() {
+                self.finish_in_flight = true;
+                return Some(LogCommand::Finish { zone: self.ring[i] });
+            }
             let next = self.next_live(self.cur)?;
             if !self.reclaimable(next) {
                 return None; // waits for a checkpoint to commit
@@ -203,8 +232,12 @@ impl MetaLog {
         let n = self.staged.len().min(room).min(self.max_write_blocks);
         let first_log_seq = self.staged[0].0;
         let blocks: Vec<Vec<u8>> = self.staged.drain(..n).map(|(_, b)| b).collect();
-        self.in_flight
-            .insert(first_log_seq, (self.cur, blocks.clone()));
+        let unsettled = Unsettled {
+            ring_index: self.cur,
+            blocks: blocks.clone(),
+            completed: false,
+        };
+        self.unsettled.insert(first_log_seq, unsettled);
         let cmd = LogCommand::Write {
             zone: self.ring[self.cur],
             offset_blocks: self.wp_blocks,
@@ -232,6 +265,13 @@ impl MetaLog {
         self.newest_in[self.cur] = None;
     }
 
+    /// The finish of a zone ended early completed. A failure changes nothing
+    /// the log relies on: the zone is reset before it is written again.
+    pub fn on_finish_done(&mut self) {
+        assert!(self.finish_in_flight);
+        self.finish_in_flight = false;
+    }
+
     /// The ring zone refused its reset: take it out and try the next.
     pub fn on_reset_failed(&mut self) {
         assert!(self.reset_in_flight);
@@ -241,7 +281,15 @@ impl MetaLog {
     }
 
     pub fn on_write_done(&mut self, first_log_seq: u64, count: u64) {
-        self.in_flight.remove(&first_log_seq);
+        if self.superseded.remove(&first_log_seq) {
+            return; // staged again after an earlier write failed
+        }
+        let u = self
+            .unsettled
+            .get_mut(&first_log_seq)
+            .expect("log write in flight");
+        assert_eq!(u.blocks.len() as u64, count);
+        u.completed = true;
         for s in first_log_seq..first_log_seq + count {
             assert!(
                 s >= self.durable_next && !self.completed.contains(&s),
@@ -252,6 +300,12 @@ impl MetaLog {
         while self.completed.remove(&self.durable_next) {
             self.durable_next += 1;
         }
+        while let Some(e) = self.unsettled.first_entry() {
+            if *e.key() + e.get().blocks.len() as u64 > self.durable_next {
+                break;
+            }
+            e.remove();
+        }
     }
 
     /// Whether the log has blocks to write but no zone to put them in and
@@ -259,7 +313,14 @@ impl MetaLog {
     /// committed checkpoint or later blocks. Only a checkpoint commit frees
     /// space, and a checkpoint needs log space: a dead end.
     pub fn blocked(&self) -> bool {
-        if self.failed || self.staged.is_empty() || self.reset_in_flight || self.dead_zone_busy() {
+        if self.failed
+            || self.staged.is_empty()
+            || self.reset_in_flight
+            || self.finish_in_flight
+            || self.finish_due.is_some()
+            || !self.unsettled.is_empty()
+            || !self.superseded.is_empty()
+        {
             return false;
         }
         let cur_full = self.wp_blocks == self.zone_capacity_blocks || self.dead[self.cur];
@@ -269,27 +330,46 @@ impl MetaLog {
                 .is_none_or(|next| !self.reclaimable(next))
     }
 
-    /// A write failed: its zone leaves the ring, and it and every later
-    /// write in flight to that zone are staged again, in log order. Their
-    /// own failure completions then find nothing to do.
-    pub fn on_write_failed(&mut self, first_log_seq: u64) {
-        let Some(&(zone_index, _)) = self.in_flight.get(&first_log_seq) else {
+    /// A write failed: it and every later write to its zone, completed or
+    /// not, are staged again in log order, for the start of the next zone.
+    /// A media failure (`media`) takes the zone out of the ring; after a
+    /// host-side one the zone only ends here (it is reset when the ring
+    /// comes round). The completions of writes staged again find nothing
+    /// to do.
+    pub fn on_write_failed(&mut self, first_log_seq: u64, media: bool) {
+        if self.superseded.remove(&first_log_seq) {
+            return;
+        }
+        let Some(zone_index) = self.unsettled.get(&first_log_seq).map(|u| u.ring_index) else {
             return;
         };
         let again: Vec<u64> = self
-            .in_flight
+            .unsettled
             .range(first_log_seq..)
-            .filter(|(_, (i, _))| *i == zone_index)
             .map(|(&s, _)| s)
             .collect();
         for s in again {
-            let (_, blocks) = self.in_flight.remove(&s).expect("in flight");
-            for (k, b) in blocks.into_iter().enumerate() {
-                self.staged.push_back((s + k as u64, b));
+            let u = self.unsettled.remove(&s).expect("unsettled");
+            if !u.completed && s != first_log_seq {
+                self.superseded.insert(s);
+            }
+            assert_eq!(
+                u.ring_index, zone_index,
+                "log writes in flight to two zones"
+            );
+            for (k, b) in u.blocks.into_iter().enumerate() {
+                let seq = s + k as u64;
+                self.completed.remove(&seq);
+                self.staged.push_back((seq, b));
             }
         }
         self.staged.make_contiguous().sort_by_key(|&(s, _)| s);
-        self.mark_dead(zone_index);
+        if media {
+            self.mark_dead(zone_index);
+        } else if zone_index == self.cur {
+            self.wp_blocks = self.zone_capacity_blocks;
+            self.finish_due = Some(zone_index);
+        }
         self.check_room();
     }
 

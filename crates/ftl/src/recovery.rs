@@ -346,6 +346,8 @@ struct LogReader {
     zone_capacity_blocks: u64,
     next_log_seq: u64,
     newest_in: Vec<Option<u64>>,
+    /// Where the last block read lies: (ring index, offset).
+    last: Option<(usize, u64)>,
 }
 
 impl LogReader {
@@ -359,13 +361,18 @@ impl LogReader {
             offset_blocks,
             zone_capacity_blocks: g.zone_capacity_blocks,
             next_log_seq: 0,
+            last: None,
         }
     }
 
     /// The block with log_seq `expected`, or `None` at the log's end (an
-    /// erased, torn, damaged or older block). The writer abandons a ring zone
-    /// after a failed write and writes the same log_seqs again at the start
-    /// of the next live zone, so a miss here looks there before giving up.
+    /// erased, torn, damaged or older block). After a failed write the
+    /// writer ends its ring zone and writes that write and all after it
+    /// again, same log_seqs and bytes, at the start of the next zone it can
+    /// use; the failed write may have landed, in part or whole. So a miss
+    /// here looks for a ring zone that starts with `expected`, or with a
+    /// byte-for-byte copy of a block just read from the last zone (then
+    /// `expected` lies as far into that zone as it would have in the last).
     fn next_block<B: Backend>(
         &mut self,
         backend: &mut B,
@@ -379,18 +386,56 @@ impl LogReader {
         if let Some(block) = here.filter(|b| b.log_seq() == expected) {
             return Ok(Some(block));
         }
-        for k in 1..self.ring.len() {
-            let j = (self.ring_index + k) % self.ring.len();
-            if let Some(block) = self
-                .read_at(backend, j, 0)?
-                .filter(|b| b.log_seq() == expected)
-            {
+        for k in 0..self.ring.len() {
+            let j = (self.ring_index + 1 + k) % self.ring.len();
+            if self.last.is_some_and(|(i, _)| i == j) {
+                continue;
+            }
+            let Some((first_bytes, first)) = self.read_raw_at(backend, j, 0)? else {
+                continue;
+            };
+            let s0 = first.log_seq();
+            let (offset, found) = if s0 == expected {
+                (0, Some(first))
+            } else if self.is_copy_of_read(backend, s0, expected, &first_bytes)? {
+                let at = expected - s0;
+                (at, self.read_at(backend, j, at)?)
+            } else {
+                continue;
+            };
+            if let Some(block) = found.filter(|b| b.log_seq() == expected) {
                 self.ring_index = j;
-                self.offset_blocks = 0;
+                self.offset_blocks = offset;
                 return Ok(Some(block));
             }
         }
         Ok(None)
+    }
+
+    /// Whether `bytes`, a block with log_seq `s0` that starts a ring zone,
+    /// is a copy of the block with that log_seq in the zone read last, so
+    /// that `expected` (the log_seq after the last block read) would lie
+    /// `expected - s0` blocks into its zone.
+    fn is_copy_of_read<B: Backend>(
+        &self,
+        backend: &mut B,
+        s0: u64,
+        expected: u64,
+        bytes: &[u8],
+    ) -> Result<bool, MountError> {
+        let Some((i, last_offset)) = self.last else {
+            return Ok(false);
+        };
+        if s0 >= expected || expected - s0 >= self.zone_capacity_blocks {
+            return Ok(false);
+        }
+        let back = expected - 1 - s0; // from the last block read to the copy's original
+        if back > last_offset {
+            return Ok(false);
+        }
+        Ok(self
+            .read_raw_at(backend, i, last_offset - back)?
+            .is_some_and(|(b, block)| block.log_seq() == s0 && b == bytes))
     }
 
     fn read_at<B: Backend>(
@@ -399,16 +444,33 @@ impl LogReader {
         ring_index: usize,
         offset_blocks: u64,
     ) -> Result<Option<LogBlock>, MountError> {
+        Ok(self
+            .read_raw_at(backend, ring_index, offset_blocks)?
+            .map(|(_, block)| block))
+    }
+
+    /// A log block's bytes and decoded form; `None` if unreadable or invalid.
+    fn read_raw_at<B: Backend>(
+        &self,
+        backend: &mut B,
+        ring_index: usize,
+        offset_blocks: u64,
+    ) -> Result<Option<(Vec<u8>, LogBlock)>, MountError> {
         let zone = self.ring[ring_index];
         let step = "mount: reading the metadata log";
-        Ok(read_one(backend, zone, offset_blocks, step)?
-            .and_then(|(data, _)| LogBlock::decode(&data).ok()))
+        Ok(
+            read_one(backend, zone, offset_blocks, step)?.and_then(|(data, _)| {
+                let block = LogBlock::decode(&data).ok()?;
+                Some((data, block))
+            }),
+        )
     }
 
     fn consume(&mut self, block: &LogBlock) {
         let s = block.log_seq();
         let slot = &mut self.newest_in[self.ring_index];
         *slot = Some(slot.map_or(s, |n| n.max(s)));
+        self.last = Some((self.ring_index, self.offset_blocks));
         self.offset_blocks += 1;
         self.next_log_seq = s + 1;
     }

@@ -18,7 +18,7 @@ impl Key {
     /// No slot; what a key is before its value is inserted.
     pub const NONE: Key = Key(u64::MAX);
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         (self.0 & INDEX_MASK) as usize
     }
 }

@@ -2,7 +2,7 @@
 //! and superblock steps that commit it.
 
 use super::reloc::{JobPhase, JobPurpose};
-use super::{Ftl, Op};
+use super::{Ftl, Op, HOST_ATTEMPTS};
 use crate::backend::{Command, DeviceError, Outcome, ZoneId};
 use crate::checkpoint::{self, CheckpointImage};
 use crate::layout::SUPER_ZONES;
@@ -205,7 +205,22 @@ impl Ftl {
 
     pub(super) fn super_write_done(&mut self, copy: usize, result: Result<Outcome, DeviceError>) {
         match result {
-            Ok(_) => self.super_wp_blocks[copy] += 1,
+            Ok(_) => {
+                self.super_wp_blocks[copy] += 1;
+                self.super_aborts[copy] = 0;
+            }
+            Err(DeviceError::HostIo { .. }) if self.super_aborts[copy] + 1 < HOST_ATTEMPTS => {
+                // Aborted on the host side: the record may or may not be on
+                // the media. Write it again at the start of the zone, after
+                // a reset; until then the other copy holds the last record.
+                self.super_aborts[copy] += 1;
+                self.stats.write_errors += 1;
+                self.super_wp_blocks[copy] = self.cap();
+                if let CkptState::Super { busy, .. } = &mut self.ckpt {
+                    *busy = false;
+                }
+                return;
+            }
             Err(e) => return self.super_failed(copy, e),
         }
         self.super_step_done(copy);

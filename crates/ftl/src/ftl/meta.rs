@@ -29,8 +29,10 @@ impl Ftl {
                 blocks,
             } => {
                 let count = blocks.len() as u64;
+                // The last write of chunk 0 is where it is: one that fails
+                // is written again elsewhere before the checkpoint commits.
                 if let CkptState::Writing { id, location, .. } = &mut self.ckpt {
-                    if location.is_none() && (first_log_seq..first_log_seq + count).contains(id) {
+                    if (first_log_seq..first_log_seq + count).contains(id) {
                         *location = Some((zone, offset_blocks + (*id - first_log_seq)));
                     }
                 }
@@ -55,6 +57,7 @@ impl Ftl {
                 ))
             }
             LogCommand::Reset { zone } => Some((Op::LogReset { zone }, Command::Reset { zone })),
+            LogCommand::Finish { zone } => Some((Op::LogFinish { zone }, Command::Finish { zone })),
         }
     }
 

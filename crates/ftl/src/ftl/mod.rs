@@ -54,6 +54,12 @@ use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
 use write::FlushWait;
 
+/// Attempts of a flush or zone reset that keeps failing on the host side
+/// (`DeviceError::HostIo`: the kernel's `EINTR` for a command a controller
+/// reset aborted) before the failure counts as the device's. Both commands
+/// are idempotent, so issuing one again is always safe.
+pub(super) const HOST_ATTEMPTS: u8 = 4;
+
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
 /// Background work in progress.
@@ -105,6 +111,9 @@ enum Op {
         count: u64,
     },
     LogReset {
+        zone: ZoneId,
+    },
+    LogFinish {
         zone: ZoneId,
     },
     SuperReset {
@@ -187,9 +196,17 @@ pub struct Ftl {
     super_wp_blocks: [u64; 2],
     /// Superblock zones that failed a write or reset.
     super_dead: [bool; 2],
+    /// Superblock writes aborted on the host side in a row, per copy.
+    super_aborts: [u8; 2],
     /// Commands in flight, keyed by the tag they were submitted with
     /// (at most `max_inflight_commands`).
     ops: Slab<Op>,
+    /// Attempts made of each command in flight, by its slot in `ops`.
+    op_attempts: Vec<u8>,
+    /// Flushes and zone resets to issue again after a host-side failure,
+    /// with the attempts made: each left `ops`, so at most
+    /// `max_inflight_commands`.
+    repeats: VecDeque<(Op, Command, u8)>,
     read_queue: VecDeque<ReadPart>,
     /// Host reads of several parts waiting on the device, and how many
     /// single-part reads are (together at most `max_host_requests`).
@@ -277,7 +294,10 @@ impl Ftl {
             super_generation: p.super_generation,
             super_wp_blocks: p.super_wp_blocks,
             super_dead: p.super_dead,
+            super_aborts: [0; 2],
             ops: Slab::new(max_commands),
+            op_attempts: vec![0; max_commands],
+            repeats: VecDeque::with_capacity(max_commands),
             read_queue: VecDeque::new(),
             reads: Slab::new(max_reads),
             whole_reads: 0,
@@ -350,6 +370,7 @@ impl Ftl {
     /// Whether the core has nothing left to do until a new request arrives.
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
+            && self.repeats.is_empty()
             && self.replies.is_empty()
             && self.unplanned_reads.is_empty()
             && self.flushes.is_empty()
@@ -460,6 +481,11 @@ impl Ftl {
         if self.ops.len() >= self.cfg.max_inflight_commands as usize {
             return None;
         }
+        if let Some((op, cmd, attempts)) = self.repeats.pop_front() {
+            let key = self.ops.insert(op);
+            self.op_attempts[key.index()] = attempts;
+            return Some((key.0, cmd));
+        }
         let mut advanced = !self.advanced_then_read || self.read_only;
         if advanced {
             self.advance();
@@ -482,7 +508,9 @@ impl Ftl {
             self.resolve_stall();
         };
         self.advanced_then_read = matches!(op, Op::HostRead(_));
-        Some((self.ops.insert(op).0, cmd))
+        let key = self.ops.insert(op);
+        self.op_attempts[key.index()] = 0;
+        Some((key.0, cmd))
     }
 
     fn next_command(&mut self) -> Option<(Op, Command)> {
@@ -517,6 +545,7 @@ impl Ftl {
             // Lost ring zones left the log no room for the checkpoint that
             // would free some: read-only; a remount starts a fresh log.
             self.metadata_failed();
+            self.fail_waiters();
             return;
         }
         // Sealing also unblocks lanes that wait for the device's open
@@ -548,7 +577,15 @@ impl Ftl {
             .ops
             .remove(Key(completion.tag))
             .expect("completion for an unknown command");
+        let attempts = self.op_attempts[Key(completion.tag).index()] + 1;
         let result = completion.result;
+        if matches!(result, Err(DeviceError::HostIo { .. })) && attempts < HOST_ATTEMPTS {
+            if let Some(command) = Self::repeatable(&op) {
+                self.stats.host_retries += 1;
+                self.repeats.push_back((op, command, attempts));
+                return;
+            }
+        }
         if matches!(result, Err(DeviceError::DeviceGone)) {
             self.read_only = true;
             self.device_gone = true;
@@ -583,9 +620,10 @@ impl Ftl {
             } => match result {
                 Ok(_) => self.log.on_write_done(first_log_seq, count),
                 Err(DeviceError::DeviceGone) => self.metadata_failed(),
-                Err(_) => {
+                Err(e) => {
                     self.stats.write_errors += 1;
-                    self.log.on_write_failed(first_log_seq);
+                    let media = !matches!(e, DeviceError::HostIo { .. });
+                    self.log.on_write_failed(first_log_seq, media);
                     self.check_log();
                 }
             },
@@ -602,6 +640,7 @@ impl Ftl {
                     self.check_log();
                 }
             },
+            Op::LogFinish { .. } => self.log.on_finish_done(),
             Op::SuperReset { copy } => match result {
                 Ok(_) => {
                     self.super_wp_blocks[copy] = 0;
@@ -637,6 +676,23 @@ impl Ftl {
         }
         self.advanced_then_read = false;
         self.advance();
+    }
+
+    /// The command to issue again when `op` failed on the host side: the
+    /// idempotent ones, flushes and zone resets and finishes. Writes are not repeated
+    /// at the same place (the first may have landed); their failure paths
+    /// write the data again elsewhere.
+    fn repeatable(op: &Op) -> Option<Command> {
+        match *op {
+            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush => Some(Command::Flush),
+            Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),
+            Op::SuperReset { copy } => Some(Command::Reset {
+                zone: SUPER_ZONES[copy],
+            }),
+            // Left open, the zone would count against the device's limit.
+            Op::ZoneFinish { zone } | Op::LogFinish { zone } => Some(Command::Finish { zone }),
+            _ => None,
+        }
     }
 
     // ----- admission ------------------------------------------------------
