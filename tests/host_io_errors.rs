@@ -244,6 +244,17 @@ fn a_device_failing_every_append_ends_read_only() {
     assert!(ftl.stats().retired_zones > 0);
 }
 
+/// Eight stalls of 1 to 16 commands each, at random points of the next
+/// three passes over the volume (`commands`: those of the first pass).
+fn stall_ranges(rng: &mut Rng, commands: u64) -> Vec<std::ops::Range<u64>> {
+    (0..8)
+        .map(|_| {
+            let at = commands + rng.below(3 * commands);
+            at..at + 1 + rng.below(16)
+        })
+        .collect()
+}
+
 /// A controller reset aborts every command in flight, of every kind (the
 /// kernel completes each with `EINTR`; the device ran it or not). Flushes
 /// and zone resets are issued again, appends rewritten elsewhere: the
@@ -254,15 +265,8 @@ fn controller_resets_abort_commands_of_every_kind_and_lose_nothing() {
     run_seeds("host_io_errors", 24, |seed| {
         let mut ftl = format();
         write_all(&mut ftl, 1).unwrap();
-        let per_pass = ftl.backend().commands;
         let mut rng = Rng::new(seed);
-        let start = ftl.backend().commands;
-        let ranges = (0..8)
-            .map(|_| {
-                let at = start + rng.below(3 * per_pass);
-                at..at + 1 + rng.below(16)
-            })
-            .collect();
+        let ranges = stall_ranges(&mut rng, ftl.backend().commands);
         ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
         for version in 2..5 {
             if let Err(e) = write_all(&mut ftl, version) {
@@ -294,15 +298,8 @@ fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
         let mut ftl = format();
         write_all(&mut ftl, 1).unwrap();
         let blocks = ftl.logical_blocks();
-        let per_pass = ftl.backend().commands;
         let mut rng = Rng::new(seed);
-        let start = ftl.backend().commands;
-        let ranges = (0..8)
-            .map(|_| {
-                let at = start + rng.below(3 * per_pass);
-                at..at + 1 + rng.below(16)
-            })
-            .collect();
+        let ranges = stall_ranges(&mut rng, ftl.backend().commands);
         let cut_at = rng.below(3 * blocks);
         ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
         let bs = ftl.block_size();
