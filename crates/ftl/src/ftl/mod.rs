@@ -624,6 +624,10 @@ impl Ftl {
                     self.stats.write_errors += 1;
                     let media = !matches!(e, DeviceError::HostIo { .. });
                     self.log.on_write_failed(first_log_seq, media);
+                    // The ring lost the rest of a zone until it comes round:
+                    // a checkpoint now lets the zones behind it be reused
+                    // before another failure leaves the log no room.
+                    self.ckpt_requested = true;
                     self.check_log();
                 }
             },
