@@ -491,7 +491,11 @@ impl Ftl {
             self.advance();
         }
         // Each stall step changes state (seal lanes, lend the reserve, give
-        // up read-only), so this ends.
+        // up read-only), so this ends. Before a step, one more advance: the
+        // last `next_command` may have started work that only `advance`
+        // moves on (a GC job whose victim holds nothing live goes straight
+        // to its note and reset); sealing the lanes then wasted their zones.
+        let mut rechecked = false;
         let (op, cmd) = loop {
             if let Some(c) = self.next_command() {
                 break c;
@@ -505,6 +509,12 @@ impl Ftl {
                 self.advanced_then_read = false;
                 return None;
             }
+            if !rechecked {
+                rechecked = true;
+                self.advance();
+                continue;
+            }
+            rechecked = false;
             self.resolve_stall();
         };
         self.advanced_then_read = matches!(op, Op::HostRead(_));
