@@ -55,6 +55,28 @@ fn other_settings(seed: u64) -> FtlConfig {
     }
 }
 
+/// Power cuts on a controller that also resets now and then (0.2 % of
+/// submits while a cut is armed): every command in flight ends with
+/// `EINTR`, run or not. The FTL issues flushes, resets and finishes again
+/// and writes aborted writes elsewhere: no host request fails, and every
+/// cut recovers all that was flushed.
+#[test]
+fn crash_torture_with_controller_resets() {
+    let run = |seed: u64| {
+        let sim = common::sim_config(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
+        let mut rig = Rig::with_config(seed, sim);
+        rig.controller_reset_per_million = 2000;
+        rig.cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture", 300, run);
+    if seeds >= 100 {
+        assert!(
+            total.host_retries > 0,
+            "no command was issued again: {total:?}"
+        );
+    }
+}
+
 #[test]
 fn crash_torture_with_other_settings() {
     let run = |seed: u64| {

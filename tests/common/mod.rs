@@ -191,6 +191,8 @@ pub struct Coverage {
     pub during_recovery: u64,
     pub gc_copies: u64,
     pub wl_moves: u64,
+    /// Commands the FTL issued again after a host-side failure.
+    pub host_retries: u64,
 }
 
 impl Coverage {
@@ -201,6 +203,7 @@ impl Coverage {
         self.during_recovery += other.during_recovery;
         self.gc_copies += other.gc_copies;
         self.wl_moves += other.wl_moves;
+        self.host_retries += other.host_retries;
     }
 }
 
@@ -273,6 +276,9 @@ pub struct Rig {
     pub media_faults: bool,
     pub remounts_after_failure: u64,
     pub read_errors_seen: u64,
+    /// The rate of simulated controller resets while a power cut is armed
+    /// (`Faults::controller_reset_per_million`).
+    pub controller_reset_per_million: u32,
 }
 
 impl Rig {
@@ -309,6 +315,7 @@ impl Rig {
             media_faults: false,
             remounts_after_failure: 0,
             read_errors_seen: 0,
+            controller_reset_per_million: 0,
         }
     }
 
@@ -457,6 +464,7 @@ impl Rig {
                     seed,
                     power_cut: PowerCut::AfterSubmits(after_commands.max(1)),
                     shuffle_completions: true,
+                    controller_reset_per_million: self.controller_reset_per_million,
                     ..Faults::default()
                 };
                 self.ftl().backend_mut().set_faults(faults);
@@ -486,6 +494,7 @@ impl Rig {
         let stats = ftl.stats();
         self.coverage.gc_copies += stats.gc_copy_blocks;
         self.coverage.wl_moves += stats.wl_move_blocks;
+        self.coverage.host_retries += stats.host_retries;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         self.armed = false;
@@ -573,6 +582,7 @@ impl Rig {
         let stats = ftl.stats();
         self.coverage.gc_copies += stats.gc_copy_blocks;
         self.coverage.wl_moves += stats.wl_move_blocks;
+        self.coverage.host_retries += stats.host_retries;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         dev.power_on().expect("power on");

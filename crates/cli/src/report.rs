@@ -311,6 +311,7 @@ pub fn stats_text(s: &SimStats, t: &mut Text) {
     t.row("erase_failures", s.erase_failures);
     t.row("uncorrectable_reads", s.uncorrectable_reads);
     t.row("power_cuts", s.power_cuts);
+    t.row("controller_resets", s.controller_resets);
     t.row("bad_blocks", s.bad_blocks);
     t.nanos("clock_ns", s.clock_ns);
     t.nanos("busy_ns_total", s.busy_ns_total);

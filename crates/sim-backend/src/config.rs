@@ -74,6 +74,11 @@ pub struct Faults {
     pub power_cut: PowerCut,
     /// Deliver completions that are ready together in a seeded random order.
     pub shuffle_completions: bool,
+    /// Per accepted submit: the controller resets, as a real one does after
+    /// a stall. Every command not yet reaped ends with `HostIo`
+    /// (`Interrupted`, the kernel's `EINTR`): those already executed ran;
+    /// each of the others runs or not, as the seeded stream draws.
+    pub controller_reset_per_million: u32,
 }
 
 /// When the simulator cuts power by itself.
@@ -256,6 +261,10 @@ impl SimConfig {
             (
                 "uncorrectable_read_per_million",
                 self.faults.uncorrectable_read_per_million,
+            ),
+            (
+                "controller_reset_per_million",
+                self.faults.controller_reset_per_million,
             ),
         ];
         for (name, rate) in rates {

@@ -389,6 +389,38 @@ impl SimDevice {
         self.clock_ns = self.clock_ns.max(ns);
     }
 
+    /// A controller reset (fault injection): every command not yet reaped
+    /// ends with the kernel's `EINTR`. Those executed already ran; each of
+    /// the others runs now or never, as the fault stream draws.
+    fn reset_controller(&mut self) {
+        self.stats.controller_resets += 1;
+        let aborted = || DeviceError::HostIo {
+            op: "command",
+            kind: io::ErrorKind::Interrupted,
+            message: "aborted by a controller reset (simulated)".into(),
+        };
+        for c in &mut self.ready {
+            c.result = Err(aborted());
+        }
+        while let Some(p) = self.pending.pop() {
+            if p.early.is_none() && self.faults.aborted_command_ran() {
+                let _ = self.execute(p.command);
+                if self.io_failure.is_some() {
+                    self.ready.push_back(Completion {
+                        tag: p.tag,
+                        result: Err(aborted()),
+                    });
+                    self.power_cut();
+                    return;
+                }
+            }
+            self.ready.push_back(Completion {
+                tag: p.tag,
+                result: Err(aborted()),
+            });
+        }
+    }
+
     /// Executes every pending command whose finish time has come.
     pub(crate) fn run_due(&mut self) {
         while self
@@ -529,6 +561,9 @@ impl Backend for SimDevice {
             command,
             early,
         });
+        if self.faults.controller_resets() {
+            self.reset_controller();
+        }
         if self.faults.cut_after_submit() {
             self.power_cut();
         }

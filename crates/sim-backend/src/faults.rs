@@ -21,6 +21,7 @@ pub(crate) struct FaultState {
     cut_rng: Rng,
     fate_rng: Rng,
     shuffle_rng: Rng,
+    reset_rng: Rng,
     submits_since_arm: u64,
     after_submits_fired: bool,
 }
@@ -34,6 +35,7 @@ impl FaultState {
             cut_rng: Rng::stream(seed, 2),
             fate_rng: Rng::stream(seed, 3),
             shuffle_rng: Rng::stream(seed, 4),
+            reset_rng: Rng::stream(seed, 5),
             submits_since_arm: 0,
             after_submits_fired: false,
         }
@@ -54,6 +56,17 @@ impl FaultState {
         self.media_rng
             .chance_per_million(self.plan.uncorrectable_read_per_million)
             .then(|| self.media_rng.below(block_count.max(1)))
+    }
+
+    /// Called after each accepted submit; true means "reset the controller now".
+    pub fn controller_resets(&mut self) -> bool {
+        self.reset_rng
+            .chance_per_million(self.plan.controller_reset_per_million)
+    }
+
+    /// Whether a command a controller reset aborts before it finished ran.
+    pub fn aborted_command_ran(&mut self) -> bool {
+        self.reset_rng.below(2) == 0
     }
 
     /// Called after each accepted submit; true means "cut power now".

@@ -21,6 +21,7 @@ pub struct SimStats {
     pub erase_failures: u64,
     pub uncorrectable_reads: u64,
     pub power_cuts: u64,
+    pub controller_resets: u64,
     pub bad_blocks: u64,
     pub erase_count_min: u32,
     pub erase_count_max: u32,
