@@ -343,3 +343,19 @@ fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
         Coverage::default()
     });
 }
+
+/// A stall while mounting: the mount's first reads (the superblocks) are
+/// aborted on the host side; mount reads them again and succeeds.
+#[test]
+fn a_mount_reads_again_what_a_controller_reset_aborted() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    let mut dev = ftl.shutdown().expect("shutdown");
+    let first = dev.commands;
+    dev.fail = Fail::Stalls {
+        ranges: std::iter::once(first..first + 3).collect(),
+        rng: Rng::new(7),
+    };
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount after aborted reads");
+    assert_all(&mut ftl, 1);
+}

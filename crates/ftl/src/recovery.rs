@@ -674,8 +674,9 @@ fn scan_zone<B: Backend>(
         let n = chunk.min(wp - off);
         match backend.read_blocks(zone, off, n as u32) {
             Ok((data, oob)) => collect_tags(g, zone, off, &data, &oob, min_seq, out),
-            // A torn block fails the whole read: retry block by block.
-            Err(DeviceError::UncorrectableRead { .. }) => {
+            // A torn block fails the whole read, an aborted one may have
+            // failed for the host: retry block by block.
+            Err(DeviceError::UncorrectableRead { .. } | DeviceError::HostIo { .. }) => {
                 for o in off..off + n {
                     if let Some((data, oob)) = read_one(backend, zone, o, "mount: scanning tags")? {
                         collect_tags(g, zone, o, &data, &oob, min_seq, out);
@@ -703,22 +704,29 @@ type DataAndOob = (Vec<u8>, Vec<u8>);
 const METADATA_READ_ATTEMPTS: u32 = 8;
 
 /// Reads one block; `None` when the media cannot return it after retries
-/// (a torn or failed page), an error for anything else.
+/// (a torn or failed page), an error for anything else. A host-side
+/// failure (a read a controller reset aborted) is retried too, and is the
+/// error if the last attempt fails so.
 fn read_one<B: Backend>(
     backend: &mut B,
     zone: ZoneId,
     offset_blocks: u64,
     step: &'static str,
 ) -> Result<Option<DataAndOob>, MountError> {
+    let mut host_failure = None;
     for _ in 0..METADATA_READ_ATTEMPTS {
         match backend.read_blocks(zone, offset_blocks, 1) {
             Ok(r) => return Ok(Some(r)),
-            Err(DeviceError::UncorrectableRead { .. }) => continue,
+            Err(DeviceError::UncorrectableRead { .. }) => host_failure = None,
+            Err(e @ DeviceError::HostIo { .. }) => host_failure = Some(e),
             Err(DeviceError::ZoneOffline { .. }) => return Ok(None),
             Err(e) => return Err(MountError::Device { step, source: e }),
         }
     }
-    Ok(None)
+    match host_failure {
+        Some(source) => Err(MountError::Device { step, source }),
+        None => Ok(None),
+    }
 }
 
 fn collect_tags(
