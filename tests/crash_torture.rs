@@ -56,10 +56,10 @@ fn other_settings(seed: u64) -> FtlConfig {
 }
 
 /// Power cuts on a controller that also resets now and then (0.2 % of
-/// submits while a cut is armed): every command in flight ends with
-/// `EINTR`, run or not. The FTL issues flushes, resets and finishes again
-/// and writes aborted writes elsewhere: no host request fails, and every
-/// cut recovers all that was flushed.
+/// submits while a cut is armed, mounts included): every command in flight
+/// ends with `EINTR`, run or not. The FTL issues flushes, resets and
+/// finishes again and writes aborted writes elsewhere, mount reads again:
+/// no host request fails, and every cut recovers all that was flushed.
 #[test]
 fn crash_torture_with_controller_resets() {
     let run = |seed: u64| {

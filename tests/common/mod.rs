@@ -276,7 +276,8 @@ pub struct Rig {
     pub media_faults: bool,
     pub remounts_after_failure: u64,
     pub read_errors_seen: u64,
-    /// The rate of simulated controller resets while a power cut is armed
+    /// The rate of simulated controller resets while a power cut is armed,
+    /// also during the mounts a cut interrupts
     /// (`Faults::controller_reset_per_million`).
     pub controller_reset_per_million: u32,
 }
@@ -513,6 +514,7 @@ impl Rig {
         dev.set_faults(Faults {
             seed: self.rng.next_u64(),
             power_cut: PowerCut::AfterSubmits(after),
+            controller_reset_per_million: self.controller_reset_per_million,
             ..Faults::default()
         });
         match Driver::mount(&mut *dev, self.cfg.clone()) {

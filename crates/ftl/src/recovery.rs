@@ -161,8 +161,7 @@ impl<B: Backend> Driver<B> {
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
         let r = recover_state(&mut backend)?;
         for &z in &r.finish {
-            backend
-                .finish_zone(z)
+            finish_retrying(&mut backend, z)
                 .map_err(dev("mount: finishing a half-written zone"))?;
         }
         let Recovered {
@@ -693,6 +692,20 @@ fn scan_zone<B: Backend>(
         off += n;
     }
     Ok(())
+}
+
+/// Finishes `zone`, again after a host-side failure (a controller reset's
+/// abort; a finish is idempotent), as the core does.
+fn finish_retrying<B: Backend>(backend: &mut B, zone: ZoneId) -> Result<(), DeviceError> {
+    let mut attempts = 1;
+    loop {
+        match backend.finish_zone(zone) {
+            Err(DeviceError::HostIo { .. }) if attempts < crate::ftl::HOST_ATTEMPTS => {
+                attempts += 1
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A block's data and OOB bytes.

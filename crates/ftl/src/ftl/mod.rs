@@ -58,7 +58,7 @@ use write::FlushWait;
 /// (`DeviceError::HostIo`: the kernel's `EINTR` for a command a controller
 /// reset aborted) before the failure counts as the device's. Both commands
 /// are idempotent, so issuing one again is always safe.
-pub(super) const HOST_ATTEMPTS: u8 = 4;
+pub(crate) const HOST_ATTEMPTS: u8 = 4;
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
