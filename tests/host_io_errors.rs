@@ -26,6 +26,8 @@ struct HostFailures {
     /// Failed completions not yet delivered: a stalled controller answers
     /// nothing until its reset, which then aborts everything at once.
     held: Vec<Completion>,
+    /// Zone reports to fail on the host side, from the next one on.
+    failing_reports: u32,
 }
 
 /// Which commands fail on the host side.
@@ -53,6 +55,7 @@ impl HostFailures {
             commands: 0,
             failing_tags: Vec::new(),
             held: Vec::new(),
+            failing_reports: 0,
         }
     }
 
@@ -90,14 +93,18 @@ impl HostFailures {
     }
 }
 
+fn abort() -> DeviceError {
+    DeviceError::HostIo {
+        op: "command",
+        kind: std::io::ErrorKind::Interrupted,
+        message: "aborted by a controller reset".into(),
+    }
+}
+
 fn aborted(tag: u64) -> Completion {
     Completion {
         tag,
-        result: Err(DeviceError::HostIo {
-            op: "command",
-            kind: std::io::ErrorKind::Interrupted,
-            message: "aborted by a controller reset".into(),
-        }),
+        result: Err(abort()),
     }
 }
 
@@ -106,6 +113,10 @@ impl Backend for HostFailures {
         self.dev.geometry()
     }
     fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        if self.failing_reports > 0 {
+            self.failing_reports -= 1;
+            return Err(abort());
+        }
         self.dev.zone_info(zone)
     }
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
@@ -283,13 +294,7 @@ fn controller_resets_abort_commands_of_every_kind_and_lose_nothing() {
         assert_all(&mut ftl, 4);
         let mut dev = ftl.into_backend();
         dev.fail = Fail::Appends(0..0);
-        let report = zftl::core::check::check(&mut dev);
-        assert!(
-            report.is_clean(),
-            "check after aborts: {:?} (the log ends at {:?})",
-            report.problems,
-            report.summary.log_end
-        );
+        common::assert_check_clean(&mut dev, "after aborts");
         let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
         assert_all(&mut ftl, 4);
         Coverage::default()
@@ -352,8 +357,9 @@ fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
     });
 }
 
-/// A stall while mounting: the mount's first reads (the superblocks) are
-/// aborted on the host side; mount reads them again and succeeds.
+/// A stall while mounting: the mount's first zone reports and first reads
+/// (the superblocks) are aborted on the host side; mount asks again and
+/// succeeds.
 #[test]
 fn a_mount_reads_again_what_a_controller_reset_aborted() {
     let mut ftl = format();
@@ -364,6 +370,7 @@ fn a_mount_reads_again_what_a_controller_reset_aborted() {
         ranges: std::iter::once(first..first + 3).collect(),
         rng: Rng::new(7),
     };
+    dev.failing_reports = 3;
     let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount after aborted reads");
     assert_all(&mut ftl, 1);
 }

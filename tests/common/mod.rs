@@ -19,6 +19,17 @@ fn trace_lba() -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
+/// `zftl check` on `dev` finds no problem (`when` names the moment).
+pub fn assert_check_clean<B: zftl::core::Backend>(dev: &mut B, when: &str) {
+    let report = zftl::core::check::check(dev);
+    assert!(
+        report.is_clean(),
+        "check {when}: {:?} (the log ends at {:?})",
+        report.problems,
+        report.summary.log_end
+    );
+}
+
 /// Writes the header both block generators share: the lba in bytes 0..8,
 /// the version in bytes 8..12.
 fn stamp(mut b: Vec<u8>, lba: u64, version: u32) -> Vec<u8> {
@@ -546,13 +557,7 @@ impl Rig {
             ..dev.config().faults.clone()
         };
         dev.set_faults(Faults::default());
-        let report = zftl::core::check::check(&mut dev);
-        assert!(
-            report.is_clean(),
-            "check before mount: {:?} (the log ends at {:?})",
-            report.problems,
-            report.summary.log_end
-        );
+        assert_check_clean(&mut dev, "before mount");
         dev.set_faults(faults);
         let mut ftl = Driver::mount(dev, self.cfg.clone())
             .unwrap_or_else(|e| panic!("mount after power cut: {e}"));

@@ -129,7 +129,8 @@ fn reset_all_zones<B: Backend>(
 ) -> Result<ZoneTable, MountError> {
     let mut zones = ZoneTable::new(g.zone_count, g.zone_capacity_blocks);
     for z in 0..g.zone_count {
-        let info = backend.zone_info(z).map_err(dev("format: zone report"))?;
+        let info =
+            again_after_abort(|| backend.zone_info(z)).map_err(dev("format: zone report"))?;
         let usable = !matches!(info.state, ZoneState::Offline | ZoneState::ReadOnly)
             && (info.state == ZoneState::Empty || backend.reset_zone(z).is_ok());
         let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
@@ -161,7 +162,7 @@ impl<B: Backend> Driver<B> {
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
         let r = recover_state(&mut backend)?;
         for &z in &r.finish {
-            finish_retrying(&mut backend, z)
+            again_after_abort(|| backend.finish_zone(z))
                 .map_err(dev("mount: finishing a half-written zone"))?;
         }
         let Recovered {
@@ -298,7 +299,7 @@ fn report_zones<B: Backend>(
     g: &Geometry,
 ) -> Result<Vec<crate::backend::ZoneInfo>, MountError> {
     (0..g.zone_count)
-        .map(|z| backend.zone_info(z).map_err(dev("mount: zone report")))
+        .map(|z| again_after_abort(|| backend.zone_info(z)).map_err(dev("mount: zone report")))
         .collect()
 }
 
@@ -307,8 +308,7 @@ fn read_superblock<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Superblo
     let mut best: Option<Superblock> = None;
     let mut first_error: Option<FormatError> = None;
     for z in SUPER_ZONES {
-        let info = backend
-            .zone_info(z)
+        let info = again_after_abort(|| backend.zone_info(z))
             .map_err(dev("mount: superblock zone report"))?;
         for off in 0..info.write_pointer_blocks {
             // A torn record: the other copy or an older record serves.
@@ -547,9 +547,8 @@ impl LogReader {
         committed: u64,
     ) -> Result<MetaLog, MountError> {
         let zone = self.ring[self.ring_index];
-        let info = backend
-            .zone_info(zone)
-            .map_err(dev("mount: log zone report"))?;
+        let info =
+            again_after_abort(|| backend.zone_info(zone)).map_err(dev("mount: log zone report"))?;
         let writable = !matches!(info.state, ZoneState::ReadOnly | ZoneState::Offline);
         let mut cur = self.ring_index;
         let mut wp = if writable {
@@ -580,8 +579,7 @@ impl LogReader {
             committed,
         );
         for (i, &z) in ring.iter().enumerate() {
-            let state = backend
-                .zone_info(z)
+            let state = again_after_abort(|| backend.zone_info(z))
                 .map_err(dev("mount: log zone report"))?
                 .state;
             if matches!(state, ZoneState::ReadOnly | ZoneState::Offline) {
@@ -694,12 +692,15 @@ fn scan_zone<B: Backend>(
     Ok(())
 }
 
-/// Finishes `zone`, again after a host-side failure (a controller reset's
-/// abort; a finish is idempotent), as the core does.
-fn finish_retrying<B: Backend>(backend: &mut B, zone: ZoneId) -> Result<(), DeviceError> {
+/// Runs an idempotent device call (a zone report, a finish) again after a
+/// host-side failure (a controller reset's abort), up to the core's
+/// attempts.
+pub(crate) fn again_after_abort<T>(
+    mut call: impl FnMut() -> Result<T, DeviceError>,
+) -> Result<T, DeviceError> {
     let mut attempts = 1;
     loop {
-        match backend.finish_zone(zone) {
+        match call() {
             Err(DeviceError::HostIo { .. }) if attempts < crate::ftl::HOST_ATTEMPTS => {
                 attempts += 1
             }
