@@ -374,3 +374,26 @@ fn a_mount_reads_again_what_a_controller_reset_aborted() {
     let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount after aborted reads");
     assert_all(&mut ftl, 1);
 }
+
+/// A stall while formatting a used device: its first zone resets are
+/// aborted on the host side; format resets them again and retires nothing.
+#[test]
+fn a_format_resets_again_what_a_controller_reset_aborted() {
+    let mut ftl = format();
+    let logical_blocks = ftl.logical_blocks();
+    write_all(&mut ftl, 1).unwrap();
+    let mut dev = ftl.shutdown().expect("shutdown");
+    let first = dev.commands;
+    dev.fail = Fail::Stalls {
+        ranges: std::iter::once(first..first + 6).collect(),
+        rng: Rng::new(11),
+    };
+    let ftl = Driver::format(dev, &FormatOptions::default(), FtlConfig::default())
+        .expect("format after aborted resets");
+    assert_eq!(ftl.stats().retired_zones, 0);
+    assert_eq!(ftl.logical_blocks(), logical_blocks);
+    assert!(
+        ftl.backend().commands > first + 6,
+        "the stall did not cover the resets"
+    );
+}

@@ -132,7 +132,8 @@ fn reset_all_zones<B: Backend>(
         let info =
             again_after_abort(|| backend.zone_info(z)).map_err(dev("format: zone report"))?;
         let usable = !matches!(info.state, ZoneState::Offline | ZoneState::ReadOnly)
-            && (info.state == ZoneState::Empty || backend.reset_zone(z).is_ok());
+            && (info.state == ZoneState::Empty
+                || again_after_abort(|| backend.reset_zone(z)).is_ok());
         let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
         if !usable && fixed {
             return Err(MountError::Unsupported(format!(
