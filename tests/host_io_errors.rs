@@ -44,6 +44,9 @@ enum Fail {
         ranges: Vec<std::ops::Range<u64>>,
         rng: Rng,
     },
+    /// Every command fails at once, without running: a controller that
+    /// resets again and again.
+    All,
 }
 
 impl HostFailures {
@@ -72,13 +75,14 @@ impl HostFailures {
                 .iter()
                 .any(|r| r.contains(&c))
                 .then(|| rng.below(2) == 0),
+            Fail::All => Some(false),
         }
     }
 
     /// Whether the controller is stalled: the next command falls in a range.
     fn stalled(&self) -> bool {
         match &self.fail {
-            Fail::Appends(_) => false,
+            Fail::Appends(_) | Fail::All => false,
             Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
         }
     }
@@ -395,5 +399,23 @@ fn a_format_resets_again_what_a_controller_reset_aborted() {
     assert!(
         ftl.backend().commands > first + 6,
         "the stall did not cover the resets"
+    );
+}
+
+/// A device whose resets keep failing on the host side: format refuses it
+/// with an error that says the superblock zone could not be reset, and why.
+#[test]
+fn a_format_that_cannot_reset_a_superblock_zone_says_so() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    let mut dev = ftl.shutdown().expect("shutdown");
+    dev.fail = Fail::All;
+    let err = Driver::format(dev, &FormatOptions::default(), FtlConfig::default())
+        .err()
+        .expect("format cannot succeed");
+    let text = err.to_string();
+    assert!(
+        text.contains("zone 0 could not be reset") && text.contains("controller reset"),
+        "{text}"
     );
 }

@@ -131,14 +131,18 @@ fn reset_all_zones<B: Backend>(
     for z in 0..g.zone_count {
         let info =
             again_after_abort(|| backend.zone_info(z)).map_err(dev("format: zone report"))?;
-        let usable = !matches!(info.state, ZoneState::Offline | ZoneState::ReadOnly)
-            && (info.state == ZoneState::Empty
-                || again_after_abort(|| backend.reset_zone(z)).is_ok());
+        let why_unusable = match info.state {
+            ZoneState::Offline | ZoneState::ReadOnly => Some(format!("is {:?}", info.state)),
+            ZoneState::Empty => None,
+            _ => again_after_abort(|| backend.reset_zone(z))
+                .err()
+                .map(|e| format!("could not be reset ({e})")),
+        };
+        let usable = why_unusable.is_none();
         let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
-        if !usable && fixed {
+        if let Some(why) = why_unusable.filter(|_| fixed) {
             return Err(MountError::Unsupported(format!(
-                "zone {z} is {:?}; zftl keeps its superblock and metadata log in zones 0..{}",
-                info.state,
+                "zone {z} {why}; zftl keeps its superblock and metadata log in zones 0..{}",
                 layout.first_data_zone()
             )));
         }
