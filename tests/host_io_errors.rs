@@ -361,6 +361,15 @@ fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
     });
 }
 
+/// One stall over the next `commands` commands (run or not as `seed` draws).
+fn stall_next(dev: &mut HostFailures, commands: u64, seed: u64) {
+    let first = dev.commands;
+    dev.fail = Fail::Stalls {
+        ranges: std::iter::once(first..first + commands).collect(),
+        rng: Rng::new(seed),
+    };
+}
+
 /// A stall while mounting: the mount's first zone reports and first reads
 /// (the superblocks) are aborted on the host side; mount asks again and
 /// succeeds.
@@ -369,11 +378,7 @@ fn a_mount_reads_again_what_a_controller_reset_aborted() {
     let mut ftl = format();
     write_all(&mut ftl, 1).unwrap();
     let mut dev = ftl.shutdown().expect("shutdown");
-    let first = dev.commands;
-    dev.fail = Fail::Stalls {
-        ranges: std::iter::once(first..first + 3).collect(),
-        rng: Rng::new(7),
-    };
+    stall_next(&mut dev, 3, 7);
     dev.failing_reports = 3;
     let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount after aborted reads");
     assert_all(&mut ftl, 1);
@@ -388,10 +393,7 @@ fn a_format_resets_again_what_a_controller_reset_aborted() {
     write_all(&mut ftl, 1).unwrap();
     let mut dev = ftl.shutdown().expect("shutdown");
     let first = dev.commands;
-    dev.fail = Fail::Stalls {
-        ranges: std::iter::once(first..first + 6).collect(),
-        rng: Rng::new(11),
-    };
+    stall_next(&mut dev, 6, 11);
     let ftl = Driver::format(dev, &FormatOptions::default(), FtlConfig::default())
         .expect("format after aborted resets");
     assert_eq!(ftl.stats().retired_zones, 0);

@@ -392,6 +392,27 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     }
 }
 
+/// Attempts of an idempotent command (flush, zone reset, finish, zone
+/// report) that keeps failing on the host side (`DeviceError::HostIo`: the
+/// kernel's `EINTR` for a command a controller reset aborted) before the
+/// failure counts as the device's. The core's repeats, its superblock
+/// rewrites and the synchronous calls of format, mount and check use it.
+pub(crate) const HOST_ATTEMPTS: u8 = 4;
+
+/// Runs an idempotent synchronous device call again after a host-side
+/// failure, up to [`HOST_ATTEMPTS`] attempts.
+pub(crate) fn again_after_abort<T>(
+    mut call: impl FnMut() -> Result<T, DeviceError>,
+) -> Result<T, DeviceError> {
+    let mut attempts = 1;
+    loop {
+        match call() {
+            Err(DeviceError::HostIo { .. }) if attempts < HOST_ATTEMPTS => attempts += 1,
+            other => return other,
+        }
+    }
+}
+
 /// Synchronous conveniences over the queue pair, for tools and tests. Each
 /// call requires an idle queue: it owns the queue until its command is done.
 pub trait BackendExt: Backend {

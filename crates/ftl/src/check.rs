@@ -14,7 +14,9 @@
 //! *notices*, not problems.
 
 use crate::addr::{Lba, Ppa};
-use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState};
+use crate::backend::{
+    again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState,
+};
 use crate::checkpoint;
 use crate::error::MountError;
 use crate::layout::{Layout, SUPER_ZONES};
@@ -346,7 +348,7 @@ fn scan_superblocks<B: Backend>(backend: &mut B, g: &Geometry) -> SuperScan {
         counts: SuperCounts::default(),
     };
     for z in SUPER_ZONES.into_iter().filter(|&z| z < g.zone_count) {
-        let info = match crate::recovery::again_after_abort(|| backend.zone_info(z)) {
+        let info = match again_after_abort(|| backend.zone_info(z)) {
             Ok(i) => i,
             Err(e) => {
                 s.problems
@@ -609,7 +611,7 @@ fn device_problem(what: &str, e: &DeviceError) -> Problem {
 fn zone_reports<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Vec<ZoneInfo>, Problem> {
     (0..g.zone_count)
         .map(|z| {
-            crate::recovery::again_after_abort(|| backend.zone_info(z))
+            again_after_abort(|| backend.zone_info(z))
                 .map_err(|e| device_problem("zone report", &e).at(z, 0))
         })
         .collect()

@@ -8,7 +8,9 @@
 //! previous superblock and checkpoint in charge.
 
 use crate::addr::{physical_blocks, Lba, Ppa, Seq};
-use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState};
+use crate::backend::{
+    again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState,
+};
 use crate::checkpoint::{self, CheckpointImage, ZoneKind as RecordKind, ZoneRecord as CkptZone};
 use crate::codec::FormatError;
 use crate::config::{FormatOptions, FtlConfig, TagPlacement};
@@ -695,23 +697,6 @@ fn scan_zone<B: Backend>(
         off += n;
     }
     Ok(())
-}
-
-/// Runs an idempotent device call (a zone report, a finish) again after a
-/// host-side failure (a controller reset's abort), up to the core's
-/// attempts.
-pub(crate) fn again_after_abort<T>(
-    mut call: impl FnMut() -> Result<T, DeviceError>,
-) -> Result<T, DeviceError> {
-    let mut attempts = 1;
-    loop {
-        match call() {
-            Err(DeviceError::HostIo { .. }) if attempts < crate::ftl::HOST_ATTEMPTS => {
-                attempts += 1
-            }
-            other => return other,
-        }
-    }
 }
 
 /// A block's data and OOB bytes.

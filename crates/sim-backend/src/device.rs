@@ -405,19 +405,15 @@ impl SimDevice {
         while let Some(p) = self.pending.pop() {
             if p.early.is_none() && self.faults.aborted_command_ran() {
                 let _ = self.execute(p.command);
-                if self.io_failure.is_some() {
-                    self.ready.push_back(Completion {
-                        tag: p.tag,
-                        result: Err(aborted()),
-                    });
-                    self.power_cut();
-                    return;
-                }
             }
             self.ready.push_back(Completion {
                 tag: p.tag,
                 result: Err(aborted()),
             });
+            if self.io_failure.is_some() {
+                self.power_cut();
+                return;
+            }
         }
     }
 

@@ -2,7 +2,8 @@
 //! and superblock steps that commit it.
 
 use super::reloc::{JobPhase, JobPurpose};
-use super::{Ftl, Op, HOST_ATTEMPTS};
+use super::{Ftl, Op};
+use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, ZoneId};
 use crate::checkpoint::{self, CheckpointImage};
 use crate::layout::SUPER_ZONES;

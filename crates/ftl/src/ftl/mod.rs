@@ -35,6 +35,7 @@ mod summaries;
 mod write;
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
+use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, Completion, DeviceError, Geometry, ZoneId};
 use crate::buffer::{SlotId, WriteBuffer};
 use crate::config::FtlConfig;
@@ -53,12 +54,6 @@ use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
 use write::FlushWait;
-
-/// Attempts of a flush or zone reset that keeps failing on the host side
-/// (`DeviceError::HostIo`: the kernel's `EINTR` for a command a controller
-/// reset aborted) before the failure counts as the device's. Both commands
-/// are idempotent, so issuing one again is always safe.
-pub(crate) const HOST_ATTEMPTS: u8 = 4;
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
@@ -203,8 +198,8 @@ pub struct Ftl {
     ops: Slab<Op>,
     /// Attempts made of each command in flight, by its slot in `ops`.
     op_attempts: Vec<u8>,
-    /// Flushes and zone resets to issue again after a host-side failure,
-    /// with the attempts made: each left `ops`, so at most
+    /// Flushes, zone resets and finishes to issue again after a host-side
+    /// failure, with the attempts made: each left `ops`, so at most
     /// `max_inflight_commands`.
     repeats: VecDeque<(Op, Command, u8)>,
     read_queue: VecDeque<ReadPart>,
@@ -693,9 +688,9 @@ impl Ftl {
     }
 
     /// The command to issue again when `op` failed on the host side: the
-    /// idempotent ones, flushes and zone resets and finishes. Writes are not repeated
-    /// at the same place (the first may have landed); their failure paths
-    /// write the data again elsewhere.
+    /// idempotent ones (flushes, zone resets and finishes). Writes are not
+    /// repeated at the same place (the first may have landed); their
+    /// failure paths write the data again elsewhere.
     fn repeatable(op: &Op) -> Option<Command> {
         match *op {
             Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush => Some(Command::Flush),
