@@ -16,6 +16,11 @@
 //! Many requests are in the core at once, so clones used from many threads
 //! (or many tasks) keep the device's queue full.
 //!
+//! A write's data CRCs are taken by the caller, in [`Handle::call`] and
+//! [`AsyncHandle::call`] ([`Request::WriteSummed`]): the CRC is most of
+//! what the core spends per byte, and callers on many threads share it
+//! out instead of queueing it on the one driver thread.
+//!
 //! # Bounded queues
 //!
 //! The request channel holds at most [`DEFAULT_QUEUE_CAPACITY`] requests
@@ -65,6 +70,7 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
+use zftl_core::tag::SummedBlocks;
 use zftl_core::{
     Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MountError, ReplyData,
     Request,
@@ -127,6 +133,21 @@ impl<B> Clone for Link<B> {
             tx: self.tx.clone(),
             shared: Arc::clone(&self.shared),
         }
+    }
+}
+
+impl<B> Link<B> {
+    /// A write with its data CRCs taken here, on the caller's thread, so
+    /// the driver thread does not pay them; other requests as they are.
+    fn sum_on_caller(&self, request: Request) -> Result<Request, IoError> {
+        Ok(match request {
+            Request::Write { lba, data, fua } => Request::WriteSummed {
+                lba,
+                blocks: SummedBlocks::new(data, self.shared.block_size)?,
+                fua,
+            },
+            other => other,
+        })
     }
 }
 
@@ -265,8 +286,10 @@ impl<B: Send + 'static> Handle<B> {
     }
 
     /// Sends any [`Request`] and waits for its reply (the escape hatch for
-    /// owned buffers: a `Request::Write` is not copied again).
+    /// owned buffers: a `Request::Write` is not copied again). A write's
+    /// data CRCs are taken here, on the calling thread (see the module docs).
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        let request = self.link.sum_on_caller(request)?;
         let (answer, reply) = oneshot::channel();
         self.send(Msg::Io { request, answer })?;
         reply.blocking_recv().map_err(closed)?
@@ -460,8 +483,10 @@ impl<B: Send + 'static> AsyncHandle<B> {
         self.link.tx.send(msg).await.map_err(closed)
     }
 
-    /// Sends any [`Request`] and awaits its reply.
+    /// Sends any [`Request`] and awaits its reply. A write's data CRCs are
+    /// taken here, on the calling task (see the module docs).
     pub async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        let request = self.link.sum_on_caller(request)?;
         let (answer, reply) = oneshot::channel();
         self.send(Msg::Io { request, answer }).await?;
         reply.await.map_err(closed)?
@@ -1028,9 +1053,14 @@ impl<B: Backend> Inline<B> {
             return Err(IoError::DeviceGone);
         }
         let driver = self.driver.as_mut().ok_or(IoError::DeviceGone)?;
-        if let Request::Write { data, .. } = &request {
+        let write_bytes = match &request {
+            Request::Write { data, .. } => Some(data.len()),
+            Request::WriteSummed { blocks, .. } => Some(blocks.data().len()),
+            _ => None,
+        };
+        if let Some(write_bytes) = write_bytes {
             let g = driver.backend().geometry();
-            let write_blocks = data.len() / (g.block_size_bytes.max(1) as usize);
+            let write_blocks = write_bytes / (g.block_size_bytes.max(1) as usize);
             self.append_blocks = inline_append_blocks(g, write_blocks);
         }
         let id = self.next_id;

@@ -43,4 +43,5 @@ pub use driver::Driver;
 pub use error::{IoError, MountError};
 pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 pub use stats::FtlStats;
+pub use tag::SummedBlocks;
 pub use zone::VictimPolicy;

@@ -365,6 +365,10 @@ impl Volume for Dummy {
                 self.range(lba, (data.len() / BS) as u32);
                 ReplyData::Done
             }
+            Request::WriteSummed { lba, blocks, .. } => {
+                self.range(lba, (blocks.data().len() / BS) as u32);
+                ReplyData::Done
+            }
             Request::Trim { lba, block_count }
             | Request::WriteZeroes {
                 lba, block_count, ..

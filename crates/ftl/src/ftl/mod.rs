@@ -53,7 +53,7 @@ use lane::{Lane, StreamState};
 use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
-use write::FlushWait;
+use write::{FlushWait, WaitingWrite};
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
@@ -218,7 +218,7 @@ pub struct Ftl {
     /// and issued a host read, and nothing came in since: issuing a read
     /// changes nothing `advance` looks at, so the next poll may skip it.
     advanced_then_read: bool,
-    waiting_writes: VecDeque<(u64, Lba, Vec<u8>, bool)>,
+    waiting_writes: VecDeque<WaitingWrite>,
     /// Scratch of `admit_writes`: per block of one request, whether the
     /// buffer holds it and its mapping (at most a request's blocks).
     admit_facts: Vec<(bool, Option<Ppa>)>,
@@ -431,7 +431,12 @@ impl Ftl {
         }
         let result = match request {
             Request::Read { lba, block_count } => self.start_read(id, lba, block_count),
-            Request::Write { lba, data, fua } => self.start_write(id, lba, data, fua),
+            Request::Write { lba, data, fua } => self.start_write(id, lba, data, None, fua),
+            Request::WriteSummed { lba, blocks, fua } => {
+                let same_size = blocks.block_bytes() == self.block_size();
+                let (data, crcs) = blocks.into_parts();
+                self.start_write(id, lba, data, same_size.then_some(crcs), fua)
+            }
             Request::Trim { lba, block_count } => self
                 .trim(lba, block_count, false)
                 .map(|_| Some(ReplyData::Done)),
@@ -799,7 +804,7 @@ impl Ftl {
                 result: Err(error.clone()),
             });
         }
-        for (id, ..) in std::mem::take(&mut self.waiting_writes) {
+        for WaitingWrite { id, .. } in std::mem::take(&mut self.waiting_writes) {
             self.replies.push_back(Reply {
                 id,
                 result: Err(error.clone()),

@@ -3,6 +3,7 @@
 
 use crate::addr::Lba;
 use crate::error::IoError;
+use crate::tag::SummedBlocks;
 
 /// A host request. Offsets and counts are in blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +16,14 @@ pub enum Request {
     Write {
         lba: Lba,
         data: Vec<u8>,
+        fua: bool,
+    },
+    /// A `Write` whose data CRCs the caller took (on its own thread, see
+    /// [`SummedBlocks`]); the core takes them again only if the blocks are
+    /// not of the volume's block size.
+    WriteSummed {
+        lba: Lba,
+        blocks: SummedBlocks,
         fua: bool,
     },
     /// Persistent trim: reads return zeros, also after a crash once flushed.

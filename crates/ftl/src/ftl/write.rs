@@ -18,6 +18,17 @@ enum FlushStage {
     Device,
 }
 
+/// A host write accepted but not yet in the write buffer (no room yet).
+#[derive(Debug)]
+pub(super) struct WaitingWrite {
+    pub(super) id: u64,
+    lba: Lba,
+    data: Vec<u8>,
+    /// The data CRC of each block, if the caller took them.
+    crcs: Option<Vec<u32>>,
+    fua: bool,
+}
+
 #[derive(Debug)]
 pub(super) struct FlushWait {
     pub(super) id: u64,
@@ -25,26 +36,28 @@ pub(super) struct FlushWait {
 }
 
 impl Ftl {
+    /// `crcs`: the data CRC of each block, if the caller took them.
     pub(super) fn start_write(
         &mut self,
         id: u64,
         lba: Lba,
         data: Vec<u8>,
+        crcs: Option<Vec<u32>>,
         fua: bool,
     ) -> Result<Option<ReplyData>, IoError> {
         let bs = self.block_size();
-        if data.is_empty() || !data.len().is_multiple_of(bs) {
-            let expected_bytes = data.len().div_ceil(bs).max(1) * bs;
-            return Err(IoError::BufferSize {
-                expected_bytes,
-                actual_bytes: data.len(),
-            });
-        }
+        tag::check_whole_blocks(data.len(), bs)?;
         self.check_range(lba, (data.len() / bs) as u64)?;
         if self.read_only {
             return Err(self.refusal());
         }
-        self.waiting_writes.push_back((id, lba, data, fua));
+        self.waiting_writes.push_back(WaitingWrite {
+            id,
+            lba,
+            data,
+            crcs,
+            fua,
+        });
         self.admit_writes();
         Ok(None)
     }
@@ -53,10 +66,11 @@ impl Ftl {
     pub(super) fn admit_writes(&mut self) {
         // Each block's buffer slot and mapping, looked up once per request.
         let mut facts = std::mem::take(&mut self.admit_facts);
-        let mut crcs = std::mem::take(&mut self.admit_crcs);
-        while let Some((id, lba, data, fua)) = self.waiting_writes.pop_front() {
+        let mut scratch = std::mem::take(&mut self.admit_crcs);
+        while let Some(w) = self.waiting_writes.pop_front() {
             let bs = self.block_size();
-            let count = (data.len() / bs) as u64;
+            let (id, lba, fua) = (w.id, w.lba, w.fua);
+            let count = (w.data.len() / bs) as u64;
             facts.clear();
             let (mut needed, mut new_blocks) = (0usize, 0u64);
             for l in lba..lba + count {
@@ -71,7 +85,7 @@ impl Ftl {
                     count <= u64::from(self.cfg.write_buffer_blocks)
                         || self.buffer.used_slots() > 0
                 );
-                self.waiting_writes.push_front((id, lba, data, fua));
+                self.waiting_writes.push_front(w);
                 break;
             }
             if self.l2p.mapped_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
@@ -81,9 +95,17 @@ impl Ftl {
                 });
                 continue;
             }
-            // Taken now, while the bytes just received are in cache.
-            crcs.resize(count as usize, 0);
-            tag::data_crcs(&data, bs, &mut crcs);
+            let WaitingWrite { data, crcs, .. } = w;
+            let crcs = match &crcs {
+                Some(given) => given.as_slice(),
+                None => {
+                    // Taken now, while the bytes just received are in cache.
+                    scratch.resize(count as usize, 0);
+                    tag::data_crcs(&data, bs, &mut scratch);
+                    scratch.as_slice()
+                }
+            };
+            assert_eq!(crcs.len() as u64, count);
             if count == 1 {
                 self.buffer_block(lba, data.into(), crcs[0], facts[0]); // the request's own buffer, no copy
             } else if self.buffer.may_share(count as usize) {
@@ -109,7 +131,7 @@ impl Ftl {
             }
         }
         self.admit_facts = facts;
-        self.admit_crcs = crcs;
+        self.admit_crcs = scratch;
     }
 
     /// Buffers one block of an admitted write and its data CRC;

@@ -67,6 +67,10 @@ impl Volume for Dummy {
                 self.range(lba, (data.len() / self.bs) as u32);
                 Ok(ReplyData::Done)
             }
+            Request::WriteSummed { lba, blocks, .. } => {
+                self.range(lba, (blocks.data().len() / self.bs) as u32);
+                Ok(ReplyData::Done)
+            }
             Request::Trim { lba, block_count }
             | Request::WriteZeroes {
                 lba, block_count, ..
