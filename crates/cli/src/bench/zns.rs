@@ -19,7 +19,9 @@
 //!   buffer per command as the FTL hands them over: the backend's cost
 //!   without the FTL's;
 //! * `zftl_seq128k`, `zftl_randwrite4k`: the FTL through its driver loop,
-//!   `--depth` host requests in flight, sequential 128 KiB writes, then
+//!   `--depth` host requests in flight (made, and their data CRCs taken,
+//!   on a caller thread where there is a second CPU: `--caller-threads`),
+//!   sequential 128 KiB writes, then
 //!   4 KiB writes at uniformly random addresses of the whole logical space.
 //!   Each ends with a flush inside its timed window: only data on the
 //!   device counts. Random writes run garbage collection; the media
@@ -92,6 +94,13 @@ pub struct ZnsArgs {
     /// `cpu_costs` in the report.
     #[arg(long)]
     pub cpu_costs: bool,
+    /// Threads that make zftl's writes and take their data CRCs
+    /// (`Request::WriteSummed`) beside the thread that runs the core, as
+    /// the connection tasks of `zftl serve --device` do: 0 or 1. Default:
+    /// 1 if this machine has more than one CPU, else 0 (on one CPU the
+    /// hand-over only adds thread switches).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub caller_threads: Option<u8>,
     /// Leave glibc's allocator as it is. By default the bench first makes
     /// it keep freed memory (`zftl_zns::keep_freed_memory`): with glibc's
     /// defaults zftl's 128 KiB and 512 KiB buffers are mapped, faulted in
@@ -229,7 +238,8 @@ pub struct JobReport {
     pub iops_per_round: Vec<f64>,
     /// CPU time of the job's process (zftl itself, or the fio child) ÷
     /// wall time, over all rounds: near 1 means the job was bound by the
-    /// (guest) CPU, not by the device.
+    /// (guest) CPU, not by the device. zftl's counts its caller thread too
+    /// (`caller_threads`), so it may reach 2.
     pub cpu_busy_fraction: f64,
     /// The part of `cpu_busy_fraction` spent in the kernel.
     pub cpu_sys_fraction: f64,
@@ -276,6 +286,10 @@ pub struct ZnsBenchReport {
     /// Whether the allocator was told to keep freed memory (see
     /// `--allocator-default`).
     pub keep_freed_memory: bool,
+    /// CPUs this process may run on, and the caller threads zftl's jobs
+    /// had beside the one that runs the core (`--caller-threads`).
+    pub cpus: usize,
+    pub caller_threads: u8,
 }
 
 impl ZnsBenchReport {
@@ -291,6 +305,10 @@ impl ZnsBenchReport {
             self.fio_version,
             self.rounds,
             self.seconds_per_job
+        ));
+        t.line(format!(
+            "{} CPUs; zftl with {} caller thread(s) beside the core's",
+            self.cpus, self.caller_threads
         ));
         t.section("jobs");
         for j in &self.jobs {
@@ -358,7 +376,7 @@ mod imp {
     use zftl_core::backend::{
         Command as DevCommand, Completion, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
     };
-    use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request};
+    use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request, SummedBlocks};
     use zftl_sim::rng::Rng;
     use zftl_zns::{Device, IoPath, ZoneAction};
 
@@ -578,6 +596,8 @@ mod imp {
         zone_count: u32,
         zone_bytes: u64,
         rng: Rng,
+        /// `--caller-threads`, or its default for this machine.
+        caller_threads: u8,
     }
 
     pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
@@ -610,6 +630,7 @@ mod imp {
             )));
         }
         let raw_first = g.zone_count - args.raw_zones;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ftl_dev = FirstZones::new(dev, raw_first);
         let drv = Driver::format(ftl_dev, &FormatOptions::default(), FtlConfig::default())?;
         let logical_bytes = drv.logical_blocks() * bs;
@@ -621,6 +642,7 @@ mod imp {
             zone_count: g.zone_count,
             zone_bytes: g.zone_size_blocks * bs,
             rng: Rng::new(args.seed),
+            caller_threads: args.caller_threads.unwrap_or(u8::from(cpus > 1)),
         };
         let mut rates: Vec<Vec<Rate>> = JOBS.iter().map(|_| Vec::new()).collect();
         let mut wa: Vec<(u64, u64)> = vec![(0, 0); JOBS.len()];
@@ -725,6 +747,8 @@ mod imp {
             per_byte_bound_ratio: bound.map(|b| round(ratio(b, raw_seq128k), 3)),
             cpu_costs,
             keep_freed_memory,
+            cpus,
+            caller_threads: b.caller_threads,
         })
     }
 
@@ -917,48 +941,34 @@ mod imp {
 
         /// Host writes of `block_count` blocks through the FTL for
         /// `--seconds` with `--depth` in flight, then a flush, all timed.
+        /// This thread runs the core, as the driver thread of `zftl serve
+        /// --device` does; with `--caller-threads 1` a second thread makes
+        /// each write's buffer and takes its data CRCs
+        /// (`Request::WriteSummed`), as the server's connection tasks do.
         fn ftl_job(&mut self, pattern: Pattern, block_count: u32) -> Result<Rate, BenchError> {
             let depth = self.args.depth;
-            let window = self.window();
-            let drv = &mut self.drv;
-            let bs = drv.block_size();
+            let bs = self.drv.block_size();
             let data = vec![0x5a_u8; bs * block_count as usize];
-            let slots = drv.logical_blocks() / u64::from(block_count);
-            let (mut next_slot, mut id, mut in_flight, mut done) = (0u64, 1u64 << 62, 0usize, 0u64);
+            let slots = self.drv.logical_blocks() / u64::from(block_count);
             let t0 = Instant::now();
-            loop {
-                let open = t0.elapsed() < window;
-                while open && in_flight < depth {
-                    let slot = match pattern {
-                        Pattern::Sequential => next_slot,
-                        Pattern::Random => self.rng.below(slots),
-                    };
-                    let request = Request::Write {
-                        lba: slot * u64::from(block_count),
-                        data: data.clone(),
-                        fua: false,
-                    };
-                    match drv.try_submit(id, request) {
-                        Ok(()) => {
-                            id += 1;
-                            in_flight += 1;
-                            next_slot = (next_slot + 1) % slots;
+            let done = std::thread::scope(|scope| -> Result<u64, BenchError> {
+                let source = if self.caller_threads > 0 {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(depth);
+                    let data = &data;
+                    scope.spawn(move || {
+                        while let Ok(blocks) = SummedBlocks::new(data.clone(), bs) {
+                            if tx.send(blocks).is_err() {
+                                break; // the job is over
+                            }
                         }
-                        Err(IoError::Busy) => break,
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                if !open && in_flight == 0 {
-                    break;
-                }
-                drv.turn()?;
-                while let Some(reply) = drv.take_reply() {
-                    reply.result?;
-                    in_flight -= 1;
-                    done += 1;
-                }
-            }
-            drv.flush()?;
+                    });
+                    Source::Caller(rx)
+                } else {
+                    Source::Inline(&data)
+                };
+                self.drive_writes(&source, pattern, block_count, slots, t0)
+            })?;
+            self.drv.flush()?;
             Ok(Rate {
                 ops: done,
                 bytes: done * data.len() as u64,
@@ -968,6 +978,86 @@ mod imp {
                 minor_faults: 0.0,
                 waits: 0.0,
             })
+        }
+
+        /// The loop of `ftl_job`: keeps `--depth` writes in flight until the
+        /// window closes and all are answered; returns how many were.
+        fn drive_writes(
+            &mut self,
+            source: &Source<'_>,
+            pattern: Pattern,
+            block_count: u32,
+            slots: u64,
+            t0: Instant,
+        ) -> Result<u64, BenchError> {
+            let (depth, window) = (self.args.depth, self.window());
+            let (mut next_slot, mut id, mut in_flight, mut done) = (0u64, 1u64 << 62, 0usize, 0u64);
+            loop {
+                let open = t0.elapsed() < window;
+                while open && in_flight < depth {
+                    let slot = match pattern {
+                        Pattern::Sequential => next_slot,
+                        Pattern::Random => self.rng.below(slots),
+                    };
+                    // Wait for the caller thread only when nothing else can move.
+                    let idle = in_flight == 0 && self.drv.device_in_flight() == 0;
+                    let Some(request) = source.next(slot * u64::from(block_count), idle) else {
+                        break;
+                    };
+                    match self.drv.try_submit(id, request) {
+                        Ok(()) => {
+                            id += 1;
+                            in_flight += 1;
+                            next_slot = (next_slot + 1) % slots;
+                        }
+                        Err(IoError::Busy) => break, // that write is dropped, not counted
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if !open && in_flight == 0 {
+                    return Ok(done);
+                }
+                self.drv.turn()?;
+                while let Some(reply) = self.drv.take_reply() {
+                    reply.result?;
+                    in_flight -= 1;
+                    done += 1;
+                }
+            }
+        }
+    }
+
+    /// Where `ftl_job`'s writes come from.
+    enum Source<'a> {
+        /// Made on the core's thread, which takes their CRCs.
+        Inline(&'a [u8]),
+        /// Made, CRCs taken, on a caller thread.
+        Caller(std::sync::mpsc::Receiver<SummedBlocks>),
+    }
+
+    impl Source<'_> {
+        /// The next write, to `lba`; `None` if the caller thread has none
+        /// ready and `wait` is false.
+        fn next(&self, lba: u64, wait: bool) -> Option<Request> {
+            match self {
+                Source::Inline(data) => Some(Request::Write {
+                    lba,
+                    data: data.to_vec(),
+                    fua: false,
+                }),
+                Source::Caller(rx) => {
+                    let blocks = if wait {
+                        rx.recv().ok()
+                    } else {
+                        rx.try_recv().ok()
+                    }?;
+                    Some(Request::WriteSummed {
+                        lba,
+                        blocks,
+                        fua: false,
+                    })
+                }
+            }
         }
     }
 
