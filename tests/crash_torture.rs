@@ -1,7 +1,8 @@
 //! Seeded crash torture: many runs, each with power cuts at random device
 //! commands (during host I/O, GC, checkpoints and recovery itself), with and
-//! without OOB, timing on and off. A failing seed is printed; replay it with
-//! `ZFTL_SEED=<seed> cargo test --release --test crash_torture`.
+//! without OOB, timing on and off. A failing seed is printed with the
+//! command that replays it (`ZFTL_SEED=<seed> cargo test --release --test
+//! crash_torture <test> -- --exact`).
 //! `ZFTL_SEEDS=<n>` changes how many seeds run (default 1000), `ZFTL_SEEDS=<from>..<to>`
 //! runs a range.
 
@@ -68,7 +69,7 @@ fn crash_torture_with_controller_resets() {
         rig.controller_reset_per_million = 2000;
         rig.cut_rounds(3, 1500)
     };
-    let (seeds, total) = common::run_seeds("crash_torture", 300, run);
+    let (seeds, total) = common::run_seeds("crash_torture_with_controller_resets", 300, run);
     if seeds >= 100 {
         assert!(
             total.host_retries > 0,

@@ -278,31 +278,35 @@ fn stall_ranges(rng: &mut Rng, commands: u64) -> Vec<std::ops::Range<u64>> {
 /// originals may have landed) and the volume mounts again.
 #[test]
 fn controller_resets_abort_commands_of_every_kind_and_lose_nothing() {
-    run_seeds("host_io_errors", 24, |seed| {
-        let mut ftl = format();
-        write_all(&mut ftl, 1).unwrap();
-        let mut rng = Rng::new(seed);
-        let ranges = stall_ranges(&mut rng, ftl.backend().commands);
-        ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
-        for version in 2..5 {
-            if let Err(e) = write_all(&mut ftl, version) {
-                panic!(
-                    "writes and flushes go on after aborts: {e:?} {:?}",
-                    ftl.stats()
-                );
+    run_seeds(
+        "controller_resets_abort_commands_of_every_kind_and_lose_nothing",
+        24,
+        |seed| {
+            let mut ftl = format();
+            write_all(&mut ftl, 1).unwrap();
+            let mut rng = Rng::new(seed);
+            let ranges = stall_ranges(&mut rng, ftl.backend().commands);
+            ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
+            for version in 2..5 {
+                if let Err(e) = write_all(&mut ftl, version) {
+                    panic!(
+                        "writes and flushes go on after aborts: {e:?} {:?}",
+                        ftl.stats()
+                    );
+                }
             }
-        }
-        let stats = ftl.stats();
-        assert!(stats.write_errors > 0, "no abort landed: {stats:?}");
-        assert_eq!(stats.retired_zones, 0, "{stats:?}");
-        assert_all(&mut ftl, 4);
-        let mut dev = ftl.into_backend();
-        dev.fail = Fail::Appends(0..0);
-        common::assert_check_clean(&mut dev, "after aborts");
-        let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
-        assert_all(&mut ftl, 4);
-        Coverage::default()
-    });
+            let stats = ftl.stats();
+            assert!(stats.write_errors > 0, "no abort landed: {stats:?}");
+            assert_eq!(stats.retired_zones, 0, "{stats:?}");
+            assert_all(&mut ftl, 4);
+            let mut dev = ftl.into_backend();
+            dev.fail = Fail::Appends(0..0);
+            common::assert_check_clean(&mut dev, "after aborts");
+            let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+            assert_all(&mut ftl, 4);
+            Coverage::default()
+        },
+    );
 }
 
 /// The same stalls, then a power cut at a random point of the writes:
@@ -311,54 +315,59 @@ fn controller_resets_abort_commands_of_every_kind_and_lose_nothing() {
 /// writes (landed or not, rewritten or not) lie on the media.
 #[test]
 fn a_power_cut_after_controller_resets_keeps_every_flushed_write() {
-    run_seeds("host_io_errors", 24, |seed| {
-        let mut ftl = format();
-        write_all(&mut ftl, 1).unwrap();
-        let blocks = ftl.logical_blocks();
-        let mut rng = Rng::new(seed);
-        let ranges = stall_ranges(&mut rng, ftl.backend().commands);
-        let cut_at = rng.below(3 * blocks);
-        ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
-        let bs = ftl.block_size();
-        let (mut durable, mut written) = (vec![1u32; blocks as usize], vec![1u32; blocks as usize]);
-        let mut n = 0;
-        'writes: for version in 2..5 {
-            for lba in 0..blocks {
-                if n == cut_at {
-                    break 'writes;
-                }
-                n += 1;
-                ftl.write(lba, &common::pattern(lba, version, bs))
-                    .expect("write");
-                written[lba as usize] = version;
-                if lba % 64 == 63 {
-                    ftl.flush().expect("flush");
-                    durable.clone_from(&written);
+    run_seeds(
+        "a_power_cut_after_controller_resets_keeps_every_flushed_write",
+        24,
+        |seed| {
+            let mut ftl = format();
+            write_all(&mut ftl, 1).unwrap();
+            let blocks = ftl.logical_blocks();
+            let mut rng = Rng::new(seed);
+            let ranges = stall_ranges(&mut rng, ftl.backend().commands);
+            let cut_at = rng.below(3 * blocks);
+            ftl.backend_mut().fail = Fail::Stalls { ranges, rng };
+            let bs = ftl.block_size();
+            let (mut durable, mut written) =
+                (vec![1u32; blocks as usize], vec![1u32; blocks as usize]);
+            let mut n = 0;
+            'writes: for version in 2..5 {
+                for lba in 0..blocks {
+                    if n == cut_at {
+                        break 'writes;
+                    }
+                    n += 1;
+                    ftl.write(lba, &common::pattern(lba, version, bs))
+                        .expect("write");
+                    written[lba as usize] = version;
+                    if lba % 64 == 63 {
+                        ftl.flush().expect("flush");
+                        durable.clone_from(&written);
+                    }
                 }
             }
-        }
-        let mut dev = ftl.into_backend();
-        dev.fail = Fail::Appends(0..0);
-        dev.held.clear();
-        dev.failing_tags.clear();
-        dev.dev.power_cut();
-        dev.dev.power_on().expect("power on");
-        let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
-        for lba in 0..blocks {
-            let data = ftl.read(lba, 1).expect("read");
-            let v = if data == block(lba, 1, bs) {
-                1 // written by `write_all`, with `block`
-            } else {
-                common::decode(lba, &data).unwrap_or_else(|e| panic!("{e}"))
-            };
-            let (d, w) = (durable[lba as usize], written[lba as usize]);
-            assert!(
-                d <= v && v <= w,
-                "block {lba}: version {v}, flushed {d}, written {w}"
-            );
-        }
-        Coverage::default()
-    });
+            let mut dev = ftl.into_backend();
+            dev.fail = Fail::Appends(0..0);
+            dev.held.clear();
+            dev.failing_tags.clear();
+            dev.dev.power_cut();
+            dev.dev.power_on().expect("power on");
+            let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+            for lba in 0..blocks {
+                let data = ftl.read(lba, 1).expect("read");
+                let v = if data == block(lba, 1, bs) {
+                    1 // written by `write_all`, with `block`
+                } else {
+                    common::decode(lba, &data).unwrap_or_else(|e| panic!("{e}"))
+                };
+                let (d, w) = (durable[lba as usize], written[lba as usize]);
+                assert!(
+                    d <= v && v <= w,
+                    "block {lba}: version {v}, flushed {d}, written {w}"
+                );
+            }
+            Coverage::default()
+        },
+    );
 }
 
 /// One stall over the next `commands` commands (run or not as `seed` draws).

@@ -22,13 +22,17 @@ fn faulty_rig(seed: u64, faults: Faults, endurance_erases: u32) -> Rig {
     rig
 }
 
-/// Runs `f` for each seed, naming the seed that fails.
-fn for_seeds(seeds: std::ops::Range<u64>, mut f: impl FnMut(u64)) {
+/// Runs `f` for each seed (only `ZFTL_SEED` if set), printing the command
+/// that replays a seed that fails; `test` is the calling test's name.
+fn for_seeds(test: &str, seeds: std::ops::Range<u64>, mut f: impl FnMut(u64)) {
     let only: Option<u64> = std::env::var("ZFTL_SEED").ok().and_then(|s| s.parse().ok());
     for seed in seeds.filter(|s| only.is_none_or(|o| o == *s)) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
         if let Err(e) = r {
-            eprintln!("media fault test FAILED at seed {seed}");
+            eprintln!(
+                "\n{test} FAILED at seed {seed}; replay: \
+                 ZFTL_SEED={seed} cargo test --release --test media_faults {test} -- --exact"
+            );
             std::panic::resume_unwind(e);
         }
     }
@@ -46,7 +50,7 @@ fn run(rig: &mut Rig, ops: usize) {
 fn program_failures_rewrite_and_retire() {
     let mut retired = 0;
     let mut write_errors = 0;
-    for_seeds(0..24, |seed| {
+    for_seeds("program_failures_rewrite_and_retire", 0..24, |seed| {
         let faults = Faults {
             program_fail_per_million: 400,
             ..Faults::default()
@@ -63,7 +67,7 @@ fn program_failures_rewrite_and_retire() {
 
 #[test]
 fn erase_failures_retire_zones() {
-    for_seeds(0..12, |seed| {
+    for_seeds("erase_failures_retire_zones", 0..12, |seed| {
         let faults = Faults {
             erase_fail_per_million: 20_000,
             ..Faults::default()
@@ -76,7 +80,7 @@ fn erase_failures_retire_zones() {
 #[test]
 fn uncorrectable_reads_are_errors_never_data() {
     let mut errors = 0;
-    for_seeds(0..12, |seed| {
+    for_seeds("uncorrectable_reads_are_errors_never_data", 0..12, |seed| {
         let faults = Faults {
             uncorrectable_read_per_million: 150_000,
             ..Faults::default()
@@ -93,8 +97,12 @@ fn uncorrectable_reads_are_errors_never_data() {
 
 #[test]
 fn worn_out_device_retires_zones_without_losing_data() {
-    for_seeds(0..6, |seed| {
-        let mut rig = faulty_rig(seed, Faults::default(), 6);
-        run(&mut rig, 3000);
-    });
+    for_seeds(
+        "worn_out_device_retires_zones_without_losing_data",
+        0..6,
+        |seed| {
+            let mut rig = faulty_rig(seed, Faults::default(), 6);
+            run(&mut rig, 3000);
+        },
+    );
 }

@@ -5,8 +5,8 @@
 //! GC runs early). Recovery never reads
 //! summaries, and GC believes one only where the map agrees, so every
 //! flushed block must survive and nothing else may be read back.
-//! A failing seed is printed; replay it with
-//! `ZFTL_SEED=<seed> cargo test --release --test summary_cuts`
+//! A failing seed is printed with the command that replays it
+//! (`ZFTL_SEED=<seed> cargo test --release --test summary_cuts summary_cuts -- --exact`)
 //! (`ZFTL_SEEDS=<n>` changes how many seeds run, default 300).
 
 mod common;

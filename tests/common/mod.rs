@@ -244,14 +244,20 @@ pub fn run_seeds(
 }
 
 /// Runs `run_seed` on `seeds` (also: regressions found by longer runs),
-/// printing the replay command of one that fails. Returns the summed
+/// printing the replay command of one that fails: `test` is the test
+/// function that runs `run_seed` on `ZFTL_SEED`. Returns the summed
 /// coverage.
 pub fn run_listed_seeds(test: &str, seeds: &[u64], run_seed: impl Fn(u64) -> Coverage) -> Coverage {
     let mut total = Coverage::default();
     for &seed in seeds {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));
         let cov = run.unwrap_or_else(|e| {
-            eprintln!("\n{test} FAILED at seed {seed}; replay: ZFTL_SEED={seed} cargo test --release --test {test}");
+            // This module is compiled into each test binary: the crate is the binary.
+            let binary = env!("CARGO_CRATE_NAME");
+            eprintln!(
+                "\n{test} FAILED at seed {seed}; replay: \
+                 ZFTL_SEED={seed} cargo test --release --test {binary} {test} -- --exact"
+            );
             std::panic::resume_unwind(e)
         });
         total.add(&cov);
