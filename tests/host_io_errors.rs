@@ -393,6 +393,23 @@ fn a_mount_reads_again_what_a_controller_reset_aborted() {
     assert_all(&mut ftl, 1);
 }
 
+/// A stall under `zftl check`: its first zone reports and reads are
+/// aborted on the host side; check asks again and finds the volume clean.
+#[test]
+fn a_check_reads_again_what_a_controller_reset_aborted() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    let mut dev = ftl.shutdown().expect("shutdown");
+    let first = dev.commands;
+    stall_next(&mut dev, 3, 7);
+    dev.failing_reports = 3;
+    common::assert_check_clean(&mut dev, "after aborted reads");
+    assert!(
+        dev.commands > first + 3,
+        "the stall did not cover the reads"
+    );
+}
+
 /// A stall while formatting a used device: its first zone resets are
 /// aborted on the host side; format resets them again and retires nothing.
 #[test]

@@ -585,7 +585,8 @@ pub fn tag_mode_name(mode: TagMode) -> &'static str {
 }
 
 /// Attempts at a read before a block counts as unreadable: NAND read errors
-/// are often transient (read retry), as mount also assumes.
+/// are often transient (read retry), and a read a controller reset aborted
+/// (`HostIo`) says nothing of the block, as mount also assumes.
 const READ_ATTEMPTS: u32 = 8;
 
 fn read_retrying<B: Backend>(
@@ -597,7 +598,9 @@ fn read_retrying<B: Backend>(
     let mut last = None;
     for _ in 0..READ_ATTEMPTS {
         match backend.read_blocks(zone, offset_blocks, block_count) {
-            Err(e @ DeviceError::UncorrectableRead { .. }) => last = Some(e),
+            Err(e @ (DeviceError::UncorrectableRead { .. } | DeviceError::HostIo { .. })) => {
+                last = Some(e)
+            }
             other => return other,
         }
     }
