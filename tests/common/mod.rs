@@ -22,7 +22,8 @@ fn trace_lba() -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// `zftl check` on `dev` finds no problem (`when` names the moment).
+/// `zftl check` on `dev` finds no problem (`when` names the moment), and
+/// walks the metadata log as far as mount's roll-forward.
 pub fn assert_check_clean<B: zftl::core::Backend>(dev: &mut B, when: &str) {
     let report = zftl::core::check::check(dev);
     assert!(
@@ -30,6 +31,16 @@ pub fn assert_check_clean<B: zftl::core::Backend>(dev: &mut B, when: &str) {
         "check {when}: {:?} (the log ends at {:?})",
         report.problems,
         report.summary.log_end
+    );
+    let r = zftl::core::recovery::recover_state(dev).expect("a clean volume mounts");
+    let (blocks, end) = r.log_walked();
+    let (zone, offset) = end.expect("the log ends inside its ring");
+    let check_end = report.summary.log_end.as_deref().unwrap_or_default();
+    assert!(
+        report.summary.log_blocks_after_checkpoint == blocks
+            && check_end.starts_with(&format!("zone {zone} offset {offset}:")),
+        "check {when}: walked {} log blocks to {check_end:?}; mount {blocks} to zone {zone} offset {offset}",
+        report.summary.log_blocks_after_checkpoint,
     );
 }
 

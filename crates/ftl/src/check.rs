@@ -21,7 +21,7 @@ use crate::checkpoint;
 use crate::error::MountError;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::note::LogBlock;
-use crate::recovery::{recover_state, Recovered};
+use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
 use crate::superblock::{Superblock, TagMode};
 use crate::tag::{self, Tag, TAG_BYTES};
@@ -701,8 +701,10 @@ fn read_log_block<B: Backend>(
 }
 
 /// Walks the log from the checkpoint's chunk 0 to where roll-forward stops,
-/// then looks past that point: a valid block that continues the sequence
-/// there means the stop was damage in the middle of the log.
+/// with mount's own reader (so past a ring zone the writer ended after a
+/// failed write, as mount goes), then looks past that point: a valid
+/// block that continues the sequence there means the stop was damage in
+/// the middle of the log.
 fn check_log<B: Backend>(
     backend: &mut B,
     g: &Geometry,
@@ -711,37 +713,40 @@ fn check_log<B: Backend>(
     report: &mut CheckReport,
 ) {
     let sb = &r.superblock;
-    let Some(mut pos) = LogPos::new(
-        g,
-        &r.layout,
-        sb.checkpoint_zone,
-        sb.checkpoint_offset_blocks,
-    ) else {
+    let (zone0, off0) = (sb.checkpoint_zone, sb.checkpoint_offset_blocks);
+    let mut reader = LogReader::new(g, &r.layout, zone0, off0);
+    let Some(start) = LogPos::new(g, &r.layout, zone0, off0) else {
         return; // recovery would have failed
     };
     let wp_of = |z: ZoneId| zones[z as usize].write_pointer_blocks;
     let mut expected = sb.checkpoint_log_seq;
-    let limit = pos.ring_blocks();
+    let limit = start.ring_blocks();
     let mut walked = 0;
     let (end, cut) = loop {
         if walked == limit {
             break ("the whole ring holds one sequence".to_string(), false);
         }
-        let (zone, off) = pos.here();
-        let block = match read_log_block(backend, zone, off, wp_of(zone)) {
-            Ok(LogRead::Block(b)) if b.log_seq() == expected => b,
-            Ok(LogRead::Block(b)) => {
-                break (
-                    format!(
-                        "log_seq {} where {expected} was next (a block of an earlier lap)",
-                        b.log_seq()
-                    ),
-                    false,
-                )
-            }
-            Ok(LogRead::End { why, cut }) => break (why, cut),
+        let block = match reader.next_block(backend, expected) {
+            Ok(Some(b)) => b,
+            Ok(None) => match why_the_log_ends(backend, &reader, expected, wp_of) {
+                Ok(why) => break why,
+                Err((zone, off, e)) => {
+                    report.problem(device_problem("reading the metadata log", &e).at(zone, off));
+                    return;
+                }
+            },
             Err(e) => {
-                report.problem(device_problem("reading the metadata log", &e).at(zone, off));
+                let (zone, off) = reader.here().expect("inside the ring");
+                let problem = match &e {
+                    MountError::Device { source, .. } => {
+                        device_problem("reading the metadata log", source)
+                    }
+                    other => Problem::new(
+                        ProblemKind::Device,
+                        format!("reading the metadata log: {other}"),
+                    ),
+                };
+                report.problem(problem.at(zone, off));
                 return;
             }
         };
@@ -756,18 +761,43 @@ fn check_log<B: Backend>(
             }
             LogBlock::CheckpointChunk { .. } => {}
         }
+        reader.consume(&block);
         expected += 1;
         walked += 1;
-        pos.advance();
     };
-    let (zone, off) = pos.here();
+    let (zone, off) = reader.here().expect("inside the ring");
     report.summary.log_end = Some(format!("zone {zone} offset {off}: {end}"));
+    let Some(mut pos) = LogPos::new(g, &r.layout, zone, off) else {
+        return;
+    };
     let end = LogEnd {
         expected,
         cut,
         budget: limit - walked,
     };
     look_past_end(backend, &mut pos, end, wp_of, report);
+}
+
+/// What lies where the reader found no block `expected`, and whether that
+/// is a cut (an unwritten or unreadable block, as a power cut leaves).
+fn why_the_log_ends<B: Backend>(
+    backend: &mut B,
+    reader: &LogReader,
+    expected: u64,
+    wp_of: impl Fn(ZoneId) -> u64,
+) -> Result<(String, bool), (ZoneId, u64, DeviceError)> {
+    let (zone, off) = reader.here().expect("inside the ring");
+    match read_log_block(backend, zone, off, wp_of(zone)) {
+        Ok(LogRead::Block(b)) => Ok((
+            format!(
+                "log_seq {} where {expected} was next (a block of an earlier lap)",
+                b.log_seq()
+            ),
+            false,
+        )),
+        Ok(LogRead::End { why, cut }) => Ok((why, cut)),
+        Err(e) => Err((zone, off, e)),
+    }
 }
 
 /// Where the walk of the log stopped.

@@ -238,6 +238,15 @@ pub struct Recovered {
     reports: Vec<crate::backend::ZoneInfo>,
 }
 
+impl Recovered {
+    /// Log blocks roll-forward read from the checkpoint's chunk 0 on (the
+    /// checkpoint's chunks included), and where it found no next one.
+    pub fn log_walked(&self) -> (u64, Option<(ZoneId, u64)>) {
+        let read = self.log.next_log_seq - self.superblock.checkpoint_log_seq;
+        (read, self.log.here())
+    }
+}
+
 /// Mount steps 1–6, read-only: newest superblock → checkpoint → roll the
 /// log forward → (OOB) scan data zones written since → replay in seq order
 /// → rebuild zones and reverse map.
@@ -344,8 +353,9 @@ fn read_superblock<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Superblo
     Ok(sb)
 }
 
-/// Walks the metadata log ring block by block.
-struct LogReader {
+/// Walks the metadata log ring block by block, as mount rolls it forward
+/// (`zftl check` walks it the same way).
+pub(crate) struct LogReader {
     ring: Vec<ZoneId>,
     ring_index: usize,
     offset_blocks: u64,
@@ -357,7 +367,12 @@ struct LogReader {
 }
 
 impl LogReader {
-    fn new(g: &Geometry, layout: &Layout, zone: ZoneId, offset_blocks: u64) -> LogReader {
+    pub(crate) fn new(
+        g: &Geometry,
+        layout: &Layout,
+        zone: ZoneId,
+        offset_blocks: u64,
+    ) -> LogReader {
         let ring: Vec<ZoneId> = layout.meta_zones().collect();
         let ring_index = ring.iter().position(|&z| z == zone).unwrap_or(usize::MAX);
         LogReader {
@@ -379,7 +394,7 @@ impl LogReader {
     /// here looks for a ring zone that starts with `expected`, or with a
     /// byte-for-byte copy of a block just read from the last zone (then
     /// `expected` lies as far into that zone as it would have in the last).
-    fn next_block<B: Backend>(
+    pub(crate) fn next_block<B: Backend>(
         &mut self,
         backend: &mut B,
         expected: u64,
@@ -472,7 +487,19 @@ impl LogReader {
         )
     }
 
-    fn consume(&mut self, block: &LogBlock) {
+    /// Where the next block is looked for first: the block after the last
+    /// one read (the zone and offset the log ends at, once `next_block`
+    /// found nothing). `None` if the reader started outside the ring.
+    pub(crate) fn here(&self) -> Option<(ZoneId, u64)> {
+        let zone = *self.ring.get(self.ring_index)?;
+        if self.offset_blocks == self.zone_capacity_blocks {
+            let next = (self.ring_index + 1) % self.ring.len();
+            return Some((self.ring[next], 0));
+        }
+        Some((zone, self.offset_blocks))
+    }
+
+    pub(crate) fn consume(&mut self, block: &LogBlock) {
         let s = block.log_seq();
         let slot = &mut self.newest_in[self.ring_index];
         *slot = Some(slot.map_or(s, |n| n.max(s)));
