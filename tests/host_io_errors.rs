@@ -2,7 +2,9 @@
 //! `EINTR` for commands a controller reset aborted) are not media faults:
 //! the FTL seals the zone and writes elsewhere, retires nothing, loses
 //! nothing, and mounts again; a device that fails every append still ends
-//! read-only instead of looping.
+//! read-only instead of looping. The same failing backend also fails the
+//! metadata log's writes on the media, to end a volume read-only and
+//! remount it.
 
 use zftl::core::backend::ZoneId;
 use zftl::core::{
@@ -47,6 +49,10 @@ enum Fail {
     /// Every command fails at once, without running: a controller that
     /// resets again and again.
     All,
+    /// Writes outside the superblock zones (the metadata log's) fail with
+    /// a program failure, a media fault, without running: all after the
+    /// first `ok` of them.
+    LogWrites { ok: u64 },
 }
 
 impl HostFailures {
@@ -76,13 +82,40 @@ impl HostFailures {
                 .any(|r| r.contains(&c))
                 .then(|| rng.below(2) == 0),
             Fail::All => Some(false),
+            Fail::LogWrites { .. } => None,
         }
+    }
+
+    /// The media failure of a metadata log write under `Fail::LogWrites`.
+    fn log_write_fails(&mut self, command: &Command) -> Option<DeviceError> {
+        let Fail::LogWrites { ok } = &mut self.fail else {
+            return None;
+        };
+        let &Command::Write {
+            zone,
+            offset_blocks,
+            ..
+        } = command
+        else {
+            return None;
+        };
+        if zone < 2 {
+            return None; // a superblock copy
+        }
+        if *ok > 0 {
+            *ok -= 1;
+            return None;
+        }
+        Some(DeviceError::ProgramFailed {
+            zone,
+            offset_blocks,
+        })
     }
 
     /// Whether the controller is stalled: the next command falls in a range.
     fn stalled(&self) -> bool {
         match &self.fail {
-            Fail::Appends(_) | Fail::All => false,
+            Fail::Appends(_) | Fail::All | Fail::LogWrites { .. } => false,
             Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
         }
     }
@@ -126,6 +159,13 @@ impl Backend for HostFailures {
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
         if self.in_flight() >= self.geometry().queue_depth as usize {
             return Err(SubmitError::Busy);
+        }
+        if let Some(error) = self.log_write_fails(&command) {
+            self.held.push(Completion {
+                tag,
+                result: Err(error),
+            });
+            return Ok(());
         }
         match self.fails(&command) {
             None => self.dev.submit(tag, command)?,
@@ -408,6 +448,58 @@ fn a_check_reads_again_what_a_controller_reset_aborted() {
         dev.commands > first + 3,
         "the stall did not cover the reads"
     );
+}
+
+/// The metadata log's writes start failing on the media after a few
+/// flushes: the log runs out of ring zones and the volume goes read-only,
+/// losing nothing flushed. A
+/// remount (on a healthy device again) starts a fresh log and reads every
+/// flushed block, and the rest as written before or after.
+#[test]
+fn a_failing_metadata_log_ends_read_only_and_a_remount_keeps_every_flushed_write() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    ftl.flush().unwrap();
+    ftl.backend_mut().fail = Fail::LogWrites { ok: 8 };
+    let bs = ftl.block_size();
+    let mut flushed_to = 0; // blocks below are durable at version 2
+    let mut failed = None;
+    for lba in 0..ftl.logical_blocks() {
+        let done = ftl.write(lba, &block(lba, 2, bs)).and_then(|()| {
+            if lba % 16 == 15 {
+                ftl.flush()?;
+                flushed_to = lba + 1;
+            }
+            Ok(())
+        });
+        if let Err(e) = done {
+            failed = Some(e);
+            break;
+        }
+    }
+    assert_eq!(failed, Some(IoError::ReadOnly), "the log never ran out");
+    assert!(
+        flushed_to >= 64,
+        "flushes before the failures: {flushed_to} blocks"
+    );
+    assert!(ftl.stats().write_errors >= 4, "every ring zone failed");
+    let mut dev = ftl.into_backend();
+    dev.fail = Fail::Appends(0..0);
+    common::assert_check_clean(&mut dev, "after the log failed");
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("remount");
+    for lba in 0..ftl.logical_blocks() {
+        let got = ftl.read(lba, 1).unwrap();
+        if lba < flushed_to {
+            assert_eq!(got, block(lba, 2, bs), "flushed block {lba}");
+        } else {
+            assert!(
+                got == block(lba, 1, bs) || got == block(lba, 2, bs),
+                "block {lba}"
+            );
+        }
+    }
+    ftl.write(0, &block(0, 3, bs)).expect("writes again");
+    ftl.flush().expect("flushes again");
 }
 
 /// A stall while formatting a used device: its first zone resets are
