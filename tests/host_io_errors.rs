@@ -68,48 +68,24 @@ impl HostFailures {
         }
     }
 
-    /// Whether the command about to be submitted fails, and if so whether
-    /// it runs on the media first.
-    fn fails(&mut self, command: &Command) -> Option<bool> {
+    /// How the command about to be submitted fails, if it does.
+    fn fails(&mut self, command: &Command) -> Option<Failure> {
         let append = matches!(command, Command::Append { .. });
         let (n, c) = (self.appends, self.commands);
         self.appends += u64::from(append);
         self.commands += 1;
         match &mut self.fail {
-            Fail::Appends(range) => (append && range.contains(&n)).then_some(true),
-            Fail::Stalls { ranges, rng } => ranges
-                .iter()
-                .any(|r| r.contains(&c))
-                .then(|| rng.below(2) == 0),
-            Fail::All => Some(false),
-            Fail::LogWrites { .. } => None,
+            Fail::Appends(range) => (append && range.contains(&n)).then_some(Failure::AfterRunning),
+            Fail::Stalls { ranges, rng } => ranges.iter().any(|r| r.contains(&c)).then(|| {
+                if rng.below(2) == 0 {
+                    Failure::AfterRunning
+                } else {
+                    Failure::Instead(abort())
+                }
+            }),
+            Fail::All => Some(Failure::Instead(abort())),
+            Fail::LogWrites { ok } => log_write_failure(ok, command).map(Failure::Instead),
         }
-    }
-
-    /// The media failure of a metadata log write under `Fail::LogWrites`.
-    fn log_write_fails(&mut self, command: &Command) -> Option<DeviceError> {
-        let Fail::LogWrites { ok } = &mut self.fail else {
-            return None;
-        };
-        let &Command::Write {
-            zone,
-            offset_blocks,
-            ..
-        } = command
-        else {
-            return None;
-        };
-        if zone < 2 {
-            return None; // a superblock copy
-        }
-        if *ok > 0 {
-            *ok -= 1;
-            return None;
-        }
-        Some(DeviceError::ProgramFailed {
-            zone,
-            offset_blocks,
-        })
     }
 
     /// Whether the controller is stalled: the next command falls in a range.
@@ -128,6 +104,37 @@ impl HostFailures {
             }
         }
     }
+}
+
+/// How a command fails: on the host side once it ran on the media, or
+/// with `error` instead of running.
+enum Failure {
+    AfterRunning,
+    Instead(DeviceError),
+}
+
+/// The media failure of a metadata log write under `Fail::LogWrites`:
+/// writes outside the superblock zones, once `ok` of them went through.
+fn log_write_failure(ok: &mut u64, command: &Command) -> Option<DeviceError> {
+    let &Command::Write {
+        zone,
+        offset_blocks,
+        ..
+    } = command
+    else {
+        return None;
+    };
+    if zone < 2 {
+        return None; // a superblock copy
+    }
+    if *ok > 0 {
+        *ok -= 1;
+        return None;
+    }
+    Some(DeviceError::ProgramFailed {
+        zone,
+        offset_blocks,
+    })
 }
 
 fn abort() -> DeviceError {
@@ -160,20 +167,16 @@ impl Backend for HostFailures {
         if self.in_flight() >= self.geometry().queue_depth as usize {
             return Err(SubmitError::Busy);
         }
-        if let Some(error) = self.log_write_fails(&command) {
-            self.held.push(Completion {
-                tag,
-                result: Err(error),
-            });
-            return Ok(());
-        }
         match self.fails(&command) {
             None => self.dev.submit(tag, command)?,
-            Some(true) => {
+            Some(Failure::AfterRunning) => {
                 self.dev.submit(tag, command)?;
                 self.failing_tags.push(tag);
             }
-            Some(false) => self.held.push(aborted(tag)),
+            Some(Failure::Instead(error)) => self.held.push(Completion {
+                tag,
+                result: Err(error),
+            }),
         }
         Ok(())
     }
