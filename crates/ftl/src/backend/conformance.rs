@@ -41,6 +41,7 @@ use super::{
     Backend, Command, Completion, DeviceError, Geometry, Outcome, SubmitError, ZoneId, ZoneInfo,
     ZoneState,
 };
+use crate::payload::{BlockData, Payload};
 
 /// What the suite needs from the environment a backend lives in.
 pub trait Harness {
@@ -140,6 +141,7 @@ pub const CASES: &[&str] = &[
     "flush",
     "power_cut",
     "reads_of_unwritten",
+    "split_payloads",
 ];
 
 type CaseFn<H> = fn(&mut H) -> Result<(), Failure>;
@@ -160,6 +162,7 @@ fn case_fn<H: Harness>(name: &str) -> Option<(&'static str, CaseFn<H>)> {
         "flush" => case_flush::<H>,
         "power_cut" => case_power_cut::<H>,
         "reads_of_unwritten" => case_reads_of_unwritten::<H>,
+        "split_payloads" => case_split_payloads::<H>,
         _ => return None,
     };
     let name = CASES.iter().copied().find(|n| *n == name)?;
@@ -747,6 +750,23 @@ impl<B: Backend> Dev<B> {
         }
     }
 
+    /// The data of `exps` in one buffer per entry of `parts` (blocks each,
+    /// in order), as the FTL's write buffer hands a device the blocks of
+    /// several host requests; and the OOB bytes.
+    fn split_buffers(&self, exps: &[Expect], parts: &[u64]) -> (Payload, Vec<u8>) {
+        let (data, oob) = self.buffers(exps);
+        let bs = self.bs();
+        let mut payload = Payload::new();
+        let mut at = 0;
+        for &n in parts {
+            let end = at + n as usize * bs;
+            payload.push(BlockData::from(data[at..end].to_vec()));
+            at = end;
+        }
+        assert_eq!(at, data.len(), "parts cover the blocks");
+        (payload, oob)
+    }
+
     /// Check a Written outcome; returns the offset.
     fn check_written(
         &self,
@@ -1226,6 +1246,83 @@ fn case_append_offsets<H: Harness>(h: &mut H) -> Result<(), Failure> {
     } else {
         d.expect_zone(z, ZoneState::ImplicitlyOpen, Some(planned))?;
     }
+    Ok(())
+}
+
+/// Writes and appends whose data is in several buffers, as the FTL's write
+/// buffer hands a device the blocks of several host requests without
+/// copying them: the parts must reach the media in order. Parts of one
+/// block, parts of 64 KiB or more (which a backend may send as a vector
+/// when the program aligns large buffers), a mix, and more parts than a
+/// vector is likely to take.
+fn case_split_payloads<H: Harness>(h: &mut H) -> Result<(), Failure> {
+    let mut d = Dev::new(h.fresh())?;
+    let z = d.pick(1)?[0];
+    let (wu, cap) = (d.wu(), d.cap());
+    let limit = d.max_transfer().min(u64::from(d.g.max_append_blocks));
+    let large = (64u64 << 10).div_ceil(d.bs() as u64).max(1);
+    let seed = 0x0F00;
+    let splits: [Vec<u64>; 4] = [
+        vec![1; 8],
+        vec![large; 4],
+        vec![1, large, 3, large, 2],
+        vec![1; 24],
+    ];
+    let mut wp = 0;
+    let mut id = 0u64;
+    for parts in splits {
+        // Trim to what one command takes and to whole write units.
+        let mut parts: Vec<u64> = parts
+            .iter()
+            .scan(0u64, |total, &n| {
+                let n = n.min(limit - *total);
+                *total += n;
+                Some(n)
+            })
+            .filter(|&n| n > 0)
+            .collect();
+        let total: u64 = parts.iter().sum();
+        let short = total % wu;
+        if short > 0 {
+            let last = parts.last_mut().expect("a part");
+            if *last > short {
+                *last -= short;
+            } else {
+                parts.pop();
+            }
+        }
+        let n: u64 = parts.iter().sum();
+        if n == 0 || wp + 2 * n > cap {
+            continue;
+        }
+        let what = format!("{} blocks in parts {parts:?}", n);
+        // A write at the write pointer...
+        let exps = d.exps(z, seed, wp..wp + n, Oob::Pattern);
+        let (data, oob) = d.split_buffers(&exps, &parts);
+        let o = d.exec_ok(Command::Write {
+            zone: z,
+            offset_blocks: wp,
+            data,
+            oob,
+        })?;
+        d.check_written(&format!("write of {what}"), &o, z, Some(wp), n)?;
+        d.verify(z, wp, &exps).ctx(|| format!("write of {what}"))?;
+        wp += n;
+        // ...and an append.
+        let exps = d.exps(z, seed, (0..n).map(|i| append_key(id, i)), Oob::Pattern);
+        let (data, oob) = d.split_buffers(&exps, &parts);
+        let o = d.exec_ok(Command::Append { zone: z, data, oob })?;
+        let off = d.check_written(&format!("append of {what}"), &o, z, None, n)?;
+        ensure!(off == wp, "append of {what} landed at {off}, expected {wp}");
+        d.verify(z, off, &exps)
+            .ctx(|| format!("append of {what}"))?;
+        wp += n;
+        id += 1;
+    }
+    ensure!(
+        wp > 0,
+        "no split fitted the zone (capacity {cap}, limit {limit})"
+    );
     Ok(())
 }
 
@@ -2259,6 +2356,7 @@ mod tests {
         no_open_limits: bool,
         loses_flushed_data: bool,
         busy_one_early: bool,
+        parts_reversed: bool,
     }
 
     struct ModelZone {
@@ -2400,15 +2498,13 @@ mod tests {
                     offset_blocks,
                     data,
                     oob,
-                } => self.program(
-                    zone,
-                    Some(offset_blocks),
-                    data.into_vec(),
-                    oob,
-                    g.max_transfer_blocks,
-                ),
+                } => {
+                    let data = self.bytes(data);
+                    self.program(zone, Some(offset_blocks), data, oob, g.max_transfer_blocks)
+                }
                 Command::Append { zone, data, oob } => {
-                    self.program(zone, None, data.into_vec(), oob, g.max_append_blocks)
+                    let data = self.bytes(data);
+                    self.program(zone, None, data, oob, g.max_append_blocks)
                 }
                 Command::Reset { zone } => {
                     self.zone(zone)?;
@@ -2460,6 +2556,16 @@ mod tests {
                     Ok(Outcome::Done)
                 }
             }
+        }
+
+        /// A write's bytes; with `parts_reversed`, its parts in reverse
+        /// order (a gather that walks its list the wrong way).
+        fn bytes(&self, data: Payload) -> Vec<u8> {
+            if !self.q.parts_reversed {
+                return data.into_vec();
+            }
+            let parts: Vec<&[u8]> = data.parts().collect();
+            parts.into_iter().rev().flatten().copied().collect()
         }
 
         fn program(
@@ -2793,6 +2899,15 @@ mod tests {
                 _ => panic!("{q:?}: expected {case} to fail, got {report}"),
             }
         }
+    }
+
+    #[test]
+    fn a_device_that_gathers_parts_out_of_order_fails() {
+        let q = Quirks {
+            parts_reversed: true,
+            ..Quirks::default()
+        };
+        expect_failure(q, "split_payloads", "but read the block of seed 0xf00");
     }
 
     #[test]
