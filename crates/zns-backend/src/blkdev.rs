@@ -22,6 +22,7 @@
 //!   pointer or to a full zone) complete without reaching the device; the
 //!   kernel's errno of the rest is decoded with the zone's state.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -35,7 +36,7 @@ use zftl_core::backend::{
 };
 
 use crate::sys::{self, BlkZone, BlkZoneRange, BlockOp, BlockRing, IoBuf};
-use crate::{io_kind, OpenError, ZnsOptions, ZoneAction, MAX_TRANSFER_BYTES};
+use crate::{io_kind, OpenError, WriteBuffers, ZnsOptions, ZoneAction, MAX_TRANSFER_BYTES};
 
 /// Bytes per sector in every zone ioctl and in `chunk_sectors`.
 const SECTOR_BYTES: u64 = 512;
@@ -245,6 +246,8 @@ pub struct ZonedBlockDevice {
     waiting: usize,
     start: Instant,
     gone: bool,
+    /// How writes reached the kernel (counted where they are prepared).
+    write_buffers: Cell<WriteBuffers>,
 }
 
 impl ZonedBlockDevice {
@@ -355,7 +358,14 @@ impl ZonedBlockDevice {
             waiting: 0,
             start: Instant::now(),
             gone: false,
+            write_buffers: Cell::default(),
         })
+    }
+
+    /// How the writes sent so far reached the kernel: in their own buffer
+    /// or copied into an aligned one (this path sends no vectors).
+    pub fn write_buffers(&self) -> WriteBuffers {
+        self.write_buffers.get()
     }
 
     pub fn path(&self) -> &Path {
@@ -554,14 +564,19 @@ impl ZonedBlockDevice {
     /// `data` as an I/O buffer the device can DMA from (bounced if needed).
     fn io_buf(&self, data: Payload) -> IoBuf {
         let align = self.info.dma_alignment_bytes;
+        let mut counts = self.write_buffers.get();
         let data = match data.try_into_vec() {
             Ok(vec) if (vec.as_ptr() as usize).is_multiple_of(align) => {
+                counts.whole += 1;
+                self.write_buffers.set(counts);
                 let len = vec.len();
                 return IoBuf { vec, start: 0, len };
             }
             Ok(vec) => Payload::from(vec),
             Err(data) => data,
         };
+        counts.copied += 1;
+        self.write_buffers.set(counts);
         let mut buf = self.aligned_buf(data.len());
         let mut at = buf.start;
         for part in data.parts() {

@@ -133,6 +133,14 @@ impl Device {
         }
     }
 
+    /// How the writes sent so far reached the kernel.
+    pub fn write_buffers(&self) -> crate::WriteBuffers {
+        match self {
+            Device::Passthrough(d) => d.write_buffers(),
+            Device::Block { dev, .. } => dev.write_buffers(),
+        }
+    }
+
     /// The node actually driven (`/dev/ngXnY` for passthrough).
     pub fn path(&self) -> &Path {
         match self {

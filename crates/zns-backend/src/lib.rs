@@ -26,6 +26,14 @@
 //!   status codes are decoded into [`DeviceError`]s; errors whose typed form
 //!   needs the zone's state (a write off the write pointer, an invalid state
 //!   transition) read the zone's descriptor when they complete.
+//! * A write whose bytes are in several buffers (an append of the FTL's
+//!   write buffer holds the blocks of several host requests) goes as a
+//!   vector of them (`NVME_URING_CMD_IO_VEC`) when the kernel can map them
+//!   for the device as they are: every buffer after the first starts on a
+//!   4 KiB page and every one before the last ends on one. The heap gives
+//!   such buffers when the program registers [`PageAlignedLarge`] as its
+//!   global allocator (the `zftl` binary does). Other writes of several
+//!   buffers are copied into one first, as the kernel would do otherwise.
 //! * Per-block metadata of the namespace's LBA format (separate buffer, not
 //!   interleaved) is the OOB area: [`Geometry::oob_size_bytes`] is its size,
 //!   0 without metadata.
@@ -46,8 +54,9 @@ mod device;
 
 pub use blkdev::{BlockInfo, ZonedBlockDevice};
 pub use device::{open_device, Device, IoPath};
-pub use sys::keep_freed_memory;
+pub use sys::{keep_freed_memory, PageAlignedLarge};
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -250,17 +259,75 @@ pub struct ZnsDevice {
     gone: bool,
     /// The block device node of the namespace, held open and flocked.
     _sibling_locks: Vec<File>,
+    /// How writes reached the kernel (counted where they are prepared).
+    write_buffers: Cell<WriteBuffers>,
 }
 
-/// A write's bytes in one buffer, as the passthrough command takes them: a
-/// payload already in one buffer (a metadata write, or an append within one
-/// host request's buffer) goes as it is, others are copied together.
-fn gathered(data: Payload) -> Payload {
-    if data.as_contiguous().is_some() {
+/// How the writes and appends sent so far reached the kernel, in commands
+/// ([`ZnsDevice::write_buffers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBuffers {
+    /// In the one buffer their bytes were in.
+    pub whole: u64,
+    /// As a vector of the buffers their bytes were in, without a copy.
+    pub vectored: u64,
+    /// Copied into one buffer first.
+    pub copied: u64,
+}
+
+/// A write's bytes as the passthrough command takes them: a payload in one
+/// buffer (a metadata write, or an append within one host request's
+/// buffer) or in parts that can go as a vector ([`vectorable`]) goes as it
+/// is, others are copied into one buffer. Counts which in `counts`.
+fn gathered(data: Payload, counts: &Cell<WriteBuffers>) -> Payload {
+    let mut c = counts.get();
+    let data = if data.as_contiguous().is_some() {
+        c.whole += 1;
+        data
+    } else if vectorable(&data) {
+        c.vectored += 1;
         data
     } else {
+        c.copied += 1;
         data.to_vec().into()
-    }
+    };
+    counts.set(c);
+    data
+}
+
+/// Most parts a vectored write may have; a payload of more is copied into
+/// one buffer. An append of the FTL's write buffer holds one part per host
+/// request it takes blocks of: 4 for 128 KiB requests in a 512 KiB append.
+const MAX_VECTOR_PARTS: usize = 16;
+
+/// The NVMe controller page the kernel maps a vectored command's buffers
+/// in (its `virt_boundary`; Linux's NVMe driver always uses 4 KiB).
+const CTRL_PAGE_BYTES: usize = 4096;
+
+/// Whether the kernel can map `data`'s parts for the device as they are:
+/// each part but the first must start on a controller page and each but
+/// the last end on one (the device's data pointers address whole pages
+/// after the first), and the first start on a 4-byte boundary. Otherwise
+/// the kernel would copy them into a bounce buffer, which costs what
+/// copying them here does. Heap blocks meet it when the program registers
+/// [`PageAlignedLarge`].
+fn vectorable(data: &Payload) -> bool {
+    data.part_count() <= MAX_VECTOR_PARTS
+        && pages_chain(
+            data.part_count(),
+            data.parts().map(|p| (p.as_ptr() as usize, p.len())),
+        )
+}
+
+/// Whether `count` parts at these (address, length) pairs, two or more,
+/// meet the rule of [`vectorable`].
+fn pages_chain(count: usize, parts: impl Iterator<Item = (usize, usize)>) -> bool {
+    count >= 2
+        && parts.enumerate().all(|(i, (start, len))| {
+            let start_align = if i == 0 { 4 } else { CTRL_PAGE_BYTES };
+            start.is_multiple_of(start_align)
+                && (i + 1 == count || (start + len).is_multiple_of(CTRL_PAGE_BYTES))
+        })
 }
 
 fn le16(b: &[u8], at: usize) -> u16 {
@@ -435,6 +502,7 @@ impl ZnsDevice {
         let ctrl = admin("Identify Controller", identify(1, 0, 0))?;
         let mdts = ctrl[77];
         let mdts_bytes = if mdts == 0 { 0 } else { 4096u64 << mdts };
+
         // Identify Namespace: size, LBA format, metadata.
         let ns = admin("Identify Namespace", identify(0, nsid, 0))?;
         let nsze = le64(&ns, 0);
@@ -594,7 +662,13 @@ impl ZnsDevice {
             start: Instant::now(),
             gone: false,
             _sibling_locks: siblings,
+            write_buffers: Cell::default(),
         })
+    }
+
+    /// How the writes and appends sent so far reached the kernel.
+    pub fn write_buffers(&self) -> WriteBuffers {
+        self.write_buffers.get()
     }
 
     pub fn path(&self) -> &Path {
@@ -830,6 +904,7 @@ impl ZnsDevice {
                     source: Payload::new(),
                     data: Vec::new(),
                     meta: Vec::new(),
+                    iovecs: Vec::new(),
                     ctx: ctx(action.kind(), zone, 0, 0),
                 },
             ))
@@ -861,6 +936,7 @@ impl ZnsDevice {
                         source: Payload::new(),
                         data: vec![0; block_count as usize * bs],
                         meta: vec![0; block_count as usize * ms],
+                        iovecs: Vec::new(),
                         ctx: ctx(Kind::Read, zone, offset_blocks, block_count),
                     },
                 ))
@@ -884,9 +960,10 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
-                        source: gathered(data),
+                        source: gathered(data, &self.write_buffers),
                         data: Vec::new(),
                         meta: oob,
+                        iovecs: Vec::new(),
                         ctx: ctx(Kind::Write, zone, offset_blocks, n),
                     },
                 ))
@@ -901,9 +978,10 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
-                        source: gathered(data),
+                        source: gathered(data, &self.write_buffers),
                         data: Vec::new(),
                         meta: oob,
+                        iovecs: Vec::new(),
                         ctx: ctx(Kind::Append, zone, 0, n),
                     },
                 ))
@@ -922,6 +1000,7 @@ impl ZnsDevice {
                     source: Payload::new(),
                     data: Vec::new(),
                     meta: Vec::new(),
+                    iovecs: Vec::new(),
                     ctx: ctx(Kind::Flush, 0, 0, 0),
                 },
             )),
@@ -1191,6 +1270,26 @@ impl std::fmt::Debug for ZnsDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_chain_on_controller_pages() {
+        const P: usize = CTRL_PAGE_BYTES;
+        let chain = |parts: &[(usize, usize)]| pages_chain(parts.len(), parts.iter().copied());
+        // Page-aligned 128 KiB buffers; a first part may start anywhere
+        // dword-aligned, a last part may end anywhere.
+        assert!(chain(&[(8 * P, 32 * P), (40 * P, 32 * P)]));
+        assert!(chain(&[(8 * P + 16, 4 * P - 16), (P, 100)]));
+        // One part goes as it is, not as a vector.
+        assert!(!chain(&[(8 * P, 32 * P)]));
+        // Heap blocks at 16 bytes into a page: a later part starts off a page.
+        assert!(!chain(&[(8 * P + 16, 32 * P), (48 * P + 16, 32 * P)]));
+        // A first part that does not end on a page.
+        assert!(!chain(&[(8 * P, 32 * P + 512), (48 * P, 32 * P)]));
+        // A middle part that does not end on a page.
+        assert!(!chain(&[(0, P), (4 * P, P + 8), (8 * P, P)]));
+        // A first part off a dword.
+        assert!(!chain(&[(8 * P + 2, 4 * P - 2), (P, P)]));
+    }
 
     #[test]
     fn zone_descriptor_parses() {

@@ -251,6 +251,12 @@ pub struct JobReport {
     pub waits_per_op: Option<f64>,
     /// zftl jobs: media blocks written per host block (GC, tags, notes).
     pub media_blocks_per_host_block: Option<f64>,
+    /// zftl jobs: of the writes and appends zftl sent the device, the
+    /// share that went as a vector of the host's buffers (no copy), and
+    /// the share copied into one buffer first; the rest went in the one
+    /// buffer their bytes were in (`zftl_zns::WriteBuffers`).
+    pub device_writes_vectored_fraction: Option<f64>,
+    pub device_writes_copied_fraction: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -378,7 +384,7 @@ mod imp {
     };
     use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request, SummedBlocks};
     use zftl_sim::rng::Rng;
-    use zftl_zns::{Device, IoPath, ZoneAction};
+    use zftl_zns::{Device, IoPath, WriteBuffers, ZoneAction};
 
     /// The first zones of a device: the FTL never sees the raw region.
     pub struct FirstZones {
@@ -646,6 +652,7 @@ mod imp {
         };
         let mut rates: Vec<Vec<Rate>> = JOBS.iter().map(|_| Vec::new()).collect();
         let mut wa: Vec<(u64, u64)> = vec![(0, 0); JOBS.len()];
+        let mut sent: Vec<WriteBuffers> = vec![WriteBuffers::default(); JOBS.len()];
         for phase in PHASES {
             for _ in 0..args.rounds {
                 for &job in phase {
@@ -656,10 +663,13 @@ mod imp {
                         .iter()
                         .position(|&j| j == job)
                         .expect("a phase job is a job");
-                    let (rate, host, media) = b.measured_job(job)?;
+                    let (rate, host, media, writes) = b.measured_job(job)?;
                     rates[i].push(rate);
                     wa[i].0 += host;
                     wa[i].1 += media;
+                    sent[i].whole += writes.whole;
+                    sent[i].vectored += writes.vectored;
+                    sent[i].copied += writes.copied;
                 }
             }
         }
@@ -675,12 +685,17 @@ mod imp {
         let raw_seq128k = median(rates[0].iter().map(Rate::mib_per_s));
         let bound = cpu_costs.as_deref().map(per_byte_bound);
         let rand = per_round(4, 1, Rate::iops);
+        let share = |w: &WriteBuffers, part: u64| {
+            let all = w.whole + w.vectored + w.copied;
+            (all > 0).then(|| round(ratio(part as f64, all as f64), 3))
+        };
         let jobs = JOBS
             .iter()
             .zip(&rates)
             .zip(&wa)
-            .filter(|((_, r), _)| !r.is_empty())
-            .map(|((&job, r), &(host, media))| JobReport {
+            .zip(&sent)
+            .filter(|(((_, r), _), _)| !r.is_empty())
+            .map(|(((&job, r), &(host, media)), writes)| JobReport {
                 name: job.name(),
                 engine: job.engine(),
                 pattern: job.pattern(),
@@ -725,6 +740,8 @@ mod imp {
                 }),
                 media_blocks_per_host_block: (host > 0)
                     .then(|| round(ratio(media as f64, host as f64), 3)),
+                device_writes_vectored_fraction: share(writes, writes.vectored),
+                device_writes_copied_fraction: share(writes, writes.copied),
             })
             .collect();
         Ok(ZnsBenchReport {
@@ -780,8 +797,11 @@ mod imp {
     impl Bench<'_> {
         /// Runs `job` with the CPU time of the process that did the work
         /// (fio for raw jobs) and the FTL's host and media blocks written.
-        fn measured_job(&mut self, job: Job) -> Result<(Rate, u64, u64), BenchError> {
+        /// The job's rate, the host and media blocks zftl wrote in it, and
+        /// how zftl's writes reached the kernel.
+        fn measured_job(&mut self, job: Job) -> Result<(Rate, u64, u64, WriteBuffers), BenchError> {
             let before = self.drv.stats();
+            let sent0 = self.drv.backend().inner.write_buffers();
             let (own0, child0) = usage();
             let mut rate = self.run_job(job)?;
             let (own1, child1) = usage();
@@ -794,10 +814,20 @@ mod imp {
             rate.minor_faults = used.minor_faults;
             rate.waits = used.waits;
             let after = self.drv.stats();
+            let sent1 = self.drv.backend().inner.write_buffers();
+            let writes = match job {
+                Job::FtlSeq128k | Job::FtlRand4k => WriteBuffers {
+                    whole: sent1.whole - sent0.whole,
+                    vectored: sent1.vectored - sent0.vectored,
+                    copied: sent1.copied - sent0.copied,
+                },
+                _ => WriteBuffers::default(),
+            };
             Ok((
                 rate,
                 after.host_write_blocks - before.host_write_blocks,
                 after.media_write_blocks - before.media_write_blocks,
+                writes,
             ))
         }
 

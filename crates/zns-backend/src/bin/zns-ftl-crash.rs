@@ -13,7 +13,7 @@
 //! data. The next writer continues after the last flushed write.
 //!
 //! Write `seq` (1, 2, ...) is a pure function of (seed, seq): its first
-//! block, its length (1..=8 blocks) and the content of each block (a header
+//! block, its length (1..=32 blocks) and the content of each block (a header
 //! with a magic, the seed, seq and the block's own LBA, then a pseudo-random
 //! fill). A writer that restarts at a sequence number rewrites exactly the
 //! same data, so the history is known from the flushed sequence numbers
@@ -28,12 +28,18 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use zftl_core::{Driver, FormatOptions, FtlConfig};
-use zftl_zns::ZnsDevice;
+use zftl_zns::{PageAlignedLarge, ZnsDevice};
+
+#[global_allocator]
+static ALLOC: PageAlignedLarge = PageAlignedLarge;
 
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
-/// Longest write, in blocks.
-const MAX_WRITE_BLOCKS: u64 = 8;
+/// Longest write, in blocks. Writes of 64 KiB and more are in page-aligned
+/// buffers ([`zftl_zns::PageAlignedLarge`]), so appends of only such writes
+/// go to the device as vectors, and others are gathered into one buffer:
+/// the kills hit both.
+const MAX_WRITE_BLOCKS: u64 = 32;
 /// Blocks at the start of the volume the test writes (small, so blocks are
 /// overwritten many times; capped at the volume's logical size).
 const TEST_BLOCKS: u64 = 8192;
