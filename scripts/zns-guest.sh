@@ -15,7 +15,8 @@
 # formatted on /dev/ng0n1, a writer process killed with SIGKILL in the
 # middle of flushed writes, several rounds, each followed by a fresh
 # process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
-# default 6).
+# default 6); then again (ftl-crash-oob) on a namespace with 32 bytes of
+# metadata per block, where the FTL keeps its tags in the metadata.
 #
 # Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
@@ -298,6 +299,10 @@ if [ "${ZNS_GUEST_CRASH:-required}" = try ]; then
 else
     run ftl-crash "${CRASH_ARGS[@]}" || failed+=(ftl-crash)
 fi
+# The crash test again on a namespace with 32 bytes of metadata per block,
+# room for the FTL's tags: they go in the NVMe metadata (OOB) instead of
+# the metadata log.
+run ftl-crash-oob "${CRASH_ARGS[0]},ms=32" ftl-crash 512M || failed+=(ftl-crash-oob)
 run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
 run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || failed+=(nbd-kernel)
 

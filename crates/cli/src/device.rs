@@ -41,6 +41,12 @@ pub struct ZnsInfoReport {
     pub zasl_bytes: Option<u64>,
     /// `queue/zoned` of the block device (null on passthrough).
     pub zoned_model: Option<String>,
+    /// The NVMe controller's model number and firmware revision (null on
+    /// the block path).
+    pub controller_model: Option<String>,
+    pub controller_firmware: Option<String>,
+    /// Workarounds in force for known bugs of the controller.
+    pub quirks: Vec<String>,
     /// Smallest and largest zone capacity over the zones that are not offline.
     pub zone_capacity_min_blocks: u64,
     pub zone_capacity_max_blocks: u64,
@@ -66,6 +72,15 @@ impl ZnsInfoReport {
         }
         if let Some(model) = &self.zoned_model {
             t.row("zoned_model", model);
+        }
+        if let Some(model) = &self.controller_model {
+            t.row("controller_model", model);
+        }
+        if let Some(firmware) = &self.controller_firmware {
+            t.row("controller_firmware", firmware);
+        }
+        for quirk in &self.quirks {
+            t.row("quirk", quirk);
         }
         t.row("namespace_blocks", self.namespace_blocks);
         t.bytes("namespace_bytes", self.namespace_bytes);
@@ -160,6 +175,9 @@ mod imp {
             mdts_bytes: None,
             zasl_bytes: None,
             zoned_model: None,
+            controller_model: None,
+            controller_firmware: None,
+            quirks: Vec::new(),
             zone_capacity_min_blocks: 0,
             zone_capacity_max_blocks: 0,
             geometry: GeometryReport {
@@ -177,6 +195,9 @@ mod imp {
                 report.lba_format = Some(ns.lba_format);
                 report.mdts_bytes = Some(ns.mdts_bytes);
                 report.zasl_bytes = Some(ns.zasl_bytes);
+                report.controller_model = Some(ns.model.clone());
+                report.controller_firmware = Some(ns.firmware.clone());
+                report.quirks = ns.quirks.iter().map(|q| q.to_string()).collect();
                 report.zone_capacity_min_blocks = ns.zone_capacity_range.0;
                 report.zone_capacity_max_blocks = ns.zone_capacity_range.1;
             }

@@ -414,8 +414,9 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
             .map_err(|e| format!("format: {e}"))?;
         let logical = ftl.logical_blocks();
         println!(
-            "formatted: {logical} logical blocks of {} bytes",
-            ftl.block_size()
+            "formatted: {logical} logical blocks of {} bytes, tags {:?}",
+            ftl.block_size(),
+            ftl.ftl().tag_mode()
         );
         ftl.shutdown().map_err(|e| format!("shutdown: {e}"))?;
         logical.min(TEST_BLOCKS)
