@@ -147,22 +147,28 @@ pub fn keep_freed_memory(mmap_threshold_bytes: u32) -> bool {
     }
 }
 
-/// A global allocator that gives every block of [`Self::MIN_BYTES`] or
-/// more the alignment of a page, and takes the rest as the system allocator
-/// gives it. Register it (`#[global_allocator]`) in a program that writes
-/// large buffers through the passthrough backend: a write of several host
-/// buffers goes to the device as a vector of them only if each starts and
-/// ends on the controller's 4 KiB pages (the kernel copies the bytes into a
-/// bounce buffer otherwise), and the heap hands out 16-byte alignment. At
-/// 64 KiB and more, the at most 4 KiB an aligned block wastes is at most
-/// 6 %. Without it everything works as before; the backend copies the
-/// parts into one buffer instead.
+/// A global allocator that gives every block of [`Self::MIN_BYTES`] up to
+/// [`Self::MAX_BYTES`] the alignment of a page, and takes the rest as the
+/// system allocator gives it. Register it (`#[global_allocator]`) in a
+/// program that writes large buffers through the passthrough backend: a
+/// write of several host buffers goes to the device as a vector of them
+/// only if each starts and ends on the controller's 4 KiB pages (the kernel
+/// copies the bytes into a bounce buffer otherwise), and the heap hands out
+/// 16-byte alignment. At 64 KiB and more, the at most 4 KiB an aligned
+/// block wastes is at most 6 %. Above 1 MiB blocks stay as they were: a
+/// zeroed aligned block is zeroed by hand, while the system allocator maps
+/// a large zeroed block lazily (a simulated device's memory is one such
+/// block, and it must not be touched whole at start). Without the allocator
+/// everything works as before; the backend copies the parts into one buffer
+/// instead.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PageAlignedLarge;
 
 impl PageAlignedLarge {
     /// The smallest block that gets a page's alignment.
     pub const MIN_BYTES: usize = 64 << 10;
+    /// The largest.
+    pub const MAX_BYTES: usize = 1 << 20;
     /// The alignment it gets.
     pub const PAGE_BYTES: usize = 4096;
 
@@ -170,7 +176,9 @@ impl PageAlignedLarge {
     /// function of it alone, so a block is freed and resized with the
     /// layout it was made with.
     fn system_layout(layout: Layout) -> Layout {
-        if layout.size() >= Self::MIN_BYTES && layout.align() < Self::PAGE_BYTES {
+        let size = layout.size();
+        if (Self::MIN_BYTES..=Self::MAX_BYTES).contains(&size) && layout.align() < Self::PAGE_BYTES
+        {
             Layout::from_size_align(layout.size(), Self::PAGE_BYTES).unwrap_or(layout)
         } else {
             layout
@@ -820,7 +828,17 @@ mod tests {
 
     #[test]
     fn resizing_across_the_threshold_keeps_the_bytes_and_the_rule() {
-        let sizes = [100, 70_000, 200_000, 65_536, 65_535, 10, 1 << 20];
+        let sizes = [
+            100,
+            70_000,
+            200_000,
+            65_536,
+            65_535,
+            10,
+            1 << 20,
+            3 << 20,
+            500_000,
+        ];
         // SAFETY: every resize passes the block's current layout and a
         // nonzero size; the last block is freed with its layout.
         unsafe {
@@ -840,7 +858,7 @@ mod tests {
                     kept.iter().enumerate().all(|(i, &b)| b == i as u8),
                     "{new_size}"
                 );
-                if new_size >= PageAlignedLarge::MIN_BYTES {
+                if (PageAlignedLarge::MIN_BYTES..=PageAlignedLarge::MAX_BYTES).contains(&new_size) {
                     assert_eq!(p as usize % PageAlignedLarge::PAGE_BYTES, 0, "{new_size}");
                 }
                 size = new_size;
