@@ -35,7 +35,7 @@ static ALLOC: PageAlignedLarge = PageAlignedLarge;
 
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
-/// Longest write, in blocks. Writes of 64 KiB and more are in page-aligned
+/// Longest write, in blocks. Writes of 64 KiB (16 blocks) and more are in page-aligned
 /// buffers ([`zftl_zns::PageAlignedLarge`]), so appends of only such writes
 /// go to the device as vectors, and others are gathered into one buffer:
 /// the kills hit both.
