@@ -49,6 +49,9 @@ enum Fail {
     /// Every command fails at once, without running: a controller that
     /// resets again and again.
     All,
+    /// The next `left` commands fail at once, without running: a
+    /// controller that resets that many times in a row.
+    Next { left: u64 },
     /// Writes outside the superblock zones (the metadata log's) fail with
     /// a program failure, a media fault, without running: all after the
     /// first `ok` of them.
@@ -84,6 +87,10 @@ impl HostFailures {
                 }
             }),
             Fail::All => Some(Failure::Instead(abort())),
+            Fail::Next { left } => (*left > 0).then(|| {
+                *left -= 1;
+                Failure::Instead(abort())
+            }),
             Fail::LogWrites { ok } => log_write_failure(ok, command).map(Failure::Instead),
         }
     }
@@ -91,7 +98,7 @@ impl HostFailures {
     /// Whether the controller is stalled: the next command falls in a range.
     fn stalled(&self) -> bool {
         match &self.fail {
-            Fail::Appends(_) | Fail::All | Fail::LogWrites { .. } => false,
+            Fail::Appends(_) | Fail::All | Fail::Next { .. } | Fail::LogWrites { .. } => false,
             Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
         }
     }
@@ -434,6 +441,32 @@ fn a_mount_reads_again_what_a_controller_reset_aborted() {
     dev.failing_reports = 3;
     let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount after aborted reads");
     assert_all(&mut ftl, 1);
+}
+
+/// A host read aborted on the host side more times than a media error is
+/// retried (a controller that resets again while the read is retried): it
+/// is read again, `HOST_ATTEMPTS` times, apart from the media retries.
+/// Before, the aborts counted as media attempts and the third failed the
+/// read; `crash_torture_with_controller_resets` at 2 % resets failed so at
+/// its seed 12.
+#[test]
+fn a_host_read_is_read_again_after_repeated_controller_resets() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    let dev = ftl.shutdown().expect("shutdown");
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+    let bs = ftl.block_size();
+    let retries = ftl.stats().host_retries;
+    for lba in [0, 77, ftl.logical_blocks() - 1] {
+        ftl.backend_mut().fail = Fail::Next { left: 4 };
+        let got = ftl.read(lba, 1).expect("read after four aborts");
+        assert_eq!(got, block(lba, 1, bs), "block {lba}");
+    }
+    assert_eq!(
+        ftl.stats().host_retries,
+        retries + 12,
+        "each read retried 4 times"
+    );
 }
 
 /// A stall under `zftl check`: its first zone reports and reads are

@@ -32,8 +32,8 @@ pub struct FtlStats {
     pub checkpoints: u64,
     pub read_errors: u64,
     pub write_errors: u64,
-    /// Flushes and zone resets issued again after a host-side failure
-    /// (a command a controller reset aborted).
+    /// Flushes, zone resets, finishes and host reads issued again after a
+    /// host-side failure (a command a controller reset aborted).
     pub host_retries: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ host_write_blocks (0 before any host write).

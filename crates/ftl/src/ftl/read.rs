@@ -4,7 +4,7 @@
 use super::request::{Extent, Reply, ReplyData, MAX_EXTENT_QUERY_BLOCKS};
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa};
-use crate::backend::{Command, DeviceError, Outcome};
+use crate::backend::{Command, DeviceError, Outcome, HOST_ATTEMPTS};
 use crate::error::IoError;
 use crate::slab::Key;
 use crate::superblock::TagMode;
@@ -36,6 +36,10 @@ pub(super) struct ReadPart {
     /// Data CRCs when the tag is not in OOB (empty in OOB mode).
     crcs: Vec<u32>,
     attempts: u8,
+    /// Times the read failed on the host side (`DeviceError::HostIo`: a
+    /// controller reset aborted it); counted apart from `attempts`, as the
+    /// device's idempotent commands count them (`HOST_ATTEMPTS`).
+    host_aborts: u8,
 }
 
 /// Attempts at a read that fails with a media error before its blocks are
@@ -207,6 +211,7 @@ impl Ftl {
                 ppa,
                 crcs: crc.into_iter().collect(),
                 attempts: 0,
+                host_aborts: 0,
             });
         }
         media_blocks
@@ -242,9 +247,16 @@ impl Ftl {
     ) {
         let cap = self.cap();
         let zone = part.ppa.zone(cap);
+        // Retries keep the zone pinned by this reader.
+        if matches!(result, Err(DeviceError::HostIo { .. })) && part.host_aborts < HOST_ATTEMPTS {
+            part.host_aborts += 1;
+            self.stats.host_retries += 1;
+            self.read_queue.push_front(part);
+            return;
+        }
         let media_error = matches!(result, Err(ref e) if *e != DeviceError::DeviceGone);
         if media_error && part.attempts + 1 < READ_ATTEMPTS {
-            part.attempts += 1; // read retry; the zone stays pinned by this reader
+            part.attempts += 1; // read retry
             self.read_queue.push_front(part);
             return;
         }
