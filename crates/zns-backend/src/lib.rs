@@ -203,13 +203,13 @@ pub const QUIRK_QEMU_METADATA: &str = "QEMU's controller drops metadata bytes of
 /// The most blocks one transfer may carry on a controller with this model
 /// number and `meta_bytes` of metadata per block, where a known bug limits
 /// it. QEMU's emulated controller (7.2 at least; the model number carries
-/// no version) moves a separate metadata buffer with its DMA helper in
-/// 512-byte units and loses all but the last `len % 512` bytes of a buffer
-/// longer than 512 bytes that is not a multiple of it: a write of 38 blocks
-/// with 16 bytes each kept the metadata of its first 6 blocks and left the
-/// other 32 zeroed, for every size from 33 to 63 blocks in the guest runs
-/// (docs/zns.md). At most 512 bytes of metadata per transfer is always
-/// whole.
+/// no version) keeps only the first `len % 512` bytes of a separate
+/// metadata buffer longer than 512 bytes that is not a multiple of 512: a
+/// write of 38 blocks with 16 bytes each kept the metadata of its first 6
+/// blocks and left the other 32 zeroed, and every size from 33 to 63
+/// blocks lost its last 32 in the guest runs (docs/zns.md; measured, not
+/// traced in QEMU's source). At most 512 bytes of metadata per transfer
+/// always arrive whole.
 fn metadata_transfer_cap(model: &str, meta_bytes: u32) -> Option<u32> {
     (model.starts_with("QEMU NVMe") && (1..512).contains(&meta_bytes)).then(|| 512 / meta_bytes)
 }
@@ -322,7 +322,8 @@ fn gathered(data: Payload, counts: &Cell<WriteBuffers>) -> Payload {
 
 /// Most parts a vectored write may have; a payload of more is copied into
 /// one buffer. An append of the FTL's write buffer holds one part per host
-/// request it takes blocks of: 4 for 128 KiB requests in a 512 KiB append.
+/// request it takes blocks of: 2 for 128 KiB requests in a 256 KiB append
+/// (`MAX_TRANSFER_BYTES`).
 const MAX_VECTOR_PARTS: usize = 16;
 
 /// The NVMe controller page the kernel maps a vectored command's buffers
