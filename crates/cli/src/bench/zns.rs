@@ -796,8 +796,7 @@ mod imp {
 
     impl Bench<'_> {
         /// Runs `job` with the CPU time of the process that did the work
-        /// (fio for raw jobs) and the FTL's host and media blocks written.
-        /// The job's rate, the host and media blocks zftl wrote in it, and
+        /// (fio for raw jobs), the FTL's host and media blocks written, and
         /// how zftl's writes reached the kernel.
         fn measured_job(&mut self, job: Job) -> Result<(Rate, u64, u64, WriteBuffers), BenchError> {
             let before = self.drv.stats();
