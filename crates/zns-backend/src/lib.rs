@@ -206,10 +206,10 @@ pub const QUIRK_QEMU_METADATA: &str = "QEMU's controller drops metadata bytes of
 /// no version) keeps only the first `len % 512` bytes of a separate
 /// metadata buffer longer than 512 bytes that is not a multiple of 512: a
 /// write of 38 blocks with 16 bytes each kept the metadata of its first 6
-/// blocks and left the other 32 zeroed, and every size from 33 to 63
-/// blocks lost its last 32 in the guest runs (docs/zns.md; measured, not
-/// traced in QEMU's source). At most 512 bytes of metadata per transfer
-/// always arrive whole.
+/// blocks and left the other 32 zeroed; 33 and 40 blocks lost their last
+/// 32 too, while 8, 20, 24, 32 and 64 came back whole (docs/zns.md;
+/// measured, not traced in QEMU's source). At most 512 bytes of metadata
+/// per transfer always arrive whole.
 fn metadata_transfer_cap(model: &str, meta_bytes: u32) -> Option<u32> {
     (model.starts_with("QEMU NVMe") && (1..512).contains(&meta_bytes)).then(|| 512 / meta_bytes)
 }
