@@ -249,8 +249,10 @@ pub struct JobReport {
     /// zftl jobs: the times zftl's process slept (voluntary context
     /// switches: waits for the device) per operation.
     pub waits_per_op: Option<f64>,
-    /// zftl jobs: media blocks written per host block (GC, tags, notes).
+    /// zftl jobs: media blocks written per host block (GC, tags, notes),
+    /// over all rounds and in each.
     pub media_blocks_per_host_block: Option<f64>,
+    pub media_blocks_per_host_block_per_round: Option<Vec<f64>>,
     /// zftl jobs: of the writes and appends zftl sent the device, the
     /// share that went as a vector of the host's buffers (no copy), and
     /// the share copied into one buffer first; the rest went in the one
@@ -651,7 +653,7 @@ mod imp {
             caller_threads: args.caller_threads.unwrap_or(u8::from(cpus > 1)),
         };
         let mut rates: Vec<Vec<Rate>> = JOBS.iter().map(|_| Vec::new()).collect();
-        let mut wa: Vec<(u64, u64)> = vec![(0, 0); JOBS.len()];
+        let mut wa: Vec<Vec<(u64, u64)>> = JOBS.iter().map(|_| Vec::new()).collect();
         let mut sent: Vec<WriteBuffers> = vec![WriteBuffers::default(); JOBS.len()];
         for phase in PHASES {
             for _ in 0..args.rounds {
@@ -665,8 +667,7 @@ mod imp {
                         .expect("a phase job is a job");
                     let (rate, host, media, writes) = b.measured_job(job)?;
                     rates[i].push(rate);
-                    wa[i].0 += host;
-                    wa[i].1 += media;
+                    wa[i].push((host, media));
                     sent[i].whole += writes.whole;
                     sent[i].vectored += writes.vectored;
                     sent[i].copied += writes.copied;
@@ -695,53 +696,60 @@ mod imp {
             .zip(&wa)
             .zip(&sent)
             .filter(|(((_, r), _), _)| !r.is_empty())
-            .map(|(((&job, r), &(host, media)), writes)| JobReport {
-                name: job.name(),
-                engine: job.engine(),
-                pattern: job.pattern(),
-                block_size_bytes: job.block_bytes(),
-                iodepth: match job {
-                    Job::RawSeq128k | Job::RawSeq4k => u64::from(args.raw_iodepth),
-                    Job::BackendAppend128k => BACKEND_DEPTH as u64,
-                    _ => args.depth as u64,
-                },
-                iops: round(median(r.iter().map(Rate::iops)), 1),
-                mib_per_s: round(median(r.iter().map(Rate::mib_per_s)), 2),
-                iops_per_round: r.iter().map(|x| round(x.iops(), 1)).collect(),
-                cpu_busy_fraction: round(
-                    ratio(
-                        r.iter().map(|x| x.cpu_secs).sum(),
-                        r.iter().map(|x| x.secs).sum(),
-                    ),
-                    2,
-                ),
-                cpu_sys_fraction: round(
-                    ratio(
-                        r.iter().map(|x| x.sys_secs).sum(),
-                        r.iter().map(|x| x.secs).sum(),
-                    ),
-                    2,
-                ),
-                minor_faults_per_op: round(
-                    ratio(
-                        r.iter().map(|x| x.minor_faults).sum(),
-                        r.iter().map(|x| x.ops as f64).sum(),
-                    ),
-                    2,
-                ),
-                waits_per_op: matches!(job, Job::FtlSeq128k | Job::FtlRand4k).then(|| {
-                    round(
+            .map(|(((&job, r), wa), writes)| {
+                let (host, media) = wa
+                    .iter()
+                    .fold((0, 0), |(h, m), &(host, media)| (h + host, m + media));
+                let per_block = |host: u64, media: u64| round(ratio(media as f64, host as f64), 3);
+                JobReport {
+                    name: job.name(),
+                    engine: job.engine(),
+                    pattern: job.pattern(),
+                    block_size_bytes: job.block_bytes(),
+                    iodepth: match job {
+                        Job::RawSeq128k | Job::RawSeq4k => u64::from(args.raw_iodepth),
+                        Job::BackendAppend128k => BACKEND_DEPTH as u64,
+                        _ => args.depth as u64,
+                    },
+                    iops: round(median(r.iter().map(Rate::iops)), 1),
+                    mib_per_s: round(median(r.iter().map(Rate::mib_per_s)), 2),
+                    iops_per_round: r.iter().map(|x| round(x.iops(), 1)).collect(),
+                    cpu_busy_fraction: round(
                         ratio(
-                            r.iter().map(|x| x.waits).sum(),
+                            r.iter().map(|x| x.cpu_secs).sum(),
+                            r.iter().map(|x| x.secs).sum(),
+                        ),
+                        2,
+                    ),
+                    cpu_sys_fraction: round(
+                        ratio(
+                            r.iter().map(|x| x.sys_secs).sum(),
+                            r.iter().map(|x| x.secs).sum(),
+                        ),
+                        2,
+                    ),
+                    minor_faults_per_op: round(
+                        ratio(
+                            r.iter().map(|x| x.minor_faults).sum(),
                             r.iter().map(|x| x.ops as f64).sum(),
                         ),
-                        3,
-                    )
-                }),
-                media_blocks_per_host_block: (host > 0)
-                    .then(|| round(ratio(media as f64, host as f64), 3)),
-                device_writes_vectored_fraction: share(writes, writes.vectored),
-                device_writes_copied_fraction: share(writes, writes.copied),
+                        2,
+                    ),
+                    waits_per_op: matches!(job, Job::FtlSeq128k | Job::FtlRand4k).then(|| {
+                        round(
+                            ratio(
+                                r.iter().map(|x| x.waits).sum(),
+                                r.iter().map(|x| x.ops as f64).sum(),
+                            ),
+                            3,
+                        )
+                    }),
+                    media_blocks_per_host_block: (host > 0).then(|| per_block(host, media)),
+                    media_blocks_per_host_block_per_round: (host > 0)
+                        .then(|| wa.iter().map(|&(h, m)| per_block(h, m)).collect()),
+                    device_writes_vectored_fraction: share(writes, writes.vectored),
+                    device_writes_copied_fraction: share(writes, writes.copied),
+                }
             })
             .collect();
         Ok(ZnsBenchReport {
