@@ -300,6 +300,31 @@ pub struct WriteBuffers {
     pub copied: u64,
 }
 
+impl WriteBuffers {
+    /// The commands counted since `earlier` (a count taken before this one).
+    pub fn since(self, earlier: WriteBuffers) -> WriteBuffers {
+        WriteBuffers {
+            whole: self.whole - earlier.whole,
+            vectored: self.vectored - earlier.vectored,
+            copied: self.copied - earlier.copied,
+        }
+    }
+
+    /// Both counts added up.
+    pub fn plus(self, other: WriteBuffers) -> WriteBuffers {
+        WriteBuffers {
+            whole: self.whole + other.whole,
+            vectored: self.vectored + other.vectored,
+            copied: self.copied + other.copied,
+        }
+    }
+
+    /// All commands counted.
+    pub fn total(self) -> u64 {
+        self.whole + self.vectored + self.copied
+    }
+}
+
 /// A write's bytes as the passthrough command takes them: a payload in one
 /// buffer (a metadata write, or an append within one host request's
 /// buffer) or in parts that can go as a vector ([`vectorable`]) goes as it

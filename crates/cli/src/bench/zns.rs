@@ -668,9 +668,7 @@ mod imp {
                     let (rate, host, media, writes) = b.measured_job(job)?;
                     rates[i].push(rate);
                     wa[i].push((host, media));
-                    sent[i].whole += writes.whole;
-                    sent[i].vectored += writes.vectored;
-                    sent[i].copied += writes.copied;
+                    sent[i] = sent[i].plus(writes);
                 }
             }
         }
@@ -687,8 +685,7 @@ mod imp {
         let bound = cpu_costs.as_deref().map(per_byte_bound);
         let rand = per_round(4, 1, Rate::iops);
         let share = |w: &WriteBuffers, part: u64| {
-            let all = w.whole + w.vectored + w.copied;
-            (all > 0).then(|| round(ratio(part as f64, all as f64), 3))
+            (w.total() > 0).then(|| round(ratio(part as f64, w.total() as f64), 3))
         };
         let jobs = JOBS
             .iter()
@@ -823,11 +820,7 @@ mod imp {
             let after = self.drv.stats();
             let sent1 = self.drv.backend().inner.write_buffers();
             let writes = match job {
-                Job::FtlSeq128k | Job::FtlRand4k => WriteBuffers {
-                    whole: sent1.whole - sent0.whole,
-                    vectored: sent1.vectored - sent0.vectored,
-                    copied: sent1.copied - sent0.copied,
-                },
+                Job::FtlSeq128k | Job::FtlRand4k => sent1.since(sent0),
                 _ => WriteBuffers::default(),
             };
             Ok((
