@@ -15,6 +15,16 @@ use crate::zone::{Stream, ZoneKind, ZoneUse};
 /// log's current zone and the two superblock copies.
 const META_OPEN_ZONES: u32 = 3;
 
+/// Writes at least this long are parts of sequential streams (files,
+/// logs, copies), whose blocks are rewritten a whole stream later, together:
+/// their blocks go with the cold data whatever the age of the version they
+/// replace. Age misjudges them where a stream starts again: a sequential
+/// overwrite that wraps rewrites its first blocks soon after the wrap, not
+/// soon again, and calling them hot opened a zone for them. On a volume of
+/// few large zones that zone was the one GC needed, and GC ended up
+/// copying the zones the host was about to overwrite.
+const STREAM_WRITE_BYTES: u64 = 64 << 10;
+
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Lane {
@@ -41,7 +51,7 @@ impl Lane {
 #[derive(Debug, Default)]
 pub(super) struct StreamState {
     pub(super) zone: Option<ZoneId>,
-    allocated_blocks: u64,
+    pub(super) allocated_blocks: u64,
     /// The zone came out of the GC reserve: only GC may fill it, or host
     /// writes sharing the lane would eat the reserve.
     gc_only: bool,
@@ -157,17 +167,26 @@ impl Ftl {
 
     /// Hot if the block's previous version was written recently (see
     /// [`Self::age_temp`]; the time is that of the last host write into its
-    /// zone) or is still in the buffer. First writes count as cold. No
-    /// per-block memory: the estimate rides on the zone the old version is in.
-    /// `buffered`: the block has a version in the write buffer; `mapped`:
-    /// where its version on media is.
-    pub(super) fn temperature(&self, buffered: bool, mapped: Option<Ppa>) -> Temp {
+    /// zone) or is still in the buffer. First writes and blocks of long
+    /// writes count as cold. No per-block memory: the estimate rides on the
+    /// zone the old version is in. `buffered`: the block has a version in the
+    /// write buffer; `mapped`: where its version on media is;
+    /// `request_blocks`: the length of the write it came in.
+    pub(super) fn temperature(
+        &self,
+        buffered: bool,
+        mapped: Option<Ppa>,
+        request_blocks: u64,
+    ) -> Temp {
         if !self.cfg.temperature_streams || buffered {
             return Temp::Hot;
         }
         let Some(old) = mapped else {
             return Temp::Cold;
         };
+        if request_blocks * self.block_size() as u64 >= STREAM_WRITE_BYTES {
+            return Temp::Cold;
+        }
         self.age_temp(self.zone_clock[old.zone(self.cap()) as usize])
     }
 

@@ -107,17 +107,17 @@ impl Ftl {
             };
             assert_eq!(crcs.len() as u64, count);
             if count == 1 {
-                self.buffer_block(lba, data.into(), crcs[0], facts[0]); // the request's own buffer, no copy
+                self.buffer_block(lba, data.into(), crcs[0], facts[0], count); // the request's own buffer, no copy
             } else if self.buffer.may_share(count as usize) {
                 // Windows into the request's buffer, no copy.
                 let blocks = self.buffer.share_blocks(data, bs);
                 for (i, block) in blocks.into_iter().enumerate() {
-                    self.buffer_block(lba + i as u64, block, crcs[i], facts[i]);
+                    self.buffer_block(lba + i as u64, block, crcs[i], facts[i], count);
                 }
             } else {
                 for (i, chunk) in data.chunks_exact(bs).enumerate() {
                     let block = self.buffer.block_copy(chunk);
-                    self.buffer_block(lba + i as u64, block.into(), crcs[i], facts[i]);
+                    self.buffer_block(lba + i as u64, block.into(), crcs[i], facts[i], count);
                 }
             }
             self.stats.host_write_blocks += count;
@@ -134,18 +134,19 @@ impl Ftl {
         self.admit_crcs = scratch;
     }
 
-    /// Buffers one block of an admitted write and its data CRC;
-    /// `(buffered, mapped)`: whether the buffer holds a version of it and
-    /// where its version on media is, as looked up at admission.
+    /// Buffers one block of an admitted write of `request_blocks` and its
+    /// data CRC; `(buffered, mapped)`: whether the buffer holds a version of
+    /// it and where its version on media is, as looked up at admission.
     fn buffer_block(
         &mut self,
         lba: Lba,
         block: BlockData,
         data_crc: u32,
         (buffered, mapped): (bool, Option<Ppa>),
+        request_blocks: u64,
     ) {
         let is_new = !buffered && mapped.is_none();
-        let temp = self.temperature(buffered, mapped);
+        let temp = self.temperature(buffered, mapped, request_blocks);
         self.buffer.insert(lba, block, data_crc, is_new, temp);
         self.host_clock += 1;
         self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
