@@ -299,6 +299,37 @@ fn tight_zone_limits_are_never_exceeded() {
     }
 }
 
+/// A block rewritten soon after its last write is hot when it comes in a
+/// short write, and cold in a write of 64 KiB or more: that is part of a
+/// sequential stream, rewritten a whole stream later.
+#[test]
+fn soon_rewritten_blocks_are_hot_only_in_short_writes() {
+    for (write_bytes, hot_expected) in [(4096, true), (32 << 10, true), (64 << 10, false)] {
+        let mut ftl = Driver::format(sim(64), &FormatOptions::default(), FtlConfig::default())
+            .expect("format");
+        let bs = ftl.block_size();
+        let blocks_per_write = (write_bytes / bs) as u64;
+        let region_blocks = 64; // one zone: every block's old version is young
+        let mut hot = 0;
+        for pass in 0..2u64 {
+            let before = ftl.stats().host_hot_blocks;
+            for lba in (0..region_blocks).step_by(blocks_per_write as usize) {
+                ftl.write(lba, &vec![pass as u8; write_bytes]).unwrap();
+            }
+            ftl.flush().unwrap();
+            hot = ftl.stats().host_hot_blocks - before;
+            if pass == 0 {
+                assert_eq!(hot, 0, "{write_bytes}-byte writes: first writes went hot");
+            }
+        }
+        assert_eq!(
+            hot > 0,
+            hot_expected,
+            "{write_bytes}-byte writes: {hot} of {region_blocks} rewritten blocks went hot"
+        );
+    }
+}
+
 /// Sequential overwrites from block 0, in rounds of a little more than the
 /// logical size, 32 requests in flight (as `zftl bench zns` writes), on the
 /// guest bench's geometry in blocks (28 zones of 16384 blocks, with
