@@ -51,7 +51,7 @@ impl Lane {
 #[derive(Debug, Default)]
 pub(super) struct StreamState {
     pub(super) zone: Option<ZoneId>,
-    pub(super) allocated_blocks: u64,
+    allocated_blocks: u64,
     /// The zone came out of the GC reserve: only GC may fill it, or host
     /// writes sharing the lane would eat the reserve.
     gc_only: bool,
@@ -103,9 +103,18 @@ impl Ftl {
         }
         let st = self.lane_mut(lane);
         let zone = st.zone.expect("lane zone");
-        let room = data_cap - st.allocated_blocks;
-        let n = wanted.min(room);
+        let n = wanted.min(data_cap - st.allocated_blocks);
         Some((zone, n))
+    }
+
+    /// Blocks the open lanes' zones can still take: their unwritten tails.
+    pub(super) fn open_tails_blocks(&self) -> u64 {
+        let data_cap = self.data_cap();
+        self.lanes
+            .iter()
+            .filter(|l| l.zone.is_some())
+            .map(|l| data_cap - l.allocated_blocks)
+            .sum()
     }
 
     /// Whether one more data zone may be open on the device. Its open and

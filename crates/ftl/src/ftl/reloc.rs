@@ -167,14 +167,7 @@ impl Ftl {
     /// writes than host writes on the guest bench's shape, and up to twice
     /// as many once a second lane was open.
     fn spare_blocks(&self) -> u64 {
-        let data_cap = self.data_cap();
-        let tails: u64 = self
-            .lanes
-            .iter()
-            .filter(|l| l.zone.is_some())
-            .map(|l| data_cap - l.allocated_blocks)
-            .sum();
-        u64::from(self.zones.free_count()) * data_cap + tails
+        u64::from(self.zones.free_count()) * self.data_cap() + self.open_tails_blocks()
     }
 
     /// GC runs once the spare blocks fall below `gc_start_free_zones` zones
