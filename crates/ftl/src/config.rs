@@ -56,7 +56,10 @@ pub struct FtlConfig {
     pub max_inflight_commands: u32,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
-    /// blocks) falls below this many zones. A collection keeps pace with
+    /// blocks) falls below this many zones, or below 1/32 of the blocks
+    /// that hold no live data if that is more (on a device of many small
+    /// zones two zones are too thin a cushion; see `GC_START_ROOM_SHARE` in
+    /// `ftl/reloc.rs`). A collection keeps pace with
     /// the host's appends (moving `valid / (capacity - valid)` blocks per
     /// host block, a quarter more) and runs flat out once the free zones are
     /// down to the reserve; with two, a paced collection mostly ends before
