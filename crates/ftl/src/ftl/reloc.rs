@@ -81,7 +81,7 @@ const WL_EVERY_GC_JOBS: u32 = 4;
 /// the cushion, so each lane that filled took a free zone the reserve
 /// needed. On `zftl serve --memory-mib 1024` (377 data zones of 1024
 /// blocks, 122 zones' worth without live data) with 4 KiB random writes
-/// the free zones were down to the reserve in 12 % of the simulator's
+/// the free zones were down to the reserve in 12–13 % of the simulator's
 /// turns, GC then ran flat out on the thread that answers requests, and
 /// fio's random writes ran about 7 % slower than with this share (3.8
 /// zones there) in three of four head-to-head runs (docs/bench-nbd.md).
