@@ -19,8 +19,9 @@
 //!   buffer per command as the FTL hands them over: the backend's cost
 //!   without the FTL's;
 //! * `zftl_seq128k`, `zftl_randwrite4k`: the FTL through its driver loop,
-//!   `--depth` host requests in flight (made, and their data CRCs taken,
-//!   on a caller thread where there is a second CPU: `--caller-threads`),
+//!   `--depth` host requests in flight (made on a caller thread where
+//!   there is a second CPU, `--caller-threads`, which takes their data
+//!   CRCs while the core's thread has work queued, as `zftl::Handle` does),
 //!   sequential 128 KiB writes, then
 //!   4 KiB writes at uniformly random addresses of the whole logical space.
 //!   Each ends with a flush inside its timed window: only data on the
@@ -94,9 +95,10 @@ pub struct ZnsArgs {
     /// `cpu_costs` in the report.
     #[arg(long)]
     pub cpu_costs: bool,
-    /// Threads that make zftl's writes and take their data CRCs
-    /// (`Request::WriteSummed`) beside the thread that runs the core, as
-    /// the connection tasks of `zftl serve --device` do: 0 or 1. Default:
+    /// Threads that make zftl's writes beside the thread that runs the
+    /// core, as the connection tasks of `zftl serve --device` do, and take
+    /// their data CRCs (`Request::WriteSummed`) while the core's thread has
+    /// work queued (`zftl::handle::CALLER_SUMS_FROM_QUEUED`): 0 or 1. Default:
     /// 1 if this machine has more than one CPU, else 0 (on one CPU the
     /// hand-over only adds thread switches).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -259,6 +261,10 @@ pub struct JobReport {
     /// buffer their bytes were in (`zftl_zns::WriteBuffers`).
     pub device_writes_vectored_fraction: Option<f64>,
     pub device_writes_copied_fraction: Option<f64>,
+    /// zftl jobs with a caller thread: the share of writes whose data CRCs
+    /// it took; the core's thread took the others' (`zftl::Handle`'s rule,
+    /// `CALLER_SUMS_FROM_QUEUED`).
+    pub caller_summed_fraction: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -378,8 +384,12 @@ pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
+    use std::cell::Cell;
     use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     use std::time::Duration;
+    use zftl::handle::CALLER_SUMS_FROM_QUEUED;
 
     use zftl_core::backend::{
         Command as DevCommand, Completion, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
@@ -457,6 +467,8 @@ mod imp {
         minor_faults: f64,
         /// Voluntary context switches (waits) of zftl's process; 0 for fio.
         waits: f64,
+        /// zftl writes whose CRCs a caller thread took (`caller_threads`).
+        caller_summed: u64,
     }
 
     /// USER_HZ, the unit of /proc/<pid>/stat times (100 on every Linux ABI).
@@ -746,6 +758,17 @@ mod imp {
                         .then(|| wa.iter().map(|&(h, m)| per_block(h, m)).collect()),
                     device_writes_vectored_fraction: share(writes, writes.vectored),
                     device_writes_copied_fraction: share(writes, writes.copied),
+                    caller_summed_fraction: (matches!(job, Job::FtlSeq128k | Job::FtlRand4k)
+                        && b.caller_threads > 0)
+                        .then(|| {
+                            round(
+                                ratio(
+                                    r.iter().map(|x| x.caller_summed as f64).sum(),
+                                    r.iter().map(|x| x.ops as f64).sum(),
+                                ),
+                                3,
+                            )
+                        }),
                 }
             })
             .collect();
@@ -966,6 +989,7 @@ mod imp {
                 sys_secs: 0.0,
                 minor_faults: 0.0,
                 waits: 0.0,
+                caller_summed: 0,
             })
         }
 
@@ -974,29 +998,47 @@ mod imp {
         /// This thread runs the core, as the driver thread of `zftl serve
         /// --device` does; with `--caller-threads 1` a second thread makes
         /// each write's buffer and takes its data CRCs
-        /// (`Request::WriteSummed`), as the server's connection tasks do.
+        /// (`Request::WriteSummed`) by `zftl::Handle`'s rule, as the
+        /// server's connection tasks do.
         fn ftl_job(&mut self, pattern: Pattern, block_count: u32) -> Result<Rate, BenchError> {
             let depth = self.args.depth;
             let bs = self.drv.block_size();
             let data = vec![0x5a_u8; bs * block_count as usize];
             let slots = self.drv.logical_blocks() / u64::from(block_count);
             let t0 = Instant::now();
-            let done = std::thread::scope(|scope| -> Result<u64, BenchError> {
+            let (done, summed) = std::thread::scope(|scope| -> Result<(u64, u64), BenchError> {
                 let source = if self.caller_threads > 0 {
                     let (tx, rx) = std::sync::mpsc::sync_channel(depth);
                     let data = &data;
-                    scope.spawn(move || {
-                        while let Ok(blocks) = SummedBlocks::new(data.clone(), bs) {
-                            if tx.send(blocks).is_err() {
-                                break; // the job is over
+                    let queued = Arc::new(AtomicUsize::new(0));
+                    let waiting = Arc::clone(&queued);
+                    scope.spawn(move || loop {
+                        let buf = data.clone();
+                        // As `zftl::Handle` does: the CRCs go to the core's
+                        // thread while it is short of work.
+                        let write = if waiting.load(Ordering::Relaxed) >= CALLER_SUMS_FROM_QUEUED {
+                            match SummedBlocks::new(buf, bs) {
+                                Ok(blocks) => Made::Summed(blocks),
+                                Err(_) => break, // not whole blocks: cannot happen
                             }
+                        } else {
+                            Made::Plain(buf)
+                        };
+                        waiting.fetch_add(1, Ordering::Relaxed);
+                        if tx.send(write).is_err() {
+                            break; // the job is over
                         }
                     });
-                    Source::Caller(rx)
+                    Source::Caller {
+                        rx,
+                        queued,
+                        summed: Cell::new(0),
+                    }
                 } else {
                     Source::Inline(&data)
                 };
-                self.drive_writes(&source, pattern, block_count, slots, t0)
+                let done = self.drive_writes(&source, pattern, block_count, slots, t0)?;
+                Ok((done, source.summed()))
             })?;
             self.drv.flush()?;
             Ok(Rate {
@@ -1007,6 +1049,7 @@ mod imp {
                 sys_secs: 0.0,
                 minor_faults: 0.0,
                 waits: 0.0,
+                caller_summed: summed,
             })
         }
 
@@ -1061,11 +1104,33 @@ mod imp {
     enum Source<'a> {
         /// Made on the core's thread, which takes their CRCs.
         Inline(&'a [u8]),
-        /// Made, CRCs taken, on a caller thread.
-        Caller(std::sync::mpsc::Receiver<SummedBlocks>),
+        /// Made on a caller thread, which takes their CRCs while at least
+        /// `CALLER_SUMS_FROM_QUEUED` writes wait for the core's thread.
+        Caller {
+            rx: std::sync::mpsc::Receiver<Made>,
+            /// Writes sent and not received yet.
+            queued: Arc<AtomicUsize>,
+            /// Writes received with their CRCs taken.
+            summed: Cell<u64>,
+        },
+    }
+
+    /// A write the caller thread made.
+    enum Made {
+        Summed(SummedBlocks),
+        /// The core takes its CRCs.
+        Plain(Vec<u8>),
     }
 
     impl Source<'_> {
+        /// Writes handed over with their CRCs taken by the caller thread.
+        fn summed(&self) -> u64 {
+            match self {
+                Source::Inline(_) => 0,
+                Source::Caller { summed, .. } => summed.get(),
+            }
+        }
+
         /// The next write, to `lba`; `None` if the caller thread has none
         /// ready and `wait` is false.
         fn next(&self, lba: u64, wait: bool) -> Option<Request> {
@@ -1075,16 +1140,27 @@ mod imp {
                     data: data.to_vec(),
                     fua: false,
                 }),
-                Source::Caller(rx) => {
-                    let blocks = if wait {
+                Source::Caller { rx, queued, summed } => {
+                    let made = if wait {
                         rx.recv().ok()
                     } else {
                         rx.try_recv().ok()
                     }?;
-                    Some(Request::WriteSummed {
-                        lba,
-                        blocks,
-                        fua: false,
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    Some(match made {
+                        Made::Summed(blocks) => {
+                            summed.set(summed.get() + 1);
+                            Request::WriteSummed {
+                                lba,
+                                blocks,
+                                fua: false,
+                            }
+                        }
+                        Made::Plain(data) => Request::Write {
+                            lba,
+                            data,
+                            fua: false,
+                        },
                     })
                 }
             }
@@ -1135,6 +1211,7 @@ mod imp {
             sys_secs: 0.0,
             minor_faults: 0.0,
             waits: 0.0,
+            caller_summed: 0,
         })
     }
 }
