@@ -309,7 +309,8 @@ impl<B: Send + 'static> Handle<B> {
 
     /// Sends any [`Request`] and waits for its reply (the escape hatch for
     /// owned buffers: a `Request::Write` is not copied again). A write's
-    /// data CRCs are taken here, on the calling thread (see the module docs).
+    /// data CRCs are taken here, on the calling thread, unless the driver
+    /// thread is short of work (see the module docs).
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         let request = self.link.sum_on_caller(request)?;
         let (answer, reply) = oneshot::channel();
@@ -506,7 +507,8 @@ impl<B: Send + 'static> AsyncHandle<B> {
     }
 
     /// Sends any [`Request`] and awaits its reply. A write's data CRCs are
-    /// taken here, on the calling task (see the module docs).
+    /// taken here, on the calling task, unless the driver thread is short
+    /// of work (see the module docs).
     pub async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         let request = self.link.sum_on_caller(request)?;
         let (answer, reply) = oneshot::channel();
