@@ -26,8 +26,8 @@
 //! waiting, and the caller can make its next request sooner. So the CRCs
 //! go to whichever side has CPU to spare: in `zftl bench zns`'s guest (one
 //! caller thread beside the core's, two vCPUs) the caller took those of
-//! 65–69 % of the 128 KiB writes, and zftl ran 3198–3627 of them a second
-//! against 2438–2759 when the caller took them all (`docs/zns.md`).
+//! 64.5–69 % of the 128 KiB writes, and zftl ran 3198–3823 of them a
+//! second against 2438–2759 when the caller took them all (`docs/zns.md`).
 //!
 //! # Bounded queues
 //!
