@@ -93,6 +93,13 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
 /// queued while it sums one write.
 pub const CALLER_SUMS_FROM_QUEUED: usize = 4;
 
+/// Whether a caller takes a write's data CRCs itself while `queued`
+/// messages wait for the driver thread (see the module docs). Callers
+/// that drive a `Driver` themselves, as `zftl bench zns` does, use it too.
+pub fn caller_sums(queued: usize) -> bool {
+    queued >= CALLER_SUMS_FROM_QUEUED
+}
+
 /// Messages taken off the channel per loop turn, so a busy channel cannot
 /// starve the device.
 const INTAKE_BATCH: usize = 64;
@@ -156,7 +163,7 @@ impl<B> Link<B> {
     /// short of work; other requests as they are.
     fn sum_on_caller(&self, request: Request) -> Result<Request, IoError> {
         Ok(match request {
-            Request::Write { lba, data, fua } if self.queued() >= CALLER_SUMS_FROM_QUEUED => {
+            Request::Write { lba, data, fua } if caller_sums(self.queued()) => {
                 Request::WriteSummed {
                     lba,
                     blocks: SummedBlocks::new(data, self.shared.block_size)?,

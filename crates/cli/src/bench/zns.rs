@@ -389,7 +389,7 @@ mod imp {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
-    use zftl::handle::CALLER_SUMS_FROM_QUEUED;
+    use zftl::handle::caller_sums;
 
     use zftl_core::backend::{
         Command as DevCommand, Completion, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
@@ -1016,7 +1016,7 @@ mod imp {
                         let buf = data.clone();
                         // As `zftl::Handle` does: the CRCs go to the core's
                         // thread while it is short of work.
-                        let write = if waiting.load(Ordering::Relaxed) >= CALLER_SUMS_FROM_QUEUED {
+                        let write = if caller_sums(waiting.load(Ordering::Relaxed)) {
                             match SummedBlocks::new(buf, bs) {
                                 Ok(blocks) => Made::Summed(blocks),
                                 Err(_) => break, // not whole blocks: cannot happen
