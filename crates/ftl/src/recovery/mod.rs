@@ -1,0 +1,404 @@
+//! Format and mount, as lists of named steps (DESIGN.md §7.6).
+//!
+//! Both run synchronously over a [`Backend`] through [`BackendExt`]: they
+//! happen once, before the driver loop exists, and touch the device in a
+//! fixed order that docs/format.md analyses step by step. Neither writes
+//! anything until its in-memory result is complete; both end by writing a
+//! checkpoint through the normal FTL path, so a cut during that leaves the
+//! previous superblock and checkpoint in charge.
+//!
+//! The module is split by step: `log_reader` walks the metadata log
+//! (checkpoint and roll-forward), `tags` scans data zones for OOB tags,
+//! `replay` applies notes and tags in seq order to the mapping state, and
+//! `zones` rebuilds the zone table from the checkpoint, the replay and the
+//! device's zone report.
+
+mod log_reader;
+mod replay;
+mod tags;
+mod zones;
+
+use log_reader::read_one;
+pub(crate) use log_reader::LogReader;
+use replay::{reset_seqs, Event, Rebuild};
+use tags::scan_tags;
+
+use crate::addr::{physical_blocks, Seq};
+use crate::backend::{
+    again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState,
+};
+use crate::checkpoint::{ZoneKind as RecordKind, ZoneRecord as CkptZone};
+use crate::codec::FormatError;
+use crate::config::{FormatOptions, FtlConfig, TagPlacement};
+use crate::driver::Driver;
+use crate::error::MountError;
+use crate::ftl::{Ftl, Parts};
+use crate::l2p::{EntryFormat, L2p};
+use crate::layout::{Layout, SUPER_ZONES};
+use crate::log::MetaLog;
+use crate::p2l::P2l;
+use crate::superblock::{uuid_from_seed, Superblock, TagMode};
+use crate::tag::TAG_BYTES;
+use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
+
+fn dev(step: &'static str) -> impl Fn(DeviceError) -> MountError {
+    move |source| MountError::Device { step, source }
+}
+
+fn fmt_err(step: &'static str) -> impl Fn(FormatError) -> MountError {
+    move |source| MountError::Format { step, source }
+}
+
+fn checkpoint_failed(step: &'static str) -> impl Fn(crate::error::IoError) -> MountError {
+    move |e| match e {
+        crate::error::IoError::DeviceGone => MountError::Device {
+            step,
+            source: DeviceError::DeviceGone,
+        },
+        other => MountError::Device {
+            step,
+            source: DeviceError::HostIo {
+                op: step,
+                kind: std::io::ErrorKind::Other,
+                message: other.to_string(),
+            },
+        },
+    }
+}
+
+/// Blocks the largest log/metadata write may carry.
+fn max_write_blocks(g: &Geometry) -> usize {
+    g.max_transfer_blocks.min(64) as usize
+}
+
+// ----- format ---------------------------------------------------------------
+
+impl<B: Backend> Driver<B> {
+    /// Formats `backend` and mounts the empty volume.
+    ///
+    /// Steps: plan the layout → reset every zone (offline ones retired) →
+    /// build the empty state → write checkpoint and superblocks.
+    pub fn format(
+        mut backend: B,
+        options: &FormatOptions,
+        config: FtlConfig,
+    ) -> Result<Driver<B>, MountError> {
+        let geometry = backend.geometry().clone();
+        let tag_mode = match options.tag_placement {
+            TagPlacement::Auto if geometry.oob_size_bytes as usize >= TAG_BYTES => TagMode::Oob,
+            _ => TagMode::InBand,
+        };
+        let layout = Layout::plan(
+            &geometry,
+            options.logical_blocks,
+            options.gc_reserve_zones,
+            tag_mode == TagMode::InBand,
+        )?;
+        let zones = reset_all_zones(&mut backend, &geometry, &layout)?;
+        let physical = physical_blocks(&geometry).expect("checked by plan");
+        let ring: Vec<ZoneId> = layout.meta_zones().collect();
+        let log = MetaLog::new(
+            ring.clone(),
+            0,
+            0,
+            geometry.zone_capacity_blocks,
+            geometry.block_size_bytes as usize,
+            max_write_blocks(&geometry),
+            1,
+            vec![None; ring.len()],
+            0,
+        );
+        let parts = Parts {
+            l2p: L2p::with_format(
+                layout.logical_blocks,
+                EntryFormat::for_device(physical, tag_mode == TagMode::InBand),
+            ),
+            p2l: P2l::new(physical),
+            uuid: uuid_from_seed(options.seed),
+            zones,
+            next_seq: 1,
+            epoch: 0,
+            log,
+            super_generation: 0,
+            super_wp_blocks: [0, 0],
+            super_dead: [false, false],
+            gc_reserve_zones: options.gc_reserve_zones,
+            geometry,
+            config,
+            layout,
+            tag_mode,
+        };
+        let mut driver = Driver::new(backend, Ftl::from_parts(parts));
+        driver
+            .checkpoint()
+            .map_err(checkpoint_failed("format: first checkpoint"))?;
+        Ok(driver)
+    }
+}
+
+/// Resets every zone; superblock and metadata zones must work, failing data
+/// zones are retired.
+fn reset_all_zones<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    layout: &Layout,
+) -> Result<ZoneTable, MountError> {
+    let mut zones = ZoneTable::new(g.zone_count, g.zone_capacity_blocks);
+    for z in 0..g.zone_count {
+        let info =
+            again_after_abort(|| backend.zone_info(z)).map_err(dev("format: zone report"))?;
+        let why_unusable = match info.state {
+            ZoneState::Offline | ZoneState::ReadOnly => Some(format!("is {:?}", info.state)),
+            ZoneState::Empty => None,
+            _ => again_after_abort(|| backend.reset_zone(z))
+                .err()
+                .map(|e| format!("could not be reset ({e})")),
+        };
+        let usable = why_unusable.is_none();
+        let fixed = SUPER_ZONES.contains(&z) || layout.is_meta(z);
+        if let Some(why) = why_unusable.filter(|_| fixed) {
+            return Err(MountError::Unsupported(format!(
+                "zone {z} {why}; zftl keeps its superblock and metadata log in zones 0..{}",
+                layout.first_data_zone()
+            )));
+        }
+        if !usable {
+            zones.retire(z);
+        } else if SUPER_ZONES.contains(&z) {
+            zones.claim(z, ZoneKind::Superblock);
+        } else if layout.is_meta(z) {
+            zones.claim(z, ZoneKind::Meta);
+        }
+    }
+    Ok(zones)
+}
+
+// ----- mount ----------------------------------------------------------------
+
+impl<B: Backend> Driver<B> {
+    /// Mounts a formatted device after a clean shutdown or a power cut.
+    ///
+    /// Steps: [`recover_state`] (read-only) → finish half-written zones →
+    /// write a checkpoint.
+    pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
+        let r = recover_state(&mut backend)?;
+        for &z in &r.finish {
+            again_after_abort(|| backend.finish_zone(z))
+                .map_err(dev("mount: finishing a half-written zone"))?;
+        }
+        let Recovered {
+            geometry,
+            superblock: sb,
+            layout,
+            epoch,
+            l2p,
+            p2l,
+            zones,
+            next_seq,
+            log,
+            reports,
+            ..
+        } = r;
+        let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
+        let in_band = sb.tag_mode == TagMode::InBand;
+        let config_reserve = reserve_from_layout(&geometry, &layout, in_band);
+        let parts = Parts {
+            p2l,
+            l2p,
+            zones,
+            next_seq,
+            epoch,
+            log,
+            super_generation: sb.generation,
+            super_wp_blocks: [
+                reports[0].write_pointer_blocks,
+                reports[1].write_pointer_blocks,
+            ],
+            super_dead: [0, 1]
+                .map(|i| matches!(reports[i].state, ZoneState::ReadOnly | ZoneState::Offline)),
+            gc_reserve_zones: config_reserve,
+            uuid: sb.uuid,
+            tag_mode: sb.tag_mode,
+            geometry,
+            config,
+            layout,
+        };
+        let mut driver = Driver::new(backend, Ftl::from_parts(parts));
+        driver
+            .checkpoint()
+            .map_err(checkpoint_failed("mount: recovery checkpoint"))?;
+        Ok(driver)
+    }
+}
+
+/// Everything recovery learns from a device without writing to it: the
+/// state a mount continues from, and what `zftl check` verifies.
+pub struct Recovered {
+    pub geometry: Geometry,
+    pub superblock: Superblock,
+    pub layout: Layout,
+    pub epoch: crate::addr::Epoch,
+    pub l2p: L2p,
+    pub p2l: P2l,
+    pub zones: ZoneTable,
+    pub next_seq: Seq,
+    /// Half-written data zones mount will finish.
+    pub finish: Vec<ZoneId>,
+    /// Notes rolled forward after the checkpoint.
+    pub notes_replayed: usize,
+    /// Tags (OOB mode) replayed from data zones written since the checkpoint.
+    pub tags_replayed: usize,
+    log: LogReader,
+    reports: Vec<crate::backend::ZoneInfo>,
+}
+
+impl Recovered {
+    /// Log blocks roll-forward read from the checkpoint's chunk 0 on (the
+    /// checkpoint's chunks included), and where it found no next one.
+    pub fn log_walked(&self) -> (u64, Option<(ZoneId, u64)>) {
+        let read = self.log.next_log_seq - self.superblock.checkpoint_log_seq;
+        (read, self.log.here())
+    }
+}
+
+/// Mount steps 1–6, read-only: newest superblock → checkpoint → roll the
+/// log forward → (OOB) scan data zones written since → replay in seq order
+/// → rebuild zones and reverse map.
+pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountError> {
+    let geometry = backend.geometry().clone();
+    let sb = read_superblock(backend, &geometry)?;
+    let layout = Layout {
+        meta_first_zone: sb.meta_first_zone,
+        meta_zone_count: sb.meta_zone_count,
+        logical_blocks: sb.logical_blocks,
+    };
+    let mut log = LogReader::new(
+        &geometry,
+        &layout,
+        sb.checkpoint_zone,
+        sb.checkpoint_offset_blocks,
+    );
+    let image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
+    let notes = log.roll_forward(backend)?;
+    let reports = report_zones(backend, &geometry)?;
+    let notes_replayed = notes.len();
+    let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
+    let resets = reset_seqs(&events);
+    if sb.tag_mode == TagMode::Oob {
+        events.extend(scan_tags(
+            backend, &geometry, &layout, &image, &reports, &resets,
+        )?);
+    }
+    let mut state = Rebuild::from_image(&geometry, &sb, &image, resets.keys().copied())?;
+    let tags_replayed = events.len() - notes_replayed;
+    events.sort_by_key(Event::seq);
+    state.replay(&events, &geometry)?;
+    let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
+    Ok(Recovered {
+        superblock: sb,
+        layout,
+        epoch: image.epoch,
+        l2p: state.l2p,
+        p2l: state.p2l,
+        zones,
+        next_seq: state.next_seq,
+        finish,
+        notes_replayed,
+        tags_replayed,
+        log,
+        reports,
+        geometry,
+    })
+}
+
+/// The GC reserve is not stored; it is recomputed from the logical size:
+/// the data zones left once the logical space and the open lanes have
+/// theirs, at most the format default, at least 1. So the space a mounted
+/// volume may map (data zones less reserve and lanes) still holds its
+/// logical size whenever format could give it that.
+fn reserve_from_layout(g: &Geometry, layout: &Layout, in_band: bool) -> u32 {
+    let data_zones = u64::from(g.zone_count - layout.first_data_zone());
+    let data_cap = crate::layout::data_blocks_per_zone(g, in_band);
+    let used = layout.logical_blocks.div_ceil(data_cap) + u64::from(crate::layout::OPEN_DATA_LANES);
+    let spare = data_zones.saturating_sub(used);
+    (spare.min(u64::from(FormatOptions::default().gc_reserve_zones)) as u32).max(1)
+}
+
+fn report_zones<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+) -> Result<Vec<crate::backend::ZoneInfo>, MountError> {
+    (0..g.zone_count)
+        .map(|z| again_after_abort(|| backend.zone_info(z)).map_err(dev("mount: zone report")))
+        .collect()
+}
+
+/// Step 1: the valid superblock record with the highest generation.
+fn read_superblock<B: Backend>(backend: &mut B, g: &Geometry) -> Result<Superblock, MountError> {
+    let mut best: Option<Superblock> = None;
+    let mut first_error: Option<FormatError> = None;
+    for z in SUPER_ZONES {
+        let info = again_after_abort(|| backend.zone_info(z))
+            .map_err(dev("mount: superblock zone report"))?;
+        for off in 0..info.write_pointer_blocks {
+            // A torn record: the other copy or an older record serves.
+            let Some((block, _)) = read_one(backend, z, off, "mount: reading superblocks")? else {
+                continue;
+            };
+            match Superblock::decode(&block) {
+                Ok(sb) if best.as_ref().is_none_or(|b| sb.generation > b.generation) => {
+                    best = Some(sb)
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    let sb = best.ok_or_else(|| {
+        MountError::NotFormatted(match first_error {
+            Some(e) => format!("zones 0 and 1 hold no valid superblock ({e})"),
+            None => "zones 0 and 1 are empty".into(),
+        })
+    })?;
+    sb.validate_against(g)
+        .map_err(fmt_err("mount: superblock vs device geometry"))?;
+    Ok(sb)
+}
+
+/// The zone module's ZoneUse as the checkpoint's state byte.
+pub(crate) fn zone_use_code(u: ZoneUse) -> u8 {
+    match u {
+        ZoneUse::Empty => 0,
+        ZoneUse::Open => 1,
+        ZoneUse::Full => 2,
+    }
+}
+
+/// A zone-table record as the checkpoint stores it.
+pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
+    let kind = match r.kind {
+        ZoneKind::Free => RecordKind::Free,
+        ZoneKind::Superblock => RecordKind::Superblock,
+        ZoneKind::Meta
+        | ZoneKind::Data {
+            stream: Stream::Meta,
+        } => RecordKind::Meta,
+        // The checkpoint does not tell hot from cold host zones: after a
+        // mount every host zone is simply a full data zone.
+        ZoneKind::Data {
+            stream: Stream::Host | Stream::HostCold,
+        } => RecordKind::DataHost,
+        ZoneKind::Data { stream: Stream::Gc } => RecordKind::DataGc,
+        ZoneKind::Retired => RecordKind::Retired,
+    };
+    CkptZone {
+        kind,
+        state: zone_use_code(r.state),
+        erase_count: r.erase_count,
+        write_pointer_blocks: r.write_pointer_blocks,
+        last_write_seq: r.last_write_seq,
+        valid_blocks,
+    }
+}

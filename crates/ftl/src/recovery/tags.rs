@@ -1,0 +1,117 @@
+//! Mount step 4 (OOB tags): the tags of host blocks written since the
+//! checkpoint, read from the data zones that may hold them.
+
+use super::log_reader::read_one;
+use super::replay::Event;
+use super::{zone_use_code, RecordKind};
+use crate::addr::{Ppa, Seq};
+use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState};
+use crate::checkpoint::CheckpointImage;
+use crate::error::MountError;
+use crate::layout::Layout;
+use crate::tag::{Tag, TagKind, TAG_BYTES};
+use crate::zone::ZoneUse;
+use std::collections::HashMap;
+
+/// Step 4 (OOB mode): tags of host blocks written since the checkpoint, in
+/// zones that were open or empty then, or reset after it.
+pub(super) fn scan_tags<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    layout: &Layout,
+    image: &CheckpointImage,
+    reports: &[crate::backend::ZoneInfo],
+    resets: &HashMap<ZoneId, Seq>,
+) -> Result<Vec<Event>, MountError> {
+    let mut events = Vec::new();
+    for z in layout.first_data_zone()..g.zone_count {
+        let rec = &image.zones[z as usize];
+        let report = &reports[z as usize];
+        let was_full = rec.state == zone_use_code(ZoneUse::Full) && rec.kind != RecordKind::Free;
+        if report.write_pointer_blocks == 0
+            || report.state == ZoneState::Offline
+            || (was_full && !resets.contains_key(&z))
+        {
+            continue;
+        }
+        let min_seq = resets
+            .get(&z)
+            .map_or(image.next_seq, |&r| r.max(image.next_seq));
+        scan_zone(
+            backend,
+            g,
+            z,
+            report.write_pointer_blocks,
+            min_seq,
+            &mut events,
+        )?;
+    }
+    Ok(events)
+}
+
+fn scan_zone<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    zone: ZoneId,
+    wp: u64,
+    min_seq: Seq,
+    out: &mut Vec<Event>,
+) -> Result<(), MountError> {
+    let chunk = u64::from(g.max_transfer_blocks);
+    let mut off = 0;
+    while off < wp {
+        let n = chunk.min(wp - off);
+        match backend.read_blocks(zone, off, n as u32) {
+            Ok((data, oob)) => collect_tags(g, zone, off, &data, &oob, min_seq, out),
+            // A torn block fails the whole read, an aborted one may have
+            // failed for the host: retry block by block.
+            Err(DeviceError::UncorrectableRead { .. } | DeviceError::HostIo { .. }) => {
+                for o in off..off + n {
+                    if let Some((data, oob)) = read_one(backend, zone, o, "mount: scanning tags")? {
+                        collect_tags(g, zone, o, &data, &oob, min_seq, out);
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(MountError::Device {
+                    step: "mount: scanning tags",
+                    source: e,
+                })
+            }
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+fn collect_tags(
+    g: &Geometry,
+    zone: ZoneId,
+    first: u64,
+    data: &[u8],
+    oob: &[u8],
+    min_seq: Seq,
+    out: &mut Vec<Event>,
+) {
+    let bs = g.block_size_bytes as usize;
+    let ob = g.oob_size_bytes as usize;
+    for i in 0..data.len() / bs {
+        let Ok(Some(tag)) = Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) else {
+            continue;
+        };
+        let block = &data[i * bs..(i + 1) * bs];
+        if tag.kind != TagKind::HostData
+            || tag.seq < min_seq
+            || crate::tag::data_crc(block) != tag.data_crc
+        {
+            continue;
+        }
+        let ppa = Ppa::new(zone, first + i as u64, g.zone_capacity_blocks);
+        out.push(Event::Tag {
+            seq: tag.seq,
+            lba: tag.lba,
+            ppa,
+            crc: tag.data_crc,
+        });
+    }
+}
