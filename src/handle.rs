@@ -78,10 +78,11 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
+use zftl_core::range;
 use zftl_core::tag::SummedBlocks;
 use zftl_core::{
-    Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MountError, ReplyData,
-    Request,
+    Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
+    MountError, RangeOp, ReplyData, Request,
 };
 
 /// Requests the channel to the driver thread holds before callers wait.
@@ -371,6 +372,49 @@ impl<B: Send + 'static> Handle<B> {
         self.call(Request::Flush).map(drop)
     }
 
+    /// Applies a vector of range operations as one atomic unit; returns
+    /// once it is durable (see [`zftl_core::range`]).
+    pub fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        self.call(Request::Range { ops }).map(drop)
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range names what its `src`
+    /// names, without copying data; one atomic, durable vector.
+    pub fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::clones(ranges))
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range takes what its `src`
+    /// named and `src` reads as zeros; one atomic, durable vector.
+    pub fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::moves(ranges))
+    }
+
+    /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
+    pub fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::deletes(ranges))
+    }
+
+    /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
+    pub fn merge(
+        &self,
+        sources: &[Lba],
+        dst: Lba,
+        block_count: u64,
+        policy: MergePolicy,
+    ) -> Result<(), IoError> {
+        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
+    }
+
+    /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
+    pub fn set_attribute(
+        &self,
+        ranges: &[(Lba, u64)],
+        attribute: Attribute,
+    ) -> Result<(), IoError> {
+        self.range_ops(range::attributes(ranges, attribute))
+    }
+
     /// The core's statistics, taken on the driver thread. Still answers
     /// after the device is gone; `DeviceGone` once the handle is closed.
     pub fn stats(&self) -> Result<FtlStats, IoError> {
@@ -573,6 +617,47 @@ impl<B: Send + 'static> AsyncHandle<B> {
     /// See [`Handle::flush`].
     pub async fn flush(&self) -> Result<(), IoError> {
         self.call(Request::Flush).await.map(drop)
+    }
+
+    /// See [`Handle::range_ops`].
+    pub async fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        self.call(Request::Range { ops }).await.map(drop)
+    }
+
+    /// See [`Handle::clone_ranges`].
+    pub async fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::clones(ranges)).await
+    }
+
+    /// See [`Handle::move_ranges`].
+    pub async fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::moves(ranges)).await
+    }
+
+    /// See [`Handle::delete_ranges`].
+    pub async fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::deletes(ranges)).await
+    }
+
+    /// See [`Handle::merge`].
+    pub async fn merge(
+        &self,
+        sources: &[Lba],
+        dst: Lba,
+        block_count: u64,
+        policy: MergePolicy,
+    ) -> Result<(), IoError> {
+        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
+            .await
+    }
+
+    /// See [`Handle::set_attribute`].
+    pub async fn set_attribute(
+        &self,
+        ranges: &[(Lba, u64)],
+        attribute: Attribute,
+    ) -> Result<(), IoError> {
+        self.range_ops(range::attributes(ranges, attribute)).await
     }
 
     /// See [`Handle::stats`].
@@ -1030,6 +1115,48 @@ impl<B: Backend> InlineHandle<B> {
     /// Runs any [`Request`] to its reply on the calling thread.
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         self.lock().ok_or(IoError::DeviceGone)?.call(request)
+    }
+
+    /// See [`Handle::range_ops`].
+    pub fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        self.call(Request::Range { ops }).map(drop)
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range names what its `src`
+    /// names, without copying data; one atomic, durable vector.
+    pub fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::clones(ranges))
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range takes what its `src`
+    /// named and `src` reads as zeros; one atomic, durable vector.
+    pub fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::moves(ranges))
+    }
+
+    /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
+    pub fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::deletes(ranges))
+    }
+
+    /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
+    pub fn merge(
+        &self,
+        sources: &[Lba],
+        dst: Lba,
+        block_count: u64,
+        policy: MergePolicy,
+    ) -> Result<(), IoError> {
+        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
+    }
+
+    /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
+    pub fn set_attribute(
+        &self,
+        ranges: &[(Lba, u64)],
+        attribute: Attribute,
+    ) -> Result<(), IoError> {
+        self.range_ops(range::attributes(ranges, attribute))
     }
 
     /// The core's statistics. Still answers after the device is gone;

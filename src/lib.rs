@@ -43,6 +43,7 @@
 
 pub mod data_crc;
 pub mod handle;
+pub mod transaction;
 
 pub use handle::{AsyncHandle, Handle, InlineHandle};
 pub use zftl_core as core;

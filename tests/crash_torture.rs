@@ -100,6 +100,23 @@ fn crash_torture_with_other_settings() {
     }
 }
 
+/// Range-operation vectors (clone, move, delete, merge, attributes) mixed
+/// into the random operations: cuts land inside vectors, inside GC of
+/// shared blocks and inside checkpoints; OOB and in-band tags alternate.
+#[test]
+fn crash_torture_with_range_ops() {
+    let run = |seed: u64| {
+        let mut rig = Rig::new(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
+        rig.ranges = true;
+        rig.cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_range_ops", 1000, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+    }
+}
+
 #[test]
 fn crash_torture() {
     let (seeds, total) = common::run_seeds("crash_torture", 1000, run_seed);

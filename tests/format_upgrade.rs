@@ -42,7 +42,7 @@ fn images_dir() -> PathBuf {
 /// The contents block `lba` holds after `pass` (1 or 2) of the writes: a
 /// byte pattern that compresses well, or `None` for zeros.
 fn expected(lba: u64, pass: u32) -> Option<Vec<u8>> {
-    let written_in_2 = lba % 3 == 0;
+    let written_in_2 = lba.is_multiple_of(3);
     let trimmed_in_1 = (100..120).contains(&lba);
     let trimmed_in_2 = (200..210).contains(&lba);
     let version = match pass {
@@ -65,7 +65,9 @@ fn block(lba: u64, version: u32) -> Vec<u8> {
 
 fn check_contents(ftl: &mut Driver<SimDevice>, pass: u32, what: &str) {
     for lba in 0..BLOCKS_WRITTEN {
-        let got = ftl.read(lba, 1).unwrap_or_else(|e| panic!("{what}: read {lba}: {e}"));
+        let got = ftl
+            .read(lba, 1)
+            .unwrap_or_else(|e| panic!("{what}: read {lba}: {e}"));
         let want = expected(lba, pass).unwrap_or_else(|| vec![0; 4096]);
         assert!(got == want, "{what}: block {lba} differs after pass {pass}");
     }
@@ -90,7 +92,7 @@ fn make_frozen_images() {
         ftl.trim(100, 20).unwrap();
         let dev = ftl.shutdown().unwrap();
         let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-        for lba in (0..BLOCKS_WRITTEN).filter(|l| l % 3 == 0) {
+        for lba in (0..BLOCKS_WRITTEN).filter(|l| l.is_multiple_of(3)) {
             ftl.write(lba, &block(lba, 2)).unwrap();
         }
         ftl.trim(200, 10).unwrap();
@@ -132,13 +134,24 @@ fn version_1_images_mount_read_and_upgrade() {
         drop(dev);
         let dev = SimDevice::open_file(&path, RuntimeOptions::default()).unwrap();
         let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-        assert_eq!(ftl.read(5, 1).unwrap(), block(5, 3), "{what}: after remount");
+        assert_eq!(
+            ftl.read(5, 1).unwrap(),
+            block(5, 3),
+            "{what}: after remount"
+        );
         ftl.write(6, &block(6, 3)).unwrap();
         ftl.flush().unwrap();
         let dev = ftl.into_backend();
         let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-        assert_eq!(ftl.read(6, 1).unwrap(), block(6, 3), "{what}: after a crash");
+        assert_eq!(
+            ftl.read(6, 1).unwrap(),
+            block(6, 3),
+            "{what}: after a crash"
+        );
         let mut dev = ftl.shutdown().unwrap();
-        assert!(zftl::core::check::check(&mut dev).is_clean(), "{what}: check");
+        assert!(
+            zftl::core::check::check(&mut dev).is_clean(),
+            "{what}: check"
+        );
     }
 }

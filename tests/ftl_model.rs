@@ -1,10 +1,14 @@
 //! Model-based property test: random write / FUA write / read / trim /
-//! write-zeroes / flush sequences against an in-memory model, with power cuts
-//! armed at random device commands and remounts (see tests/common). Every
-//! block flushed before a cut reads back exactly; any other block reads its
-//! old or one of its new contents and nothing else; trims persist; reads
-//! between cuts return exactly the last write. proptest shrinks a failure to
-//! a minimal op sequence and stores its seed in proptest-regressions/.
+//! write-zeroes / flush / range-operation vector sequences against an
+//! in-memory model, with power cuts armed at random device commands and
+//! remounts (see tests/common). Every block flushed before a cut reads back
+//! exactly; any other block reads its old or one of its new contents and
+//! nothing else; trims persist; reads between cuts return exactly the last
+//! write; an acknowledged vector (clone, move, delete, merge, attributes)
+//! survives a cut, one a cut interrupted shows whole or not at all;
+//! immutable blocks refuse changes; non-persistent blocks read zeros after a
+//! cut. proptest shrinks a failure to a minimal op sequence and stores its
+//! seed in proptest-regressions/.
 
 mod common;
 
@@ -21,6 +25,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (lba.clone(), blocks.clone()).prop_map(|(lba, blocks)| Op::Zeroes { lba, blocks }),
         8 => (lba, blocks).prop_map(|(lba, blocks)| Op::Read { lba, blocks }),
         6 => Just(Op::Flush),
+        6 => any::<u64>().prop_map(|seed| Op::Vector { seed }),
         2 => (1u64..600).prop_map(|after_commands| Op::Cut { after_commands }),
     ]
 }

@@ -9,9 +9,11 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use zftl::core::range::attr_bits;
 use zftl::core::{
-    Activity, Driver, FormatOptions, FtlConfig, IoError, MountError, Request, SummedBlocks,
-    TagPlacement,
+    Activity, Attribute, Driver, FormatOptions, FtlConfig, IoError, MergePolicy, MountError,
+    RangeOp, Request, SummedBlocks, TagPlacement,
 };
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice, Timing};
@@ -80,6 +82,23 @@ pub fn pattern(lba: u64, version: u32, bs: usize) -> Vec<u8> {
     stamp(b, lba, version)
 }
 
+/// The `(origin block, version)` a block holds — a clone or move makes a
+/// block hold another's data — or why it holds no version; version 0 is
+/// zeros (origin 0).
+pub fn decode_any(data: &[u8]) -> Result<(u64, u32), String> {
+    if data.iter().all(|&b| b == 0) {
+        return Ok((0, 0));
+    }
+    let origin = u64::from_le_bytes(data[..8].try_into().unwrap());
+    let version = u32::from_le_bytes(data[8..12].try_into().unwrap());
+    if version == 0 || data != pattern(origin, version, data.len()).as_slice() {
+        return Err(format!(
+            "block of origin {origin} version {version}: contents damaged"
+        ));
+    }
+    Ok((origin, version))
+}
+
 /// The version a block holds, or a description of why it is no version.
 pub fn decode(lba: u64, data: &[u8]) -> Result<u32, String> {
     if data.iter().all(|&b| b == 0) {
@@ -96,10 +115,32 @@ pub fn decode(lba: u64, data: &[u8]) -> Result<u32, String> {
     Ok(version)
 }
 
+/// What a version-0 block holds; versions are unique across blocks (the
+/// rig counts them globally), so a version names its data wherever it is.
 #[derive(Clone, Debug, Default)]
 pub struct Model {
     committed: Vec<u32>,
     pending: Vec<Vec<u32>>,
+    /// Range attributes per block (`attr_bits`).
+    attrs: Vec<u8>,
+}
+
+/// A range-operation vector a power cut interrupted: applied whole or not
+/// at all, which the mount after it shows.
+#[derive(Clone, Debug)]
+pub struct Uncertain {
+    /// Per block of its ranges: the versions it may hold if the vector
+    /// did not happen, and the version it holds if it did.
+    blocks: BTreeMap<u64, (Vec<u32>, u32)>,
+    attrs_before: Vec<u8>,
+    attrs_after: Vec<u8>,
+}
+
+/// Why a vector fails, as the model predicts it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    Immutable(u64),
+    Conflict(u64),
 }
 
 impl Model {
@@ -107,6 +148,155 @@ impl Model {
         Model {
             committed: vec![0; blocks as usize],
             pending: vec![Vec::new(); blocks as usize],
+            attrs: vec![0; blocks as usize],
+        }
+    }
+
+    pub fn immutable(&self, lba: u64, n: u64) -> Option<u64> {
+        (lba..lba + n).find(|&l| self.attrs[l as usize] & attr_bits::IMMUTABLE != 0)
+    }
+
+    /// The versions a block may hold after a crash.
+    fn may_hold(&self, lba: u64) -> Vec<u32> {
+        let i = lba as usize;
+        let mut v = vec![self.committed[i]];
+        v.extend(&self.pending[i]);
+        v
+    }
+
+    /// The vector's effect: `Err` when the FTL must refuse it, else each
+    /// block of its ranges with the version it holds after, and the
+    /// attributes after. Judged as the FTL does: immutable ranges in
+    /// operation order, then merge conflicts on the state before it.
+    pub fn vector(&self, ops: &[RangeOp]) -> Result<(BTreeMap<u64, u32>, Vec<u8>), Refusal> {
+        let mut attrs = self.attrs.clone();
+        for op in ops {
+            let guarded = match op {
+                RangeOp::SetAttribute { .. } => Vec::new(),
+                other => other.writes(),
+            };
+            for (lba, n) in guarded {
+                if let Some(at) =
+                    (lba..lba + n).find(|&l| attrs[l as usize] & attr_bits::IMMUTABLE != 0)
+                {
+                    return Err(Refusal::Immutable(at));
+                }
+            }
+            if let RangeOp::SetAttribute {
+                lba,
+                block_count,
+                attribute,
+            } = op
+            {
+                let (set, clear) = attribute.masks();
+                for a in &mut attrs[*lba as usize..(*lba + *block_count) as usize] {
+                    *a = (*a | set) & !clear;
+                }
+            }
+        }
+        let mut val: BTreeMap<u64, u32> = BTreeMap::new();
+        for (lba, n) in ops.iter().flat_map(|o| o.ranges()) {
+            for l in lba..lba + n {
+                val.insert(l, self.latest(l));
+            }
+        }
+        for op in ops {
+            if let RangeOp::Merge {
+                sources,
+                dst,
+                block_count,
+                policy: MergePolicy::FailOnConflict,
+            } = op
+            {
+                for k in 0..*block_count {
+                    if merge_pick(&val, sources, *dst, k, MergePolicy::FailOnConflict).is_err() {
+                        return Err(Refusal::Conflict(dst + k));
+                    }
+                }
+            }
+        }
+        for op in ops {
+            match op {
+                RangeOp::Clone {
+                    src,
+                    dst,
+                    block_count,
+                } => {
+                    for i in 0..*block_count {
+                        let v = val[&(src + i)];
+                        val.insert(dst + i, v);
+                    }
+                }
+                RangeOp::Move {
+                    src,
+                    dst,
+                    block_count,
+                } => {
+                    for i in 0..*block_count {
+                        let v = val[&(src + i)];
+                        val.insert(dst + i, v);
+                        val.insert(src + i, 0);
+                    }
+                }
+                RangeOp::Delete { lba, block_count } => {
+                    for l in *lba..lba + block_count {
+                        val.insert(l, 0);
+                    }
+                }
+                RangeOp::Merge {
+                    sources,
+                    dst,
+                    block_count,
+                    policy,
+                } => {
+                    for k in 0..*block_count {
+                        if let Ok(Some(v)) = merge_pick(&val, sources, *dst, k, *policy) {
+                            val.insert(dst + k, v);
+                        }
+                    }
+                }
+                RangeOp::SetAttribute { .. } => {}
+            }
+        }
+        Ok((val, attrs))
+    }
+
+    /// A vector acknowledged: durable, its blocks hold what it left.
+    pub fn apply_vector(&mut self, after: &BTreeMap<u64, u32>, attrs: Vec<u8>) {
+        for (&l, &v) in after {
+            self.durable(l, v);
+        }
+        self.attrs = attrs;
+    }
+
+    /// A vector cut short: what the mount must show of it.
+    pub fn uncertain(&self, after: &BTreeMap<u64, u32>, attrs: &[u8]) -> Uncertain {
+        Uncertain {
+            blocks: after
+                .iter()
+                .map(|(&l, &v)| (l, (self.may_hold(l), v)))
+                .collect(),
+            attrs_before: self.attrs.clone(),
+            attrs_after: attrs.to_vec(),
+        }
+    }
+
+    /// The attributes after a mount (the FTL's table, as read back).
+    pub fn set_attrs(&mut self, attrs: Vec<u8>) {
+        self.attrs = attrs;
+    }
+
+    pub fn attrs(&self) -> &[u8] {
+        &self.attrs
+    }
+
+    /// A crash empties the non-persistent blocks.
+    pub fn crash(&mut self) {
+        for i in 0..self.attrs.len() {
+            if self.attrs[i] & attr_bits::NON_PERSISTENT != 0 {
+                self.committed[i] = 0;
+                self.pending[i].clear();
+            }
         }
     }
     pub fn latest(&self, lba: u64) -> u32 {
@@ -146,6 +336,35 @@ impl Model {
     }
 }
 
+/// A merge's choice at offset `k` over versions `val` (as the FTL's
+/// `range::merge_choice` over physical blocks): `Ok(Some(v))` takes `v`.
+fn merge_pick(
+    val: &BTreeMap<u64, u32>,
+    sources: &[u64],
+    dst: u64,
+    k: u64,
+    policy: MergePolicy,
+) -> Result<Option<u32>, ()> {
+    let base = val[&(dst + k)];
+    let mut chosen: Option<u32> = None;
+    for s in sources {
+        let v = val[&(s + k)];
+        if v == base {
+            continue;
+        }
+        match chosen {
+            None => chosen = Some(v),
+            Some(seen) if seen == v => {}
+            Some(_) => match policy {
+                MergePolicy::FailOnConflict => return Err(()),
+                MergePolicy::FirstWins => {}
+                MergePolicy::LastWins => chosen = Some(v),
+            },
+        }
+    }
+    Ok(chosen)
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     Write {
@@ -171,6 +390,10 @@ pub enum Op {
     /// Arm a power cut after this many more device commands.
     Cut {
         after_commands: u64,
+    },
+    /// A vector of 1 to 3 range operations built from `seed`.
+    Vector {
+        seed: u64,
     },
 }
 
@@ -311,6 +534,10 @@ pub struct Rig {
     /// also during the mounts a cut interrupts
     /// (`Faults::controller_reset_per_million`).
     pub controller_reset_per_million: u32,
+    /// Random operations include range-operation vectors.
+    pub ranges: bool,
+    /// A vector a power cut interrupted, resolved by the next mount.
+    uncertain: Option<Uncertain>,
 }
 
 impl Rig {
@@ -348,6 +575,8 @@ impl Rig {
             remounts_after_failure: 0,
             read_errors_seen: 0,
             controller_reset_per_million: 0,
+            ranges: false,
+            uncertain: None,
         }
     }
 
@@ -373,7 +602,7 @@ impl Rig {
                     (l..l + u64::from(n)).contains(&t)
                 }
                 Op::Fua { lba } => lba % self.blocks == t,
-                Op::Flush | Op::Cut { .. } => true,
+                Op::Flush | Op::Cut { .. } | Op::Vector { .. } => true,
                 Op::Read { .. } => false,
             };
             if hit {
@@ -413,6 +642,11 @@ impl Rig {
         match op {
             Op::Write { lba, blocks } => {
                 let (lba, n) = self.clip(lba, blocks);
+                if let Some(at) = self.model.immutable(lba, u64::from(n)) {
+                    let data = vec![1u8; n as usize * bs];
+                    let result = self.ftl().write(lba, &data);
+                    return self.expect_immutable(result, at);
+                }
                 let mut data = Vec::with_capacity(n as usize * bs);
                 for l in lba..lba + u64::from(n) {
                     let v = self.version();
@@ -435,6 +669,10 @@ impl Rig {
             }
             Op::Fua { lba } => {
                 let lba = lba % self.blocks;
+                if self.model.immutable(lba, 1).is_some() {
+                    let result = self.ftl().write_fua(lba, &vec![1u8; bs]);
+                    return self.expect_immutable(result, lba);
+                }
                 let v = self.version();
                 self.model.write(lba, v);
                 match self.ftl().write_fua(lba, &pattern(lba, v, bs)) {
@@ -454,6 +692,14 @@ impl Rig {
             }
             Op::Trim { lba, blocks } | Op::Zeroes { lba, blocks } => {
                 let (lba, n) = self.clip(lba, blocks);
+                if let Some(at) = self.model.immutable(lba, u64::from(n)) {
+                    let result = if matches!(op, Op::Trim { .. }) {
+                        self.ftl().trim(lba, n)
+                    } else {
+                        self.ftl().write_zeroes(lba, n)
+                    };
+                    return self.expect_immutable(result, at);
+                }
                 for l in lba..lba + u64::from(n) {
                     self.model.write(l, 0);
                 }
@@ -479,7 +725,7 @@ impl Rig {
                 let failed = self.ftl().ftl().failure().is_some();
                 for (i, block) in data.chunks(bs).enumerate() {
                     let l = lba + i as u64;
-                    let got = decode(l, block).unwrap_or_else(|e| panic!("read: {e}"));
+                    let (_, got) = decode_any(block).unwrap_or_else(|e| panic!("read of {l}: {e}"));
                     if failed {
                         assert!(
                             self.model.allowed(l, got),
@@ -500,6 +746,7 @@ impl Rig {
                 self.model.flush();
                 Ok(())
             }
+            Op::Vector { seed } => self.run_vector(seed),
             Op::Cut { after_commands } => {
                 let seed = self.rng.next_u64();
                 let faults = Faults {
@@ -513,6 +760,119 @@ impl Rig {
                 self.armed = true;
                 Ok(())
             }
+        }
+    }
+
+    /// A write or trim of an immutable range: refused, nothing happened.
+    fn expect_immutable(&mut self, result: Result<(), IoError>, at: u64) -> Result<(), IoError> {
+        match result {
+            Err(IoError::Immutable { lba }) => {
+                assert_eq!(lba, at, "refused at another block");
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => panic!("a write to immutable block {at} was accepted"),
+        }
+    }
+
+    /// A random valid vector of 1 to 3 operations on small ranges.
+    pub fn random_vector(&self, seed: u64) -> Vec<RangeOp> {
+        let mut r = Rng::new(seed);
+        let blocks = self.blocks;
+        let mut ops: Vec<RangeOp> = Vec::new();
+        for _ in 0..1 + r.next_u64() % 3 {
+            let n = (1 + r.next_u64() % 16).min(blocks / 4);
+            let at = |r: &mut Rng| r.next_u64() % (blocks - n);
+            let apart = |a: u64, b: u64| a + n <= b || b + n <= a;
+            let (src, dst) = (at(&mut r), at(&mut r));
+            let op = match r.next_u64() % 100 {
+                0..=34 if apart(src, dst) => RangeOp::Clone {
+                    src,
+                    dst,
+                    block_count: n,
+                },
+                35..=59 if apart(src, dst) => RangeOp::Move {
+                    src,
+                    dst,
+                    block_count: n,
+                },
+                60..=74 => RangeOp::Delete {
+                    lba: src,
+                    block_count: n,
+                },
+                75..=89 => {
+                    let other = at(&mut r);
+                    let mut sources = vec![src];
+                    if apart(other, src) && apart(other, dst) {
+                        sources.push(other);
+                    }
+                    let policy = match r.next_u64() % 3 {
+                        0 => MergePolicy::FailOnConflict,
+                        1 => MergePolicy::FirstWins,
+                        _ => MergePolicy::LastWins,
+                    };
+                    if !apart(src, dst) {
+                        continue;
+                    }
+                    RangeOp::Merge {
+                        sources,
+                        dst,
+                        block_count: n,
+                        policy,
+                    }
+                }
+                k if k >= 90 => {
+                    let attribute = match r.next_u64() % 10 {
+                        0 => Attribute::Immutable,
+                        1..=4 => Attribute::Mutable,
+                        5..=6 => Attribute::NonPersistent,
+                        _ => Attribute::Persistent,
+                    };
+                    RangeOp::SetAttribute {
+                        lba: src,
+                        block_count: n,
+                        attribute,
+                    }
+                }
+                _ => RangeOp::Delete {
+                    lba: dst,
+                    block_count: n,
+                },
+            };
+            ops.push(op);
+        }
+        if ops.is_empty() || zftl::core::range::validate(&ops, blocks).is_err() {
+            // A fail-on-conflict merge after an operation on its ranges.
+            return vec![RangeOp::Delete {
+                lba: 0,
+                block_count: 1,
+            }];
+        }
+        ops
+    }
+
+    fn run_vector(&mut self, seed: u64) -> Result<(), IoError> {
+        let ops = self.random_vector(seed);
+        let expected = self.model.vector(&ops);
+        let result = self.ftl().range_ops(ops);
+        match (result, expected) {
+            (Ok(()), Ok((after, attrs))) => {
+                self.model.apply_vector(&after, attrs);
+                Ok(())
+            }
+            (Err(IoError::Immutable { lba }), Err(Refusal::Immutable(at))) if lba == at => Ok(()),
+            (Err(IoError::MergeConflict { lba }), Err(Refusal::Conflict(at))) if lba == at => {
+                Ok(())
+            }
+            (Err(e @ (IoError::DeviceGone | IoError::ReadOnly)), Ok((after, attrs))) => {
+                self.uncertain = Some(self.model.uncertain(&after, &attrs));
+                Err(e)
+            }
+            (Err(e @ (IoError::DeviceGone | IoError::ReadOnly)), Err(_)) => Err(e),
+            (result, expected) => panic!(
+                "vector answered {result:?}, the model expected {:?}",
+                expected.map(|(after, _)| after)
+            ),
         }
     }
 
@@ -598,11 +958,14 @@ impl Rig {
                 self.model.describe(t)
             );
         }
+        self.resolve_attrs(&mut ftl);
+        self.model.crash();
         for lba in 0..self.blocks {
             let data = ftl
                 .read(lba, 1)
                 .unwrap_or_else(|e| panic!("read of block {lba} after recovery: {e}"));
-            let v = decode(lba, &data).unwrap_or_else(|e| panic!("after recovery: {e}"));
+            let (_, v) =
+                decode_any(&data).unwrap_or_else(|e| panic!("block {lba} after recovery: {e}"));
             assert!(
                 self.model.allowed(lba, v),
                 "block {lba} read version {v} after recovery; model: {}",
@@ -611,6 +974,48 @@ impl Rig {
             self.model.durable(lba, v);
         }
         self.ftl = Some(ftl);
+    }
+
+    /// The attributes the mount found, per block.
+    fn ftl_attrs(&self, ftl: &Driver<SimDevice>) -> Vec<u8> {
+        let mut attrs = vec![0u8; self.blocks as usize];
+        for (lba, n, bits) in ftl.ftl().attributes() {
+            attrs[lba as usize..(lba + n) as usize].fill(bits);
+        }
+        attrs
+    }
+
+    /// After a mount: a vector the cut interrupted happened whole or not at
+    /// all (its attributes and every block of its ranges agree on which),
+    /// and the attributes are the model's.
+    fn resolve_attrs(&mut self, ftl: &mut Driver<SimDevice>) {
+        let found = self.ftl_attrs(ftl);
+        if let Some(u) = self.uncertain.take() {
+            let np = |attrs: &[u8], l: u64| attrs[l as usize] & attr_bits::NON_PERSISTENT != 0;
+            let mut applied = found == u.attrs_after;
+            let mut not_applied = found == u.attrs_before;
+            for (&l, (before, after)) in &u.blocks {
+                let data = ftl
+                    .read(l, 1)
+                    .unwrap_or_else(|e| panic!("read of {l}: {e}"));
+                let (_, v) = decode_any(&data).unwrap_or_else(|e| panic!("block {l}: {e}"));
+                applied &= v == if np(&u.attrs_after, l) { 0 } else { *after };
+                not_applied &= if np(&u.attrs_before, l) {
+                    v == 0
+                } else {
+                    before.contains(&v)
+                };
+            }
+            assert!(
+                applied || not_applied,
+                "a vector cut short left a mix of before and after: {u:?}; attributes found {found:?}"
+            );
+            if applied {
+                let after = u.blocks.iter().map(|(&l, &(_, v))| (l, v)).collect();
+                self.model.apply_vector(&after, u.attrs_after);
+            }
+        }
+        assert_eq!(found, self.model.attrs(), "attributes after the mount");
     }
 
     /// A final cut and check at the end of a run.
@@ -632,6 +1037,19 @@ impl Rig {
         let r = self.rng.next_u64();
         let lba = self.rng.next_u64() % self.blocks;
         let blocks = 1 + (self.rng.next_u64() % 8) as u32;
+        if self.ranges {
+            return match r % 100 {
+                0..=61 => Op::Write { lba, blocks },
+                62..=65 => Op::Fua { lba },
+                66..=70 => Op::Trim { lba, blocks },
+                71..=72 => Op::Zeroes { lba, blocks },
+                73..=81 => Op::Read { lba, blocks },
+                82..=91 => Op::Vector {
+                    seed: self.rng.next_u64(),
+                },
+                _ => Op::Flush,
+            };
+        }
         match r % 100 {
             0..=69 => Op::Write { lba, blocks },
             70..=73 => Op::Fua { lba },

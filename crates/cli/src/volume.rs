@@ -214,7 +214,7 @@ pub fn existing_ftl<B: Backend>(dev: &mut B) -> Option<String> {
         Ok(r) => Some(format!(
             "a zftl FTL ({} logical blocks, {} mapped)",
             r.superblock.logical_blocks,
-            r.l2p.mapped_blocks()
+            r.mapping.mapped_blocks()
         )),
         Err(MountError::NotFormatted(_)) => None,
         Err(e) => Some(format!("a damaged zftl FTL ({e})")),

@@ -265,6 +265,22 @@ impl WriteBuffer {
         self.latest.get(&lba).copied()
     }
 
+    /// Whether a version of any block of `ranges` (`(lba, block_count)`)
+    /// is buffered or on its way to the media. O(blocks of the ranges) or
+    /// O(buffered blocks), whichever is less.
+    pub fn holds_any(&self, ranges: &[(Lba, u64)]) -> bool {
+        let blocks: u64 = ranges.iter().map(|&(_, n)| n).sum();
+        if blocks <= self.latest.len() as u64 {
+            ranges
+                .iter()
+                .any(|&(l, n)| (l..l + n).any(|lba| self.latest.contains_key(&lba)))
+        } else {
+            self.latest
+                .keys()
+                .any(|&lba| ranges.iter().any(|&(l, n)| l <= lba && lba < l + n))
+        }
+    }
+
     /// Newest buffered data for `lba`.
     pub fn lookup(&self, lba: Lba) -> Option<&[u8]> {
         self.latest.get(&lba).map(|&s| &*self.slot(s).data)

@@ -20,6 +20,7 @@ use crate::backend::{
 use crate::checkpoint;
 use crate::error::MountError;
 use crate::layout::{Layout, SUPER_ZONES};
+use crate::mapping::{Owner, Target};
 use crate::note::LogBlock;
 use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
@@ -64,6 +65,8 @@ pub enum ProblemKind {
     /// A zone summary (tags in band) is damaged or names a live block
     /// wrongly. A missing one is a notice.
     Summary,
+    /// A shared entry's reference count or CRC disagrees with the map.
+    Shared,
     /// A device error stopped part of the check.
     Device,
 }
@@ -128,7 +131,12 @@ pub struct CheckSummary {
     pub log_end: Option<String>,
     pub logical_blocks: Option<u64>,
     pub mapped_blocks: u64,
+    /// Live physical blocks read and checked (a shared block once).
     pub mapped_blocks_checked: u64,
+    /// Physical blocks reached through shared entries, and those whose
+    /// reference counts were checked.
+    pub shared_blocks: u64,
+    pub shared_blocks_checked: u64,
     pub zones_checked: u32,
     /// Every problem found, including those past [`MAX_PROBLEMS`].
     pub problems_total: u64,
@@ -212,6 +220,7 @@ pub fn check_with_progress<B: Backend>(
     };
     check_log(backend, &g, &r, &zones, &mut report);
     check_mapped(backend, &g, &r, progress, &mut report);
+    check_shared(&r, &mut report);
     step(progress, "zones");
     check_zones(&g, &r, &zones, &mut report);
     if r.superblock.tag_mode == TagMode::InBand {
@@ -272,11 +281,14 @@ fn check_summaries<B: Backend>(
         };
         for (off, &lba) in (0u64..).zip(lbas.iter()) {
             let ppa = Ppa::new(z, off, cap);
-            if lba == summary::NO_LBA || !r.p2l.is_valid(ppa) {
+            if lba == summary::NO_LBA || !r.mapping.is_live(ppa) {
                 continue;
             }
             let lba = Lba::from(lba);
-            if lba >= r.l2p.logical_blocks() || r.l2p.get(lba) != Some(ppa) {
+            let direct = lba < r.mapping.logical_blocks()
+                && r.mapping.target(lba) == Some(Target::Direct(ppa));
+            // A block the summary names may since have become shared.
+            if !direct && r.mapping.find_shared(ppa).is_none() {
                 report.problem(
                     Problem::new(
                         ProblemKind::Summary,
@@ -573,7 +585,8 @@ fn summarize(s: &mut CheckSummary, r: &Recovered, counts: &SuperCounts) {
     s.notes_replayed = r.notes_replayed as u64;
     s.tags_replayed = r.tags_replayed as u64;
     s.logical_blocks = Some(sb.logical_blocks);
-    s.mapped_blocks = r.l2p.mapped_blocks();
+    s.mapped_blocks = r.mapping.mapped_blocks();
+    s.shared_blocks = r.mapping.shared_blocks();
 }
 
 /// "oob" or "in-band".
@@ -873,8 +886,8 @@ fn look_past_end<B: Backend>(
 
 // ----- mapped blocks -------------------------------------------------------
 
-/// Reads every mapped block (runs of consecutive physical blocks) and checks
-/// its tag or CRC.
+/// Reads every live block once (runs of consecutive physical blocks), a
+/// shared one for all its owners, and checks its tag or CRC.
 fn check_mapped<B: Backend>(
     backend: &mut B,
     g: &Geometry,
@@ -883,8 +896,20 @@ fn check_mapped<B: Backend>(
     report: &mut CheckReport,
 ) {
     let cap = g.zone_capacity_blocks;
-    let mut blocks: Vec<(Ppa, Lba)> = r.l2p.iter().map(|(l, p)| (p, l)).collect();
-    blocks.sort_unstable();
+    let mut blocks: Vec<(Ppa, Owner)> = r
+        .mapping
+        .iter()
+        .filter_map(|(l, t)| match t {
+            Target::Direct(p) => Some((p, Owner::Direct(l))),
+            Target::Shared(_) => None,
+        })
+        .chain(
+            r.mapping
+                .shared_entries()
+                .map(|(id, p, ..)| (p, Owner::Shared(id))),
+        )
+        .collect();
+    blocks.sort_unstable_by_key(|b| b.0);
     let total = blocks.len() as u64;
     let max_run = g.max_transfer_blocks.clamp(1, 256) as usize;
     let mut i = 0;
@@ -911,12 +936,20 @@ fn check_mapped<B: Backend>(
     }
 }
 
+/// The LBA a problem with a block is reported at: its direct owner.
+fn owner_lba(owner: Owner) -> Option<Lba> {
+    match owner {
+        Owner::Direct(lba) => Some(lba),
+        Owner::Shared(_) => None,
+    }
+}
+
 /// One run of consecutive blocks in one zone; `false` when the device is gone.
 fn check_run<B: Backend>(
     backend: &mut B,
     g: &Geometry,
     r: &Recovered,
-    run: &[(Ppa, Lba)],
+    run: &[(Ppa, Owner)],
     report: &mut CheckReport,
 ) -> bool {
     let cap = g.zone_capacity_blocks;
@@ -928,8 +961,8 @@ fn check_run<B: Backend>(
     };
     match read {
         Ok((data, oob)) => {
-            for (i, &(ppa, lba)) in run.iter().enumerate() {
-                check_block(g, r, ppa, lba, &data, &oob, i, report);
+            for (i, &(ppa, owner)) in run.iter().enumerate() {
+                check_block(g, r, ppa, owner, &data, &oob, i, report);
             }
             true
         }
@@ -942,17 +975,16 @@ fn check_run<B: Backend>(
             .iter()
             .all(|&b| check_run(backend, g, r, std::slice::from_ref(&b), report)),
         Err(e) => {
-            let (ppa, lba) = run[0];
+            let (ppa, owner) = run[0];
             let what = if matches!(e, DeviceError::UncorrectableRead { .. }) {
                 ProblemKind::Unreadable
             } else {
                 ProblemKind::Device
             };
-            report.problem(
-                Problem::new(what, format!("mapped block cannot be read: {e}"))
-                    .at(ppa.zone(cap), ppa.offset_blocks(cap))
-                    .lba(lba),
-            );
+            let mut p = Problem::new(what, format!("mapped block cannot be read: {e}"))
+                .at(ppa.zone(cap), ppa.offset_blocks(cap));
+            p.lba = owner_lba(owner);
+            report.problem(p);
             true
         }
     }
@@ -963,7 +995,7 @@ fn check_block(
     g: &Geometry,
     r: &Recovered,
     ppa: Ppa,
-    lba: Lba,
+    owner: Owner,
     data: &[u8],
     oob: &[u8],
     i: usize,
@@ -972,20 +1004,24 @@ fn check_block(
     let cap = g.zone_capacity_blocks;
     let bs = g.block_size_bytes as usize;
     let ob = g.oob_size_bytes as usize;
+    let whose = match owner {
+        Owner::Direct(lba) => format!("block {lba}"),
+        Owner::Shared(id) => format!("shared entry {id}"),
+    };
     let here = |what, detail: String| {
-        Problem::new(what, detail)
-            .at(ppa.zone(cap), ppa.offset_blocks(cap))
-            .lba(lba)
+        let mut p = Problem::new(what, detail).at(ppa.zone(cap), ppa.offset_blocks(cap));
+        p.lba = owner_lba(owner);
+        p
     };
     let Some(block) = data.get(i * bs..(i + 1) * bs) else {
         report.problem(here(ProblemKind::Device, "short read".into()));
         return;
     };
     let actual = tag::data_crc(block);
-    if !r.p2l.is_valid(ppa) {
+    if !r.mapping.is_live(ppa) {
         report.problem(here(
             ProblemKind::MapMismatch,
-            format!("the map sends block {lba} here, the reverse map says not live"),
+            format!("the map sends {whose} here, the validity bitmap says not live"),
         ));
     }
     let expected = match r.superblock.tag_mode {
@@ -1010,7 +1046,8 @@ fn check_block(
                     ));
                     return;
                 }
-                Ok(Some(t)) if t.lba != lba => {
+                // A shared block's tag names its origin, any block.
+                Ok(Some(t)) if matches!(owner, Owner::Direct(lba) if t.lba != lba) => {
                     report.problem(here(
                         ProblemKind::Misdirected,
                         format!("tag names block {}", t.lba),
@@ -1020,9 +1057,15 @@ fn check_block(
                 Ok(Some(t)) => t.data_crc,
             }
         }
-        TagMode::InBand => match r.l2p.get_with_crc(lba) {
-            Some((at, crc)) if at == ppa => crc,
-            _ => return, // the caller walks the map: cannot happen
+        TagMode::InBand => match owner {
+            Owner::Direct(lba) => match r.mapping.resolve(lba) {
+                Some(res) if res.ppa == ppa && !res.shared => res.crc,
+                _ => return, // the caller walks the map: cannot happen
+            },
+            Owner::Shared(id) => match r.mapping.shared_entry(id) {
+                Some((_, _, crc)) => crc,
+                None => return,
+            },
         },
     };
     if expected != actual {
@@ -1033,54 +1076,97 @@ fn check_block(
     }
 }
 
+/// Each shared entry's reference count against the L2P entries naming it,
+/// and (in band) each owner's CRC against the entry's.
+fn check_shared(r: &Recovered, report: &mut CheckReport) {
+    let in_band = r.superblock.tag_mode == TagMode::InBand;
+    let mut refs: std::collections::HashMap<u32, u32> = Default::default();
+    for (lba, t) in r.mapping.iter() {
+        let Target::Shared(id) = t else { continue };
+        *refs.entry(id).or_default() += 1;
+        let Some((_, _, crc)) = r.mapping.shared_entry(id) else {
+            report.problem(
+                Problem::new(
+                    ProblemKind::Shared,
+                    format!("names shared entry {id}, which is free"),
+                )
+                .lba(lba),
+            );
+            continue;
+        };
+        let owner_crc = r.mapping.resolve(lba).map_or(0, |res| res.crc);
+        if in_band && owner_crc != crc {
+            report.problem(
+                Problem::new(
+                    ProblemKind::Shared,
+                    format!("holds CRC {owner_crc:#010x} for shared entry {id}, which holds {crc:#010x}"),
+                )
+                .lba(lba),
+            );
+        }
+    }
+    for (id, ppa, n, _) in r.mapping.shared_entries() {
+        let held = refs.get(&id).copied().unwrap_or(0);
+        if held != n {
+            let cap = r.geometry.zone_capacity_blocks;
+            report.problem(
+                Problem::new(
+                    ProblemKind::Shared,
+                    format!("shared entry {id} counts {n} references, the map holds {held}"),
+                )
+                .at(ppa.zone(cap), ppa.offset_blocks(cap)),
+            );
+        }
+    }
+    report.summary.shared_blocks_checked = r.mapping.shared_blocks();
+}
+
 // ----- zones ---------------------------------------------------------------
 
 /// Valid counts against the map, mapped blocks below the device's write
 /// pointers in data zones, and every reverse-map entry backed by the map.
 fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut CheckReport) {
     let cap = g.zone_capacity_blocks;
-    let mut mapped = vec![0u64; g.zone_count as usize];
-    for (lba, ppa) in r.l2p.iter() {
+    let mut live = vec![0u64; g.zone_count as usize];
+    let direct = r.mapping.iter().filter_map(|(l, t)| match t {
+        Target::Direct(p) => Some((p, Some(l))),
+        Target::Shared(_) => None,
+    });
+    let shared = r.mapping.shared_entries().map(|(_, p, ..)| (p, None));
+    let mut counted = 0u64;
+    for (ppa, lba) in direct.chain(shared) {
         let z = ppa.zone(cap);
         let off = ppa.offset_blocks(cap);
-        mapped[z as usize] += 1;
+        live[z as usize] += 1;
+        counted += 1;
         let dev = &zones[z as usize];
         let kind = r.zones.get(z).kind();
+        let at = |detail: String| {
+            let mut p = Problem::new(ProblemKind::ZoneAccounting, detail).at(z, off);
+            p.lba = lba;
+            p
+        };
         // A block GC could not read stays mapped where it is, in a zone
         // that is then retired (docs/format.md §8).
         if !matches!(kind, ZoneKind::Data { .. } | ZoneKind::Retired) {
-            report.problem(
-                Problem::new(
-                    ProblemKind::ZoneAccounting,
-                    format!("mapped block in a {kind:?} zone"),
-                )
-                .at(z, off)
-                .lba(lba),
-            );
+            report.problem(at(format!("mapped block in a {kind:?} zone")));
         }
         if off >= dev.write_pointer_blocks || dev.state == ZoneState::Offline {
-            report.problem(
-                Problem::new(
-                    ProblemKind::ZoneAccounting,
-                    format!(
-                        "mapped block at or above the device write pointer {} (zone {:?})",
-                        dev.write_pointer_blocks, dev.state
-                    ),
-                )
-                .at(z, off)
-                .lba(lba),
-            );
+            report.problem(at(format!(
+                "mapped block at or above the device write pointer {} (zone {:?})",
+                dev.write_pointer_blocks, dev.state
+            )));
         }
     }
-    for (z, zone) in r.zones.iter() {
-        if zone.valid_blocks() != mapped[z as usize] {
+    for (z, _) in r.zones.iter() {
+        let said = r.mapping.valid_blocks(z);
+        if said != live[z as usize] {
             report.problem(
                 Problem::new(
                     ProblemKind::ZoneAccounting,
                     format!(
-                        "zone table says {} valid blocks, the map holds {}",
-                        zone.valid_blocks(),
-                        mapped[z as usize]
+                        "the zone counts {said} live blocks, the map holds {}",
+                        live[z as usize]
                     ),
                 )
                 .at(z, 0),
@@ -1089,14 +1175,11 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
     }
     // Every live bit must be where the map points: by count (each mapped
     // block's bit was checked above, so equal counts leave no stray bit).
-    let live = r.p2l.live().count() as u64;
-    if live != r.l2p.mapped_blocks() {
+    let bits = r.mapping.live().count() as u64;
+    if bits != counted {
         report.problem(Problem::new(
             ProblemKind::MapMismatch,
-            format!(
-                "{live} blocks live in the reverse map, {} mapped",
-                r.l2p.mapped_blocks()
-            ),
+            format!("{bits} blocks live in the validity bitmap, {counted} mapped"),
         ));
     }
     report.summary.zones_checked = g.zone_count;

@@ -2,12 +2,17 @@
 //! the metadata log as a run of checkpoint-chunk log blocks.
 //!
 //! ```text
-//! header      80 bytes (magic "ZFTLCKPT", version, sizes, counters, log_seq)
-//! zone table  zone_count x 32 bytes
-//! map leaves  leaf_count x (u32 leaf_index + LEAF_ENTRIES x u32 ppa)
-//! crc table   mapped_blocks x u32 data_crc (only if flags bit 0)
-//! trailer     u32 CRC32C of everything before it
+//! header        80 bytes (magic "ZFTLCKPT", version, sizes, counters, log_seq)
+//! zone table    zone_count x 32 bytes
+//! map leaves    leaf_count x (u32 leaf_index + LEAF_ENTRIES x u32 map value)
+//! crc table     mapped_blocks x u32 data_crc (only if flags bit 0)
+//! shared table  shared_entries x 16 bytes (version 2)
+//! attributes    attr_ranges x 24 bytes (version 2)
+//! trailer       u32 CRC32C of everything before it
 //! ```
+//!
+//! Version 1 (no shared or attribute table, reserved zeros in their counts'
+//! place) is still read.
 //!
 //! Layout: docs/format.md, "Checkpoint". Decoding checks every count against
 //! the stream length before allocating anything, so a damaged length cannot
@@ -17,19 +22,24 @@ use crate::addr::{Epoch, Seq};
 pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
 use crate::note::{chunk_payload_bytes, LogBlock};
+use std::collections::HashMap;
 
 const STRUCTURE: &str = "checkpoint";
 
 /// "ZFTLCKPT".
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"ZFTLCKPT";
 /// Checkpoint format version written by this build.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
+/// The oldest checkpoint version this build reads.
+pub const OLDEST_CHECKPOINT_VERSION: u32 = 1;
 /// Map entries per leaf (one leaf covers LEAF_ENTRIES consecutive LBAs).
 pub const LEAF_ENTRIES: usize = 1024;
 /// Leaf entry meaning "unmapped" (`Ppa::NONE`).
 pub const UNMAPPED: u32 = u32::MAX;
 /// Header flag: the crc table is present.
 pub const FLAG_CRC_TABLE: u32 = 1;
+/// Header flag: written by a clean shutdown (version 2).
+pub const FLAG_CLEAN: u32 = 2;
 
 const MAGIC_OFF: usize = 0;
 const VERSION_OFF: usize = MAGIC_OFF + 8;
@@ -43,9 +53,14 @@ const MAPPED_BLOCKS_OFF: usize = LOGICAL_BLOCKS_OFF + 8;
 const LEAF_COUNT_OFF: usize = MAPPED_BLOCKS_OFF + 8;
 const FLAGS_OFF: usize = LEAF_COUNT_OFF + 4;
 const LOG_SEQ_OFF: usize = FLAGS_OFF + 4;
-const RESERVED_OFF: usize = LOG_SEQ_OFF + 8;
+const SHARED_ENTRIES_OFF: usize = LOG_SEQ_OFF + 8;
+const ATTR_RANGES_OFF: usize = SHARED_ENTRIES_OFF + 4;
 /// Bytes of the stream header.
-pub const CHECKPOINT_HEADER_BYTES: usize = RESERVED_OFF + 8;
+pub const CHECKPOINT_HEADER_BYTES: usize = ATTR_RANGES_OFF + 4;
+/// Bytes of one shared-table entry.
+pub const SHARED_ENTRY_BYTES: usize = 16;
+/// Bytes of one attribute range.
+pub const ATTR_RANGE_BYTES: usize = 24;
 /// Bytes of one zone table entry.
 pub const ZONE_RECORD_BYTES: usize = 1 + 1 + 2 + 4 + 8 + 8 + 8;
 /// Bytes of one map leaf.
@@ -58,6 +73,7 @@ const _: () = assert!(
     aligned(STREAM_BYTES_OFF, 8) && aligned(LOGICAL_BLOCKS_OFF, 8) && aligned(LOG_SEQ_OFF, 8)
 );
 const _: () = assert!(ZONE_RECORD_BYTES == 32 && LEAF_BYTES == 4100);
+const _: () = assert!(SHARED_ENTRY_BYTES == 16 && ATTR_RANGE_BYTES == 24);
 const _: () =
     assert!(CHECKPOINT_HEADER_BYTES <= chunk_payload_bytes(crate::note::MIN_LOG_BLOCK_BYTES));
 
@@ -108,8 +124,28 @@ pub struct ZoneRecord {
 }
 
 /// A map leaf: `(leaf_index, entries)`; entry `i` maps LBA
-/// `leaf_index * LEAF_ENTRIES + i` to a raw ppa, or [`UNMAPPED`].
+/// `leaf_index * LEAF_ENTRIES + i` to a map value (a ppa below the
+/// device's physical blocks, `physical_blocks + id` for shared entry `id`),
+/// or [`UNMAPPED`].
 pub type Leaf = (u32, Box<[u32; LEAF_ENTRIES]>);
+
+/// One entry of the shared table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedRecord {
+    pub id: u32,
+    pub ppa: u32,
+    pub refs: u32,
+    /// The block's data CRC (tags in band), else 0.
+    pub crc: u32,
+}
+
+/// One range of the attribute table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttrRecord {
+    pub lba: u64,
+    pub block_count: u64,
+    pub bits: u32,
+}
 
 /// The FTL state a checkpoint holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +162,12 @@ pub struct CheckpointImage {
     pub leaves: Vec<Leaf>,
     /// When present: the data CRC of every mapped entry, in leaf order.
     pub crcs: Option<Vec<u32>>,
+    /// The shared table, by id.
+    pub shared: Vec<SharedRecord>,
+    /// The attribute table, by lba.
+    pub attrs: Vec<AttrRecord>,
+    /// Written by a clean shutdown: nothing happened after it.
+    pub clean: bool,
 }
 
 /// A fresh, all-unmapped leaf.
@@ -167,6 +209,18 @@ impl CheckpointImage {
     /// Encodes the stream. Panics (a bug) if the image breaks the rules
     /// `decode` enforces; checks its own output by decoding it.
     pub fn encode(&self) -> Vec<u8> {
+        let bytes = self.encode_unchecked();
+        assert_eq!(
+            decode_with(&bytes, None).as_ref(),
+            Ok(self),
+            "checkpoint does not round-trip"
+        );
+        bytes
+    }
+
+    /// The stream without the decode check (`encode` adds it; tests use
+    /// this to write a stream that breaks a rule).
+    fn encode_unchecked(&self) -> Vec<u8> {
         let mapped = self.mapped_blocks();
         if let Some(crcs) = &self.crcs {
             assert_eq!(
@@ -182,6 +236,8 @@ impl CheckpointImage {
             + self.zones.len() * ZONE_RECORD_BYTES
             + self.leaves.len() * LEAF_BYTES
             + crc_entries * 4
+            + self.shared.len() * SHARED_ENTRY_BYTES
+            + self.attrs.len() * ATTR_RANGE_BYTES
             + CHECKPOINT_TRAILER_BYTES;
         let mut w = Writer::with_capacity(total);
         w.bytes.extend_from_slice(&CHECKPOINT_MAGIC);
@@ -194,13 +250,15 @@ impl CheckpointImage {
         w.u64(self.logical_blocks);
         w.u64(mapped);
         w.u32(leaf_count);
-        w.u32(if self.crcs.is_some() {
+        let crc_flag = if self.crcs.is_some() {
             FLAG_CRC_TABLE
         } else {
             0
-        });
+        };
+        w.u32(crc_flag | if self.clean { FLAG_CLEAN } else { 0 });
         w.u64(self.log_seq);
-        w.u64(0);
+        w.u32(u32::try_from(self.shared.len()).expect("shared entries fit u32"));
+        w.u32(u32::try_from(self.attrs.len()).expect("attribute ranges fit u32"));
         assert_eq!(w.bytes.len(), CHECKPOINT_HEADER_BYTES);
         for z in &self.zones {
             w.u8(z.kind.code());
@@ -216,16 +274,22 @@ impl CheckpointImage {
             leaf.iter().for_each(|&p| w.u32(p));
         }
         self.crcs.iter().flatten().for_each(|&c| w.u32(c));
+        for e in &self.shared {
+            w.u32(e.id);
+            w.u32(e.ppa);
+            w.u32(e.refs);
+            w.u32(e.crc);
+        }
+        for a in &self.attrs {
+            w.u64(a.lba);
+            w.u64(a.block_count);
+            w.u32(a.bits);
+            w.u32(0);
+        }
         let crc = crc32c::crc32c(&w.bytes);
         w.u32(crc);
-        let bytes = w.bytes;
-        assert_eq!(bytes.len(), total);
-        assert_eq!(
-            decode_with(&bytes, None).as_ref(),
-            Ok(self),
-            "checkpoint does not round-trip"
-        );
-        bytes
+        assert_eq!(w.bytes.len(), total);
+        w.bytes
     }
 
     /// Decodes a whole stream (as [`join_chunks`] returns it) for a device of
@@ -241,11 +305,11 @@ impl CheckpointImage {
 /// chunks to collect.
 pub fn peek_stream_bytes(bytes: &[u8]) -> Result<u64, FormatError> {
     crate::codec::need(STRUCTURE, bytes, CHECKPOINT_HEADER_BYTES)?;
-    crate::codec::check_magic_version(
+    crate::codec::check_magic_versions(
         STRUCTURE,
         bytes,
         (MAGIC_OFF, CHECKPOINT_MAGIC),
-        (VERSION_OFF, CHECKPOINT_VERSION),
+        (VERSION_OFF, OLDEST_CHECKPOINT_VERSION, CHECKPOINT_VERSION),
     )?;
     let header_bytes = get_u32(bytes, HEADER_BYTES_OFF);
     if header_bytes as usize != CHECKPOINT_HEADER_BYTES {
@@ -273,17 +337,26 @@ pub fn chunks_for_stream(stream_bytes: u64, block_size: usize) -> u64 {
 }
 
 /// Stream length implied by the header counts, or `None` on overflow.
-fn expected_stream_bytes(zone_count: u32, leaf_count: u32, crc_entries: u64) -> Option<u64> {
-    let zones = u64::from(zone_count).checked_mul(ZONE_RECORD_BYTES as u64)?;
-    let leaves = u64::from(leaf_count).checked_mul(LEAF_BYTES as u64)?;
+fn expected_stream_bytes(h: &Header) -> Option<u64> {
+    let crc_entries = if h.crc_table { h.mapped_blocks } else { 0 };
+    let zones = u64::from(h.zone_count).checked_mul(ZONE_RECORD_BYTES as u64)?;
+    let leaves = u64::from(h.leaf_count).checked_mul(LEAF_BYTES as u64)?;
     let crcs = crc_entries.checked_mul(4)?;
+    let shared = u64::from(h.shared_entries) * SHARED_ENTRY_BYTES as u64;
+    let attrs = u64::from(h.attr_ranges) * ATTR_RANGE_BYTES as u64;
     ((CHECKPOINT_HEADER_BYTES + CHECKPOINT_TRAILER_BYTES) as u64)
         .checked_add(zones)?
         .checked_add(leaves)?
-        .checked_add(crcs)
+        .checked_add(crcs)?
+        .checked_add(shared)?
+        .checked_add(attrs)
 }
 
 struct Header {
+    version: u32,
+    clean: bool,
+    shared_entries: u32,
+    attr_ranges: u32,
     next_seq: u64,
     epoch: u32,
     zone_count: u32,
@@ -304,18 +377,27 @@ fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         });
     }
     check_crc(STRUCTURE, bytes, bytes.len() - CHECKPOINT_TRAILER_BYTES)?;
-    zero(
-        STRUCTURE,
-        "reserved (offset 72)",
-        get_u64(bytes, RESERVED_OFF),
-    )?;
+    let version = get_u32(bytes, VERSION_OFF);
     let flags = get_u32(bytes, FLAGS_OFF);
-    zero(
-        STRUCTURE,
-        "flags (unknown bits)",
-        u64::from(flags & !FLAG_CRC_TABLE),
-    )?;
+    let known = if version >= 2 {
+        FLAG_CRC_TABLE | FLAG_CLEAN
+    } else {
+        FLAG_CRC_TABLE
+    };
+    zero(STRUCTURE, "flags (unknown bits)", u64::from(flags & !known))?;
+    let (shared_entries, attr_ranges) = (
+        get_u32(bytes, SHARED_ENTRIES_OFF),
+        get_u32(bytes, ATTR_RANGES_OFF),
+    );
+    if version < 2 {
+        let reserved = u64::from(shared_entries) | u64::from(attr_ranges) << 32;
+        zero(STRUCTURE, "reserved (offset 72)", reserved)?;
+    }
     let h = Header {
+        version,
+        clean: flags & FLAG_CLEAN != 0,
+        shared_entries,
+        attr_ranges,
         next_seq: get_u64(bytes, NEXT_SEQ_OFF),
         epoch: get_u32(bytes, EPOCH_OFF),
         zone_count: get_u32(bytes, ZONE_COUNT_OFF),
@@ -325,8 +407,7 @@ fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         crc_table: flags & FLAG_CRC_TABLE != 0,
         log_seq: get_u64(bytes, LOG_SEQ_OFF),
     };
-    let crc_entries = if h.crc_table { h.mapped_blocks } else { 0 };
-    match expected_stream_bytes(h.zone_count, h.leaf_count, crc_entries) {
+    match expected_stream_bytes(&h) {
         Some(n) if n == stream_bytes => {}
         n => {
             return Err(FormatError::Length {
@@ -435,7 +516,8 @@ fn decode_leaf(
                 "mapped entries lie below logical_blocks",
             ));
         }
-        if bounds.is_some_and(|b| u64::from(ppa) >= b.physical_blocks) {
+        // Shared values (version 2) are checked against the shared table.
+        if h.version < 2 && bounds.is_some_and(|b| u64::from(ppa) >= b.physical_blocks) {
             return Err(range(
                 "leaf entry ppa",
                 ppa.into(),
@@ -469,6 +551,9 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         zones,
         leaves,
         crcs: None,
+        shared: Vec::new(),
+        attrs: Vec::new(),
+        clean: false,
     };
     let counted = image.mapped_blocks();
     if counted != h.mapped_blocks {
@@ -480,12 +565,111 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
     let crcs = h
         .crc_table
         .then(|| (0..counted).map(|_| r.u32()).collect::<Vec<_>>());
+    let shared = (0..h.shared_entries)
+        .map(|_| SharedRecord {
+            id: r.u32(),
+            ppa: r.u32(),
+            refs: r.u32(),
+            crc: r.u32(),
+        })
+        .collect::<Vec<_>>();
+    let mut attrs = Vec::with_capacity(h.attr_ranges as usize);
+    for _ in 0..h.attr_ranges {
+        let a = AttrRecord {
+            lba: r.u64(),
+            block_count: r.u64(),
+            bits: r.u32(),
+        };
+        zero(STRUCTURE, "attribute range reserved", u64::from(r.u32()))?;
+        attrs.push(a);
+    }
     assert_eq!(
         r.pos(),
         bytes.len() - CHECKPOINT_TRAILER_BYTES,
         "checkpoint sections do not fill the stream"
     );
-    Ok(CheckpointImage { crcs, ..image })
+    let image = CheckpointImage {
+        crcs,
+        shared,
+        attrs,
+        clean: h.clean,
+        ..image
+    };
+    check_shared(&image, bounds)?;
+    check_attrs(&image)?;
+    Ok(image)
+}
+
+/// The shared table: ids increasing, addresses distinct and on the
+/// device, and each count equal to the leaf entries naming its id (with a
+/// device at hand, which tells shared values from addresses).
+fn check_shared(image: &CheckpointImage, bounds: Option<Bounds>) -> Result<(), FormatError> {
+    let bad = |what: String| Err(FormatError::SharedTable(what));
+    let mut refs: HashMap<u32, u32> = HashMap::with_capacity(image.shared.len());
+    let mut ppas = std::collections::HashSet::with_capacity(image.shared.len());
+    let mut previous = None;
+    for e in &image.shared {
+        if previous.is_some_and(|p| e.id <= p) {
+            return bad(format!("entry {} out of order", e.id));
+        }
+        previous = Some(e.id);
+        if e.refs == 0 || !ppas.insert(e.ppa) {
+            return bad(format!(
+                "entry {} has no references or a block named twice",
+                e.id
+            ));
+        }
+        if let Some(b) = bounds {
+            let id_room = u64::from(u32::MAX) - b.physical_blocks;
+            if u64::from(e.ppa) >= b.physical_blocks || u64::from(e.id) >= id_room {
+                return bad(format!(
+                    "entry {} names block {} or an id past the device",
+                    e.id, e.ppa
+                ));
+            }
+        }
+        refs.insert(e.id, 0);
+    }
+    let Some(b) = bounds else { return Ok(()) };
+    for (_, leaf) in &image.leaves {
+        for &v in leaf
+            .iter()
+            .filter(|&&v| v != UNMAPPED && u64::from(v) >= b.physical_blocks)
+        {
+            let id = v - b.physical_blocks as u32;
+            match refs.get_mut(&id) {
+                Some(n) => *n += 1,
+                None => return bad(format!("a leaf names entry {id}, which the table lacks")),
+            }
+        }
+    }
+    for e in &image.shared {
+        if refs[&e.id] != e.refs {
+            return bad(format!(
+                "entry {} records {} references, the leaves hold {}",
+                e.id, e.refs, refs[&e.id]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The attribute table: sorted, disjoint, inside the volume, known bits.
+fn check_attrs(image: &CheckpointImage) -> Result<(), FormatError> {
+    let mut next = 0;
+    for a in &image.attrs {
+        let end = a.lba.checked_add(a.block_count);
+        let inside = end.is_some_and(|e| a.block_count > 0 && e <= image.logical_blocks);
+        let known = a.bits != 0 && a.bits & !u32::from(crate::range::attr_bits::ALL) == 0;
+        if !inside || !known || a.lba < next {
+            return Err(FormatError::AttributeTable(format!(
+                "range {}+{} with bits {:#x} out of order, outside the volume or unknown",
+                a.lba, a.block_count, a.bits
+            )));
+        }
+        next = end.unwrap_or(u64::MAX);
+    }
+    Ok(())
 }
 
 /// Splits a stream into checkpoint-chunk log blocks with log_seq
@@ -602,6 +786,9 @@ mod tests {
                 .collect(),
             leaves: vec![(1, leaf)],
             crcs: Some(vec![0xAAAA, 0xBBBB]),
+            shared: Vec::new(),
+            attrs: Vec::new(),
+            clean: false,
         }
     }
 
@@ -652,7 +839,7 @@ mod tests {
             let mut image = CheckpointImage {
                 next_seq, epoch, log_seq, logical_blocks,
                 zones: zones[..zone_count as usize].to_vec(),
-                leaves, crcs: None,
+                leaves, crcs: None, shared: Vec::new(), attrs: Vec::new(), clean: false,
             };
             if with_crcs {
                 let n = image.mapped_blocks() as u32;
@@ -676,15 +863,67 @@ mod tests {
     }
 
     #[test]
+    fn shared_and_attribute_tables_round_trip_and_are_checked() {
+        let mut image = small_image();
+        // Entry 3 is the shared block 40, named by two leaf entries.
+        image.leaves[0].1[9] = 800 + 3;
+        image.leaves[0].1[10] = 800 + 3;
+        image.crcs = Some(vec![1, 2, 3, 4]);
+        image.shared = vec![SharedRecord {
+            id: 3,
+            ppa: 40,
+            refs: 2,
+            crc: 9,
+        }];
+        image.attrs = vec![AttrRecord {
+            lba: 1024,
+            block_count: 10,
+            bits: 1,
+        }];
+        image.clean = true;
+        let b = image.encode();
+        assert_eq!(CheckpointImage::decode(&b, 800), Ok(image.clone()));
+        let unchecked = |x: CheckpointImage| x.encode_unchecked();
+        let mut wrong = image.clone();
+        wrong.shared[0].refs = 1;
+        assert!(matches!(
+            CheckpointImage::decode(&unchecked(wrong), 800),
+            Err(FormatError::SharedTable(_))
+        ));
+        let mut wrong = image.clone();
+        wrong.attrs[0].block_count = 1000;
+        assert!(matches!(
+            CheckpointImage::decode(&unchecked(wrong), 800),
+            Err(FormatError::AttributeTable(_))
+        ));
+    }
+
+    #[test]
+    fn version_1_streams_are_read() {
+        let image = small_image();
+        let mut b = image.encode();
+        b[VERSION_OFF..VERSION_OFF + 4].copy_from_slice(&1u32.to_le_bytes());
+        reseal(&mut b);
+        assert_eq!(CheckpointImage::decode(&b, 800), Ok(image));
+        // Version 1 has no clean flag and reserved zeros at offset 72.
+        let mut flagged = b.clone();
+        flagged[FLAGS_OFF] |= FLAG_CLEAN as u8;
+        reseal(&mut flagged);
+        assert!(CheckpointImage::decode(&flagged, 800).is_err());
+        let mut counted = b;
+        counted[SHARED_ENTRIES_OFF] = 1;
+        reseal(&mut counted);
+        assert!(CheckpointImage::decode(&counted, 800).is_err());
+    }
+
+    #[test]
     fn device_bounds_are_enforced() {
         let b = small_image().encode();
-        // ppa 799 needs at least 800 physical blocks; 8 zones of 80 blocks is too small.
+        // ppa 799 needs at least 800 physical blocks; on 8 zones of 80
+        // blocks it is a shared value naming an entry the table lacks.
         assert!(matches!(
             CheckpointImage::decode(&b, 640),
-            Err(FormatError::OutOfRange {
-                field: "leaf entry ppa",
-                ..
-            })
+            Err(FormatError::SharedTable(_))
         ));
         // 8 zones do not divide 804 blocks.
         assert!(matches!(

@@ -72,6 +72,10 @@ pub enum FormatError {
     MappedCount { header: u64, counted: u64 },
     #[error("checkpoint: leaf index {index} follows leaf index {previous}; leaves must be in strictly increasing order")]
     LeafOrder { previous: u32, index: u32 },
+    #[error("checkpoint: shared table: {0}")]
+    SharedTable(String),
+    #[error("checkpoint: attribute table: {0}")]
+    AttributeTable(String),
     #[error("checkpoint: no chunks to join")]
     NoChunks,
     #[error("checkpoint: log block {log_seq} is a notes block, not a checkpoint chunk")]
@@ -176,9 +180,20 @@ pub(crate) fn check_crc(
 pub(crate) fn check_magic_version(
     structure: &'static str,
     bytes: &[u8],
-    (magic_off, magic): (usize, [u8; 8]),
+    magic: (usize, [u8; 8]),
     (version_off, supported): (usize, u32),
 ) -> Result<(), FormatError> {
+    check_magic_versions(structure, bytes, magic, (version_off, supported, supported)).map(drop)
+}
+
+/// Like [`check_magic_version`] for a structure this build reads in
+/// versions `oldest..=newest`; returns the version found.
+pub(crate) fn check_magic_versions(
+    structure: &'static str,
+    bytes: &[u8],
+    (magic_off, magic): (usize, [u8; 8]),
+    (version_off, oldest, newest): (usize, u32, u32),
+) -> Result<u32, FormatError> {
     let found = get_bytes::<8>(bytes, magic_off);
     if found != magic {
         return Err(FormatError::BadMagic {
@@ -188,21 +203,21 @@ pub(crate) fn check_magic_version(
         });
     }
     let version = get_u32(bytes, version_off);
-    if version > supported {
+    if version > newest {
         return Err(FormatError::NewerVersion {
             structure,
             found: version,
-            supported,
+            supported: newest,
         });
     }
-    if version != supported {
+    if version < oldest {
         return Err(FormatError::BadVersion {
             structure,
             found: version,
-            supported,
+            supported: newest,
         });
     }
-    Ok(())
+    Ok(version)
 }
 
 pub(crate) fn seal_crc(bytes: &mut [u8], crc_off: usize) {

@@ -23,6 +23,7 @@ use crate::addr::Lba;
 use crate::backend::{Backend, Completion, DeviceError, SubmitError};
 use crate::error::IoError;
 use crate::ftl::{Ftl, Reply, ReplyData, Request};
+use crate::range::{self, RangeOp};
 use crate::stats::FtlStats;
 use std::collections::VecDeque;
 
@@ -245,6 +246,51 @@ impl<B: Backend> Driver<B> {
         self.call(Request::Flush).map(drop)
     }
 
+    /// Applies a vector of range operations as one atomic unit; returns
+    /// once it is durable (see [`crate::range`]).
+    pub fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        self.call(Request::Range { ops }).map(drop)
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range names what its `src`
+    /// names; no data is copied. One atomic, durable vector.
+    pub fn clone_ranges(&mut self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::clones(ranges))
+    }
+
+    /// `(src, dst, block_count)`: each `dst` range takes what its `src`
+    /// named, and `src` reads as zeros. One atomic, durable vector.
+    pub fn move_ranges(&mut self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::moves(ranges))
+    }
+
+    /// `(lba, block_count)`: persistent trim of each range, atomic and durable.
+    pub fn delete_ranges(&mut self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
+        self.range_ops(range::deletes(ranges))
+    }
+
+    /// Merges `sources` (ranges of `block_count` blocks) into `dst`: each
+    /// block of `dst` takes the block a source changed (see
+    /// [`range::RangeOp::Merge`]).
+    pub fn merge(
+        &mut self,
+        sources: &[Lba],
+        dst: Lba,
+        block_count: u64,
+        policy: range::MergePolicy,
+    ) -> Result<(), IoError> {
+        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
+    }
+
+    /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
+    pub fn set_attribute(
+        &mut self,
+        ranges: &[(Lba, u64)],
+        attribute: range::Attribute,
+    ) -> Result<(), IoError> {
+        self.range_ops(range::attributes(ranges, attribute))
+    }
+
     /// Runs until the core has nothing left to do (buffer drained, GC and
     /// checkpoint steps finished or waiting on new requests).
     pub fn settle(&mut self) -> Result<(), IoError> {
@@ -277,9 +323,10 @@ impl<B: Backend> Driver<B> {
         }
     }
 
-    /// Clean shutdown: flush, checkpoint, hand the device back.
+    /// Clean shutdown: flush, a checkpoint marked clean, hand the device back.
     pub fn shutdown(mut self) -> Result<B, IoError> {
         self.flush()?;
+        self.ftl.request_clean_checkpoint();
         self.checkpoint()?;
         self.settle()?;
         Ok(self.backend)

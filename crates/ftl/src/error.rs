@@ -45,6 +45,16 @@ pub enum IoError {
     Device { lba: Lba, source: DeviceError },
     #[error("the volume is read-only after a metadata write failure; remount")]
     ReadOnly,
+    #[error("block {lba} is in an immutable range")]
+    Immutable { lba: Lba },
+    #[error("bad range-operation vector: {reason}")]
+    BadVector { reason: String },
+    #[error("merge conflict at block {lba}: more than one source changed it")]
+    MergeConflict { lba: Lba },
+    #[error("the shared-block table is full ({capacity} entries): the vector needs {needed} more")]
+    SharingFull { capacity: u32, needed: u64 },
+    #[error("the attribute table is full ({max_ranges} ranges)")]
+    AttributeTableFull { max_ranges: usize },
     #[error("the device is gone")]
     DeviceGone,
 }

@@ -83,6 +83,11 @@ impl EntryFormat {
         }
     }
 
+    /// Bits of an entry that hold the address (or map value).
+    pub fn address_bits(self) -> u32 {
+        self.ppa_bits
+    }
+
     /// Bits per entry (at most 64).
     pub fn width_bits(self) -> u32 {
         self.ppa_bits + if self.keeps_crc { 32 } else { 0 }

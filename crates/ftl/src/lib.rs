@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addr;
+pub mod attr;
 pub mod backend;
 mod buffer;
 pub mod check;
@@ -22,10 +23,13 @@ mod ftl;
 pub mod l2p;
 pub mod layout;
 mod log;
+pub mod mapping;
 pub mod note;
 pub mod p2l;
 pub mod payload;
+pub mod range;
 pub mod recovery;
+pub mod shared;
 mod slab;
 pub mod stats;
 pub mod summary;
@@ -42,6 +46,7 @@ pub use config::{FormatOptions, FtlConfig, TagPlacement};
 pub use driver::Driver;
 pub use error::{IoError, MountError};
 pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
+pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;
 pub use tag::SummedBlocks;
 pub use zone::VictimPolicy;

@@ -164,6 +164,11 @@ impl MetaLog {
         self.reserve_log_seqs(1)
     }
 
+    /// Whether log writes are in flight or staged.
+    pub fn writing(&self) -> bool {
+        !self.unsettled.is_empty() || !self.staged.is_empty()
+    }
+
     /// Every block with a smaller log_seq is durable.
     pub fn durable_next(&self) -> u64 {
         self.durable_next

@@ -19,6 +19,7 @@ use crate::codec::{
     aligned, check_crc, get_bytes, get_u16, get_u32, get_u64, get_u8, is_erased, put_bytes,
     put_u16, put_u32, put_u64, put_u8, seal_crc, zero, zero_bytes,
 };
+use crate::range::{attr_bits, MergePolicy};
 
 const NOTE: &str = "note";
 const LOG_BLOCK: &str = "log block";
@@ -48,6 +49,14 @@ pub mod note_kind {
     pub const ZONE_RESET: u8 = 4;
     pub const ZONE_RETIRE: u8 = 5;
     pub const RELOCATED: u8 = 6;
+    pub const VECTOR_BEGIN: u8 = 7;
+    pub const CLONE: u8 = 8;
+    pub const MOVE: u8 = 9;
+    pub const MERGE: u8 = 10;
+    pub const MERGE_SOURCE: u8 = 11;
+    pub const PIN: u8 = 12;
+    pub const SHARED_RELOC: u8 = 13;
+    pub const ATTR: u8 = 14;
 }
 
 /// One logged change. Every note carries the global seq it was given.
@@ -94,6 +103,48 @@ pub enum Note {
         to: Ppa,
         version_seq: Seq,
     },
+    /// Starts a range-operation vector of `note_count` more notes, all with
+    /// this seq (docs/format.md, "Vectors"); a vector of one note has none.
+    VectorBegin { seq: Seq, note_count: u32 },
+    /// `dst..+block_count` name what `src..+block_count` name.
+    Clone {
+        seq: Seq,
+        src: Lba,
+        dst: Lba,
+        block_count: u32,
+    },
+    /// `dst..+block_count` name what `src..+block_count` named; `src` is
+    /// unmapped.
+    Move {
+        seq: Seq,
+        src: Lba,
+        dst: Lba,
+        block_count: u32,
+    },
+    /// A merge into `dst..+block_count` of the `source_count` ranges named
+    /// by the MergeSource notes that follow.
+    Merge {
+        seq: Seq,
+        dst: Lba,
+        block_count: u32,
+        policy: MergePolicy,
+        source_count: u32,
+    },
+    /// Source `index` of the merge before it.
+    MergeSource { seq: Seq, lba: Lba, index: u32 },
+    /// `lba` maps straight to `ppa` at this vector's seq (OOB tags: a block
+    /// the vector reads whose version only its tag records).
+    Pin { seq: Seq, lba: Lba, ppa: Ppa },
+    /// GC moved the shared block at `from` to `to`.
+    SharedReloc { seq: Seq, from: Ppa, to: Ppa },
+    /// Sets the attribute bits `set` and clears `clear` on `lba..+block_count`.
+    Attr {
+        seq: Seq,
+        lba: Lba,
+        block_count: u64,
+        set: u8,
+        clear: u8,
+    },
 }
 
 /// The generic note fields before interpretation.
@@ -115,7 +166,15 @@ impl Note {
             | Note::Reloc { seq, .. }
             | Note::ZoneReset { seq, .. }
             | Note::ZoneRetire { seq, .. }
-            | Note::Relocated { seq, .. } => seq,
+            | Note::Relocated { seq, .. }
+            | Note::VectorBegin { seq, .. }
+            | Note::Clone { seq, .. }
+            | Note::Move { seq, .. }
+            | Note::Merge { seq, .. }
+            | Note::MergeSource { seq, .. }
+            | Note::Pin { seq, .. }
+            | Note::SharedReloc { seq, .. }
+            | Note::Attr { seq, .. } => seq,
         }
     }
 
@@ -147,6 +206,52 @@ impl Note {
                 to,
                 version_seq,
             } => raw(RELOCATED, to.0, seq, lba, version_seq),
+            Note::VectorBegin { seq, note_count } => raw(VECTOR_BEGIN, note_count, seq, 0, 0),
+            Note::Clone {
+                seq,
+                src,
+                dst,
+                block_count,
+            } => raw(CLONE, block_count, seq, src, dst),
+            Note::Move {
+                seq,
+                src,
+                dst,
+                block_count,
+            } => raw(MOVE, block_count, seq, src, dst),
+            Note::Merge {
+                seq,
+                dst,
+                block_count,
+                policy,
+                source_count,
+            } => raw(
+                MERGE,
+                block_count,
+                seq,
+                dst,
+                u64::from(policy.code()) | u64::from(source_count) << 8,
+            ),
+            Note::MergeSource { seq, lba, index } => {
+                raw(MERGE_SOURCE, 0, seq, lba, u64::from(index))
+            }
+            Note::Pin { seq, lba, ppa } => raw(PIN, ppa.0, seq, lba, 0),
+            Note::SharedReloc { seq, from, to } => {
+                raw(SHARED_RELOC, from.0, seq, 0, u64::from(to.0))
+            }
+            Note::Attr {
+                seq,
+                lba,
+                block_count,
+                set,
+                clear,
+            } => raw(
+                ATTR,
+                u32::from(set) | u32::from(clear) << 8,
+                seq,
+                lba,
+                block_count,
+            ),
         }
     }
 
@@ -216,6 +321,132 @@ impl Note {
                     lba: r.b,
                     to: ppa("to (a)", r.a)?,
                     version_seq: r.c,
+                }
+            }
+            VECTOR_BEGIN => {
+                zero(NOTE, "b", r.b)?;
+                zero(NOTE, "c", r.c)?;
+                Note::VectorBegin {
+                    seq: r.seq,
+                    note_count: r.a,
+                }
+            }
+            CLONE | MOVE => {
+                let (src, dst, n) = (r.b, r.c, u64::from(r.a));
+                let fits = |l: u64| l.checked_add(n).is_some();
+                if n == 0 || !fits(src) || !fits(dst) {
+                    return Err(out_of_range(
+                        "block_count (a)",
+                        n,
+                        "1 ..= u32::MAX, ranges in u64",
+                    ));
+                }
+                if src < dst + n && dst < src + n {
+                    return Err(out_of_range(
+                        "dst (c)",
+                        dst,
+                        "a range apart from the source",
+                    ));
+                }
+                let (seq, block_count) = (r.seq, r.a);
+                if r.kind == CLONE {
+                    Note::Clone {
+                        seq,
+                        src,
+                        dst,
+                        block_count,
+                    }
+                } else {
+                    Note::Move {
+                        seq,
+                        src,
+                        dst,
+                        block_count,
+                    }
+                }
+            }
+            MERGE => {
+                let policy = MergePolicy::from_code(r.c as u8)
+                    .ok_or_else(|| out_of_range("policy (c bits 0..8)", r.c & 0xFF, "1, 2 or 3"))?;
+                let sources = r.c >> 8;
+                if sources == 0 || sources > u64::from(u32::MAX) {
+                    return Err(out_of_range(
+                        "source count (c bits 8..40)",
+                        sources,
+                        "1 ..= u32::MAX",
+                    ));
+                }
+                if r.a == 0 || r.b.checked_add(u64::from(r.a)).is_none() {
+                    return Err(out_of_range(
+                        "block_count (a)",
+                        u64::from(r.a),
+                        "1 ..= u32::MAX",
+                    ));
+                }
+                Note::Merge {
+                    seq: r.seq,
+                    dst: r.b,
+                    block_count: r.a,
+                    policy,
+                    source_count: sources as u32,
+                }
+            }
+            MERGE_SOURCE => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                Note::MergeSource {
+                    seq: r.seq,
+                    lba: r.b,
+                    index: low32("index (c)", r.c)?,
+                }
+            }
+            PIN => {
+                zero(NOTE, "c", r.c)?;
+                Note::Pin {
+                    seq: r.seq,
+                    lba: r.b,
+                    ppa: ppa("ppa (a)", r.a)?,
+                }
+            }
+            SHARED_RELOC => {
+                zero(NOTE, "b", r.b)?;
+                let (from, to) = (ppa("from (a)", r.a)?, ppa("to (c)", low32("to (c)", r.c)?)?);
+                if from == to {
+                    return Err(out_of_range(
+                        "to (c)",
+                        r.c,
+                        "a relocation moves to a different ppa",
+                    ));
+                }
+                Note::SharedReloc {
+                    seq: r.seq,
+                    from,
+                    to,
+                }
+            }
+            ATTR => {
+                let (set, clear) = (r.a as u8, (r.a >> 8) as u8);
+                let known = |m: u8| m & !attr_bits::ALL == 0;
+                if r.a >> 16 != 0
+                    || !known(set)
+                    || !known(clear)
+                    || set & clear != 0
+                    || set | clear == 0
+                {
+                    return Err(out_of_range(
+                        "masks (a)",
+                        u64::from(r.a),
+                        "known bits, set and clear apart, not both empty",
+                    ));
+                }
+                if r.c == 0 || r.b.checked_add(r.c).is_none() {
+                    return Err(out_of_range("block_count (c)", r.c, "1 ..= u64::MAX - lba"));
+                }
+                Note::Attr {
+                    seq: r.seq,
+                    lba: r.b,
+                    block_count: r.c,
+                    set,
+                    clear,
                 }
             }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
@@ -590,6 +821,85 @@ pub(crate) mod tests {
                     to,
                     version_seq
                 }),
+            (any::<u64>(), any::<u32>())
+                .prop_map(|(seq, note_count)| Note::VectorBegin { seq, note_count }),
+            (
+                any::<u64>(),
+                0..u64::MAX / 2,
+                1..=u32::MAX,
+                any::<bool>(),
+                any::<bool>()
+            )
+                .prop_map(|(seq, src, block_count, before, moving)| {
+                    let n = u64::from(block_count);
+                    let dst = if before {
+                        src.saturating_sub(n)
+                    } else {
+                        src + n
+                    };
+                    let dst = if dst + n > src && src + n > dst {
+                        src + n
+                    } else {
+                        dst
+                    };
+                    if moving {
+                        Note::Move {
+                            seq,
+                            src,
+                            dst,
+                            block_count,
+                        }
+                    } else {
+                        Note::Clone {
+                            seq,
+                            src,
+                            dst,
+                            block_count,
+                        }
+                    }
+                }),
+            (
+                any::<u64>(),
+                0..u64::MAX / 2,
+                1..=u32::MAX,
+                1u8..=3,
+                1..=u32::MAX
+            )
+                .prop_map(|(seq, dst, block_count, policy, source_count)| {
+                    Note::Merge {
+                        seq,
+                        dst,
+                        block_count,
+                        policy: MergePolicy::from_code(policy).unwrap(),
+                        source_count,
+                    }
+                }),
+            (any::<u64>(), any::<u64>(), any::<u32>())
+                .prop_map(|(seq, lba, index)| Note::MergeSource { seq, lba, index }),
+            (any::<u64>(), any::<u64>(), arb_ppa()).prop_map(|(seq, lba, ppa)| Note::Pin {
+                seq,
+                lba,
+                ppa
+            }),
+            (any::<u64>(), arb_ppa(), arb_ppa())
+                .prop_filter("distinct", |(_, f, t)| f != t)
+                .prop_map(|(seq, from, to)| Note::SharedReloc { seq, from, to }),
+            (any::<u64>(), 0..u64::MAX / 2, 1..u64::MAX / 2, 0u8..3).prop_map(
+                |(seq, lba, block_count, which)| {
+                    let (set, clear) = match which {
+                        0 => (attr_bits::IMMUTABLE, attr_bits::NON_PERSISTENT),
+                        1 => (0, attr_bits::IMMUTABLE),
+                        _ => (attr_bits::ALL, 0),
+                    };
+                    Note::Attr {
+                        seq,
+                        lba,
+                        block_count,
+                        set,
+                        clear,
+                    }
+                }
+            ),
         ]
     }
 
@@ -653,6 +963,64 @@ pub(crate) mod tests {
             Err(FormatError::OutOfRange { .. })
         ));
         b[4..8].copy_from_slice(&Ppa::NONE.0.to_le_bytes());
+        assert!(matches!(
+            Note::decode(&b),
+            Err(FormatError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn range_notes_are_laid_out_and_checked() {
+        let mut b = [0u8; NOTE_BYTES];
+        let clone = Note::Clone {
+            seq: 9,
+            src: 100,
+            dst: 200,
+            block_count: 50,
+        };
+        clone.encode(&mut b);
+        assert_eq!(&b[..8], &[8, 0, 0, 0, 50, 0, 0, 0]);
+        assert_eq!(&b[16..24], &100u64.to_le_bytes());
+        assert_eq!(&b[24..32], &200u64.to_le_bytes());
+        assert_eq!(Note::decode(&b), Ok(clone));
+        // Overlapping ranges and empty ones are refused.
+        let overlap = Note::Clone {
+            seq: 9,
+            src: 100,
+            dst: 120,
+            block_count: 50,
+        };
+        overlap.encode(&mut b);
+        assert!(matches!(
+            Note::decode(&b),
+            Err(FormatError::OutOfRange { .. })
+        ));
+        let merge = Note::Merge {
+            seq: 1,
+            dst: 7,
+            block_count: 3,
+            policy: MergePolicy::LastWins,
+            source_count: 2,
+        };
+        merge.encode(&mut b);
+        assert_eq!(&b[24..32], &(3u64 | 2 << 8).to_le_bytes());
+        assert_eq!(Note::decode(&b), Ok(merge));
+        b[24] = 4; // no such policy
+        assert!(matches!(
+            Note::decode(&b),
+            Err(FormatError::OutOfRange { .. })
+        ));
+        let attr = Note::Attr {
+            seq: 1,
+            lba: 5,
+            block_count: 6,
+            set: attr_bits::IMMUTABLE,
+            clear: attr_bits::NON_PERSISTENT,
+        };
+        attr.encode(&mut b);
+        assert_eq!(&b[4..8], &(1u32 | 2 << 8).to_le_bytes());
+        assert_eq!(Note::decode(&b), Ok(attr));
+        b[4] = 3; // a bit both set and cleared
         assert!(matches!(
             Note::decode(&b),
             Err(FormatError::OutOfRange { .. })

@@ -1,7 +1,6 @@
 //! Counters the FTL keeps and the figures derived from them.
 
-use crate::l2p::L2p;
-use crate::p2l::P2l;
+use crate::mapping::Mapping;
 use crate::zone::{ZoneKind, ZoneTable};
 use serde::Serialize;
 
@@ -35,6 +34,25 @@ pub struct FtlStats {
     /// Flushes, zone resets, finishes and host reads issued again after a
     /// host-side failure (a command a controller reset aborted).
     pub host_retries: u64,
+    /// Range-operation vectors applied, and refused by their check
+    /// (immutable range, merge conflict, shared table full).
+    pub range_vectors: u64,
+    pub range_vectors_refused: u64,
+    /// Operations applied by kind, and the blocks they covered.
+    pub range_clones: u64,
+    pub range_clone_blocks: u64,
+    pub range_moves: u64,
+    pub range_move_blocks: u64,
+    pub range_deletes: u64,
+    pub range_delete_blocks: u64,
+    pub range_merges: u64,
+    pub range_merge_blocks: u64,
+    pub range_attribute_changes: u64,
+    /// Notes the vectors logged (pins included), and the pins alone.
+    pub range_notes: u64,
+    pub range_pins: u64,
+    /// Log packs that carried vectors' replies (group commits).
+    pub range_commits: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ host_write_blocks (0 before any host write).
     pub write_amplification: f64,
@@ -42,7 +60,17 @@ pub struct FtlStats {
     pub data_zones: u32,
     /// Zones taken out of service (worn out, failed program or erase).
     pub retired_zones: u32,
+    /// Logical blocks mapped (a shared block counts once per owner).
     pub mapped_blocks: u64,
+    /// Physical blocks holding live data.
+    pub live_blocks: u64,
+    /// Physical blocks named by more than one logical block, or by one
+    /// whose tag names another (moved): reached through the shared table.
+    pub shared_blocks: u64,
+    /// Logical blocks that name a shared block.
+    pub shared_refs: u64,
+    /// Bytes of the shared table (part of map_memory_bytes).
+    pub shared_memory_bytes: u64,
     pub erase_count_min: u32,
     pub erase_count_max: u32,
     pub erase_count_mean: f64,
@@ -50,7 +78,7 @@ pub struct FtlStats {
     /// Erase counts above are over data and free zones; this is the highest
     /// among the superblock and metadata zones.
     pub metadata_erase_count_max: u32,
-    /// L2P + P2L bytes, plus the summaries being collected (in band).
+    /// L2P + P2L + shared table bytes, plus the summaries being collected (in band).
     pub map_memory_bytes: u64,
     /// map_memory_bytes ÷ mapped_blocks (0 when nothing is mapped).
     pub map_bytes_per_mapped_block: f64,
@@ -60,8 +88,7 @@ impl FtlStats {
     pub(crate) fn fill_from(
         &mut self,
         zones: &ZoneTable,
-        l2p: &L2p,
-        p2l: &P2l,
+        mapping: &Mapping,
         pending_summary_bytes: u64,
     ) {
         self.write_amplification = ratio(self.media_write_blocks, self.host_write_blocks);
@@ -74,14 +101,18 @@ impl FtlStats {
             .iter()
             .filter(|(_, z)| matches!(z.kind(), ZoneKind::Data { .. } | ZoneKind::Free))
             .count() as u32;
-        self.mapped_blocks = l2p.mapped_blocks();
+        self.mapped_blocks = mapping.mapped_blocks();
+        self.live_blocks = mapping.live_blocks();
+        self.shared_blocks = mapping.shared_blocks();
+        self.shared_refs = mapping.shared_refs();
+        self.shared_memory_bytes = mapping.shared_memory_bytes();
         let wear = zones.wear_spread();
         self.erase_count_min = wear.min_erases;
         self.erase_count_max = wear.max_erases;
         self.erase_count_mean = wear.mean_erases;
         self.erase_count_stddev = wear.stddev_erases;
         self.metadata_erase_count_max = zones.metadata_erase_max();
-        self.map_memory_bytes = l2p.memory_bytes() + p2l.memory_bytes() + pending_summary_bytes;
+        self.map_memory_bytes = mapping.memory_bytes() + pending_summary_bytes;
         self.map_bytes_per_mapped_block = ratio(self.map_memory_bytes, self.mapped_blocks);
     }
 }

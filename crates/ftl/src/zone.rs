@@ -83,7 +83,6 @@ pub struct Zone {
     kind: ZoneKind,
     state: ZoneUse,
     write_pointer_blocks: u64,
-    valid_blocks: u64,
     erase_count: u32,
     last_write_seq: Seq,
     capacity_blocks: u64,
@@ -98,10 +97,6 @@ impl Zone {
     }
     pub fn write_pointer_blocks(&self) -> u64 {
         self.write_pointer_blocks
-    }
-    /// Live blocks, as the FTL counts them.
-    pub fn valid_blocks(&self) -> u64 {
-        self.valid_blocks
     }
     /// Resets the FTL has counted (persisted by the caller).
     pub fn erase_count(&self) -> u32 {
@@ -244,7 +239,6 @@ impl ZoneTable {
             kind: ZoneKind::Free,
             state: ZoneUse::Empty,
             write_pointer_blocks: 0,
-            valid_blocks: 0,
             erase_count: 0,
             last_write_seq: 0,
             capacity_blocks: zone_capacity_blocks,
@@ -371,29 +365,6 @@ impl ZoneTable {
         zone.state = ZoneUse::Full;
     }
 
-    /// `n` more blocks of zone `z` are live.
-    pub fn add_valid(&mut self, z: ZoneId, n: u64) {
-        let zone = self.zone_mut(z);
-        zone.valid_blocks += n;
-        assert!(
-            zone.valid_blocks <= zone.write_pointer_blocks,
-            "zone {z}: {} valid blocks above the write pointer {}",
-            zone.valid_blocks,
-            zone.write_pointer_blocks
-        );
-    }
-
-    /// `n` blocks of zone `z` are no longer live.
-    pub fn remove_valid(&mut self, z: ZoneId, n: u64) {
-        let zone = self.zone_mut(z);
-        zone.valid_blocks = zone.valid_blocks.checked_sub(n).unwrap_or_else(|| {
-            panic!(
-                "zone {z}: removing {n} of {} valid blocks",
-                zone.valid_blocks
-            )
-        });
-    }
-
     /// After the FTL reset zone `z` to reuse it for the same kind (e.g. a
     /// superblock zone): counts the erase, empties it, keeps its kind.
     pub fn reset_in_place(&mut self, z: ZoneId) {
@@ -421,8 +392,8 @@ impl ZoneTable {
         self.free.insert((erase_count, z));
     }
 
-    /// Takes zone `z` out of service for good. Its valid count is kept so the
-    /// FTL can still account for data it moves off a failing zone.
+    /// Takes zone `z` out of service for good (it may still hold live data
+    /// the FTL moves off it).
     pub fn retire(&mut self, z: ZoneId) {
         let zone = self.get(z);
         assert_ne!(zone.kind, ZoneKind::Retired, "zone {z} retired twice");
@@ -431,23 +402,26 @@ impl ZoneTable {
     }
 
     /// GC victim among Full data zones of collected streams, skipping
-    /// `exclude`d zones and zones whose every block is valid. Ties go to the
-    /// lowest id. O(zones) per call: GC asks once per zone of writes.
+    /// `exclude`d zones and zones whose every block is live (`valid` gives
+    /// a zone's live blocks: the mapping owns them). Ties go to the lowest
+    /// id. O(zones) per call: GC asks once per zone of writes.
     pub fn pick_victim(
         &self,
         policy: VictimPolicy,
         now_seq: Seq,
+        valid: impl Fn(ZoneId) -> u64,
         exclude: impl Fn(ZoneId) -> bool,
     ) -> Option<ZoneId> {
-        let candidates = self.iter().filter(|&(z, zone)| {
-            zone.is_gc_candidate() && zone.valid_blocks < zone.capacity_blocks && !exclude(z)
+        let candidates = self.iter().filter_map(|(z, zone)| {
+            let live = valid(z);
+            (zone.is_gc_candidate() && live < zone.capacity_blocks && !exclude(z))
+                .then_some((z, zone, live))
         });
         match policy {
-            VictimPolicy::Greedy => candidates
-                .min_by_key(|&(_, zone)| zone.valid_blocks)
-                .map(|(z, _)| z),
+            VictimPolicy::Greedy => candidates.min_by_key(|&(_, _, live)| live).map(|(z, ..)| z),
             VictimPolicy::CostBenefit => {
-                let scored = candidates.map(|(z, zone)| (z, CostBenefit::of(z, zone, now_seq)));
+                let scored =
+                    candidates.map(|(z, zone, live)| (z, CostBenefit::of(z, zone, live, now_seq)));
                 let best =
                     scored.reduce(|best, next| if next.1.beats(&best.1) { next } else { best });
                 best.map(|(z, _)| z)
@@ -523,10 +497,6 @@ impl ZoneTable {
                 zone.write_pointer_blocks <= zone.capacity_blocks,
                 "zone {z}: write pointer past capacity"
             );
-            assert!(
-                zone.valid_blocks <= zone.write_pointer_blocks,
-                "zone {z}: valid above write pointer"
-            );
         }
     }
 
@@ -587,8 +557,7 @@ fn fits_ppa(zone_count: usize, zone_capacity_blocks: u64) -> bool {
 }
 
 /// Empties a zone the FTL just reset and counts the erase.
-fn empty_after_reset(z: ZoneId, zone: &mut Zone) {
-    assert_eq!(zone.valid_blocks, 0, "zone {z} reset with live data");
+fn empty_after_reset(_z: ZoneId, zone: &mut Zone) {
     zone.erase_count += 1;
     zone.state = ZoneUse::Empty;
     zone.write_pointer_blocks = 0;
@@ -632,7 +601,7 @@ struct CostBenefit {
 }
 
 impl CostBenefit {
-    fn of(z: ZoneId, zone: &Zone, now_seq: Seq) -> CostBenefit {
+    fn of(z: ZoneId, zone: &Zone, valid_blocks: u64, now_seq: Seq) -> CostBenefit {
         assert!(
             now_seq >= zone.last_write_seq,
             "zone {z} written after now ({now_seq})"
@@ -640,8 +609,8 @@ impl CostBenefit {
         CostBenefit {
             zone: z,
             age: u128::from(now_seq - zone.last_write_seq) + 1,
-            free_blocks: u128::from(zone.capacity_blocks - zone.valid_blocks),
-            valid_blocks: u128::from(zone.valid_blocks),
+            free_blocks: u128::from(zone.capacity_blocks - valid_blocks),
+            valid_blocks: u128::from(valid_blocks),
         }
     }
 
@@ -670,12 +639,12 @@ mod tests {
     };
     const CAP: u64 = 100;
 
-    /// Takes zone `z` for host data, fills it, and leaves `valid` live blocks
-    /// last written at `seq`.
-    fn fill(table: &mut ZoneTable, z: ZoneId, valid: u64, seq: Seq) {
+    /// Takes zone `z` for host data, fills it, and records `valid` live
+    /// blocks last written at `seq` in `live`.
+    fn fill(table: &mut ZoneTable, live: &mut [u64], z: ZoneId, valid: u64, seq: Seq) {
         table.claim(z, HOST);
         table.record_write(z, CAP, seq);
-        table.add_valid(z, valid);
+        live[z as usize] = valid;
     }
 
     /// Takes `z`, empties it, and gives it back: one more erase.
@@ -722,15 +691,16 @@ mod tests {
     #[test]
     fn greedy_picks_fewest_valid() {
         let mut table = ZoneTable::new(4, CAP);
-        fill(&mut table, 0, 50, 1);
-        fill(&mut table, 1, 10, 2);
-        fill(&mut table, 2, 30, 3);
+        let mut live = [0u64; 4];
+        fill(&mut table, &mut live, 0, 50, 1);
+        fill(&mut table, &mut live, 1, 10, 2);
+        fill(&mut table, &mut live, 2, 30, 3);
         assert_eq!(
-            table.pick_victim(VictimPolicy::Greedy, 10, |_| false),
+            table.pick_victim(VictimPolicy::Greedy, 10, |z| live[z as usize], |_| false),
             Some(1)
         );
         assert_eq!(
-            table.pick_victim(VictimPolicy::Greedy, 10, |z| z == 1),
+            table.pick_victim(VictimPolicy::Greedy, 10, |z| live[z as usize], |z| z == 1),
             Some(2)
         );
     }
@@ -738,29 +708,39 @@ mod tests {
     #[test]
     fn open_meta_and_full_valid_zones_are_never_victims() {
         let mut table = ZoneTable::new(4, CAP);
-        fill(&mut table, 0, CAP, 1);
+        let mut live = [0u64; 4];
+        fill(&mut table, &mut live, 0, CAP, 1);
         table.claim(1, HOST);
         table.record_write(1, 10, 2);
         table.claim(2, ZoneKind::Meta);
         table.record_write(2, CAP, 3);
         for policy in [VictimPolicy::Greedy, VictimPolicy::CostBenefit] {
-            assert_eq!(table.pick_victim(policy, 10, |_| false), None);
+            assert_eq!(
+                table.pick_victim(policy, 10, |z| live[z as usize], |_| false),
+                None
+            );
         }
     }
 
     #[test]
     fn cost_benefit_prefers_old_cold_zones() {
         let mut table = ZoneTable::new(4, CAP);
-        fill(&mut table, 0, 50, 90);
-        fill(&mut table, 1, 50, 10);
-        fill(&mut table, 2, 40, 95);
+        let mut live = [0u64; 4];
+        fill(&mut table, &mut live, 0, 50, 90);
+        fill(&mut table, &mut live, 1, 50, 10);
+        fill(&mut table, &mut live, 2, 40, 95);
         // Zone 1: age 91 * 50/50 beats zone 2: age 6 * 60/40 and zone 0.
         assert_eq!(
-            table.pick_victim(VictimPolicy::CostBenefit, 100, |_| false),
+            table.pick_victim(
+                VictimPolicy::CostBenefit,
+                100,
+                |z| live[z as usize],
+                |_| false
+            ),
             Some(1)
         );
         assert_eq!(
-            table.pick_victim(VictimPolicy::Greedy, 100, |_| false),
+            table.pick_victim(VictimPolicy::Greedy, 100, |z| live[z as usize], |_| false),
             Some(2)
         );
     }
@@ -768,10 +748,16 @@ mod tests {
     #[test]
     fn cost_benefit_takes_empty_zones_first() {
         let mut table = ZoneTable::new(4, CAP);
-        fill(&mut table, 0, 1, 0);
-        fill(&mut table, 1, 0, 99);
+        let mut live = [0u64; 4];
+        fill(&mut table, &mut live, 0, 1, 0);
+        fill(&mut table, &mut live, 1, 0, 99);
         assert_eq!(
-            table.pick_victim(VictimPolicy::CostBenefit, 100, |_| false),
+            table.pick_victim(
+                VictimPolicy::CostBenefit,
+                100,
+                |z| live[z as usize],
+                |_| false
+            ),
             Some(1)
         );
     }
@@ -779,11 +765,12 @@ mod tests {
     #[test]
     fn static_wl_waits_for_the_threshold() {
         let mut table = ZoneTable::new(4, CAP);
+        let mut live = [0u64; 4];
         wear(&mut table, 0, 10);
         wear(&mut table, 1, 2);
         wear(&mut table, 2, 4);
-        fill(&mut table, 1, CAP, 1);
-        fill(&mut table, 2, 20, 2);
+        fill(&mut table, &mut live, 1, CAP, 1);
+        fill(&mut table, &mut live, 2, 20, 2);
         let spread = table.wear_spread();
         assert_eq!((spread.min_erases, spread.max_erases), (0, 10));
         assert_eq!(spread.mean_erases, 4.0);
@@ -805,18 +792,14 @@ mod tests {
     #[test]
     fn records_round_trip_and_are_checked() {
         let mut table = ZoneTable::new(3, CAP);
+        let mut live = [0u64; 3];
         wear(&mut table, 2, 2);
-        fill(&mut table, 0, 5, 7);
+        fill(&mut table, &mut live, 0, 5, 7);
         table.retire(1);
         let records: Vec<_> = table.iter().map(|(_, zone)| zone.record()).collect();
         let copy = ZoneTable::from_records(CAP, &records).unwrap();
         assert_eq!(copy.free_count(), 1);
         assert_eq!(copy.get(2).erase_count(), 2);
-        assert_eq!(
-            copy.get(0).valid_blocks(),
-            0,
-            "valid counts are rebuilt by the caller"
-        );
         let mut bad = records.clone();
         bad[0].write_pointer_blocks = CAP + 1;
         assert!(matches!(
@@ -833,31 +816,6 @@ mod tests {
             ZoneTable::from_records(CAP, &[]).unwrap_err(),
             ZoneError::NoZones
         );
-    }
-
-    #[test]
-    #[should_panic(expected = "removing 2 of 1 valid blocks")]
-    fn valid_count_cannot_underflow() {
-        let mut table = ZoneTable::new(1, CAP);
-        fill(&mut table, 0, 1, 1);
-        table.remove_valid(0, 2);
-    }
-
-    #[test]
-    #[should_panic(expected = "above the write pointer")]
-    fn valid_count_cannot_pass_the_write_pointer() {
-        let mut table = ZoneTable::new(1, CAP);
-        table.claim(0, HOST);
-        table.record_write(0, 3, 1);
-        table.add_valid(0, 4);
-    }
-
-    #[test]
-    #[should_panic(expected = "reset with live data")]
-    fn release_with_live_data_is_a_bug() {
-        let mut table = ZoneTable::new(1, CAP);
-        fill(&mut table, 0, 1, 1);
-        table.release(0);
     }
 
     proptest! {

@@ -241,10 +241,14 @@ pub fn errno_of(e: &IoError) -> Errno {
         IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
             Errno::Inval
         }
-        IoError::NoSpace => Errno::NoSpc,
+        IoError::NoSpace | IoError::SharingFull { .. } => Errno::NoSpc,
         // The volume went read-only after a metadata write failure: writes
-        // are refused as on a read-only export.
-        IoError::ReadOnly => Errno::Perm,
+        // are refused as on a read-only export; so are writes to an
+        // immutable range.
+        IoError::ReadOnly | IoError::Immutable { .. } => Errno::Perm,
+        IoError::BadVector { .. }
+        | IoError::MergeConflict { .. }
+        | IoError::AttributeTableFull { .. } => Errno::Inval,
         IoError::Busy
         | IoError::Corrupt { .. }
         | IoError::Misdirected { .. }

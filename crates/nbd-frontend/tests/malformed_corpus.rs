@@ -381,6 +381,11 @@ impl Volume for Dummy {
                 mapped: true,
             }]),
             Request::Flush => ReplyData::Done,
+            // NBD has no range operations: the server never sends one.
+            Request::Range { .. } => {
+                self.bad.fetch_add(1, Ordering::SeqCst);
+                ReplyData::Done
+            }
         };
         std::future::ready(Ok(reply))
     }

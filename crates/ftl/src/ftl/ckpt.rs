@@ -34,6 +34,10 @@ pub(super) enum CkptState {
 
 impl Ftl {
     fn checkpoint_due(&self) -> bool {
+        // A range-operation vector being applied must land in one piece.
+        if self.range_applying() {
+            return false;
+        }
         if self.ckpt_requested {
             return true;
         }
@@ -52,7 +56,9 @@ impl Ftl {
                 self.ckpt = CkptState::Draining;
                 self.advance_checkpoint();
             }
-            CkptState::Draining if self.host_appends_in_flight == 0 => self.capture_checkpoint(),
+            CkptState::Draining if self.host_appends_in_flight == 0 && !self.range_applying() => {
+                self.capture_checkpoint()
+            }
             CkptState::Writing {
                 id,
                 end_log_seq,
@@ -81,6 +87,7 @@ impl Ftl {
     fn capture_checkpoint(&mut self) {
         self.log.pack(true);
         let image = self.checkpoint_image();
+        self.capture_next_seq = image.next_seq;
         let stream = image.encode();
         let chunk_payload = crate::note::chunk_payload_bytes(self.block_size());
         let n = stream.len().div_ceil(chunk_payload) as u64;
@@ -104,8 +111,9 @@ impl Ftl {
             .map(|z| {
                 let zone = self.zones.get(z);
                 let mut record = zone.record();
+                let valid = self.mapping.valid_blocks(z);
                 if Some(z) == noted {
-                    assert_eq!(zone.valid_blocks(), 0, "noted victim {z} still holds data");
+                    assert_eq!(valid, 0, "noted victim {z} still holds data");
                     record = crate::zone::ZoneRecord {
                         kind: ZoneKind::Free,
                         state: crate::zone::ZoneUse::Empty,
@@ -114,12 +122,31 @@ impl Ftl {
                         last_write_seq: record.last_write_seq,
                     };
                 }
-                crate::recovery::zone_record_out(record, zone.valid_blocks())
+                crate::recovery::zone_record_out(record, valid)
             })
             .collect();
-        let leaves = self.l2p.leaves().collect();
-        let crcs = (self.tag_mode == TagMode::InBand)
-            .then(|| self.l2p.iter_with_crc().map(|(.., crc)| crc).collect());
+        let leaves = self.mapping.leaves().collect();
+        let in_band = self.tag_mode == TagMode::InBand;
+        let crcs = in_band.then(|| self.mapping.crcs().collect());
+        let shared = self
+            .mapping
+            .shared_entries()
+            .map(|(id, ppa, refs, crc)| checkpoint::SharedRecord {
+                id,
+                ppa: ppa.0,
+                refs,
+                crc,
+            })
+            .collect();
+        let attrs = self
+            .attrs
+            .iter()
+            .map(|(lba, block_count, bits)| checkpoint::AttrRecord {
+                lba,
+                block_count,
+                bits: u32::from(bits),
+            })
+            .collect();
         CheckpointImage {
             next_seq: self.next_seq,
             epoch: self.epoch,
@@ -128,6 +155,9 @@ impl Ftl {
             zones,
             leaves,
             crcs,
+            shared,
+            attrs,
+            clean: self.clean_requested,
         }
     }
 
@@ -257,6 +287,7 @@ impl Ftl {
         } else {
             self.super_generation += 1;
             self.log.set_committed_checkpoint(id);
+            self.committed_next_seq = self.capture_next_seq;
             self.ckpt = CkptState::Idle;
         }
     }

@@ -207,7 +207,7 @@ impl Ftl {
         if !self.cfg.temperature_streams {
             return Temp::Hot;
         }
-        let window = (self.l2p.mapped_blocks() / 3).max(1);
+        let window = (self.mapping.live_blocks() / 3).max(1);
         if written_at > 0 && self.host_clock - written_at < window {
             Temp::Hot
         } else {
@@ -378,6 +378,7 @@ impl Ftl {
                 return;
             }
         };
+        self.appends_done += 1;
         self.host_write_failures = 0;
         let lbas = slots.iter().map(|&(s, ..)| self.buffer.slot(s).lba);
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);

@@ -28,6 +28,7 @@
 mod ckpt;
 mod lane;
 mod meta;
+mod range;
 mod read;
 mod reloc;
 mod request;
@@ -35,21 +36,22 @@ mod summaries;
 mod write;
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
+use crate::attr::AttrMap;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, Completion, DeviceError, Geometry, ZoneId};
 use crate::buffer::{SlotId, WriteBuffer};
 use crate::config::FtlConfig;
 use crate::error::IoError;
-use crate::l2p::L2p;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
-use crate::p2l::P2l;
+use crate::mapping::Mapping;
 use crate::slab::{Key, Slab};
 use crate::stats::FtlStats;
 use crate::superblock::TagMode;
 use crate::zone::{ZoneKind, ZoneTable};
 use ckpt::CkptState;
 use lane::{Lane, StreamState};
+use range::RangeState;
 use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
@@ -71,8 +73,8 @@ pub(crate) struct Parts {
     pub layout: Layout,
     pub tag_mode: TagMode,
     pub uuid: [u8; 16],
-    pub l2p: L2p,
-    pub p2l: P2l,
+    pub mapping: Mapping,
+    pub attrs: AttrMap,
     pub zones: ZoneTable,
     pub next_seq: Seq,
     pub epoch: Epoch,
@@ -136,6 +138,8 @@ enum Op {
         waiters: Vec<u64>,
     },
     CkptFlush,
+    /// The flush a range-operation vector waits for before its notes.
+    RangeFlush,
 }
 
 /// The FTL core. See the module documentation.
@@ -145,8 +149,9 @@ pub struct Ftl {
     layout: Layout,
     tag_mode: TagMode,
     uuid: [u8; 16],
-    l2p: L2p,
-    p2l: P2l,
+    mapping: Mapping,
+    /// Range attributes (immutable, non-persistent).
+    attrs: AttrMap,
     zones: ZoneTable,
     zone_readers: Vec<u32>,
     zone_appends: Vec<u32>,
@@ -186,6 +191,15 @@ pub struct Ftl {
     host_appends_in_flight: u32,
     ckpt: CkptState,
     ckpt_requested: bool,
+    /// The checkpoint being written is a clean shutdown's.
+    clean_requested: bool,
+    /// `next_seq` of the checkpoint both superblocks point at, and of the
+    /// one being written: blocks written since the committed one are known
+    /// to recovery only by their tags (OOB) or notes.
+    committed_next_seq: Seq,
+    capture_next_seq: Seq,
+    /// Range-operation vectors: the queue and the one being run.
+    ranges: RangeState,
     blocks_since_checkpoint: u64,
     super_generation: u64,
     super_wp_blocks: [u64; 2],
@@ -198,6 +212,13 @@ pub struct Ftl {
     ops: Slab<Op>,
     /// Attempts made of each command in flight, by its slot in `ops`.
     op_attempts: Vec<u8>,
+    /// For a flush in flight, by its slot in `ops`: `appends_done` when it
+    /// was issued (what it makes durable).
+    flush_marks: Vec<u64>,
+    /// Data appends completed so far, and how many of them a completed
+    /// device flush has made durable.
+    appends_done: u64,
+    flushed_through: u64,
     /// Flushes, zone resets and finishes to issue again after a host-side
     /// failure, with the attempts made: each left `ops`, so at most
     /// `max_inflight_commands`.
@@ -212,7 +233,7 @@ pub struct Ftl {
     unplanned_reads: VecDeque<(u64, Lba, u32)>,
     /// Scratch, kept so a read allocates nothing: one batch's L2P lookups,
     /// and one request's device reads.
-    read_lookups: Vec<Option<(Ppa, u32)>>,
+    read_lookups: Vec<Option<crate::mapping::Resolved>>,
     read_plan: Vec<ReadPart>,
     /// The last `poll_command` ran `advance` (or followed one that did)
     /// and issued a host read, and nothing came in since: issuing a read
@@ -221,7 +242,7 @@ pub struct Ftl {
     waiting_writes: VecDeque<WaitingWrite>,
     /// Scratch of `admit_writes`: per block of one request, whether the
     /// buffer holds it and its mapping (at most a request's blocks).
-    admit_facts: Vec<(bool, Option<Ppa>)>,
+    admit_facts: Vec<(bool, Option<Ppa>, bool)>,
     /// The data CRCs of the request being admitted (reused, as `admit_facts`).
     admit_crcs: Vec<u32>,
     flushes: Vec<FlushWait>,
@@ -263,8 +284,12 @@ impl Ftl {
             layout: p.layout,
             tag_mode: p.tag_mode,
             uuid: p.uuid,
-            l2p: p.l2p,
-            p2l: p.p2l,
+            mapping: p.mapping,
+            attrs: p.attrs,
+            committed_next_seq: p.next_seq,
+            capture_next_seq: p.next_seq,
+            clean_requested: false,
+            ranges: RangeState::new(),
             zones: p.zones,
             buffered_new: 0,
             gc_reserve_zones: p.gc_reserve_zones,
@@ -292,6 +317,9 @@ impl Ftl {
             super_aborts: [0; 2],
             ops: Slab::new(max_commands),
             op_attempts: vec![0; max_commands],
+            flush_marks: vec![0; max_commands],
+            appends_done: 0,
+            flushed_through: 0,
             repeats: VecDeque::with_capacity(max_commands),
             read_queue: VecDeque::new(),
             reads: Slab::new(max_reads),
@@ -347,6 +375,13 @@ impl Ftl {
         self.ckpt_requested = true;
     }
 
+    /// Requests the checkpoint of a clean shutdown: marked clean, so a
+    /// mount that finds nothing logged after it keeps non-persistent ranges.
+    pub fn request_clean_checkpoint(&mut self) {
+        self.clean_requested = true;
+        self.request_checkpoint();
+    }
+
     /// Whether no checkpoint is pending or being written.
     pub fn checkpoint_idle(&self) -> bool {
         matches!(self.ckpt, CkptState::Idle) && !self.ckpt_requested
@@ -373,6 +408,7 @@ impl Ftl {
             && self.read_queue.is_empty()
             && self.buffer.used_slots() == 0
             && self.checkpoint_idle()
+            && self.ranges.is_idle()
     }
 
     /// What background work is under way (tests use it to aim power cuts).
@@ -425,8 +461,13 @@ impl Ftl {
             + self.whole_reads
             + self.unplanned_reads.len()
             + self.waiting_writes.len()
-            + self.flushes.len();
+            + self.flushes.len()
+            + self.ranges.pending()
+            + self.ranges.held_len();
         if pending >= self.cfg.max_host_requests as usize {
+            return Err(IoError::Busy);
+        }
+        if matches!(request, Request::Range { .. }) && self.ranges.queue_full() {
             return Err(IoError::Busy);
         }
         let result = match request {
@@ -437,21 +478,15 @@ impl Ftl {
                 let (data, crcs) = blocks.into_parts();
                 self.start_write(id, lba, data, same_size.then_some(crcs), fua)
             }
-            Request::Trim { lba, block_count } => self
-                .trim(lba, block_count, false)
-                .map(|_| Some(ReplyData::Done)),
+            Request::Trim { lba, block_count } => {
+                self.start_trim(id, lba, block_count, false, false)
+            }
             Request::WriteZeroes {
                 lba,
                 block_count,
                 fua,
-            } => self.trim(lba, block_count, true).map(|_| {
-                if fua {
-                    self.add_flush(id);
-                    None
-                } else {
-                    Some(ReplyData::Done)
-                }
-            }),
+            } => self.start_trim(id, lba, block_count, true, fua),
+            Request::Range { ops } => self.start_range(id, ops),
             Request::Flush => {
                 self.add_flush(id);
                 Ok(None)
@@ -484,6 +519,7 @@ impl Ftl {
         if let Some((op, cmd, attempts)) = self.repeats.pop_front() {
             let key = self.ops.insert(op);
             self.op_attempts[key.index()] = attempts;
+            self.flush_marks[key.index()] = self.appends_done;
             return Some((key.0, cmd));
         }
         let mut advanced = !self.advanced_then_read || self.read_only;
@@ -520,12 +556,14 @@ impl Ftl {
         self.advanced_then_read = matches!(op, Op::HostRead(_));
         let key = self.ops.insert(op);
         self.op_attempts[key.index()] = 0;
+        self.flush_marks[key.index()] = self.appends_done;
         Some((key.0, cmd))
     }
 
     fn next_command(&mut self) -> Option<(Op, Command)> {
         self.next_log_command()
             .or_else(|| self.next_checkpoint_command())
+            .or_else(|| self.next_range_command())
             .or_else(|| self.next_flush_command())
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_job_command())
@@ -543,6 +581,7 @@ impl Ftl {
             || !self.flushes.is_empty()
             || !self.waiting_writes.is_empty()
             || !self.checkpoint_idle()
+            || !self.ranges.is_idle()
             || self.log.blocked();
         !self.read_only && self.ops.is_empty() && pending
     }
@@ -589,6 +628,14 @@ impl Ftl {
             .expect("completion for an unknown command");
         let attempts = self.op_attempts[Key(completion.tag).index()] + 1;
         let result = completion.result;
+        let is_flush = matches!(
+            op,
+            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush
+        );
+        if is_flush && result.is_ok() {
+            let mark = self.flush_marks[Key(completion.tag).index()];
+            self.flushed_through = self.flushed_through.max(mark);
+        }
         if matches!(result, Err(DeviceError::HostIo { .. })) && attempts < HOST_ATTEMPTS {
             if let Some(command) = Self::repeatable(&op) {
                 self.stats.host_retries += 1;
@@ -687,6 +734,7 @@ impl Ftl {
                 }
             }
             Op::CkptFlush => self.checkpoint_flushed(result),
+            Op::RangeFlush => self.range_flushed(result),
         }
         self.advanced_then_read = false;
         self.advance();
@@ -698,7 +746,9 @@ impl Ftl {
     /// failure paths write the data again elsewhere.
     fn repeatable(op: &Op) -> Option<Command> {
         match *op {
-            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush => Some(Command::Flush),
+            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush => {
+                Some(Command::Flush)
+            }
             Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),
             Op::SuperReset { copy } => Some(Command::Reset {
                 zone: SUPER_ZONES[copy],
@@ -749,18 +799,11 @@ impl Ftl {
         self.geo.zone_capacity_blocks
     }
 
-    fn unmap(&mut self, lba: Lba) {
-        if let Some(old) = self.l2p.unmap(lba) {
-            self.p2l.clear(old);
-            self.zones.remove_valid(old.zone(self.cap()), 1);
-        }
-    }
-
+    /// Maps `lba` to the fresh block `ppa` (a host write landed).
     fn map(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
-        self.unmap(lba);
-        self.l2p.set(lba, ppa, crc);
-        self.p2l.set(ppa);
-        self.zones.add_valid(ppa.zone(self.cap()), 1);
+        if let Err(owner) = self.mapping.map_direct(lba, ppa, crc) {
+            panic!("block {} written for {lba} is live under {owner:?}", ppa.0);
+        }
     }
 
     // ----- progress and failure -----------------------------------------
@@ -773,6 +816,10 @@ impl Ftl {
         let comfortable = u64::from(self.gc_reserve_zones + self.cfg.gc_start_free_zones);
         if self.reserve_unlocked && u64::from(self.zones.free_count()) > comfortable {
             self.reserve_unlocked = false;
+        }
+        self.advance_ranges();
+        if self.read_only {
+            self.fail_waiters(); // what the vectors released
         }
         self.admit_writes();
         self.advance_flushes();
@@ -810,6 +857,7 @@ impl Ftl {
                 result: Err(error.clone()),
             });
         }
+        self.fail_ranges(&error);
         if self.device_gone {
             self.plan_reads(); // buffered and unmapped blocks still answer
             for part in std::mem::take(&mut self.read_queue) {
@@ -835,22 +883,27 @@ impl Ftl {
 
     pub fn stats(&self) -> FtlStats {
         let mut s = self.stats.clone();
-        s.fill_from(
-            &self.zones,
-            &self.l2p,
-            &self.p2l,
-            self.pending_summary_bytes(),
-        );
+        s.fill_from(&self.zones, &self.mapping, self.pending_summary_bytes());
         s
     }
 
     /// Mapped logical blocks.
     pub fn mapped_blocks(&self) -> u64 {
-        self.l2p.mapped_blocks()
+        self.mapping.mapped_blocks()
     }
 
     /// Physical location of `lba`, if mapped (for tools and tests).
     pub fn lookup(&self, lba: Lba) -> Option<Ppa> {
-        self.l2p.get(lba)
+        self.mapping.get(lba)
+    }
+
+    /// The mapping state (for tools and tests).
+    pub fn mapping(&self) -> &Mapping {
+        &self.mapping
+    }
+
+    /// The range attributes: `(lba, block_count, bits)` runs, in order.
+    pub fn attributes(&self) -> Vec<(Lba, u64, u8)> {
+        self.attrs.iter().collect()
     }
 }

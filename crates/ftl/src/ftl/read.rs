@@ -6,6 +6,7 @@ use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa};
 use crate::backend::{Command, DeviceError, Outcome, HOST_ATTEMPTS};
 use crate::error::IoError;
+use crate::mapping::Resolved;
 use crate::slab::Key;
 use crate::superblock::TagMode;
 use crate::tag::{self, Tag, TAG_BYTES};
@@ -35,6 +36,9 @@ pub(super) struct ReadPart {
     pub(super) ppa: Ppa,
     /// Data CRCs when the tag is not in OOB (empty in OOB mode).
     crcs: Vec<u32>,
+    /// Which blocks were reached through a shared entry, whose tags name
+    /// their origin rather than this LBA (empty when none was).
+    shared: Vec<bool>,
     attempts: u8,
     /// Times the read failed on the host side (`DeviceError::HostIo`: a
     /// controller reset aborted it); counted apart from `attempts`, as the
@@ -70,7 +74,7 @@ impl Ftl {
         }
         let mut runs: Vec<Extent> = Vec::new();
         for l in lba..lba + u64::from(block_count) {
-            let mapped = self.l2p.get(l).is_some() || self.buffer.lookup(l).is_some();
+            let mapped = self.mapping.get(l).is_some() || self.buffer.lookup(l).is_some();
             match runs.last_mut() {
                 Some(run) if run.mapped == mapped => run.block_count += 1,
                 _ => runs.push(Extent {
@@ -114,7 +118,7 @@ impl Ftl {
                     break;
                 }
                 lookups
-                    .extend((lba..lba + u64::from(block_count)).map(|l| self.l2p.get_with_crc(l)));
+                    .extend((lba..lba + u64::from(block_count)).map(|l| self.mapping.resolve(l)));
                 requests += 1;
             }
             let mut at = 0;
@@ -135,7 +139,7 @@ impl Ftl {
 
     /// Queues the device reads of request `id` at `lba`, whose blocks map
     /// to `ppas`; returns the reply when no device read is needed.
-    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<(Ppa, u32)>]) -> Option<Vec<u8>> {
+    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<Resolved>]) -> Option<Vec<u8>> {
         let block_count = ppas.len() as u32;
         let mut parts = std::mem::take(&mut self.read_plan);
         debug_assert!(parts.is_empty());
@@ -176,19 +180,21 @@ impl Ftl {
         &self,
         id: u64,
         lba: Lba,
-        ppas: &[Option<(Ppa, u32)>],
+        ppas: &[Option<Resolved>],
         parts: &mut Vec<ReadPart>,
     ) -> u32 {
         let cap = self.cap();
         let in_band = self.tag_mode == TagMode::InBand;
         let buffered = self.buffer.used_slots() > 0;
         let mut media_blocks = 0;
-        for (i, &ppa) in (0u32..).zip(ppas) {
+        for (i, ppa) in (0u32..).zip(ppas) {
             let l = lba + u64::from(i);
             if buffered && self.buffer.lookup(l).is_some() {
                 continue;
             }
-            let Some((ppa, crc)) = ppa else { continue };
+            let Some(Resolved { ppa, crc, shared }) = *ppa else {
+                continue;
+            };
             media_blocks += 1;
             let crc = in_band.then_some(crc);
             if let Some(p) = parts.last_mut() {
@@ -199,6 +205,10 @@ impl Ftl {
                 if contiguous {
                     p.count += 1;
                     p.crcs.extend(crc);
+                    if shared || !p.shared.is_empty() {
+                        p.shared.resize(p.count as usize - 1, false);
+                        p.shared.push(shared);
+                    }
                     continue;
                 }
             }
@@ -210,6 +220,7 @@ impl Ftl {
                 count: 1,
                 ppa,
                 crcs: crc.into_iter().collect(),
+                shared: if shared { vec![true] } else { Vec::new() },
                 attempts: 0,
                 host_aborts: 0,
             });
@@ -305,7 +316,9 @@ impl Ftl {
         }
     }
 
-    /// Checks each block's CRC (and, with OOB tags, that it is the block asked for).
+    /// Checks each block's CRC and, with OOB tags, that it is the block
+    /// asked for: its tag names this LBA, or, for a block reached through a
+    /// shared entry, it is a data tag (naming the block's origin).
     fn verify_blocks(&self, part: &ReadPart, data: &[u8], oob: &[u8]) -> Result<(), IoError> {
         let bs = self.block_size();
         let ob = self.geo.oob_size_bytes as usize;
@@ -319,6 +332,9 @@ impl Ftl {
             let expected_crc = match self.tag_mode {
                 TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
                     Ok(Some(t)) if t.lba == lba => t.data_crc,
+                    Ok(Some(t)) if t.kind.is_data() && part.shared.get(i) == Some(&true) => {
+                        t.data_crc
+                    }
                     Ok(Some(t)) => {
                         return Err(IoError::Misdirected {
                             lba,

@@ -7,14 +7,21 @@ use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
 use crate::buffer::{BlockData, Temp};
+use crate::mapping::Owner;
 use crate::note::Note;
+use crate::shared::SharedId;
 use crate::superblock::TagMode;
 use crate::tag::{Tag, TagKind, TAG_BYTES};
 use std::collections::BTreeSet;
 
 #[derive(Debug)]
 pub(super) struct RelocItem {
-    lba: Lba,
+    /// Who the block belongs to: the entry GC updates once it is copied.
+    owner: Owner,
+    /// The LBA its tag names (kept on the copy): the owner's, or, for a
+    /// shared block, its origin's (`NO_LBA` in band, where no tag is
+    /// written and the summary names none).
+    tag_lba: Lba,
     src: Ppa,
     /// The block's window into the GC read's buffer.
     data: BlockData,
@@ -64,6 +71,8 @@ pub(super) struct GcJob {
     /// Tags in band: the LBA each block of the victim holds, by offset
     /// (checked against the map before use).
     lbas: Option<Box<[u32]>>,
+    /// The shared entries whose blocks lie in the victim, by offset.
+    shared: Box<[SharedId]>,
     /// The victim's summary blocks read so far.
     summary: Vec<u8>,
     /// How fast a collection keeps up with the host; `None` for leveling
@@ -190,7 +199,7 @@ impl Ftl {
     /// in proportion.
     fn blocks_without_live_data(&self) -> u64 {
         let zones = u64::from(self.zones.data_zone_count() + self.zones.free_count());
-        (zones * self.data_cap()).saturating_sub(self.l2p.mapped_blocks())
+        (zones * self.data_cap()).saturating_sub(self.mapping.live_blocks())
     }
 
     /// The spare blocks below which GC runs: the reserve, plus
@@ -233,10 +242,11 @@ impl Ftl {
             // In band a zone full of live data still has fewer valid blocks
             // than its capacity (the summary): collecting it frees nothing.
             let data_cap = self.data_cap();
-            let ex = |z: ZoneId| self.excluded(z) || self.zones.get(z).valid_blocks() >= data_cap;
+            let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+            let ex = |z: ZoneId| self.excluded(z) || valid(z) >= data_cap;
             let z = self
                 .zones
-                .pick_victim(self.cfg.gc_policy, self.next_seq, ex)?;
+                .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)?;
             self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
             (z, JobPurpose::Gc)
         } else {
@@ -244,17 +254,22 @@ impl Ftl {
         };
         // A victim with nothing live has nothing to pace.
         let pace = (purpose == JobPurpose::Gc)
-            .then(|| self.zones.get(victim).valid_blocks())
+            .then(|| self.mapping.valid_blocks(victim))
             .filter(|&valid| valid > 0)
             .map(|valid| Pace::of(valid, self.data_cap()));
         // In band, GC learns what the victim holds from its summary, or,
-        // for a zone without one, from the map.
+        // for a zone without one, from the map; shared blocks from the
+        // shared table.
+        let shared = self.mapping.zone_shared(victim);
         let (phase, lbas) = match self.tag_mode {
             TagMode::Oob => (JobPhase::Copying, None),
             TagMode::InBand if self.has_summary(victim) => {
                 (JobPhase::Summary { issued: false }, None)
             }
-            TagMode::InBand => (JobPhase::Copying, Some(self.victim_lbas(victim, None))),
+            TagMode::InBand => (
+                JobPhase::Copying,
+                Some(self.victim_lbas(victim, None, &shared)),
+            ),
         };
         Some(GcJob {
             victim,
@@ -265,6 +280,7 @@ impl Ftl {
             retries: Vec::new(),
             unreadable: BTreeSet::new(),
             lbas,
+            shared,
             summary: Vec::new(),
             pace,
         })
@@ -355,7 +371,7 @@ impl Ftl {
         );
         let movable = |off: u64| {
             let p = Ppa::new(victim, off, cap);
-            self.p2l.is_valid(p) && !job.unreadable.contains(&p)
+            self.mapping.is_live(p) && !job.unreadable.contains(&p)
         };
         let mut off = job.scan_offset;
         while off < wp && !movable(off) {
@@ -437,39 +453,23 @@ impl Ftl {
         let data = BlockData::blocks(data, bs);
         for i in 0..count as usize {
             let ppa = Ppa(first.0 + i as u32);
-            if !self.p2l.is_valid(ppa) {
+            if !self.mapping.is_live(ppa) {
                 continue; // overwritten or trimmed since the scan
             }
-            // The LBA and data CRC come from the tag (OOB) or the table (in
-            // band); the CRC travels with the data rather than being
-            // recomputed: a damaged block moved by GC still fails its check
-            // when the host reads it, so nothing is laundered. A tag naming a
-            // block the map does not send here makes the block unreadable.
-            let readable = i < data.len();
-            let logical = self.layout.logical_blocks;
-            let carried = match self.tag_mode {
-                _ if !readable => None,
-                TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
-                    Ok(Some(t)) if t.lba < logical && self.l2p.get(t.lba) == Some(ppa) => {
-                        Some((t.lba, t.data_crc, t.seq))
-                    }
-                    _ => None,
-                },
-                // One lookup gives both the check and the CRC.
-                TagMode::InBand => self
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.lbas.as_ref()?.get(ppa.offset_blocks(cap) as usize))
-                    .map(|&lba| Lba::from(lba))
-                    .filter(|&lba| lba < logical)
-                    .and_then(|lba| {
-                        let (at, crc) = self.l2p.get_with_crc(lba)?;
-                        (at == ppa).then_some((lba, crc, 0))
-                    }),
+            // Who owns the block, and its data CRC, from the tag (OOB) or
+            // the tables (in band), checked against the map. The CRC travels
+            // with the data rather than being recomputed: a damaged block
+            // moved by GC still fails its check when the host reads it, so
+            // nothing is laundered. A block no owner claims is unreadable.
+            let found = if i < data.len() {
+                self.victim_owner(ppa, &oob[i * ob..(i + 1) * ob])
+            } else {
+                None
             };
-            if let Some((lba, crc, seq)) = carried {
+            if let Some((owner, tag_lba, crc, seq)) = found {
                 let item = RelocItem {
-                    lba,
+                    owner,
+                    tag_lba,
                     src: ppa,
                     data: data[i].clone(),
                     seq,
@@ -485,6 +485,56 @@ impl Ftl {
                 if let Some(job) = self.job.as_mut() {
                     job.unreadable.insert(ppa);
                 }
+            }
+        }
+    }
+
+    /// The owner of live victim block `ppa`, the LBA its copy's tag names,
+    /// its data CRC and its version's seq (0 in band, where none is known),
+    /// from its OOB bytes (tags in OOB) or the job's tables (in band).
+    fn victim_owner(&self, ppa: Ppa, oob: &[u8]) -> Option<(Owner, Lba, u32, Seq)> {
+        let job = self.job.as_ref()?;
+        let off = ppa.offset_blocks(self.cap()) as usize;
+        let direct = |lba: Lba| {
+            lba < self.layout.logical_blocks
+                && self.mapping.target(lba) == Some(crate::mapping::Target::Direct(ppa))
+        };
+        // Entries made since the job started are not in its table.
+        let shared = || {
+            let listed = job.shared.get(off).copied().filter(|&id| {
+                self.mapping
+                    .shared_entry(id)
+                    .is_some_and(|(at, ..)| at == ppa)
+            });
+            listed.or_else(|| self.mapping.find_shared(ppa))
+        };
+        match self.tag_mode {
+            TagMode::Oob => {
+                let t = Tag::decode(&oob[..TAG_BYTES]).ok().flatten()?;
+                if !t.kind.is_data() {
+                    return None;
+                }
+                let owner = if direct(t.lba) {
+                    Owner::Direct(t.lba)
+                } else {
+                    Owner::Shared(shared()?)
+                };
+                Some((owner, t.lba, t.data_crc, t.seq))
+            }
+            TagMode::InBand => {
+                let hint = job
+                    .lbas
+                    .as_ref()
+                    .and_then(|l| l.get(off))
+                    .map(|&l| Lba::from(l));
+                if let Some(lba) = hint.filter(|&l| direct(l)) {
+                    let crc = self.mapping.resolve(lba)?.crc;
+                    return Some((Owner::Direct(lba), lba, crc, 0));
+                }
+                let id = shared()?;
+                let (_, _, crc) = self.mapping.shared_entry(id)?;
+                let no_lba = u64::from(crate::summary::NO_LBA);
+                Some((Owner::Shared(id), no_lba, crc, 0))
             }
         }
     }
@@ -528,7 +578,7 @@ impl Ftl {
             let t = Tag {
                 kind: TagKind::Relocated,
                 epoch: self.epoch,
-                lba: it.lba,
+                lba: it.tag_lba,
                 seq: it.seq,
                 data_crc: it.crc,
             };
@@ -585,16 +635,37 @@ impl Ftl {
                 return;
             }
         };
+        self.appends_done += 1;
         self.host_write_failures = 0;
-        let lbas = items.iter().map(|it| it.lba);
+        let lbas = items.iter().map(|it| match it.owner {
+            Owner::Direct(lba) => lba,
+            Owner::Shared(_) => u64::from(crate::summary::NO_LBA),
+        });
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for (i, it) in items.into_iter().enumerate() {
             let dst = Ppa::new(zone, offset + i as u64, self.cap());
-            if self.l2p.get(it.lba) != Some(it.src) {
-                continue; // a host write or trim won the race
-            }
-            self.map(it.lba, dst, it.crc);
-            let note = self.relocation_note(&it, dst);
+            // A host write, trim or range operation that won the race keeps
+            // its mapping; the copy is dead space.
+            let note = match it.owner {
+                Owner::Direct(lba) => {
+                    if self.range_holds(lba)
+                        || !self.mapping.relocate_direct(lba, it.src, dst, it.crc)
+                    {
+                        continue;
+                    }
+                    self.relocation_note(lba, &it, dst)
+                }
+                Owner::Shared(id) => {
+                    if !self.mapping.relocate_shared(id, it.src, dst) {
+                        continue;
+                    }
+                    Note::SharedReloc {
+                        seq: self.take_seq(),
+                        from: it.src,
+                        to: dst,
+                    }
+                }
+            };
             self.log.push_note(note);
         }
     }
@@ -604,20 +675,20 @@ impl Ftl {
     /// from its tag, which the victim's reset erases: the note names the
     /// version (its seq) rather than the old location. In band the version's
     /// own note stays in the log, and GC does not know its seq.
-    fn relocation_note(&mut self, it: &RelocItem, dst: Ppa) -> Note {
+    fn relocation_note(&mut self, lba: Lba, it: &RelocItem, dst: Ppa) -> Note {
         let seq = self.take_seq();
         match self.tag_mode {
             // A tag's seq at or past the present is damage its CRC missed:
             // then the older rule, which needs no version (never a panic).
             TagMode::Oob if it.seq < seq => Note::Relocated {
                 seq,
-                lba: it.lba,
+                lba,
                 to: dst,
                 version_seq: it.seq,
             },
             _ => Note::Reloc {
                 seq,
-                lba: it.lba,
+                lba,
                 from: it.src,
                 to: dst,
             },
@@ -640,9 +711,9 @@ impl Ftl {
                     return;
                 }
                 let job = self.job.as_mut().expect("job");
-                job.unreadable.retain(|&p| self.p2l.is_valid(p));
+                job.unreadable.retain(|&p| self.mapping.is_live(p));
                 let stuck = job.unreadable.len() as u64;
-                if self.zones.get(victim).valid_blocks() > stuck {
+                if self.mapping.valid_blocks(victim) > stuck {
                     // Blocks became live behind the scan (cannot happen for a
                     // Full zone) or a write raced: rescan.
                     job.scan_offset = 0;
@@ -703,9 +774,11 @@ impl Ftl {
             job.phase = JobPhase::Summary { issued: false };
             return;
         }
-        let lbas = self.victim_lbas(zone, ok.then_some(&summary[..]));
+        let shared = std::mem::take(&mut self.job.as_mut().expect("job").shared);
+        let lbas = self.victim_lbas(zone, ok.then_some(&summary[..]), &shared);
         let job = self.job.as_mut().expect("job");
         job.lbas = Some(lbas);
+        job.shared = shared;
         job.phase = JobPhase::Copying;
     }
 
@@ -721,7 +794,7 @@ impl Ftl {
         self.job = None;
         match result {
             Ok(_) => {
-                self.p2l.clear_zone(zone, self.cap());
+                self.mapping.zone_reset(zone);
                 self.zones.release(zone);
                 self.stats.erases += 1;
             }

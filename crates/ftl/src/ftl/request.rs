@@ -3,6 +3,7 @@
 
 use crate::addr::Lba;
 use crate::error::IoError;
+use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
 
 /// A host request. Offsets and counts are in blocks.
@@ -47,6 +48,12 @@ pub enum Request {
     },
     /// Makes every acknowledged write, trim and zeroing durable.
     Flush,
+    /// A vector of range operations, applied as one atomic unit and
+    /// answered once durable (docs/design.md, "Shared blocks and range
+    /// operations").
+    Range {
+        ops: Vec<RangeOp>,
+    },
 }
 
 /// What a finished request returns.

@@ -189,39 +189,56 @@ impl Ftl {
     /// The offset → LBA table of victim `zone` from its summary blocks
     /// (`read`: all of them, in order), if they decode and name every live
     /// block of the zone the way the map does; else from a walk of the map.
-    pub(super) fn victim_lbas(&mut self, zone: ZoneId, read: Option<&[u8]>) -> Box<[u32]> {
+    /// `shared`: the shared entries of the zone by offset, which name the
+    /// blocks the summary need not.
+    pub(super) fn victim_lbas(
+        &mut self,
+        zone: ZoneId,
+        read: Option<&[u8]>,
+        shared: &[crate::shared::SharedId],
+    ) -> Box<[u32]> {
         let bs = self.block_size();
         let decoded = read.and_then(|data| summary::decode(zone, self.data_cap(), data, bs).ok());
-        if let Some(lbas) = decoded.filter(|l| self.names_every_live_block(zone, l)) {
+        if let Some(lbas) = decoded.filter(|l| self.names_every_live_block(zone, l, shared)) {
             return lbas;
         }
         self.stats.summary_map_walks += 1;
         self.lbas_from_map(zone)
     }
 
-    fn names_every_live_block(&self, zone: ZoneId, lbas: &[u32]) -> bool {
+    fn names_every_live_block(
+        &self,
+        zone: ZoneId,
+        lbas: &[u32],
+        shared: &[crate::shared::SharedId],
+    ) -> bool {
         let cap = self.cap();
         (0..cap).all(|off| {
             let ppa = Ppa::new(zone, off, cap);
-            if !self.p2l.is_valid(ppa) {
+            if !self.mapping.is_live(ppa) {
                 return true;
             }
+            let in_table = shared.get(off as usize).is_some_and(|&id| {
+                self.mapping
+                    .shared_entry(id)
+                    .is_some_and(|(at, ..)| at == ppa)
+            });
             let lba = lbas.get(off as usize).copied().unwrap_or(NO_LBA);
-            lba != NO_LBA
-                && u64::from(lba) < self.layout.logical_blocks
-                && self.l2p.get(u64::from(lba)) == Some(ppa)
+            in_table
+                || (lba != NO_LBA
+                    && u64::from(lba) < self.layout.logical_blocks
+                    && self.mapping.target(u64::from(lba))
+                        == Some(crate::mapping::Target::Direct(ppa)))
         })
     }
 
-    /// Every LBA the map sends into `zone`, by offset: O(mapped blocks),
-    /// for zones without a usable summary.
+    /// Every LBA whose direct entry names a block of `zone`, by offset:
+    /// O(mapped blocks), for zones without a usable summary.
     fn lbas_from_map(&self, zone: ZoneId) -> Box<[u32]> {
         let cap = self.cap();
         let mut lbas = vec![NO_LBA; cap as usize].into_boxed_slice();
-        for (lba, ppa) in self.l2p.iter() {
-            if ppa.zone(cap) == zone {
-                lbas[ppa.offset_blocks(cap) as usize] = lba as u32;
-            }
+        for (lba, ppa) in self.mapping.direct_in_zone(zone) {
+            lbas[ppa.offset_blocks(cap) as usize] = lba as u32;
         }
         lbas
     }

@@ -22,11 +22,17 @@ enum FlushStage {
 #[derive(Debug)]
 pub(super) struct WaitingWrite {
     pub(super) id: u64,
-    lba: Lba,
+    pub(super) lba: Lba,
     data: Vec<u8>,
     /// The data CRC of each block, if the caller took them.
     crcs: Option<Vec<u32>>,
     fua: bool,
+}
+
+impl WaitingWrite {
+    pub(super) fn block_count(&self, block_size: usize) -> u64 {
+        (self.data.len() / block_size) as u64
+    }
 }
 
 #[derive(Debug)]
@@ -47,9 +53,13 @@ impl Ftl {
     ) -> Result<Option<ReplyData>, IoError> {
         let bs = self.block_size();
         tag::check_whole_blocks(data.len(), bs)?;
-        self.check_range(lba, (data.len() / bs) as u64)?;
+        let count = (data.len() / bs) as u64;
+        self.check_range(lba, count)?;
         if self.read_only {
             return Err(self.refusal());
+        }
+        if let Some(at) = self.attrs.first_immutable(lba, count) {
+            return Err(IoError::Immutable { lba: at });
         }
         self.waiting_writes.push_back(WaitingWrite {
             id,
@@ -71,14 +81,28 @@ impl Ftl {
             let bs = self.block_size();
             let (id, lba, fua) = (w.id, w.lba, w.fua);
             let count = (w.data.len() / bs) as u64;
+            if self.range_blocks(lba, count) {
+                // Behind a range-operation vector that touches its blocks.
+                self.hold(super::range::Held::Write(w));
+                continue;
+            }
+            // A vector it waited behind may have made the range immutable.
+            if let Some(at) = self.attrs.first_immutable(lba, count) {
+                self.replies.push_back(Reply {
+                    id,
+                    result: Err(IoError::Immutable { lba: at }),
+                });
+                continue;
+            }
             facts.clear();
             let (mut needed, mut new_blocks) = (0usize, 0u64);
             for l in lba..lba + count {
                 let buffered = self.buffer.latest_slot(l);
-                let mapped = self.l2p.get(l);
+                let (mapped, takes_block) = self.mapping.write_facts(l);
+                let new = buffered.is_none() && takes_block;
                 needed += self.buffer.slots_needed(buffered);
-                new_blocks += u64::from(buffered.is_none() && mapped.is_none());
-                facts.push((buffered.is_some(), mapped));
+                new_blocks += u64::from(new);
+                facts.push((buffered.is_some(), mapped, new));
             }
             if needed > self.buffer.free_slots() {
                 assert!(
@@ -88,7 +112,8 @@ impl Ftl {
                 self.waiting_writes.push_front(w);
                 break;
             }
-            if self.l2p.mapped_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
+            if self.mapping.live_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks
+            {
                 self.replies.push_back(Reply {
                     id,
                     result: Err(IoError::NoSpace),
@@ -135,17 +160,17 @@ impl Ftl {
     }
 
     /// Buffers one block of an admitted write of `request_blocks` and its
-    /// data CRC; `(buffered, mapped)`: whether the buffer holds a version of
-    /// it and where its version on media is, as looked up at admission.
+    /// data CRC; `(buffered, mapped, is_new)`: whether the buffer holds a
+    /// version of it, where its version on media is, and whether it will
+    /// take a physical block without freeing one, as looked up at admission.
     fn buffer_block(
         &mut self,
         lba: Lba,
         block: BlockData,
         data_crc: u32,
-        (buffered, mapped): (bool, Option<Ppa>),
+        (buffered, mapped, is_new): (bool, Option<Ppa>, bool),
         request_blocks: u64,
     ) {
-        let is_new = !buffered && mapped.is_none();
         let temp = self.temperature(buffered, mapped, request_blocks);
         self.buffer.insert(lba, block, data_crc, is_new, temp);
         self.host_clock += 1;
@@ -153,16 +178,70 @@ impl Ftl {
         self.buffered_new += u64::from(is_new);
     }
 
-    pub(super) fn trim(&mut self, lba: Lba, block_count: u32, zeroes: bool) -> Result<(), IoError> {
+    /// A trim or write-zeroes: applied now, or held behind a range-operation
+    /// vector that touches its blocks.
+    pub(super) fn start_trim(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        block_count: u32,
+        zeroes: bool,
+        fua: bool,
+    ) -> Result<Option<ReplyData>, IoError> {
         self.check_range(lba, u64::from(block_count))?;
         if self.read_only {
             return Err(self.refusal());
+        }
+        if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
+            return Err(IoError::Immutable { lba: at });
+        }
+        if self.range_blocks(lba, u64::from(block_count)) {
+            self.hold(super::range::Held::Trim {
+                id,
+                lba,
+                block_count,
+                zeroes,
+                fua,
+            });
+            return Ok(None);
+        }
+        self.apply_trim(lba, block_count, zeroes)?;
+        if fua {
+            self.add_flush(id);
+            return Ok(None);
+        }
+        Ok(Some(ReplyData::Done))
+    }
+
+    /// Answers a trim released from behind a vector.
+    pub(super) fn answer_trim(&mut self, id: u64, result: Result<(), IoError>, fua: bool) {
+        match result {
+            Ok(()) if fua => self.add_flush(id),
+            Ok(()) => self.replies.push_back(Reply {
+                id,
+                result: Ok(ReplyData::Done),
+            }),
+            Err(e) => self.replies.push_back(Reply { id, result: Err(e) }),
+        }
+    }
+
+    pub(super) fn apply_trim(
+        &mut self,
+        lba: Lba,
+        block_count: u32,
+        zeroes: bool,
+    ) -> Result<(), IoError> {
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
+            return Err(IoError::Immutable { lba: at });
         }
         for l in lba..lba + u64::from(block_count) {
             if self.buffer.discard(l) {
                 self.buffered_new -= 1;
             }
-            self.unmap(l);
+            self.mapping.unmap(l);
         }
         let seq = self.take_seq();
         self.log.push_note(Note::Trim {
@@ -187,7 +266,22 @@ impl Ftl {
     }
 
     pub(super) fn host_flush_waiting(&self) -> bool {
-        !self.flushes.is_empty() || matches!(self.ckpt, CkptState::Draining)
+        !self.flushes.is_empty()
+            || matches!(self.ckpt, CkptState::Draining)
+            || self.range_draining()
+    }
+
+    /// A range-operation vector's reply: once the log is durable through its
+    /// notes and a device flush after them completed. Such waiters pack
+    /// their log block only while no log write is in flight, so at depth
+    /// the vectors applied meanwhile share the next block (group commit).
+    pub(super) fn add_log_waiter(&mut self, id: u64) {
+        self.flushes.push(FlushWait {
+            id,
+            stage: FlushStage::Log {
+                log_barrier: u64::MAX,
+            },
+        });
     }
 
     pub(super) fn next_flush_command(&mut self) -> Option<(Op, Command)> {
@@ -218,6 +312,18 @@ impl Ftl {
                     };
                 }
             }
+        }
+        let unpacked = |f: &FlushWait| {
+            matches!(
+                f.stage,
+                FlushStage::Log {
+                    log_barrier: u64::MAX
+                }
+            )
+        };
+        if !need_pack && !self.log.writing() && self.flushes.iter().any(unpacked) {
+            need_pack = true;
+            self.stats.range_commits += 1;
         }
         if need_pack {
             self.log.pack(true);

@@ -20,10 +20,12 @@ mod zones;
 
 use log_reader::read_one;
 pub(crate) use log_reader::LogReader;
-use replay::{reset_seqs, Event, Rebuild};
+pub(crate) use replay::MAX_ATTRIBUTE_RANGES;
+use replay::{group_vectors, reset_seqs, Event, Rebuild};
 use tags::scan_tags;
 
-use crate::addr::{physical_blocks, Seq};
+use crate::addr::Seq;
+use crate::attr::AttrMap;
 use crate::backend::{
     again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState,
 };
@@ -33,10 +35,9 @@ use crate::config::{FormatOptions, FtlConfig, TagPlacement};
 use crate::driver::Driver;
 use crate::error::MountError;
 use crate::ftl::{Ftl, Parts};
-use crate::l2p::{EntryFormat, L2p};
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
-use crate::p2l::P2l;
+use crate::mapping::Mapping;
 use crate::superblock::{uuid_from_seed, Superblock, TagMode};
 use crate::tag::TAG_BYTES;
 use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
@@ -95,7 +96,6 @@ impl<B: Backend> Driver<B> {
             tag_mode == TagMode::InBand,
         )?;
         let zones = reset_all_zones(&mut backend, &geometry, &layout)?;
-        let physical = physical_blocks(&geometry).expect("checked by plan");
         let ring: Vec<ZoneId> = layout.meta_zones().collect();
         let log = MetaLog::new(
             ring.clone(),
@@ -109,11 +109,13 @@ impl<B: Backend> Driver<B> {
             0,
         );
         let parts = Parts {
-            l2p: L2p::with_format(
+            mapping: Mapping::new(
                 layout.logical_blocks,
-                EntryFormat::for_device(physical, tag_mode == TagMode::InBand),
+                geometry.zone_count,
+                geometry.zone_capacity_blocks,
+                tag_mode == TagMode::InBand,
             ),
-            p2l: P2l::new(physical),
+            attrs: AttrMap::new(MAX_ATTRIBUTE_RANGES),
             uuid: uuid_from_seed(options.seed),
             zones,
             next_seq: 1,
@@ -191,8 +193,8 @@ impl<B: Backend> Driver<B> {
             superblock: sb,
             layout,
             epoch,
-            l2p,
-            p2l,
+            mapping,
+            attrs,
             zones,
             next_seq,
             log,
@@ -203,8 +205,8 @@ impl<B: Backend> Driver<B> {
         let in_band = sb.tag_mode == TagMode::InBand;
         let config_reserve = reserve_from_layout(&geometry, &layout, in_band);
         let parts = Parts {
-            p2l,
-            l2p,
+            mapping,
+            attrs,
             zones,
             next_seq,
             epoch,
@@ -238,8 +240,10 @@ pub struct Recovered {
     pub superblock: Superblock,
     pub layout: Layout,
     pub epoch: crate::addr::Epoch,
-    pub l2p: L2p,
-    pub p2l: P2l,
+    /// The map, validity and shared entries, as the replay left them.
+    pub mapping: Mapping,
+    /// The range attributes.
+    pub attrs: AttrMap,
     pub zones: ZoneTable,
     pub next_seq: Seq,
     /// Half-written data zones mount will finish.
@@ -248,6 +252,11 @@ pub struct Recovered {
     pub notes_replayed: usize,
     /// Tags (OOB mode) replayed from data zones written since the checkpoint.
     pub tags_replayed: usize,
+    /// The last shutdown was clean: its checkpoint is marked so and
+    /// nothing was logged after it.
+    pub clean: bool,
+    /// Blocks of non-persistent ranges unmapped because it was not.
+    pub non_persistent_dropped: u64,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -282,7 +291,9 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
     let notes = log.roll_forward(backend)?;
     let reports = report_zones(backend, &geometry)?;
     let notes_replayed = notes.len();
-    let mut events: Vec<Event> = notes.into_iter().map(Event::Note).collect();
+    let clean = image.clean && notes.is_empty();
+    let mut events = group_vectors(notes)?;
+    let note_events = events.len();
     let resets = reset_seqs(&events);
     if sb.tag_mode == TagMode::Oob {
         events.extend(scan_tags(
@@ -290,16 +301,23 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
         )?);
     }
     let mut state = Rebuild::from_image(&geometry, &sb, &image, resets.keys().copied())?;
-    let tags_replayed = events.len() - notes_replayed;
+    let tags_replayed = events.len() - note_events;
     events.sort_by_key(Event::seq);
     state.replay(&events, &geometry)?;
+    let non_persistent_dropped = if clean {
+        0
+    } else {
+        state.drop_non_persistent()
+    };
     let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
     Ok(Recovered {
         superblock: sb,
         layout,
         epoch: image.epoch,
-        l2p: state.l2p,
-        p2l: state.p2l,
+        mapping: state.mapping,
+        attrs: state.attrs,
+        clean,
+        non_persistent_dropped,
         zones,
         next_seq: state.next_seq,
         finish,

@@ -1,19 +1,29 @@
-//! Mount step 5: notes and tags applied in seq order to the map being
-//! rebuilt.
+//! Mount step 5: notes and tags applied in seq order to the mapping
+//! being rebuilt, through the same `Mapping` methods the running FTL uses.
 
 use crate::addr::{physical_blocks, Lba, Ppa, Seq};
+use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
-use crate::l2p::{EntryFormat, L2p};
+use crate::mapping::{Mapping, Target};
 use crate::note::Note;
-use crate::p2l::P2l;
+use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
 use std::collections::{BTreeMap, HashMap};
 
-/// A change to replay, from a note or (OOB mode) a data block's tag.
+/// Bound on the attribute table of a mounted volume.
+pub(crate) const MAX_ATTRIBUTE_RANGES: usize = 65_536;
+
+/// A change to replay, from a note, a range-operation vector's notes, or
+/// (OOB mode) a data block's tag.
 pub(super) enum Event {
     Note(Note),
+    Vector {
+        seq: Seq,
+        pins: Vec<(Lba, Ppa)>,
+        ops: Vec<RangeOp>,
+    },
     Tag {
         seq: Seq,
         lba: Lba,
@@ -26,9 +36,57 @@ impl Event {
     pub(super) fn seq(&self) -> Seq {
         match self {
             Event::Note(n) => n.seq(),
-            Event::Tag { seq, .. } => *seq,
+            Event::Vector { seq, .. } | Event::Tag { seq, .. } => *seq,
         }
     }
+}
+
+/// Whether `n` belongs to a range-operation vector when no VectorBegin
+/// precedes it (a vector of one note).
+fn lone_vector_note(n: &Note) -> bool {
+    matches!(
+        n,
+        Note::Clone { .. } | Note::Move { .. } | Note::Attr { .. }
+    )
+}
+
+/// Turns the notes of the log, in log order, into events: the notes of
+/// each range-operation vector become one event, and a vector whose notes
+/// are not all there (the log ends inside it) is dropped whole.
+pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> {
+    let mut events = Vec::with_capacity(notes.len());
+    let mut it = notes.into_iter().peekable();
+    while let Some(n) = it.next() {
+        let (seq, body) = match n {
+            Note::VectorBegin { seq, note_count } => {
+                let body: Vec<Note> = it.by_ref().take(note_count as usize).collect();
+                if body.len() < note_count as usize {
+                    break; // cut short by a power cut: the vector never was
+                }
+                if let Some(stray) = body.iter().find(|b| b.seq() != seq) {
+                    return Err(MountError::Damaged(format!(
+                        "vector {seq}: a note of seq {} among its notes",
+                        stray.seq()
+                    )));
+                }
+                (seq, body)
+            }
+            n if lone_vector_note(&n) => (n.seq(), vec![n]),
+            Note::Merge { .. } | Note::MergeSource { .. } | Note::Pin { .. } => {
+                return Err(MountError::Damaged(format!(
+                    "{n:?} outside a range-operation vector"
+                )));
+            }
+            n => {
+                events.push(Event::Note(n));
+                continue;
+            }
+        };
+        let (pins, ops) = range::vector_from_notes(&body)
+            .map_err(|e| MountError::Damaged(format!("vector {seq}: {e}")))?;
+        events.push(Event::Vector { seq, pins, ops });
+    }
+    Ok(events)
 }
 
 /// Seq of the newest ZoneReset note per zone: older tags there are stale.
@@ -42,10 +100,10 @@ pub(super) fn reset_seqs(events: &[Event]) -> HashMap<ZoneId, Seq> {
     out
 }
 
-/// The map and reverse map being rebuilt.
+/// The mapping being rebuilt.
 pub(super) struct Rebuild {
-    pub(super) l2p: L2p,
-    pub(super) p2l: P2l,
+    pub(super) mapping: Mapping,
+    pub(super) attrs: AttrMap,
     pub(super) next_seq: Seq,
     pub(super) erase_counts: HashMap<ZoneId, u32>,
     pub(super) retired: Vec<ZoneId>,
@@ -55,8 +113,9 @@ pub(super) struct Rebuild {
     /// Relocated note holds (OOB tags, where Relocated notes compare with
     /// it; in band, HostWrite notes need none).
     pub(super) versions: HashMap<Lba, Seq>,
-    /// Zones a replayed ZoneReset note resets (by zone id), and the blocks
-    /// mapped into them, by address: what such a note must unmap.
+    /// Zones a replayed ZoneReset note resets (by zone id), and the direct
+    /// mappings made into them, by address: what such a note must unmap
+    /// (an entry is checked against the map when used).
     pub(super) reset_zones: Vec<bool>,
     pub(super) in_reset_zones: BTreeMap<Ppa, Lba>,
 }
@@ -73,30 +132,49 @@ impl Rebuild {
                 "checkpoint does not match the superblock".into(),
             ));
         }
-        let physical = physical_blocks(g).expect("validated geometry");
         let in_band = sb.tag_mode == TagMode::InBand;
-        let format = EntryFormat::for_device(physical, in_band);
         let crcs = image.crcs.as_deref().unwrap_or(&[]);
-        let l2p = L2p::from_leaves(image.logical_blocks, format, &image.leaves, crcs)
-            .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
-        Ok(Rebuild::with_map(
+        let shared: Vec<_> = image
+            .shared
+            .iter()
+            .map(|e| (e.id, Ppa(e.ppa), e.refs, e.crc))
+            .collect();
+        let mapping = Mapping::from_checkpoint(
+            image.logical_blocks,
+            g.zone_count,
+            g.zone_capacity_blocks,
+            in_band,
+            &image.leaves,
+            crcs,
+            &shared,
+        )
+        .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
+        let ranges: Vec<_> = image
+            .attrs
+            .iter()
+            .map(|a| (a.lba, a.block_count, a.bits as u8))
+            .collect();
+        let attrs = AttrMap::from_ranges(MAX_ATTRIBUTE_RANGES, image.logical_blocks, &ranges)
+            .map_err(|e| MountError::Damaged(format!("checkpoint attributes: {e}")))?;
+        Ok(Rebuild::with_mapping(
             g,
-            l2p,
+            mapping,
+            attrs,
             image.next_seq,
             in_band,
             reset_zones,
         ))
     }
 
-    /// Replay state starting from `l2p` (the checkpoint's map).
-    fn with_map(
+    /// Replay state starting from `mapping` (the checkpoint's).
+    pub(super) fn with_mapping(
         g: &Geometry,
-        l2p: L2p,
+        mapping: Mapping,
+        attrs: AttrMap,
         next_seq: Seq,
         in_band: bool,
         reset_zones: impl Iterator<Item = ZoneId>,
     ) -> Rebuild {
-        let physical = physical_blocks(g).expect("validated geometry");
         let cap = g.zone_capacity_blocks;
         let mut is_reset = vec![false; g.zone_count as usize];
         for z in reset_zones {
@@ -105,17 +183,16 @@ impl Rebuild {
                 *r = true;
             }
         }
-        let mut in_reset_zones = BTreeMap::new();
-        let mut p2l = P2l::new(physical);
-        for (lba, ppa) in l2p.iter() {
-            p2l.set(ppa);
-            if is_reset[ppa.zone(cap) as usize] {
-                in_reset_zones.insert(ppa, lba);
-            }
-        }
+        let in_reset_zones = mapping
+            .iter()
+            .filter_map(|(lba, t)| match t {
+                Target::Direct(ppa) if is_reset[ppa.zone(cap) as usize] => Some((ppa, lba)),
+                _ => None,
+            })
+            .collect();
         Rebuild {
-            l2p,
-            p2l,
+            mapping,
+            attrs,
             next_seq,
             erase_counts: HashMap::new(),
             retired: Vec::new(),
@@ -128,7 +205,7 @@ impl Rebuild {
     }
 
     fn check_lba(&self, lba: Lba) -> Result<(), MountError> {
-        if lba >= self.l2p.logical_blocks() {
+        if lba >= self.mapping.logical_blocks() {
             return Err(MountError::Damaged(format!(
                 "a note or tag names block {lba}, past the logical end"
             )));
@@ -136,144 +213,238 @@ impl Rebuild {
         Ok(())
     }
 
-    fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
-        if let Some(old) = self.l2p.set(lba, ppa, crc) {
-            self.cleared(old);
-        }
-        self.p2l.set(ppa);
+    /// Maps `lba` straight to `ppa`, which nothing else may hold.
+    fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Result<(), MountError> {
+        self.mapping.map_direct(lba, ppa, crc).map_err(|owner| {
+            MountError::Damaged(format!(
+                "block {lba} maps to physical block {}, which {owner:?} holds",
+                ppa.0
+            ))
+        })?;
+        self.note_direct(lba, ppa);
+        Ok(())
+    }
+
+    fn note_direct(&mut self, lba: Lba, ppa: Ppa) {
         if self.reset_zones[ppa.zone(self.zone_capacity_blocks) as usize] {
             self.in_reset_zones.insert(ppa, lba);
         }
     }
 
-    fn unmap(&mut self, lba: Lba) {
-        if let Some(old) = self.l2p.unmap(lba) {
-            self.cleared(old);
-        }
-    }
-
-    fn cleared(&mut self, ppa: Ppa) {
-        self.p2l.clear(ppa);
-        self.in_reset_zones.remove(&ppa);
-    }
-
     /// A version of `lba` with seq `version` is mapped at `ppa`.
-    fn set_version(&mut self, lba: Lba, ppa: Ppa, crc: u32, version: Seq) {
-        self.set(lba, ppa, crc);
+    fn set_version(
+        &mut self,
+        lba: Lba,
+        ppa: Ppa,
+        crc: u32,
+        version: Seq,
+    ) -> Result<(), MountError> {
+        self.set(lba, ppa, crc)?;
         self.versions.insert(lba, version);
+        Ok(())
     }
 
     /// GC moved nothing live off a zone before its ZoneReset note, so any
     /// block still mapped into it here is stale: its newer place is a tag
     /// the reset of its own zone erased, which a later Relocated note
     /// restores. Left mapped, it would share the address with the zone's
-    /// next data.
-    fn zone_reset(&mut self, zone: ZoneId) {
+    /// next data. A shared entry is never stale there (recovery replays
+    /// every change of one exactly): one left in the zone is damage.
+    fn zone_reset(&mut self, zone: ZoneId) -> Result<(), MountError> {
         let cap = self.zone_capacity_blocks;
         let first = Ppa::new(zone, 0, cap);
         let last = Ppa::new(zone, cap - 1, cap);
-        let stale: Vec<Lba> = self
+        let stale: Vec<(Ppa, Lba)> = self
             .in_reset_zones
             .range(first..=last)
-            .map(|(_, &l)| l)
+            .map(|(&p, &l)| (p, l))
             .collect();
-        for lba in stale {
-            self.unmap(lba);
-        }
-    }
-
-    /// Step 5: apply notes and tags in seq order.
-    pub(super) fn replay(&mut self, events: &[Event], g: &Geometry) -> Result<(), MountError> {
-        let physical = u64::from(physical_blocks(g).expect("validated geometry"));
-        let ppa_ok = |p: Ppa| u64::from(p.0) < physical;
-        for e in events {
-            self.next_seq = self.next_seq.max(e.seq() + 1);
-            match *e {
-                Event::Tag { seq, lba, ppa, crc } => {
-                    self.check_lba(lba)?;
-                    self.set_version(lba, ppa, crc, seq);
-                }
-                Event::Note(Note::HostWrite {
-                    lba, ppa, data_crc, ..
-                }) => {
-                    self.check_lba(lba)?;
-                    if !ppa_ok(ppa) {
-                        return Err(MountError::Damaged(format!(
-                            "HostWrite note names block {}",
-                            ppa.0
-                        )));
-                    }
-                    self.set(lba, ppa, data_crc);
-                }
-                Event::Note(Note::Trim {
-                    lba, block_count, ..
-                }) => {
-                    let end = lba
-                        .checked_add(block_count)
-                        .filter(|&e| e <= self.l2p.logical_blocks());
-                    let Some(end) = end else {
-                        return Err(MountError::Damaged(format!(
-                            "Trim note {lba}+{block_count} past the end"
-                        )));
-                    };
-                    for l in lba..end {
-                        self.unmap(l);
-                    }
-                }
-                Event::Note(Note::Reloc { lba, from, to, .. }) => {
-                    self.check_lba(lba)?;
-                    if !ppa_ok(to) {
-                        return Err(MountError::Damaged(format!(
-                            "Reloc note names block {}",
-                            to.0
-                        )));
-                    }
-                    if let Some((at, crc)) = self.l2p.get_with_crc(lba) {
-                        if at == from {
-                            self.set(lba, to, crc);
-                        }
-                    }
-                }
-                Event::Note(Note::Relocated {
-                    lba,
-                    to,
-                    version_seq,
-                    ..
-                }) => {
-                    self.check_lba(lba)?;
-                    if self.in_band {
-                        return Err(MountError::Damaged(
-                            "a Relocated note in a volume with in-band tags".into(),
-                        ));
-                    }
-                    if !ppa_ok(to) {
-                        return Err(MountError::Damaged(format!(
-                            "Relocated note names block {}",
-                            to.0
-                        )));
-                    }
-                    // A write of `lba` in flight when GC moved this version
-                    // has a larger seq and was replayed already: it wins.
-                    let newer = self.versions.get(&lba).is_some_and(|&v| v > version_seq);
-                    if !newer {
-                        self.set_version(lba, to, 0, version_seq);
-                    }
-                }
-                Event::Note(Note::ZoneReset {
-                    zone, erase_count, ..
-                }) => {
-                    if zone >= g.zone_count {
-                        return Err(MountError::Damaged(format!(
-                            "ZoneReset note names zone {zone} of {}",
-                            g.zone_count
-                        )));
-                    }
-                    self.erase_counts.insert(zone, erase_count);
-                    self.zone_reset(zone);
-                }
-                Event::Note(Note::ZoneRetire { zone, .. }) => self.retired.push(zone),
+        for (ppa, lba) in stale {
+            self.in_reset_zones.remove(&ppa);
+            if self.mapping.target(lba) == Some(Target::Direct(ppa)) {
+                self.mapping.unmap(lba);
             }
         }
+        if let Some(id) = self
+            .mapping
+            .zone_shared(zone)
+            .iter()
+            .find(|&&id| id != u32::MAX)
+        {
+            return Err(MountError::Damaged(format!(
+                "zone {zone} is reset while shared entry {id} holds a block in it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// After a crash the non-persistent ranges read as zeros: unmaps them;
+    /// returns the blocks that held data.
+    pub(super) fn drop_non_persistent(&mut self) -> u64 {
+        let ranges: Vec<(Lba, u64)> = self.attrs.non_persistent().collect();
+        let mut dropped = 0;
+        for (lba, n) in ranges {
+            let mut at = lba;
+            while let Some(l) = self.mapping.next_mapped(at).filter(|&l| l < lba + n) {
+                self.mapping.unmap(l);
+                dropped += 1;
+                at = l + 1;
+            }
+        }
+        dropped
+    }
+
+    /// Step 5: apply notes, vectors and tags in seq order.
+    pub(super) fn replay(&mut self, events: &[Event], g: &Geometry) -> Result<(), MountError> {
+        let physical = u64::from(physical_blocks(g).expect("validated geometry"));
+        let ppa_ok = |p: Ppa, what: &str| {
+            if u64::from(p.0) < physical {
+                Ok(())
+            } else {
+                Err(MountError::Damaged(format!("{what} names block {}", p.0)))
+            }
+        };
+        for e in events {
+            self.next_seq = self.next_seq.max(e.seq() + 1);
+            match e {
+                Event::Tag { seq, lba, ppa, crc } => {
+                    self.check_lba(*lba)?;
+                    self.set_version(*lba, *ppa, *crc, *seq)?;
+                }
+                Event::Vector { seq, pins, ops } => self.vector(*seq, pins, ops, &ppa_ok)?,
+                Event::Note(n) => self.note(n, g, &ppa_ok)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn note(
+        &mut self,
+        n: &Note,
+        g: &Geometry,
+        ppa_ok: &impl Fn(Ppa, &str) -> Result<(), MountError>,
+    ) -> Result<(), MountError> {
+        match *n {
+            Note::HostWrite {
+                lba, ppa, data_crc, ..
+            } => {
+                self.check_lba(lba)?;
+                ppa_ok(ppa, "HostWrite note")?;
+                self.set(lba, ppa, data_crc)?;
+            }
+            Note::Trim {
+                lba, block_count, ..
+            } => {
+                let end = lba
+                    .checked_add(block_count)
+                    .filter(|&e| e <= self.mapping.logical_blocks());
+                let Some(end) = end else {
+                    return Err(MountError::Damaged(format!(
+                        "Trim note {lba}+{block_count} past the end"
+                    )));
+                };
+                for l in lba..end {
+                    self.mapping.unmap(l);
+                }
+            }
+            Note::Reloc { lba, from, to, .. } => {
+                self.check_lba(lba)?;
+                ppa_ok(to, "Reloc note")?;
+                if let Some(r) = self.mapping.resolve(lba).filter(|r| !r.shared) {
+                    if r.ppa == from && self.mapping.relocate_direct(lba, from, to, r.crc) {
+                        self.note_direct(lba, to);
+                    }
+                }
+            }
+            Note::Relocated {
+                lba,
+                to,
+                version_seq,
+                ..
+            } => {
+                self.check_lba(lba)?;
+                if self.in_band {
+                    return Err(MountError::Damaged(
+                        "a Relocated note in a volume with in-band tags".into(),
+                    ));
+                }
+                ppa_ok(to, "Relocated note")?;
+                // A write of `lba` in flight when GC moved this version
+                // has a larger seq and was replayed already: it wins.
+                let newer = self.versions.get(&lba).is_some_and(|&v| v > version_seq);
+                if !newer {
+                    self.set_version(lba, to, 0, version_seq)?;
+                }
+            }
+            Note::SharedReloc { from, to, .. } => {
+                ppa_ok(to, "SharedReloc note")?;
+                if let Some(id) = self.mapping.find_shared(from) {
+                    self.mapping.relocate_shared(id, from, to);
+                }
+            }
+            Note::ZoneReset {
+                zone, erase_count, ..
+            } => {
+                if zone >= g.zone_count {
+                    return Err(MountError::Damaged(format!(
+                        "ZoneReset note names zone {zone} of {}",
+                        g.zone_count
+                    )));
+                }
+                self.erase_counts.insert(zone, erase_count);
+                self.zone_reset(zone)?;
+            }
+            Note::ZoneRetire { zone, .. } => self.retired.push(zone),
+            Note::VectorBegin { .. }
+            | Note::Clone { .. }
+            | Note::Move { .. }
+            | Note::Merge { .. }
+            | Note::MergeSource { .. }
+            | Note::Pin { .. }
+            | Note::Attr { .. } => unreachable!("grouped into vectors"),
+        }
+        Ok(())
+    }
+
+    /// A whole range-operation vector: its pins, then its operations, with
+    /// the function the running FTL applies them with.
+    fn vector(
+        &mut self,
+        seq: Seq,
+        pins: &[(Lba, Ppa)],
+        ops: &[RangeOp],
+        ppa_ok: &impl Fn(Ppa, &str) -> Result<(), MountError>,
+    ) -> Result<(), MountError> {
+        let damaged = |what: String| MountError::Damaged(format!("vector {seq}: {what}"));
+        if self.in_band && !pins.is_empty() {
+            return Err(damaged("a Pin note in a volume with in-band tags".into()));
+        }
+        for &(lba, ppa) in pins {
+            self.check_lba(lba)?;
+            ppa_ok(ppa, "Pin note")?;
+            self.set(lba, ppa, 0)?;
+        }
+        range::validate(ops, self.mapping.logical_blocks()).map_err(|e| damaged(e.to_string()))?;
+        // The running FTL checked the vector against the same state; only
+        // a damaged log can overflow the attribute table here.
+        let mut attrs = self.attrs.clone();
+        for op in ops {
+            if let RangeOp::SetAttribute {
+                lba,
+                block_count,
+                attribute,
+            } = op
+            {
+                let (set, clear) = attribute.masks();
+                attrs
+                    .change(*lba, *block_count, set, clear)
+                    .map_err(|_| damaged("the attribute table overflows".into()))?;
+            }
+        }
+        let mut budget = u64::MAX;
+        Apply::new()
+            .step(ops, &mut self.mapping, &mut self.attrs, &mut budget)
+            .map_err(|e| damaged(e.to_string()))?;
         Ok(())
     }
 }
@@ -298,19 +469,20 @@ mod tests {
             parallel_units: 1,
             queue_depth: 8,
         };
-        let mut l2p = L2p::with_format(16, EntryFormat::for_device(32, false));
+        let mut mapping = Mapping::new(16, 4, 8, false);
         for &(lba, ppa) in map {
-            l2p.set(lba, Ppa(ppa), 0);
+            mapping.map_direct(lba, Ppa(ppa), 0).unwrap();
         }
         let notes: Vec<Event> = events
             .iter()
             .filter_map(|e| match e {
                 Event::Note(n) => Some(Event::Note(*n)),
-                Event::Tag { .. } => None,
+                _ => None,
             })
             .collect();
         let resets = reset_seqs(&notes);
-        let mut r = Rebuild::with_map(&g, l2p, 10, false, resets.keys().copied());
+        let attrs = AttrMap::new(8);
+        let mut r = Rebuild::with_mapping(&g, mapping, attrs, 10, false, resets.keys().copied());
         r.replay(events, &g).expect("replay");
         r
     }
@@ -341,13 +513,9 @@ mod tests {
         })
     }
 
-    /// Every mapped block is live in the reverse map and nothing else is.
+    /// Every mapped block is live and nothing else is.
     fn assert_consistent(r: &Rebuild) {
-        let mapped: Vec<Ppa> = r.l2p.iter().map(|(_, p)| p).collect();
-        for p in 0..32 {
-            let live = r.p2l.is_valid(Ppa(p));
-            assert_eq!(live, mapped.contains(&Ppa(p)), "block {p}");
-        }
+        r.mapping.assert_consistent();
     }
 
     #[test]
@@ -355,7 +523,7 @@ mod tests {
         // Block 1: in the checkpoint at 2; rewritten at seq 12 into zone 1
         // (tag erased with zone 1), moved by GC to 17.
         let r = rebuild(&[(1, 2)], &[relocated(20, 1, 17, 12), zone_reset(21, 1)]);
-        assert_eq!(r.l2p.get(1), Some(Ppa(17)));
+        assert_eq!(r.mapping.get(1), Some(Ppa(17)));
         assert_consistent(&r);
     }
 
@@ -363,7 +531,7 @@ mod tests {
     fn relocated_loses_to_a_newer_write() {
         // The write of seq 15 was in flight when GC moved version 12.
         let r = rebuild(&[(1, 2)], &[tag(15, 1, 9), relocated(20, 1, 17, 12)]);
-        assert_eq!(r.l2p.get(1), Some(Ppa(9)));
+        assert_eq!(r.mapping.get(1), Some(Ppa(9)));
         assert_consistent(&r);
     }
 
@@ -383,8 +551,8 @@ mod tests {
                 zone_reset(21, 1),
             ],
         );
-        assert_eq!(r.l2p.get(1), Some(Ppa(17)));
-        assert_eq!(r.l2p.get(5), Some(Ppa(2)));
+        assert_eq!(r.mapping.get(1), Some(Ppa(17)));
+        assert_eq!(r.mapping.get(5), Some(Ppa(2)));
         assert_consistent(&r);
     }
 }

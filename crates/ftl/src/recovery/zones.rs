@@ -87,20 +87,20 @@ impl Rebuild {
         let mut table = ZoneTable::from_records(g.zone_capacity_blocks, &records)
             .map_err(|e| MountError::Damaged(format!("zone table: {e}")))?;
         let cap = g.zone_capacity_blocks;
-        for (lba, ppa) in self.l2p.iter() {
+        for ppa in self.mapping.live() {
             let z = ppa.zone(cap);
             let zone = table.get(z);
             if !matches!(zone.kind(), ZoneKind::Data { .. })
                 || ppa.offset_blocks(cap) >= zone.write_pointer_blocks()
             {
+                let owner = self.mapping.owner_of_live(ppa);
                 return Err(MountError::Damaged(format!(
-                    "block {lba} maps to zone {z} offset {}, which holds no data (zone {:?}, write pointer {})",
+                    "{owner} maps to zone {z} offset {}, which holds no data (zone {:?}, write pointer {})",
                     ppa.offset_blocks(cap),
                     zone.kind(),
                     zone.write_pointer_blocks()
                 )));
             }
-            table.add_valid(z, 1);
         }
         for z in retire {
             table.retire(z);

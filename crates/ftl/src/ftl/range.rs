@@ -1,0 +1,542 @@
+//! Range-operation vectors in the running core (docs/design.md, "Range
+//! operations in the core"): the queue, the hold on a vector's ranges,
+//! drain, check, pre-flush, apply in steps and commit.
+
+use super::request::{Reply, ReplyData};
+use super::write::WaitingWrite;
+use super::{Ftl, Op};
+use crate::addr::{Lba, Ppa, Seq};
+use crate::backend::{Command, DeviceError, Outcome};
+use crate::error::IoError;
+use crate::mapping::Target;
+use crate::range::{self, Apply, MergePolicy, RangeOp};
+use crate::superblock::TagMode;
+use std::collections::VecDeque;
+
+/// Vectors waiting behind the one being run; past it: busy.
+pub(super) const MAX_QUEUED_VECTORS: usize = 64;
+
+/// Blocks a vector is checked or applied by per turn of the core, so reads
+/// and writes to other ranges flow between steps of a large one.
+pub(super) const RANGE_STEP_BLOCKS: u64 = 1 << 16;
+
+/// A host write or trim that waits behind a vector whose ranges it touches.
+#[derive(Debug)]
+pub(super) enum Held {
+    Write(WaitingWrite),
+    Trim {
+        id: u64,
+        lba: Lba,
+        block_count: u32,
+        zeroes: bool,
+        fua: bool,
+    },
+}
+
+impl Held {
+    fn range(&self, block_size: usize) -> (Lba, u64) {
+        match self {
+            Held::Write(w) => (w.lba, w.block_count(block_size)),
+            Held::Trim {
+                lba, block_count, ..
+            } => (*lba, u64::from(*block_count)),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Waits until no write acknowledged before it to its ranges is
+    /// buffered or on its way.
+    Drain,
+    Check(Check),
+    /// Too many pins: waits for a checkpoint captured after `target`.
+    AwaitCheckpoint {
+        target: Seq,
+    },
+    /// Data appended since the last flush must be durable before the notes.
+    PreFlush {
+        issued: bool,
+    },
+    Apply(Apply),
+}
+
+#[derive(Debug, Default)]
+struct Check {
+    attributes_done: bool,
+    op: usize,
+    range: usize,
+    offset: u64,
+    /// Direct blocks the vector may turn into shared entries.
+    entries_needed: u64,
+    /// Direct blocks it reads whose version only their tag records.
+    pins: Vec<(Lba, Ppa)>,
+}
+
+#[derive(Debug)]
+struct Active {
+    id: u64,
+    ops: Vec<RangeOp>,
+    ranges: Vec<(Lba, u64)>,
+    phase: Phase,
+    pins: Vec<(Lba, Ppa)>,
+}
+
+/// Range-operation state of the core.
+#[derive(Debug, Default)]
+pub(super) struct RangeState {
+    queue: VecDeque<(u64, Vec<RangeOp>)>,
+    active: Option<Active>,
+    held: VecDeque<Held>,
+}
+
+impl RangeState {
+    pub(super) fn new() -> RangeState {
+        RangeState::default()
+    }
+
+    /// Vectors accepted and not yet answered.
+    pub(super) fn pending(&self) -> usize {
+        self.queue.len() + usize::from(self.active.is_some())
+    }
+
+    pub(super) fn queue_full(&self) -> bool {
+        self.queue.len() >= MAX_QUEUED_VECTORS
+    }
+
+    pub(super) fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.active.is_none() && self.held.is_empty()
+    }
+
+    pub(super) fn held_len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+fn overlaps((a, n): (Lba, u64), (b, m): (Lba, u64)) -> bool {
+    a < b + m && b < a + n
+}
+
+impl Ftl {
+    /// Accepts a vector: checked against the volume now, run in turn.
+    pub(super) fn start_range(
+        &mut self,
+        id: u64,
+        ops: Vec<RangeOp>,
+    ) -> Result<Option<ReplyData>, IoError> {
+        range::validate(&ops, self.layout.logical_blocks)?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        self.ranges.queue.push_back((id, ops));
+        Ok(None)
+    }
+
+    /// Whether GC must leave `lba`'s direct block where it is: a vector is
+    /// being applied to it in steps (its notes are in the log with the
+    /// vector's seq, so recovery applies it before any later relocation).
+    /// Before that GC may move it: its note precedes the vector's.
+    pub(super) fn range_holds(&self, lba: Lba) -> bool {
+        self.ranges.active.as_ref().is_some_and(|a| {
+            matches!(a.phase, Phase::Apply(_)) && a.ranges.iter().any(|&r| overlaps(r, (lba, 1)))
+        })
+    }
+
+    /// A vector's notes are pushed and its map changes are under way: no
+    /// checkpoint may capture a state half-way through it.
+    pub(super) fn range_applying(&self) -> bool {
+        self.ranges
+            .active
+            .as_ref()
+            .is_some_and(|a| matches!(a.phase, Phase::Apply(_)))
+    }
+
+    /// A vector waits for the write buffer to give up blocks of its ranges:
+    /// partial write units go out padded, as for a flush.
+    pub(super) fn range_draining(&self) -> bool {
+        self.ranges
+            .active
+            .as_ref()
+            .is_some_and(|a| matches!(a.phase, Phase::Drain))
+    }
+
+    /// Whether a write or trim of `[lba, lba + n)` must wait behind the
+    /// vector being run (it touches its ranges) or behind a held request
+    /// (order among requests to one block is kept).
+    pub(super) fn range_blocks(&self, lba: Lba, n: u64) -> bool {
+        let bs = self.block_size();
+        let active = self
+            .ranges
+            .active
+            .as_ref()
+            .is_some_and(|a| a.ranges.iter().any(|&r| overlaps(r, (lba, n))));
+        active
+            || self
+                .ranges
+                .held
+                .iter()
+                .any(|h| overlaps(h.range(bs), (lba, n)))
+    }
+
+    pub(super) fn hold(&mut self, held: Held) {
+        self.ranges.held.push_back(held);
+    }
+
+    /// Lets held requests go, in order, while they no longer touch the
+    /// vector being run; a trim waits for the writes before it to be
+    /// admitted.
+    fn release_held(&mut self) {
+        let bs = self.block_size();
+        while let Some(front) = self.ranges.held.front() {
+            let r = front.range(bs);
+            let blocked = self
+                .ranges
+                .active
+                .as_ref()
+                .is_some_and(|a| a.ranges.iter().any(|&x| overlaps(x, r)));
+            if blocked {
+                return;
+            }
+            if matches!(front, Held::Trim { .. })
+                && self
+                    .waiting_writes
+                    .iter()
+                    .any(|w| overlaps((w.lba, w.block_count(bs)), r))
+            {
+                return;
+            }
+            match self.ranges.held.pop_front().expect("front") {
+                Held::Write(w) => self.waiting_writes.push_back(w),
+                Held::Trim {
+                    id,
+                    lba,
+                    block_count,
+                    zeroes,
+                    fua,
+                } => {
+                    let result = self.apply_trim(lba, block_count, zeroes);
+                    self.answer_trim(id, result, fua);
+                }
+            }
+        }
+    }
+
+    /// Nothing more reaches the media: answers every vector not yet being
+    /// applied, and the requests held behind them, with `error`. A vector
+    /// being applied finishes in memory and fails at its commit.
+    pub(super) fn fail_ranges(&mut self, error: &IoError) {
+        let applying = self.range_applying();
+        if !applying {
+            if let Some(a) = self.ranges.active.take() {
+                self.reply(a.id, Err(error.clone()));
+            }
+        }
+        for (id, _) in std::mem::take(&mut self.ranges.queue) {
+            self.reply(id, Err(error.clone()));
+        }
+        if applying {
+            return; // the held requests wait for it to end, then fail
+        }
+        for h in std::mem::take(&mut self.ranges.held) {
+            let id = match h {
+                Held::Write(w) => w.id,
+                Held::Trim { id, .. } => id,
+            };
+            self.reply(id, Err(error.clone()));
+        }
+    }
+
+    /// Runs vectors: the one active, then those queued, within one step's
+    /// budget of blocks.
+    pub(super) fn advance_ranges(&mut self) {
+        self.release_held();
+        let mut budget = RANGE_STEP_BLOCKS;
+        while budget > 0 {
+            if self.ranges.active.is_none() {
+                let Some((id, ops)) = self.ranges.queue.pop_front() else {
+                    break;
+                };
+                if self.read_only {
+                    let e = self.refusal();
+                    self.reply(id, Err(e));
+                    continue;
+                }
+                let mut ranges: Vec<(Lba, u64)> = ops.iter().flat_map(|o| o.ranges()).collect();
+                ranges.sort_unstable();
+                ranges.dedup();
+                self.ranges.active = Some(Active {
+                    id,
+                    ops,
+                    ranges,
+                    phase: Phase::Drain,
+                    pins: Vec::new(),
+                });
+            }
+            if !self.step_vector(&mut budget) {
+                break;
+            }
+        }
+        self.release_held();
+    }
+
+    fn reply(&mut self, id: u64, result: Result<ReplyData, IoError>) {
+        self.replies.push_back(Reply { id, result });
+    }
+
+    /// Moves the active vector on; returns whether it finished (so the
+    /// next may start) rather than waits.
+    fn step_vector(&mut self, budget: &mut u64) -> bool {
+        let a = self.ranges.active.as_mut().expect("active vector");
+        match &mut a.phase {
+            Phase::Drain => {
+                if self.buffer.holds_any(&a.ranges) {
+                    return false;
+                }
+                a.phase = Phase::Check(Check::default());
+                self.step_vector(budget)
+            }
+            Phase::Check(_) => match self.check_step(budget) {
+                Ok(false) => false,
+                Ok(true) => self.after_check(budget),
+                Err(e) => {
+                    let a = self.ranges.active.take().expect("active vector");
+                    self.stats.range_vectors_refused += 1;
+                    self.reply(a.id, Err(e));
+                    true
+                }
+            },
+            Phase::AwaitCheckpoint { target } => {
+                if self.committed_next_seq <= *target {
+                    self.ckpt_requested = true;
+                    return false;
+                }
+                a.phase = Phase::Check(Check::default());
+                self.step_vector(budget)
+            }
+            Phase::PreFlush { .. } => {
+                if self.flushed_through < self.appends_done {
+                    return false;
+                }
+                self.begin_apply();
+                self.step_vector(budget)
+            }
+            Phase::Apply(_) => self.apply_step(budget),
+        }
+    }
+
+    /// One step of the check; `Ok(true)` once every range is checked.
+    fn check_step(&mut self, budget: &mut u64) -> Result<bool, IoError> {
+        let young_from = self.committed_next_seq;
+        let oob = self.tag_mode == TagMode::Oob;
+        let cap = self.cap();
+        let a = self.ranges.active.as_mut().expect("active vector");
+        let Phase::Check(c) = &mut a.phase else {
+            unreachable!()
+        };
+        if !c.attributes_done {
+            range::check_attributes(&a.ops, &self.attrs)?;
+            c.attributes_done = true;
+        }
+        while c.op < a.ops.len() {
+            let op = &a.ops[c.op];
+            let reads = op.reads();
+            if c.range >= reads.len() {
+                if let RangeOp::Merge {
+                    sources,
+                    dst,
+                    block_count,
+                    policy: MergePolicy::FailOnConflict,
+                } = op
+                {
+                    // The conflict scan, after the reads' scan.
+                    while c.offset < *block_count {
+                        if *budget == 0 {
+                            return Ok(false);
+                        }
+                        let k = c.offset;
+                        if range::merge_choice(
+                            &self.mapping,
+                            sources,
+                            *dst,
+                            k,
+                            MergePolicy::FailOnConflict,
+                        ) == range::MergeChoice::Conflict
+                        {
+                            return Err(IoError::MergeConflict { lba: dst + k });
+                        }
+                        c.offset += 1;
+                        *budget -= 1;
+                    }
+                }
+                c.op += 1;
+                c.range = 0;
+                c.offset = 0;
+                continue;
+            }
+            let (lba, n) = reads[c.range];
+            if c.offset >= n {
+                c.range += 1;
+                c.offset = 0;
+                continue;
+            }
+            if *budget == 0 {
+                return Ok(false);
+            }
+            let Some(next) = self
+                .mapping
+                .next_mapped(lba + c.offset)
+                .filter(|&l| l < lba + n)
+            else {
+                c.offset = n;
+                *budget -= 1;
+                continue;
+            };
+            c.offset = next - lba + 1;
+            *budget -= 1;
+            if let Some(Target::Direct(ppa)) = self.mapping.target(next) {
+                c.entries_needed += 1;
+                let young = self.zones.get(ppa.zone(cap)).last_write_seq() >= young_from;
+                if oob && young {
+                    c.pins.push((next, ppa));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The check passed: room for the shared entries, then (OOB) room in
+    /// the log for the pins, then the pre-flush.
+    fn after_check(&mut self, budget: &mut u64) -> bool {
+        let free = u64::from(self.mapping.shared_free());
+        let pin_budget =
+            self.log.free_blocks() / 4 * crate::note::notes_per_block(self.block_size()) as u64;
+        let next_seq = self.next_seq;
+        let a = self.ranges.active.as_mut().expect("active vector");
+        let Phase::Check(c) = std::mem::replace(&mut a.phase, Phase::Drain) else {
+            unreachable!()
+        };
+        if c.entries_needed > free {
+            let a = self.ranges.active.take().expect("active vector");
+            self.stats.range_vectors_refused += 1;
+            let capacity = self.mapping.shared_capacity();
+            self.reply(
+                a.id,
+                Err(IoError::SharingFull {
+                    capacity,
+                    needed: c.entries_needed - free,
+                }),
+            );
+            return true;
+        }
+        if c.pins.len() as u64 > pin_budget {
+            // After a checkpoint the blocks need no pins.
+            a.phase = Phase::AwaitCheckpoint { target: next_seq };
+            self.ckpt_requested = true;
+            return false;
+        }
+        a.pins = c.pins;
+        a.phase = Phase::PreFlush { issued: false };
+        self.step_vector(budget)
+    }
+
+    /// The device flush a vector waits for before its notes.
+    pub(super) fn next_range_command(&mut self) -> Option<(Op, Command)> {
+        let a = self.ranges.active.as_mut()?;
+        match &mut a.phase {
+            Phase::PreFlush { issued } if !*issued && self.flushed_through < self.appends_done => {
+                *issued = true;
+                self.stats.flushes += 1;
+                Some((Op::RangeFlush, Command::Flush))
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn range_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+        let Some(a) = self.ranges.active.as_mut() else {
+            return;
+        };
+        if let Err(e) = result {
+            let a = self.ranges.active.take().expect("active vector");
+            let error = match e {
+                DeviceError::DeviceGone => IoError::DeviceGone,
+                source => IoError::Device { lba: 0, source },
+            };
+            self.reply(a.id, Err(error));
+            return;
+        }
+        if let Phase::PreFlush { issued } = &mut a.phase {
+            // Flushed through the mark taken when it was issued (the
+            // completion handler advanced `flushed_through`); a later
+            // append may need another.
+            *issued = false;
+        }
+    }
+
+    /// Takes the vector's seq, logs its notes and starts changing the map.
+    fn begin_apply(&mut self) {
+        let seq = self.take_seq();
+        let a = self.ranges.active.as_mut().expect("active vector");
+        // GC may have moved a pinned block since the check (its Relocated
+        // note precedes the vector's): pin where the map says now.
+        let mapping = &self.mapping;
+        a.pins.retain_mut(|(lba, ppa)| match mapping.target(*lba) {
+            Some(Target::Direct(now)) => {
+                *ppa = now;
+                true
+            }
+            _ => false,
+        });
+        let notes = range::vector_notes(seq, &a.ops, &a.pins);
+        a.phase = Phase::Apply(Apply::new());
+        self.stats.range_notes += notes.len() as u64;
+        self.stats.range_pins += a.pins.len() as u64;
+        for note in notes {
+            self.log.push_note(note);
+        }
+    }
+
+    fn apply_step(&mut self, budget: &mut u64) -> bool {
+        let a = self.ranges.active.as_mut().expect("active vector");
+        let Phase::Apply(apply) = &mut a.phase else {
+            unreachable!()
+        };
+        let done = apply
+            .step(&a.ops, &mut self.mapping, &mut self.attrs, budget)
+            .unwrap_or_else(|e| panic!("vector applied past its check: {e}"));
+        if !done {
+            return false;
+        }
+        let a = self.ranges.active.take().expect("active vector");
+        self.count_vector(&a.ops);
+        self.add_log_waiter(a.id);
+        true
+    }
+
+    fn count_vector(&mut self, ops: &[RangeOp]) {
+        self.stats.range_vectors += 1;
+        for op in ops {
+            let n = op.block_count();
+            let s = &mut self.stats;
+            match op {
+                RangeOp::Clone { .. } => {
+                    (s.range_clones, s.range_clone_blocks) =
+                        (s.range_clones + 1, s.range_clone_blocks + n)
+                }
+                RangeOp::Move { .. } => {
+                    (s.range_moves, s.range_move_blocks) =
+                        (s.range_moves + 1, s.range_move_blocks + n)
+                }
+                RangeOp::Delete { .. } => {
+                    (s.range_deletes, s.range_delete_blocks) =
+                        (s.range_deletes + 1, s.range_delete_blocks + n)
+                }
+                RangeOp::Merge { .. } => {
+                    (s.range_merges, s.range_merge_blocks) =
+                        (s.range_merges + 1, s.range_merge_blocks + n)
+                }
+                RangeOp::SetAttribute { .. } => s.range_attribute_changes += 1,
+            }
+        }
+    }
+}

@@ -1,0 +1,701 @@
+//! The mapping state: which logical block names which physical block, which
+//! physical blocks are live, how many live blocks each zone holds, and the
+//! shared blocks (docs/design.md, "Shared blocks and range operations").
+//!
+//! This module owns the L2P, the validity bitmap, the zone live counts and
+//! the shared table together, and every change of a mapping is one of its
+//! methods: the running FTL and recovery's replay call the same ones, so
+//! they cannot disagree on a rule. [`Mapping::is_live`] is the liveness
+//! test: a physical block is live while a direct L2P entry or a shared
+//! entry names it.
+//!
+//! An L2P entry holds a map value: below `physical_blocks` the block itself
+//! (direct), at `physical_blocks + id` shared entry `id`.
+
+use crate::addr::{Lba, Ppa};
+use crate::backend::ZoneId;
+use crate::l2p::{EntryFormat, L2p, Leaf};
+use crate::p2l::P2l;
+use crate::shared::{SharedId, SharedTable};
+
+/// Where an L2P entry leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The physical block itself; its tag names this logical block.
+    Direct(Ppa),
+    /// A shared entry.
+    Shared(SharedId),
+}
+
+/// A logical block's physical block, data CRC (0 when the format keeps
+/// none) and whether it was reached through a shared entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub ppa: Ppa,
+    pub crc: u32,
+    pub shared: bool,
+}
+
+/// Who holds a live physical block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The one logical block whose direct entry names it.
+    Direct(Lba),
+    /// A shared entry.
+    Shared(SharedId),
+}
+
+/// The shared table is full: a range operation needs more entries than
+/// the map's value space holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the shared-block table is full ({capacity} entries)")]
+pub struct SharedFull {
+    pub capacity: u32,
+}
+
+/// The map format for a device of `physical_blocks` and the shared table's
+/// capacity: the values a packed entry of the direct width can hold above
+/// `physical_blocks`, or, when that is less than an eighth of the device,
+/// one bit more. Never more entries than blocks, and every value below
+/// `u32::MAX` (the checkpoint's "unmapped").
+pub fn map_format(physical_blocks: u32, keeps_crc: bool) -> (EntryFormat, u32) {
+    let direct = EntryFormat::for_device(physical_blocks, keeps_crc);
+    let none_at = |bits: u32| {
+        if bits >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        }
+    };
+    let spare = |bits: u32| none_at(bits).saturating_sub(physical_blocks);
+    let bits = direct.address_bits();
+    let wide = if spare(bits) >= physical_blocks / 8 || bits >= 32 {
+        bits
+    } else {
+        bits + 1
+    };
+    let capacity = spare(wide).min(physical_blocks);
+    let format = EntryFormat::for_device(physical_blocks + capacity, keeps_crc);
+    assert!(format.address_bits() <= wide.max(bits));
+    (format, capacity)
+}
+
+/// The mapping state. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    l2p: L2p,
+    p2l: P2l,
+    shared: SharedTable,
+    /// Live blocks per zone.
+    zone_valid: Vec<u32>,
+    /// Sum of `zone_valid`.
+    live_blocks: u64,
+    physical_blocks: u32,
+    zone_capacity_blocks: u64,
+}
+
+impl Mapping {
+    /// An empty mapping of `logical_blocks` over a device of `zone_count`
+    /// zones of `zone_capacity_blocks`; `keeps_crc`: tags in band, so the
+    /// map keeps each block's data CRC.
+    pub fn new(
+        logical_blocks: u64,
+        zone_count: u32,
+        zone_capacity_blocks: u64,
+        keeps_crc: bool,
+    ) -> Mapping {
+        let physical = physical_of(zone_count, zone_capacity_blocks);
+        let (format, capacity) = map_format(physical, keeps_crc);
+        Mapping {
+            l2p: L2p::with_format(logical_blocks, format),
+            p2l: P2l::new(physical),
+            shared: SharedTable::new(capacity, keeps_crc, zone_capacity_blocks),
+            zone_valid: vec![0; zone_count as usize],
+            live_blocks: 0,
+            physical_blocks: physical,
+            zone_capacity_blocks,
+        }
+    }
+
+    /// Rebuilds the mapping from a checkpoint's leaves (map values), data
+    /// CRCs (in band) and shared entries `(id, block, refs, crc)`; every
+    /// reference count and liveness claim is checked against the leaves.
+    pub fn from_checkpoint(
+        logical_blocks: u64,
+        zone_count: u32,
+        zone_capacity_blocks: u64,
+        keeps_crc: bool,
+        leaves: &[(u32, Box<Leaf>)],
+        crcs: &[u32],
+        shared: &[(SharedId, Ppa, u32, u32)],
+    ) -> Result<Mapping, String> {
+        let mut m = Mapping::new(logical_blocks, zone_count, zone_capacity_blocks, keeps_crc);
+        let format = m.l2p.format();
+        m.l2p =
+            L2p::from_leaves(logical_blocks, format, leaves, crcs).map_err(|e| e.to_string())?;
+        let capacity = m.shared.capacity();
+        m.shared = SharedTable::from_entries(
+            capacity,
+            keeps_crc,
+            zone_capacity_blocks,
+            shared.iter().copied(),
+        )?;
+        for &(id, ppa, _, _) in shared {
+            if ppa.0 >= m.physical_blocks {
+                return Err(format!(
+                    "shared entry {id} names block {}, past the device",
+                    ppa.0
+                ));
+            }
+            m.take_checked(ppa)
+                .map_err(|_| format!("two shared entries name block {}", ppa.0))?;
+        }
+        let mut counted: std::collections::HashMap<SharedId, u32> = Default::default();
+        let mapped: Vec<(Lba, Ppa)> = m.l2p.iter().collect();
+        for (lba, value) in mapped {
+            match m.target_of(value) {
+                Target::Direct(ppa) => m.take_checked(ppa).map_err(|_| {
+                    format!(
+                        "block {lba} maps to block {}, which another entry holds",
+                        ppa.0
+                    )
+                })?,
+                Target::Shared(id) if m.shared.is_live(id) => *counted.entry(id).or_default() += 1,
+                Target::Shared(id) => {
+                    return Err(format!(
+                        "block {lba} names shared entry {id}, which does not exist"
+                    ))
+                }
+            }
+        }
+        for &(id, _, refs, _) in shared {
+            let held = counted.get(&id).copied().unwrap_or(0);
+            if held != refs {
+                return Err(format!(
+                    "shared entry {id} records {refs} references, the map holds {held}"
+                ));
+            }
+        }
+        Ok(m)
+    }
+
+    // ----- lookups ------------------------------------------------------
+
+    /// Size of the logical space, in blocks.
+    pub fn logical_blocks(&self) -> u64 {
+        self.l2p.logical_blocks()
+    }
+
+    /// Physical blocks of the device.
+    pub fn physical_blocks(&self) -> u32 {
+        self.physical_blocks
+    }
+
+    fn target_of(&self, value: Ppa) -> Target {
+        if value.0 < self.physical_blocks {
+            Target::Direct(value)
+        } else {
+            Target::Shared(value.0 - self.physical_blocks)
+        }
+    }
+
+    fn shared_value(&self, id: SharedId) -> Ppa {
+        Ppa(self.physical_blocks + id)
+    }
+
+    /// Where `lba`'s entry leads, if it is mapped.
+    pub fn target(&self, lba: Lba) -> Option<Target> {
+        self.l2p.get(lba).map(|v| self.target_of(v))
+    }
+
+    /// `lba`'s physical block, data CRC and how it is reached.
+    #[inline]
+    pub fn resolve(&self, lba: Lba) -> Option<Resolved> {
+        let (value, crc) = self.l2p.get_with_crc(lba)?;
+        Some(match self.target_of(value) {
+            Target::Direct(ppa) => Resolved {
+                ppa,
+                crc,
+                shared: false,
+            },
+            Target::Shared(id) => Resolved {
+                ppa: self.shared.ppa(id),
+                crc,
+                shared: true,
+            },
+        })
+    }
+
+    /// `lba`'s physical block, if mapped.
+    pub fn get(&self, lba: Lba) -> Option<Ppa> {
+        self.resolve(lba).map(|r| r.ppa)
+    }
+
+    /// Where `lba`'s block is, and whether a write to `lba` takes a
+    /// physical block without freeing one: it is unmapped, or shares its
+    /// block with other owners.
+    #[inline]
+    pub fn write_facts(&self, lba: Lba) -> (Option<Ppa>, bool) {
+        match self.target(lba) {
+            None => (None, true),
+            Some(Target::Direct(ppa)) => (Some(ppa), false),
+            Some(Target::Shared(id)) => (Some(self.shared.ppa(id)), self.shared.refs(id) > 1),
+        }
+    }
+
+    /// The first mapped LBA at or after `from` (unmapped leaves are skipped
+    /// whole).
+    pub fn next_mapped(&self, from: Lba) -> Option<Lba> {
+        self.l2p.next_mapped(from)
+    }
+
+    /// Whether a live mapping names `ppa`: the one liveness test.
+    pub fn is_live(&self, ppa: Ppa) -> bool {
+        self.p2l.is_valid(ppa)
+    }
+
+    /// Live blocks in `zone`.
+    pub fn valid_blocks(&self, zone: ZoneId) -> u64 {
+        u64::from(self.zone_valid[zone as usize])
+    }
+
+    /// Live physical blocks on the device.
+    pub fn live_blocks(&self) -> u64 {
+        self.live_blocks
+    }
+
+    /// Mapped logical blocks.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.l2p.mapped_blocks()
+    }
+
+    /// Physical blocks reached through the shared table.
+    pub fn shared_blocks(&self) -> u64 {
+        u64::from(self.shared.live())
+    }
+
+    /// Logical blocks that name a shared block.
+    pub fn shared_refs(&self) -> u64 {
+        self.shared.total_refs()
+    }
+
+    /// Shared entries a range operation may still create.
+    pub fn shared_free(&self) -> u32 {
+        self.shared.free()
+    }
+
+    /// The shared table's bound.
+    pub fn shared_capacity(&self) -> u32 {
+        self.shared.capacity()
+    }
+
+    /// The shared entry `id`: its block, reference count and data CRC.
+    pub fn shared_entry(&self, id: SharedId) -> Option<(Ppa, u32, u32)> {
+        self.shared.is_live(id).then(|| {
+            (
+                self.shared.ppa(id),
+                self.shared.refs(id),
+                self.shared.crc(id),
+            )
+        })
+    }
+
+    /// Who holds live block `ppa`: the direct owner `hint` (the LBA its tag
+    /// or summary names) if its entry names the block, else a shared entry.
+    pub fn owner(&self, ppa: Ppa, hint: Option<Lba>) -> Option<Owner> {
+        let hinted = hint.filter(|&l| l < self.logical_blocks());
+        if let Some(lba) = hinted {
+            if self.target(lba) == Some(Target::Direct(ppa)) {
+                return Some(Owner::Direct(lba));
+            }
+        }
+        self.shared.find(ppa).map(Owner::Shared)
+    }
+
+    /// Who holds live block `ppa`, in words (for reports): O(mapped blocks)
+    /// when a direct entry holds it.
+    pub fn owner_of_live(&self, ppa: Ppa) -> String {
+        if let Some(id) = self.shared.find(ppa) {
+            return format!("shared entry {id} (block {})", ppa.0);
+        }
+        match self.iter().find(|&(_, t)| t == Target::Direct(ppa)) {
+            Some((lba, _)) => format!("block {lba}"),
+            None => format!("physical block {}", ppa.0),
+        }
+    }
+
+    /// The shared entries whose blocks lie in `zone`, by offset (`u32::MAX`
+    /// where none): what a GC job of that zone consults.
+    pub fn zone_shared(&mut self, zone: ZoneId) -> Box<[SharedId]> {
+        self.shared.zone_entries(zone)
+    }
+
+    /// Every mapped `(lba, target)`, in LBA order.
+    pub fn iter(&self) -> impl Iterator<Item = (Lba, Target)> + '_ {
+        self.l2p.iter().map(|(l, v)| (l, self.target_of(v)))
+    }
+
+    /// Every mapped `(lba, resolved)`, in LBA order.
+    pub fn iter_resolved(&self) -> impl Iterator<Item = (Lba, Resolved)> + '_ {
+        self.l2p
+            .iter()
+            .map(|(l, _)| (l, self.resolve(l).expect("mapped")))
+    }
+
+    /// Every live shared entry `(id, block, refs, crc)`, by id.
+    pub fn shared_entries(&self) -> impl Iterator<Item = (SharedId, Ppa, u32, u32)> + '_ {
+        self.shared.entries()
+    }
+
+    /// Every live physical block, in address order.
+    pub fn live(&self) -> impl Iterator<Item = Ppa> + '_ {
+        self.p2l.live()
+    }
+
+    /// The leaves as a checkpoint stores them (map values).
+    pub fn leaves(&self) -> impl Iterator<Item = (u32, Box<Leaf>)> + '_ {
+        self.l2p.leaves()
+    }
+
+    /// The data CRC of every mapped entry in LBA order (in band).
+    pub fn crcs(&self) -> impl Iterator<Item = u32> + '_ {
+        self.l2p.iter_with_crc().map(|(.., crc)| crc)
+    }
+
+    /// Bytes the mapping holds: L2P, validity bitmap, shared table, counts.
+    pub fn memory_bytes(&self) -> u64 {
+        self.l2p.memory_bytes()
+            + self.p2l.memory_bytes()
+            + self.shared.memory_bytes()
+            + 4 * self.zone_valid.capacity() as u64
+    }
+
+    /// Bytes of the shared table alone.
+    pub fn shared_memory_bytes(&self) -> u64 {
+        self.shared.memory_bytes()
+    }
+
+    // ----- changes --------------------------------------------------------
+
+    fn take_block(&mut self, ppa: Ppa) {
+        assert!(!self.p2l.is_valid(ppa), "block {} taken twice", ppa.0);
+        self.p2l.set(ppa);
+        self.zone_valid[ppa.zone(self.zone_capacity_blocks) as usize] += 1;
+        self.live_blocks += 1;
+    }
+
+    fn take_checked(&mut self, ppa: Ppa) -> Result<(), ()> {
+        if self.p2l.is_valid(ppa) {
+            return Err(());
+        }
+        self.take_block(ppa);
+        Ok(())
+    }
+
+    fn release_block(&mut self, ppa: Ppa) {
+        assert!(self.p2l.is_valid(ppa), "block {} released twice", ppa.0);
+        self.p2l.clear(ppa);
+        self.zone_valid[ppa.zone(self.zone_capacity_blocks) as usize] -= 1;
+        self.live_blocks -= 1;
+    }
+
+    /// Drops what an L2P entry held: its block, or a reference.
+    fn release_value(&mut self, value: Ppa) {
+        match self.target_of(value) {
+            Target::Direct(ppa) => self.release_block(ppa),
+            Target::Shared(id) => {
+                if let Some(ppa) = self.shared.drop_ref(id) {
+                    self.release_block(ppa);
+                }
+            }
+        }
+    }
+
+    /// Maps `lba` straight to block `ppa` (a host write, a tag or note in
+    /// replay), dropping what it held. `ppa` must not be live under another
+    /// entry (`Err` then, nothing changed: recovery reports damage).
+    pub fn map_direct(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Result<(), Owner> {
+        assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
+        if self.target(lba) == Some(Target::Direct(ppa)) {
+            self.l2p.set(lba, ppa, crc);
+            return Ok(());
+        }
+        if self.p2l.is_valid(ppa) {
+            return Err(self.owner(ppa, None).unwrap_or(Owner::Direct(u64::MAX)));
+        }
+        if let Some(old) = self.l2p.set(lba, ppa, crc) {
+            self.release_value(old);
+        }
+        self.take_block(ppa);
+        Ok(())
+    }
+
+    /// Unmaps `lba`; whether it was mapped.
+    pub fn unmap(&mut self, lba: Lba) -> bool {
+        match self.l2p.unmap(lba) {
+            Some(old) => {
+                self.release_value(old);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// GC moved `lba`'s block from `from` to `to`: applies only while its
+    /// direct entry still names `from` (a racing change wins).
+    pub fn relocate_direct(&mut self, lba: Lba, from: Ppa, to: Ppa, crc: u32) -> bool {
+        if self.target(lba) != Some(Target::Direct(from)) {
+            return false;
+        }
+        self.l2p.set(lba, to, crc);
+        self.release_block(from);
+        self.take_block(to);
+        true
+    }
+
+    /// GC moved shared entry `id`'s block from `from` to `to`: applies only
+    /// while the entry still holds `from`.
+    pub fn relocate_shared(&mut self, id: SharedId, from: Ppa, to: Ppa) -> bool {
+        if !self.shared.is_live(id) || self.shared.ppa(id) != from {
+            return false;
+        }
+        self.shared.relocate(id, to);
+        self.release_block(from);
+        self.take_block(to);
+        true
+    }
+
+    /// The shared entry that holds `ppa`, if one does.
+    pub fn find_shared(&self, ppa: Ppa) -> Option<SharedId> {
+        self.shared.find(ppa)
+    }
+
+    /// Whether making `lba`'s block shared takes a new shared entry (its
+    /// entry is direct).
+    pub fn needs_entry(&self, lba: Lba) -> bool {
+        matches!(self.target(lba), Some(Target::Direct(_)))
+    }
+
+    /// `lba`'s block as a shared entry (creating one from a direct entry),
+    /// with its CRC; `None` when unmapped.
+    fn share(&mut self, lba: Lba) -> Result<Option<(SharedId, u32)>, SharedFull> {
+        let Some((value, crc)) = self.l2p.get_with_crc(lba) else {
+            return Ok(None);
+        };
+        let id = match self.target_of(value) {
+            Target::Shared(id) => id,
+            Target::Direct(ppa) => {
+                let capacity = self.shared.capacity();
+                let id = self.shared.alloc(ppa, crc).ok_or(SharedFull { capacity })?;
+                self.l2p.set(lba, self.shared_value(id), crc);
+                id
+            }
+        };
+        Ok(Some((id, crc)))
+    }
+
+    /// Points `lba` at shared entry `id`, dropping what it held.
+    fn point_at(&mut self, lba: Lba, id: SharedId, crc: u32) {
+        let value = self.shared_value(id);
+        match self.l2p.set(lba, value, crc) {
+            Some(old) if old == value => {}
+            Some(old) => {
+                self.shared.add_ref(id);
+                self.release_value(old);
+            }
+            None => self.shared.add_ref(id),
+        }
+    }
+
+    /// `dst` names what `src` names (unmapped if `src` is).
+    pub fn clone_block(&mut self, src: Lba, dst: Lba) -> Result<(), SharedFull> {
+        assert_ne!(src, dst, "clone of a block onto itself");
+        match self.share(src)? {
+            Some((id, crc)) => self.point_at(dst, id, crc),
+            None => {
+                self.unmap(dst);
+            }
+        }
+        Ok(())
+    }
+
+    /// `dst` names what `src` named, and `src` is unmapped.
+    pub fn move_block(&mut self, src: Lba, dst: Lba) -> Result<(), SharedFull> {
+        self.clone_block(src, dst)?;
+        self.unmap(src);
+        Ok(())
+    }
+
+    /// Zone `zone` was reset: nothing in it may still be live.
+    pub fn zone_reset(&mut self, zone: ZoneId) {
+        assert_eq!(
+            self.zone_valid[zone as usize], 0,
+            "zone {zone} reset with live data"
+        );
+        self.p2l.clear_zone(zone, self.zone_capacity_blocks);
+        self.shared.forget_zone(zone);
+    }
+
+    /// The direct entries that name blocks of `zone`, as `(lba, block)`:
+    /// O(mapped blocks), for recovery's stale-mapping rule and GC's walk of
+    /// a zone without a usable summary.
+    pub fn direct_in_zone(&self, zone: ZoneId) -> impl Iterator<Item = (Lba, Ppa)> + '_ {
+        let cap = self.zone_capacity_blocks;
+        self.l2p
+            .iter()
+            .filter_map(move |(l, v)| match self.target_of(v) {
+                Target::Direct(p) if p.zone(cap) == zone => Some((l, p)),
+                _ => None,
+            })
+    }
+
+    /// Checks the counts against the map (tests, and after a rebuild).
+    pub fn assert_consistent(&self) {
+        let mut valid = vec![0u32; self.zone_valid.len()];
+        let mut live = 0u64;
+        for ppa in self.p2l.live() {
+            valid[ppa.zone(self.zone_capacity_blocks) as usize] += 1;
+            live += 1;
+        }
+        assert_eq!(valid, self.zone_valid, "zone live counts out of step");
+        assert_eq!(live, self.live_blocks, "live block count out of step");
+        let direct = self
+            .iter()
+            .filter(|(_, t)| matches!(t, Target::Direct(_)))
+            .count() as u64;
+        assert_eq!(
+            direct + self.shared_blocks(),
+            live,
+            "live blocks are not the direct entries and shared entries"
+        );
+    }
+}
+
+fn physical_of(zone_count: u32, zone_capacity_blocks: u64) -> u32 {
+    let total = u64::from(zone_count) * zone_capacity_blocks;
+    u32::try_from(total)
+        .ok()
+        .filter(|&n| n < u32::MAX)
+        .expect("device above 2^32 - 1 blocks (refused at format)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping() -> Mapping {
+        // 4 zones of 8 blocks.
+        Mapping::new(64, 4, 8, false)
+    }
+
+    #[test]
+    fn formats_keep_the_direct_width_when_they_can() {
+        // 2^18 blocks: 19 bits hold 2^18 - 1 spare values, enough.
+        let (f, cap) = map_format(1 << 18, false);
+        assert_eq!(f.width_bits(), 19);
+        assert_eq!(cap, (1 << 18) - 1);
+        // 2^18 - 1 blocks: no spare value in 18 bits: one more bit.
+        let (f, cap) = map_format((1 << 18) - 1, false);
+        assert_eq!(f.width_bits(), 19);
+        assert_eq!(cap, (1 << 18) - 1);
+        // Near 2^32 the value space is what is left below u32::MAX.
+        let (_, cap) = map_format(u32::MAX - 10, false);
+        assert_eq!(cap, 10);
+    }
+
+    #[test]
+    fn clone_shares_one_block_and_overwrites_break_it() {
+        let mut m = mapping();
+        m.map_direct(10, Ppa(3), 0).unwrap();
+        m.clone_block(10, 40).unwrap();
+        assert_eq!(m.get(10), Some(Ppa(3)));
+        assert_eq!(m.get(40), Some(Ppa(3)));
+        assert!(m.resolve(40).unwrap().shared);
+        assert_eq!(
+            (m.live_blocks(), m.shared_blocks(), m.shared_refs()),
+            (1, 1, 2)
+        );
+        m.clone_block(40, 41).unwrap();
+        assert_eq!(m.shared_refs(), 3);
+        // A write to one owner breaks sharing for that block only.
+        m.map_direct(40, Ppa(9), 0).unwrap();
+        assert_eq!(
+            (m.get(40), m.get(41), m.get(10)),
+            (Some(Ppa(9)), Some(Ppa(3)), Some(Ppa(3)))
+        );
+        assert_eq!((m.live_blocks(), m.shared_refs()), (2, 2));
+        m.unmap(10);
+        m.unmap(41);
+        assert_eq!((m.live_blocks(), m.shared_blocks()), (1, 0));
+        assert!(!m.is_live(Ppa(3)));
+        m.assert_consistent();
+    }
+
+    #[test]
+    fn gc_moves_a_shared_block_once_for_every_owner() {
+        let mut m = mapping();
+        m.map_direct(1, Ppa(2), 0).unwrap();
+        for dst in 20..28 {
+            m.clone_block(1, dst).unwrap();
+        }
+        let Some(Owner::Shared(id)) = m.owner(Ppa(2), Some(1)) else {
+            panic!("owner")
+        };
+        assert!(m.relocate_shared(id, Ppa(2), Ppa(17)));
+        for lba in [1].into_iter().chain(20..28) {
+            assert_eq!(m.get(lba), Some(Ppa(17)));
+        }
+        assert_eq!((m.valid_blocks(0), m.valid_blocks(2)), (0, 1));
+        assert!(
+            !m.relocate_shared(id, Ppa(2), Ppa(18)),
+            "a stale move loses"
+        );
+        m.zone_reset(0);
+        m.assert_consistent();
+    }
+
+    #[test]
+    fn move_leaves_the_source_unmapped() {
+        let mut m = mapping();
+        m.map_direct(5, Ppa(4), 0).unwrap();
+        m.move_block(5, 6).unwrap();
+        assert_eq!((m.get(5), m.get(6)), (None, Some(Ppa(4))));
+        assert_eq!(
+            m.owner(Ppa(4), Some(5)),
+            m.find_shared(Ppa(4)).map(Owner::Shared)
+        );
+        // Moving an unmapped block unmaps the destination.
+        m.map_direct(7, Ppa(5), 0).unwrap();
+        m.move_block(5, 7).unwrap();
+        assert_eq!(m.get(7), None);
+        assert!(!m.is_live(Ppa(5)));
+        m.assert_consistent();
+    }
+
+    #[test]
+    fn a_block_live_elsewhere_is_not_mapped_again() {
+        let mut m = mapping();
+        m.map_direct(1, Ppa(2), 0).unwrap();
+        assert_eq!(m.map_direct(3, Ppa(2), 0), Err(Owner::Direct(u64::MAX)));
+        assert_eq!(m.get(3), None);
+    }
+
+    #[test]
+    fn checkpoint_round_trip_checks_counts() {
+        let mut m = Mapping::new(3000, 4, 8, true);
+        m.map_direct(1, Ppa(2), 7).unwrap();
+        m.map_direct(2000, Ppa(9), 8).unwrap();
+        m.clone_block(1, 2500).unwrap();
+        let leaves: Vec<_> = m.leaves().collect();
+        let crcs: Vec<_> = m.crcs().collect();
+        let shared: Vec<_> = m.shared_entries().collect();
+        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared).unwrap();
+        assert_eq!(copy.resolve(2500), m.resolve(2500));
+        assert_eq!(copy.live_blocks(), 2);
+        copy.assert_consistent();
+        let mut wrong = shared.clone();
+        wrong[0].2 = 3;
+        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong).is_err());
+        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[]).is_err());
+    }
+}
