@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use zftl::core::addr::Ppa;
 use zftl::core::backend::{Command, Completion, Outcome, SubmitError, ZoneId, ZoneInfo};
 use zftl::core::check::{check, CheckReport, ProblemKind};
-use zftl::core::note::LogBlock;
+use zftl::core::note::{LogBlock, Note};
 use zftl::core::superblock::Superblock;
 use zftl::core::{
     Backend, BackendExt, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
@@ -622,4 +622,89 @@ fn check_only_reads_and_names_an_unformatted_device() {
     let img = image(64);
     let report = check(&mut ReadOnly(open(&img.path)));
     assert!(report.is_clean(), "{report:#?}");
+}
+
+/// (g) A range-operation vector in the log: a flipped bit is a damaged log
+/// block like any other; a note that decodes but names blocks past the end
+/// of the volume (resealed, as a bug would write it) fails mount and check
+/// as damage, never as a panic.
+#[test]
+fn damaged_range_notes_are_detected() {
+    for oob in [64, 0] {
+        for resealed in [false, true] {
+            let img = image(oob);
+            let mut ftl = mount(open(&img.path)).expect("mount");
+            ftl.clone_ranges(&[(0, BLOCKS + 100, 4)]).expect("clone");
+            // Later log blocks, so the damaged one is not the log's end
+            // (which a power cut can leave torn).
+            for round in 0..2 {
+                ftl.write(BLOCKS + 10, &pattern(BLOCKS + 10, 2, img.bs))
+                    .expect("write");
+                ftl.trim(BLOCKS + 20 + round, 1).expect("trim");
+                ftl.flush().expect("flush");
+            }
+            let logical = ftl.logical_blocks();
+            drop(ftl.into_backend());
+            let log = log_after_checkpoint(&mut open(&img.path));
+            let (z, o, block) = log
+                .iter()
+                .find(|(_, _, b)| match b {
+                    LogBlock::Notes { notes, .. } => {
+                        notes.iter().any(|n| matches!(n, Note::Clone { .. }))
+                    }
+                    _ => false,
+                })
+                .expect("the clone's note block");
+            if resealed {
+                let LogBlock::Notes { log_seq, notes } = block else {
+                    unreachable!()
+                };
+                let notes = notes
+                    .iter()
+                    .map(|n| match *n {
+                        Note::Clone {
+                            seq,
+                            src,
+                            block_count,
+                            ..
+                        } => Note::Clone {
+                            seq,
+                            src,
+                            dst: logical,
+                            block_count,
+                        },
+                        other => other,
+                    })
+                    .collect();
+                let bytes = LogBlock::Notes {
+                    log_seq: *log_seq,
+                    notes,
+                }
+                .encode(img.bs);
+                let f = OpenOptions::new().write(true).open(&img.path).unwrap();
+                f.write_all_at(&bytes, data_byte(&img.cfg, *z, *o, 0))
+                    .unwrap();
+            } else {
+                flip(&img.path, data_byte(&img.cfg, *z, *o, 40), 0x80);
+            }
+            let (dev, report) = img.check();
+            assert!(!report.is_clean(), "oob {oob} resealed {resealed}: clean");
+            let kind = if resealed {
+                ProblemKind::Recovery
+            } else {
+                ProblemKind::LogBlock
+            };
+            assert!(
+                !problems_of(&report, kind).is_empty(),
+                "oob {oob} resealed {resealed}: {report:#?}"
+            );
+            if resealed {
+                match mount(dev) {
+                    Err(MountError::Damaged(why)) => assert!(why.contains("vector"), "{why}"),
+                    Err(e) => panic!("untyped mount failure: {e}"),
+                    Ok(_) => panic!("mount accepted a clone past the end"),
+                }
+            }
+        }
+    }
 }

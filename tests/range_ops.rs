@@ -344,3 +344,62 @@ fn a_large_clone_of_a_thin_volume_is_cheap() {
     assert_zeros(&mut ftl, (1 << 19) + 2);
     assert_eq!(ftl.stats().shared_blocks, 4);
 }
+
+/// GC copies of a run where `clones` clones of a 256 MiB range keep its
+/// blocks alive while the range is overwritten at random.
+fn gc_copies_with_clones(clones: u64) -> (u64, u64) {
+    // 1 GiB of media (256 zones of 1024 blocks); the range and its clones
+    // are 65536 blocks each.
+    let cfg = SimConfig {
+        channels: 4,
+        luns_per_channel: 2,
+        blocks_per_lun: 64,
+        pages_per_block: 512,
+        oob_size_bytes: 64,
+        zone_width_luns: 2,
+        max_append_blocks: 64,
+        max_transfer_blocks: 64,
+        ..SimConfig::small_for_tests()
+    };
+    let dev = SimDevice::create_memory(cfg).unwrap();
+    let opts = FormatOptions {
+        logical_blocks: Some(10 * 65536),
+        ..FormatOptions::default()
+    };
+    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    let bs = ftl.block_size();
+    const N: u64 = 65536;
+    for lba in (0..N).step_by(64) {
+        let data: Vec<u8> = (lba..lba + 64).flat_map(|l| block(l, 1, bs)).collect();
+        ftl.write(lba, &data).unwrap();
+    }
+    let targets: Vec<(u64, u64, u64)> = (1..=clones).map(|k| (0, k * N, N)).collect();
+    ftl.clone_ranges(&targets).unwrap();
+    let before = ftl.stats().gc_copy_blocks;
+    let mut rng = zftl::sim::rng::Rng::new(11);
+    for i in 0..2 * N {
+        let lba = rng.next_u64() % N;
+        ftl.write(lba, &block(lba, 2, bs)).unwrap();
+        if i % 4096 == 0 {
+            ftl.flush().unwrap();
+        }
+    }
+    ftl.flush().unwrap();
+    for k in 1..=clones {
+        assert_holds(&mut ftl, k * N + 5, 5, 1);
+    }
+    let s = ftl.stats();
+    (s.gc_copy_blocks - before, s.shared_blocks)
+}
+
+#[test]
+fn eight_clones_cost_gc_no_more_than_one() {
+    let (one, shared_one) = gc_copies_with_clones(1);
+    let (eight, shared_eight) = gc_copies_with_clones(8);
+    assert_eq!(shared_one, shared_eight, "the same blocks are shared");
+    let (lo, hi) = (one as f64 * 0.99, one as f64 * 1.01 + 64.0);
+    assert!(
+        (lo..=hi).contains(&(eight as f64)),
+        "GC copied {eight} blocks with 8 clones, {one} with 1"
+    );
+}

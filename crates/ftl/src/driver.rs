@@ -126,7 +126,8 @@ impl<B: Backend> Driver<B> {
     /// anything moved.
     pub fn turn_nowait(&mut self) -> Result<bool, IoError> {
         self.ftl.handle_time(self.backend.clock_ns());
-        let mut moved = self.submit_commands()?;
+        let mut moved = self.ftl.poll_work();
+        moved |= self.submit_commands()?;
         let reaped = self.backend.reap(&mut self.completions, REAP_BATCH);
         for c in self.completions.drain(..) {
             self.ftl.handle_completion(c);

@@ -71,6 +71,11 @@ pub struct FtlStats {
     pub shared_refs: u64,
     /// Bytes of the shared table (part of map_memory_bytes).
     pub shared_memory_bytes: u64,
+    /// Media bytes sharing saves: logical blocks naming a shared block
+    /// beyond one per shared block, in bytes.
+    pub shared_saved_bytes: u64,
+    /// range_vectors ÷ range_commits (0 before any).
+    pub vectors_per_commit: f64,
     pub erase_count_min: u32,
     pub erase_count_max: u32,
     pub erase_count_mean: f64,
@@ -90,6 +95,7 @@ impl FtlStats {
         zones: &ZoneTable,
         mapping: &Mapping,
         pending_summary_bytes: u64,
+        block_size_bytes: u32,
     ) {
         self.write_amplification = ratio(self.media_write_blocks, self.host_write_blocks);
         self.free_zones = zones.free_count();
@@ -106,6 +112,9 @@ impl FtlStats {
         self.shared_blocks = mapping.shared_blocks();
         self.shared_refs = mapping.shared_refs();
         self.shared_memory_bytes = mapping.shared_memory_bytes();
+        self.shared_saved_bytes =
+            (mapping.shared_refs() - mapping.shared_blocks()) * u64::from(block_size_bytes);
+        self.vectors_per_commit = ratio(self.range_vectors, self.range_commits);
         let wear = zones.wear_spread();
         self.erase_count_min = wear.min_erases;
         self.erase_count_max = wear.max_erases;

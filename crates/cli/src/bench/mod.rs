@@ -10,13 +10,17 @@
 //! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
 //!   `qemu-nbd` (external tools, not the in-process simulator alone);
 //! - `zns`: zftl on an NVMe ZNS namespace against fio's io_uring_cmd
-//!   engine on the raw namespace (a real device, e.g. in the QEMU guest).
+//!   engine on the raw namespace (a real device, e.g. in the QEMU guest);
+//! - `range`: range operations: durable moves per second, clone against
+//!   copy, the first write to a shared block, single- against
+//!   double-write journaling, memory per shared block.
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
 mod nbd;
 mod pipe;
+mod range;
 pub mod raw;
 mod recovery;
 mod throughput;
@@ -65,6 +69,12 @@ pub enum BenchCommand {
     /// 128 KiB and 4 KiB raw writes; IOPS, MiB/s and the ratios. Destroys
     /// what the namespace holds. Needs fio.
     Zns(zns::ZnsArgs),
+    /// Range operations on the in-memory simulator (timing off): durable
+    /// single-block moves per second at several depths, a clone against a
+    /// copy of 4 KiB to 1 GiB, the first write to a shared block against a
+    /// plain overwrite, single- against double-write journaling, and map
+    /// memory per mapped and per shared block. Every round is printed.
+    Range(range::RangeArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -252,6 +262,7 @@ pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
         BenchCommand::Recovery(a) => recovery::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Nbd(a) => nbd::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Zns(a) => zns::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Range(a) => range::run(a).and_then(|r| emit(json, &r, || r.text())),
     };
     match outcome {
         Ok(()) => Ok(()),

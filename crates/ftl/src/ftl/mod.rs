@@ -581,9 +581,21 @@ impl Ftl {
             || !self.flushes.is_empty()
             || !self.waiting_writes.is_empty()
             || !self.checkpoint_idle()
-            || !self.ranges.is_idle()
+            || (!self.ranges.is_idle() && !self.range_runnable())
             || self.log.blocked();
         !self.read_only && self.ops.is_empty() && pending
+    }
+
+    /// Runs one bounded step of work that waits on no device command (a
+    /// range-operation vector's check or application); returns whether it
+    /// did any. A driver calls it each turn and counts it as progress.
+    pub fn poll_work(&mut self) -> bool {
+        if !self.range_runnable() {
+            return false;
+        }
+        self.advanced_then_read = false;
+        self.advance();
+        true
     }
 
     /// Out of free zones with nothing left to collect: first seal the open
@@ -883,7 +895,12 @@ impl Ftl {
 
     pub fn stats(&self) -> FtlStats {
         let mut s = self.stats.clone();
-        s.fill_from(&self.zones, &self.mapping, self.pending_summary_bytes());
+        s.fill_from(
+            &self.zones,
+            &self.mapping,
+            self.pending_summary_bytes(),
+            self.geo.block_size_bytes,
+        );
         s
     }
 

@@ -64,13 +64,31 @@ enum Phase {
 #[derive(Debug, Default)]
 struct Check {
     attributes_done: bool,
-    op: usize,
+    /// Every range the vector reads, merged where they overlap (each block
+    /// is counted once however many operations read it).
+    reads: Vec<(Lba, u64)>,
     range: usize,
     offset: u64,
+    /// The fail-on-conflict merge being scanned, and where.
+    merge_op: usize,
+    merge_offset: u64,
     /// Direct blocks the vector may turn into shared entries.
     entries_needed: u64,
     /// Direct blocks it reads whose version only their tag records.
     pins: Vec<(Lba, Ppa)>,
+}
+
+/// `ranges` sorted and merged where they overlap or touch.
+fn union(mut ranges: Vec<(Lba, u64)>) -> Vec<(Lba, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(Lba, u64)> = Vec::with_capacity(ranges.len());
+    for (l, n) in ranges {
+        match out.last_mut() {
+            Some((pl, pn)) if l <= *pl + *pn => *pn = (*pn).max(l + n - *pl),
+            _ => out.push((l, n)),
+        }
+    }
+    out
 }
 
 #[derive(Debug)]
@@ -149,6 +167,20 @@ impl Ftl {
             .active
             .as_ref()
             .is_some_and(|a| matches!(a.phase, Phase::Apply(_)))
+    }
+
+    /// Whether a vector can move on without a device command: one waits to
+    /// start, or is being checked or applied.
+    pub(super) fn range_runnable(&self) -> bool {
+        match &self.ranges.active {
+            None => !self.ranges.queue.is_empty(),
+            Some(a) => match &a.phase {
+                Phase::Check(_) | Phase::Apply(_) => true,
+                Phase::Drain => !self.buffer.holds_any(&a.ranges),
+                Phase::AwaitCheckpoint { target } => self.committed_next_seq > *target,
+                Phase::PreFlush { .. } => self.flushed_through >= self.appends_done,
+            },
+        }
     }
 
     /// A vector waits for the write buffer to give up blocks of its ranges:
@@ -335,64 +367,26 @@ impl Ftl {
         };
         if !c.attributes_done {
             range::check_attributes(&a.ops, &self.attrs)?;
+            c.reads = union(a.ops.iter().flat_map(|o| o.reads()).collect());
             c.attributes_done = true;
         }
-        while c.op < a.ops.len() {
-            let op = &a.ops[c.op];
-            let reads = op.reads();
-            if c.range >= reads.len() {
-                if let RangeOp::Merge {
-                    sources,
-                    dst,
-                    block_count,
-                    policy: MergePolicy::FailOnConflict,
-                } = op
-                {
-                    // The conflict scan, after the reads' scan.
-                    while c.offset < *block_count {
-                        if *budget == 0 {
-                            return Ok(false);
-                        }
-                        let k = c.offset;
-                        if range::merge_choice(
-                            &self.mapping,
-                            sources,
-                            *dst,
-                            k,
-                            MergePolicy::FailOnConflict,
-                        ) == range::MergeChoice::Conflict
-                        {
-                            return Err(IoError::MergeConflict { lba: dst + k });
-                        }
-                        c.offset += 1;
-                        *budget -= 1;
-                    }
-                }
-                c.op += 1;
-                c.range = 0;
-                c.offset = 0;
-                continue;
-            }
-            let (lba, n) = reads[c.range];
-            if c.offset >= n {
-                c.range += 1;
-                c.offset = 0;
-                continue;
-            }
+        // Each block read: direct ones may need a shared entry and (OOB,
+        // written since the committed checkpoint) a pin.
+        while let Some(&(lba, n)) = c.reads.get(c.range) {
             if *budget == 0 {
                 return Ok(false);
             }
-            let Some(next) = self
+            *budget -= 1;
+            let next = self
                 .mapping
                 .next_mapped(lba + c.offset)
-                .filter(|&l| l < lba + n)
-            else {
-                c.offset = n;
-                *budget -= 1;
+                .filter(|&l| l < lba + n);
+            let Some(next) = next else {
+                c.range += 1;
+                c.offset = 0;
                 continue;
             };
             c.offset = next - lba + 1;
-            *budget -= 1;
             if let Some(Target::Direct(ppa)) = self.mapping.target(next) {
                 c.entries_needed += 1;
                 let young = self.zones.get(ppa.zone(cap)).last_write_seq() >= young_from;
@@ -400,6 +394,39 @@ impl Ftl {
                     c.pins.push((next, ppa));
                 }
             }
+        }
+        // Fail-on-conflict merges, judged on the state before the vector.
+        while let Some(op) = a.ops.get(c.merge_op) {
+            let RangeOp::Merge {
+                sources,
+                dst,
+                block_count,
+                policy: MergePolicy::FailOnConflict,
+            } = op
+            else {
+                c.merge_op += 1;
+                continue;
+            };
+            while c.merge_offset < *block_count {
+                if *budget == 0 {
+                    return Ok(false);
+                }
+                *budget -= 1;
+                let k = c.merge_offset;
+                let choice = range::merge_choice(
+                    &self.mapping,
+                    sources,
+                    *dst,
+                    k,
+                    MergePolicy::FailOnConflict,
+                );
+                if choice == range::MergeChoice::Conflict {
+                    return Err(IoError::MergeConflict { lba: dst + k });
+                }
+                c.merge_offset += 1;
+            }
+            c.merge_op += 1;
+            c.merge_offset = 0;
         }
         Ok(true)
     }
