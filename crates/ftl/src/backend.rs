@@ -14,6 +14,7 @@
 //! The data of a write is a [`Payload`]: buffers shared with the write
 //! buffer, gathered in order without copying.
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use crate::payload::Payload;
