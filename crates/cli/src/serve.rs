@@ -824,55 +824,22 @@ mod tests {
         );
     }
 
-    /// A blocking NBD client: greet, GO the default export, then one write
-    /// of `blocks` blocks at 0 and a flush. Returns the export's size.
+    /// An NBD client (`zftl_nbd::client`): greet, GO the default export,
+    /// then one write of `blocks` blocks at 0 and a flush. Returns the
+    /// export's size.
     fn write_over_nbd(addr: SocketAddr, blocks: usize) -> u64 {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        let mut greeting = [0u8; 18];
-        s.read_exact(&mut greeting).unwrap();
-        s.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
-        let mut opt = Vec::new();
-        opt.extend_from_slice(b"IHAVEOPT");
-        opt.extend_from_slice(&7u32.to_be_bytes()); // GO
-        opt.extend_from_slice(&6u32.to_be_bytes());
-        opt.extend_from_slice(&[0; 6]); // empty name, no info requests
-        s.write_all(&opt).unwrap();
-        let mut size_bytes = None;
-        loop {
-            let mut h = [0u8; 20];
-            s.read_exact(&mut h).unwrap();
-            let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
-            let mut d = vec![0u8; len as usize];
-            s.read_exact(&mut d).unwrap();
-            assert!(reply < 1 << 31, "GO refused");
-            if reply == 3 && d[..2] == [0, 0] {
-                // NBD_REP_INFO, NBD_INFO_EXPORT: size, then flags.
-                size_bytes = Some(u64::from_be_bytes(d[2..10].try_into().unwrap()));
-            }
-            if reply == 1 {
-                break;
-            }
-        }
-        let request = |s: &mut std::net::TcpStream, command: u16, len: u32, payload: &[u8]| {
-            let mut r = Vec::new();
-            r.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-            r.extend_from_slice(&0u16.to_be_bytes());
-            r.extend_from_slice(&command.to_be_bytes());
-            r.extend_from_slice(&1u64.to_be_bytes());
-            r.extend_from_slice(&0u64.to_be_bytes());
-            r.extend_from_slice(&len.to_be_bytes());
-            r.extend_from_slice(payload);
-            s.write_all(&r).unwrap();
-            let mut reply = [0u8; 16];
-            s.read_exact(&mut reply).unwrap();
-            assert_eq!(&reply[4..8], &[0; 4], "NBD error");
-        };
-        let data = vec![0x5au8; blocks * 4096];
-        request(&mut s, 1, data.len() as u32, &data);
-        request(&mut s, 3, 0, &[]);
-        size_bytes.expect("GO answers with the export's size")
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut nbd = zftl_nbd::client::Client::greet(stream).await.unwrap();
+            let size = nbd.go("", &[]).await.expect("GO").size_bytes;
+            nbd.write(0, &vec![0x5au8; blocks * 4096], 0).await.unwrap();
+            nbd.flush().await.unwrap();
+            size
+        })
     }
 
     fn get_metrics(addr: SocketAddr) -> HashMap<String, f64> {

@@ -18,6 +18,8 @@
 //! [`Server::metrics`] counts requests, bytes, latencies and connections;
 //! [`serve_metrics`] serves them (and anything else) as Prometheus text.
 //!
+//! [`client`] is a small client of the same protocol, for tests and tools.
+//!
 //! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
 //! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
 //! zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are data
@@ -28,6 +30,7 @@
 //! every error are structured chunks; other successes are simple replies,
 //! as the protocol allows (16 bytes, which a client reads in one receive).
 
+pub mod client;
 mod config;
 mod export;
 mod handshake;
