@@ -27,8 +27,8 @@ use zftl_core::{
     ReplyData, Request,
 };
 use zftl_nbd::{
-    check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
-    ServerConfig, TlsFiles, Volume,
+    check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, MetricKind,
+    Server, ServerConfig, TextWriter, TlsFiles, Volume,
 };
 use zftl_sim::SimDevice;
 
@@ -367,18 +367,20 @@ fn tls_files(
 /// Appends the FTL's statistics in the Prometheus text format (`None`:
 /// the FTL did not answer; only `zftl_ftl_up 0` is written).
 fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
-    use std::fmt::Write as _;
-    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+    let mut w = TextWriter::new(out);
+    let up = |w: &mut TextWriter, v: u8| {
+        w.metric(
+            "zftl_ftl_up",
+            MetricKind::Gauge,
+            "Whether the FTL answered.",
+            v,
+        )
     };
     let Some(s) = stats else {
-        metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 0.0);
+        up(&mut w, 0);
         return;
     };
-    metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 1.0);
+    up(&mut w, 1);
     let counters: [(&str, &str, u64); 13] = [
         (
             "host_write_blocks",
@@ -435,11 +437,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ("checkpoints", "Checkpoints written.", s.checkpoints),
     ];
     for (name, help, v) in counters {
-        metric(
+        w.metric(
             &format!("zftl_ftl_{name}_total"),
-            "counter",
+            MetricKind::Counter,
             &format!("{help} Since this mount."),
-            v as f64,
+            v,
         );
     }
     let gauges: [(&str, &str, f64); 10] = [
@@ -495,7 +497,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ),
     ];
     for (name, help, v) in gauges {
-        metric(&format!("zftl_ftl_{name}"), "gauge", help, v);
+        w.metric(&format!("zftl_ftl_{name}"), MetricKind::Gauge, help, v);
     }
 }
 

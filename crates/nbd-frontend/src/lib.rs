@@ -43,7 +43,7 @@ mod transmission;
 
 pub use config::{check_listen_address, ListenRefused, ServerConfig};
 pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS};
-pub use metrics::{serve_metrics, Command, Metrics, LATENCY_BUCKETS_US};
+pub use metrics::{serve_metrics, Command, MetricKind, Metrics, TextWriter, LATENCY_BUCKETS_US};
 pub use server::Server;
 pub use tls::{server_config as tls_server_config, TlsError, TlsFiles};
 pub use transmission::errno_of;
