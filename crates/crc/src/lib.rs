@@ -4,7 +4,7 @@
 //! there the `crc32c` crate's `crc32` instruction loop and `crc-fast`'s
 //! 128-bit folding are the only choices, and both are slower on 4 KiB
 //! blocks (a loop over 4 KiB blocks in cache on an AMD EPYC of family 25:
-//! `crc32c` 13–18 GB/s, [`crc32c`] here 15–24 GB/s, [`crc32c_blocks`],
+//! `crc32c` 13–18 GB/s, [`crc32c()`] here 15–24 GB/s, [`crc32c_blocks`],
 //! which runs the `crc32` instruction beside the folding, 20–31 GB/s, in
 //! the same runs).
 //!

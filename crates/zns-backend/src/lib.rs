@@ -198,7 +198,11 @@ pub struct NamespaceInfo {
     pub quirks: Vec<&'static str>,
 }
 
-/// See [`metadata_transfer_cap`].
+/// The quirk `zftl info` lists on a QEMU controller with per-block
+/// metadata: QEMU's emulated controller (7.2 at least) keeps only the first
+/// `len % 512` bytes of a separate metadata buffer longer than 512 bytes
+/// that is not a multiple of 512, so the backend caps each transfer at 512
+/// bytes of metadata (docs/zns.md, "Known problems").
 pub const QUIRK_QEMU_METADATA: &str = "QEMU's controller drops metadata bytes of transfers \
      with more than 512 of them (unless a multiple of 512): transfers capped at 512 bytes of \
      metadata";
