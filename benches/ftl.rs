@@ -1,5 +1,5 @@
 //! The FTL against the raw simulator, in the same bench groups so the ratio
-//! is visible in one run (DESIGN.md §6). In memory, timing off: these are
+//! is visible in one run (docs/design.md, "Choices and their reasons"). In memory, timing off: these are
 //! CPU costs per 4 KiB block, not a model of NAND speed.
 //!
 //! - `write_4k/ftl`: random 4 KiB host writes through the `Driver` at steady

@@ -1,5 +1,5 @@
 //! The raw simulator, alone: no FTL code. This is the baseline every later
-//! layer is judged against (DESIGN.md §6: report ratios measured in one run).
+//! layer is judged against (docs/design.md, "Choices and their reasons": ratios measured in one run).
 //!
 //! The device lives in memory with timing off, so these numbers are the
 //! simulator's own CPU cost per 4 KiB block, not a model of NAND speed.

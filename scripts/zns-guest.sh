@@ -20,7 +20,7 @@
 #
 # Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
-# through NBD (zns-nbd-client) across a server restart.
+# through NBD (nbd-round-trip) across a server restart.
 #
 # Then the kernel's NBD client (its own guest boot, run nbd-kernel):
 # zftl serve --device /dev/ng0n1, nbd-client attaches the export as
@@ -102,15 +102,15 @@ for p in $GUEST_PROGRAMS; do
     command -v "$p" >/dev/null || die "$p not found (install nbd-client e2fsprogs); nothing was tested"
 done
 
-echo "zns-guest: building zns-conformance, zns-ftl-crash, zns-nbd-client and zftl (static)"
+echo "zns-guest: building zns-conformance, zns-ftl-crash, nbd-round-trip and zftl (static)"
 (
     cd "$REPO"
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q -p zftl-zns \
-        --bin zns-conformance --bin zns-ftl-crash --bin zns-nbd-client \
-        -p zftl-cli --bin zftl --target x86_64-unknown-linux-gnu
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q \
+        -p zftl-zns --features zftl-zns/conformance --bin zns-conformance --bin zns-ftl-crash \
+        -p zftl-nbd --bin nbd-round-trip -p zftl-cli --bin zftl --target x86_64-unknown-linux-gnu
 ) || die "cargo build of the guest binaries failed"
 BINDIR=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release
-GUEST_BINS="zns-conformance zns-ftl-crash zns-nbd-client zftl"
+GUEST_BINS="zns-conformance zns-ftl-crash nbd-round-trip zftl"
 for b in $GUEST_BINS; do
     [ -x "$BINDIR/$b" ] || die "built binary not found at $BINDIR/$b"
 done

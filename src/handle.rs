@@ -24,10 +24,8 @@
 //! fewer waiting, the driver thread is short of work, and a write goes to
 //! it as it is: the core takes its CRCs in time it would otherwise spend
 //! waiting, and the caller can make its next request sooner. So the CRCs
-//! go to whichever side has CPU to spare: in `zftl bench zns`'s guest (one
-//! caller thread beside the core's, two vCPUs) the caller took those of
-//! 64.5–69 % of the 128 KiB writes, and zftl ran 3198–3823 of them a
-//! second against 2438–2759 when the caller took them all (`docs/zns.md`).
+//! go to whichever side has CPU to spare (the figures: `docs/zns.md`,
+//! "What sets the defaults").
 //!
 //! # Bounded queues
 //!
@@ -992,18 +990,14 @@ const MAX_FEED_TURNS: usize = 8;
 /// Fewest queued bytes that make the inline handle send an append (or the
 /// device's largest append, if smaller). Smaller appends leave the calling
 /// thread sooner: the call that sends one also programs it, while the
-/// requests behind it wait. With `zftl serve --memory-mib 1024` under fio's
-/// 4 KiB random writes at iodepth 16 (Intel Xeon, 2 vCPUs), appends of
-/// 128 KiB ran 188–196 K IOPS where the simulator's full 512 KiB ran
-/// 159–165 K, 256 KiB 176–178 K and 32 KiB 190–191 K.
+/// requests behind it wait. 128 KiB ran 4 KiB random writes fastest of
+/// 32 KiB to 512 KiB (docs/bench-nbd.md, "What sets the defaults").
 const INLINE_APPEND_BYTES: u64 = 128 << 10;
 
 /// Writes an append holds at least: after a write of N blocks the handle
 /// waits for this many times N queued blocks (up to the device's largest
 /// append) before it sends one, so large writes are not each followed by
-/// their own append. Under fio's 128 KiB sequential writes at iodepth 16
-/// (same machine, 3 interleaved pairs) appends of 512 KiB ran 22.2–22.6 K
-/// IOPS where 128 KiB ran 19.7–19.9 K (and once 23.4 K).
+/// their own append (docs/bench-nbd.md, "What sets the defaults").
 const INLINE_APPEND_WRITES: usize = 4;
 
 /// A cloneable handle that runs the [`Driver`] on the **calling** thread,
@@ -1016,9 +1010,8 @@ const INLINE_APPEND_WRITES: usize = 4;
 /// Calls run one at a time: a call hands its request to the core, and turns
 /// the loop only while its reply is not ready (a read, a flush, a write
 /// waiting for buffer room). A buffered write is answered at once; the
-/// buffer goes to the device in appends of [`INLINE_APPEND_BYTES`] or
-/// [`INLINE_APPEND_WRITES`] times the last write, whichever is larger (at
-/// most `Geometry::max_append_blocks`), each sent by the call that
+/// buffer goes to the device in appends of 128 KiB or four times the last
+/// write, whichever is larger (at most `Geometry::max_append_blocks`), each sent by the call that
 /// completed it; a call also turns the loop after its reply while a GC job
 /// or a checkpoint is under way. Blocks that never fill an append wait in
 /// the buffer for the next flush (a FLUSH, a FUA write, shutdown, or the

@@ -30,8 +30,11 @@ use crate::{Handle, InlineHandle};
 
 /// What a transaction needs of a volume: writes and range operations.
 pub trait TxVolume {
+    /// Bytes per block.
     fn block_size(&self) -> usize;
+    /// Writes whole blocks from `lba` (acknowledged once buffered).
     fn write_blocks(&mut self, lba: Lba, data: &[u8]) -> Result<(), IoError>;
+    /// Applies a vector of range operations atomically and durably.
     fn apply_ranges(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError>;
 }
 

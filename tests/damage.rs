@@ -1,7 +1,7 @@
 //! Damaged images: a bit flipped in each on-media structure of a file-backed
 //! simulator image, then mount and `check` on the reopened image.
 //!
-//! The rule (DESIGN.md §5, invariants 5 and 6): mount either fails with a
+//! The rule (docs/design.md, "The invariants and the tests that guard them": 5 and 6): mount either fails with a
 //! typed `MountError` naming the damaged structure, or succeeds and a
 //! damaged data block reads back as `Corrupt`/`Misdirected`, never as wrong
 //! data; `check()` reports the damage in every case; nothing panics.

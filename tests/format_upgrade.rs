@@ -1,4 +1,4 @@
-//! Old images stay readable (DESIGN.md §7.5): images frozen by the build
+//! Old images stay readable (docs/format.md §9): images frozen by the build
 //! that wrote checkpoint version 1, one per tag mode, mount, read back what
 //! was written to them, take new writes, and mount again in the current
 //! format.

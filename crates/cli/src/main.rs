@@ -28,12 +28,6 @@ use image::Action;
 use report::EraseCountsReport;
 use zftl_sim::SimConfig;
 
-/// Heap blocks of 64 KiB to 1 MiB start on a page, so that an append of
-/// several large host writes goes to an NVMe device as a vector of their
-/// buffers instead of a copy (`zftl_zns::PageAlignedLarge`).
-#[global_allocator]
-static ALLOC: zftl_zns::PageAlignedLarge = zftl_zns::PageAlignedLarge;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -27,8 +27,8 @@ use zftl_core::{
     ReplyData, Request,
 };
 use zftl_nbd::{
-    check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, Server,
-    ServerConfig, TlsFiles, Volume,
+    check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, MetricKind,
+    Server, ServerConfig, TextWriter, TlsFiles, Volume,
 };
 use zftl_sim::SimDevice;
 
@@ -367,19 +367,21 @@ fn tls_files(
 /// Appends the FTL's statistics in the Prometheus text format (`None`:
 /// the FTL did not answer; only `zftl_ftl_up 0` is written).
 fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
-    use std::fmt::Write as _;
-    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+    let mut w = TextWriter::new(out);
+    let up = |w: &mut TextWriter, v: u8| {
+        w.metric(
+            "zftl_ftl_up",
+            MetricKind::Gauge,
+            "Whether the FTL answered.",
+            v,
+        )
     };
     let Some(s) = stats else {
-        metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 0.0);
+        up(&mut w, 0);
         return;
     };
-    metric("zftl_ftl_up", "gauge", "Whether the FTL answered.", 1.0);
-    let counters: [(&str, &str, u64); 13] = [
+    up(&mut w, 1);
+    let counters: [(&str, &str, u64); 21] = [
         (
             "host_write_blocks",
             "Blocks written by the host.",
@@ -433,16 +435,40 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ("erases", "Zone erases (resets).", s.erases),
         ("flushes", "Flushes.", s.flushes),
         ("checkpoints", "Checkpoints written.", s.checkpoints),
+        (
+            "range_vectors",
+            "Range-operation vectors applied.",
+            s.range_vectors,
+        ),
+        (
+            "range_vectors_refused",
+            "Range-operation vectors refused by their check (immutable range, merge conflict, shared table full).",
+            s.range_vectors_refused,
+        ),
+        ("range_clones", "Clone operations applied.", s.range_clones),
+        ("range_moves", "Move operations applied.", s.range_moves),
+        ("range_deletes", "Delete operations applied.", s.range_deletes),
+        ("range_merges", "Merge operations applied.", s.range_merges),
+        (
+            "range_attribute_changes",
+            "Attribute changes applied.",
+            s.range_attribute_changes,
+        ),
+        (
+            "range_commits",
+            "Log packs that carried range-operation vectors' replies (group commits).",
+            s.range_commits,
+        ),
     ];
     for (name, help, v) in counters {
-        metric(
+        w.metric(
             &format!("zftl_ftl_{name}_total"),
-            "counter",
+            MetricKind::Counter,
             &format!("{help} Since this mount."),
-            v as f64,
+            v,
         );
     }
-    let gauges: [(&str, &str, f64); 10] = [
+    let gauges: [(&str, &str, f64); 15] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -493,9 +519,34 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Map memory per mapped block, in bytes.",
             s.map_bytes_per_mapped_block,
         ),
+        (
+            "live_blocks",
+            "Physical blocks holding live data.",
+            s.live_blocks as f64,
+        ),
+        (
+            "shared_blocks",
+            "Physical blocks more than one logical block names (or a moved one), reached through the shared table.",
+            s.shared_blocks as f64,
+        ),
+        (
+            "shared_refs",
+            "Logical blocks that name a shared block.",
+            s.shared_refs as f64,
+        ),
+        (
+            "shared_saved_bytes",
+            "Media bytes sharing saves: logical blocks naming a shared block beyond one per block.",
+            s.shared_saved_bytes as f64,
+        ),
+        (
+            "vectors_per_commit",
+            "Range-operation vectors per group commit.",
+            s.vectors_per_commit,
+        ),
     ];
     for (name, help, v) in gauges {
-        metric(&format!("zftl_ftl_{name}"), "gauge", help, v);
+        w.metric(&format!("zftl_ftl_{name}"), MetricKind::Gauge, help, v);
     }
 }
 
@@ -824,55 +875,22 @@ mod tests {
         );
     }
 
-    /// A blocking NBD client: greet, GO the default export, then one write
-    /// of `blocks` blocks at 0 and a flush. Returns the export's size.
+    /// An NBD client (`zftl_nbd::client`): greet, GO the default export,
+    /// then one write of `blocks` blocks at 0 and a flush. Returns the
+    /// export's size.
     fn write_over_nbd(addr: SocketAddr, blocks: usize) -> u64 {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        let mut greeting = [0u8; 18];
-        s.read_exact(&mut greeting).unwrap();
-        s.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
-        let mut opt = Vec::new();
-        opt.extend_from_slice(b"IHAVEOPT");
-        opt.extend_from_slice(&7u32.to_be_bytes()); // GO
-        opt.extend_from_slice(&6u32.to_be_bytes());
-        opt.extend_from_slice(&[0; 6]); // empty name, no info requests
-        s.write_all(&opt).unwrap();
-        let mut size_bytes = None;
-        loop {
-            let mut h = [0u8; 20];
-            s.read_exact(&mut h).unwrap();
-            let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
-            let mut d = vec![0u8; len as usize];
-            s.read_exact(&mut d).unwrap();
-            assert!(reply < 1 << 31, "GO refused");
-            if reply == 3 && d[..2] == [0, 0] {
-                // NBD_REP_INFO, NBD_INFO_EXPORT: size, then flags.
-                size_bytes = Some(u64::from_be_bytes(d[2..10].try_into().unwrap()));
-            }
-            if reply == 1 {
-                break;
-            }
-        }
-        let request = |s: &mut std::net::TcpStream, command: u16, len: u32, payload: &[u8]| {
-            let mut r = Vec::new();
-            r.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-            r.extend_from_slice(&0u16.to_be_bytes());
-            r.extend_from_slice(&command.to_be_bytes());
-            r.extend_from_slice(&1u64.to_be_bytes());
-            r.extend_from_slice(&0u64.to_be_bytes());
-            r.extend_from_slice(&len.to_be_bytes());
-            r.extend_from_slice(payload);
-            s.write_all(&r).unwrap();
-            let mut reply = [0u8; 16];
-            s.read_exact(&mut reply).unwrap();
-            assert_eq!(&reply[4..8], &[0; 4], "NBD error");
-        };
-        let data = vec![0x5au8; blocks * 4096];
-        request(&mut s, 1, data.len() as u32, &data);
-        request(&mut s, 3, 0, &[]);
-        size_bytes.expect("GO answers with the export's size")
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut nbd = zftl_nbd::client::Client::greet(stream).await.unwrap();
+            let size = nbd.go("", &[]).await.expect("GO").size_bytes;
+            nbd.write(0, &vec![0x5au8; blocks * 4096], 0).await.unwrap();
+            nbd.flush().await.unwrap();
+            size
+        })
     }
 
     fn get_metrics(addr: SocketAddr) -> HashMap<String, f64> {

@@ -1,4 +1,4 @@
-//! The media model: a zoned device seen as a queue pair (DESIGN.md §3).
+//! The media model: a zoned device seen as a queue pair (docs/design.md, "The layers").
 //!
 //! A device has `zone_count` zones of `zone_size_blocks` blocks, of which the
 //! first `zone_capacity_blocks` are writable. A zone is written only at its
@@ -14,6 +14,7 @@
 //! The data of a write is a [`Payload`]: buffers shared with the write
 //! buffer, gathered in order without copying.
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use crate::payload::Payload;

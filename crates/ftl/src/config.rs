@@ -4,7 +4,7 @@
 use crate::zone::VictimPolicy;
 use serde::{Deserialize, Serialize};
 
-/// Where block tags live (DESIGN.md §4).
+/// Where block tags live (docs/format.md §1, "Tag mode").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TagPlacement {
     /// In OOB when the device has at least 32 OOB bytes per block, else in band.

@@ -4,8 +4,9 @@
 //! contains no `unsafe`. Devices are reached through the [`Backend`] trait, a
 //! queue pair over zones that drivers own and feed to the core.
 //!
-//! This crate also holds the backend conformance suite
-//! ([`backend::conformance`]) that every `Backend` implementation must pass.
+//! This crate also holds the backend conformance suite that every `Backend`
+//! implementation must pass (`backend::conformance`, behind the cargo
+//! feature `conformance`, which the backends' tests turn on).
 
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! The physical side of the map: which physical blocks are live.
 //!
 //! GC must know which blocks of a victim are live without reading it, and
-//! must remap only if the L2P still points there (DESIGN.md §7 rule 7).
+//! must remap only if the L2P still points there (docs/design.md, "The invariants and the tests that guard them").
 //! One validity bit per physical block. Which LBA a live block holds comes
 //! from its tag: in OOB, or, with tags in band, the zone's summary blocks
 //! (checked against the L2P, see `summary.rs`); its data CRC from the tag

@@ -18,6 +18,8 @@
 //! [`Server::metrics`] counts requests, bytes, latencies and connections;
 //! [`serve_metrics`] serves them (and anything else) as Prometheus text.
 //!
+//! [`client`] is a small client of the same protocol, for tests and tools.
+//!
 //! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
 //! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
 //! zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are data
@@ -28,6 +30,7 @@
 //! every error are structured chunks; other successes are simple replies,
 //! as the protocol allows (16 bytes, which a client reads in one receive).
 
+pub mod client;
 mod config;
 mod export;
 mod handshake;
@@ -40,7 +43,7 @@ mod transmission;
 
 pub use config::{check_listen_address, ListenRefused, ServerConfig};
 pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS};
-pub use metrics::{serve_metrics, Command, Metrics, LATENCY_BUCKETS_US};
+pub use metrics::{serve_metrics, Command, MetricKind, Metrics, TextWriter, LATENCY_BUCKETS_US};
 pub use server::Server;
 pub use tls::{server_config as tls_server_config, TlsError, TlsFiles};
 pub use transmission::errno_of;

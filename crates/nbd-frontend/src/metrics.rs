@@ -1,8 +1,14 @@
-//! Prometheus metrics: the server's counters and latency histograms, and a
-//! minimal HTTP/1.1 responder that serves them at `GET /metrics`.
+//! Prometheus metrics: the server's counters and latency histograms, the
+//! writer of the text exposition format (version 0.0.4) that renders them
+//! and anything else a program exports beside them ([`TextWriter`]: `zftl
+//! serve` adds the FTL's statistics), and a minimal HTTP/1.1 responder that
+//! serves the text at `GET /metrics` ([`serve_metrics`]).
 //!
 //! Everything is a relaxed atomic: recording costs a few uncontended adds
-//! per request. Rendering is the text exposition format (version 0.0.4).
+//! per request. (The `prometheus-client` crate would bring a registry and
+//! the OpenMetrics format, but its histogram takes a lock per observation,
+//! and the FTL's statistics, a struct read on each scrape, would need a
+//! custom collector: more code than this writer, and a dependency.)
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -38,6 +44,113 @@ pub enum Command {
     Trim = 3,
     WriteZeroes = 4,
     BlockStatus = 5,
+}
+
+/// The type of a metric family, for its `# TYPE` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl MetricKind {
+    fn name(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Appends metrics to a `String` in the Prometheus text exposition format
+/// (0.0.4): a family's `# HELP` and `# TYPE` lines, then its samples.
+/// Names are the caller's (`[a-zA-Z_:][a-zA-Z0-9_:]*`, checked in debug
+/// builds); label values are escaped.
+///
+/// ```
+/// use zftl_nbd::{MetricKind, TextWriter};
+/// let mut out = String::new();
+/// let mut w = TextWriter::new(&mut out);
+/// w.metric("zftl_ftl_erases_total", MetricKind::Counter, "Zone erases.", 3);
+/// w.family("zftl_x", MetricKind::Gauge, "By kind.");
+/// w.sample("zftl_x", &[("kind", "a \"b\"")], 1.5);
+/// let lines: Vec<&str> = out.lines().collect();
+/// assert_eq!(
+///     lines,
+///     [
+///         "# HELP zftl_ftl_erases_total Zone erases.",
+///         "# TYPE zftl_ftl_erases_total counter",
+///         "zftl_ftl_erases_total 3",
+///         "# HELP zftl_x By kind.",
+///         "# TYPE zftl_x gauge",
+///         r#"zftl_x{kind="a \"b\""} 1.5"#,
+///     ]
+/// );
+/// ```
+pub struct TextWriter<'a> {
+    out: &'a mut String,
+}
+
+impl<'a> TextWriter<'a> {
+    pub fn new(out: &'a mut String) -> TextWriter<'a> {
+        TextWriter { out }
+    }
+
+    /// The `# HELP` and `# TYPE` lines of the family `name`.
+    pub fn family(&mut self, name: &str, kind: MetricKind, help: &str) {
+        debug_assert!(valid_name(name), "metric name {name:?}");
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(
+            self.out,
+            "# HELP {name} {help}\n# TYPE {name} {}",
+            kind.name()
+        );
+    }
+
+    /// One sample: `name{label="value",...} value`.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        debug_assert!(valid_name(name), "metric name {name:?}");
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (label, v)) in labels.iter().enumerate() {
+                debug_assert!(valid_name(label), "label name {label:?}");
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let v = v
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                let _ = write!(self.out, "{label}=\"{v}\"");
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    /// A family of one unlabelled sample.
+    pub fn metric(
+        &mut self,
+        name: &str,
+        kind: MetricKind,
+        help: &str,
+        value: impl std::fmt::Display,
+    ) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+/// A metric or label name as the format allows.
+fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
 #[derive(Default)]
@@ -141,57 +254,59 @@ impl Metrics {
 
     /// Appends the metrics in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        };
-        let _ = writeln!(
-            out,
-            "# HELP zftl_nbd_requests_total Requests the volume ran, by command.\n\
-             # TYPE zftl_nbd_requests_total counter"
+        let mut w = TextWriter::new(out);
+        let requests = "zftl_nbd_requests_total";
+        w.family(
+            requests,
+            MetricKind::Counter,
+            "Requests the volume ran, by command.",
         );
         for (i, name) in COMMANDS.iter().enumerate() {
             let n = self.latency[i].count.load(Relaxed);
-            let _ = writeln!(out, "zftl_nbd_requests_total{{command=\"{name}\"}} {n}");
+            w.sample(requests, &[("command", name)], n);
         }
-        counter(
-            out,
-            "zftl_nbd_errors_total",
-            "Requests answered with an error (refused or failed).",
-            self.errors(),
+        let counters = [
+            (
+                "zftl_nbd_errors_total",
+                "Requests answered with an error (refused or failed).",
+                self.errors(),
+            ),
+            (
+                "zftl_nbd_read_bytes_total",
+                "Bytes read by clients.",
+                self.bytes_read(),
+            ),
+            (
+                "zftl_nbd_written_bytes_total",
+                "Bytes written by clients.",
+                self.bytes_written(),
+            ),
+        ];
+        for (name, help, v) in counters {
+            w.metric(name, MetricKind::Counter, help, v);
+        }
+        w.metric(
+            "zftl_nbd_connections_open",
+            MetricKind::Gauge,
+            "Connections open now.",
+            self.connections_open(),
         );
-        counter(
-            out,
-            "zftl_nbd_read_bytes_total",
-            "Bytes read by clients.",
-            self.bytes_read(),
-        );
-        counter(
-            out,
-            "zftl_nbd_written_bytes_total",
-            "Bytes written by clients.",
-            self.bytes_written(),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP zftl_nbd_connections_open Connections open now.\n\
-             # TYPE zftl_nbd_connections_open gauge\n\
-             zftl_nbd_connections_open {}",
-            self.connections_open()
-        );
-        counter(
-            out,
+        w.metric(
             "zftl_nbd_connections_total",
+            MetricKind::Counter,
             "Connections accepted.",
             self.connections_total(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP zftl_nbd_request_duration_microseconds Time from a request's \
-             arrival to its reply being queued, by command.\n\
-             # TYPE zftl_nbd_request_duration_microseconds histogram"
+        let duration = "zftl_nbd_request_duration_microseconds";
+        w.family(
+            duration,
+            MetricKind::Histogram,
+            "Time from a request's arrival to its reply being queued, by command.",
+        );
+        let (bucket, sum, count) = (
+            format!("{duration}_bucket"),
+            format!("{duration}_sum"),
+            format!("{duration}_count"),
         );
         for (i, name) in COMMANDS.iter().enumerate() {
             let h = &self.latency[i];
@@ -201,17 +316,10 @@ impl Metrics {
                 let le = LATENCY_BUCKETS_US
                     .get(j)
                     .map_or_else(|| "+Inf".to_string(), |v| v.to_string());
-                let _ = writeln!(
-                    out,
-                    "zftl_nbd_request_duration_microseconds_bucket{{command=\"{name}\",le=\"{le}\"}} {cumulative}"
-                );
+                w.sample(&bucket, &[("command", name), ("le", &le)], cumulative);
             }
-            let _ = writeln!(
-                out,
-                "zftl_nbd_request_duration_microseconds_sum{{command=\"{name}\"}} {}\n\
-                 zftl_nbd_request_duration_microseconds_count{{command=\"{name}\"}} {cumulative}",
-                h.sum_us.load(Relaxed)
-            );
+            w.sample(&sum, &[("command", name)], h.sum_us.load(Relaxed));
+            w.sample(&count, &[("command", name)], cumulative);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The NBD server against a small NBD client written for these tests, over
+//! The NBD server against the crate's own client (`zftl_nbd::client`), over
 //! TCP on 127.0.0.1 (port 0), with a real FTL on the in-memory simulator
 //! behind it.
 
@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
 use zftl::handle::{AsyncHandle, Handle, InlineHandle};
 use zftl::sim::{SimConfig, SimDevice};
+use zftl_nbd::client::{self as nbd, Reply};
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
 
@@ -135,60 +136,34 @@ async fn start() -> Running {
     start_on(format_volume().await, ServerConfig::default()).await
 }
 
-// ----- a test client ---------------------------------------------------------
+// ----- the client: zftl_nbd::client, unwrapped for the tests -----------------
 
 async fn greet(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    assert_eq!(s.read_u64().await.unwrap(), NBD_MAGIC);
-    assert_eq!(s.read_u64().await.unwrap(), IHAVEOPT);
-    let flags = s.read_u16().await.unwrap();
-    assert_eq!(flags, FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
-    s.write_u32(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+    let c = nbd::Client::greet(TcpStream::connect(addr).await.unwrap())
         .await
         .unwrap();
-    s
+    assert_eq!(c.server_flags(), FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+    c.into_inner()
 }
 
 async fn send_option(s: &mut TcpStream, option: u32, data: &[u8]) {
-    let mut b = Vec::new();
-    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    b.extend_from_slice(&option.to_be_bytes());
-    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    b.extend_from_slice(data);
-    s.write_all(&b).await.unwrap();
+    nbd::Client::resume(s)
+        .send_option(option, data)
+        .await
+        .unwrap();
 }
 
 async fn option_reply(s: &mut TcpStream) -> (u32, u32, Vec<u8>) {
-    assert_eq!(s.read_u64().await.unwrap(), OPTION_REPLY_MAGIC);
-    let option = s.read_u32().await.unwrap();
-    let reply = s.read_u32().await.unwrap();
-    let len = s.read_u32().await.unwrap();
-    let mut data = vec![0; len as usize];
-    s.read_exact(&mut data).await.unwrap();
-    (option, reply, data)
+    let r = nbd::Client::resume(s).option_reply().await.unwrap();
+    (r.option, r.reply_type, r.data)
 }
 
 fn info_data(name: &str, infos: &[u16]) -> Vec<u8> {
-    let mut d = Vec::new();
-    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    d.extend_from_slice(name.as_bytes());
-    d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
-    for i in infos {
-        d.extend_from_slice(&i.to_be_bytes());
-    }
-    d
+    nbd::info_request(name, infos)
 }
 
 fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
-    let mut d = Vec::new();
-    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    d.extend_from_slice(name.as_bytes());
-    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
-    for q in queries {
-        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
-        d.extend_from_slice(q.as_bytes());
-    }
-    d
+    nbd::meta_context_request(name, queries)
 }
 
 /// Whether the server closed the connection (EOF or reset) within a while.
@@ -200,27 +175,13 @@ async fn closed(s: &mut TcpStream) -> bool {
     )
 }
 
-#[derive(Debug)]
-struct Reply {
-    cookie: u64,
-    error: u32,
-    data: Vec<u8>,
-    /// (length, status) descriptors of a BLOCK_STATUS reply.
-    extents: Vec<(u32, u32)>,
-    /// A simple reply, not structured chunks.
-    simple: bool,
-}
-
+/// A connection in transmission, with what GO said about its export.
 struct Client {
-    s: TcpStream,
-    structured: bool,
+    nbd: nbd::Client<TcpStream>,
     size: u64,
     flags: u16,
     min_block: u32,
     max_block: u32,
-    /// Read lengths by cookie, to parse simple replies.
-    reads: HashMap<u64, usize>,
-    next_cookie: u64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -230,57 +191,37 @@ struct Opts {
 }
 
 async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
-    let mut s = greet(addr).await;
+    let mut nbd = nbd::Client::greet(TcpStream::connect(addr).await.unwrap())
+        .await
+        .unwrap();
     if opts.structured {
-        send_option(&mut s, OPT_STRUCTURED_REPLY, &[]).await;
-        assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+        nbd.structured_replies().await.unwrap();
     }
     if opts.meta {
-        send_option(
-            &mut s,
-            OPT_SET_META_CONTEXT,
-            &meta_data(name, &[META_BASE_ALLOCATION]),
-        )
-        .await;
-        let (_, t, d) = option_reply(&mut s).await;
-        assert_eq!(t, REP_META_CONTEXT);
-        assert_eq!(&d[4..], META_BASE_ALLOCATION.as_bytes());
-        assert_eq!(option_reply(&mut s).await.1, REP_ACK);
+        let contexts = nbd
+            .set_meta_context(name, &[META_BASE_ALLOCATION])
+            .await
+            .unwrap();
+        assert_eq!(contexts.len(), 1);
+        assert_eq!(contexts[0].1, META_BASE_ALLOCATION);
     }
-    send_option(&mut s, OPT_GO, &info_data(name, &[INFO_BLOCK_SIZE])).await;
-    let (mut size, mut flags, mut min_block, mut max_block) = (0, 0, 0, 0);
-    loop {
-        let (option, t, d) = option_reply(&mut s).await;
-        assert_eq!(option, OPT_GO);
-        match t {
-            REP_INFO => match u16::from_be_bytes([d[0], d[1]]) {
-                INFO_EXPORT => {
-                    size = u64::from_be_bytes(d[2..10].try_into().unwrap());
-                    flags = u16::from_be_bytes([d[10], d[11]]);
-                }
-                INFO_BLOCK_SIZE => {
-                    min_block = u32::from_be_bytes(d[2..6].try_into().unwrap());
-                    max_block = u32::from_be_bytes(d[10..14].try_into().unwrap());
-                }
-                _ => {}
-            },
-            REP_ACK => break,
-            other => panic!("GO failed: {other:#x} {}", String::from_utf8_lossy(&d)),
-        }
-    }
+    let export = nbd.go(name, &[INFO_BLOCK_SIZE]).await.unwrap();
+    let (min_block, _, max_block) = export.block_size.expect("NBD_INFO_BLOCK_SIZE");
     Client {
-        s,
-        structured: opts.structured,
-        size,
-        flags,
+        nbd,
+        size: export.size_bytes,
+        flags: export.flags,
         min_block,
         max_block,
-        reads: HashMap::new(),
-        next_cookie: 1,
     }
 }
 
 impl Client {
+    /// The connection, for bytes the client would not send.
+    fn s(&mut self) -> &mut TcpStream {
+        self.nbd.stream()
+    }
+
     async fn send(
         &mut self,
         command: u16,
@@ -289,10 +230,10 @@ impl Client {
         length: u32,
         payload: &[u8],
     ) -> u64 {
-        let mut b = Vec::new();
-        let cookie = self.encode(&mut b, command, flags, offset, length, payload);
-        self.s.write_all(&b).await.unwrap();
-        cookie
+        self.nbd
+            .send(command, flags, offset, length, payload)
+            .await
+            .unwrap()
     }
 
     /// Appends a request to `out` (to be sent later, alone or with others);
@@ -306,82 +247,12 @@ impl Client {
         length: u32,
         payload: &[u8],
     ) -> u64 {
-        let cookie = self.next_cookie;
-        self.next_cookie += 1;
-        let h = RequestHeader {
-            flags,
-            command,
-            cookie,
-            offset,
-            length,
-        };
-        if command == CMD_READ {
-            self.reads.insert(cookie, length as usize);
-        }
-        out.extend_from_slice(&h.encode());
-        out.extend_from_slice(payload);
-        cookie
+        self.nbd
+            .encode(out, command, flags, offset, length, payload)
     }
 
     async fn reply(&mut self) -> Reply {
-        let magic = self.s.read_u32().await.unwrap();
-        if magic == SIMPLE_REPLY_MAGIC {
-            let error = self.s.read_u32().await.unwrap();
-            let cookie = self.s.read_u64().await.unwrap();
-            let len = self.reads.remove(&cookie).unwrap_or(0);
-            let mut data = Vec::new();
-            if error == 0 && len > 0 {
-                data = vec![0; len];
-                self.s.read_exact(&mut data).await.unwrap();
-            }
-            return Reply {
-                cookie,
-                error,
-                data,
-                extents: vec![],
-                simple: true,
-            };
-        }
-        assert_eq!(magic, STRUCTURED_REPLY_MAGIC, "reply magic");
-        assert!(self.structured, "structured reply without negotiation");
-        let mut r = Reply {
-            cookie: 0,
-            error: 0,
-            data: vec![],
-            extents: vec![],
-            simple: false,
-        };
-        loop {
-            let flags = self.s.read_u16().await.unwrap();
-            let t = self.s.read_u16().await.unwrap();
-            r.cookie = self.s.read_u64().await.unwrap();
-            let len = self.s.read_u32().await.unwrap();
-            let mut p = vec![0; len as usize];
-            self.s.read_exact(&mut p).await.unwrap();
-            match t {
-                REPLY_TYPE_NONE => assert_eq!(len, 0),
-                REPLY_TYPE_OFFSET_DATA => r.data.extend_from_slice(&p[8..]),
-                REPLY_TYPE_BLOCK_STATUS => {
-                    for d in p[4..].chunks(8) {
-                        let l = u32::from_be_bytes(d[0..4].try_into().unwrap());
-                        let st = u32::from_be_bytes(d[4..8].try_into().unwrap());
-                        r.extents.push((l, st));
-                    }
-                }
-                REPLY_TYPE_ERROR => {
-                    r.error = u32::from_be_bytes(p[0..4].try_into().unwrap());
-                    let mlen = u16::from_be_bytes([p[4], p[5]]) as usize;
-                    assert!(6 + mlen <= p.len());
-                }
-                other => panic!("unexpected chunk type {other}"),
-            }
-            if flags & REPLY_FLAG_DONE != 0 {
-                break;
-            }
-            assert_eq!(self.s.read_u32().await.unwrap(), STRUCTURED_REPLY_MAGIC);
-        }
-        self.reads.remove(&r.cookie);
-        r
+        self.nbd.reply().await.unwrap()
     }
 
     async fn call(
@@ -392,12 +263,13 @@ impl Client {
         length: u32,
         payload: &[u8],
     ) -> Reply {
-        let cookie = self.send(command, flags, offset, length, payload).await;
-        let r = self.reply().await;
-        assert_eq!(r.cookie, cookie);
-        r
+        self.nbd
+            .call(command, flags, offset, length, payload)
+            .await
+            .unwrap()
     }
 
+    /// The NBD error of a write (0: written).
     async fn write(&mut self, offset: u64, data: &[u8], flags: u16) -> u32 {
         self.call(CMD_WRITE, flags, offset, data.len() as u32, data)
             .await
@@ -405,15 +277,15 @@ impl Client {
     }
 
     async fn read(&mut self, offset: u64, len: u32) -> Vec<u8> {
-        let r = self.call(CMD_READ, 0, offset, len, &[]).await;
-        assert_eq!(r.error, 0, "read at {offset}+{len}");
-        assert_eq!(r.data.len(), len as usize);
-        r.data
+        self.nbd
+            .read(offset, len)
+            .await
+            .unwrap_or_else(|e| panic!("read at {offset}+{len}: {e}"))
     }
 
     async fn disconnect(mut self) {
-        self.send(CMD_DISC, 0, 0, 0, &[]).await;
-        assert!(closed(&mut self.s).await, "server closes after DISC");
+        self.nbd.disconnect().await.unwrap();
+        assert!(closed(self.s()).await, "server closes after DISC");
     }
 }
 
@@ -611,7 +483,7 @@ async fn large_writes_back_to_back_all_get_replies() {
             let cookie = c.encode(&mut burst, CMD_WRITE, 0, offset, len as u32, &data);
             writes.insert(cookie, i);
         }
-        c.s.write_all(&burst).await.unwrap();
+        c.s().write_all(&burst).await.unwrap();
         for _ in 0..n {
             let r = c.reply().await;
             assert_eq!(r.error, 0);
@@ -671,7 +543,7 @@ async fn back_to_back_requests_cut_anywhere_read_back() {
                 0 => (CMD_FLUSH, 0, 0, true),
                 1 if !previous.is_empty() => {
                     let (at, data) = &previous[next(previous.len() as u64) as usize];
-                    c.reads.insert(cookie, data.len());
+                    c.nbd.expect_read(cookie, data.len());
                     expected.insert(cookie, (true, Some(data.clone())));
                     (CMD_READ, *at, data.len() as u64, true)
                 }
@@ -715,8 +587,8 @@ async fn back_to_back_requests_cut_anywhere_read_back() {
         let mut from = 0;
         for cut in cuts.into_iter().chain([stream.len()]) {
             if cut > from {
-                c.s.write_all(&stream[from..cut]).await.unwrap();
-                c.s.flush().await.unwrap();
+                c.s().write_all(&stream[from..cut]).await.unwrap();
+                c.s().flush().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 from = cut;
             }
@@ -1089,21 +961,16 @@ async fn malformed_inputs_regression_suite() {
     }
     // EXPORT_NAME of a known export works (old clients).
     {
-        let mut s = greet(addr).await;
-        send_option(&mut s, OPT_EXPORT_NAME, b"zftl").await;
-        let size = s.read_u64().await.unwrap();
-        let flags = s.read_u16().await.unwrap();
-        assert!(size > 0);
-        assert_ne!(flags & FLAG_HAS_FLAGS, 0);
+        let mut nbd = nbd::Client::resume(greet(addr).await);
+        let export = nbd.export_name("zftl").await.unwrap();
+        assert!(export.size_bytes > 0);
+        assert_ne!(export.flags & FLAG_HAS_FLAGS, 0);
         let mut c = Client {
-            s,
-            structured: false,
-            size,
-            flags,
+            nbd,
+            size: export.size_bytes,
+            flags: export.flags,
             min_block: 0,
             max_block: 0,
-            reads: HashMap::new(),
-            next_cookie: 1,
         };
         assert_eq!(c.read(BS as u64, BS as u32).await, known);
         c.disconnect().await;
@@ -1203,15 +1070,18 @@ async fn malformed_inputs_regression_suite() {
     // Bad request magic: the stream cannot be trusted, the server closes.
     {
         let mut c = connect(addr, "zftl", Opts::default()).await;
-        c.s.write_all(&[0xAB; REQUEST_HEADER_BYTES]).await.unwrap();
-        assert!(closed(&mut c.s).await);
+        c.s()
+            .write_all(&[0xAB; REQUEST_HEADER_BYTES])
+            .await
+            .unwrap();
+        assert!(closed(c.s()).await);
         check("bad request magic");
     }
     // A refused write with an absurd payload length: closed, not read.
     {
         let mut c = connect(addr, "zftl", Opts::default()).await;
         c.send(CMD_WRITE, 0, 0, u32::MAX, &[]).await;
-        assert!(closed(&mut c.s).await);
+        assert!(closed(c.s()).await);
         check("absurd write length");
     }
     // Disconnect in the middle of a write's payload: nothing of it lands.
@@ -1224,8 +1094,8 @@ async fn malformed_inputs_regression_suite() {
             offset: 30 * BS as u64,
             length: 16 * BS as u32,
         };
-        c.s.write_all(&h.encode()).await.unwrap();
-        c.s.write_all(&vec![0x77; 3 * BS + 100]).await.unwrap();
+        c.s().write_all(&h.encode()).await.unwrap();
+        c.s().write_all(&vec![0x77; 3 * BS + 100]).await.unwrap();
         drop(c);
         check("disconnect mid-write");
     }
@@ -1329,7 +1199,7 @@ async fn shutdown_drains_then_the_volume_remounts_with_the_data() {
         assert_eq!(c.reply().await.error, 0);
     }
     let vol = server.stop().await;
-    assert!(closed(&mut c.s).await, "connections are closed on shutdown");
+    assert!(closed(c.s()).await, "connections are closed on shutdown");
     // A clean unmount (flush + checkpoint), then a fresh mount sees it all.
     let dev = vol.0.shutdown().await.unwrap();
     let again = tokio::task::spawn_blocking(move || Handle::mount(dev, ftl_config()).unwrap())

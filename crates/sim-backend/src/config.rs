@@ -11,9 +11,13 @@ use crate::error::SimError;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SimConfig {
+    /// Channels (buses) of LUNs.
     pub channels: u32,
+    /// LUNs (dies) on each channel; each works in parallel with the others.
     pub luns_per_channel: u32,
+    /// Erase blocks per LUN.
     pub blocks_per_lun: u32,
+    /// Pages per erase block.
     pub pages_per_block: u32,
     /// Bytes per page, which is the Backend block size.
     pub page_size_bytes: u32,
@@ -29,8 +33,11 @@ pub struct SimConfig {
     pub max_open_zones: u32,
     /// 0 = unlimited.
     pub max_active_zones: u32,
+    /// Largest zone append, in blocks.
     pub max_append_blocks: u32,
+    /// Largest read or write, in blocks.
     pub max_transfer_blocks: u32,
+    /// Commands in flight at most (`submit` answers `Busy` past it).
     pub queue_depth: u32,
     /// `None` = timing off: every command takes 0 ns.
     pub timing: Option<Timing>,
@@ -38,6 +45,7 @@ pub struct SimConfig {
     pub endurance_erases: u32,
     /// Seeded fraction (per 1000) of erase blocks that are bad from the start.
     pub factory_bad_block_per_mille: u32,
+    /// Seeded faults.
     pub faults: Faults,
 }
 
@@ -45,8 +53,11 @@ pub struct SimConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Timing {
+    /// Reading one page.
     pub read_ns: u64,
+    /// Programming one page.
     pub program_ns: u64,
+    /// Erasing one erase block.
     pub erase_ns: u64,
 }
 
@@ -64,6 +75,7 @@ impl Default for Timing {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Faults {
+    /// Seed of every fault stream (and of the factory bad blocks).
     pub seed: u64,
     /// Per program unit.
     pub program_fail_per_million: u32,
@@ -71,6 +83,7 @@ pub struct Faults {
     pub erase_fail_per_million: u32,
     /// Per read command (transient: a retry may succeed).
     pub uncorrectable_read_per_million: u32,
+    /// When the simulator cuts power by itself.
     pub power_cut: PowerCut,
     /// Deliver completions that are ready together in a seeded random order.
     pub shuffle_completions: bool,
@@ -85,6 +98,7 @@ pub struct Faults {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PowerCut {
     #[default]
+    /// Only when asked (`SimDevice::power_cut`).
     Never,
     /// Cut right after the Nth accepted submit (counted from creation, open
     /// or `set_faults`); fires once.
@@ -97,7 +111,9 @@ pub enum PowerCut {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RuntimeOptions {
+    /// `None` = timing off.
     pub timing: Option<Timing>,
+    /// The fault plan for this run.
     pub faults: Faults,
     /// `None` = the queue depth stored in the image.
     pub queue_depth: Option<u32>,

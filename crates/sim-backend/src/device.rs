@@ -335,10 +335,12 @@ impl SimDevice {
     }
 
     /// The effective config (media shape plus run-time choices).
+    /// The device's config (media shape and run-time choices).
     pub fn config(&self) -> &SimConfig {
         &self.cfg
     }
 
+    /// Whether the device is on (off after a power cut until `power_on`).
     pub fn is_powered(&self) -> bool {
         self.powered
     }
@@ -350,6 +352,7 @@ impl SimDevice {
         self.cfg.faults = faults;
     }
 
+    /// What the device has done so far.
     pub fn stats(&self) -> SimStats {
         let mut s = self.stats.clone();
         s.bad_blocks = self.media.bad_block_count();

@@ -1,15 +1,12 @@
 //! Transparent huge pages for large in-memory media.
 //!
 //! Garbage collection reads live blocks scattered over the whole media, and
-//! with 4 KiB pages nearly every such read also misses the TLB. Under
-//! `zftl serve --memory-mib 1024` (Intel Xeon, 2 vCPUs, THP
-//! `enabled=madvise`, fio's nbd engine at iodepth 16), advising huge pages
-//! cut the server's CPU per 4 KiB random write by about 3 %, and the copy
-//! out of the media under 4 KiB random reads from 31 % of the server
-//! thread to 23 % (fio, the limit there, then got smaller batches of
-//! replies and ran about 6 % fewer reads). Small media are left alone: they
-//! fit the TLB's reach anyway, and a huge page zeroes 2 MiB on first touch
-//! where tests write a few scattered pages of many small devices.
+//! with 4 KiB pages nearly every such read also misses the TLB; advising
+//! huge pages makes those reads and the copies out of the media cheaper
+//! (the figures: docs/bench-nbd.md, "What sets the defaults"). Small media
+//! are left alone: they fit the TLB's reach anyway, and a huge page zeroes
+//! 2 MiB on first touch where tests write a few scattered pages of many
+//! small devices.
 
 use std::io;
 

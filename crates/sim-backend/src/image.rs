@@ -8,12 +8,17 @@ use zftl_core::ZoneState;
 use crate::config::{Faults, SimConfig};
 use crate::error::SimError;
 
+/// The first 8 bytes of an image file.
 pub const MAGIC: [u8; 8] = *b"ZFTLSIM\0";
+/// The image format version this build writes and reads.
 pub const VERSION: u32 = 1;
+/// Bytes of the header at the start of the file.
 pub const HEADER_BYTES: u64 = 4096;
 /// Every region starts on this boundary (page-cache and O_DIRECT friendly).
 pub const REGION_ALIGN_BYTES: u64 = 4096;
+/// Bytes of one erase-block table entry.
 pub const ERASE_ENTRY_BYTES: u64 = 8;
+/// Bytes of one zone table entry.
 pub const ZONE_ENTRY_BYTES: u64 = 16;
 const CRC_OFFSET: usize = 4092;
 /// Bytes 144..4092 of the header are reserved and must be zero.
@@ -30,6 +35,7 @@ pub const EB_GROWN_BAD: u8 = 2;
 pub enum PageState {
     /// Erased (reads as 0xFF). 0 so a sparse, zero-filled table is all-erased.
     Erased = 0,
+    /// Holds data.
     Programmed = 1,
     /// Program interrupted by a power cut: reads fail until the block is erased.
     Torn = 2,
@@ -38,6 +44,7 @@ pub enum PageState {
 }
 
 impl PageState {
+    /// The state a table byte stores; `None` for an unknown value.
     pub fn from_byte(b: u8) -> Option<Self> {
         match b {
             0 => Some(PageState::Erased),
@@ -62,6 +69,7 @@ pub fn zone_state_to_byte(s: ZoneState) -> u8 {
     }
 }
 
+/// The zone state a zone table byte stores; `None` for an unknown value.
 pub fn zone_state_from_byte(b: u8) -> Option<ZoneState> {
     Some(match b {
         0 => ZoneState::Empty,
@@ -78,11 +86,17 @@ pub fn zone_state_from_byte(b: u8) -> Option<ZoneState> {
 /// Byte offsets of the image regions, all derived from the media sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageLayout {
+    /// Erase-block table: an erase count and flags per erase block.
     pub erase_table_offset: u64,
+    /// Zone table: state and write pointer per zone.
     pub zone_table_offset: u64,
+    /// Page-state table: one byte per page.
     pub page_state_offset: u64,
+    /// OOB bytes of every page.
     pub oob_offset: u64,
+    /// Data bytes of every page.
     pub data_offset: u64,
+    /// The whole file.
     pub image_size_bytes: u64,
 }
 
@@ -117,7 +131,9 @@ impl ImageLayout {
 /// `faults.seed`, which chose the factory bad blocks) and the region layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageHeader {
+    /// The media config.
     pub media: SimConfig,
+    /// Where each region is.
     pub layout: ImageLayout,
 }
 

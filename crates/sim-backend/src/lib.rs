@@ -1,5 +1,5 @@
 //! `zftl-sim`: a NAND flash device model that presents zones through
-//! `zftl_core::Backend` (DESIGN.md §3).
+//! `zftl_core::Backend` (docs/design.md, "The layers").
 //!
 //! The device is channels x LUNs x erase blocks x pages with OOB bytes per
 //! page. A zone is `zone_width_luns` erase blocks (one per LUN, same row),
@@ -13,8 +13,25 @@
 //! Reading blocks that were never programmed (below the zone capacity)
 //! returns 0xFF data and 0xFF OOB, as erased NAND does. Torn and failed
 //! pages fail with `UncorrectableRead` until their zone is reset.
+//!
+//! ```
+//! use zftl_core::{Backend, BackendExt};
+//! use zftl_sim::{SimConfig, SimDevice};
+//!
+//! let mut dev = SimDevice::create_memory(SimConfig::small_for_tests())?;
+//! let bs = dev.geometry().block_size_bytes as usize;
+//! let unit = dev.geometry().write_unit_blocks as usize;
+//! // Zone 3, at its write pointer (0): one program unit of 0xAB.
+//! dev.write_blocks(3, 0, vec![0xAB; unit * bs], Vec::new())?;
+//! let (data, _oob) = dev.read_blocks(3, 0, 1)?;
+//! assert_eq!(data, vec![0xAB; bs]);
+//! // A write away from the write pointer fails, as on a ZNS drive.
+//! assert!(dev.write_blocks(3, 7 * unit as u64, vec![0; unit * bs], Vec::new()).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 mod config;
 mod device;

@@ -40,6 +40,7 @@ impl Rng {
         Rng::new(splitmix64(&mut sm))
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.state;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);

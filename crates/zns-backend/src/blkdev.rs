@@ -35,7 +35,8 @@ use zftl_core::backend::{
     ZoneInfo, ZoneState,
 };
 
-use crate::sys::{self, BlkZone, BlkZoneRange, BlockOp, BlockRing, IoBuf};
+use crate::aligned::AlignedBuf;
+use crate::sys::{self, BlkZone, BlkZoneRange, BlockOp, BlockRing};
 use crate::{io_kind, OpenError, WriteBuffers, ZnsOptions, ZoneAction, MAX_TRANSFER_BYTES};
 
 /// Bytes per sector in every zone ioctl and in `chunk_sectors`.
@@ -196,11 +197,11 @@ fn check_zone_layout(zones: &[BlkZone], zone_len_sectors: u64) -> Result<(), Str
 enum Pending {
     Write {
         offset_blocks: u64,
-        buf: IoBuf,
+        buf: AlignedBuf,
         block_count: u32,
     },
     Append {
-        buf: IoBuf,
+        buf: AlignedBuf,
         block_count: u32,
     },
     Action(ZoneAction),
@@ -561,37 +562,29 @@ impl ZonedBlockDevice {
         Ok(n as u32)
     }
 
-    /// `data` as an I/O buffer the device can DMA from (bounced if needed).
-    fn io_buf(&self, data: Payload) -> IoBuf {
+    /// `data` as an I/O buffer the device can DMA from: its own buffer when
+    /// it has one that starts on the queue's `dma_alignment`, else a copy
+    /// into an [`AlignedBuf`] (a bounce buffer; this path sends no vectors).
+    fn io_buf(&self, data: Payload) -> AlignedBuf {
         let align = self.info.dma_alignment_bytes;
         let mut counts = self.write_buffers.get();
-        let data = match data.try_into_vec() {
-            Ok(vec) if (vec.as_ptr() as usize).is_multiple_of(align) => {
+        let data = match data.try_into_vec().map(|v| AlignedBuf::from_vec(v, align)) {
+            Ok(Ok(buf)) => {
                 counts.whole += 1;
                 self.write_buffers.set(counts);
-                let len = vec.len();
-                return IoBuf { vec, start: 0, len };
+                return buf;
             }
-            Ok(vec) => Payload::from(vec),
+            Ok(Err(vec)) => Payload::from(vec),
             Err(data) => data,
         };
         counts.copied += 1;
         self.write_buffers.set(counts);
-        let mut buf = self.aligned_buf(data.len());
-        let mut at = buf.start;
-        for part in data.parts() {
-            buf.vec[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
-        buf
+        AlignedBuf::gather(data.parts(), align)
     }
 
-    /// A zeroed buffer of `len` bytes whose window meets the alignment.
-    fn aligned_buf(&self, len: usize) -> IoBuf {
-        let align = self.info.dma_alignment_bytes;
-        let vec = vec![0u8; len + align];
-        let start = vec.as_ptr().align_offset(align);
-        IoBuf { vec, start, len }
+    /// A zeroed buffer of `len` bytes that meets the queue's alignment.
+    fn aligned_buf(&self, len: usize) -> AlignedBuf {
+        AlignedBuf::zeroed(len, self.info.dma_alignment_bytes)
     }
 
     /// Checks and queues a command; errors the host can see complete it.
@@ -671,7 +664,7 @@ impl ZonedBlockDevice {
                     block_count: 0,
                     what: What::Flush,
                 };
-                self.push(BlockOp::Fsync, IoBuf::default(), ctx);
+                self.push(BlockOp::Fsync, AlignedBuf::default(), ctx);
                 Ok(())
             }
         }
@@ -768,7 +761,7 @@ impl ZonedBlockDevice {
         zone: ZoneId,
         tag: u64,
         offset: Option<u64>,
-        buf: IoBuf,
+        buf: AlignedBuf,
         block_count: u32,
     ) -> Result<(), DeviceError> {
         let t = self.tracked(zone)?;
@@ -815,7 +808,7 @@ impl ZonedBlockDevice {
         Ok(())
     }
 
-    fn push(&mut self, op: BlockOp, buf: IoBuf, ctx: Ctx) {
+    fn push(&mut self, op: BlockOp, buf: AlignedBuf, ctx: Ctx) {
         if self.ring.push(op, buf, ctx).is_err() {
             // submit() keeps in_flight() <= queue depth = ring slots.
             unreachable!("block ring full below the queue depth");
@@ -853,19 +846,12 @@ impl ZonedBlockDevice {
         Completion { tag: c.tag, result }
     }
 
-    fn outcome(&self, c: &Ctx, buf: IoBuf) -> Outcome {
+    fn outcome(&self, c: &Ctx, buf: AlignedBuf) -> Outcome {
         match c.what {
-            What::Read => {
-                let data = if buf.start == 0 && buf.vec.len() == buf.len {
-                    buf.vec
-                } else {
-                    buf.window().to_vec()
-                };
-                Outcome::Read {
-                    data,
-                    oob: Vec::new(),
-                }
-            }
+            What::Read => Outcome::Read {
+                data: buf.into_vec(),
+                oob: Vec::new(),
+            },
             What::Write | What::Append => Outcome::Written {
                 zone: c.zone,
                 offset_blocks: c.offset_blocks,

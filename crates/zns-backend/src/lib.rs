@@ -30,10 +30,11 @@
 //!   write buffer holds the blocks of several host requests) goes as a
 //!   vector of them (`NVME_URING_CMD_IO_VEC`) when the kernel can map them
 //!   for the device as they are: every buffer after the first starts on a
-//!   4 KiB page and every one before the last ends on one. The heap gives
-//!   such buffers when the program registers [`PageAlignedLarge`] as its
-//!   global allocator (the `zftl` binary does). Other writes of several
-//!   buffers are copied into one first, as the kernel would do otherwise.
+//!   4 KiB page and every one before the last ends on one. Other writes of
+//!   several buffers are copied into one page-aligned [`AlignedBuf`] first,
+//!   as the kernel would do otherwise. (The FTL's callers' buffers come
+//!   from the heap, which starts them 16 bytes into a page: most writes of
+//!   several request buffers are copied.)
 //! * Per-block metadata of the namespace's LBA format (separate buffer, not
 //!   interleaved) is the OOB area: [`Geometry::oob_size_bytes`] is its size,
 //!   0 without metadata.
@@ -49,12 +50,14 @@
 #[allow(unsafe_code)]
 mod sys;
 
+mod aligned;
 mod blkdev;
 mod device;
 
+pub use aligned::AlignedBuf;
 pub use blkdev::{BlockInfo, ZonedBlockDevice};
 pub use device::{open_device, Device, IoPath};
-pub use sys::{keep_freed_memory, PageAlignedLarge};
+pub use sys::keep_freed_memory;
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -69,7 +72,7 @@ use zftl_core::backend::{
     SubmitError, ZoneId, ZoneInfo, ZoneState,
 };
 
-use sys::{NvmeCmd, Owned, Ring, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_IO_CMD};
+use sys::{NvmeCmd, Owned, Ring, WriteSource, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_IO_CMD};
 
 /// NVMe opcodes (`include/linux/nvme.h`).
 mod op {
@@ -195,7 +198,11 @@ pub struct NamespaceInfo {
     pub quirks: Vec<&'static str>,
 }
 
-/// See [`metadata_transfer_cap`].
+/// The quirk `zftl info` lists on a QEMU controller with per-block
+/// metadata: QEMU's emulated controller (7.2 at least) keeps only the first
+/// `len % 512` bytes of a separate metadata buffer longer than 512 bytes
+/// that is not a multiple of 512, so the backend caps each transfer at 512
+/// bytes of metadata (docs/zns.md, "Known problems").
 pub const QUIRK_QEMU_METADATA: &str = "QEMU's controller drops metadata bytes of transfers \
      with more than 512 of them (unless a multiple of 512): transfers capped at 512 bytes of \
      metadata";
@@ -328,21 +335,22 @@ impl WriteBuffers {
 /// A write's bytes as the passthrough command takes them: a payload in one
 /// buffer (a metadata write, or an append within one host request's
 /// buffer) or in parts that can go as a vector ([`vectorable`]) goes as it
-/// is, others are copied into one buffer. Counts which in `counts`.
-fn gathered(data: Payload, counts: &Cell<WriteBuffers>) -> Payload {
+/// is; others are copied into one page-aligned buffer (a bounce buffer).
+/// Counts which in `counts`.
+fn gathered(data: Payload, counts: &Cell<WriteBuffers>) -> WriteSource {
     let mut c = counts.get();
-    let data = if data.as_contiguous().is_some() {
+    let out = if data.as_contiguous().is_some() {
         c.whole += 1;
-        data
+        WriteSource::Shared(data)
     } else if vectorable(&data) {
         c.vectored += 1;
-        data
+        WriteSource::Shared(data)
     } else {
         c.copied += 1;
-        data.to_vec().into()
+        WriteSource::Bounce(AlignedBuf::gather(data.parts(), AlignedBuf::PAGE_BYTES))
     };
     counts.set(c);
-    data
+    out
 }
 
 /// Most parts a vectored write may have; a payload of more is copied into
@@ -360,8 +368,9 @@ const CTRL_PAGE_BYTES: usize = 4096;
 /// the last end on one (the device's data pointers address whole pages
 /// after the first), and the first start on a 4-byte boundary. Otherwise
 /// the kernel would copy them into a bounce buffer, which costs what
-/// copying them here does. Heap blocks meet it when the program registers
-/// [`PageAlignedLarge`].
+/// copying them here does. The FTL's payload parts are windows of its
+/// callers' write buffers, which meet this only where those buffers happen
+/// to start and end on pages.
 fn vectorable(data: &Payload) -> bool {
     data.part_count() <= MAX_VECTOR_PARTS
         && pages_chain(
@@ -961,7 +970,7 @@ impl ZnsDevice {
             Ok((
                 cmd,
                 Owned {
-                    source: Payload::new(),
+                    source: WriteSource::none(),
                     data: Vec::new(),
                     meta: Vec::new(),
                     iovecs: Vec::new(),
@@ -993,7 +1002,7 @@ impl ZnsDevice {
                 Ok((
                     cmd,
                     Owned {
-                        source: Payload::new(),
+                        source: WriteSource::none(),
                         data: vec![0; block_count as usize * bs],
                         meta: vec![0; block_count as usize * ms],
                         iovecs: Vec::new(),
@@ -1017,10 +1026,11 @@ impl ZnsDevice {
                     });
                 }
                 let cmd = rw(op::WRITE, self.zone_start(zone) + offset_blocks, n);
+                let source = gathered(data, &self.write_buffers);
                 Ok((
                     cmd,
                     Owned {
-                        source: gathered(data, &self.write_buffers),
+                        source,
                         data: Vec::new(),
                         meta: oob,
                         iovecs: Vec::new(),
@@ -1035,10 +1045,11 @@ impl ZnsDevice {
             } => {
                 let n = program(&data, &mut oob, g.max_append_blocks)?;
                 let cmd = rw(op::ZONE_APPEND, self.zone_start(zone), n);
+                let source = gathered(data, &self.write_buffers);
                 Ok((
                     cmd,
                     Owned {
-                        source: gathered(data, &self.write_buffers),
+                        source,
                         data: Vec::new(),
                         meta: oob,
                         iovecs: Vec::new(),
@@ -1057,7 +1068,7 @@ impl ZnsDevice {
                     ..NvmeCmd::default()
                 },
                 Owned {
-                    source: Payload::new(),
+                    source: WriteSource::none(),
                     data: Vec::new(),
                     meta: Vec::new(),
                     iovecs: Vec::new(),

@@ -1,14 +1,12 @@
 //! The only module with `unsafe`: the NVMe passthrough structure, the three
-//! ioctls the backend uses, an io_uring ring that owns the buffers of every
-//! command the kernel holds, and an allocator that page-aligns large
-//! buffers (so that a vectored command can take them without a copy).
+//! ioctls the backend uses, and an io_uring ring that owns the buffers of
+//! every command the kernel holds.
 //!
 //! Layouts follow the kernel's UAPI (`include/uapi/linux/nvme_ioctl.h`):
 //! `struct nvme_passthru_cmd` (the ioctl form, with `result` last) and
 //! `struct nvme_uring_cmd` (the io_uring form, with a reserved word last) are
 //! the same 72 bytes, so one Rust struct serves both.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs::File;
 use std::io;
 use std::mem::{offset_of, size_of};
@@ -16,6 +14,8 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use zftl_core::Payload;
+
+use crate::aligned::AlignedBuf;
 
 /// `struct nvme_passthru_cmd` / `struct nvme_uring_cmd`: 72 bytes.
 #[repr(C)]
@@ -147,95 +147,6 @@ pub fn keep_freed_memory(mmap_threshold_bytes: u32) -> bool {
     }
 }
 
-/// A global allocator that gives every block of [`Self::MIN_BYTES`] up to
-/// [`Self::MAX_BYTES`] the alignment of a page, and takes the rest as the
-/// system allocator gives it. Register it (`#[global_allocator]`) in a
-/// program that writes large buffers through the passthrough backend: a
-/// write of several host buffers goes to the device as a vector of them
-/// only if each starts and ends on the controller's 4 KiB pages (the kernel
-/// copies the bytes into a bounce buffer otherwise), and the heap hands out
-/// 16-byte alignment. At 64 KiB and more, the at most 4 KiB an aligned
-/// block wastes is at most 6 %. Above 1 MiB blocks stay as they were: a
-/// zeroed aligned block is zeroed by hand, while the system allocator maps
-/// a large zeroed block lazily (a simulated device's memory is one such
-/// block, and it must not be touched whole at start). Without the allocator
-/// everything works as before; the backend copies the parts into one buffer
-/// instead.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PageAlignedLarge;
-
-impl PageAlignedLarge {
-    /// The smallest block that gets a page's alignment.
-    pub const MIN_BYTES: usize = 64 << 10;
-    /// The largest.
-    pub const MAX_BYTES: usize = 1 << 20;
-    /// The alignment it gets.
-    pub const PAGE_BYTES: usize = 4096;
-
-    /// The layout the system allocator sees for a caller's `layout`: a
-    /// function of it alone, so a block is freed and resized with the
-    /// layout it was made with.
-    fn system_layout(layout: Layout) -> Layout {
-        let size = layout.size();
-        if (Self::MIN_BYTES..=Self::MAX_BYTES).contains(&size) && layout.align() < Self::PAGE_BYTES
-        {
-            Layout::from_size_align(layout.size(), Self::PAGE_BYTES).unwrap_or(layout)
-        } else {
-            layout
-        }
-    }
-}
-
-// SAFETY: every call goes to `System` with `system_layout` of the caller's
-// layout, whose size is the caller's and whose alignment is at least the
-// caller's; it is the same layout each time for the same caller layout, so
-// `System` frees and resizes each block with the layout it allocated it
-// with. A resize that changes the system layout's alignment allocates anew,
-// copies and frees, as `GlobalAlloc::realloc` is specified to behave.
-unsafe impl GlobalAlloc for PageAlignedLarge {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: `layout` has a nonzero size (the caller's contract), and
-        // so has the system layout.
-        unsafe { System.alloc(Self::system_layout(layout)) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as in `alloc`.
-        unsafe { System.alloc_zeroed(Self::system_layout(layout)) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` with this caller layout (the
-        // caller's contract), that is from `System` with this system layout.
-        unsafe { System.dealloc(ptr, Self::system_layout(layout)) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = Self::system_layout(layout);
-        // SAFETY: the caller guarantees that `new_size` is nonzero and does
-        // not overflow `isize` when rounded up to `layout.align()`.
-        let new = Self::system_layout(unsafe {
-            Layout::from_size_align_unchecked(new_size, layout.align())
-        });
-        if new.align() == old.align() {
-            // SAFETY: `ptr` is `System`'s block of layout `old`; the new
-            // size meets `realloc`'s contract as above.
-            return unsafe { System.realloc(ptr, old, new_size) };
-        }
-        // SAFETY: `new` has a nonzero size.
-        let moved = unsafe { System.alloc(new) };
-        if !moved.is_null() {
-            // SAFETY: both blocks hold at least the bytes copied and are
-            // distinct live blocks; `ptr` is then freed with its layout.
-            unsafe {
-                std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
-                System.dealloc(ptr, old);
-            }
-        }
-        moved
-    }
-}
-
 /// Take an advisory exclusive lock on the device without blocking, so that
 /// two zftl processes do not drive one namespace. `Ok(false)` = another
 /// process holds it.
@@ -284,14 +195,31 @@ pub fn passthru(
     }
 }
 
+/// The bytes of a write, as the passthrough command takes them.
+#[derive(Debug)]
+pub enum WriteSource {
+    /// Shared with the FTL's write buffer: in one buffer, or in parts that
+    /// meet the controller's page rule (`crate::vectorable`), which go as
+    /// a vector.
+    Shared(Payload),
+    /// Copied into one page-aligned buffer: parts that could not go as a
+    /// vector.
+    Bounce(AlignedBuf),
+}
+
+impl WriteSource {
+    /// No bytes (a command that is not a write).
+    pub fn none() -> WriteSource {
+        WriteSource::Shared(Payload::new())
+    }
+}
+
 /// Buffers and caller context of one command while the kernel owns it.
 #[derive(Debug)]
 pub struct Owned<T> {
-    /// The bytes a write sends (shared with the FTL's write buffer, so the
-    /// kernel only reads them); empty for other commands. In one buffer, or
-    /// in parts that meet the controller's page rule (`crate::vectorable`),
-    /// which go as a vector.
-    pub source: Payload,
+    /// The bytes a write sends (the kernel only reads them); empty for
+    /// other commands.
+    pub source: WriteSource,
     /// The vector of a write whose source is in more than one part; filled
     /// in by [`Ring::push`].
     pub iovecs: Vec<IoVec>,
@@ -483,9 +411,12 @@ impl<T> Ring<T> {
         let fd = types::Fd(self.inner.file.as_raw_fd());
         let build = |owned: &mut Owned<T>, user_data: u64| {
             let mut cmd_op = NVME_URING_CMD_IO;
-            (cmd.addr, cmd.data_len) = if owned.source.part_count() > 1 {
-                owned.iovecs = owned
-                    .source
+            let shared = match &owned.source {
+                WriteSource::Shared(p) => p,
+                WriteSource::Bounce(_) => &Payload::new(),
+            };
+            (cmd.addr, cmd.data_len) = if shared.part_count() > 1 {
+                owned.iovecs = shared
                     .parts()
                     .map(|p| IoVec {
                         base: p.as_ptr() as u64,
@@ -494,8 +425,10 @@ impl<T> Ring<T> {
                     .collect();
                 cmd_op = NVME_URING_CMD_IO_VEC;
                 (owned.iovecs.as_ptr() as u64, owned.iovecs.len() as u32)
-            } else if let Some(bytes) = owned.source.as_contiguous().filter(|b| !b.is_empty()) {
+            } else if let Some(bytes) = shared.as_contiguous().filter(|b| !b.is_empty()) {
                 (bytes.as_ptr() as u64, bytes.len() as u32)
+            } else if let WriteSource::Bounce(b) = &owned.source {
+                (b.as_ptr() as u64, b.len() as u32)
             } else if owned.data.is_empty() {
                 (0, 0)
             } else {
@@ -514,8 +447,9 @@ impl<T> Ring<T> {
         };
         // SAFETY: the command's only addresses are the heap storage of
         // `owned.source` (which the device only reads: the command writes
-        // it to the media), `owned.iovecs` (which point into that storage
-        // and are not changed again), `owned.data` and `owned.meta`; the
+        // it to the media), `owned.iovecs` (which point into
+        // that storage and are not changed again), `owned.data` and
+        // `owned.meta`; the
         // ring keeps `owned` until the CQE, and the source's buffers cannot
         // move or be freed while `owned.source` holds them.
         unsafe { self.inner.push_with(owned, build) }
@@ -686,23 +620,6 @@ pub fn blk_zone_mgmt(file: &File, request: u64, range: BlkZoneRange) -> io::Resu
     }
 }
 
-/// A data buffer whose I/O window `[start, start + len)` meets the
-/// device's memory alignment (O_DIRECT). The `Vec` never changes size
-/// while the kernel holds it, so the window's address is stable.
-#[derive(Debug, Default)]
-pub struct IoBuf {
-    pub vec: Vec<u8>,
-    pub start: usize,
-    pub len: usize,
-}
-
-impl IoBuf {
-    /// The window itself.
-    pub fn window(&self) -> &[u8] {
-        &self.vec[self.start..self.start + self.len]
-    }
-}
-
 /// A positional operation on the block device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockOp {
@@ -719,7 +636,7 @@ pub enum BlockOp {
 /// A finished block operation with its buffer handed back.
 #[derive(Debug)]
 pub struct BlockFinished<T> {
-    pub buf: IoBuf,
+    pub buf: AlignedBuf,
     pub ctx: T,
     /// Bytes moved, or a negated errno.
     pub res: i32,
@@ -729,7 +646,7 @@ pub struct BlockFinished<T> {
 /// O_DIRECT). Every buffer of a queued operation is owned here until its
 /// CQE is consumed; dropping the ring waits for the kernel first.
 pub struct BlockRing<T> {
-    inner: SlotRing<squeue::Entry, cqueue::Entry, (IoBuf, T)>,
+    inner: SlotRing<squeue::Entry, cqueue::Entry, (AlignedBuf, T)>,
 }
 
 impl<T> BlockRing<T> {
@@ -749,15 +666,11 @@ impl<T> BlockRing<T> {
 
     /// Queue `op` on the window of `buf`. Gives the buffer back when every
     /// slot is taken.
-    pub fn push(&mut self, op: BlockOp, buf: IoBuf, ctx: T) -> Result<(), (IoBuf, T)> {
-        assert!(
-            buf.start + buf.len <= buf.vec.len(),
-            "I/O window outside its buffer"
-        );
-        let len = u32::try_from(buf.len).expect("transfers are capped far below 4 GiB");
+    pub fn push(&mut self, op: BlockOp, buf: AlignedBuf, ctx: T) -> Result<(), (AlignedBuf, T)> {
+        let len = u32::try_from(buf.len()).expect("transfers are capped far below 4 GiB");
         let fd = types::Fd(self.inner.file.as_raw_fd());
-        let build = |(buf, _): &mut (IoBuf, T), user_data: u64| {
-            let ptr = buf.vec[buf.start..].as_mut_ptr();
+        let build = |(buf, _): &mut (AlignedBuf, T), user_data: u64| {
+            let ptr = buf.as_mut_ptr();
             match op {
                 BlockOp::Read { offset_bytes } => {
                     opcode::Read::new(fd, ptr, len).offset(offset_bytes).build()
@@ -769,8 +682,9 @@ impl<T> BlockRing<T> {
             }
             .user_data(user_data)
         };
-        // SAFETY: the operation's only address is the window of `buf`'s
-        // heap storage (checked above), which the ring keeps until the CQE.
+        // SAFETY: the operation's only address is `buf`'s bytes (`len` of
+        // them), heap storage that does not move while the ring keeps `buf`,
+        // until the CQE.
         unsafe { self.inner.push_with((buf, ctx), build) }
     }
 
@@ -792,78 +706,5 @@ impl<T> BlockRing<T> {
             ctx,
             res: cqe.result(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: PageAlignedLarge = PageAlignedLarge;
-
-    fn layout(size: usize) -> Layout {
-        Layout::from_size_align(size, 1).expect("layout")
-    }
-
-    #[test]
-    fn large_blocks_are_page_aligned_small_ones_as_asked() {
-        let big = layout(PageAlignedLarge::MIN_BYTES);
-        let small = layout(PageAlignedLarge::MIN_BYTES - 1);
-        // SAFETY: nonzero sizes; each block is freed with its layout.
-        unsafe {
-            let b = A.alloc(big);
-            let z = A.alloc_zeroed(big);
-            let s = A.alloc(small);
-            assert!(!b.is_null() && !z.is_null() && !s.is_null());
-            assert_eq!(b as usize % PageAlignedLarge::PAGE_BYTES, 0);
-            assert_eq!(z as usize % PageAlignedLarge::PAGE_BYTES, 0);
-            assert!(std::slice::from_raw_parts(z, big.size())
-                .iter()
-                .all(|&x| x == 0));
-            A.dealloc(b, big);
-            A.dealloc(z, big);
-            A.dealloc(s, small);
-        }
-    }
-
-    #[test]
-    fn resizing_across_the_threshold_keeps_the_bytes_and_the_rule() {
-        let sizes = [
-            100,
-            70_000,
-            200_000,
-            65_536,
-            65_535,
-            10,
-            1 << 20,
-            3 << 20,
-            500_000,
-        ];
-        // SAFETY: every resize passes the block's current layout and a
-        // nonzero size; the last block is freed with its layout.
-        unsafe {
-            let mut size = 8;
-            let mut p = A.alloc(layout(size));
-            for (i, byte) in std::slice::from_raw_parts_mut(p, size)
-                .iter_mut()
-                .enumerate()
-            {
-                *byte = i as u8;
-            }
-            for new_size in sizes {
-                p = A.realloc(p, layout(size), new_size);
-                assert!(!p.is_null());
-                let kept = std::slice::from_raw_parts(p, size.min(new_size).min(8));
-                assert!(
-                    kept.iter().enumerate().all(|(i, &b)| b == i as u8),
-                    "{new_size}"
-                );
-                if (PageAlignedLarge::MIN_BYTES..=PageAlignedLarge::MAX_BYTES).contains(&new_size) {
-                    assert_eq!(p as usize % PageAlignedLarge::PAGE_BYTES, 0, "{new_size}");
-                }
-                size = new_size;
-            }
-            A.dealloc(p, layout(size));
-        }
     }
 }

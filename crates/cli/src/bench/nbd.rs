@@ -23,13 +23,13 @@
 //! `std::process::Command` and killed by their pid (`Child::kill`) when the
 //! server's guard drops, on success and on every error path.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use zftl_nbd::client::Client;
 
 use super::{median, ratio, round, BenchError, NbdArgs};
 use crate::report::Text;
@@ -198,44 +198,25 @@ impl Drop for Scratch {
 
 /// Fixed newstyle handshake with NBD_OPT_EXPORT_NAME of the default export
 /// (""), then NBD_CMD_DISC: the export size, and proof the server is up.
-fn export_size(addr: SocketAddr) -> std::io::Result<u64> {
-    const IHAVEOPT: u64 = 0x4948_4156_454F_5054;
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut hello = [0u8; 18];
-    s.read_exact(&mut hello)?;
-    if &hello[..8] != b"NBDMAGIC"
-        || u64::from_be_bytes(hello[8..16].try_into().unwrap()) != IHAVEOPT
-    {
-        return Err(bad("not a newstyle NBD server"));
-    }
-    let server_flags = u16::from_be_bytes([hello[16], hello[17]]);
-    // FIXED_NEWSTYLE, and NO_ZEROES when the server offers it.
-    let client_flags: u32 = 1 | u32::from(server_flags & 2);
-    let mut out = Vec::new();
-    out.extend_from_slice(&client_flags.to_be_bytes());
-    out.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    out.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
-    out.extend_from_slice(&0u32.to_be_bytes()); // "" (the default export)
-    s.write_all(&out)?;
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply)?;
-    if server_flags & 2 == 0 {
-        let mut zeroes = [0u8; 124];
-        s.read_exact(&mut zeroes)?;
-    }
-    let size = u64::from_be_bytes(reply[..8].try_into().unwrap());
-    // NBD_CMD_DISC.
-    let mut disc = Vec::with_capacity(28);
-    disc.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-    disc.extend_from_slice(&0u16.to_be_bytes());
-    disc.extend_from_slice(&2u16.to_be_bytes());
-    disc.extend_from_slice(&1u64.to_be_bytes());
-    disc.extend_from_slice(&0u64.to_be_bytes());
-    disc.extend_from_slice(&0u32.to_be_bytes());
-    let _ = s.write_all(&disc);
-    Ok(size)
+fn export_size(addr: SocketAddr) -> Result<u64, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    runtime.block_on(async {
+        let probe = async {
+            let stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut nbd = Client::greet(stream).await.map_err(|e| e.to_string())?;
+            let export = nbd.export_name("").await.map_err(|e| e.to_string())?;
+            let _ = nbd.disconnect().await;
+            Ok(export.size_bytes)
+        };
+        tokio::time::timeout(Duration::from_secs(5), probe)
+            .await
+            .map_err(|_| "no answer within 5 s".to_string())?
+    })
 }
 
 /// A port nothing listens on now (bound, read, released).

@@ -1,6 +1,6 @@
 //! The raw backend, alone: 4 KiB programs at the write pointer and 4 KiB
 //! random reads straight on a device, many commands in flight, no FTL code.
-//! The baseline the FTL's rates are divided by (DESIGN.md §6).
+//! The baseline the FTL's rates are divided by (docs/design.md, "Choices and their reasons").
 //!
 //! Shared with `benches/ftl.rs` (included there by path), so it depends on
 //! `zftl_core` and nothing of the CLI's.

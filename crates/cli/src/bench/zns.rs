@@ -471,7 +471,7 @@ mod imp {
         caller_summed: u64,
     }
 
-    /// USER_HZ, the unit of /proc/<pid>/stat times (100 on every Linux ABI).
+    /// USER_HZ, the unit of `/proc/<pid>/stat` times (100 on every Linux ABI).
     const USER_HZ: f64 = 100.0;
 
     /// CPU seconds (user + system, and system alone) and minor page

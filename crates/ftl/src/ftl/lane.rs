@@ -433,7 +433,7 @@ impl Ftl {
     }
 
     /// A data zone refused a write: stop using it, move its live data out and
-    /// retire it (DESIGN.md §4 media faults). A host-side failure (the
+    /// retire it (docs/format.md §8, media failures). A host-side failure (the
     /// kernel's `EINTR` for the commands a controller reset aborted) says
     /// nothing about the media: the zone is only sealed, and GC resets it
     /// like any other. Retiring those let one controller stall on a device

@@ -1,4 +1,4 @@
-//! Format and mount, as lists of named steps (DESIGN.md §7.6).
+//! Format and mount, as lists of named steps (docs/design.md, "A mount").
 //!
 //! Both run synchronously over a [`Backend`] through [`BackendExt`]: they
 //! happen once, before the driver loop exists, and touch the device in a

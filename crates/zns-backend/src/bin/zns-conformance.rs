@@ -15,12 +15,7 @@ use std::time::Instant;
 
 use zftl_core::backend::conformance::{self, Harness};
 use zftl_core::backend::{Backend, ZoneState};
-use zftl_zns::{open_device, Device, OpenError, PageAlignedLarge, ZnsOptions, ZoneAction};
-
-/// Large buffers on pages, as in `zftl`: `split_payloads` then sends its
-/// 64 KiB parts to the device as vectors.
-#[global_allocator]
-static ALLOC: PageAlignedLarge = PageAlignedLarge;
+use zftl_zns::{open_device, Device, OpenError, ZnsOptions, ZoneAction};
 
 struct ZnsHarness {
     path: String,

@@ -28,16 +28,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use zftl_core::{Driver, FormatOptions, FtlConfig};
-use zftl_zns::{PageAlignedLarge, ZnsDevice};
-
-#[global_allocator]
-static ALLOC: PageAlignedLarge = PageAlignedLarge;
+use zftl_zns::ZnsDevice;
 
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
-/// Longest write, in blocks. Writes of 64 KiB (16 blocks) and more are in page-aligned
-/// buffers ([`zftl_zns::PageAlignedLarge`]), so appends of only such writes
-/// go to the device as vectors, and others are gathered into one buffer:
+/// Longest write, in blocks. Appends of the blocks of one write go as they
+/// are, appends of several writes' blocks are gathered into one buffer:
 /// the kills hit both.
 const MAX_WRITE_BLOCKS: u64 = 32;
 /// Blocks at the start of the volume the test writes (small, so blocks are
