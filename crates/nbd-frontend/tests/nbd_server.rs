@@ -217,6 +217,7 @@ struct Client {
     size: u64,
     flags: u16,
     min_block: u32,
+    preferred_block: u32,
     max_block: u32,
     /// Read lengths by cookie, to parse simple replies.
     reads: HashMap<u64, usize>,
@@ -248,7 +249,8 @@ async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
         assert_eq!(option_reply(&mut s).await.1, REP_ACK);
     }
     send_option(&mut s, OPT_GO, &info_data(name, &[INFO_BLOCK_SIZE])).await;
-    let (mut size, mut flags, mut min_block, mut max_block) = (0, 0, 0, 0);
+    let (mut size, mut flags) = (0, 0);
+    let (mut min_block, mut preferred_block, mut max_block) = (0, 0, 0);
     loop {
         let (option, t, d) = option_reply(&mut s).await;
         assert_eq!(option, OPT_GO);
@@ -260,6 +262,7 @@ async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
                 }
                 INFO_BLOCK_SIZE => {
                     min_block = u32::from_be_bytes(d[2..6].try_into().unwrap());
+                    preferred_block = u32::from_be_bytes(d[6..10].try_into().unwrap());
                     max_block = u32::from_be_bytes(d[10..14].try_into().unwrap());
                 }
                 _ => {}
@@ -274,6 +277,7 @@ async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
         size,
         flags,
         min_block,
+        preferred_block,
         max_block,
         reads: HashMap::new(),
         next_cookie: 1,
@@ -439,7 +443,9 @@ async fn round_trips_simple_and_structured() {
         )
         .await;
         assert!(c.size >= 64 * BS as u64);
-        assert_eq!(c.min_block as usize, BS);
+        // 512-byte requests are accepted (a block's read-modify-write).
+        assert_eq!(c.min_block, 512);
+        assert_eq!(c.preferred_block as usize, BS);
         assert_eq!(c.max_block as usize, MAX_REQUEST_BLOCKS as usize * BS);
         for f in [
             FLAG_HAS_FLAGS,
@@ -1101,6 +1107,7 @@ async fn malformed_inputs_regression_suite() {
             size,
             flags,
             min_block: 0,
+            preferred_block: 0,
             max_block: 0,
             reads: HashMap::new(),
             next_cookie: 1,
@@ -1151,8 +1158,8 @@ async fn malformed_inputs_regression_suite() {
                 bs,
                 Errno::NoSpc,
             ),
-            ("misaligned offset", 0, CMD_READ, 512, bs, Errno::Inval),
-            ("misaligned length", 0, CMD_READ, 0, 512, Errno::Inval),
+            ("offset not a sector", 0, CMD_READ, 100, bs, Errno::Inval),
+            ("length not a sector", 0, CMD_READ, 0, 1000, Errno::Inval),
             ("zero length", 0, CMD_READ, 0, 0, Errno::Inval),
             (
                 "read over the limit",
