@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# A real file system on `zftl serve`: nbdfuse exposes the export as a file,
-# a loop device with 4 KiB sectors sits on it (see attach), mkfs.ext4
-# formats it and it is mounted; a tree of files is
-# written, checked with e2fsck and sha256sum across a clean server restart
-# (SIGTERM) and across a `kill -9` of the server right after a `sync` (what
-# the FLUSH under that sync acknowledged must survive).
+# A real file system on `zftl serve`, set up as a user would: nbdfuse
+# exposes the export as a file, `mkfs.ext4` formats that file and `mount -o
+# loop` mounts it, with no other step (the kernel's 512-byte requests reach
+# the server as they are: it reads, modifies and writes back the 4 KiB
+# blocks they cover in part). A tree of files is written, checked with
+# e2fsck and sha256sum across a clean server restart (SIGTERM) and across a
+# `kill -9` of the server right after a `sync` (what the FLUSH under that
+# sync acknowledged must survive). Then the same kill -9 on ext4 with 1 KiB
+# blocks, where hundreds of the writes are read-modify-writes (the server
+# logs them at trace level; both runs count them).
 #
 #   tests/nbd_fs.sh                        # as root (mount, loop, FUSE)
 #   ZFTL=path/to/zftl PORT=10998 tests/nbd_fs.sh
@@ -21,7 +25,6 @@ FAILED=0
 WORK=
 SERVER_PID=
 FUSE_PID=
-LOOP=
 MNT=
 FUSEDIR=
 
@@ -41,7 +44,6 @@ cleanup() {
     if [ -n "$MNT" ] && mountpoint -q "$MNT" 2>/dev/null; then
         timeout 30 umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
     fi
-    if [ -n "$LOOP" ]; then losetup -d "$LOOP" 2>/dev/null; fi
     if [ -n "$FUSEDIR" ] && mountpoint -q "$FUSEDIR" 2>/dev/null; then
         timeout 30 umount "$FUSEDIR" 2>/dev/null || umount -l "$FUSEDIR" 2>/dev/null
     fi
@@ -75,7 +77,7 @@ trap 'exit 130' INT TERM
 
 # ----- tools, from Debian packages --------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (mount, loop devices, FUSE)"
-need=(nbdfuse nbdinfo mkfs.ext4 e2fsck losetup sha256sum mountpoint timeout)
+need=(nbdfuse nbdinfo mkfs.ext4 e2fsck dumpe2fs sha256sum mountpoint timeout)
 missing=()
 for t in "${need[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
 if [ "${#missing[@]}" != 0 ]; then
@@ -135,13 +137,16 @@ echo "zftl: $ZFTL; work dir: $WORK"
 # 1 GiB simulated device (8 channels x 2 LUNs x 64 blocks x 256 pages of 4 KiB).
 "$ZFTL" sim create "$IMAGE" --blocks-per-lun 64 >/dev/null || die "zftl sim create failed"
 
+# The phase-1 server also logs each request that covers part of a 4 KiB
+# block (a read-modify-write), at trace level: they are counted.
+SERVE_LOG=info
 start_server() {
     local attempt
     for attempt in 1 2 3 4 5; do
         port_free "$PORT" || pick_port
         URI="nbd://127.0.0.1:$PORT"
         : >"$WORK/serve.try.log"
-        "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >"$WORK/serve.try.log" 2>&1 &
+        RUST_LOG=$SERVE_LOG "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >"$WORK/serve.try.log" 2>&1 &
         SERVER_PID=$!
         for _ in $(seq 1 600); do
             if nbdinfo --size "$URI" >/dev/null 2>&1; then
@@ -181,14 +186,12 @@ kill9_server() {
     SERVER_PID=
 }
 
-# nbdfuse exposes the export as $DISK. nbdfuse (libnbd 1.14) passes the
-# kernel's requests through unaligned (mkfs.ext4 writes 1 KiB at offset
-# 1 KiB), and the server rejects requests misaligned to its advertised
-# 4 KiB minimum block size with EINVAL, as the protocol allows. So the file
-# goes on a loop device with 4 KiB logical sectors (what `mount -o loop`
-# does, plus --sector-size): every request that reaches the server is then
-# 4 KiB-aligned, and the loop device turns the file system's cache flushes
-# into fsync of the file, i.e. NBD FLUSH.
+# nbdfuse exposes the export as $DISK. It passes the kernel's requests
+# through as they come (mkfs.ext4 writes 1 KiB at offset 1 KiB, the loop
+# device under the mounted file system 512-byte sectors); the server
+# advertises a 512-byte minimum block size and serves them. `mount -o loop`
+# turns the file system's cache flushes into fsync of the file, i.e. NBD
+# FLUSH.
 attach() {
     nbdfuse "$DISK" "$URI" >>"$WORK/nbdfuse.log" 2>&1 &
     FUSE_PID=$!
@@ -199,20 +202,10 @@ attach() {
         sleep 0.1
     done
     [ "$up" = 1 ] || die "nbdfuse did not expose $DISK"
-    LOOP=$(losetup --find --show --sector-size 4096 "$DISK") || { LOOP=; die "losetup failed"; }
 }
 
-# Detach the loop device, then unmount the FUSE directory (nbdfuse then
-# disconnects and exits).
+# Unmount the FUSE directory (nbdfuse then disconnects and exits).
 detach() {
-    if [ -n "$LOOP" ]; then
-        losetup -d "$LOOP" || true
-        for _ in $(seq 1 100); do
-            losetup "$LOOP" >/dev/null 2>&1 || break
-            sleep 0.1
-        done
-        LOOP=
-    fi
     if mountpoint -q "$FUSEDIR"; then
         timeout 60 umount "$FUSEDIR" || umount -l "$FUSEDIR"
     fi
@@ -223,7 +216,8 @@ detach() {
     fi
 }
 
-mount_fs() { mount -t ext4 "$LOOP" "$MNT"; }
+# The loop device mount sets up is freed again by umount (autoclear).
+mount_fs() { mount -t ext4 -o loop "$DISK" "$MNT"; }
 umount_fs() { timeout 120 umount "$MNT"; }
 
 # COUNT files of random sizes (512 B .. 128 KiB) plus a few of 1-2 MiB in
@@ -248,17 +242,24 @@ check_sums() { (cd "$MNT" && sha256sum --quiet -c "$1"); }
 
 fsck_clean() {
     local out rc=0
-    out=$(e2fsck -fn "$LOOP" 2>&1) || rc=$?
+    out=$(e2fsck -fn "$DISK" 2>&1) || rc=$?
     echo "$out" | tail -n 3
     [ "$rc" = 0 ]
 }
 
 # ----- phase 1: mkfs, a tree of files, clean unmount, fsck ---------------------
-say "phase 1: zftl serve, nbdfuse, loop device, mkfs.ext4, mount, write a tree"
+say "phase 1: zftl serve, nbdfuse, mkfs.ext4 on the file, mount -o loop, write a tree"
+SERVE_LOG=info,zftl_nbd::transmission=trace
 start_server
+SERVE_LOG=info
 echo "export size: $(nbdinfo --size "$URI") bytes"
 attach
-if mkfs.ext4 -q -F "$LOOP"; then pass "mkfs.ext4 on the nbdfuse file (through a 4 KiB-sector loop device)"; else die "mkfs.ext4 failed"; fi
+if mkfs.ext4 -q -F "$DISK" 2>&1 | tee "$WORK/mkfs.log" && [ "${PIPESTATUS[0]}" = 0 ]; then
+    pass "mkfs.ext4 on the nbdfuse file, no other step"
+else
+    cat "$WORK/nbdfuse.log"
+    die "mkfs.ext4 on the nbdfuse file failed"
+fi
 mount_fs || die "mount -o loop failed"
 write_tree one 300
 sums one >"$WORK/sums1"
@@ -268,6 +269,13 @@ if check_sums "$WORK/sums1"; then pass "checksums read back while mounted"; else
 if umount_fs; then pass "unmount"; else die "umount failed"; fi
 if fsck_clean; then pass "e2fsck -fn clean after the first unmount"; else fail "e2fsck -fn after the first unmount"; fi
 detach
+rmw=$(grep -c "read-modify-write" "$WORK/serve.try.log" || true)
+if [ "$rmw" -gt 0 ]; then
+    pass "$rmw requests covered part of a 4 KiB block (read-modify-writes), e.g.:"
+    grep -m 3 "read-modify-write" "$WORK/serve.try.log" | sed 's/^.*read-modify-write/  /'
+else
+    fail "no request covered part of a 4 KiB block: the 512-byte path was not exercised"
+fi
 
 # ----- phase 2: SIGTERM, restart, remount, checksums --------------------------
 say "phase 2: SIGTERM the server, restart, remount, checksums"
@@ -301,7 +309,7 @@ detach
 say "phase 3: restart after kill -9, journal replay, checksums, e2fsck"
 start_server
 attach
-if dumpe2fs -h "$LOOP" 2>/dev/null | grep -q needs_recovery; then
+if dumpe2fs -h "$DISK" 2>/dev/null | grep -q needs_recovery; then
     echo "the file system needs journal recovery (as expected after a kill -9 while mounted)"
 else
     echo "note: no journal recovery needed"
@@ -316,3 +324,43 @@ if umount_fs; then pass "unmount after kill -9"; else die "umount failed"; fi
 if fsck_clean; then pass "e2fsck -fn clean after kill -9 and journal replay"; else fail "e2fsck -fn after kill -9"; fi
 detach
 if stop_server; then pass "zftl serve exits 0 on SIGTERM after the crash restart"; else fail "final SIGTERM"; fi
+
+# ----- phase 4: ext4 with 1 KiB blocks: most writes are read-modify-writes ----
+# Its metadata and data go out in 1 KiB pieces, each covering part of a 4 KiB
+# block of the export: a kill -9 right after `sync` must still leave every
+# synced file and a clean file system.
+say "phase 4: mkfs.ext4 -b 1024 on the file, write, sync, kill -9, restart"
+SERVE_LOG=info,zftl_nbd::transmission=trace
+start_server
+SERVE_LOG=info
+attach
+if mkfs.ext4 -q -F -b 1024 "$DISK"; then pass "mkfs.ext4 -b 1024 on the nbdfuse file"; else die "mkfs.ext4 -b 1024 failed"; fi
+mount_fs || die "mount (1 KiB blocks) failed"
+write_tree three 150
+sums three >"$WORK/sums3"
+rm -f "$MNT/three/big2.bin"
+head -c 100000 /dev/urandom >"$MNT/three/big3.bin"
+sums three >"$WORK/sums3"
+sync
+kill9_server
+echo "sync returned; server killed with SIGKILL"
+rmw=$(grep -c "read-modify-write" "$WORK/serve.try.log" || true)
+if [ "$rmw" -gt 100 ]; then
+    pass "$rmw requests before the kill covered part of a 4 KiB block"
+else
+    fail "only $rmw requests covered part of a 4 KiB block with 1 KiB file system blocks"
+fi
+timeout 60 umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+detach
+start_server
+attach
+if mount_fs; then pass "mount after kill -9 (1 KiB blocks, journal replay)"; else die "mount after kill -9 (1 KiB blocks) failed"; fi
+if check_sums "$WORK/sums3"; then
+    pass "all $(wc -l <"$WORK/sums3") files synced before kill -9 match (1 KiB blocks)"
+else
+    fail "synced files after kill -9 (1 KiB blocks)"
+fi
+if umount_fs; then pass "unmount (1 KiB blocks)"; else die "umount failed"; fi
+if fsck_clean; then pass "e2fsck -fn clean after kill -9 (1 KiB blocks)"; else fail "e2fsck -fn after kill -9 (1 KiB blocks)"; fi
+detach
+if stop_server; then pass "zftl serve exits 0 on SIGTERM at the end"; else fail "final SIGTERM"; fi

@@ -50,6 +50,13 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// Writes, trims and zeroing one export's block lock table holds at
+    /// once (every request in flight on every connection); more wait.
+    pub(crate) fn max_tracked_writes(&self) -> usize {
+        self.max_connections
+            .saturating_mul(self.max_inflight_requests_per_connection as usize)
+    }
+
     /// The config with its relationships restored: at least one request and
     /// one block in flight, and room in flight for the largest payload.
     pub(crate) fn normalized(mut self) -> Self {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use zftl_core::{IoError, ReplyData, Request};
 
+use crate::blocklock::BlockLocks;
+
 /// A block volume the server can export: a zftl FTL behind a driver, or
 /// anything that answers the core's [`Request`]s the same way.
 ///
@@ -18,6 +20,11 @@ use zftl_core::{IoError, ReplyData, Request};
 ///   reply was delivered before the flush was submitted, whichever clone or
 ///   connection sent it (this is what makes `NBD_FLAG_CAN_MULTI_CONN` safe);
 /// - a write with `fua: true` is durable when it is answered;
+/// - a read returns, for each block, the last write answered before the
+///   read was submitted (or a later one);
+/// - each block of a write is all or nothing across a power cut: after
+///   power returns it holds its old or its new contents, never part of
+///   each (the server's read-modify-writes of 512-byte sectors rely on it);
 /// - requests may be in flight concurrently from many tasks.
 pub trait Volume: Clone + Send + Sync + 'static {
     /// Bytes per block (a power of two).
@@ -31,6 +38,12 @@ pub trait Volume: Clone + Send + Sync + 'static {
 }
 
 /// One named export.
+///
+/// Clients may send requests aligned to 512 bytes; a write that covers
+/// part of a volume block is a read-modify-write of that block, ordered
+/// against every other write to it through this export (and its clones).
+/// Two `Export`s built separately on one volume do not order their writes
+/// against each other's: give a volume one writable export.
 #[derive(Clone, Debug)]
 pub struct Export<V> {
     pub name: String,
@@ -39,6 +52,8 @@ pub struct Export<V> {
     pub volume: V,
     /// Writes, trims and zeroing are refused with `EPERM`.
     pub read_only: bool,
+    /// The writes in flight, by block range (see `blocklock`).
+    pub(crate) locks: Arc<BlockLocks>,
 }
 
 impl<V: Volume> Export<V> {
@@ -48,6 +63,7 @@ impl<V: Volume> Export<V> {
             description: String::new(),
             volume,
             read_only: false,
+            locks: Arc::default(),
         }
     }
 

@@ -40,15 +40,38 @@ impl From<io::Error> for HandshakeEnd {
     }
 }
 
-/// The block sizes the server advertises for `export` and enforces:
-/// (minimum = preferred = the volume's block size, maximum payload).
-pub(crate) fn block_sizes<V: Volume>(export: &Export<V>, cfg: &ServerConfig) -> (u32, u32) {
+/// The smallest request alignment the server accepts (and advertises as
+/// the minimum block size): 512 bytes, the sector size file systems and
+/// block layers assume. Requests that cover part of a volume block are
+/// read-modify-writes of that block (see `blocklock`).
+pub(crate) const MIN_BLOCK_BYTES: u32 = 512;
+
+/// The block sizes the server advertises for an export (`NBD_INFO_BLOCK_SIZE`)
+/// and enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockSizes {
+    /// Requests must be aligned to this: [`MIN_BLOCK_BYTES`] (or the
+    /// volume's block size if that were smaller).
+    pub minimum: u32,
+    /// The volume's block size: requests aligned to it need no
+    /// read-modify-write.
+    pub preferred: u32,
+    /// The largest READ or WRITE payload: the configured maximum capped by
+    /// the volume's largest request, a multiple of the volume's block size.
+    pub maximum: u32,
+}
+
+pub(crate) fn block_sizes<V: Volume>(export: &Export<V>, cfg: &ServerConfig) -> BlockSizes {
     let bs = export.volume.block_size() as u32;
     let by_volume = u64::from(export.volume.max_request_blocks().max(1)) * u64::from(bs);
     let max = u64::from(cfg.max_payload_bytes).min(by_volume);
     // A multiple of the block size, at least one block.
     let max = (max / u64::from(bs)).max(1) * u64::from(bs);
-    (bs, u32::try_from(max).unwrap_or(u32::MAX / bs * bs))
+    BlockSizes {
+        minimum: MIN_BLOCK_BYTES.min(bs),
+        preferred: bs,
+        maximum: u32::try_from(max).unwrap_or(u32::MAX / bs * bs),
+    }
 }
 
 /// Transmission flags of `export` for a session.
@@ -380,9 +403,9 @@ where
             .await?;
         // Block sizes are sent whether or not they were asked for (the
         // protocol allows it), and enforced.
-        let (bs, max) = block_sizes(&export, self.cfg);
-        self.reply(option, REP_INFO, &info_block_size(bs, bs, max))
-            .await?;
+        let sizes = block_sizes(&export, self.cfg);
+        let info = info_block_size(sizes.minimum, sizes.preferred, sizes.maximum);
+        self.reply(option, REP_INFO, &info).await?;
         if request.requests.contains(&INFO_NAME) {
             let d = info_string(INFO_NAME, &export.name);
             self.reply(option, REP_INFO, &d).await?;

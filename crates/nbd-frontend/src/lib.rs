@@ -20,6 +20,17 @@
 //!
 //! [`client`] is a small client of the same protocol, for tests and tools.
 //!
+//! Requests need only be aligned to 512 bytes (the advertised minimum block
+//! size; the preferred one is the volume's block size, 4 KiB for zftl). A
+//! read of part of a block reads the block; a write, trim or zeroing of
+//! part of a block reads it, changes the covered bytes and writes it back,
+//! in the same volume write as the request's other blocks. Every write
+//! locks the blocks it touches (shared for whole blocks, exclusive for a
+//! read-modify-write) so two requests on different sectors of one block
+//! never lose each other's bytes, and each block's new version is one
+//! volume write, so a power cut leaves the old or the new block, never a
+//! mix. Requests not aligned to 512 bytes are refused with `EINVAL`.
+//!
 //! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
 //! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
 //! zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are data
@@ -30,6 +41,7 @@
 //! every error are structured chunks; other successes are simple replies,
 //! as the protocol allows (16 bytes, which a client reads in one receive).
 
+mod blocklock;
 pub mod client;
 mod config;
 mod export;

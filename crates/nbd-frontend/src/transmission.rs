@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tracing::{debug, warn};
+use tracing::{debug, trace, warn};
 use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
 use crate::config::ServerConfig;
@@ -32,31 +32,33 @@ use crate::metrics::{Command, Metrics};
 use crate::outbox::{Backlog, Duplex, Outbox};
 use crate::proto::*;
 
-/// A decoded, validated request (public only through `fuzzing`).
+/// A decoded, validated request (public only through `fuzzing`). Byte
+/// ranges are aligned to [`Limits::min_block_size`] and lie inside the
+/// export; they need not be aligned to the volume's block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Read {
-        lba: u64,
-        blocks: u64,
+        offset: u64,
+        length: u32,
     },
     Write {
-        lba: u64,
-        blocks: u64,
+        offset: u64,
+        length: u32,
         fua: bool,
     },
     Flush,
     Trim {
-        lba: u64,
-        blocks: u64,
+        offset: u64,
+        length: u32,
         fua: bool,
     },
     Zero {
-        lba: u64,
-        blocks: u64,
+        offset: u64,
+        length: u32,
         fua: bool,
         no_hole: bool,
     },
-    /// `offset` and `length` in bytes (need not be block-aligned).
+    /// Any byte range inside the export (not even 512-aligned).
     BlockStatus {
         offset: u64,
         length: u32,
@@ -83,7 +85,11 @@ fn refuse(errno: Errno, message: impl Into<String>) -> Refusal {
 /// through `fuzzing`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// The volume's block size (advertised as the preferred block size).
     pub block_size: u64,
+    /// Requests must be aligned to this (the advertised minimum block
+    /// size, 512).
+    pub min_block_size: u64,
     pub size_bytes: u64,
     pub max_payload: u32,
     pub read_only: bool,
@@ -93,11 +99,12 @@ pub struct Limits {
 
 impl Limits {
     pub(crate) fn of<V: Volume>(session: &Session<V>, cfg: &ServerConfig) -> Limits {
-        let (bs, max) = block_sizes(&session.export, cfg);
+        let sizes = block_sizes(&session.export, cfg);
         Limits {
-            block_size: u64::from(bs),
+            block_size: u64::from(sizes.preferred),
+            min_block_size: u64::from(sizes.minimum),
             size_bytes: session.export.size_bytes(),
-            max_payload: max,
+            max_payload: sizes.maximum,
             read_only: session.export.read_only,
             structured: session.structured,
             base_allocation: session.base_allocation,
@@ -117,35 +124,33 @@ impl Limits {
         })
     }
 
-    /// The block range of an offset and length, checked for alignment and
+    /// Checks a byte range for alignment (to the minimum block size) and
     /// bounds. `beyond_end` is the error for a range past the end.
-    fn blocks(&self, h: &RequestHeader, beyond_end: Errno) -> Result<(u64, u64), Refusal> {
+    fn range(&self, h: &RequestHeader, beyond_end: Errno) -> Result<(), Refusal> {
         let len = u64::from(h.length);
         if len == 0 {
             return Err(refuse(Errno::Inval, "zero-length request"));
         }
-        if !h.offset.is_multiple_of(self.block_size) || !len.is_multiple_of(self.block_size) {
+        let min = self.min_block_size;
+        if !h.offset.is_multiple_of(min) || !len.is_multiple_of(min) {
             return Err(refuse(
                 Errno::Inval,
                 format!(
-                    "offset {} or length {} not a multiple of the block size {}",
-                    h.offset, len, self.block_size
+                    "offset {} or length {} not a multiple of the minimum block size {min}",
+                    h.offset, len
                 ),
             ));
         }
         match h.offset.checked_add(len) {
-            Some(end) if end <= self.size_bytes => {}
-            _ => {
-                return Err(refuse(
-                    beyond_end,
-                    format!(
-                        "{}+{} lies beyond the end of the export ({} bytes)",
-                        h.offset, len, self.size_bytes
-                    ),
-                ))
-            }
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(refuse(
+                beyond_end,
+                format!(
+                    "{}+{} lies beyond the end of the export ({} bytes)",
+                    h.offset, len, self.size_bytes
+                ),
+            )),
         }
-        Ok((h.offset / self.block_size, len / self.block_size))
     }
 
     /// Checks a header. Pure: the fuzz and unit tests drive it directly.
@@ -177,29 +182,49 @@ impl Limits {
                 ),
             ));
         }
+        let (offset, length) = (h.offset, h.length);
         match h.command {
             CMD_READ => {
-                let (lba, blocks) = self.blocks(h, Errno::Inval)?;
-                Ok(Op::Read { lba, blocks })
+                self.range(h, Errno::Inval)?;
+                Ok(Op::Read { offset, length })
             }
             CMD_WRITE => {
-                let (lba, blocks) = self.blocks(h, Errno::NoSpc)?;
-                Ok(Op::Write { lba, blocks, fua })
+                self.range(h, Errno::NoSpc)?;
+                Ok(Op::Write {
+                    offset,
+                    length,
+                    fua,
+                })
             }
             CMD_TRIM => {
-                let (lba, blocks) = self.blocks(h, Errno::Inval)?;
-                Ok(Op::Trim { lba, blocks, fua })
+                self.range(h, Errno::Inval)?;
+                Ok(Op::Trim {
+                    offset,
+                    length,
+                    fua,
+                })
             }
             CMD_WRITE_ZEROES => {
-                let (lba, blocks) = self.blocks(h, Errno::NoSpc)?;
+                self.range(h, Errno::NoSpc)?;
                 let no_hole = h.flags & CMD_FLAG_NO_HOLE != 0;
-                if no_hole && h.flags & CMD_FLAG_FAST_ZERO != 0 {
+                let fast = h.flags & CMD_FLAG_FAST_ZERO != 0;
+                if no_hole && fast {
                     // Zeroes that must be allocated are written as data: not fast.
                     return Err(refuse(Errno::NotSup, "NO_HOLE zeroing is not fast"));
                 }
+                let span = Span::of(offset, u64::from(length), self.block_size);
+                if fast && !span.aligned() {
+                    return Err(refuse(
+                        Errno::NotSup,
+                        format!(
+                            "zeroing part of a {}-byte block is a read-modify-write, not fast",
+                            self.block_size
+                        ),
+                    ));
+                }
                 Ok(Op::Zero {
-                    lba,
-                    blocks,
+                    offset,
+                    length,
                     fua,
                     no_hole,
                 })
@@ -401,103 +426,304 @@ fn descriptors(
     out
 }
 
-/// Runs a validated request on the volume, in pieces of at most the
-/// volume's largest request.
-async fn execute<V: Volume>(
-    export: &Export<V>,
-    op: Op,
-    payload: Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, IoError> {
-    let vol = &export.volume;
-    let max = u64::from(vol.max_request_blocks().max(1));
-    let bs = vol.block_size();
-    match op {
-        Op::Read { lba, blocks } => {
-            if blocks <= max {
-                return read(vol, lba, blocks).await.map(Some);
-            }
-            let mut out = Vec::with_capacity(blocks as usize * bs);
-            for (l, n) in pieces(lba, blocks, max) {
-                out.extend_from_slice(&read(vol, l, n).await?);
-            }
-            Ok(Some(out))
+/// The volume blocks a byte range touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    lba: u64,
+    blocks: u64,
+    /// Bytes of the first block before the range (0: it starts on a block).
+    head: usize,
+    /// Bytes of the last block after the range (0: it ends on a block).
+    tail: usize,
+}
+
+impl Span {
+    /// The span of `offset`+`length` bytes (`length > 0`, no overflow:
+    /// `Limits::range` checked both) in blocks of `bs` bytes.
+    fn of(offset: u64, length: u64, bs: u64) -> Span {
+        let end = offset + length;
+        let lba = offset / bs;
+        Span {
+            lba,
+            blocks: end.div_ceil(bs) - lba,
+            head: (offset % bs) as usize,
+            tail: ((bs - end % bs) % bs) as usize,
         }
-        Op::Write { lba, blocks, fua } => {
-            let data = payload.unwrap_or_default();
-            if blocks <= max {
-                vol.call(Request::Write { lba, data, fua }).await?;
-                return Ok(None);
-            }
-            for (l, n) in pieces(lba, blocks, max) {
-                let at = ((l - lba) as usize) * bs;
-                let piece = data[at..at + n as usize * bs].to_vec();
-                vol.call(Request::Write {
+    }
+
+    /// Starts and ends on block boundaries: no read-modify-write.
+    fn aligned(&self) -> bool {
+        self.head == 0 && self.tail == 0
+    }
+
+    fn end(&self) -> u64 {
+        self.lba + self.blocks
+    }
+
+    /// The blocks the range covers whole: `(lba, count)`, `count` may be 0.
+    fn whole(&self) -> (u64, u64) {
+        let first = self.lba + u64::from(self.head > 0);
+        let end = self.end() - u64::from(self.tail > 0);
+        (first, end.saturating_sub(first))
+    }
+
+    /// The blocks the range covers only in part, as runs `(lba, count)`:
+    /// none, the first block, the last, or both (one run when adjacent).
+    fn partial_runs(&self) -> [Option<(u64, u64)>; 2] {
+        let last = self.end() - 1;
+        let first_partial = self.head > 0 || (self.blocks == 1 && self.tail > 0);
+        let last_partial = self.tail > 0 && last != self.lba;
+        match (first_partial, last_partial) {
+            (true, true) if last == self.lba + 1 => [Some((self.lba, 2)), None],
+            (true, true) => [Some((self.lba, 1)), Some((last, 1))],
+            (true, false) => [Some((self.lba, 1)), None],
+            (false, true) => [None, Some((last, 1))],
+            (false, false) => [None, None],
+        }
+    }
+}
+
+/// The volume's requests for one NBD request: pieces of at most `max`
+/// blocks, each block of the range in exactly one piece (a block's new
+/// version is one volume write, so a power cut leaves the old or the new
+/// block, never a mix of their sectors).
+struct Blocks<'a, V> {
+    vol: &'a V,
+    bs: usize,
+    max: u64,
+}
+
+impl<V: Volume> Blocks<'_, V> {
+    async fn read(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
+        if blocks <= self.max {
+            return self.read_one(lba, blocks).await;
+        }
+        let mut out = Vec::with_capacity(blocks as usize * self.bs);
+        for (l, n) in pieces(lba, blocks, self.max) {
+            out.extend_from_slice(&self.read_one(l, n).await?);
+        }
+        Ok(out)
+    }
+
+    /// One volume read, checked to be as long as asked (the reply and the
+    /// read-modify-writes rely on it).
+    async fn read_one(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
+        let block_count = blocks as u32;
+        let expected_bytes = blocks as usize * self.bs;
+        match self.vol.call(Request::Read { lba, block_count }).await? {
+            ReplyData::Read(data) if data.len() == expected_bytes => Ok(data),
+            ReplyData::Read(data) => Err(IoError::BufferSize {
+                expected_bytes,
+                actual_bytes: data.len(),
+            }),
+            _ => Err(IoError::BufferSize {
+                expected_bytes,
+                actual_bytes: 0,
+            }),
+        }
+    }
+
+    async fn write(&self, lba: u64, data: Vec<u8>, fua: bool) -> Result<(), IoError> {
+        let blocks = (data.len() / self.bs) as u64;
+        if blocks <= self.max {
+            self.vol.call(Request::Write { lba, data, fua }).await?;
+            return Ok(());
+        }
+        for (l, n) in pieces(lba, blocks, self.max) {
+            let at = ((l - lba) as usize) * self.bs;
+            let piece = data[at..at + n as usize * self.bs].to_vec();
+            self.vol
+                .call(Request::Write {
                     lba: l,
                     data: piece,
                     fua,
                 })
                 .await?;
-            }
-            Ok(None)
         }
-        Op::Flush => vol.call(Request::Flush).await.map(|_| None),
-        Op::Trim { lba, blocks, fua } => {
-            for (l, n) in pieces(lba, blocks, max) {
-                let block_count = n as u32;
-                vol.call(Request::Trim {
+        Ok(())
+    }
+
+    async fn trim(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
+        for (l, n) in pieces(lba, blocks, self.max) {
+            let block_count = n as u32;
+            self.vol
+                .call(Request::Trim {
                     lba: l,
                     block_count,
                 })
                 .await?;
+        }
+        Ok(())
+    }
+
+    async fn zero(&self, lba: u64, blocks: u64, no_hole: bool, fua: bool) -> Result<(), IoError> {
+        let single = blocks <= self.max;
+        for (l, n) in pieces(lba, blocks, self.max) {
+            let piece_fua = fua && single;
+            let request = if no_hole {
+                let data = vec![0u8; n as usize * self.bs];
+                Request::Write {
+                    lba: l,
+                    data,
+                    fua: piece_fua,
+                }
+            } else {
+                Request::WriteZeroes {
+                    lba: l,
+                    block_count: n as u32,
+                    fua: piece_fua,
+                }
+            };
+            self.vol.call(request).await?;
+        }
+        if fua && !single {
+            self.vol.call(Request::Flush).await?;
+        }
+        Ok(())
+    }
+
+    /// The blocks of `span` with the current contents of those it covers
+    /// only in part (read together when adjacent); the rest is zeros, for
+    /// the caller to fill.
+    async fn read_partial(&self, span: &Span) -> Result<Vec<u8>, IoError> {
+        let [a, b] = span.partial_runs();
+        if a == Some((span.lba, span.blocks)) {
+            // Every block of the span is partly covered (a write within one
+            // block or across one boundary): the read is the buffer.
+            return self.read_one(span.lba, span.blocks).await;
+        }
+        let mut buf = vec![0u8; span.blocks as usize * self.bs];
+        let read = |run: Option<(u64, u64)>| async move {
+            match run {
+                Some((lba, n)) => self.read_one(lba, n).await.map(|d| Some((lba, d))),
+                None => Ok(None),
             }
+        };
+        let (a, b) = tokio::join!(read(a), read(b));
+        for (lba, old) in [a?, b?].into_iter().flatten() {
+            let at = (lba - span.lba) as usize * self.bs;
+            buf[at..at + old.len()].copy_from_slice(&old);
+        }
+        Ok(buf)
+    }
+
+    /// Zeroes the part of `span`'s partly covered blocks that the range
+    /// covers: each such run is read, its covered bytes zeroed, and written
+    /// back as data; a run that is then all zeros is trimmed (`trim`) or
+    /// zeroed without data instead, unless `no_hole`.
+    async fn zero_partial(&self, span: &Span, trim: bool, no_hole: bool) -> Result<(), IoError> {
+        let bs = self.bs;
+        let range_start = span.head;
+        let range_end = span.blocks as usize * bs - span.tail;
+        for (lba, n) in span.partial_runs().into_iter().flatten() {
+            let mut data = self.read_one(lba, n).await?;
+            // This run's bytes within the span, and the range's part of them.
+            let run_start = (lba - span.lba) as usize * bs;
+            let from = range_start.max(run_start) - run_start;
+            let to = range_end.min(run_start + data.len()) - run_start;
+            data[from..to].fill(0);
+            if no_hole || data.iter().any(|&b| b != 0) {
+                self.write(lba, data, false).await?;
+            } else if trim {
+                self.trim(lba, n).await?;
+            } else {
+                self.zero(lba, n, false, false).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs a validated request on the volume. Writes, trims and zeroing lock
+/// their blocks first (see `blocklock`): shared when the range is aligned to
+/// the volume's blocks, exclusive when it is a read-modify-write; `tracked`
+/// bounds the export's lock table.
+async fn execute<V: Volume>(
+    export: &Export<V>,
+    op: Op,
+    payload: Option<Vec<u8>>,
+    tracked: usize,
+) -> Result<Option<Vec<u8>>, IoError> {
+    let vol = &export.volume;
+    let io = Blocks {
+        vol,
+        bs: vol.block_size(),
+        max: u64::from(vol.max_request_blocks().max(1)),
+    };
+    let span = |offset: u64, length: u32| {
+        let s = Span::of(offset, u64::from(length), io.bs as u64);
+        if !s.aligned() && !matches!(op, Op::Read { .. }) {
+            trace!(?op, "read-modify-write");
+        }
+        s
+    };
+    let lock = |s: Span| export.locks.lock(s.lba, s.end(), !s.aligned(), tracked);
+    match op {
+        Op::Read { offset, length } => {
+            let s = span(offset, length);
+            let mut data = io.read(s.lba, s.blocks).await?;
+            if !s.aligned() {
+                let len = length as usize;
+                data.copy_within(s.head..s.head + len, 0);
+                data.truncate(len);
+            }
+            Ok(Some(data))
+        }
+        Op::Write {
+            offset,
+            length,
+            fua,
+        } => {
+            let s = span(offset, length);
+            let data = payload.unwrap_or_default();
+            let _locked = lock(s).await;
+            if s.aligned() {
+                io.write(s.lba, data, fua).await?;
+            } else {
+                let mut blocks = io.read_partial(&s).await?;
+                blocks[s.head..s.head + data.len()].copy_from_slice(&data);
+                io.write(s.lba, blocks, fua).await?;
+            }
+            Ok(None)
+        }
+        Op::Flush => vol.call(Request::Flush).await.map(|_| None),
+        Op::Trim {
+            offset,
+            length,
+            fua,
+        } => {
+            let s = span(offset, length);
+            let _locked = lock(s).await;
+            io.zero_partial(&s, true, false).await?;
+            let (lba, n) = s.whole();
+            io.trim(lba, n).await?;
             if fua {
                 vol.call(Request::Flush).await?;
             }
             Ok(None)
         }
         Op::Zero {
-            lba,
-            blocks,
+            offset,
+            length,
             fua,
             no_hole,
         } => {
-            let single = blocks <= max;
-            for (l, n) in pieces(lba, blocks, max) {
-                let piece_fua = fua && single;
-                let request = if no_hole {
-                    let data = vec![0u8; n as usize * bs];
-                    Request::Write {
-                        lba: l,
-                        data,
-                        fua: piece_fua,
-                    }
-                } else {
-                    Request::WriteZeroes {
-                        lba: l,
-                        block_count: n as u32,
-                        fua: piece_fua,
-                    }
-                };
-                vol.call(request).await?;
-            }
-            if fua && !single {
-                vol.call(Request::Flush).await?;
+            let s = span(offset, length);
+            let _locked = lock(s).await;
+            if s.aligned() {
+                io.zero(s.lba, s.blocks, no_hole, fua).await?;
+            } else {
+                io.zero_partial(&s, false, no_hole).await?;
+                let (lba, n) = s.whole();
+                io.zero(lba, n, no_hole, false).await?;
+                if fua {
+                    vol.call(Request::Flush).await?;
+                }
             }
             Ok(None)
         }
         // Answered by `block_status`; never executed here.
         Op::BlockStatus { .. } | Op::Disc => Ok(None),
-    }
-}
-
-async fn read<V: Volume>(vol: &V, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
-    let block_count = blocks as u32;
-    match vol.call(Request::Read { lba, block_count }).await? {
-        ReplyData::Read(data) => Ok(data),
-        _ => Err(IoError::BufferSize {
-            expected_bytes: blocks as usize * vol.block_size(),
-            actual_bytes: 0,
-        }),
     }
 }
 
@@ -743,6 +969,7 @@ async fn serve_request<V: Volume>(
     permits: Permits,
     tx: mpsc::Sender<Outgoing>,
     metrics: Arc<Metrics>,
+    tracked: usize,
 ) {
     let cookie = header.cookie;
     let started = std::time::Instant::now();
@@ -763,7 +990,9 @@ async fn serve_request<V: Volume>(
         } => block_status(&export.volume, offset, length, req_one)
             .await
             .map(Answer::Status),
-        op => execute(&export, op, payload).await.map(Answer::Data),
+        op => execute(&export, op, payload, tracked)
+            .await
+            .map(Answer::Data),
     };
     let failed = result.is_err();
     let (head, data) = match result {
@@ -834,6 +1063,7 @@ pub(crate) async fn transmit<S, V>(
     };
     let (read_half, write_half) = tokio::io::split(stream);
     let depth = cfg.max_inflight_requests_per_connection as usize;
+    let tracked = cfg.max_tracked_writes();
     // Replies of requests in flight: at most `depth`, as many as permits.
     let (tx, rx) = mpsc::channel::<Outgoing>(depth);
     let socket = Duplex {
@@ -881,6 +1111,7 @@ pub(crate) async fn transmit<S, V>(
                     permits,
                     tx,
                     Arc::clone(metrics),
+                    tracked,
                 )));
             }
             Next::Refused(out) => {
@@ -911,6 +1142,7 @@ mod tests {
     fn limits() -> Limits {
         Limits {
             block_size: 4096,
+            min_block_size: 512,
             size_bytes: 4096 * 100,
             max_payload: 4096 * 8,
             read_only: false,
@@ -938,13 +1170,16 @@ mod tests {
         let l = limits();
         assert_eq!(
             l.check(&h(CMD_READ, 0, 4096, 8192)),
-            Ok(Op::Read { lba: 1, blocks: 2 })
+            Ok(Op::Read {
+                offset: 4096,
+                length: 8192
+            })
         );
         assert_eq!(
             l.check(&h(CMD_WRITE, CMD_FLAG_FUA, 0, 4096)),
             Ok(Op::Write {
-                lba: 0,
-                blocks: 1,
+                offset: 0,
+                length: 4096,
                 fua: true
             })
         );
@@ -957,6 +1192,46 @@ mod tests {
     }
 
     #[test]
+    fn sector_aligned_requests_decode() {
+        let l = limits();
+        assert_eq!(
+            l.check(&h(CMD_READ, 0, 512, 1024)),
+            Ok(Op::Read {
+                offset: 512,
+                length: 1024
+            })
+        );
+        assert_eq!(
+            l.check(&h(CMD_WRITE, 0, 4096 * 99 + 3584, 512)),
+            Ok(Op::Write {
+                offset: 4096 * 99 + 3584,
+                length: 512,
+                fua: false
+            })
+        );
+        assert!(l.check(&h(CMD_TRIM, 0, 512, 4096 * 50)).is_ok());
+        assert!(l.check(&h(CMD_WRITE_ZEROES, 0, 1024, 512)).is_ok());
+        // Zeroing part of a block reads and writes it: not fast.
+        for (offset, length) in [(512, 4096), (0, 512), (4096, 4096 + 512)] {
+            assert_eq!(
+                errno(l.check(&h(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, offset, length))),
+                Some(Errno::NotSup),
+                "{offset}+{length}"
+            );
+        }
+        // Not multiples of 512: EINVAL.
+        for (offset, length) in [(1, 512), (0, 511), (511, 1), (4096, 4097), (256, 4096)] {
+            for command in [CMD_READ, CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES] {
+                assert_eq!(
+                    errno(l.check(&h(command, 0, offset, length))),
+                    Some(Errno::Inval),
+                    "{command} {offset}+{length}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bad_requests_get_the_spec_errors() {
         let l = limits();
         assert_eq!(errno(l.check(&h(99, 0, 0, 4096))), Some(Errno::Inval));
@@ -965,10 +1240,10 @@ mod tests {
             Some(Errno::Inval)
         );
         assert_eq!(
-            errno(l.check(&h(CMD_READ, 0, 512, 4096))),
+            errno(l.check(&h(CMD_READ, 0, 100, 4096))),
             Some(Errno::Inval)
         );
-        assert_eq!(errno(l.check(&h(CMD_READ, 0, 0, 512))), Some(Errno::Inval));
+        assert_eq!(errno(l.check(&h(CMD_READ, 0, 0, 100))), Some(Errno::Inval));
         assert_eq!(errno(l.check(&h(CMD_READ, 0, 0, 0))), Some(Errno::Inval));
         assert_eq!(
             errno(l.check(&h(CMD_READ, 0, 4096 * 99, 8192))),
@@ -976,6 +1251,10 @@ mod tests {
         );
         assert_eq!(
             errno(l.check(&h(CMD_WRITE, 0, 4096 * 99, 8192))),
+            Some(Errno::NoSpc)
+        );
+        assert_eq!(
+            errno(l.check(&h(CMD_WRITE, 0, 4096 * 100 - 512, 1024))),
             Some(Errno::NoSpc)
         );
         assert_eq!(
@@ -1019,6 +1298,43 @@ mod tests {
             errno(simple.check(&h(CMD_READ, CMD_FLAG_DF, 0, 4096))),
             Some(Errno::Inval)
         );
+    }
+
+    #[test]
+    fn spans_split_ranges_into_whole_and_partial_blocks() {
+        let bs = 4096;
+        let span = |o: u64, l: u64| Span::of(o, l, bs);
+        // Aligned.
+        let s = span(4096, 8192);
+        assert!(s.aligned());
+        assert_eq!((s.lba, s.blocks, s.whole()), (1, 2, (1, 2)));
+        assert_eq!(s.partial_runs(), [None, None]);
+        // Inside one block.
+        let s = span(512, 1024);
+        assert_eq!((s.lba, s.blocks, s.head, s.tail), (0, 1, 512, 2560));
+        assert_eq!(s.whole().1, 0);
+        assert_eq!(s.partial_runs(), [Some((0, 1)), None]);
+        let s = span(0, 512);
+        assert_eq!((s.head, s.tail, s.whole().1), (0, 3584, 0));
+        assert_eq!(s.partial_runs(), [Some((0, 1)), None]);
+        let s = span(3584, 512);
+        assert_eq!((s.head, s.tail, s.whole().1), (3584, 0, 0));
+        assert_eq!(s.partial_runs(), [Some((0, 1)), None]);
+        // Across one boundary: two partial blocks, read together.
+        let s = span(3584, 1024);
+        assert_eq!((s.lba, s.blocks, s.whole().1), (0, 2, 0));
+        assert_eq!(s.partial_runs(), [Some((0, 2)), None]);
+        // Partial ends around whole blocks.
+        let s = span(4096 + 512, 3 * 4096);
+        assert_eq!((s.lba, s.blocks, s.whole()), (1, 4, (2, 2)));
+        assert_eq!(s.partial_runs(), [Some((1, 1)), Some((4, 1))]);
+        // One partial end.
+        let s = span(4096, 4096 + 512);
+        assert_eq!((s.blocks, s.whole()), (2, (1, 1)));
+        assert_eq!(s.partial_runs(), [None, Some((2, 1))]);
+        let s = span(512, 2 * 4096 - 512);
+        assert_eq!((s.blocks, s.whole()), (2, (1, 1)));
+        assert_eq!(s.partial_runs(), [Some((0, 1)), None]);
     }
 
     #[test]

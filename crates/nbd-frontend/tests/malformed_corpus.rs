@@ -31,6 +31,7 @@ const COMMANDS: [u16; 7] = [
 fn limits() -> Limits {
     Limits {
         block_size: 4096,
+        min_block_size: 512,
         size_bytes: 4096 * 1024,
         max_payload: 4096 * 16,
         read_only: false,
@@ -49,21 +50,30 @@ fn header(command: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
     }
 }
 
-/// An accepted op must be inside the export and aligned.
+/// An accepted op must be the request's range, inside the export and
+/// aligned to the minimum block size.
 fn assert_sane(l: &Limits, h: &RequestHeader, r: &Result<Op, (Errno, String)>) {
-    let check_range = |lba: u64, blocks: u64| {
-        assert!(blocks > 0, "{h:?}");
-        assert_eq!(lba * l.block_size, h.offset, "{h:?}");
-        let end = h.offset.checked_add(u64::from(h.length)).expect("overflow");
+    let check_range = |offset: u64, length: u32| {
+        assert!(length > 0, "{h:?}");
+        assert_eq!((offset, length), (h.offset, h.length), "{h:?}");
+        assert_eq!(offset % l.min_block_size, 0, "{h:?}");
+        assert_eq!(u64::from(length) % l.min_block_size, 0, "{h:?}");
+        let end = offset.checked_add(u64::from(length)).expect("overflow");
         assert!(end <= l.size_bytes, "{h:?} accepted beyond {l:?}");
     };
     match r {
-        Ok(Op::Read { lba, blocks }) | Ok(Op::Write { lba, blocks, .. }) => {
-            check_range(*lba, *blocks);
+        Ok(Op::Read { offset, length }) | Ok(Op::Write { offset, length, .. }) => {
+            check_range(*offset, *length);
             assert!(h.length <= l.max_payload, "{h:?}");
         }
-        Ok(Op::Trim { lba, blocks, .. }) | Ok(Op::Zero { lba, blocks, .. }) => {
-            check_range(*lba, *blocks)
+        Ok(Op::Trim { offset, length, .. }) => check_range(*offset, *length),
+        Ok(Op::Zero { offset, length, .. }) => {
+            check_range(*offset, *length);
+            // FAST_ZERO only where no block is read and written back.
+            if h.flags & CMD_FLAG_FAST_ZERO != 0 {
+                assert_eq!(offset % l.block_size, 0, "{h:?}");
+                assert_eq!(u64::from(*length) % l.block_size, 0, "{h:?}");
+            }
         }
         Ok(Op::BlockStatus { offset, length, .. }) => {
             let end = offset.checked_add(u64::from(*length)).expect("overflow");
@@ -165,6 +175,11 @@ fn oversized_and_overflowing_ranges_are_refused() {
         (1 << 32) - 4096,
         4096 * 1024,
         4096 * 1023,
+        512,
+        4096 * 1024 - 512,
+        u64::MAX - 511,
+        u64::MAX / 512 * 512,
+        (1 << 32) - 512,
     ];
     let lengths = [
         0,
@@ -177,12 +192,24 @@ fn oversized_and_overflowing_ranges_are_refused() {
         u32::MAX / 4096 * 4096,
         1 << 31,
         4096 * 17,
+        511,
+        512,
+        513,
+        1536,
+        4096 * 16 + 512,
+        u32::MAX - 511,
     ];
     for l in [limits(), huge] {
         for &command in &COMMANDS {
             for &offset in &offsets {
                 for &length in &lengths {
-                    for flags in [0, CMD_FLAG_FUA, CMD_FLAG_REQ_ONE, CMD_FLAG_NO_HOLE] {
+                    for flags in [
+                        0,
+                        CMD_FLAG_FUA,
+                        CMD_FLAG_REQ_ONE,
+                        CMD_FLAG_NO_HOLE,
+                        CMD_FLAG_FAST_ZERO,
+                    ] {
                         let h = header(command, flags, offset, length);
                         let r = check(&l, &h);
                         assert_sane(&l, &h, &r);
@@ -611,6 +638,10 @@ fn malformed_requests_get_errors_and_never_reach_the_volume() {
                 (1, 4096),
                 (0, 1),
                 (0, 0),
+                (511, 512),
+                (512, 511),
+                (size - 512, 1024),
+                (u64::MAX - 511, 1024),
                 (0, 9 * BS as u32),
             ] {
                 // WRITE payloads up to the skip bound are sent (and dropped).

@@ -181,6 +181,7 @@ struct Client {
     size: u64,
     flags: u16,
     min_block: u32,
+    preferred_block: u32,
     max_block: u32,
 }
 
@@ -206,12 +207,13 @@ async fn connect(addr: SocketAddr, name: &str, opts: Opts) -> Client {
         assert_eq!(contexts[0].1, META_BASE_ALLOCATION);
     }
     let export = nbd.go(name, &[INFO_BLOCK_SIZE]).await.unwrap();
-    let (min_block, _, max_block) = export.block_size.expect("NBD_INFO_BLOCK_SIZE");
+    let (min_block, preferred_block, max_block) = export.block_size.expect("NBD_INFO_BLOCK_SIZE");
     Client {
         nbd,
         size: export.size_bytes,
         flags: export.flags,
         min_block,
+        preferred_block,
         max_block,
     }
 }
@@ -311,7 +313,9 @@ async fn round_trips_simple_and_structured() {
         )
         .await;
         assert!(c.size >= 64 * BS as u64);
-        assert_eq!(c.min_block as usize, BS);
+        // 512-byte requests are accepted (a block's read-modify-write).
+        assert_eq!(c.min_block, 512);
+        assert_eq!(c.preferred_block as usize, BS);
         assert_eq!(c.max_block as usize, MAX_REQUEST_BLOCKS as usize * BS);
         for f in [
             FLAG_HAS_FLAGS,
@@ -970,6 +974,7 @@ async fn malformed_inputs_regression_suite() {
             size: export.size_bytes,
             flags: export.flags,
             min_block: 0,
+            preferred_block: 0,
             max_block: 0,
         };
         assert_eq!(c.read(BS as u64, BS as u32).await, known);
@@ -1018,8 +1023,8 @@ async fn malformed_inputs_regression_suite() {
                 bs,
                 Errno::NoSpc,
             ),
-            ("misaligned offset", 0, CMD_READ, 512, bs, Errno::Inval),
-            ("misaligned length", 0, CMD_READ, 0, 512, Errno::Inval),
+            ("offset not a sector", 0, CMD_READ, 100, bs, Errno::Inval),
+            ("length not a sector", 0, CMD_READ, 0, 1000, Errno::Inval),
             ("zero length", 0, CMD_READ, 0, 0, Errno::Inval),
             (
                 "read over the limit",

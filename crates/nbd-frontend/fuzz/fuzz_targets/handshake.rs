@@ -1,7 +1,9 @@
 //! The whole server on one connection, driven by arbitrary client bytes
 //! over an in-memory duplex: greeting, option haggling, then transmission,
 //! against a dummy volume that panics on any request the server should have
-//! refused (out of range, too many blocks, wrong buffer size).
+//! refused (out of range, too many blocks, wrong buffer size). Requests
+//! aligned to 512 bytes but not to the block size reach it as whole-block
+//! reads and writes (read-modify-write).
 //!
 //! The first input byte picks the set-up:
 //! - bit 0: block size 512 (else 4096);

@@ -1,7 +1,9 @@
 //! Request header decode + validation, exactly as the transmission reader
 //! runs them, under limits chosen by the input. Whatever validates must be
-//! safe to hand to the volume: aligned, inside the export, within the
-//! advertised payload size, and no write on a read-only export.
+//! safe to hand to the volume: the request's own range, aligned to the
+//! minimum block size (512; the volume's blocks may be larger), inside the
+//! export, within the advertised payload size, FAST_ZERO only on whole
+//! blocks, and no write on a read-only export.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +37,8 @@ fn limits(k: &[u8]) -> Limits {
         .min(u64::from(u32::MAX / block_size as u32) * block_size) as u32;
     Limits {
         block_size,
+        // What the server advertises: 512, or the block size if smaller.
+        min_block_size: 512.min(block_size),
         size_bytes,
         max_payload,
         read_only: byte(14) & 1 != 0,
@@ -63,45 +67,53 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(h.encode(), raw, "header does not round-trip");
     let l = limits(knobs);
-    let bs = l.block_size;
-    let in_range = |lba: u64, blocks: u64| {
-        assert!(blocks > 0);
-        assert_eq!(lba * bs, h.offset);
-        assert_eq!(blocks * bs, u64::from(h.length));
-        let end = h
-            .offset
-            .checked_add(u64::from(h.length))
-            .expect("no overflow");
+    let min = l.min_block_size;
+    let in_range = |offset: u64, length: u32| {
+        assert!(length > 0);
+        assert_eq!((offset, length), (h.offset, h.length));
+        assert_eq!(offset % min, 0, "{h:?} not aligned to {min}");
+        assert_eq!(u64::from(length) % min, 0, "{h:?} not aligned to {min}");
+        let end = offset.checked_add(u64::from(length)).expect("no overflow");
         assert!(end <= l.size_bytes, "{h:?} beyond {l:?}");
     };
     match check(&l, &h) {
-        Ok(Op::Read { lba, blocks }) => {
+        Ok(Op::Read { offset, length }) => {
             assert_eq!(h.command, CMD_READ);
-            in_range(lba, blocks);
+            in_range(offset, length);
             assert!(h.length <= l.max_payload);
         }
-        Ok(Op::Write { lba, blocks, fua }) => {
+        Ok(Op::Write {
+            offset,
+            length,
+            fua,
+        }) => {
             assert_eq!(h.command, CMD_WRITE);
             assert!(!l.read_only);
-            in_range(lba, blocks);
+            in_range(offset, length);
             assert!(h.length <= l.max_payload);
             assert_eq!(fua, h.flags & CMD_FLAG_FUA != 0);
         }
-        Ok(Op::Trim { lba, blocks, .. }) => {
+        Ok(Op::Trim { offset, length, .. }) => {
             assert_eq!(h.command, CMD_TRIM);
             assert!(!l.read_only);
-            in_range(lba, blocks);
+            in_range(offset, length);
         }
         Ok(Op::Zero {
-            lba,
-            blocks,
+            offset,
+            length,
             no_hole,
             ..
         }) => {
             assert_eq!(h.command, CMD_WRITE_ZEROES);
             assert!(!l.read_only);
-            in_range(lba, blocks);
-            assert!(!(no_hole && h.flags & CMD_FLAG_FAST_ZERO != 0));
+            in_range(offset, length);
+            let fast = h.flags & CMD_FLAG_FAST_ZERO != 0;
+            assert!(!(no_hole && fast));
+            // A fast zeroing never reads and writes back part of a block.
+            if fast {
+                assert_eq!(offset % l.block_size, 0, "{h:?}");
+                assert_eq!(u64::from(length) % l.block_size, 0, "{h:?}");
+            }
         }
         Ok(Op::Flush) => {
             assert_eq!(h.command, CMD_FLUSH);

@@ -35,7 +35,11 @@ put("options", "name", b"zftl")
 knobs = bytes([3]) + struct.pack(">Q", 1024) + bytes([1]) + struct.pack(">I", 8) + bytes([6, 1])
 for i, (c, f, o, l) in enumerate([(0, 0, 4096, 8192), (1, 1, 0, 4096), (3, 0, 0, 0), (4, 0, 0, 1 << 20),
                                   (6, 0x12, 4096, 4096), (7, 8, 100, 5000), (2, 0, 0, 0),
-                                  (0, 0, 2**64 - 4096, 4096)]):
+                                  (0, 0, 2**64 - 4096, 4096),
+                                  # 512-byte sectors of 4 KiB blocks: partial reads, writes, trims and
+                                  # zeroing (FAST_ZERO on part of a block is refused), and misaligned.
+                                  (0, 0, 512, 1024), (1, 1, 3584, 1024), (4, 0, 1536, 8192),
+                                  (6, 0x10, 512, 4096), (6, 4, 4096 * 1023 + 3584, 512), (1, 0, 256, 512)]):
     put("request", "req%d" % i, req(c, f, o, l) + knobs)
 
 # handshake: knob byte + client stream (see fuzz_targets/handshake.rs)
@@ -51,5 +55,10 @@ put("handshake", "transmission", bytes([4]) + req(1, 1, 0, 8192) + b"\x22" * 819
     req(1, 0, 2**40, 4096) + b"\x33" * 4096 + req(3, 0, 0, 0) + req(2, 0, 0, 0))
 put("handshake", "transmission_512", bytes([5]) + req(1, 0, 512, 2048) + b"\x44" * 2048 + req(7, 0, 0, 131072) +
     req(0, 0, 0, 1024))
+# 512-byte requests on a 4 KiB-block export: read-modify-writes of partial blocks.
+put("handshake", "transmission_sectors", bytes([4]) + req(1, 0, 512, 1024) + b"\x66" * 1024 +
+    req(1, 1, 3584, 5120) + b"\x77" * 5120 + req(0, 0, 512, 8192) + req(4, 0, 1536, 8192) +
+    req(6, 0, 3584, 1024) + req(6, 0x10, 512, 512) + req(6, 2, 1024, 512) + req(1, 0, 100, 512) +
+    b"\x88" * 512 + req(3, 0, 0, 0) + req(2, 0, 0, 0))
 put("handshake", "read_only", bytes([6]) + req(1, 0, 0, 4096) + b"\x55" * 4096 + req(4, 0, 0, 4096) +
     req(0, 0, 0, 16384) + req(99, 0, 0, 0))
