@@ -173,7 +173,7 @@ impl Model {
         for op in ops {
             let guarded = match op {
                 RangeOp::SetAttribute { .. } => Vec::new(),
-                other => other.writes(),
+                other => other.writes().collect(),
             };
             for (lba, n) in guarded {
                 if let Some(at) =

@@ -410,27 +410,51 @@ impl L2p {
         leaf_may: impl Fn(u16) -> bool,
         want_mapped: bool,
     ) -> Option<Lba> {
-        if from >= self.logical_blocks {
+        self.next_matching_before(from, self.logical_blocks, leaf_may, want_mapped)
+    }
+
+    /// The first LBA in `from..end` whose entry is mapped (`want_mapped`)
+    /// or not, skipping leaves `leaf_may` rules out by their count.
+    fn next_matching_before(
+        &self,
+        from: Lba,
+        end: Lba,
+        leaf_may: impl Fn(u16) -> bool,
+        want_mapped: bool,
+    ) -> Option<Lba> {
+        let end = end.min(self.logical_blocks);
+        if from >= end {
             return None;
         }
         let f = self.format;
         let (first_leaf, first_slot) = self.split(from);
-        for leaf in first_leaf..self.leaves.len() {
+        let last_leaf = ((end - 1) / LEAF_BLOCKS) as usize;
+        for leaf in first_leaf..=last_leaf {
             if !leaf_may(self.leaf_mapped_entries[leaf]) {
                 continue;
             }
             let start = if leaf == first_leaf { first_slot } else { 0 };
+            let stop = if leaf == last_leaf {
+                ((end - 1) % LEAF_BLOCKS) as usize + 1
+            } else {
+                LEAF_ENTRIES
+            };
             let found = match &self.leaves[leaf] {
                 None => Some(start),
-                Some(words) => (start..LEAF_ENTRIES)
+                Some(words) => (start..stop)
                     .find(|&slot| f.ppa_of(f.read(words, slot)).is_some() == want_mapped),
             };
-            if let Some(slot) = found {
+            if let Some(slot) = found.filter(|&s| s < stop) {
                 let lba = leaf as u64 * LEAF_BLOCKS + slot as u64;
-                return (lba < self.logical_blocks).then_some(lba);
+                return (lba < end).then_some(lba);
             }
         }
         None
+    }
+
+    /// The first mapped LBA in `from..end` (unallocated leaves skipped whole).
+    pub fn next_mapped_before(&self, from: Lba, end: Lba) -> Option<Lba> {
+        self.next_matching_before(from, end, |count| count != 0, true)
     }
 
     /// `(leaf index, slot)` of an LBA; an LBA past the end is a caller bug.
@@ -624,6 +648,11 @@ mod tests {
             map.set(lba, Ppa(lba as u32), 0);
         }
         assert_eq!(map.next_mapped(0), Some(1000));
+        assert_eq!(map.next_mapped_before(0, 1000), None);
+        assert_eq!(map.next_mapped_before(0, 1001), Some(1000));
+        assert_eq!(map.next_mapped_before(2047, 2049), Some(2047));
+        assert_eq!(map.next_mapped_before(3100, 5000), None);
+        assert_eq!(map.next_mapped_before(5, 5), None);
         assert_eq!(map.next_unmapped(1000), Some(3100));
         assert_eq!(map.next_mapped(3100), None);
         assert_eq!(map.next_unmapped(4999), Some(4999));

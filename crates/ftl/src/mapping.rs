@@ -243,10 +243,10 @@ impl Mapping {
         }
     }
 
-    /// The first mapped LBA at or after `from` (unmapped leaves are skipped
+    /// The first mapped LBA in `from..end` (unmapped leaves are skipped
     /// whole).
-    pub fn next_mapped(&self, from: Lba) -> Option<Lba> {
-        self.l2p.next_mapped(from)
+    pub fn next_mapped(&self, from: Lba, end: Lba) -> Option<Lba> {
+        self.l2p.next_mapped_before(from, end)
     }
 
     /// Whether a live mapping names `ppa`: the one liveness test.

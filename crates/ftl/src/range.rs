@@ -168,65 +168,64 @@ pub const MAX_MERGE_SOURCES: usize = 16;
 
 impl RangeOp {
     /// The ranges the operation changes, as `(lba, block_count)`.
-    pub fn writes(&self) -> Vec<(Lba, u64)> {
+    pub fn writes(&self) -> Ranges<'_> {
         match self {
             RangeOp::Clone {
                 dst, block_count, ..
-            } => vec![(*dst, *block_count)],
+            }
+            | RangeOp::Merge {
+                dst, block_count, ..
+            } => Ranges::of(&[*dst], *block_count),
             RangeOp::Move {
                 src,
                 dst,
                 block_count,
-            } => vec![(*src, *block_count), (*dst, *block_count)],
+            } => Ranges::of(&[*src, *dst], *block_count),
             RangeOp::Delete { lba, block_count }
             | RangeOp::SetAttribute {
                 lba, block_count, ..
-            } => vec![(*lba, *block_count)],
-            RangeOp::Merge {
-                dst, block_count, ..
-            } => vec![(*dst, *block_count)],
+            } => Ranges::of(&[*lba], *block_count),
         }
     }
 
     /// Every range the operation reads or changes.
-    pub fn ranges(&self) -> Vec<(Lba, u64)> {
+    pub fn ranges(&self) -> Ranges<'_> {
         match self {
             RangeOp::Clone {
                 src,
                 dst,
                 block_count,
-            } => vec![(*src, *block_count), (*dst, *block_count)],
+            } => Ranges::of(&[*src, *dst], *block_count),
             RangeOp::Merge {
                 sources,
                 dst,
                 block_count,
                 ..
-            } => std::iter::once(*dst)
-                .chain(sources.iter().copied())
-                .map(|l| (l, *block_count))
-                .collect(),
+            } => Ranges::of(&[*dst], *block_count).and(sources),
             other => other.writes(),
         }
     }
 
     /// The ranges whose blocks the operation reads (and so may share).
-    pub fn reads(&self) -> Vec<(Lba, u64)> {
+    pub fn reads(&self) -> Ranges<'_> {
         match self {
             RangeOp::Clone {
                 src, block_count, ..
             }
             | RangeOp::Move {
                 src, block_count, ..
-            } => vec![(*src, *block_count)],
+            } => Ranges::of(&[*src], *block_count),
             RangeOp::Merge { .. } => self.ranges(),
-            RangeOp::Delete { .. } | RangeOp::SetAttribute { .. } => Vec::new(),
+            RangeOp::Delete { block_count, .. } | RangeOp::SetAttribute { block_count, .. } => {
+                Ranges::of(&[], *block_count)
+            }
         }
     }
 
     /// The ranges an immutable attribute forbids the operation to touch.
-    fn guarded(&self) -> Vec<(Lba, u64)> {
+    fn guarded(&self) -> Ranges<'_> {
         match self {
-            RangeOp::SetAttribute { .. } => Vec::new(),
+            RangeOp::SetAttribute { block_count, .. } => Ranges::of(&[], *block_count),
             other => other.writes(),
         }
     }
@@ -240,6 +239,48 @@ impl RangeOp {
             | RangeOp::Merge { block_count, .. }
             | RangeOp::SetAttribute { block_count, .. } => *block_count,
         }
+    }
+}
+
+/// An operation's ranges, `(lba, block_count)`, without allocating: up to
+/// two fixed start addresses, then a merge's sources.
+#[derive(Clone, Debug)]
+pub struct Ranges<'a> {
+    fixed: [Lba; 2],
+    fixed_len: usize,
+    pos: usize,
+    more: std::slice::Iter<'a, Lba>,
+    block_count: u64,
+}
+
+impl<'a> Ranges<'a> {
+    fn of(starts: &[Lba], block_count: u64) -> Ranges<'a> {
+        let mut fixed = [0; 2];
+        fixed[..starts.len()].copy_from_slice(starts);
+        Ranges {
+            fixed,
+            fixed_len: starts.len(),
+            pos: 0,
+            more: [].iter(),
+            block_count,
+        }
+    }
+
+    fn and(mut self, more: &'a [Lba]) -> Ranges<'a> {
+        self.more = more.iter();
+        self
+    }
+}
+
+impl Iterator for Ranges<'_> {
+    type Item = (Lba, u64);
+
+    fn next(&mut self) -> Option<(Lba, u64)> {
+        if self.pos < self.fixed_len {
+            self.pos += 1;
+            return Some((self.fixed[self.pos - 1], self.block_count));
+        }
+        self.more.next().map(|&l| (l, self.block_count))
     }
 }
 
@@ -301,7 +342,7 @@ pub fn validate(ops: &[RangeOp], logical_blocks: u64) -> Result<(), IoError> {
                         sources.len()
                     )));
                 }
-                let all = op.ranges();
+                let all: Vec<(Lba, u64)> = op.ranges().collect();
                 for (a, ra) in all.iter().enumerate() {
                     if all[a + 1..].iter().any(|&rb| overlaps(*ra, rb)) {
                         return Err(bad(format!(
@@ -330,6 +371,20 @@ pub fn validate(ops: &[RangeOp], logical_blocks: u64) -> Result<(), IoError> {
 /// Checks a vector against the attributes, in order (an earlier operation
 /// of the vector may set or clear one).
 pub fn check_attributes(ops: &[RangeOp], attrs: &AttrMap) -> Result<(), IoError> {
+    let changes = ops
+        .iter()
+        .any(|o| matches!(o, RangeOp::SetAttribute { .. }));
+    if !changes {
+        // The common case: nothing to simulate, no copy of the table.
+        for op in ops {
+            for (lba, n) in op.guarded() {
+                if let Some(at) = attrs.first_immutable(lba, n) {
+                    return Err(IoError::Immutable { lba: at });
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut attrs = attrs.clone();
     for op in ops {
         for (lba, n) in op.guarded() {
@@ -541,8 +596,7 @@ impl Apply {
 fn next_mapped_offset(mapping: &Mapping, bases: &[Lba], from: u64, count: u64) -> Option<u64> {
     bases
         .iter()
-        .filter_map(|&b| mapping.next_mapped(b + from).map(|l| l - b))
-        .filter(|&k| k < count)
+        .filter_map(|&b| mapping.next_mapped(b + from, b + count).map(|l| l - b))
         .min()
 }
 

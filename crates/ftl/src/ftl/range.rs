@@ -377,10 +377,7 @@ impl Ftl {
                 return Ok(false);
             }
             *budget -= 1;
-            let next = self
-                .mapping
-                .next_mapped(lba + c.offset)
-                .filter(|&l| l < lba + n);
+            let next = self.mapping.next_mapped(lba + c.offset, lba + n);
             let Some(next) = next else {
                 c.range += 1;
                 c.offset = 0;
@@ -435,9 +432,6 @@ impl Ftl {
     /// the log for the pins, then the pre-flush.
     fn after_check(&mut self, budget: &mut u64) -> bool {
         let free = u64::from(self.mapping.shared_free());
-        let pin_budget =
-            self.log.free_blocks() / 4 * crate::note::notes_per_block(self.block_size()) as u64;
-        let next_seq = self.next_seq;
         let a = self.ranges.active.as_mut().expect("active vector");
         let Phase::Check(c) = std::mem::replace(&mut a.phase, Phase::Drain) else {
             unreachable!()
@@ -455,7 +449,12 @@ impl Ftl {
             );
             return true;
         }
-        if c.pins.len() as u64 > pin_budget {
+        let notes_per_block = crate::note::notes_per_block(self.block_size()) as u64;
+        let too_many_pins = !c.pins.is_empty()
+            && c.pins.len() as u64 > self.log.free_blocks() / 4 * notes_per_block;
+        let next_seq = self.next_seq;
+        let a = self.ranges.active.as_mut().expect("active vector");
+        if too_many_pins {
             // After a checkpoint the blocks need no pins.
             a.phase = Phase::AwaitCheckpoint { target: next_seq };
             self.ckpt_requested = true;

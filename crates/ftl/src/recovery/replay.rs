@@ -285,7 +285,7 @@ impl Rebuild {
         let mut dropped = 0;
         for (lba, n) in ranges {
             let mut at = lba;
-            while let Some(l) = self.mapping.next_mapped(at).filter(|&l| l < lba + n) {
+            while let Some(l) = self.mapping.next_mapped(at, lba + n) {
                 self.mapping.unmap(l);
                 dropped += 1;
                 at = l + 1;
