@@ -41,6 +41,7 @@
 //! [`data_crc::choose_fastest`] once at startup (about 5 ms) to run the
 //! implementation that is fastest on this CPU, as the `zftl` binary does.
 
+pub mod control;
 pub mod data_crc;
 pub mod handle;
 pub mod transaction;
