@@ -332,6 +332,36 @@ mod tests {
         assert_eq!(buf.len(), MAX_LINE_BYTES + 1);
     }
 
+    fn settings(argv: &[&str]) -> Settings {
+        use clap::Parser;
+        let argv = ["zftl", "serve"].iter().chain(argv).copied();
+        match crate::args::Cli::try_parse_from(argv).unwrap().command {
+            Some(crate::args::Command::Serve(a)) => Settings::from_args(&a).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_socket_sits_next_to_the_image() {
+        let img = Path::new("/data/vol.img");
+        let s = with_default_path(&settings(&[]), img);
+        assert_eq!(s.control, Some(PathBuf::from("/data/vol.img.control")));
+        let s = with_default_path(&settings(&["--control", "/run/z.sock"]), img);
+        assert_eq!(s.control, Some(PathBuf::from("/run/z.sock")));
+        let s = with_default_path(&settings(&["--no-control"]), img);
+        assert_eq!(s.control, None);
+        // --memory-mib and --device get none unless asked (run_until adds
+        // the default for images only).
+        assert_eq!(settings(&["--memory-mib", "64"]).control, None);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("serve.toml");
+        std::fs::write(&cfg, "control = \"ctl/z.sock\"\n").unwrap();
+        let s = settings(&["--config", cfg.to_str().unwrap()]);
+        assert_eq!(s.control, Some(dir.path().join("ctl/z.sock")));
+        let s = settings(&["--config", cfg.to_str().unwrap(), "--control", "x"]);
+        assert_eq!(s.control, Some(PathBuf::from("x")));
+    }
+
     #[test]
     fn bind_makes_a_0600_socket_replaces_stale_ones_and_refuses_live_ones() {
         let dir = tempfile::tempdir().unwrap();

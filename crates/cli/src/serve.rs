@@ -110,10 +110,8 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                 tokio::task::spawn_blocking(move || zftl::control::execute(&mut h, command))
                     .await
                     .unwrap_or_else(|e| {
-                        Err(IoError::DeviceGone).map_err(|g| {
-                            warn!(error = %e, "control request task failed");
-                            g.into()
-                        })
+                        warn!(error = %e, "control request task failed");
+                        Err(IoError::DeviceGone.into())
                     })
             }
             Core::Inline(h) => zftl::control::execute(&mut h.clone(), command),
