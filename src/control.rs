@@ -44,6 +44,8 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 pub const MAX_ID_BYTES: usize = 256;
 /// Most attribute ranges one `attrs` reply lists (and the default `max`).
 pub const MAX_ATTRS_PER_REPLY: u64 = 4096;
+/// The longest `error.message`, in bytes (longer ones are cut, with `…`).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// The longest reply line a server sends, in bytes: an `attrs` page of
 /// [`MAX_ATTRS_PER_REPLY`] ranges, or the stats, fit with room to spare.
 /// Clients may refuse longer lines.
@@ -979,7 +981,7 @@ pub fn ok_line(id: Option<&Id>, body: Map<String, Value>) -> String {
 pub fn error_line(id: Option<&Id>, error: &ControlError) -> String {
     let mut e = Map::new();
     e.insert("kind".into(), error.kind.as_str().into());
-    e.insert("message".into(), error.message.clone().into());
+    e.insert("message".into(), bounded_message(&error.message).into());
     if let Some(lba) = error.lba {
         e.insert("lba".into(), lba.into());
     }
@@ -988,6 +990,18 @@ pub fn error_line(id: Option<&Id>, error: &ControlError) -> String {
         id_value(id),
         Value::Object(e)
     )
+}
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] (on a character boundary).
+fn bounded_message(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE_BYTES - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 /// The reply line to a request's outcome.
@@ -1657,6 +1671,15 @@ mod tests {
         let line = ok_line(None, ping_body(4096, 100));
         assert!(line.starts_with(r#"{"id":null,"ok":true,"#), "{line}");
         assert!(parse_reply(b"{\"ok\":1}").is_err());
+        // Messages are bounded, whatever the request quoted.
+        let long = ControlError::parse("é".repeat(MAX_MESSAGE_BYTES));
+        let r = parse_reply(error_line(None, &long).as_bytes()).unwrap();
+        let m = r.result.unwrap_err().message;
+        assert!(
+            m.len() <= MAX_MESSAGE_BYTES && m.ends_with('…'),
+            "{}",
+            m.len()
+        );
         assert!(parse_reply(b"nope").is_err());
     }
 

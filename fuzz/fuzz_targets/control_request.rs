@@ -11,13 +11,18 @@
 use libfuzzer_sys::fuzz_target;
 use zftl::control::{
     error_line, ok_line, parse_line, parse_reply, range_body, Command, WireRequest,
-    MAX_ATTRS_PER_REPLY,
+    MAX_ATTRS_PER_REPLY, MAX_REPLY_BYTES,
 };
 use zftl_core::range::{validate, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
 use zftl_core::RangeOp;
 
 fn check_reply(line: &str, id: Option<&zftl::control::Id>) -> zftl::control::ParsedReply {
     assert!(!line.contains('\n'), "a reply spans lines: {line}");
+    assert!(
+        line.len() <= MAX_REPLY_BYTES,
+        "a reply of {} bytes",
+        line.len()
+    );
     let reply = parse_reply(line.as_bytes()).expect("a client reads every reply");
     assert_eq!(reply.id.as_ref(), id, "the reply echoes the id");
     reply

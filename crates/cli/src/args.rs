@@ -97,7 +97,8 @@ Every LBA and BLOCKS is in blocks of the volume's block size (4096 bytes on
 the default device; `zftl stats` prints block_size_bytes).
 
 Without --server the command opens the image (or --device), mounts the FTL,
-applies the operation and shuts down cleanly; the image must not be in use.
+applies the operation and shuts down cleanly; the image must not be in use
+(it refuses an image whose default control socket, <image>.control, answers).
 With --server SOCKET it sends the operation to a running `zftl serve` over
 its control socket (by default the image's path with `.control` appended;
 protocol: docs/control.md).
@@ -319,7 +320,8 @@ pub struct ServeArgs {
     /// Name of the export (the empty name selects it too) [default: zftl].
     #[arg(long, value_name = "NAME")]
     pub export: Option<String>,
-    /// Export read-only: writes, trims and zeroing fail with EPERM.
+    /// Export read-only: writes, trims and zeroing fail with EPERM, and
+    /// the control socket refuses range operations.
     #[arg(long)]
     pub read_only: bool,
     /// Allow a non-loopback --listen address without TLS: anyone who can

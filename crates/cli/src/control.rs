@@ -58,6 +58,27 @@ pub trait Executor: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Map<String, Value>, ControlError>> + Send;
 }
 
+/// The served FTL as the socket sees it: on a `--read-only` export range
+/// operations are refused (`read_only`), as NBD writes are; `ping`,
+/// `stats` and `attrs` still answer.
+#[derive(Clone)]
+pub struct Served<T> {
+    pub target: T,
+    pub read_only: bool,
+}
+
+impl<T: Executor> Executor for Served<T> {
+    async fn execute(&self, command: Command) -> Result<Map<String, Value>, ControlError> {
+        if self.read_only && matches!(command, Command::Range { .. }) {
+            return Err(ControlError::new(
+                ErrorKind::ReadOnly,
+                "the volume is served read-only (--read-only): range operations are refused",
+            ));
+        }
+        self.target.execute(command).await
+    }
+}
+
 /// A bound control socket. Dropping it removes the socket file (if the file
 /// at the path is still this one).
 pub struct ControlSocket {

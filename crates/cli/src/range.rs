@@ -155,6 +155,7 @@ pub fn run(cmd: &RangeCommand, top_image: Option<&PathBuf>, json: bool) -> Resul
             },
             top_image,
         )?;
+        refuse_served_image(&path)?;
         let dev = image::open(&path)?;
         let (body, mut dev) = on_backend(&path, dev, request, all_pages)?;
         dev.sync()
@@ -167,6 +168,25 @@ pub fn run(cmd: &RangeCommand, top_image: Option<&PathBuf>, json: bool) -> Resul
         }
     };
     crate::emit(json, &report, || report.text())
+}
+
+/// An image a running `zftl serve` has open must not be mounted a second
+/// time (both would write it): refuse when its default control socket
+/// answers, and point at `--server`.
+fn refuse_served_image(path: &Path) -> Result<(), CliError> {
+    let mut socket = path.as_os_str().to_owned();
+    socket.push(".control");
+    let socket = PathBuf::from(socket);
+    if UnixStream::connect(&socket).is_ok() {
+        return Err(CliError::Ftl {
+            path: path.to_path_buf(),
+            reason: format!(
+                "in use by a running `zftl serve` (its control socket answers); use --server {}",
+                socket.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// One request, or for `attrs` without `max` every page of it.

@@ -758,7 +758,10 @@ fn serve_on<B: Backend + Send + 'static>(
         }
         let (control_stop, control_stopped) = tokio::sync::watch::channel(false);
         let control_task = control.map(|mut socket| {
-            let target = vol.handle.clone();
+            let target = crate::control::Served {
+                target: vol.handle.clone(),
+                read_only: settings.read_only,
+            };
             tokio::spawn(async move { socket.serve(target, control_stopped).await })
         });
         ready(Bound {

@@ -347,8 +347,21 @@ fn connection_limit_socket_file_and_cli_client() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in use"), "{err}");
 
-    // The CLI as a client.
+    // The CLI as a client; on the image itself it refuses, pointing here.
     let s = sock.to_str().unwrap();
+    let out = zftl(&[
+        "range",
+        "clone",
+        "0:100:8",
+        "--image",
+        img.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("in use by a running `zftl serve`") && err.contains(&format!("--server {s}")),
+        "{err}"
+    );
     let out = zftl(&["range", "clone", "0:100:8", "--server", s, "--json"]);
     assert!(out.status.success(), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -408,6 +421,15 @@ fn a_stale_socket_is_replaced_after_a_crash() {
     drop(c);
     assert!(served.stop().success());
     assert!(!sock.exists());
+    // --read-only: range operations refused, queries answered.
+    let served = Served::start(&img, &["--control", s, "--read-only"]);
+    let mut c = Conn::open(&sock).unwrap();
+    let v = c.request(r#"{"id":3,"op":"delete","ranges":[{"lba":0,"blocks":1}]}"#);
+    assert_eq!(kind(&v), "read_only");
+    let v = c.request(r#"{"id":4,"op":"attrs"}"#);
+    assert_eq!(v["ranges"][0]["lba"], 5);
+    drop(c);
+    assert!(served.stop().success());
     // --no-control: no socket at all.
     let served = Served::start_without_control(&img);
     let mut default = img.as_os_str().to_owned();
