@@ -530,14 +530,12 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
 }
 
 /// Where the server ended up listening (ports may have been 0).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Bound {
     #[allow(dead_code)] // read by the tests
     pub nbd: SocketAddr,
     #[allow(dead_code)] // read by the tests
     pub metrics: Option<SocketAddr>,
-    #[allow(dead_code)] // read by the tests
-    pub control: Option<PathBuf>,
 }
 
 /// `crc`: how the data CRC implementations timed (fastest first, in use).
@@ -767,7 +765,6 @@ fn serve_on<B: Backend + Send + 'static>(
         ready(Bound {
             nbd: local,
             metrics: metrics_addr,
-            control: settings.control.clone().filter(|_| control_task.is_some()),
         });
         let shutdown = async {
             shutdown.await;
