@@ -112,6 +112,7 @@ type Answer = oneshot::Sender<Result<ReplyData, IoError>>;
 enum Msg<B> {
     Io { request: Request, answer: Answer },
     Stats(oneshot::Sender<FtlStats>),
+    Attributes(oneshot::Sender<Vec<(Lba, u64, u8)>>),
     Shutdown(oneshot::Sender<Result<B, IoError>>),
     IntoBackend(oneshot::Sender<B>),
 }
@@ -421,6 +422,15 @@ impl<B: Send + 'static> Handle<B> {
         reply.blocking_recv().map_err(closed)
     }
 
+    /// The range attributes, `(lba, block_count, bits)` runs in order
+    /// (bits: [`zftl_core::range::attr_bits`]), taken on the driver thread.
+    /// Like [`Self::stats`], still answers after the device is gone.
+    pub fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Attributes(answer))?;
+        reply.blocking_recv().map_err(closed)
+    }
+
     /// Clean unmount: serves what is queued, flushes, writes a checkpoint,
     /// stops the driver thread and returns the backend. Other clones fail
     /// with [`IoError::DeviceGone`] afterwards. Fails with `DeviceGone` when
@@ -665,6 +675,13 @@ impl<B: Send + 'static> AsyncHandle<B> {
         reply.await.map_err(closed)
     }
 
+    /// See [`Handle::attributes`].
+    pub async fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Attributes(answer)).await?;
+        reply.await.map_err(closed)
+    }
+
     /// See [`Handle::shutdown`]. The driver thread is not joined (that
     /// would block the executor); it has nothing left to do once the
     /// backend is handed back.
@@ -830,6 +847,9 @@ impl<B: Backend> Engine<B> {
             }
             Msg::Stats(answer) => {
                 let _ = answer.send(self.driver.stats());
+            }
+            Msg::Attributes(answer) => {
+                let _ = answer.send(self.driver.ftl().attributes());
             }
             Msg::Shutdown(answer) => {
                 if self.ending.is_some() {
@@ -1160,6 +1180,16 @@ impl<B: Backend> InlineHandle<B> {
             .driver
             .as_ref()
             .map(Driver::stats)
+            .ok_or(IoError::DeviceGone)
+    }
+
+    /// See [`Handle::attributes`].
+    pub fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        let state = self.lock().ok_or(IoError::DeviceGone)?;
+        state
+            .driver
+            .as_ref()
+            .map(|d| d.ftl().attributes())
             .ok_or(IoError::DeviceGone)
     }
 

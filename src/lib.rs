@@ -43,6 +43,7 @@
 
 #![deny(missing_docs)]
 
+pub mod control;
 pub mod data_crc;
 pub mod handle;
 pub mod transaction;

@@ -73,6 +73,11 @@ pub enum Command {
     /// `nbdinfo nbd://127.0.0.1:10809` or `qemu-io -f raw nbd://127.0.0.1:10809/zftl`.
     /// Logs go to stderr (filter with RUST_LOG, default info).
     Serve(ServeArgs),
+    /// Range operations: clone, move, delete, merge and attributes of
+    /// logical block ranges, without copying data; on an image, or through
+    /// the control socket of a running `zftl serve`.
+    #[command(subcommand, long_about = RANGE_ABOUT, after_help = RANGE_EXAMPLES)]
+    Range(RangeCommand),
     /// Print the zone geometry and limits of an NVMe ZNS drive (Linux only).
     ///
     /// DEVICE is the namespace's generic char device (/dev/ngXnY); it is
@@ -82,6 +87,219 @@ pub enum Command {
     Info(DeviceArg),
 }
 
+const RANGE_ABOUT: &str = "\
+Range operations: clone, move, delete, merge and attributes of logical block
+ranges. They change which logical blocks name which data; no data is copied.
+All ranges of one command are one atomic unit (all or nothing, also across a
+crash), and the command returns once it is durable.
+
+Every LBA and BLOCKS is in blocks of the volume's block size (4096 bytes on
+the default device; `zftl stats` prints block_size_bytes).
+
+Without --server the command opens the image (or --device), mounts the FTL,
+applies the operation and shuts down cleanly; the image must not be in use
+(it refuses an image whose default control socket, <image>.control, answers).
+With --server SOCKET it sends the operation to a running `zftl serve` over
+its control socket (by default the image's path with `.control` appended;
+protocol: docs/control.md).
+
+Exit status: 0 done, 1 refused by the FTL (out of range, overlapping ranges,
+an immutable range, a merge conflict, ...) or the server could not be
+reached, with one line on stderr, nothing changed; 2 bad arguments.";
+
+const RANGE_EXAMPLES: &str = "\
+Examples:
+  zftl range clone 0:1000:256                  # blocks 1000..1256 name what 0..256 name
+  zftl range clone 0:1000:8 8:2000:8           # two clones, one atomic unit
+  zftl range move 5000:0:64                    # 0..64 take 5000..5064's blocks; those read zeros
+  zftl range delete 0:64 128:64                # persistent trim of two ranges
+  zftl range merge --dst 0 --blocks 256 --policy last-wins 1000 2000
+  zftl range attr immutable 0:256              # refuse writes, trims, moves out, clones into
+  zftl range attr mutable 0:256
+  zftl range attrs                             # list the attribute ranges
+  zftl range clone 0:1000:256 --server ~/.local/share/zftl/default.img.control
+  zftl range attrs --image small.img --json";
+
+/// `zftl range …`.
+#[derive(Debug, Subcommand)]
+pub enum RangeCommand {
+    /// Make each DST range name the blocks its SRC range names (no data
+    /// is copied; a later write to either side changes only that side).
+    #[command(after_help = "Example: zftl range clone 0:1000:256 512:2000:16")]
+    Clone(PairArgs),
+    /// Move each SRC range to DST: DST names SRC's blocks, SRC reads as
+    /// zeros afterwards.
+    #[command(after_help = "Example: zftl range move 5000:0:64")]
+    Move(PairArgs),
+    /// Persistent trim of each range: it reads as zeros, also after a crash.
+    #[command(after_help = "Example: zftl range delete 0:64 128:64")]
+    Delete(SpanArgs),
+    /// Merge the SRC ranges into DST: each block of DST that a source
+    /// changed (names other data than DST, e.g. after a clone of DST was
+    /// written) takes that source's block; --policy decides where several
+    /// sources changed the same block.
+    #[command(
+        after_help = "Example: zftl range clone 0:1000:256; (write to 1000..1256); zftl range merge --dst 0 --blocks 256 1000"
+    )]
+    Merge(MergeArgs),
+    /// Set or clear an attribute of ranges: immutable (refuses writes,
+    /// trims, write-zeroes, moves out of it, deletes, clones and merges
+    /// into it), mutable (clears it), non-persistent (its contents read as
+    /// zeros after a crash), persistent (clears it).
+    #[command(after_help = "Example: zftl range attr immutable 0:256 1024:16")]
+    Attr(AttrArgs),
+    /// List the attribute ranges (those ending after --from, in order).
+    #[command(after_help = "Example: zftl range attrs --server default.img.control --json")]
+    Attrs(AttrsArgs),
+}
+
+/// Where a range command runs.
+#[derive(Debug, Args)]
+pub struct RangeTarget {
+    /// The simulated device image [default: as for `zftl` with no
+    /// subcommand: $ZFTL_IMAGE, else $XDG_DATA_HOME/zftl/default.img, else
+    /// $HOME/.local/share/zftl/default.img].
+    #[arg(long, value_name = "PATH")]
+    pub image: Option<PathBuf>,
+    /// Work on this zoned device (/dev/ngXnY or a zoned block device;
+    /// Linux only) instead of an image.
+    #[arg(long, value_name = "DEVICE", conflicts_with = "image")]
+    pub device: Option<PathBuf>,
+    /// Send the operation to a running `zftl serve` through its control
+    /// socket instead of opening the volume.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["image", "device"])]
+    pub server: Option<PathBuf>,
+}
+
+/// `SRC:DST:BLOCKS` of clone and move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair {
+    pub src: u64,
+    pub dst: u64,
+    pub blocks: u64,
+}
+
+/// `LBA:BLOCKS` of delete and attr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub lba: u64,
+    pub blocks: u64,
+}
+
+fn numbers<const N: usize>(s: &str, form: &str) -> Result<[u64; N], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != N {
+        return Err(format!("`{s}` is not {form}"));
+    }
+    let mut out = [0u64; N];
+    for (o, p) in out.iter_mut().zip(&parts) {
+        *o = p.trim().parse().map_err(|_| {
+            format!("`{s}`: `{p}` is not a whole number of blocks (0 to 2^64-1); expected {form}")
+        })?;
+    }
+    if out[N - 1] == 0 {
+        return Err(format!("`{s}`: BLOCKS must be at least 1"));
+    }
+    Ok(out)
+}
+
+/// `SRC:DST:BLOCKS`.
+pub fn parse_pair(s: &str) -> Result<Pair, String> {
+    let [src, dst, blocks] = numbers::<3>(s, "SRC:DST:BLOCKS (e.g. 0:1000:256)")?;
+    Ok(Pair { src, dst, blocks })
+}
+
+/// `LBA:BLOCKS`.
+pub fn parse_span(s: &str) -> Result<Span, String> {
+    let [lba, blocks] = numbers::<2>(s, "LBA:BLOCKS (e.g. 0:256)")?;
+    Ok(Span { lba, blocks })
+}
+
+#[derive(Debug, Args)]
+pub struct PairArgs {
+    /// Ranges: source LBA, destination LBA and length, in blocks.
+    #[arg(value_name = "SRC:DST:BLOCKS", required = true, value_parser = parse_pair)]
+    pub ranges: Vec<Pair>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct SpanArgs {
+    /// Ranges: first LBA and length, in blocks.
+    #[arg(value_name = "LBA:BLOCKS", required = true, value_parser = parse_span)]
+    pub ranges: Vec<Span>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+/// A merge's conflict policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    /// Refuse the merge (nothing changes) if two sources changed a block.
+    Fail,
+    /// The first source given that changed a block wins.
+    FirstWins,
+    /// The last source given that changed a block wins.
+    LastWins,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// First LBA of the destination range.
+    #[arg(long, value_name = "LBA")]
+    pub dst: u64,
+    /// Length of the destination and of every source range, in blocks.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub blocks: u64,
+    /// What happens where more than one source changed a block.
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "fail")]
+    pub policy: PolicyArg,
+    /// First LBA of each source range, in order (first-wins and last-wins
+    /// follow this order).
+    #[arg(value_name = "SRC", required = true)]
+    pub sources: Vec<u64>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+/// An attribute to set or clear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttrArg {
+    /// Refuse writes, trims, write-zeroes, moves out, deletes, clones and merges into.
+    Immutable,
+    /// Clear immutable.
+    Mutable,
+    /// The contents read as zeros after a crash (kept across a clean shutdown).
+    NonPersistent,
+    /// Clear non-persistent.
+    Persistent,
+}
+
+#[derive(Debug, Args)]
+pub struct AttrArgs {
+    #[arg(value_enum, value_name = "ATTRIBUTE")]
+    pub attribute: AttrArg,
+    /// Ranges: first LBA and length, in blocks.
+    #[arg(value_name = "LBA:BLOCKS", required = true, value_parser = parse_span)]
+    pub ranges: Vec<Span>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct AttrsArgs {
+    /// List the ranges that end after this LBA [default: 0].
+    #[arg(long, value_name = "LBA")]
+    pub from: Option<u64>,
+    /// List at most N ranges (1 to 4096) and print where the rest start
+    /// (`next`) [default: all of them].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max: Option<u64>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
 /// `zftl serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -89,7 +307,7 @@ pub struct ServeArgs {
     pub image: ImageOpt,
     /// Read the settings from this TOML file: the keys are the long flags
     /// with `_` for `-` (listen, export, read_only, insecure_no_tls, image,
-    /// tls_cert, tls_key, tls_client_ca, metrics) and an `[ftl]` table of
+    /// tls_cert, tls_key, tls_client_ca, metrics, control) and an `[ftl]` table of
     /// the FTL's tunables. Flags given on the command line override it;
     /// unknown keys are an error.
     #[arg(long, value_name = "FILE")]
@@ -102,7 +320,8 @@ pub struct ServeArgs {
     /// Name of the export (the empty name selects it too) [default: zftl].
     #[arg(long, value_name = "NAME")]
     pub export: Option<String>,
-    /// Export read-only: writes, trims and zeroing fail with EPERM.
+    /// Export read-only: writes, trims and zeroing fail with EPERM, and
+    /// the control socket refuses range operations.
     #[arg(long)]
     pub read_only: bool,
     /// Allow a non-loopback --listen address without TLS: anyone who can
@@ -126,6 +345,16 @@ pub struct ServeArgs {
     /// the FTL's statistics (write amplification, GC, erases, free zones).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Listen for control requests (range operations, statistics; JSON
+    /// lines, docs/control.md) on this Unix socket, created with mode 0600
+    /// and removed at exit [default: the image's path with `.control`
+    /// appended; none with --memory-mib or --device unless given]. Use
+    /// `zftl range ... --server PATH` as a client.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// No control socket (not even the default one next to the image).
+    #[arg(long, conflicts_with = "control")]
+    pub no_control: bool,
     /// Serve a simulated device held in memory (timing off) exporting MIB
     /// MiB of logical space instead of an image (the device is half as
     /// large again, at least 1 GiB, touched only as written): formatted at
@@ -315,7 +544,35 @@ pub struct CreateArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{parse_bytes, parse_pair, parse_span, Pair, Span};
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(
+            parse_pair("0:1000:256"),
+            Ok(Pair {
+                src: 0,
+                dst: 1000,
+                blocks: 256
+            })
+        );
+        assert_eq!(parse_span("7:1"), Ok(Span { lba: 7, blocks: 1 }));
+        assert_eq!(
+            parse_span(&format!("{}:1", u64::MAX)),
+            Ok(Span {
+                lba: u64::MAX,
+                blocks: 1
+            })
+        );
+        for bad in [
+            "", "1", "1:2", "1:2:3:4", "a:2:3", "-1:2:3", "1:2:0", "1::3", "1:2:3M",
+        ] {
+            assert!(parse_pair(bad).is_err(), "{bad}");
+        }
+        for bad in ["", "1", "1:0", "1:2:3", "x:1", "18446744073709551616:1"] {
+            assert!(parse_span(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn sizes_parse() {

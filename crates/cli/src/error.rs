@@ -49,6 +49,12 @@ pub enum CliError {
     DeviceDamaged { path: PathBuf, problems: u64 },
     #[error("{0}")]
     InvalidArgument(String),
+    /// A bad command line found after clap parsed it; exits 2 as clap's do.
+    #[error("{0}")]
+    Usage(String),
+    /// A control socket client's failure, or the server's error reply.
+    #[error("server {}: {reason}", path.display())]
+    Server { path: PathBuf, reason: String },
     #[error("cannot write output: {0}")]
     Output(#[source] io::Error),
 }

@@ -7,11 +7,13 @@
 mod args;
 mod bench;
 mod config;
+mod control;
 mod device;
 mod error;
 mod image;
 mod paths;
 mod progress;
+mod range;
 mod report;
 mod serve;
 mod volume;
@@ -45,6 +47,10 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e @ CliError::Usage(_)) => {
+            eprintln!("zftl: error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("zftl: error: {e}");
             ExitCode::FAILURE
@@ -103,6 +109,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
         }
         Some(Command::Bench(args)) => bench::run(args, cli.json),
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref(), &crc),
+        Some(Command::Range(args)) => range::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Info(args)) => {
             let report = device::info(&args.device)?;
             emit(cli.json, &report, || report.text().render())
@@ -164,7 +171,7 @@ fn default_config(args: &DefaultConfigArgs, json: bool) -> Result<(), CliError> 
 }
 
 /// Prints `value` as one JSON object, or the text `render` makes.
-fn emit<T: Serialize>(
+pub(crate) fn emit<T: Serialize>(
     json: bool,
     value: &T,
     render: impl FnOnce() -> String,

@@ -97,6 +97,28 @@ impl<B: Backend + Send + 'static> Core<B> {
     }
 }
 
+/// Control requests run on the FTL: inline on a simulator (like NBD
+/// requests), on a blocking thread beside a driver thread.
+impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
+    async fn execute(
+        &self,
+        command: zftl::control::Command,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, zftl::control::ControlError> {
+        match self {
+            Core::Thread(h) => {
+                let mut h = h.to_blocking();
+                tokio::task::spawn_blocking(move || zftl::control::execute(&mut h, command))
+                    .await
+                    .unwrap_or_else(|e| {
+                        warn!(error = %e, "control request task failed");
+                        Err(IoError::DeviceGone.into())
+                    })
+            }
+            Core::Inline(h) => zftl::control::execute(&mut h.clone(), command),
+        }
+    }
+}
+
 /// The FTL as an NBD volume.
 struct FtlVolume<B: Backend> {
     handle: Core<B>,
@@ -231,6 +253,10 @@ pub(crate) struct Settings {
     pub device: Option<PathBuf>,
     /// `--memory-mib`: serve an in-memory simulated device of this many MiB.
     pub memory_mib: Option<u64>,
+    /// `--control`: the control socket (the image's default is added by
+    /// `run_until` unless `no_control`).
+    pub control: Option<PathBuf>,
+    pub no_control: bool,
     pub ftl: FtlConfig,
 }
 
@@ -252,6 +278,7 @@ struct ServeFile {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     metrics: Option<SocketAddr>,
+    control: Option<PathBuf>,
     ftl: Option<toml::Table>,
 }
 
@@ -294,6 +321,7 @@ fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
         &mut file.tls_cert,
         &mut file.tls_key,
         &mut file.tls_client_ca,
+        &mut file.control,
     ]
     .into_iter()
     .flatten()
@@ -334,6 +362,8 @@ impl Settings {
             image: args.image.image.clone().or(file.image),
             device: args.image.device.clone(),
             memory_mib: args.memory_mib,
+            control: args.control.clone().or(file.control),
+            no_control: args.no_control,
             ftl,
         })
     }
@@ -604,6 +634,7 @@ pub(crate) fn run_until(
         },
         top_image,
     )?;
+    let settings = &crate::control::with_default_path(settings, &path);
     let (dev, action) = image::open_or_create(&path)?;
     info!(image = %path.display(), action = action.as_str(), "image");
     let mut dev = serve_on(settings, &path, dev, Drive::Inline, tls, shutdown, ready)?;
@@ -705,6 +736,10 @@ fn serve_on<B: Backend + Send + 'static>(
 ) -> Result<B, CliError> {
     let listen = settings.listen;
     let format = format_options(settings, dev.geometry().block_size_bytes);
+    let control = match settings.control.as_deref().filter(|_| !settings.no_control) {
+        Some(p) => Some(crate::control::ControlSocket::bind(p)?),
+        None => None,
+    };
     let handle = mount_or_format(path, dev, &format, settings.ftl.clone(), drive)?;
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.max_request_blocks,
@@ -770,11 +805,29 @@ fn serve_on<B: Backend + Send + 'static>(
                 let _ = metrics_stopped.await;
             })));
         }
+        let (control_stop, control_stopped) = tokio::sync::watch::channel(false);
+        let control_task = control.map(|mut socket| {
+            let target = crate::control::Served {
+                target: vol.handle.clone(),
+                read_only: settings.read_only,
+            };
+            tokio::spawn(async move { socket.serve(target, control_stopped).await })
+        });
         ready(Bound {
             nbd: local,
             metrics: metrics_addr,
         });
+        let shutdown = async {
+            shutdown.await;
+            let _ = control_stop.send(true);
+        };
         let served = server.serve(listener, shutdown).await;
+        let _ = control_stop.send(true);
+        if let Some(task) = control_task {
+            if let Ok(Err(e)) = task.await {
+                warn!(error = %e, "control socket");
+            }
+        }
         let _ = metrics_stop.send(());
         if let Some(task) = metrics_task {
             let _ = task.await;

@@ -38,7 +38,7 @@ fn ftl_error(path: &Path, what: &str, e: impl std::fmt::Display) -> CliError {
     }
 }
 
-fn mount_error(path: &Path, e: &MountError) -> CliError {
+pub(crate) fn mount_error(path: &Path, e: &MountError) -> CliError {
     let hint = match e {
         MountError::NotFormatted(_) => "; run `zftl format` first",
         MountError::Damaged(_) | MountError::Format { .. } => "; run `zftl check` for details",

@@ -101,6 +101,8 @@ impl Volume for Dummy {
                 Ok(ReplyData::Extents(runs))
             }
             Request::Flush => Ok(ReplyData::Done),
+            // NBD has no range operations: the server never sends one.
+            Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
         };
         std::future::ready(reply)
     }

@@ -1,0 +1,1786 @@
+//! The control protocol of `zftl serve`: JSON lines over a Unix socket,
+//! one reply line per request line, in order. It carries what NBD cannot:
+//! range operations (clone, move, delete, merge, attributes, and vectors
+//! of them as one atomic unit), the FTL's statistics and its attribute
+//! ranges. Every field, unit, error kind and limit: `docs/control.md`.
+//!
+//! This module is the protocol without the socket, so that it can be
+//! tested and fuzzed on its own: [`parse_line`] turns one line into a
+//! [`Parsed`] request (bounded: nothing it allocates grows past the limits
+//! below, whatever the line holds), [`execute`] runs it against a
+//! [`Target`] (a [`Driver`], a [`Handle`] or an [`InlineHandle`]), and
+//! [`ok_line`] / [`error_line`] render the reply. The `zftl` binary's socket
+//! server and its `zftl range` command are built on these; the wire types
+//! ([`WireRequest`], [`WireOp`]) are what a client serializes.
+//!
+//! ```
+//! use zftl::control::{parse_line, Command};
+//! let p = parse_line(br#"{"id":7,"op":"clone","ranges":[{"src":0,"dst":100,"blocks":8}]}"#)
+//!     .unwrap();
+//! assert!(matches!(p.command, Command::Range { op: "clone", ref ops } if ops.len() == 1));
+//! let e = parse_line(br#"{"id":8,"op":"clone","ranges":[{"lba":0,"blocks":8}]}"#).unwrap_err();
+//! assert_eq!(e.error.kind.as_str(), "parse");
+//! ```
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{json, Map, Value};
+use zftl_core::addr::Lba;
+use zftl_core::range::{attr_bits, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
+use zftl_core::{
+    Attribute, Backend, Driver, FtlStats, IoError, MergePolicy, RangeOp, Request as CoreRequest,
+};
+
+use crate::handle::{Handle, InlineHandle};
+
+/// The protocol's version, in the `ping` reply.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The longest request line, in bytes, without its newline. A server
+/// answers a longer one with a `too_long` error and closes the connection.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// The longest string `id`, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+/// Most attribute ranges one `attrs` reply lists (and the default `max`).
+pub const MAX_ATTRS_PER_REPLY: u64 = 4096;
+/// The longest `error.message`, in bytes (longer ones are cut, with `…`).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// The longest reply line a server sends, in bytes: an `attrs` page of
+/// [`MAX_ATTRS_PER_REPLY`] ranges, or the stats, fit with room to spare.
+/// Clients may refuse longer lines.
+pub const MAX_REPLY_BYTES: usize = 4 << 20;
+
+// ----- wire types -------------------------------------------------------------
+
+/// A request's `id`: a whole number or a string of at most
+/// [`MAX_ID_BYTES`] bytes, echoed in its reply.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Id {
+    /// A whole number.
+    Number(u64),
+    /// A string.
+    Text(String),
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Id::Number(n) => s.serialize_u64(*n),
+            Id::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(
+                    f,
+                    "a whole number from 0 to 2^64-1 or a string of at most {MAX_ID_BYTES} bytes"
+                )
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
+                Ok(Id::Number(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
+                u64::try_from(v)
+                    .map(Id::Number)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
+                if v.len() > MAX_ID_BYTES {
+                    return Err(E::invalid_length(v.len(), &self));
+                }
+                Ok(Id::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The names of the operations, as `op` spells them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpName {
+    /// Answers `ok`: the server is there.
+    Ping,
+    /// The FTL's statistics (`stats` in the reply).
+    Stats,
+    /// The attribute ranges, a page at a time.
+    Attrs,
+    /// Clone ranges (`ranges` of `src`, `dst`, `blocks`).
+    Clone,
+    /// Move ranges (`ranges` of `src`, `dst`, `blocks`).
+    Move,
+    /// Delete ranges (`ranges` of `lba`, `blocks`).
+    Delete,
+    /// Merge `sources` into `dst` (`blocks`, `policy`).
+    Merge,
+    /// Set or clear `attribute` on `ranges` of `lba`, `blocks`.
+    Attr,
+    /// Several operations (`ops`) as one atomic unit.
+    Vector,
+}
+
+impl OpName {
+    /// Every operation, for tests and documentation.
+    pub const ALL: [OpName; 9] = [
+        OpName::Ping,
+        OpName::Stats,
+        OpName::Attrs,
+        OpName::Clone,
+        OpName::Move,
+        OpName::Delete,
+        OpName::Merge,
+        OpName::Attr,
+        OpName::Vector,
+    ];
+
+    /// The name as the protocol spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpName::Ping => "ping",
+            OpName::Stats => "stats",
+            OpName::Attrs => "attrs",
+            OpName::Clone => "clone",
+            OpName::Move => "move",
+            OpName::Delete => "delete",
+            OpName::Merge => "merge",
+            OpName::Attr => "attr",
+            OpName::Vector => "vector",
+        }
+    }
+
+    /// The operations a `vector` may hold.
+    fn in_vector(self) -> bool {
+        matches!(
+            self,
+            OpName::Clone | OpName::Move | OpName::Delete | OpName::Merge | OpName::Attr
+        )
+    }
+}
+
+/// `op` as sent: a known name, or the (truncated) unknown one, which the
+/// conversion answers with `unknown_op` rather than a parse error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpField {
+    /// An operation this build knows.
+    Known(OpName),
+    /// Any other name (answered with `unknown_op`).
+    Unknown(String),
+}
+
+impl From<OpName> for OpField {
+    fn from(op: OpName) -> OpField {
+        OpField::Known(op)
+    }
+}
+
+impl Serialize for OpField {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OpField::Known(op) => s.serialize_str(op.as_str()),
+            OpField::Unknown(name) => s.serialize_str(name),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OpField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<OpField, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = OpField;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an operation name (a string)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OpField, E> {
+                Ok(match OpName::ALL.iter().find(|op| op.as_str() == v) {
+                    Some(&op) => OpField::Known(op),
+                    None => OpField::Unknown(v.chars().take(64).collect()),
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A list of at most `N` items as sent; further items are counted, not
+/// kept, so a long list costs no memory and is answered with its length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bounded<T, const N: usize> {
+    /// The items kept (at most `N`).
+    pub items: Vec<T>,
+    /// Items in the list as sent (more than `items.len()` when it was longer than `N`).
+    pub sent: usize,
+}
+
+impl<T, const N: usize> Bounded<T, N> {
+    /// Items to send (all kept).
+    pub fn new(items: Vec<T>) -> Self {
+        let sent = items.len();
+        Bounded { items, sent }
+    }
+
+    /// The items, or a `bad_vector` error naming `what` when there were
+    /// more than `N` of them, or none.
+    fn checked(&self, what: &str) -> Result<&[T], ControlError> {
+        if self.sent == 0 || self.sent > N {
+            return Err(ControlError::new(
+                ErrorKind::BadVector,
+                format!("{what}: 1 to {N} allowed, {} sent", self.sent),
+            ));
+        }
+        Ok(&self.items)
+    }
+}
+
+impl<T: Serialize, const N: usize> Serialize for Bounded<T, N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.items.serialize(s)
+    }
+}
+
+impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for Bounded<T, N> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T, const N: usize>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>, const N: usize> Visitor<'de> for V<T, N> {
+            type Value = Bounded<T, N>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                let mut sent = 0usize;
+                loop {
+                    if sent < N {
+                        match seq.next_element::<T>()? {
+                            Some(t) => items.push(t),
+                            None => break,
+                        }
+                    } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                    sent += 1;
+                }
+                Ok(Bounded { items, sent })
+            }
+        }
+        d.deserialize_seq(V::<T, N>(std::marker::PhantomData))
+    }
+}
+
+/// One range of a request: `src`, `dst` and `blocks` for clone and move,
+/// `lba` and `blocks` for delete and attr. Units: blocks of the volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Source LBA (clone, move).
+    pub src: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Destination LBA.
+    pub dst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// First LBA (delete, attr).
+    pub lba: Option<u64>,
+    /// Length in blocks.
+    pub blocks: u64,
+}
+
+impl WireRange {
+    /// A clone or move range.
+    pub fn pair(src: u64, dst: u64, blocks: u64) -> WireRange {
+        WireRange {
+            src: Some(src),
+            dst: Some(dst),
+            lba: None,
+            blocks,
+        }
+    }
+
+    /// A delete or attr range.
+    pub fn span(lba: u64, blocks: u64) -> WireRange {
+        WireRange {
+            src: None,
+            dst: None,
+            lba: Some(lba),
+            blocks,
+        }
+    }
+}
+
+/// A merge's conflict policy as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WirePolicy {
+    /// `fail`: a conflict fails the request.
+    Fail,
+    /// `first-wins`: the first source that changed a block wins.
+    FirstWins,
+    /// `last-wins`: the last source that changed a block wins.
+    LastWins,
+}
+
+impl From<WirePolicy> for MergePolicy {
+    fn from(p: WirePolicy) -> MergePolicy {
+        match p {
+            WirePolicy::Fail => MergePolicy::FailOnConflict,
+            WirePolicy::FirstWins => MergePolicy::FirstWins,
+            WirePolicy::LastWins => MergePolicy::LastWins,
+        }
+    }
+}
+
+/// An attribute as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireAttribute {
+    /// `immutable`: refuse changes.
+    Immutable,
+    /// `mutable`: clear immutable.
+    Mutable,
+    /// `non-persistent`: the contents do not survive a crash.
+    NonPersistent,
+    /// `persistent`: clear non-persistent.
+    Persistent,
+}
+
+impl From<WireAttribute> for Attribute {
+    fn from(a: WireAttribute) -> Attribute {
+        match a {
+            WireAttribute::Immutable => Attribute::Immutable,
+            WireAttribute::Mutable => Attribute::Mutable,
+            WireAttribute::NonPersistent => Attribute::NonPersistent,
+            WireAttribute::Persistent => Attribute::Persistent,
+        }
+    }
+}
+
+/// Ranges of one operation as sent (at most [`MAX_VECTOR_OPS`]).
+pub type WireRanges = Bounded<WireRange, MAX_VECTOR_OPS>;
+/// Merge sources as sent (at most [`MAX_MERGE_SOURCES`]).
+pub type WireSources = Bounded<u64, MAX_MERGE_SOURCES>;
+
+/// One operation of a `vector`: clone, move, delete, merge or attr, with
+/// the fields of that operation (the others absent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireOp {
+    /// The operation's name.
+    pub op: OpField,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Ranges (clone, move, delete, attr).
+    pub ranges: Option<WireRanges>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Merge sources.
+    pub sources: Option<WireSources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Destination LBA.
+    pub dst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Length in blocks (merge).
+    pub blocks: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Merge conflict policy.
+    pub policy: Option<WirePolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The attribute to set or clear (attr).
+    pub attribute: Option<WireAttribute>,
+}
+
+impl WireOp {
+    fn empty(op: OpName) -> WireOp {
+        WireOp {
+            op: op.into(),
+            ranges: None,
+            sources: None,
+            dst: None,
+            blocks: None,
+            policy: None,
+            attribute: None,
+        }
+    }
+
+    /// `clone` or `move` of `(src, dst, blocks)` ranges.
+    pub fn pairs(op: OpName, ranges: &[(u64, u64, u64)]) -> WireOp {
+        WireOp {
+            ranges: Some(Bounded::new(
+                ranges
+                    .iter()
+                    .map(|&(s, d, n)| WireRange::pair(s, d, n))
+                    .collect(),
+            )),
+            ..WireOp::empty(op)
+        }
+    }
+
+    /// `delete` of `(lba, blocks)` ranges.
+    pub fn delete(ranges: &[(u64, u64)]) -> WireOp {
+        WireOp {
+            ranges: Some(spans(ranges)),
+            ..WireOp::empty(OpName::Delete)
+        }
+    }
+
+    /// `merge` of `sources` into `dst`.
+    pub fn merge(sources: &[u64], dst: u64, blocks: u64, policy: WirePolicy) -> WireOp {
+        WireOp {
+            sources: Some(Bounded::new(sources.to_vec())),
+            dst: Some(dst),
+            blocks: Some(blocks),
+            policy: Some(policy),
+            ..WireOp::empty(OpName::Merge)
+        }
+    }
+
+    /// `attr` setting or clearing `attribute` on `(lba, blocks)` ranges.
+    pub fn attr(attribute: WireAttribute, ranges: &[(u64, u64)]) -> WireOp {
+        WireOp {
+            ranges: Some(spans(ranges)),
+            attribute: Some(attribute),
+            ..WireOp::empty(OpName::Attr)
+        }
+    }
+}
+
+fn spans(ranges: &[(u64, u64)]) -> WireRanges {
+    Bounded::new(ranges.iter().map(|&(l, n)| WireRange::span(l, n)).collect())
+}
+
+/// One request line as sent: an [`Id`], the `op`, and that operation's
+/// fields. See `docs/control.md`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The request's id, echoed in the reply.
+    pub id: Option<Id>,
+    /// The operation's name.
+    pub op: OpField,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Ranges (clone, move, delete, attr).
+    pub ranges: Option<WireRanges>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Merge sources.
+    pub sources: Option<WireSources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Destination LBA.
+    pub dst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Length in blocks (merge).
+    pub blocks: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Merge conflict policy.
+    pub policy: Option<WirePolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The attribute to set or clear (attr).
+    pub attribute: Option<WireAttribute>,
+    /// `vector`: its operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<Bounded<WireOp, MAX_VECTOR_OPS>>,
+    /// `attrs`: list the ranges that end after this block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<u64>,
+    /// `attrs`: list at most this many ranges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+}
+
+impl WireRequest {
+    /// A request of `op` with no fields.
+    pub fn bare(id: Option<Id>, op: OpName) -> WireRequest {
+        WireRequest {
+            id,
+            op: op.into(),
+            ranges: None,
+            sources: None,
+            dst: None,
+            blocks: None,
+            policy: None,
+            attribute: None,
+            ops: None,
+            from: None,
+            max: None,
+        }
+    }
+
+    /// The request that runs `op` alone.
+    pub fn single(id: Option<Id>, op: WireOp) -> WireRequest {
+        let WireOp {
+            op,
+            ranges,
+            sources,
+            dst,
+            blocks,
+            policy,
+            attribute,
+        } = op;
+        WireRequest {
+            id,
+            op,
+            ranges,
+            sources,
+            dst,
+            blocks,
+            policy,
+            attribute,
+            ops: None,
+            from: None,
+            max: None,
+        }
+    }
+
+    /// A `vector` of `ops`.
+    pub fn vector(id: Option<Id>, ops: Vec<WireOp>) -> WireRequest {
+        WireRequest {
+            ops: Some(Bounded::new(ops)),
+            ..WireRequest::bare(id, OpName::Vector)
+        }
+    }
+
+    /// An `attrs` request.
+    pub fn attrs(id: Option<Id>, from: Option<u64>, max: Option<u64>) -> WireRequest {
+        WireRequest {
+            from,
+            max,
+            ..WireRequest::bare(id, OpName::Attrs)
+        }
+    }
+
+    /// The request as one line, without its newline.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("a request serializes")
+    }
+
+    /// The operation's own fields, as a vector item would carry them.
+    fn as_op(&self) -> WireOp {
+        WireOp {
+            op: self.op.clone(),
+            ranges: self.ranges.clone(),
+            sources: self.sources.clone(),
+            dst: self.dst,
+            blocks: self.blocks,
+            policy: self.policy,
+            attribute: self.attribute,
+        }
+    }
+}
+
+// ----- errors -----------------------------------------------------------------
+
+/// What went wrong, as the reply's `error.kind` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The line is not a request: not JSON, not an object, a field missing,
+    /// unknown or of the wrong type, fields that do not fit the `op`.
+    Parse,
+    /// `op` names no operation this server knows.
+    UnknownOp,
+    /// The line is longer than [`MAX_LINE_BYTES`]; the connection is closed.
+    TooLong,
+    /// The server (or the FTL's queue) is full: too many connections, or
+    /// too many requests in the core. Try again later.
+    Busy,
+    /// The server is shutting down; the connection is closed.
+    ShuttingDown,
+    /// A range lies outside the volume.
+    OutOfRange,
+    /// A request exceeds a size limit of the volume.
+    TooLarge,
+    /// A data buffer of the wrong size.
+    BufferSize,
+    /// The media is full.
+    NoSpace,
+    /// A media or device error (checksum, misdirected block, device error).
+    Io,
+    /// The volume (or the server) is read-only.
+    ReadOnly,
+    /// A range is immutable.
+    Immutable,
+    /// The vector breaks a rule (overlap, empty range, too many operations).
+    BadVector,
+    /// A fail-on-conflict merge met a block more than one source changed.
+    MergeConflict,
+    /// The shared-block table is full.
+    SharingFull,
+    /// The attribute table is full.
+    AttributeTableFull,
+    /// The device is gone.
+    DeviceGone,
+}
+
+impl ErrorKind {
+    /// Every kind, for tests and documentation.
+    pub const ALL: [ErrorKind; 17] = [
+        ErrorKind::Parse,
+        ErrorKind::UnknownOp,
+        ErrorKind::TooLong,
+        ErrorKind::Busy,
+        ErrorKind::ShuttingDown,
+        ErrorKind::OutOfRange,
+        ErrorKind::TooLarge,
+        ErrorKind::BufferSize,
+        ErrorKind::NoSpace,
+        ErrorKind::Io,
+        ErrorKind::ReadOnly,
+        ErrorKind::Immutable,
+        ErrorKind::BadVector,
+        ErrorKind::MergeConflict,
+        ErrorKind::SharingFull,
+        ErrorKind::AttributeTableFull,
+        ErrorKind::DeviceGone,
+    ];
+
+    /// The name as the protocol spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Parse => "parse",
+            ErrorKind::UnknownOp => "unknown_op",
+            ErrorKind::TooLong => "too_long",
+            ErrorKind::Busy => "busy",
+            ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::OutOfRange => "out_of_range",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::BufferSize => "buffer_size",
+            ErrorKind::NoSpace => "no_space",
+            ErrorKind::Io => "io",
+            ErrorKind::ReadOnly => "read_only",
+            ErrorKind::Immutable => "immutable",
+            ErrorKind::BadVector => "bad_vector",
+            ErrorKind::MergeConflict => "merge_conflict",
+            ErrorKind::SharingFull => "sharing_full",
+            ErrorKind::AttributeTableFull => "attribute_table_full",
+            ErrorKind::DeviceGone => "device_gone",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error reply's body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// One line for a person.
+    pub message: String,
+    /// The block the error is about, when it names one.
+    pub lba: Option<Lba>,
+}
+
+impl ControlError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ControlError {
+        ControlError {
+            kind,
+            message: message.into(),
+            lba: None,
+        }
+    }
+
+    fn parse(message: impl Into<String>) -> ControlError {
+        ControlError::new(ErrorKind::Parse, message)
+    }
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind)
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+impl From<&IoError> for ControlError {
+    fn from(e: &IoError) -> ControlError {
+        let (kind, lba) = match e {
+            IoError::OutOfRange { lba, .. } => (ErrorKind::OutOfRange, Some(*lba)),
+            IoError::TooLarge { .. } => (ErrorKind::TooLarge, None),
+            IoError::BufferSize { .. } => (ErrorKind::BufferSize, None),
+            IoError::NoSpace => (ErrorKind::NoSpace, None),
+            IoError::Busy => (ErrorKind::Busy, None),
+            IoError::Corrupt { lba, .. }
+            | IoError::Misdirected { lba, .. }
+            | IoError::Device { lba, .. } => (ErrorKind::Io, Some(*lba)),
+            IoError::ReadOnly => (ErrorKind::ReadOnly, None),
+            IoError::Immutable { lba } => (ErrorKind::Immutable, Some(*lba)),
+            IoError::BadVector { .. } => (ErrorKind::BadVector, None),
+            IoError::MergeConflict { lba } => (ErrorKind::MergeConflict, Some(*lba)),
+            IoError::SharingFull { .. } => (ErrorKind::SharingFull, None),
+            IoError::AttributeTableFull { .. } => (ErrorKind::AttributeTableFull, None),
+            IoError::DeviceGone => (ErrorKind::DeviceGone, None),
+        };
+        ControlError {
+            kind,
+            message: e.to_string(),
+            lba,
+        }
+    }
+}
+
+impl From<IoError> for ControlError {
+    fn from(e: IoError) -> ControlError {
+        ControlError::from(&e)
+    }
+}
+
+// ----- parsing ----------------------------------------------------------------
+
+/// A request, checked and converted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Answers `ok`: the server is there.
+    Ping,
+    /// The FTL's statistics (`stats` in the reply).
+    Stats,
+    /// List the attribute ranges that end after `from`, at most `max`.
+    Attrs {
+        /// The first LBA to list from.
+        from: Lba,
+        /// At most this many ranges.
+        max: u64,
+    },
+    /// A vector of range operations, one atomic unit; `op` is the request's
+    /// `op` (`vector` for a mixed one).
+    Range {
+        /// The operation's name, for the reply.
+        op: &'static str,
+        /// The vector to apply.
+        ops: Vec<RangeOp>,
+    },
+}
+
+/// A parsed request line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    /// The request's id, echoed in the reply.
+    pub id: Option<Id>,
+    /// What to do.
+    pub command: Command,
+}
+
+/// A line that is not a valid request: its error reply, with the line's
+/// `id` when that could be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// The request's id, echoed in the reply.
+    pub id: Option<Id>,
+    /// Why it was refused.
+    pub error: ControlError,
+}
+
+/// Reads one request line (without its newline; a trailing `\r` is
+/// ignored). Never panics; allocates at most a bounded multiple of the
+/// limits, whatever the line holds.
+pub fn parse_line(line: &[u8]) -> Result<Parsed, Rejected> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.len() > MAX_LINE_BYTES {
+        return Err(Rejected {
+            id: None,
+            error: ControlError::new(
+                ErrorKind::TooLong,
+                format!(
+                    "request line of {} bytes; at most {MAX_LINE_BYTES}",
+                    line.len()
+                ),
+            ),
+        });
+    }
+    let wire: WireRequest = match serde_json::from_slice(line) {
+        Ok(w) => w,
+        Err(e) => {
+            return Err(Rejected {
+                id: probe_id(line),
+                error: ControlError::parse(format!("not a valid request: {e}")),
+            })
+        }
+    };
+    let id = wire.id.clone();
+    match convert(&wire) {
+        Ok(command) => Ok(Parsed { id, command }),
+        Err(error) => Err(Rejected { id, error }),
+    }
+}
+
+/// The `id` of a line that does not parse as a request, if it has a
+/// readable one (other fields are skipped without being kept).
+fn probe_id(line: &[u8]) -> Option<Id> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        id: Option<Id>,
+    }
+    serde_json::from_slice::<Probe>(line).ok()?.id
+}
+
+/// Checks a request's fields against its `op` and builds its command.
+pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
+    let op = match &wire.op {
+        OpField::Known(op) => *op,
+        OpField::Unknown(name) => return Err(unknown_op(name)),
+    };
+    let extra = |name: &str, present: bool| -> Result<(), ControlError> {
+        if present {
+            Err(ControlError::parse(format!(
+                "`{}` takes no `{name}` field",
+                op.as_str()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    if op != OpName::Vector {
+        extra("ops", wire.ops.is_some())?;
+    }
+    if op != OpName::Attrs {
+        extra("from", wire.from.is_some())?;
+        extra("max", wire.max.is_some())?;
+    }
+    match op {
+        OpName::Ping | OpName::Stats | OpName::Attrs | OpName::Vector => {
+            let own = wire.as_op();
+            for (name, present) in own.fields_present() {
+                extra(name, present)?;
+            }
+        }
+        _ => {}
+    }
+    match op {
+        OpName::Ping => Ok(Command::Ping),
+        OpName::Stats => Ok(Command::Stats),
+        OpName::Attrs => {
+            let max = wire.max.unwrap_or(MAX_ATTRS_PER_REPLY);
+            if max == 0 || max > MAX_ATTRS_PER_REPLY {
+                return Err(ControlError::parse(format!(
+                    "`max` is 1 to {MAX_ATTRS_PER_REPLY}, not {max}"
+                )));
+            }
+            Ok(Command::Attrs {
+                from: wire.from.unwrap_or(0),
+                max,
+            })
+        }
+        OpName::Vector => {
+            let items = wire
+                .ops
+                .as_ref()
+                .ok_or_else(|| ControlError::parse("`vector` needs `ops`"))?
+                .checked("operations in a vector")?;
+            let mut ops = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let at = |e: ControlError| ControlError {
+                    message: format!("operation {i}: {}", e.message),
+                    ..e
+                };
+                let name = match &item.op {
+                    OpField::Known(op) if op.in_vector() => *op,
+                    OpField::Known(op) => {
+                        return Err(at(ControlError::parse(format!(
+                            "a vector holds clone, move, delete, merge and attr, not `{}`",
+                            op.as_str()
+                        ))))
+                    }
+                    OpField::Unknown(name) => return Err(at(unknown_op(name))),
+                };
+                range_ops(name, item, &mut ops).map_err(at)?;
+                if ops.len() > MAX_VECTOR_OPS {
+                    return Err(too_many_ops(ops.len()));
+                }
+            }
+            Ok(Command::Range { op: "vector", ops })
+        }
+        range => {
+            let mut ops = Vec::new();
+            range_ops(range, &wire.as_op(), &mut ops)?;
+            Ok(Command::Range {
+                op: range.as_str(),
+                ops,
+            })
+        }
+    }
+}
+
+fn unknown_op(name: &str) -> ControlError {
+    let known: Vec<&str> = OpName::ALL.iter().map(|o| o.as_str()).collect();
+    ControlError::new(
+        ErrorKind::UnknownOp,
+        format!("unknown op `{name}`; known: {}", known.join(", ")),
+    )
+}
+
+fn too_many_ops(n: usize) -> ControlError {
+    ControlError::new(
+        ErrorKind::BadVector,
+        format!("a vector holds 1 to {MAX_VECTOR_OPS} range operations, not {n} or more"),
+    )
+}
+
+impl WireOp {
+    /// Which of the operation fields are present, by name.
+    fn fields_present(&self) -> [(&'static str, bool); 6] {
+        [
+            ("ranges", self.ranges.is_some()),
+            ("sources", self.sources.is_some()),
+            ("dst", self.dst.is_some()),
+            ("blocks", self.blocks.is_some()),
+            ("policy", self.policy.is_some()),
+            ("attribute", self.attribute.is_some()),
+        ]
+    }
+}
+
+/// Appends the range operations `item` (of operation `op`) stands for.
+fn range_ops(op: OpName, item: &WireOp, out: &mut Vec<RangeOp>) -> Result<(), ControlError> {
+    let allowed: &[&str] = match op {
+        OpName::Clone | OpName::Move | OpName::Delete => &["ranges"],
+        OpName::Merge => &["sources", "dst", "blocks", "policy"],
+        OpName::Attr => &["ranges", "attribute"],
+        _ => unreachable!("not a range operation: {op:?}"),
+    };
+    for (name, present) in item.fields_present() {
+        if present && !allowed.contains(&name) {
+            return Err(ControlError::parse(format!(
+                "`{}` takes no `{name}` field",
+                op.as_str()
+            )));
+        }
+    }
+    let need = |name: &str| ControlError::parse(format!("`{}` needs `{name}`", op.as_str()));
+    let ranges = || -> Result<&[WireRange], ControlError> {
+        item.ranges
+            .as_ref()
+            .ok_or_else(|| need("ranges"))?
+            .checked("ranges")
+    };
+    match op {
+        OpName::Clone | OpName::Move => {
+            for (i, r) in ranges()?.iter().enumerate() {
+                let (Some(src), Some(dst), None) = (r.src, r.dst, r.lba) else {
+                    return Err(ControlError::parse(format!(
+                        "range {i}: a `{}` range is {{\"src\", \"dst\", \"blocks\"}}",
+                        op.as_str()
+                    )));
+                };
+                let block_count = r.blocks;
+                out.push(if op == OpName::Clone {
+                    RangeOp::Clone {
+                        src,
+                        dst,
+                        block_count,
+                    }
+                } else {
+                    RangeOp::Move {
+                        src,
+                        dst,
+                        block_count,
+                    }
+                });
+            }
+        }
+        OpName::Delete | OpName::Attr => {
+            let attribute = match op {
+                OpName::Attr => Some(item.attribute.ok_or_else(|| need("attribute"))?),
+                _ => None,
+            };
+            for (i, r) in ranges()?.iter().enumerate() {
+                let (None, None, Some(lba)) = (r.src, r.dst, r.lba) else {
+                    return Err(ControlError::parse(format!(
+                        "range {i}: a `{}` range is {{\"lba\", \"blocks\"}}",
+                        op.as_str()
+                    )));
+                };
+                let block_count = r.blocks;
+                out.push(match attribute {
+                    Some(a) => RangeOp::SetAttribute {
+                        lba,
+                        block_count,
+                        attribute: a.into(),
+                    },
+                    None => RangeOp::Delete { lba, block_count },
+                });
+            }
+        }
+        OpName::Merge => {
+            let sources = item
+                .sources
+                .as_ref()
+                .ok_or_else(|| need("sources"))?
+                .checked("merge sources")?;
+            out.push(RangeOp::Merge {
+                sources: sources.to_vec(),
+                dst: item.dst.ok_or_else(|| need("dst"))?,
+                block_count: item.blocks.ok_or_else(|| need("blocks"))?,
+                policy: item.policy.ok_or_else(|| need("policy"))?.into(),
+            });
+        }
+        _ => unreachable!(),
+    }
+    if out.len() > MAX_VECTOR_OPS {
+        return Err(too_many_ops(out.len()));
+    }
+    Ok(())
+}
+
+// ----- replies ----------------------------------------------------------------
+
+/// A successful reply line (without its newline): `id`, `"ok": true`, then
+/// `body`'s fields.
+pub fn ok_line(id: Option<&Id>, body: Map<String, Value>) -> String {
+    // `id` and `ok` first, for people reading the lines.
+    let mut line = format!("{{\"id\":{},\"ok\":true", id_value(id));
+    for (k, v) in body.into_iter().filter(|(k, _)| k != "id" && k != "ok") {
+        line.push(',');
+        line.push_str(&Value::String(k).to_string());
+        line.push(':');
+        line.push_str(&v.to_string());
+    }
+    line.push('}');
+    line
+}
+
+/// An error reply line (without its newline).
+pub fn error_line(id: Option<&Id>, error: &ControlError) -> String {
+    let mut e = Map::new();
+    e.insert("kind".into(), error.kind.as_str().into());
+    e.insert("message".into(), bounded_message(&error.message).into());
+    if let Some(lba) = error.lba {
+        e.insert("lba".into(), lba.into());
+    }
+    format!(
+        "{{\"id\":{},\"ok\":false,\"error\":{}}}",
+        id_value(id),
+        Value::Object(e)
+    )
+}
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] (on a character boundary).
+fn bounded_message(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE_BYTES - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+/// The reply line to a request's outcome.
+pub fn reply_line(id: Option<&Id>, outcome: &Result<Map<String, Value>, ControlError>) -> String {
+    match outcome {
+        Ok(body) => ok_line(id, body.clone()),
+        Err(e) => error_line(id, e),
+    }
+}
+
+fn id_value(id: Option<&Id>) -> Value {
+    match id {
+        None => Value::Null,
+        Some(Id::Number(n)) => (*n).into(),
+        Some(Id::Text(t)) => t.clone().into(),
+    }
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => unreachable!("not an object: {other}"),
+    }
+}
+
+/// The body of a range operation's reply: its `op`, the operations in
+/// the vector and the blocks they cover (summed over the ranges).
+pub fn range_body(op: &str, ops: &[RangeOp]) -> Map<String, Value> {
+    let blocks = ops
+        .iter()
+        .fold(0u64, |sum, o| sum.saturating_add(o.block_count()));
+    object(json!({"op": op, "operations": ops.len(), "blocks": blocks}))
+}
+
+/// The body of the `ping` reply.
+pub fn ping_body(block_size: usize, logical_blocks: u64) -> Map<String, Value> {
+    object(json!({
+        "op": "ping",
+        "protocol": PROTOCOL_VERSION,
+        "block_size": block_size,
+        "logical_blocks": logical_blocks,
+    }))
+}
+
+/// The body of the `stats` reply.
+pub fn stats_body(stats: &FtlStats, block_size: usize, logical_blocks: u64) -> Map<String, Value> {
+    object(json!({
+        "op": "stats",
+        "block_size": block_size,
+        "logical_blocks": logical_blocks,
+        "stats": stats,
+    }))
+}
+
+/// The names of attribute `bits`, as `attr` spells them (unknown bits as
+/// `bit-N`).
+pub fn attribute_names(bits: u8) -> Vec<String> {
+    let mut names = Vec::new();
+    if bits & attr_bits::IMMUTABLE != 0 {
+        names.push("immutable".to_string());
+    }
+    if bits & attr_bits::NON_PERSISTENT != 0 {
+        names.push("non-persistent".to_string());
+    }
+    for bit in 0..8 {
+        if bits & !attr_bits::ALL & (1 << bit) != 0 {
+            names.push(format!("bit-{bit}"));
+        }
+    }
+    names
+}
+
+/// The body of the `attrs` reply: the ranges of `all` (in order, as
+/// `Ftl::attributes` lists them) that end after `from`, at most `max`, and
+/// `next`, the `from` that lists the rest (null when none are left).
+pub fn attrs_body(all: &[(Lba, u64, u8)], from: Lba, max: u64) -> Map<String, Value> {
+    let first = all.partition_point(|&(lba, n, _)| lba.saturating_add(n) <= from);
+    let rest = &all[first..];
+    let take = rest.len().min(usize::try_from(max).unwrap_or(usize::MAX));
+    let ranges: Vec<Value> = rest[..take]
+        .iter()
+        .map(|&(lba, blocks, bits)| {
+            json!({"lba": lba, "blocks": blocks, "attributes": attribute_names(bits)})
+        })
+        .collect();
+    let next = rest.get(take).map(|&(lba, _, _)| lba);
+    object(json!({"op": "attrs", "ranges": ranges, "next": next}))
+}
+
+// ----- execution --------------------------------------------------------------
+
+/// What a request runs against: the FTL through some driver or handle.
+pub trait Target {
+    /// Bytes per block.
+    fn block_size(&self) -> usize;
+    /// The volume's size in blocks.
+    fn logical_blocks(&self) -> u64;
+    /// Applies a vector of range operations; returns once it is durable.
+    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError>;
+    /// The FTL's statistics.
+    fn stats(&mut self) -> Result<FtlStats, IoError>;
+    /// The attribute ranges, `(lba, block_count, bits)`, in order.
+    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError>;
+}
+
+/// Runs `command` against `target`; the reply body, or the error.
+pub fn execute<T: Target + ?Sized>(
+    target: &mut T,
+    command: Command,
+) -> Result<Map<String, Value>, ControlError> {
+    match command {
+        Command::Ping => Ok(ping_body(target.block_size(), target.logical_blocks())),
+        Command::Stats => {
+            let stats = target.stats()?;
+            Ok(stats_body(
+                &stats,
+                target.block_size(),
+                target.logical_blocks(),
+            ))
+        }
+        Command::Attrs { from, max } => Ok(attrs_body(&target.attributes()?, from, max)),
+        Command::Range { op, ops } => {
+            let body = range_body(op, &ops);
+            target.range_ops(ops)?;
+            Ok(body)
+        }
+    }
+}
+
+impl<B: Backend> Target for Driver<B> {
+    fn block_size(&self) -> usize {
+        Driver::block_size(self)
+    }
+    fn logical_blocks(&self) -> u64 {
+        Driver::logical_blocks(self)
+    }
+    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        self.call(CoreRequest::Range { ops }).map(drop)
+    }
+    fn stats(&mut self) -> Result<FtlStats, IoError> {
+        Ok(Driver::stats(self))
+    }
+    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        Ok(self.ftl().attributes())
+    }
+}
+
+impl<B: Backend + Send + 'static> Target for Handle<B> {
+    fn block_size(&self) -> usize {
+        Handle::block_size(self)
+    }
+    fn logical_blocks(&self) -> u64 {
+        Handle::logical_blocks(self)
+    }
+    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        Handle::range_ops(self, ops)
+    }
+    fn stats(&mut self) -> Result<FtlStats, IoError> {
+        Handle::stats(self)
+    }
+    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        Handle::attributes(self)
+    }
+}
+
+impl<B: Backend> Target for InlineHandle<B> {
+    fn block_size(&self) -> usize {
+        InlineHandle::block_size(self)
+    }
+    fn logical_blocks(&self) -> u64 {
+        InlineHandle::logical_blocks(self)
+    }
+    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+        InlineHandle::range_ops(self, ops)
+    }
+    fn stats(&mut self) -> Result<FtlStats, IoError> {
+        InlineHandle::stats(self)
+    }
+    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+        InlineHandle::attributes(self)
+    }
+}
+
+// ----- the client's side ------------------------------------------------------
+
+/// A reply line, read by a client.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedReply {
+    /// The request's id, echoed in the reply.
+    pub id: Option<Id>,
+    /// The fields after `id` and `ok`, or the error.
+    pub result: Result<Map<String, Value>, ReplyError>,
+}
+
+/// An error reply as a client reads it (`kind` may be one this build does
+/// not know, from a newer server).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplyError {
+    /// The error kind, as the protocol spells it.
+    pub kind: String,
+    /// A one-line message.
+    pub message: String,
+    /// The block the error names, if any.
+    pub lba: Option<Lba>,
+}
+
+impl fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind)
+    }
+}
+
+/// Reads one reply line; `Err` says why it is not one.
+pub fn parse_reply(line: &[u8]) -> Result<ParsedReply, String> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let v: Value = serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(mut m) = v else {
+        return Err("not a JSON object".into());
+    };
+    let id = match m.remove("id") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(Id::deserialize(v).map_err(|e| format!("bad id: {e}"))?),
+    };
+    let ok = match m.remove("ok") {
+        Some(Value::Bool(ok)) => ok,
+        _ => return Err("no boolean `ok`".into()),
+    };
+    if ok {
+        return Ok(ParsedReply { id, result: Ok(m) });
+    }
+    let e = m.get("error").ok_or("an error reply without `error`")?;
+    let text = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(ParsedReply {
+        id,
+        result: Err(ReplyError {
+            kind: text("kind").ok_or("an error without `kind`")?,
+            message: text("message").unwrap_or_default(),
+            lba: e.get("lba").and_then(Value::as_u64),
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(line: &str) -> Parsed {
+        parse_line(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"))
+    }
+
+    fn err(line: &str) -> Rejected {
+        match parse_line(line.as_bytes()) {
+            Ok(p) => panic!("{line} parsed as {p:?}"),
+            Err(r) => r,
+        }
+    }
+
+    #[test]
+    fn every_op_parses() {
+        let p = ok(r#"{"id":1,"op":"ping"}"#);
+        assert_eq!(p.id, Some(Id::Number(1)));
+        assert_eq!(p.command, Command::Ping);
+        assert_eq!(ok(r#"{"op":"stats","id":"s"}"#).command, Command::Stats);
+        assert_eq!(ok(r#"{"op":"stats"}"#).id, None);
+        assert_eq!(
+            ok(r#"{"op":"attrs"}"#).command,
+            Command::Attrs {
+                from: 0,
+                max: MAX_ATTRS_PER_REPLY
+            }
+        );
+        assert_eq!(
+            ok(r#"{"op":"attrs","from":5,"max":2}"#).command,
+            Command::Attrs { from: 5, max: 2 }
+        );
+        let c = ok(
+            r#"{"op":"clone","ranges":[{"src":1,"dst":10,"blocks":2},{"src":3,"dst":20,"blocks":1}]}"#,
+        );
+        assert_eq!(
+            c.command,
+            Command::Range {
+                op: "clone",
+                ops: zftl_core::range::clones(&[(1, 10, 2), (3, 20, 1)])
+            }
+        );
+        let m = ok(r#"{"op":"move","ranges":[{"dst":10,"blocks":2,"src":1}]}"#);
+        assert_eq!(
+            m.command,
+            Command::Range {
+                op: "move",
+                ops: zftl_core::range::moves(&[(1, 10, 2)])
+            }
+        );
+        let d = ok(r#"{"op":"delete","ranges":[{"lba":4,"blocks":4}]}"#);
+        assert_eq!(
+            d.command,
+            Command::Range {
+                op: "delete",
+                ops: zftl_core::range::deletes(&[(4, 4)])
+            }
+        );
+        let g = ok(r#"{"op":"merge","sources":[100,200],"dst":0,"blocks":8,"policy":"last-wins"}"#);
+        assert_eq!(
+            g.command,
+            Command::Range {
+                op: "merge",
+                ops: vec![zftl_core::range::merge(
+                    &[100, 200],
+                    0,
+                    8,
+                    MergePolicy::LastWins
+                )]
+            }
+        );
+        for (name, a) in [
+            ("immutable", Attribute::Immutable),
+            ("mutable", Attribute::Mutable),
+            ("non-persistent", Attribute::NonPersistent),
+            ("persistent", Attribute::Persistent),
+        ] {
+            let line = format!(
+                r#"{{"op":"attr","attribute":"{name}","ranges":[{{"lba":7,"blocks":3}}]}}"#
+            );
+            assert_eq!(
+                ok(&line).command,
+                Command::Range {
+                    op: "attr",
+                    ops: zftl_core::range::attributes(&[(7, 3)], a)
+                }
+            );
+        }
+        let v = ok(concat!(
+            r#"{"id":"tx","op":"vector","ops":["#,
+            r#"{"op":"move","ranges":[{"src":100,"dst":0,"blocks":4}]},"#,
+            r#"{"op":"delete","ranges":[{"lba":200,"blocks":1},{"lba":300,"blocks":1}]},"#,
+            r#"{"op":"attr","attribute":"immutable","ranges":[{"lba":0,"blocks":4}]},"#,
+            r#"{"op":"merge","sources":[8],"dst":16,"blocks":1,"policy":"fail"}]}"#
+        ));
+        assert_eq!(v.id, Some(Id::Text("tx".into())));
+        let Command::Range { op: "vector", ops } = v.command else {
+            panic!("{v:?}")
+        };
+        assert_eq!(ops.len(), 5);
+        assert!(matches!(ops[4], RangeOp::Merge { .. }));
+    }
+
+    #[test]
+    fn wire_requests_round_trip() {
+        let reqs = [
+            WireRequest::single(
+                Some(Id::Number(3)),
+                WireOp::pairs(OpName::Clone, &[(1, 2, 3)]),
+            ),
+            WireRequest::single(None, WireOp::delete(&[(5, 6)])),
+            WireRequest::single(None, WireOp::merge(&[1, 2], 3, 4, WirePolicy::FirstWins)),
+            WireRequest::single(None, WireOp::attr(WireAttribute::NonPersistent, &[(9, 9)])),
+            WireRequest::vector(
+                Some(Id::Text("v".into())),
+                vec![
+                    WireOp::pairs(OpName::Move, &[(1, 2, 1)]),
+                    WireOp::delete(&[(1, 1)]),
+                ],
+            ),
+            WireRequest::attrs(None, Some(3), Some(10)),
+            WireRequest::bare(None, OpName::Ping),
+        ];
+        for r in reqs {
+            let line = r.to_line();
+            let back: WireRequest = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+            let parsed = ok(&line);
+            assert_eq!(parsed.command, convert(&r).unwrap());
+        }
+    }
+
+    #[test]
+    fn malformed_requests_get_typed_errors_with_their_id() {
+        let cases: &[(&str, ErrorKind, Option<Id>)] = &[
+            ("", ErrorKind::Parse, None),
+            ("not json", ErrorKind::Parse, None),
+            ("[1,2]", ErrorKind::Parse, None),
+            ("{}", ErrorKind::Parse, None),
+            (r#"{"id":5}"#, ErrorKind::Parse, Some(Id::Number(5))),
+            (
+                r#"{"id":5,"op":"frobnicate"}"#,
+                ErrorKind::UnknownOp,
+                Some(Id::Number(5)),
+            ),
+            (r#"{"id":5,"op":7}"#, ErrorKind::Parse, Some(Id::Number(5))),
+            (r#"{"id":-1,"op":"ping"}"#, ErrorKind::Parse, None),
+            (r#"{"id":1.5,"op":"ping"}"#, ErrorKind::Parse, None),
+            (r#"{"id":[1],"op":"ping"}"#, ErrorKind::Parse, None),
+            (
+                r#"{"id":2,"op":"ping","extra":1}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(2)),
+            ),
+            (
+                r#"{"id":2,"op":"ping","op":"ping"}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(2)),
+            ),
+            (
+                r#"{"id":2,"op":"ping","ranges":[]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(2)),
+            ),
+            (
+                r#"{"id":3,"op":"clone"}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[]}"#,
+                ErrorKind::BadVector,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"lba":1,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"src":1,"dst":2}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"src":-1,"dst":2,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"src":1e3,"dst":2,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"src":18446744073709551616,"dst":2,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":[{"src":"1","dst":2,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"clone","ranges":{"src":1}}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"delete","ranges":[{"src":1,"dst":2,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":3,"op":"delete","ranges":[{"lba":1,"blocks":1}],"policy":"fail"}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(3)),
+            ),
+            (
+                r#"{"id":4,"op":"merge","sources":[1],"dst":2,"blocks":1}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(4)),
+            ),
+            (
+                r#"{"id":4,"op":"merge","sources":[1],"dst":2,"blocks":1,"policy":"random"}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(4)),
+            ),
+            (
+                r#"{"id":4,"op":"merge","sources":[],"dst":2,"blocks":1,"policy":"fail"}"#,
+                ErrorKind::BadVector,
+                Some(Id::Number(4)),
+            ),
+            (
+                r#"{"id":4,"op":"attr","ranges":[{"lba":1,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(4)),
+            ),
+            (
+                r#"{"id":4,"op":"attr","attribute":"frozen","ranges":[{"lba":1,"blocks":1}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(4)),
+            ),
+            (
+                r#"{"id":5,"op":"vector"}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":5,"op":"vector","ops":[]}"#,
+                ErrorKind::BadVector,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":5,"op":"vector","ops":[{"op":"ping"}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":5,"op":"vector","ops":[{"op":"vector","ops":[]}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":5,"op":"vector","ops":[{"op":"zap"}]}"#,
+                ErrorKind::UnknownOp,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":5,"op":"vector","ops":[{"op":"delete","ranges":[{"lba":1,"blocks":1}],"id":2}]}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(5)),
+            ),
+            (
+                r#"{"id":6,"op":"attrs","max":0}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(6)),
+            ),
+            (
+                r#"{"id":6,"op":"attrs","max":4097}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(6)),
+            ),
+            (
+                r#"{"id":6,"op":"stats","from":1}"#,
+                ErrorKind::Parse,
+                Some(Id::Number(6)),
+            ),
+            (r#"{"id":7,"op":"ping"} trailing"#, ErrorKind::Parse, None),
+            (
+                "{\"id\":8,\"op\":\"ping\"}\n{\"id\":9}",
+                ErrorKind::Parse,
+                None,
+            ),
+        ];
+        for (line, kind, id) in cases {
+            let r = err(line);
+            assert_eq!(r.error.kind, *kind, "{line}: {r:?}");
+            assert_eq!(&r.id, id, "{line}: {r:?}");
+            assert!(!r.error.message.is_empty());
+        }
+        let long_id = format!(r#"{{"id":"{}","op":"ping"}}"#, "x".repeat(MAX_ID_BYTES + 1));
+        assert_eq!(err(&long_id).error.kind, ErrorKind::Parse);
+        let max_id = format!(r#"{{"id":"{}","op":"ping"}}"#, "x".repeat(MAX_ID_BYTES));
+        assert!(matches!(ok(&max_id).id, Some(Id::Text(t)) if t.len() == MAX_ID_BYTES));
+        // Not UTF-8.
+        assert_eq!(
+            err("{\"id\":1,\"op\":\"p\u{e9}\"}").error.kind,
+            ErrorKind::UnknownOp
+        );
+        let r = parse_line(b"{\"op\":\"\xff\xfe\"}").unwrap_err();
+        assert_eq!(r.error.kind, ErrorKind::Parse);
+    }
+
+    #[test]
+    fn lists_past_their_bound_are_counted_not_kept() {
+        let ranges: Vec<String> = (0..MAX_VECTOR_OPS + 1)
+            .map(|i| format!(r#"{{"lba":{i},"blocks":1}}"#))
+            .collect();
+        let line = format!(
+            r#"{{"id":1,"op":"delete","ranges":[{}]}}"#,
+            ranges.join(",")
+        );
+        let r = err(&line);
+        assert_eq!(r.error.kind, ErrorKind::BadVector);
+        assert!(r.error.message.contains("257 sent"), "{}", r.error.message);
+        let w: WireRequest = serde_json::from_str(&line).unwrap();
+        let kept = w.ranges.unwrap();
+        assert_eq!(
+            (kept.items.len(), kept.sent),
+            (MAX_VECTOR_OPS, MAX_VECTOR_OPS + 1)
+        );
+        // Exactly the bound is fine.
+        let line = format!(
+            r#"{{"op":"delete","ranges":[{}]}}"#,
+            ranges[..MAX_VECTOR_OPS].join(",")
+        );
+        assert!(
+            matches!(ok(&line).command, Command::Range { ref ops, .. } if ops.len() == MAX_VECTOR_OPS)
+        );
+        // A vector whose operations hold more ranges than a vector may.
+        let half: Vec<String> = (0..MAX_VECTOR_OPS / 2 + 1)
+            .map(|i| format!(r#"{{"lba":{i},"blocks":1}}"#))
+            .collect();
+        let item = format!(r#"{{"op":"delete","ranges":[{}]}}"#, half.join(","));
+        let line = format!(r#"{{"id":2,"op":"vector","ops":[{item},{item}]}}"#);
+        assert_eq!(err(&line).error.kind, ErrorKind::BadVector);
+        // Merge sources.
+        let sources: Vec<String> = (0..=MAX_MERGE_SOURCES)
+            .map(|i| (i * 10).to_string())
+            .collect();
+        let line = format!(
+            r#"{{"op":"merge","sources":[{}],"dst":1000,"blocks":1,"policy":"fail"}}"#,
+            sources.join(",")
+        );
+        assert_eq!(err(&line).error.kind, ErrorKind::BadVector);
+        // A huge list of junk is skipped without being kept.
+        let junk = format!(
+            r#"{{"id":9,"op":"delete","ranges":[{}]}}"#,
+            vec!["[[[]]]"; 100_000].join(",")
+        );
+        let r = err(&junk);
+        assert_eq!(r.id, Some(Id::Number(9)));
+    }
+
+    #[test]
+    fn overlong_lines_are_refused_before_parsing() {
+        let mut line = br#"{"op":"ping","id":1}"#.to_vec();
+        line.resize(MAX_LINE_BYTES, b' ');
+        assert_eq!(
+            ok(std::str::from_utf8(&line).unwrap()).command,
+            Command::Ping
+        );
+        line.push(b' ');
+        let r = parse_line(&line).unwrap_err();
+        assert_eq!(r.error.kind, ErrorKind::TooLong);
+        assert_eq!(r.id, None);
+        // A trailing carriage return is not part of the line.
+        assert_eq!(ok("{\"op\":\"ping\"}\r").command, Command::Ping);
+    }
+
+    #[test]
+    fn io_errors_map_to_kinds_with_their_block() {
+        let e = ControlError::from(IoError::Immutable { lba: 42 });
+        assert_eq!((e.kind, e.lba), (ErrorKind::Immutable, Some(42)));
+        let e = ControlError::from(IoError::MergeConflict { lba: 7 });
+        assert_eq!((e.kind, e.lba), (ErrorKind::MergeConflict, Some(7)));
+        let e = ControlError::from(IoError::OutOfRange {
+            lba: 9,
+            block_count: 2,
+            logical_blocks: 10,
+        });
+        assert_eq!((e.kind, e.lba), (ErrorKind::OutOfRange, Some(9)));
+        let e = ControlError::from(IoError::SharingFull {
+            capacity: 1,
+            needed: 2,
+        });
+        assert_eq!(e.kind, ErrorKind::SharingFull);
+        let e = ControlError::from(IoError::AttributeTableFull { max_ranges: 3 });
+        assert_eq!(e.kind, ErrorKind::AttributeTableFull);
+        assert_eq!(ControlError::from(IoError::Busy).kind, ErrorKind::Busy);
+        let kinds: std::collections::HashSet<&str> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(kinds.len(), ErrorKind::ALL.len());
+    }
+
+    #[test]
+    fn replies_are_one_line_and_read_back() {
+        let line = error_line(
+            Some(&Id::Text("a\nb\"c".into())),
+            &ControlError {
+                kind: ErrorKind::Immutable,
+                message: "block 5\nis immutable".into(),
+                lba: Some(5),
+            },
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let r = parse_reply(line.as_bytes()).unwrap();
+        assert_eq!(r.id, Some(Id::Text("a\nb\"c".into())));
+        let e = r.result.unwrap_err();
+        assert_eq!((e.kind.as_str(), e.lba), ("immutable", Some(5)));
+        let ops = zftl_core::range::clones(&[(0, 10, 4), (4, 20, u64::MAX)]);
+        let line = ok_line(Some(&Id::Number(u64::MAX)), range_body("clone", &ops));
+        let r = parse_reply(line.as_bytes()).unwrap();
+        assert_eq!(r.id, Some(Id::Number(u64::MAX)));
+        let body = r.result.unwrap();
+        assert_eq!(body["op"], "clone");
+        assert_eq!(body["operations"], 2);
+        assert_eq!(body["blocks"], u64::MAX);
+        let line = ok_line(None, ping_body(4096, 100));
+        assert!(line.starts_with(r#"{"id":null,"ok":true,"#), "{line}");
+        assert!(parse_reply(b"{\"ok\":1}").is_err());
+        // Messages are bounded, whatever the request quoted.
+        let long = ControlError::parse("é".repeat(MAX_MESSAGE_BYTES));
+        let r = parse_reply(error_line(None, &long).as_bytes()).unwrap();
+        let m = r.result.unwrap_err().message;
+        assert!(
+            m.len() <= MAX_MESSAGE_BYTES && m.ends_with('…'),
+            "{}",
+            m.len()
+        );
+        assert!(parse_reply(b"nope").is_err());
+    }
+
+    #[test]
+    fn attrs_pages_through_the_ranges() {
+        let all = [(0, 4, 1), (10, 2, 2), (20, 5, 3), (30, 1, 1 | 0x80)];
+        let page = attrs_body(&all, 0, 2);
+        assert_eq!(page["ranges"].as_array().unwrap().len(), 2);
+        assert_eq!(page["ranges"][1]["lba"], 10);
+        assert_eq!(page["ranges"][1]["attributes"], json!(["non-persistent"]));
+        assert_eq!(page["next"], 20);
+        let page = attrs_body(&all, 20, 2);
+        assert_eq!(
+            page["ranges"][0]["attributes"],
+            json!(["immutable", "non-persistent"])
+        );
+        assert_eq!(
+            page["ranges"][1]["attributes"],
+            json!(["immutable", "bit-7"])
+        );
+        assert_eq!(page["next"], Value::Null);
+        // `from` inside a range lists that range.
+        let page = attrs_body(&all, 22, 10);
+        assert_eq!(page["ranges"][0]["lba"], 20);
+        let page = attrs_body(&all, u64::MAX, 10);
+        assert_eq!(page["ranges"], json!([]));
+        assert_eq!(page["next"], Value::Null);
+    }
+}

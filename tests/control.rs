@@ -1,0 +1,379 @@
+//! The control protocol (`zftl::control`, docs/control.md) end to end
+//! without a socket: a corpus of malformed lines against the parser, then
+//! every request run against a `Driver`, a `Handle` and an `InlineHandle`
+//! on the simulator, with the replies a client reads back.
+
+use serde_json::Value;
+use zftl::control::{
+    error_line, execute, parse_line, parse_reply, reply_line, Command, Id, Target, MAX_LINE_BYTES,
+};
+use zftl::core::{Driver, FormatOptions, FtlConfig};
+use zftl::handle::{Handle, InlineHandle};
+use zftl::sim::{SimConfig, SimDevice};
+
+/// `(kind, line)` of tests/data/control_malformed.txt.
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let text = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/control_malformed.txt"
+    ))
+    .expect("the corpus");
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
+        .map(|l| {
+            let tab = l.iter().position(|&b| b == b'\t').expect("KIND<TAB>LINE");
+            (
+                String::from_utf8(l[..tab].to_vec()).unwrap(),
+                l[tab + 1..].to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// Lines made here: too long to keep in a file, or numerous.
+fn generated() -> Vec<(&'static str, Vec<u8>)> {
+    let mut v = Vec::new();
+    // One byte past the limit, and far past it.
+    let mut long = br#"{"op":"ping"}"#.to_vec();
+    long.resize(MAX_LINE_BYTES + 1, b' ');
+    v.push(("too_long", long));
+    let mut huge = br#"{"op":"delete","ranges":["#.to_vec();
+    while huge.len() < 3 * MAX_LINE_BYTES {
+        huge.extend_from_slice(br#"{"lba":0,"blocks":1},"#);
+    }
+    v.push(("too_long", huge));
+    // 257 ranges, 300 vector items, 100000 junk items: bad_vector or parse,
+    // never kept.
+    let ranges: Vec<String> = (0..257)
+        .map(|i| format!(r#"{{"lba":{i},"blocks":1}}"#))
+        .collect();
+    v.push((
+        "bad_vector",
+        format!(
+            r#"{{"id":1,"op":"delete","ranges":[{}]}}"#,
+            ranges.join(",")
+        )
+        .into_bytes(),
+    ));
+    let item = r#"{"op":"delete","ranges":[{"lba":0,"blocks":1}]}"#;
+    v.push((
+        "bad_vector",
+        format!(r#"{{"op":"vector","ops":[{}]}}"#, vec![item; 300].join(",")).into_bytes(),
+    ));
+    v.push((
+        "parse",
+        format!(
+            r#"{{"op":"delete","ranges":[{}]}}"#,
+            vec!["7"; 100_000].join(",")
+        )
+        .into_bytes(),
+    ));
+    // Numbers of every size where a whole number is wanted.
+    for n in [
+        "1.0",
+        "-0",
+        "1e3",
+        "0x10",
+        "18446744073709551616",
+        "1e308",
+        "NaN",
+    ] {
+        v.push((
+            "parse",
+            format!(r#"{{"op":"clone","ranges":[{{"src":{n},"dst":0,"blocks":1}}]}}"#).into_bytes(),
+        ));
+    }
+    v
+}
+
+#[test]
+fn malformed_lines_get_the_error_kind_the_corpus_names() {
+    let all: Vec<(String, Vec<u8>)> = corpus()
+        .into_iter()
+        .chain(generated().into_iter().map(|(k, l)| (k.to_string(), l)))
+        .collect();
+    assert!(all.len() > 60, "{} lines", all.len());
+    for (kind, line) in &all {
+        let shown = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
+        let rejected = match parse_line(line) {
+            Ok(p) => panic!("accepted {shown}: {p:?}"),
+            Err(r) => r,
+        };
+        assert_eq!(rejected.error.kind.as_str(), kind, "{shown}: {rejected:?}");
+        assert!(!rejected.error.message.is_empty());
+        // The reply is one line a client reads back.
+        let reply = error_line(rejected.id.as_ref(), &rejected.error);
+        assert!(!reply.contains('\n'));
+        let back = parse_reply(reply.as_bytes()).unwrap();
+        assert_eq!(back.id, rejected.id);
+        assert_eq!(back.result.unwrap_err().kind, *kind);
+    }
+}
+
+#[test]
+fn ids_come_back_on_errors_when_they_can_be_read() {
+    let r =
+        parse_line(br#"{"id":"abc","op":"clone","ranges":[{"lba":1,"blocks":1}]}"#).unwrap_err();
+    assert_eq!(r.id, Some(Id::Text("abc".into())));
+    let r = parse_line(br#"{"id":9,"op":"clone","ranges":[{"src":"x"}]}"#).unwrap_err();
+    assert_eq!(r.id, Some(Id::Number(9)));
+    let r = parse_line(br#"{"id":9,"op":"clone""#).unwrap_err();
+    assert_eq!(r.id, None);
+}
+
+fn sim() -> SimDevice {
+    SimDevice::create_memory(SimConfig::small_for_tests()).unwrap()
+}
+
+/// Runs one request line against `t` and returns the reply a client reads.
+fn request<T: Target>(t: &mut T, line: &str) -> Result<serde_json::Map<String, Value>, String> {
+    let parsed = parse_line(line.as_bytes()).map_err(|r| r.error.kind.to_string())?;
+    let id = parsed.id.clone();
+    let outcome = execute(t, parsed.command);
+    let reply = parse_reply(reply_line(id.as_ref(), &outcome).as_bytes()).unwrap();
+    assert_eq!(reply.id, id);
+    reply.result.map_err(|e| e.kind)
+}
+
+/// The same script on any target: data written beforehand through `write`.
+fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs: usize) {
+    let ping = request(t, r#"{"id":1,"op":"ping"}"#).unwrap();
+    assert_eq!(ping["block_size"], bs as u64);
+    assert_eq!(ping["protocol"], 1);
+    let logical = ping["logical_blocks"].as_u64().unwrap();
+
+    let r = request(
+        t,
+        r#"{"id":2,"op":"clone","ranges":[{"src":0,"dst":100,"blocks":4},{"src":4,"dst":200,"blocks":4}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            r["op"].as_str(),
+            r["operations"].as_u64(),
+            r["blocks"].as_u64()
+        ),
+        (Some("clone"), Some(2), Some(8))
+    );
+    for i in 0..4 {
+        assert_eq!(read(t, 100 + i), read(t, i));
+        assert_eq!(read(t, 200 + i), read(t, 4 + i));
+    }
+    assert_ne!(read(t, 100), vec![0; bs]);
+
+    let stats = request(t, r#"{"op":"stats"}"#).unwrap();
+    assert_eq!(stats["stats"]["range_clones"], 2);
+    assert!(stats["stats"]["shared_blocks"].as_u64().unwrap() >= 8);
+
+    request(
+        t,
+        r#"{"op":"attr","attribute":"immutable","ranges":[{"lba":100,"blocks":4}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        request(
+            t,
+            r#"{"op":"move","ranges":[{"src":100,"dst":300,"blocks":1}]}"#
+        ),
+        Err("immutable".into())
+    );
+    assert_eq!(
+        request(t, r#"{"op":"delete","ranges":[{"lba":103,"blocks":1}]}"#),
+        Err("immutable".into())
+    );
+    // An atomic vector whose last operation fails changes nothing.
+    let before = read(t, 0);
+    assert_eq!(
+        request(
+            t,
+            r#"{"op":"vector","ops":[{"op":"delete","ranges":[{"lba":0,"blocks":1}]},{"op":"clone","ranges":[{"src":4,"dst":102,"blocks":1}]}]}"#
+        ),
+        Err("immutable".into())
+    );
+    assert_eq!(read(t, 0), before);
+    let attrs = request(t, r#"{"op":"attrs"}"#).unwrap();
+    assert_eq!(
+        attrs["ranges"],
+        serde_json::json!([{"lba": 100, "blocks": 4, "attributes": ["immutable"]}])
+    );
+    assert_eq!(attrs["next"], Value::Null);
+
+    // Out of range, overlapping, zero blocks: the core's admission.
+    let past = format!(
+        r#"{{"op":"delete","ranges":[{{"lba":{},"blocks":2}}]}}"#,
+        logical - 1
+    );
+    assert_eq!(request(t, &past), Err("out_of_range".into()));
+    assert_eq!(
+        request(
+            t,
+            r#"{"op":"clone","ranges":[{"src":0,"dst":2,"blocks":4}]}"#
+        ),
+        Err("bad_vector".into())
+    );
+    assert_eq!(
+        request(t, r#"{"op":"delete","ranges":[{"lba":0,"blocks":0}]}"#),
+        Err("bad_vector".into())
+    );
+
+    // A merge: 400..404 cloned from 0..4, then 0..2 moved away from the
+    // origin by a clone of 200..202 into 500 and a merge back.
+    request(
+        t,
+        r#"{"op":"clone","ranges":[{"src":0,"dst":400,"blocks":4}]}"#,
+    )
+    .unwrap();
+    request(
+        t,
+        r#"{"op":"clone","ranges":[{"src":200,"dst":400,"blocks":2}]}"#,
+    )
+    .unwrap();
+    request(
+        t,
+        r#"{"op":"clone","ranges":[{"src":4,"dst":401,"blocks":1}]}"#,
+    )
+    .unwrap();
+    request(
+        t,
+        r#"{"op":"clone","ranges":[{"src":0,"dst":500,"blocks":4}]}"#,
+    )
+    .unwrap();
+    request(
+        t,
+        r#"{"op":"clone","ranges":[{"src":6,"dst":501,"blocks":1}]}"#,
+    )
+    .unwrap();
+    // Sources 400 and 500 both changed block 1 (to different data).
+    let merge = |policy: &str| {
+        format!(r#"{{"op":"merge","sources":[400,500],"dst":0,"blocks":4,"policy":"{policy}"}}"#)
+    };
+    assert_eq!(request(t, &merge("fail")), Err("merge_conflict".into()));
+    let want_400 = read(t, 401);
+    request(t, &merge("first-wins")).unwrap();
+    assert_eq!(read(t, 1), want_400);
+    assert_eq!(read(t, 0), read(t, 200));
+
+    // Clear and list again.
+    request(
+        t,
+        r#"{"op":"attr","attribute":"mutable","ranges":[{"lba":100,"blocks":4}]}"#,
+    )
+    .unwrap();
+    let attrs = request(t, r#"{"op":"attrs"}"#).unwrap();
+    assert_eq!(attrs["ranges"], serde_json::json!([]));
+    request(
+        t,
+        r#"{"op":"move","ranges":[{"src":100,"dst":300,"blocks":4}]}"#,
+    )
+    .unwrap();
+    assert_eq!(read(t, 100), vec![0; bs]);
+}
+
+fn write_blocks(bs: usize) -> Vec<u8> {
+    (0..8u8).flat_map(|i| vec![i + 1; bs]).collect()
+}
+
+#[test]
+fn requests_run_on_a_driver() {
+    let mut d = Driver::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    d.write(0, &write_blocks(bs)).unwrap();
+    script(&mut d, &mut |d, lba| d.read(lba, 1).unwrap(), bs);
+    // A clean remount keeps what the control requests did.
+    let want = d.read(1, 1).unwrap();
+    let mut d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
+    assert_eq!(d.read(1, 1).unwrap(), want);
+    // 300.. took what 100.. named: the first blocks as first written.
+    assert_eq!(d.read(300, 1).unwrap(), vec![1; bs]);
+    assert_eq!(d.read(301, 1).unwrap(), vec![2; bs]);
+    assert_eq!(d.ftl().attributes(), Vec::new());
+}
+
+#[test]
+fn requests_run_on_a_handle_and_an_inline_handle() {
+    let h = Handle::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let bs = h.block_size();
+    h.write(0, &write_blocks(bs)).unwrap();
+    let mut t = h.clone();
+    script(&mut t, &mut |h, lba| h.read(lba, 1).unwrap(), bs);
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let d = Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let h = InlineHandle::new(d);
+    h.call(zftl::core::Request::Write {
+        lba: 0,
+        data: write_blocks(bs),
+        fua: false,
+    })
+    .unwrap();
+    let mut t = h.clone();
+    let read = |h: &mut InlineHandle<SimDevice>, lba| match h
+        .call(zftl::core::Request::Read {
+            lba,
+            block_count: 1,
+        })
+        .unwrap()
+    {
+        zftl::core::ReplyData::Read(d) => d,
+        other => panic!("{other:?}"),
+    };
+    script(&mut t, &mut { read }, bs);
+    assert!(matches!(
+        parse_line(br#"{"op":"stats"}"#).unwrap().command,
+        Command::Stats
+    ));
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn attrs_pages_through_a_full_listing() {
+    let mut d = Driver::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
+    // 10 separate ranges, listed 3 at a time.
+    for i in 0..10u64 {
+        request(
+            &mut d,
+            &format!(r#"{{"op":"attr","attribute":"non-persistent","ranges":[{{"lba":{},"blocks":2}}]}}"#, i * 5),
+        )
+        .unwrap();
+    }
+    let mut from = 0;
+    let mut seen = Vec::new();
+    loop {
+        let page = request(
+            &mut d,
+            &format!(r#"{{"op":"attrs","from":{from},"max":3}}"#),
+        )
+        .unwrap();
+        let ranges = page["ranges"].as_array().unwrap();
+        assert!(ranges.len() <= 3);
+        seen.extend(ranges.iter().map(|r| r["lba"].as_u64().unwrap()));
+        match page["next"].as_u64() {
+            Some(next) => from = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..10).map(|i| i * 5).collect::<Vec<_>>());
+}
+
+#[test]
+fn async_handles_list_attributes_too() {
+    let h = Handle::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let a = h.to_async();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let listed = rt.block_on(async {
+        a.set_attribute(&[(8, 4)], zftl::core::Attribute::Immutable)
+            .await
+            .unwrap();
+        a.attributes().await.unwrap()
+    });
+    assert_eq!(
+        listed,
+        vec![(8, 4, zftl::core::range::attr_bits::IMMUTABLE)]
+    );
+    assert_eq!(h.attributes().unwrap(), listed);
+    drop(a);
+    h.shutdown().unwrap();
+}
