@@ -186,6 +186,8 @@ fn throughput_reports_rates_and_ratios() {
         "2000",
         "--warmup",
         "0.5",
+        "--rounds",
+        "4",
     ];
     args.extend_from_slice(TINY);
     let v = json(&args);
@@ -194,15 +196,53 @@ fn throughput_reports_rates_and_ratios() {
         "raw_read_blocks_per_s",
         "ftl_host_writes_per_s",
         "ftl_host_reads_per_s",
-        "ftl_backend_cmds_per_s",
+        "raw_first_pass_blocks_per_s",
         "write_efficiency",
+        "write_efficiency_min",
+        "host_write_ratio",
         "read_ratio",
+        "read_ratio_min",
     ] {
         assert!(num(&v, key) > 0.0, "{key} not positive: {v}");
     }
-    assert_eq!(num(&v, "raw_write_blocks"), 2000.0);
+    assert!(num(&v, "write_efficiency_min") <= num(&v, "write_efficiency"));
+    assert!(num(&v, "read_ratio_min") <= num(&v, "read_ratio"));
+    // Each round's raw window writes at least its share, by whole commands.
+    assert!(num(&v, "raw_write_blocks") >= 2000.0, "{v}");
     assert!(num(&v, "ftl_write_blocks") >= 2000.0);
     assert!(num(&v, "ftl_write_window_wa") >= 1.0, "{v}");
+    let rounds = v["per_round"].as_array().expect("per_round");
+    assert_eq!(rounds.len(), 4);
+    for r in rounds {
+        let wa = num(r, "ftl_write_wa");
+        let host = num(r, "ftl_host_writes_per_s");
+        let raw = num(r, "raw_write_blocks_per_s");
+        let eff = num(r, "write_efficiency");
+        assert!(
+            (eff - host * wa / raw).abs() <= 1e-3 * eff.max(1.0),
+            "write_efficiency is host × WA ÷ raw: {r}"
+        );
+        // The raw side sent the FTL's command shape: as many blocks in
+        // flight, and commands no larger (a command that does not fit a
+        // zone's rest is cut; these zones hold 16 blocks).
+        let (f, w) = (&r["ftl_write_shape"], &r["raw_write_shape"]);
+        let (fi, wi) = (
+            num(f, "write_blocks_in_flight"),
+            num(w, "write_blocks_in_flight"),
+        );
+        assert!(
+            (fi - wi).abs() <= 0.25 * fi,
+            "blocks in flight {fi} vs {wi}"
+        );
+        assert!(num(w, "blocks_per_write") <= num(f, "blocks_per_write") + 0.01);
+        assert!(num(w, "blocks_per_write") >= 0.6 * num(f, "blocks_per_write"));
+        let (fr, wr) = (&r["ftl_read_shape"], &r["raw_read_shape"]);
+        assert!(
+            (num(fr, "reads_in_flight") - num(wr, "reads_in_flight")).abs()
+                <= 0.5 + 0.1 * num(fr, "reads_in_flight"),
+            "reads in flight: {r}"
+        );
+    }
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //!
 //! - `wa`: write amplification and wear of a workload at a given
 //!   over-provisioning (OP) and GC policy;
-//! - `throughput`: the FTL's host rates against the raw backend's, measured
-//!   in one run on identical devices;
+//! - `throughput`: the FTL's host rates against the raw backend's on
+//!   identical devices, the raw side sending the FTL's command sizes with
+//!   as many blocks in flight;
 //! - `recovery`: mount time after a power cut on devices of several sizes
 //!   holding the same data and history;
 //! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
@@ -19,6 +20,7 @@ mod nbd;
 mod pipe;
 pub mod raw;
 mod recovery;
+pub mod shape;
 mod throughput;
 mod wa;
 mod workload;
@@ -48,7 +50,8 @@ pub enum BenchCommand {
     /// it with a workload and count what the FTL wrote to the media.
     Wa(WaArgs),
     /// Host write and random-read rates through the FTL at steady-state GC,
-    /// against the raw backend's rates on an identical device.
+    /// against raw appends of the FTL's own command sizes and raw reads on
+    /// an identical device.
     Throughput(ThroughputArgs),
     /// Mount time after a power cut on 1, 4 and 16 GiB devices holding the
     /// same data and the same history since the last checkpoint.
@@ -163,15 +166,15 @@ pub struct ThroughputArgs {
     /// Random overwrites before measuring, as a multiple of the logical size.
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub warmup: f64,
-    /// Commands kept in flight on the raw device, and host reads kept in
-    /// flight through the FTL (reads do not go through the write buffer).
-    /// Raw writes slow down sharply past 32 on this simulator (see the
-    /// bench's docs), so the default stays at 32.
+    /// Host reads kept in flight through the FTL (reads do not go through
+    /// the write buffer). The raw reads keep as many in flight as the
+    /// FTL's device reads had.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub read_queue_depth: usize,
-    /// Raw and FTL phases alternate in this many rounds (the window split
-    /// among them); the ratios reported are the median over rounds, so a
-    /// change in machine load skews a round, not the result.
+    /// FTL and raw windows alternate in this many rounds (the time split
+    /// among them); every round is reported, with the median and the
+    /// minimum over rounds, so a change in machine load skews a round, not
+    /// the result.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
 }
