@@ -246,24 +246,60 @@ fn throughput_reports_rates_and_ratios() {
 }
 
 #[test]
-fn recovery_mounts_every_size() {
+fn recovery_mounts_full_volumes_after_a_cut_during_gc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir_arg = dir.path().to_str().expect("utf-8 path");
     let v = json(&[
         "bench",
         "recovery",
         "--json",
         "--sizes-mib",
-        "256,512",
-        "--data-mib",
-        "4",
-        "--history-writes",
-        "256",
+        "64,128",
+        "--checkpoint-interval-blocks",
+        "8192",
+        "--image-dir",
+        dir_arg,
     ]);
-    let sizes = v["sizes"].as_array().expect("sizes array");
-    assert_eq!(sizes.len(), 2);
-    for s in sizes {
-        assert!(num(s, "mount_ms") > 0.0);
-        assert_eq!(num(s, "mapped_blocks"), 1024.0);
+    let runs = v["runs"].as_array().expect("runs array");
+    assert_eq!(runs.len(), 4, "two sizes, two tag modes");
+    for r in runs {
+        let logical = num(r, "logical_blocks");
+        assert_eq!(num(r, "mapped_blocks"), logical, "fully mapped: {r}");
+        assert_eq!(logical * 4096.0, num(r, "volume_bytes"));
+        assert!(num(r, "device_bytes") > num(r, "volume_bytes"));
+        assert!(num(r, "gc_copy_blocks_before_cut") > 0.0, "GC ran: {r}");
+        assert!(num(r, "commands_in_flight_at_cut") > 0.0, "{r}");
+        // The cut comes with the next checkpoint about due.
+        let (since, between) = (
+            num(r, "data_blocks_since_checkpoint"),
+            num(r, "data_blocks_between_checkpoints"),
+        );
+        assert!(between > 0.0 && between <= 8192.0 + 4096.0, "{r}");
+        assert!(since >= 0.5 * between, "{r}");
+        let s = &r["mount_steps"];
+        let parts = [
+            "superblock_ms",
+            "checkpoint_and_log_ms",
+            "tag_scan_ms",
+            "rebuild_ms",
+            "finish_and_checkpoint_ms",
+        ]
+        .map(|k| num(s, k));
+        assert!(
+            parts.iter().sum::<f64>() <= num(r, "mount_ms") + 0.01,
+            "{r}"
+        );
+        assert!(num(s, "blocks_read_meta") > 0.0 && num(s, "blocks_written") > 0.0);
+        if r["tags"] == "oob" {
+            // The tag scan reads the data written since the checkpoint.
+            assert!(num(s, "blocks_read_data") >= 0.5 * since, "{r}");
+        }
     }
-    assert_eq!(num(&sizes[1], "device_bytes"), 512.0 * 1024.0 * 1024.0);
-    assert!(num(&v, "mount_ratio_largest_over_smallest") > 0.0);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("dir").count(),
+        0,
+        "images deleted"
+    );
+    let out = zftl(&["bench", "recovery", "--sizes-mib", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
 }

@@ -21,6 +21,9 @@ pub struct SimStats {
     pub erase_failures: u64,
     pub uncorrectable_reads: u64,
     pub power_cuts: u64,
+    /// Commands in flight (submitted, not yet executed) at power cuts:
+    /// each landed, tore or was lost.
+    pub commands_cut: u64,
     pub controller_resets: u64,
     pub bad_blocks: u64,
     pub erase_count_min: u32,
