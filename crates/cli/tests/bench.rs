@@ -303,3 +303,89 @@ fn recovery_mounts_full_volumes_after_a_cut_during_gc() {
     let out = zftl(&["bench", "recovery", "--sizes-mib", "0", "--json"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// A small device of the default's parallelism and timing, short windows.
+fn media(extra: &[&str]) -> Value {
+    let mut args = vec![
+        "bench",
+        "media",
+        "--json",
+        "--blocks-per-lun",
+        "8",
+        "--window-ms",
+        "40",
+        "--probes",
+        "50",
+        "--warmup",
+        "0.2",
+        "--depths",
+        "1,16",
+        "--gc-probe-ms",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    json(&args)
+}
+
+#[test]
+fn media_reports_utilization_limits_and_latency_in_virtual_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("media.svg");
+    let svg_arg = svg.to_str().expect("utf-8 path");
+    let v = media(&["--svg", svg_arg]);
+    assert_eq!(num(&v, "luns"), 16.0);
+    assert_eq!(num(&v, "program_limit_blocks_per_s"), 80_000.0);
+    assert_eq!(num(&v, "read_limit_blocks_per_s"), 640_000.0);
+    let series = v["series"].as_array().expect("series");
+    let names: Vec<&str> = series
+        .iter()
+        .map(|s| s["workload"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "randwrite_4k",
+            "randwrite_4k_fua",
+            "seqwrite_128k",
+            "randread_4k"
+        ]
+    );
+    for s in series {
+        let windows = s["windows"].as_array().expect("windows");
+        assert_eq!(windows.len(), 2);
+        for w in windows {
+            let u = num(w, "utilization");
+            assert!((0.0..=1.0).contains(&u), "utilization {u}: {w}");
+            for l in w["lun_utilization"].as_array().expect("per LUN") {
+                let l = l.as_f64().expect("number");
+                assert!((0.0..=1.0 + 1e-9).contains(&l), "{w}");
+            }
+            assert!(num(w, "elapsed_ms") >= 40.0, "{w}");
+        }
+    }
+    // Reads: one at a time keeps one LUN of 16 busy, 25 µs each.
+    let reads = &series[3]["windows"][0];
+    assert_eq!(num(reads, "depth"), 1.0);
+    assert!(
+        (num(reads, "utilization") - 1.0 / 16.0).abs() < 0.01,
+        "{reads}"
+    );
+    assert!((num(reads, "host_vs_limit") - num(reads, "utilization")).abs() < 0.01);
+    let l = &v["latency"];
+    for k in ["read_idle", "write_idle", "read_gc", "write_gc"] {
+        let p = &l[k];
+        assert!(num(p, "samples") > 0.0, "{k}");
+        assert!(num(p, "p50_us") <= num(p, "p99_us") && num(p, "p99_us") <= num(p, "p999_us"));
+    }
+    // Idle: a read is one page read, a FUA write one program.
+    assert_eq!(num(&l["read_idle"], "p50_us"), 25.0);
+    assert_eq!(num(&l["write_idle"], "p50_us"), 200.0);
+    assert_eq!(num(l, "gc_copy_blocks_during_idle_probes"), 0.0);
+    assert!(num(l, "gc_copy_blocks_during_probes") > 0.0, "GC ran: {l}");
+    let plot = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(plot.contains("<svg") && plot.contains("randread_4k") && plot.contains("during GC"));
+    // Virtual time: the same run gives the same figures.
+    let again = media(&[]);
+    assert_eq!(v["series"], again["series"]);
+    assert_eq!(v["latency"], again["latency"]);
+}

@@ -24,10 +24,12 @@
 //!   LUNs could take with the run's own WA and GC reads; for reads, LUNs ÷
 //!   read time.
 //! - **Latency** (virtual time from a request's submission to its reply)
-//!   of 4 KiB random reads and 4 KiB random FUA writes, `--probes` of each,
-//!   one at a time, reads and writes taking turns: idle (GC settled, no
-//!   other load) and during steady GC (the probes beside `--load-depth`
-//!   random 4 KiB writes that keep GC running): p50, p99, p99.9.
+//!   of 4 KiB random reads and 4 KiB random FUA writes, `--probes` of each:
+//!   idle (right after the fill: no GC, no other load; one request at a
+//!   time, reads and writes taking turns) and during steady GC (beside
+//!   `--load-depth` random 4 KiB writes that keep GC running; a read stream
+//!   and a FUA write stream, one request each at a time, the writes cut
+//!   short after `--gc-probe-ms` of virtual time): p50, p99, p99.9.
 //!
 //! `--svg FILE` plots utilization against depth and the latency CDFs.
 
@@ -36,10 +38,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::Serialize;
-use zftl_core::{Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
+use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice, SimStats, Timing};
 
+use super::shape::Recorder;
 use super::{progress, ratio, round, BenchError};
 use crate::report::Text;
 
@@ -66,6 +69,10 @@ pub struct MediaArgs {
     /// Random 4 KiB writes in flight beside the latency probes during GC.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub load_depth: usize,
+    /// Virtual milliseconds after which the probes during GC stop waiting
+    /// for `--probes` FUA writes (each can take seconds there).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub gc_probe_ms: u64,
     /// Erase blocks per LUN (the default device's 256 is 4 GiB; fewer make
     /// a smaller device of the same parallelism and timing).
     #[arg(long, value_name = "N", default_value_t = SimConfig::default().blocks_per_lun)]
@@ -104,6 +111,20 @@ pub struct Window {
     /// What the geometry allows at this run's WA, reads and erases.
     pub limit_host_blocks_per_s: f64,
     pub host_vs_limit: f64,
+    /// The least and the most busy LUN's utilization.
+    pub lun_utilization_min: f64,
+    pub lun_utilization_max: f64,
+    /// Each LUN's, by LUN number (zone `z` is on LUNs `4 (z mod 4)` to
+    /// `4 (z mod 4) + 3` of the default device).
+    pub lun_utilization: Vec<f64>,
+    /// The FTL's free zones, sampled at every turn of its driver.
+    pub free_zones_min: u32,
+    pub free_zones_mean: f64,
+    /// What the FTL sent the device: blocks per write command, and the
+    /// write blocks and read commands in flight each time it polled it.
+    pub device_blocks_per_write: f64,
+    pub device_write_blocks_in_flight: f64,
+    pub device_reads_in_flight: f64,
 }
 
 /// Utilization windows of one workload, by depth.
@@ -130,8 +151,9 @@ pub struct Latency {
     pub write_idle: Percentiles,
     pub read_gc: Percentiles,
     pub write_gc: Percentiles,
-    /// GC copies while the GC probes ran.
+    /// GC copies while the GC probes ran, and while the idle ones did.
     pub gc_copy_blocks_during_probes: u64,
+    pub gc_copy_blocks_during_idle_probes: u64,
     pub read_p999_gc_over_idle: f64,
     pub write_p999_gc_over_idle: f64,
 }
@@ -196,6 +218,14 @@ struct Stream {
 }
 
 impl Stream {
+    /// One request at a time, its latency kept.
+    fn timed(kind: Kind) -> Stream {
+        Stream {
+            lat: Some((Vec::new(), Vec::new())),
+            ..Stream::new(kind, 1)
+        }
+    }
+
     fn new(kind: Kind, depth: usize) -> Stream {
         Stream {
             kind,
@@ -219,7 +249,7 @@ struct Sent {
 }
 
 struct Bench {
-    drv: Driver<SimDevice>,
+    drv: Driver<Recorder<SimDevice>>,
     rng: Rng,
     logical: u64,
     bs: usize,
@@ -233,15 +263,37 @@ struct Bench {
 struct Mark {
     clock_ns: u64,
     sim: SimStats,
+    /// Per LUN: busy time so far counted to the end of its queue, less
+    /// what of that queue lies after the clock: the time it was busy up to
+    /// the clock.
+    lun_busy_ns: Vec<u64>,
     gc_copies: u64,
+    /// Host requests and blocks answered so far in the window's stream.
+    done: u64,
+    blocks_done: u64,
 }
 
 impl Bench {
-    fn mark(&self) -> Mark {
+    /// The virtual clock.
+    fn now(&self) -> u64 {
+        self.drv.backend().clock_ns()
+    }
+
+    fn mark(&self, stream: &Stream) -> Mark {
+        let dev = &self.drv.backend().inner;
+        let now = self.now();
         Mark {
-            clock_ns: self.drv.backend().clock_ns_now(),
-            sim: self.drv.backend().stats(),
+            clock_ns: now,
+            sim: dev.stats(),
+            lun_busy_ns: dev
+                .lun_busy_ns()
+                .iter()
+                .zip(dev.lun_queued_until_ns())
+                .map(|(&busy, &until)| busy - until.saturating_sub(now))
+                .collect(),
             gc_copies: self.drv.stats().gc_copy_blocks,
+            done: stream.done,
+            blocks_done: stream.blocks_done,
         }
     }
 
@@ -329,7 +381,7 @@ impl Bench {
                         Ok(()) => {
                             self.next_id += 1;
                             s.in_flight += 1;
-                            let at_ns = self.drv.backend().clock_ns_now();
+                            let at_ns = self.now();
                             self.sent.insert(
                                 id,
                                 Sent {
@@ -350,7 +402,7 @@ impl Bench {
                 return Ok(());
             }
             let moved = self.drv.turn()?;
-            let now = self.drv.backend().clock_ns_now();
+            let now = self.now();
             let mut replies = 0;
             while let Some(reply) = self.drv.take_reply() {
                 replies += 1;
@@ -379,17 +431,49 @@ impl Bench {
         }
     }
 
-    /// One utilization window of `kind` at `depth`.
+    /// One utilization window of `kind` at `depth`: a lead-in of a quarter
+    /// of the window, then `window_ns` measured, the stream running on
+    /// throughout.
     fn window(&mut self, kind: Kind, depth: usize, window_ns: u64) -> Result<Window, BenchError> {
-        let before = self.mark();
+        self.drv.backend_mut().take_shape();
         let mut streams = [Stream::new(kind, depth)];
-        let end = before.clock_ns + window_ns;
-        self.drive(&mut streams, &mut |b, _| {
-            b.drv.backend().clock_ns_now() >= end
+        let lead_end = self.now() + window_ns / 4;
+        let mut before: Option<Mark> = None;
+        let mut after: Option<Mark> = None;
+        let (mut free_min, mut free_sum, mut samples) = (u32::MAX, 0u64, 0u64);
+        self.drive(&mut streams, &mut |b, s| {
+            let now = b.now();
+            let Some(start) = &before else {
+                if now >= lead_end {
+                    before = Some(b.mark(&s[0]));
+                }
+                return false;
+            };
+            let free = b.drv.stats().free_zones;
+            free_min = free_min.min(free);
+            free_sum += u64::from(free);
+            samples += 1;
+            if now >= start.clock_ns + window_ns {
+                after.get_or_insert_with(|| b.mark(&s[0]));
+                return true;
+            }
+            false
         })?;
-        let after = self.mark();
-        let s = &streams[0];
-        Ok(self.window_report(depth, s.done, s.blocks_done, &before, &after))
+        let (before, after) = (before.expect("lead-in"), after.expect("window"));
+        let shape = self.drv.backend_mut().take_shape();
+        let mut w = self.window_report(
+            depth,
+            after.done - before.done,
+            after.blocks_done - before.blocks_done,
+            &before,
+            &after,
+        );
+        w.device_blocks_per_write = round(shape.blocks_per_write(), 2);
+        w.device_write_blocks_in_flight = round(shape.write_blocks_in_flight(), 1);
+        w.device_reads_in_flight = round(shape.reads_in_flight(), 1);
+        w.free_zones_min = free_min;
+        w.free_zones_mean = round(ratio(free_sum as f64, samples as f64), 1);
+        Ok(w)
     }
 
     fn window_report(
@@ -401,7 +485,12 @@ impl Bench {
         after: &Mark,
     ) -> Window {
         let elapsed_ns = after.clock_ns.saturating_sub(before.clock_ns);
-        let busy = after.sim.busy_ns_total - before.sim.busy_ns_total;
+        let busy: u64 = after
+            .lun_busy_ns
+            .iter()
+            .zip(&before.lun_busy_ns)
+            .map(|(a, b)| a - b)
+            .sum();
         let programs = after.sim.media_page_programs - before.sim.media_page_programs;
         let reads = after.sim.media_page_reads - before.sim.media_page_reads;
         let erases = after.sim.media_block_erases - before.sim.media_block_erases;
@@ -413,7 +502,21 @@ impl Bench {
             + per(erases) * t.erase_ns as f64;
         let limit = ratio(f64::from(self.luns) * 1e9, per_block_ns);
         let rate = ratio(blocks as f64 * 1e9, elapsed_ns as f64);
+        let lun_use: Vec<f64> = after
+            .lun_busy_ns
+            .iter()
+            .zip(&before.lun_busy_ns)
+            .map(|(a, b)| ratio((a - b) as f64, elapsed_ns as f64))
+            .collect();
         Window {
+            lun_utilization_min: round(lun_use.iter().copied().fold(f64::INFINITY, f64::min), 3),
+            lun_utilization_max: round(lun_use.iter().copied().fold(0.0, f64::max), 3),
+            lun_utilization: lun_use.iter().map(|&u| round(u, 3)).collect(),
+            free_zones_min: 0,
+            free_zones_mean: 0.0,
+            device_blocks_per_write: 0.0,
+            device_write_blocks_in_flight: 0.0,
+            device_reads_in_flight: 0.0,
             depth,
             host_requests: requests,
             host_blocks: blocks,
@@ -434,17 +537,12 @@ impl Bench {
     }
 
     /// Latency probes, alone or beside random writes at `load_depth`.
-    fn probes(
-        &mut self,
-        count: usize,
-        load_depth: Option<usize>,
-    ) -> Result<(Vec<u64>, Vec<u64>, u64), BenchError> {
+    /// Latency probes, one at a time, reads and FUA writes taking turns,
+    /// with nothing else running; `count` of each.
+    fn idle_probes(&mut self, count: usize) -> Result<(Vec<u64>, Vec<u64>, u64), BenchError> {
         let before = self.drv.stats().gc_copy_blocks;
-        let mut streams = vec![Stream::new(Kind::Probe, 1)];
-        if let Some(d) = load_depth {
-            streams.push(Stream::new(Kind::RandWrite { fua: false }, d));
-        }
-        let bar = progress(2 * count as u64, "probes");
+        let mut streams = [Stream::new(Kind::Probe, 1)];
+        let bar = progress(2 * count as u64, "idle probes");
         self.drive(&mut streams, &mut |_, s| {
             let (r, w) = s[0].lat.as_ref().expect("probe stream");
             bar.set_position((r.len() + w.len()) as u64);
@@ -454,16 +552,36 @@ impl Bench {
         let (reads, writes) = streams[0].lat.take().expect("probe stream");
         Ok((reads, writes, self.drv.stats().gc_copy_blocks - before))
     }
-}
 
-/// `clock_ns` without naming the trait at every call.
-trait ClockNow {
-    fn clock_ns_now(&self) -> u64;
-}
-
-impl ClockNow for SimDevice {
-    fn clock_ns_now(&self) -> u64 {
-        zftl_core::Backend::clock_ns(self)
+    /// Latency probes beside `load_depth` random 4 KiB writes: a read
+    /// stream and a FUA write stream, one request each at a time (a FUA
+    /// write can take seconds there, so the reads do not wait for it),
+    /// until `count` reads, and `count` writes or `budget_ns` of virtual
+    /// time.
+    fn gc_probes(
+        &mut self,
+        count: usize,
+        load_depth: usize,
+        budget_ns: u64,
+    ) -> Result<(Vec<u64>, Vec<u64>, u64), BenchError> {
+        let before = self.drv.stats().gc_copy_blocks;
+        let start = self.now();
+        let mut streams = [
+            Stream::timed(Kind::RandRead),
+            Stream::timed(Kind::RandWrite { fua: true }),
+            Stream::new(Kind::RandWrite { fua: false }, load_depth),
+        ];
+        let bar = progress(2 * count as u64, "GC probes");
+        self.drive(&mut streams, &mut |b, s| {
+            let reads = s[0].lat.as_ref().expect("timed").0.len();
+            let writes = s[1].lat.as_ref().expect("timed").1.len();
+            bar.set_position((reads + writes.min(count)) as u64);
+            reads >= count && (writes >= count || b.now() - start >= budget_ns)
+        })?;
+        bar.finish_and_clear();
+        let reads = std::mem::take(&mut streams[0].lat.as_mut().expect("timed").0);
+        let writes = std::mem::take(&mut streams[1].lat.as_mut().expect("timed").1);
+        Ok((reads, writes, self.drv.stats().gc_copy_blocks - before))
     }
 }
 
@@ -505,7 +623,7 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
     };
     let luns = cfg.lun_count();
     let g = cfg.geometry()?;
-    let device = SimDevice::create_memory(cfg.clone())?;
+    let device = Recorder::new(SimDevice::create_memory(cfg.clone())?);
     let options = FormatOptions {
         seed: args.seed,
         ..FormatOptions::default()
@@ -532,6 +650,10 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
     })?;
     bar.finish_and_clear();
     b.drv.flush()?;
+    // Idle: the volume just filled, 7 % of it free, so the probes' writes
+    // start no GC; the fill's checkpoint written first.
+    b.drv.settle()?;
+    let (mut read_idle, mut write_idle, idle_gc) = b.idle_probes(args.probes)?;
     let warmup = (args.warmup.max(0.0) * logical as f64) as u64;
     let mut warm = [Stream::new(Kind::RandWrite { fua: false }, 64)];
     let bar = progress(warmup, "warmup");
@@ -566,7 +688,8 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
     b.drive(&mut warm, &mut |_, s| {
         s[0].done + s[0].in_flight as u64 >= again
     })?;
-    let (mut read_gc, mut write_gc, gc_copies) = b.probes(args.probes, Some(args.load_depth))?;
+    let (mut read_gc, mut write_gc, gc_copies) =
+        b.gc_probes(args.probes, args.load_depth, args.gc_probe_ms * 1_000_000)?;
     b.drv.settle()?;
     let mut windows = Vec::new();
     for &d in &args.depths {
@@ -577,8 +700,6 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
         block_bytes: b.bs as u64,
         windows,
     });
-    b.drv.settle()?;
-    let (mut read_idle, mut write_idle, _) = b.probes(args.probes, None)?;
 
     let latency = Latency {
         read_idle: percentiles(&mut read_idle),
@@ -586,6 +707,7 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
         read_gc: percentiles(&mut read_gc),
         write_gc: percentiles(&mut write_gc),
         gc_copy_blocks_during_probes: gc_copies,
+        gc_copy_blocks_during_idle_probes: idle_gc,
         read_p999_gc_over_idle: 0.0,
         write_p999_gc_over_idle: 0.0,
     };
@@ -672,14 +794,21 @@ impl MediaReport {
                 t.row(
                     &format!("depth {}", w.depth),
                     format!(
-                        "utilization {:.3}  host {:.0} blocks/s = {:.3} of limit {:.0}  WA {:.2}  \
-                         reads/blk {:.2}",
+                        "utilization {:.3} (LUNs {:.2}-{:.2})  host {:.0} blocks/s = {:.3} of \
+                         limit {:.0}  WA {:.2}  reads/blk {:.2}  in flight: {:.0} write blocks, \
+                         {:.0} reads  free zones {}-{:.1}",
                         w.utilization,
+                        w.lun_utilization_min,
+                        w.lun_utilization_max,
                         w.host_blocks_per_s,
                         w.host_vs_limit,
                         w.limit_host_blocks_per_s,
                         w.wa,
-                        w.media_reads_per_host_block
+                        w.media_reads_per_host_block,
+                        w.device_write_blocks_in_flight,
+                        w.device_reads_in_flight,
+                        w.free_zones_min,
+                        w.free_zones_mean
                     ),
                 );
             }
