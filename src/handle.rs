@@ -24,10 +24,7 @@
 //! fewer waiting, the driver thread is short of work, and a write goes to
 //! it as it is: the core takes its CRCs in time it would otherwise spend
 //! waiting, and the caller can make its next request sooner. So the CRCs
-//! go to whichever side has CPU to spare: in `zftl bench zns`'s guest (one
-//! caller thread beside the core's, two vCPUs) the caller took those of
-//! 64.5–69 % of the 128 KiB writes, and zftl ran 3198–3823 of them a
-//! second against 2438–2759 when the caller took them all (`docs/zns.md`).
+//! go to whichever side has CPU to spare.
 //!
 //! # Bounded queues
 //!
@@ -95,7 +92,7 @@ pub const CALLER_SUMS_FROM_QUEUED: usize = 4;
 
 /// Whether a caller takes a write's data CRCs itself while `queued`
 /// messages wait for the driver thread (see the module docs). Callers
-/// that drive a `Driver` themselves, as `zftl bench zns` does, use it too.
+/// that drive a `Driver` themselves can use it too.
 pub fn caller_sums(queued: usize) -> bool {
     queued >= CALLER_SUMS_FROM_QUEUED
 }

@@ -1,5 +1,7 @@
-//! `zftl bench`: benchmarks on the in-memory simulator (timing off), so the
-//! numbers are CPU cost and media counts, not a model of NAND speed.
+//! `zftl bench`: benchmarks. `wa`, `throughput` and `recovery` run the
+//! simulator with its timing off, so their numbers are CPU cost and media
+//! counts, not a model of NAND speed; `media` runs it with timing on, in
+//! virtual time. Methods and figures: docs/bench.md.
 //!
 //! - `wa`: write amplification and wear of a workload at a given
 //!   over-provisioning (OP) and GC policy;
@@ -7,7 +9,10 @@
 //!   identical devices, the raw side sending the FTL's command sizes with
 //!   as many blocks in flight;
 //! - `recovery`: mount time after a power cut on fully mapped volumes of
-//!   several sizes, the cut during GC with the longest roll-forward;
+//!   several sizes (sparse image files), the cut during GC with the
+//!   longest roll-forward;
+//! - `media`: LUN utilization and the host rate against the geometry's
+//!   limit by queue depth, and latency percentiles idle and during GC;
 //! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
 //!   `qemu-nbd` (external tools, not the in-process simulator alone);
 //! - `zns`: zftl on an NVMe ZNS namespace against fio's io_uring_cmd
