@@ -4,8 +4,12 @@
 //!
 //! - `write_4k/ftl`: random 4 KiB host writes through the `Driver` at steady
 //!   state (filled at OP 0.28 and overwritten once, so GC runs), a few
-//!   requests in flight; `write_4k/raw`: the same count of 4 KiB programs at
-//!   the write pointer on an identical device, zones reset when reused.
+//!   requests in flight; `write_4k/raw`: the same count of blocks as zone
+//!   appends on an identical device (written through once first), replaying
+//!   the device writes the FTL sent in its bench (their sizes, buffers and
+//!   blocks in flight), zones reset when reused. The FTL's host rate × its
+//!   write amplification against the raw rate is `zftl bench throughput`'s
+//!   `write_efficiency`.
 //! - `read_4k/ftl` vs `read_4k/raw`: 4 KiB random reads.
 //! - `l2p`: one `L2p::get_with_crc` / `L2p::set` at a random LBA, with OOB
 //!   tags and in band (bit-packed address + data CRC entries).
@@ -30,13 +34,16 @@ mod pipe;
 #[path = "../crates/cli/src/bench/raw.rs"]
 #[allow(dead_code)]
 mod raw;
+#[path = "../crates/cli/src/bench/shape.rs"]
+#[allow(dead_code)]
+mod shape;
 
 /// Blocks moved per measured iteration.
 const BLOCKS_PER_ITER: u64 = 4096;
 /// Host requests in flight through the FTL (the CLI's default: deeper
 /// queues outrun the untimed device and keep the write buffer full).
 const FTL_DEPTH: usize = 8;
-/// Commands in flight on the raw device.
+/// Host reads in flight through the FTL, and raw reads in flight.
 const RAW_DEPTH: usize = 64;
 const OP: f64 = 0.28;
 const GC_RESERVE_ZONES: u32 = 2;
@@ -65,8 +72,8 @@ fn new_device() -> SimDevice {
 
 /// A formatted FTL at OP 0.28 over the data zones, filled sequentially and
 /// overwritten once at random so GC is at steady state.
-fn steady_ftl(rng: &mut Rng) -> Driver<SimDevice> {
-    let device = new_device();
+fn steady_ftl(rng: &mut Rng) -> Driver<shape::Recorder<SimDevice>> {
+    let device = shape::Recorder::new(new_device());
     let g = bench_config().geometry().expect("valid");
     let layout = zftl_core::layout::Layout::plan(&g, None, GC_RESERVE_ZONES, false).expect("plan");
     let data_blocks = u64::from(g.zone_count - 2 - layout.meta_zone_count) * g.zone_capacity_blocks;
@@ -121,12 +128,19 @@ fn write_4k(c: &mut Criterion) {
             .expect("write")
         });
     });
+    let shape = drv.backend_mut().take_shape();
     drop(drv);
 
     let mut dev = new_device();
-    let mut writer = raw::SeqWriter::new(&dev, RAW_DEPTH);
+    let mut writer = raw::ShapedWriter::new(&dev);
+    let g = bench_config().geometry().expect("valid");
+    writer.write(
+        &mut dev,
+        u64::from(g.zone_count) * g.zone_capacity_blocks,
+        &shape.writes,
+    );
     group.bench_function("raw", |b| {
-        b.iter(|| writer.write(&mut dev, BLOCKS_PER_ITER));
+        b.iter(|| writer.write(&mut dev, BLOCKS_PER_ITER, &shape.writes));
     });
     group.finish();
 }

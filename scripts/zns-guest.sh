@@ -35,13 +35,13 @@
 # Last zftl bench zns (bench, its own boot, with fio and its libraries
 # added to the initramfs): JSON with IOPS, MiB/s and the ratios of zftl to
 # the raw namespace. ZNS_GUEST_BENCH_SECONDS (default 4) per job and round,
-# ZNS_GUEST_BENCH_RAW_IODEPTH (default 1) fio's iodepth,
+# ZNS_GUEST_BENCH_JOBS (default 4) the commands in flight on each side
+# (fio jobs on distinct zones at iodepth 1; zftl writes),
 # ZNS_GUEST_BENCH_FLAGS more flags of zftl bench zns, comma-separated (e.g.
-# --cpu-costs,--backend-job). ZNS_GUEST_SMP (default 1) QEMU's -smp;
-# ZNS_GUEST_BENCH_SMP (default 2) the bench's: zftl takes each write's
-# data CRCs on a caller thread beside the one that runs the core, as
-# `zftl serve --device` does on its connection tasks; fio's raw jobs ran
-# about as fast with 2 vCPUs as with 1 (docs/zns.md). The guest's clock
+# --cpu-costs). ZNS_GUEST_SMP (default 1) QEMU's -smp;
+# ZNS_GUEST_BENCH_SMP (default 2) the bench's: zftl's writers run on one
+# thread beside the one that runs the core, as `zftl serve --device`
+# runs its connection tasks beside its driver thread. The guest's clock
 # is the TSC (clocksource=tsc): the kernel picked the HPET with 2 vCPUs,
 # and every HPET read traps into QEMU (13.7 % of one bench's samples).
 # ZNS_GUEST_PERF=1 runs the bench under perf in the guest (perf copied from
@@ -227,7 +227,7 @@ boot() {
         -display none -nodefaults -serial stdio -no-reboot \
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -kernel "$KERNEL" -initrd "${INITRD:-$WORK/initramfs.cpio.gz}" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet clocksource=tsc tsc=reliable zftl.run=$what zftl.watchdog=$WATCHDOG ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_RAW_IODEPTH=${ZNS_GUEST_BENCH_RAW_IODEPTH:-1} ZFTL_BENCH_FLAGS=${ZNS_GUEST_BENCH_FLAGS:-} ZFTL_BENCH_PERF=${ZNS_GUEST_PERF:-}" \
+        -append "console=ttyS0 panic=-1 rdinit=/init quiet clocksource=tsc tsc=reliable zftl.run=$what zftl.watchdog=$WATCHDOG ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_JOBS=${ZNS_GUEST_BENCH_JOBS:-4} ZFTL_BENCH_FLAGS=${ZNS_GUEST_BENCH_FLAGS:-} ZFTL_BENCH_PERF=${ZNS_GUEST_PERF:-}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
         -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \

@@ -94,7 +94,7 @@ pub const CALLER_SUMS_FROM_QUEUED: usize = 4;
 
 /// Whether a caller takes a write's data CRCs itself while `queued`
 /// messages wait for the driver thread (see the module docs). Callers
-/// that drive a `Driver` themselves, as `zftl bench zns` does, use it too.
+/// that drive a `Driver` themselves can use it too.
 pub fn caller_sums(queued: usize) -> bool {
     queued >= CALLER_SUMS_FROM_QUEUED
 }

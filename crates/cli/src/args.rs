@@ -62,7 +62,8 @@ pub enum Command {
     /// against the map. Prints each problem (zone, offset, lba, detail)
     /// and a summary. Exit status: 0 clean, 1 damaged or not formatted.
     Check(ImageOpt),
-    /// Benchmarks on the in-memory simulator: write amplification, throughput, recovery.
+    /// Benchmarks: write amplification, throughput, recovery and media
+    /// limits on the simulator; NBD servers; a ZNS namespace against fio.
     Bench(crate::bench::BenchArgs),
     /// Serve the FTL as a block device over NBD (Network Block Device).
     ///

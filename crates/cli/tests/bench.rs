@@ -186,6 +186,8 @@ fn throughput_reports_rates_and_ratios() {
         "2000",
         "--warmup",
         "0.5",
+        "--rounds",
+        "4",
     ];
     args.extend_from_slice(TINY);
     let v = json(&args);
@@ -194,36 +196,196 @@ fn throughput_reports_rates_and_ratios() {
         "raw_read_blocks_per_s",
         "ftl_host_writes_per_s",
         "ftl_host_reads_per_s",
-        "ftl_backend_cmds_per_s",
+        "raw_first_pass_blocks_per_s",
         "write_efficiency",
+        "write_efficiency_min",
+        "host_write_ratio",
         "read_ratio",
+        "read_ratio_min",
     ] {
         assert!(num(&v, key) > 0.0, "{key} not positive: {v}");
     }
-    assert_eq!(num(&v, "raw_write_blocks"), 2000.0);
+    assert!(num(&v, "write_efficiency_min") <= num(&v, "write_efficiency"));
+    assert!(num(&v, "read_ratio_min") <= num(&v, "read_ratio"));
+    // Each round's raw window writes at least its share, by whole commands.
+    assert!(num(&v, "raw_write_blocks") >= 2000.0, "{v}");
     assert!(num(&v, "ftl_write_blocks") >= 2000.0);
     assert!(num(&v, "ftl_write_window_wa") >= 1.0, "{v}");
+    let rounds = v["per_round"].as_array().expect("per_round");
+    assert_eq!(rounds.len(), 4);
+    for r in rounds {
+        let wa = num(r, "ftl_write_wa");
+        let host = num(r, "ftl_host_writes_per_s");
+        let raw = num(r, "raw_write_blocks_per_s");
+        let eff = num(r, "write_efficiency");
+        assert!(
+            (eff - host * wa / raw).abs() <= 1e-3 * eff.max(1.0),
+            "write_efficiency is host × WA ÷ raw: {r}"
+        );
+        // The raw side sent the FTL's command shape: as many blocks in
+        // flight, and commands no larger (a command that does not fit a
+        // zone's rest is cut; these zones hold 16 blocks).
+        let (f, w) = (&r["ftl_write_shape"], &r["raw_write_shape"]);
+        let (fi, wi) = (
+            num(f, "write_blocks_in_flight"),
+            num(w, "write_blocks_in_flight"),
+        );
+        assert!(
+            (fi - wi).abs() <= 0.25 * fi,
+            "blocks in flight {fi} vs {wi}"
+        );
+        assert!(num(w, "blocks_per_write") <= num(f, "blocks_per_write") + 0.01);
+        assert!(num(w, "blocks_per_write") >= 0.6 * num(f, "blocks_per_write"));
+        let (fr, wr) = (&r["ftl_read_shape"], &r["raw_read_shape"]);
+        assert!(
+            (num(fr, "reads_in_flight") - num(wr, "reads_in_flight")).abs()
+                <= 0.5 + 0.1 * num(fr, "reads_in_flight"),
+            "reads in flight: {r}"
+        );
+    }
 }
 
 #[test]
-fn recovery_mounts_every_size() {
+fn recovery_mounts_full_volumes_after_a_cut_during_gc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir_arg = dir.path().to_str().expect("utf-8 path");
     let v = json(&[
         "bench",
         "recovery",
         "--json",
         "--sizes-mib",
-        "256,512",
-        "--data-mib",
-        "4",
-        "--history-writes",
-        "256",
+        "64,128",
+        "--checkpoint-interval-blocks",
+        "8192",
+        "--image-dir",
+        dir_arg,
     ]);
-    let sizes = v["sizes"].as_array().expect("sizes array");
-    assert_eq!(sizes.len(), 2);
-    for s in sizes {
-        assert!(num(s, "mount_ms") > 0.0);
-        assert_eq!(num(s, "mapped_blocks"), 1024.0);
+    let runs = v["runs"].as_array().expect("runs array");
+    assert_eq!(runs.len(), 4, "two sizes, two tag modes");
+    for r in runs {
+        let logical = num(r, "logical_blocks");
+        assert_eq!(num(r, "mapped_blocks"), logical, "fully mapped: {r}");
+        assert_eq!(logical * 4096.0, num(r, "volume_bytes"));
+        assert!(num(r, "device_bytes") > num(r, "volume_bytes"));
+        assert!(num(r, "gc_copy_blocks_before_cut") > 0.0, "GC ran: {r}");
+        assert!(num(r, "commands_in_flight_at_cut") > 0.0, "{r}");
+        // The cut comes with the next checkpoint about due.
+        let (since, between) = (
+            num(r, "data_blocks_since_checkpoint"),
+            num(r, "data_blocks_between_checkpoints"),
+        );
+        assert!(between > 0.0 && between <= 8192.0 + 4096.0, "{r}");
+        assert!(since >= 0.5 * between, "{r}");
+        let s = &r["mount_steps"];
+        let parts = [
+            "superblock_ms",
+            "checkpoint_and_log_ms",
+            "tag_scan_ms",
+            "rebuild_ms",
+            "finish_and_checkpoint_ms",
+        ]
+        .map(|k| num(s, k));
+        assert!(
+            parts.iter().sum::<f64>() <= num(r, "mount_ms") + 0.01,
+            "{r}"
+        );
+        assert!(num(s, "blocks_read_meta") > 0.0 && num(s, "blocks_written") > 0.0);
+        if r["tags"] == "oob" {
+            // The tag scan reads the data written since the checkpoint.
+            assert!(num(s, "blocks_read_data") >= 0.5 * since, "{r}");
+        }
     }
-    assert_eq!(num(&sizes[1], "device_bytes"), 512.0 * 1024.0 * 1024.0);
-    assert!(num(&v, "mount_ratio_largest_over_smallest") > 0.0);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("dir").count(),
+        0,
+        "images deleted"
+    );
+    let out = zftl(&["bench", "recovery", "--sizes-mib", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// A small device of the default's parallelism and timing, short windows.
+fn media(extra: &[&str]) -> Value {
+    let mut args = vec![
+        "bench",
+        "media",
+        "--json",
+        "--blocks-per-lun",
+        "8",
+        "--window-ms",
+        "40",
+        "--probes",
+        "50",
+        "--warmup",
+        "0.2",
+        "--depths",
+        "1,16",
+        "--gc-probe-ms",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    json(&args)
+}
+
+#[test]
+fn media_reports_utilization_limits_and_latency_in_virtual_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("media.svg");
+    let svg_arg = svg.to_str().expect("utf-8 path");
+    let v = media(&["--svg", svg_arg]);
+    assert_eq!(num(&v, "luns"), 16.0);
+    assert_eq!(num(&v, "program_limit_blocks_per_s"), 80_000.0);
+    assert_eq!(num(&v, "read_limit_blocks_per_s"), 640_000.0);
+    let series = v["series"].as_array().expect("series");
+    let names: Vec<&str> = series
+        .iter()
+        .map(|s| s["workload"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "randwrite_4k",
+            "randwrite_4k_fua",
+            "seqwrite_128k",
+            "randread_4k"
+        ]
+    );
+    for s in series {
+        let windows = s["windows"].as_array().expect("windows");
+        assert_eq!(windows.len(), 2);
+        for w in windows {
+            let u = num(w, "utilization");
+            assert!((0.0..=1.0).contains(&u), "utilization {u}: {w}");
+            for l in w["lun_utilization"].as_array().expect("per LUN") {
+                let l = l.as_f64().expect("number");
+                assert!((0.0..=1.0 + 1e-9).contains(&l), "{w}");
+            }
+            assert!(num(w, "elapsed_ms") >= 40.0, "{w}");
+        }
+    }
+    // Reads: one at a time keeps one LUN of 16 busy, 25 µs each.
+    let reads = &series[3]["windows"][0];
+    assert_eq!(num(reads, "depth"), 1.0);
+    assert!(
+        (num(reads, "utilization") - 1.0 / 16.0).abs() < 0.01,
+        "{reads}"
+    );
+    assert!((num(reads, "host_vs_limit") - num(reads, "utilization")).abs() < 0.01);
+    let l = &v["latency"];
+    for k in ["read_idle", "write_idle", "read_gc", "write_gc"] {
+        let p = &l[k];
+        assert!(num(p, "samples") > 0.0, "{k}");
+        assert!(num(p, "p50_us") <= num(p, "p99_us") && num(p, "p99_us") <= num(p, "p999_us"));
+    }
+    // Idle: a read is one page read, a FUA write one program.
+    assert_eq!(num(&l["read_idle"], "p50_us"), 25.0);
+    assert_eq!(num(&l["write_idle"], "p50_us"), 200.0);
+    assert_eq!(num(l, "gc_copy_blocks_during_idle_probes"), 0.0);
+    assert!(num(l, "gc_copy_blocks_during_probes") > 0.0, "GC ran: {l}");
+    let plot = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(plot.contains("<svg") && plot.contains("randread_4k") && plot.contains("during GC"));
+    // Virtual time: the same run gives the same figures.
+    let again = media(&[]);
+    assert_eq!(v["series"], again["series"]);
+    assert_eq!(v["latency"], again["latency"]);
 }

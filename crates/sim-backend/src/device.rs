@@ -362,6 +362,19 @@ impl SimDevice {
         s
     }
 
+    /// Time each LUN has spent on NAND operations (timing model on), by
+    /// LUN number; the sum is `SimStats::busy_ns_total`.
+    pub fn lun_busy_ns(&self) -> &[u64] {
+        &self.sched.lun_busy_ns
+    }
+
+    /// When each LUN finishes the work queued on it (timing model on): from
+    /// the clock until then it is busy without a gap, since work is queued
+    /// when it is submitted and runs in that order.
+    pub fn lun_queued_until_ns(&self) -> &[u64] {
+        &self.sched.lun_free_at_ns
+    }
+
     /// Erase count per erase block, in physical order.
     pub fn erase_counts(&self) -> Vec<u32> {
         self.media.erase_counts().to_vec()

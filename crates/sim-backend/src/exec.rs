@@ -215,6 +215,9 @@ impl SimDevice {
         let mut data = Vec::with_capacity(count as usize * bs);
         let mut oob = Vec::with_capacity(count as usize * os);
         let unit = self.layout.program_unit_pages;
+        if self.media.is_file() {
+            return self.read_image(zone, offset, count, data, oob);
+        }
         let mut b = offset;
         while b < offset + count {
             // Pages of one program unit are consecutive on the media.
@@ -245,6 +248,49 @@ impl SimDevice {
         );
         self.stats.media_page_reads += count;
         self.stats.host_bytes_read += count * bs as u64;
+        Ok(Outcome::Read { data, oob })
+    }
+
+    /// `read` on an image: the program units' pages gathered into runs of
+    /// the media, so each erase block's part of the read is one file read.
+    fn read_image(
+        &mut self,
+        zone: ZoneId,
+        offset: u64,
+        count: u64,
+        mut data: Vec<u8>,
+        mut oob: Vec<u8>,
+    ) -> Result<Outcome, DeviceError> {
+        let unit = self.layout.program_unit_pages;
+        let mut runs = Vec::with_capacity(count.div_ceil(unit) as usize + 1);
+        let mut b = offset;
+        while b < offset + count {
+            // Pages of one program unit are consecutive on the media.
+            let run = (unit - b % unit).min(offset + count - b);
+            let (_, _, page) = self.layout.locate(zone, b);
+            runs.push((page, run as usize));
+            b += run;
+        }
+        match self.media.read_runs(&runs, &mut data, &mut oob) {
+            Ok(None) => {}
+            Ok(Some(i)) => {
+                self.stats.uncorrectable_reads += 1;
+                return Err(DeviceError::UncorrectableRead {
+                    zone,
+                    offset_blocks: offset + i,
+                });
+            }
+            Err(e) => {
+                return Err(DeviceError::HostIo {
+                    op: "read",
+                    kind: e.kind(),
+                    message: e.to_string(),
+                })
+            }
+        }
+        let bs = self.geometry.block_size_bytes as u64;
+        self.stats.media_page_reads += count;
+        self.stats.host_bytes_read += count * bs;
         Ok(Outcome::Read { data, oob })
     }
 

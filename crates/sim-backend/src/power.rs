@@ -23,6 +23,7 @@ impl SimDevice {
         self.powered = false;
         self.stats.power_cuts += 1;
         let mut unfinished: Vec<_> = std::mem::take(&mut self.pending).into_vec();
+        self.stats.commands_cut += unfinished.len() as u64;
         unfinished.sort_by_key(|p| p.seq);
         let mut zone_stopped = vec![false; self.geometry.zone_count as usize];
         for p in &unfinished {

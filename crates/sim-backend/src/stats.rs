@@ -36,6 +36,9 @@ pub struct SimStats {
     pub uncorrectable_reads: u64,
     /// Power cuts, injected or by `power_cut`.
     pub power_cuts: u64,
+    /// Commands in flight (submitted, not yet executed) at power cuts:
+    /// each landed, tore or was lost.
+    pub commands_cut: u64,
     /// Controller resets injected.
     pub controller_resets: u64,
     /// Erase blocks that are bad now (factory and grown).

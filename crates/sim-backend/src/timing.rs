@@ -7,13 +7,15 @@ use crate::config::Timing;
 pub(crate) struct Scheduler {
     timing: Option<Timing>,
     /// When each LUN finishes the work already queued on it.
-    lun_free_at_ns: Vec<u64>,
+    pub lun_free_at_ns: Vec<u64>,
     /// Finish time of the latest command queued per zone (ordering per zone).
     zone_last_finish_ns: Vec<u64>,
     /// Finish time of the latest program queued anywhere (for Flush).
     last_program_finish_ns: u64,
     /// Sum over LUNs of time spent on operations.
     pub busy_ns_total: u64,
+    /// Time each LUN spent on operations.
+    pub lun_busy_ns: Vec<u64>,
 }
 
 /// The kind of NAND operation a command queues on a LUN.
@@ -32,6 +34,7 @@ impl Scheduler {
             zone_last_finish_ns: vec![0; zones],
             last_program_finish_ns: 0,
             busy_ns_total: 0,
+            lun_busy_ns: vec![0; luns],
         }
     }
 
@@ -52,6 +55,8 @@ impl Scheduler {
         let finish = (*free).max(now_ns).saturating_add(cost);
         *free = finish;
         self.busy_ns_total = self.busy_ns_total.saturating_add(cost);
+        let busy = &mut self.lun_busy_ns[lun as usize];
+        *busy = busy.saturating_add(cost);
         if op == Op::Program {
             self.last_program_finish_ns = self.last_program_finish_ns.max(finish);
         }
@@ -92,6 +97,7 @@ mod tests {
         assert_eq!(s.queue(0, Op::Program, 0), 400_000);
         assert_eq!(s.flush_finish(0), 400_000);
         assert_eq!(s.busy_ns_total, 600_000);
+        assert_eq!(s.lun_busy_ns, [400_000, 200_000]);
         assert_eq!(s.order_in_zone(Some(0), 10), 10);
         assert_eq!(s.order_in_zone(Some(0), 5), 10);
     }

@@ -1,12 +1,18 @@
-//! `zftl bench`: benchmarks on the in-memory simulator (timing off), so the
-//! numbers are CPU cost and media counts, not a model of NAND speed.
+//! `zftl bench`: benchmarks. `wa`, `throughput` and `recovery` run the
+//! simulator with its timing off, so their numbers are CPU cost and media
+//! counts, not a model of NAND speed; `media` runs it with timing on, in
+//! virtual time. Methods and figures: docs/bench.md.
 //!
 //! - `wa`: write amplification and wear of a workload at a given
 //!   over-provisioning (OP) and GC policy;
-//! - `throughput`: the FTL's host rates against the raw backend's, measured
-//!   in one run on identical devices;
-//! - `recovery`: mount time after a power cut on devices of several sizes
-//!   holding the same data and history;
+//! - `throughput`: the FTL's host rates against the raw backend's on
+//!   identical devices, the raw side sending the FTL's command sizes with
+//!   as many blocks in flight;
+//! - `recovery`: mount time after a power cut on fully mapped volumes of
+//!   several sizes (sparse image files), the cut during GC with the
+//!   longest roll-forward;
+//! - `media`: LUN utilization and the host rate against the geometry's
+//!   limit by queue depth, and latency percentiles idle and during GC;
 //! - `nbd`: fio's nbd engine against `zftl serve`, `nbdkit memory` and
 //!   `qemu-nbd` (external tools, not the in-process simulator alone);
 //! - `zns`: zftl on an NVMe ZNS namespace against fio's io_uring_cmd
@@ -18,11 +24,14 @@
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
+mod media;
 mod nbd;
 mod pipe;
 mod range;
+mod plot;
 pub mod raw;
 mod recovery;
+pub mod shape;
 mod throughput;
 mod wa;
 mod workload;
@@ -52,10 +61,12 @@ pub enum BenchCommand {
     /// it with a workload and count what the FTL wrote to the media.
     Wa(WaArgs),
     /// Host write and random-read rates through the FTL at steady-state GC,
-    /// against the raw backend's rates on an identical device.
+    /// against raw appends of the FTL's own command sizes and raw reads on
+    /// an identical device.
     Throughput(ThroughputArgs),
-    /// Mount time after a power cut on 1, 4 and 16 GiB devices holding the
-    /// same data and the same history since the last checkpoint.
+    /// Mount time after a power cut during GC, a checkpoint's interval of
+    /// writes after the last checkpoint, on fully mapped volumes of 1, 4,
+    /// 16 and 64 GiB (sparse image files), tags in OOB and in band.
     Recovery(RecoveryArgs),
     /// fio's nbd engine (128 KiB sequential writes, 4 KiB random writes
     /// and reads, iodepth 16) against `zftl serve`, `nbdkit memory` and
@@ -75,6 +86,11 @@ pub enum BenchCommand {
     /// plain overwrite, single- against double-write journaling, and map
     /// memory per mapped and per shared block. Every round is printed.
     Range(range::RangeArgs),
+    /// The simulator with its timing model on (virtual time): media
+    /// utilization and the host rate against what the geometry allows, by
+    /// queue depth, for random and sequential writes and random reads; 4
+    /// KiB read and write latency percentiles, idle and during GC.
+    Media(media::MediaArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -173,15 +189,15 @@ pub struct ThroughputArgs {
     /// Random overwrites before measuring, as a multiple of the logical size.
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub warmup: f64,
-    /// Commands kept in flight on the raw device, and host reads kept in
-    /// flight through the FTL (reads do not go through the write buffer).
-    /// Raw writes slow down sharply past 32 on this simulator (see the
-    /// bench's docs), so the default stays at 32.
+    /// Host reads kept in flight through the FTL (reads do not go through
+    /// the write buffer). The raw reads keep as many in flight as the
+    /// FTL's device reads had.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub read_queue_depth: usize,
-    /// Raw and FTL phases alternate in this many rounds (the window split
-    /// among them); the ratios reported are the median over rounds, so a
-    /// change in machine load skews a round, not the result.
+    /// FTL and raw windows alternate in this many rounds (the time split
+    /// among them); every round is reported, with the median and the
+    /// minimum over rounds, so a change in machine load skews a round, not
+    /// the result.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
 }
@@ -204,24 +220,56 @@ pub struct NbdArgs {
 
 #[derive(Debug, Args)]
 pub struct RecoveryArgs {
-    /// Device sizes in MiB (multiples of 16).
+    /// Volume sizes in MiB; each is formatted exactly that large, on a
+    /// device just large enough for it, and fully mapped.
     #[arg(
         long,
         value_name = "MIB,...",
         value_delimiter = ',',
-        default_value = "1024,4096,16384"
+        default_value = "1024,4096,16384,65536"
     )]
     pub sizes_mib: Vec<u64>,
-    /// Data written before the checkpoint, in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 64)]
-    pub data_mib: u64,
-    /// Random 4 KiB overwrites of that data after the checkpoint (the
-    /// history recovery rolls forward), then a flush.
-    #[arg(long, value_name = "N", default_value_t = 8192)]
-    pub history_writes: u64,
-    /// Seed of the history's addresses.
+    /// Tag placements to measure each size in.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE,...",
+        value_delimiter = ',',
+        default_value = "oob,in-band"
+    )]
+    pub tags: Vec<TagMode>,
+    /// Where the sparse image files go (deleted after each volume's run);
+    /// default: the system's temporary directory. Its file system needs a
+    /// few GiB free for a 64 GiB volume (checked before each run).
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Option<std::path::PathBuf>,
+    /// Data blocks the FTL writes between checkpoints
+    /// (`FtlConfig::checkpoint_interval_blocks`): what bounds the
+    /// roll-forward.
+    #[arg(long, value_name = "BLOCKS", default_value_t = FtlConfig::default().checkpoint_interval_blocks)]
+    pub checkpoint_interval_blocks: u64,
+    /// Seed of the random overwrites and of the format.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+}
+
+/// Where block tags go in `bench recovery`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TagMode {
+    /// In the device's OOB bytes (the simulator has 64 per block).
+    Oob,
+    /// In band: notes in the metadata log, summaries at zone ends.
+    InBand,
+}
+
+impl TagMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TagMode::Oob => "oob",
+            TagMode::InBand => "in-band",
+        }
+    }
 }
 
 /// What can stop a benchmark.
@@ -263,6 +311,7 @@ pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
         BenchCommand::Nbd(a) => nbd::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Zns(a) => zns::run(a).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Range(a) => range::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Media(a) => media::run(a).and_then(|r| emit(json, &r, || r.text())),
     };
     match outcome {
         Ok(()) => Ok(()),

@@ -120,8 +120,9 @@ pub struct JobRatio {
     pub zftl_iops: f64,
     pub best_peer: String,
     pub best_peer_iops: f64,
-    /// The median of `ratio_per_round`.
+    /// The median of `ratio_per_round`, and the smallest.
     pub ratio: f64,
+    pub ratio_min: f64,
     /// zftl's IOPS ÷ the better peer's IOPS in the same round.
     pub ratio_per_round: Vec<f64>,
 }
@@ -507,6 +508,7 @@ fn job_ratio(j: usize, servers: &[Running], results: &[ServerResult]) -> JobRati
         best_peer: best.server.clone(),
         best_peer_iops: best.jobs[j].iops,
         ratio: round(median(per_round.iter().copied()), 3),
+        ratio_min: per_round.iter().copied().fold(f64::INFINITY, f64::min),
         ratio_per_round: per_round,
     }
 }
@@ -633,8 +635,13 @@ impl NbdReport {
             t.row(
                 &r.job,
                 format!(
-                    "{} ({} vs {} {}; rounds: {:?})",
-                    r.ratio, r.zftl_iops, r.best_peer, r.best_peer_iops, r.ratio_per_round
+                    "{}, min {} ({} vs {} {}; rounds: {:?})",
+                    r.ratio,
+                    r.ratio_min,
+                    r.zftl_iops,
+                    r.best_peer,
+                    r.best_peer_iops,
+                    r.ratio_per_round
                 ),
             );
         }

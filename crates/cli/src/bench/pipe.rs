@@ -11,6 +11,7 @@ const FIRST_ID: u64 = 1 << 62;
 /// Keeps up to `depth` single-block host requests in flight.
 pub struct Pipeline {
     depth: usize,
+    tick_every: u64,
     next_id: u64,
     in_flight: usize,
     block: Vec<u8>,
@@ -19,17 +20,29 @@ pub struct Pipeline {
 /// What to do between batches: the count finished so far; `false` stops.
 pub type Tick<'a> = &'a mut dyn FnMut(u64) -> bool;
 
-/// Replies collected between two checks of the tick.
+/// Replies collected between two checks of the tick, by default.
 const TICK_EVERY: u64 = 1024;
 
 impl Pipeline {
     pub fn new(depth: usize, block_size: usize) -> Pipeline {
+        Pipeline::with_byte(depth, block_size, 0x5a)
+    }
+
+    /// Like [`Self::new`], writing blocks of `byte`.
+    pub fn with_byte(depth: usize, block_size: usize, byte: u8) -> Pipeline {
         Pipeline {
             depth: depth.max(1),
+            tick_every: TICK_EVERY,
             next_id: FIRST_ID,
             in_flight: 0,
-            block: vec![0x5a; block_size],
+            block: vec![byte; block_size],
         }
+    }
+
+    /// Checks the tick every `replies` replies (at least 1) instead of 1024.
+    pub fn tick_every(mut self, replies: u64) -> Pipeline {
+        self.tick_every = replies.max(1);
+        self
     }
 
     /// Writes up to `count` blocks at the addresses `next_lba` gives, until
@@ -119,7 +132,7 @@ impl Pipeline {
         tick: &mut dyn FnMut(&Driver<B>, u64) -> bool,
         make: &mut dyn FnMut(Option<Lba>) -> (Lba, Request),
     ) -> Result<u64, IoError> {
-        let (mut submitted, mut done, mut next_tick) = (0u64, 0u64, TICK_EVERY);
+        let (mut submitted, mut done, mut next_tick) = (0u64, 0u64, self.tick_every);
         let mut held: Option<Lba> = None;
         let mut stopping = false;
         while done < submitted || (!stopping && submitted < count) {
@@ -159,7 +172,7 @@ impl Pipeline {
                 );
             }
             if done >= next_tick {
-                next_tick = done + TICK_EVERY;
+                next_tick = done + self.tick_every;
                 stopping |= !tick(drv, done);
             }
         }

@@ -6,7 +6,10 @@
 //! `zftl_core` and nothing of the CLI's.
 
 use zftl_core::backend::ZoneId;
+use zftl_core::payload::{BlockData, Payload};
 use zftl_core::{Backend, Command, Completion, Outcome, SubmitError};
+
+use super::shape::WriteCmd;
 use zftl_sim::rng::Rng;
 
 /// Zones written at once by [`SeqWriter`].
@@ -220,4 +223,198 @@ pub fn random_reads<B: Backend>(
         }
     }
     bytes
+}
+
+/// Tag bits of a [`ShapedWriter`] append: its blocks above its number.
+const BLOCKS_SHIFT: u32 = 40;
+/// Its stream: the low bits; the command's number above them keeps tags
+/// unique while in flight.
+const STREAM_BITS: u32 = 8;
+
+/// Zone appends replaying recorded write commands (`shape::Recorder`):
+/// the raw side of a comparison with a driver. Each append has the
+/// recorded command's blocks, its data is in as many buffers as the
+/// recorded command's was (shared windows, no copy), and the device is
+/// polled where the driver polled it, so the same blocks are in flight.
+/// Appends go to a ring of zones, a zone used until appends fill it; a
+/// command that does not fit the zone's rest is cut there and continues in
+/// the next zone.
+pub struct ShapedWriter {
+    streams: Vec<Stream>,
+    next_zone: ZoneId,
+    zone_count: u32,
+    capacity_blocks: u64,
+    max_append_blocks: u32,
+    queue_depth: usize,
+    written: Vec<bool>,
+    block_bytes: usize,
+    /// `windows[k]`: one buffer of k blocks, shared by every part of that size.
+    windows: Vec<Option<BlockData>>,
+    done: Vec<Completion>,
+    /// Where the replay stands, and blocks of that command still to send
+    /// (one cut at a zone's end).
+    at: usize,
+    carry: u32,
+    sent: u64,
+}
+
+impl ShapedWriter {
+    pub fn new<B: Backend>(dev: &B) -> Self {
+        let g = dev.geometry();
+        assert!(
+            g.zone_count as usize > WRITE_STREAMS && WRITE_STREAMS < 1 << STREAM_BITS,
+            "need a spare zone in the ring"
+        );
+        let streams = (0..WRITE_STREAMS as u32)
+            .map(|zone| Stream {
+                zone,
+                next_offset_blocks: 0,
+                in_flight: 0,
+                state: StreamState::Writing,
+            })
+            .collect();
+        ShapedWriter {
+            streams,
+            next_zone: WRITE_STREAMS as u32,
+            zone_count: g.zone_count,
+            capacity_blocks: g.zone_capacity_blocks,
+            max_append_blocks: g.max_append_blocks,
+            queue_depth: g.queue_depth as usize,
+            written: vec![false; g.zone_count as usize],
+            block_bytes: g.block_size_bytes as usize,
+            windows: vec![None; g.max_append_blocks as usize + 1],
+            done: Vec::new(),
+            at: 0,
+            carry: 0,
+            sent: 0,
+        }
+    }
+
+    /// Appends at least `blocks` blocks by replaying `shape` (from where
+    /// the last call stopped, round and round), polling the device after
+    /// each recorded batch, and waits until all completed; returns the
+    /// blocks written.
+    pub fn write<B: Backend>(&mut self, dev: &mut B, blocks: u64, shape: &[WriteCmd]) -> u64 {
+        assert!(!shape.is_empty(), "a shape to replay");
+        let (mut submitted, mut completed, mut turn) = (0u64, 0u64, 0usize);
+        while completed < submitted || submitted < blocks {
+            while submitted < blocks && dev.in_flight() < self.queue_depth {
+                let cmd = shape[self.at % shape.len()];
+                let want = match self.carry {
+                    0 => cmd.blocks.clamp(1, self.max_append_blocks),
+                    rest => rest,
+                };
+                let Some(s) = self.pick(turn, u64::from(want)) else {
+                    break;
+                };
+                turn = s + 1;
+                let stream = &mut self.streams[s];
+                if stream.state == StreamState::NeedsReset {
+                    stream.state = StreamState::Resetting;
+                    submit(
+                        dev,
+                        RESET_TAG | s as u64,
+                        Command::Reset { zone: stream.zone },
+                    );
+                    continue;
+                }
+                let room = self.capacity_blocks - stream.next_offset_blocks;
+                let n = u64::from(want).min(room) as u32;
+                let zone = stream.zone;
+                stream.next_offset_blocks += u64::from(n);
+                stream.in_flight += 1;
+                self.written[zone as usize] = true;
+                let data = self.payload(n, cmd.parts.clamp(1, n));
+                self.sent += 1;
+                let tag = (u64::from(n) << BLOCKS_SHIFT)
+                    | ((self.sent << STREAM_BITS) & ((1 << BLOCKS_SHIFT) - 1))
+                    | s as u64;
+                submit(
+                    dev,
+                    tag,
+                    Command::Append {
+                        zone,
+                        data,
+                        oob: Vec::new(),
+                    },
+                );
+                submitted += u64::from(n);
+                self.carry = want - n;
+                if self.carry == 0 {
+                    self.at += 1;
+                    if cmd.last_in_batch {
+                        break;
+                    }
+                }
+            }
+            reap_some(dev, &mut self.done);
+            for i in 0..self.done.len() {
+                let tag = self.done[i].tag;
+                if tag & RESET_TAG == 0 {
+                    completed += (tag & !RESET_TAG) >> BLOCKS_SHIFT;
+                }
+                self.complete(tag);
+            }
+        }
+        completed
+    }
+
+    /// An append's data: `n` blocks in `parts` shared buffers.
+    fn payload(&mut self, n: u32, parts: u32) -> Payload {
+        let base = n / parts;
+        let extra = n % parts;
+        let mut p = Payload::new();
+        for i in 0..parts {
+            let k = base + u32::from(i < extra);
+            p.push(self.window(k));
+        }
+        p
+    }
+
+    fn window(&mut self, k: u32) -> BlockData {
+        let bytes = k as usize * self.block_bytes;
+        self.windows[k as usize]
+            .get_or_insert_with(|| BlockData::from(vec![0xa5; bytes]))
+            .clone()
+    }
+
+    /// The next stream (round robin from `from`) that can take a command:
+    /// one with room for `blocks`, else any with room.
+    fn pick(&self, from: usize, blocks: u64) -> Option<usize> {
+        let order = (0..self.streams.len()).map(|i| (from + i) % self.streams.len());
+        let room = |s: usize| {
+            let stream = &self.streams[s];
+            match stream.state {
+                StreamState::NeedsReset => self.capacity_blocks,
+                StreamState::Writing => self.capacity_blocks - stream.next_offset_blocks,
+                StreamState::Resetting => 0,
+            }
+        };
+        order
+            .clone()
+            .find(|&s| room(s) >= blocks)
+            .or_else(|| order.clone().find(|&s| room(s) > 0))
+    }
+
+    fn complete(&mut self, tag: u64) {
+        let s = (tag & ((1 << STREAM_BITS) - 1)) as usize;
+        let stream = &mut self.streams[s];
+        if tag & RESET_TAG != 0 {
+            stream.state = StreamState::Writing;
+            stream.next_offset_blocks = 0;
+            return;
+        }
+        stream.in_flight -= 1;
+        if stream.in_flight == 0 && stream.next_offset_blocks == self.capacity_blocks {
+            let zone = self.next_zone;
+            self.next_zone = (self.next_zone + 1) % self.zone_count;
+            stream.zone = zone;
+            stream.next_offset_blocks = 0;
+            stream.state = if self.written[zone as usize] {
+                StreamState::NeedsReset
+            } else {
+                StreamState::Writing
+            };
+        }
+    }
 }

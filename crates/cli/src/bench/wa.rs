@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use serde::Serialize;
-use zftl_core::{Driver, FormatOptions, FtlConfig, FtlStats, TagPlacement, VictimPolicy};
+use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, FtlStats, TagPlacement, VictimPolicy};
 use zftl_sim::SimDevice;
 
 use super::pipe::Pipeline;
@@ -208,6 +208,16 @@ pub fn format(
     config: FtlConfig,
 ) -> Result<Driver<SimDevice>, BenchError> {
     let device = SimDevice::create_memory(plan.sim.clone())?;
+    format_on(device, plan, space, config)
+}
+
+/// Formats `device` (of `plan`'s shape, perhaps wrapped) as `plan` says.
+pub fn format_on<B: Backend>(
+    device: B,
+    plan: &Plan,
+    space: &super::SpaceArgs,
+    config: FtlConfig,
+) -> Result<Driver<B>, BenchError> {
     let options = FormatOptions {
         logical_blocks: Some(plan.logical_blocks),
         tag_placement: if space.in_band_tags {
@@ -222,8 +232,8 @@ pub fn format(
 }
 
 /// Writes every logical block once, in order, and flushes.
-pub fn fill(
-    drv: &mut Driver<SimDevice>,
+pub fn fill<B: Backend>(
+    drv: &mut Driver<B>,
     pipe: &mut Pipeline,
     logical_blocks: u64,
 ) -> Result<(), BenchError> {
