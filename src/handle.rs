@@ -1089,7 +1089,25 @@ struct Inline<B: Backend> {
     /// Queued blocks that make an append, set by each write
     /// ([`inline_append_blocks`]).
     append_blocks: usize,
+    /// Requests started with [`InlineHandle::start`] and not yet taken
+    /// (at most [`MAX_TICKETS`]).
+    tickets: HashMap<u64, Ticket>,
 }
+
+/// Where a request started with [`InlineHandle::start`] stands.
+enum Ticket {
+    Waiting,
+    /// Its caller went away ([`InlineHandle::forget`]): the reply is dropped.
+    Abandoned,
+    Done(Result<ReplyData, IoError>),
+}
+
+/// Requests [`InlineHandle::start`] may have outstanding at once.
+pub const MAX_TICKETS: usize = 64;
+
+/// Turns of the loop one [`InlineHandle::poll`] runs at most; it returns
+/// after the first that moved anything.
+const POLL_TURNS: usize = 4;
 
 impl<B: Backend> InlineHandle<B> {
     /// Takes over an already formatted or mounted driver.
@@ -1104,6 +1122,7 @@ impl<B: Backend> InlineHandle<B> {
                     next_id: ID_BASE,
                     gone: false,
                     append_blocks,
+                    tickets: HashMap::new(),
                 }),
             }),
         }
@@ -1128,6 +1147,55 @@ impl<B: Backend> InlineHandle<B> {
     /// Runs any [`Request`] to its reply on the calling thread.
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         self.lock().ok_or(IoError::DeviceGone)?.call(request)
+    }
+
+    /// Starts a request without waiting for it; [`Self::poll`] its
+    /// ticket until the reply comes. For requests that take long (a range
+    /// operation over a large range is applied in steps): the lock is held
+    /// only while the loop turns, so other callers' requests go on in
+    /// between, and they move this one on too. `Busy` with
+    /// [`MAX_TICKETS`] outstanding.
+    pub fn start(&self, request: Request) -> Result<u64, IoError> {
+        let mut state = self.lock().ok_or(IoError::DeviceGone)?;
+        if state.gone {
+            return Err(IoError::DeviceGone);
+        }
+        if state.tickets.len() >= MAX_TICKETS {
+            return Err(IoError::Busy);
+        }
+        let id = state.next_id;
+        let driver = state.driver.as_mut().ok_or(IoError::DeviceGone)?;
+        driver.try_submit(id, request)?;
+        state.next_id += 1;
+        state.tickets.insert(id, Ticket::Waiting);
+        Ok(id)
+    }
+
+    /// Gives up on a ticket of [`Self::start`] (its caller went away): the
+    /// request still completes, its reply is dropped and the ticket's slot
+    /// freed.
+    pub fn forget(&self, ticket: u64) {
+        if let Some(mut state) = self.lock() {
+            if let Some(slot) = state.tickets.get_mut(&ticket) {
+                match slot {
+                    Ticket::Waiting => *slot = Ticket::Abandoned,
+                    Ticket::Abandoned => {}
+                    Ticket::Done(_) => {
+                        state.tickets.remove(&ticket);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reply to a ticket of [`Self::start`], if it came; turns the
+    /// loop a bounded number of times first. A ticket this handle does not
+    /// know (or one already answered) gets `DeviceGone`.
+    pub fn poll(&self, ticket: u64) -> Option<Result<ReplyData, IoError>> {
+        let Some(mut state) = self.lock() else {
+            return Some(Err(IoError::DeviceGone));
+        };
+        state.poll(ticket)
     }
 
     /// See [`Handle::range_ops`].
@@ -1251,8 +1319,16 @@ impl<B: Backend> Inline<B> {
         driver.try_submit(id, request)?;
         let result = loop {
             if let Some(reply) = driver.take_reply() {
-                assert_eq!(reply.id, id, "inline handle: a reply for another call");
-                break reply.result;
+                if reply.id == id {
+                    break reply.result;
+                }
+                // A started request's: kept for its ticket.
+                assert!(
+                    self.tickets.contains_key(&reply.id),
+                    "inline handle: a reply for an unknown request"
+                );
+                Self::ticket_reply(&mut self.tickets, reply.id, reply.result);
+                continue;
             }
             let moved = match driver.turn_nowait() {
                 Ok(moved) => moved,
@@ -1316,6 +1392,78 @@ impl<B: Backend> Inline<B> {
     fn lost(&mut self, error: IoError) -> IoError {
         self.gone = true;
         error
+    }
+
+    /// Files a started request's reply under its ticket.
+    fn ticket_reply(
+        tickets: &mut HashMap<u64, Ticket>,
+        id: u64,
+        result: Result<ReplyData, IoError>,
+    ) {
+        match tickets.get_mut(&id) {
+            Some(Ticket::Abandoned) => {
+                tickets.remove(&id);
+            }
+            Some(slot) => *slot = Ticket::Done(result),
+            None => {}
+        }
+    }
+
+    /// Takes a ticket's reply if it came.
+    fn take_ticket(&mut self, ticket: u64) -> Option<Result<ReplyData, IoError>> {
+        match self.tickets.remove(&ticket)? {
+            Ticket::Done(result) => Some(result),
+            other => {
+                self.tickets.insert(ticket, other);
+                None
+            }
+        }
+    }
+
+    /// See [`InlineHandle::poll`].
+    fn poll(&mut self, ticket: u64) -> Option<Result<ReplyData, IoError>> {
+        if !matches!(
+            self.tickets.get(&ticket),
+            Some(Ticket::Waiting | Ticket::Done(_))
+        ) {
+            return Some(Err(IoError::DeviceGone));
+        }
+        if let Some(result) = self.take_ticket(ticket) {
+            return Some(result);
+        }
+        if self.gone || self.driver.is_none() {
+            self.tickets.remove(&ticket);
+            return Some(Err(IoError::DeviceGone));
+        }
+        for _ in 0..POLL_TURNS {
+            let driver = self.driver.as_mut().expect("checked");
+            let moved = match driver.turn_nowait() {
+                Ok(moved) => moved,
+                Err(e) => {
+                    self.tickets.remove(&ticket);
+                    return Some(Err(self.lost(e)));
+                }
+            };
+            while let Some(reply) = self.driver.as_mut().expect("checked").take_reply() {
+                Self::ticket_reply(&mut self.tickets, reply.id, reply.result);
+            }
+            if let Some(result) = self.take_ticket(ticket) {
+                return Some(result);
+            }
+            if moved {
+                break; // one step at a time: let other callers in
+            }
+            let driver = self.driver.as_mut().expect("checked");
+            if driver.device_in_flight() > 0 {
+                if let Err(e) = driver.wait_device() {
+                    self.tickets.remove(&ticket);
+                    return Some(Err(self.lost(e)));
+                }
+            } else {
+                break;
+            }
+        }
+        None
     }
 }
 

@@ -293,3 +293,100 @@ fn gc_moves_a_victim_in_steps_between_requests() {
         );
     }
 }
+
+/// A range operation over a large range, started and polled: it is applied
+/// in steps, and requests made with `call` in between (outside its ranges)
+/// are answered before it ends (they move it on too).
+#[test]
+fn a_large_range_operation_lets_other_requests_through() {
+    // 1 GiB of media; 2^21 blocks of logical space.
+    let dev = SimDevice::create_memory(SimConfig {
+        blocks_per_lun: 64,
+        pages_per_block: 1024,
+        max_append_blocks: 64,
+        max_transfer_blocks: 64,
+        ..SimConfig::small_for_tests()
+    })
+    .expect("sim");
+    let opts = FormatOptions {
+        logical_blocks: Some(1 << 21),
+        ..FormatOptions::default()
+    };
+    let driver = Driver::format(dev, &opts, FtlConfig::default()).expect("format");
+    let ftl = InlineHandle::new(driver);
+    let bs = ftl.block_size();
+    // 160 Ki mapped blocks to clone: several steps of the core's budget.
+    let mapped = 160u64 << 10;
+    for lba in (0..mapped).step_by(256) {
+        let data: Vec<u8> = (lba..lba + 256).flat_map(|l| block(l, 1, bs)).collect();
+        write(&ftl, lba, data, false).unwrap();
+    }
+    let (src, dst, n) = (0u64, 1u64 << 19, 1u64 << 19);
+    let other = 1u64 << 20; // outside both ranges
+    let ticket = ftl
+        .start(zftl::core::Request::Range {
+            ops: zftl::core::range::clones(&[(src, dst, n)]),
+        })
+        .unwrap();
+    let mut answered_while_running = 0;
+    let result = loop {
+        if let Some(result) = ftl.poll(ticket) {
+            break result;
+        }
+        write(&ftl, other, block(other, 2, bs), false).unwrap();
+        assert_eq!(read(&ftl, other, 1).unwrap(), block(other, 2, bs));
+        answered_while_running += 1;
+    };
+    result.unwrap();
+    assert!(
+        answered_while_running > 0,
+        "the clone finished within one poll: nothing was let through"
+    );
+    for lba in [0, 1, 5000, mapped - 1] {
+        assert_eq!(read(&ftl, dst + lba, 1).unwrap(), block(lba, 1, bs));
+    }
+    assert_eq!(read(&ftl, dst + mapped, 1).unwrap(), vec![0; bs]);
+    assert_eq!(
+        ftl.poll(ticket),
+        Some(Err(IoError::DeviceGone)),
+        "a ticket is answered once"
+    );
+}
+
+/// A forgotten ticket's request still completes; its slot is freed and
+/// its reply dropped, so forgotten tickets never fill the table. The
+/// table's bound answers `Busy`.
+#[test]
+fn forgotten_tickets_free_their_slots() {
+    let ftl = format(device());
+    let bs = ftl.block_size();
+    let max = zftl::handle::MAX_TICKETS as u64;
+    write(&ftl, 0, block(0, 1, bs), false).unwrap();
+    let clone_to = |dst: u64| {
+        ftl.start(zftl::core::Request::Range {
+            ops: zftl::core::range::clones(&[(0, dst, 1)]),
+        })
+    };
+    let mut dst = 100;
+    for _round in 0..3 {
+        for _ in 0..max - 1 {
+            let ticket = clone_to(dst).unwrap();
+            ftl.forget(ticket);
+            dst += 1;
+        }
+        // Operations run in order: once the last is answered, the
+        // forgotten ones before it were applied.
+        let last = clone_to(dst).unwrap();
+        dst += 1;
+        assert_eq!(clone_to(dst), Err(IoError::Busy), "the table is full");
+        while ftl.poll(last).is_none() {}
+        for lba in dst - max..dst {
+            assert_eq!(read(&ftl, lba, 1).unwrap(), block(0, 1, bs), "lba {lba}");
+        }
+    }
+    assert_eq!(
+        ftl.poll(0),
+        Some(Err(IoError::DeviceGone)),
+        "an unknown ticket"
+    );
+}

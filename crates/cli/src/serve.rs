@@ -97,6 +97,20 @@ impl<B: Backend + Send + 'static> Core<B> {
     }
 }
 
+/// A request started on an inline handle; forgotten if its caller goes
+/// away before the reply (forgetting a ticket already answered does
+/// nothing).
+struct Ticket<'a, B: Backend> {
+    handle: &'a InlineHandle<B>,
+    id: u64,
+}
+
+impl<B: Backend> Drop for Ticket<'_, B> {
+    fn drop(&mut self) {
+        self.handle.forget(self.id);
+    }
+}
+
 /// Control requests run on the FTL: inline on a simulator (like NBD
 /// requests), on a blocking thread beside a driver thread.
 impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
@@ -114,7 +128,26 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                         Err(IoError::DeviceGone.into())
                     })
             }
-            Core::Inline(h) => zftl::control::execute(&mut h.clone(), command),
+            // A range operation over a large range is applied in steps:
+            // started on the inline handle and polled, so NBD requests on
+            // this runtime thread go on in between (and move it on).
+            Core::Inline(h) => match command {
+                zftl::control::Command::Range { op, ops } => {
+                    let body = zftl::control::range_body(op, &ops);
+                    let ticket = Ticket {
+                        handle: h,
+                        id: h.start(Request::Range { ops })?,
+                    };
+                    loop {
+                        if let Some(result) = h.poll(ticket.id) {
+                            result?;
+                            break Ok(body);
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
+                other => zftl::control::execute(&mut h.clone(), other),
+            },
         }
     }
 }

@@ -27,8 +27,8 @@
 mod media;
 mod nbd;
 mod pipe;
-mod range;
 mod plot;
+mod range;
 pub mod raw;
 mod recovery;
 pub mod shape;
