@@ -64,14 +64,14 @@ fn device_config(size_mib: u64) -> Result<SimConfig, BenchError> {
     })
 }
 
-pub fn run(args: &RecoveryArgs) -> Result<RecoveryReport, BenchError> {
+pub fn run(args: &RecoveryArgs, ftl: &FtlConfig) -> Result<RecoveryReport, BenchError> {
     if args.sizes_mib.is_empty() {
         return Err(BenchError::Args("--sizes-mib lists no size".into()));
     }
     let sizes = args
         .sizes_mib
         .iter()
-        .map(|&mib| measure(mib, args))
+        .map(|&mib| measure(mib, args, ftl))
         .collect::<Result<Vec<_>, _>>()?;
     let smallest = sizes
         .iter()
@@ -100,7 +100,7 @@ fn ms(started: Instant) -> f64 {
     round(started.elapsed().as_secs_f64() * 1000.0, 3)
 }
 
-fn measure(size_mib: u64, args: &RecoveryArgs) -> Result<SizeResult, BenchError> {
+fn measure(size_mib: u64, args: &RecoveryArgs, ftl: &FtlConfig) -> Result<SizeResult, BenchError> {
     let cfg = device_config(size_mib)?;
     let started = Instant::now();
     let device = SimDevice::create_memory(cfg)?;
@@ -108,7 +108,7 @@ fn measure(size_mib: u64, args: &RecoveryArgs) -> Result<SizeResult, BenchError>
     let zones = device.config().geometry()?.zone_count;
 
     let started = Instant::now();
-    let mut drv = Driver::format(device, &FormatOptions::default(), FtlConfig::default())?;
+    let mut drv = Driver::format(device, &FormatOptions::default(), ftl.clone())?;
     let format_ms = ms(started);
     let logical_blocks = drv.logical_blocks();
     let data_blocks = args.data_mib * MIB / drv.block_size() as u64;
@@ -155,7 +155,7 @@ fn measure(size_mib: u64, args: &RecoveryArgs) -> Result<SizeResult, BenchError>
     let mut device = drv.into_backend();
     device.power_on()?;
     let started = Instant::now();
-    let drv = Driver::mount(device, FtlConfig::default())?;
+    let drv = Driver::mount(device, ftl.clone())?;
     let mount_ms = ms(started);
     let mapped_blocks = drv.stats().mapped_blocks;
     if mapped_blocks != data_blocks {

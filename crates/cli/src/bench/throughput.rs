@@ -112,7 +112,7 @@ impl Window {
     }
 }
 
-pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
+pub fn run(args: &ThroughputArgs, ftl: &FtlConfig) -> Result<ThroughputReport, BenchError> {
     if args.ops.is_none() && !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err(BenchError::Args(format!(
             "--seconds {} must be positive",
@@ -143,7 +143,7 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
     // The FTL on an identical device, filled and warmed up.
     let config = FtlConfig {
         gc_policy: args.space.policy,
-        ..FtlConfig::default()
+        ..ftl.clone()
     };
     let mut drv = format(&plan, &args.space, config)?;
     let mut pipe = Pipeline::new(depth, drv.block_size());

@@ -52,6 +52,8 @@ use serde::Serialize;
 
 use super::{median, ratio, round, BenchError};
 use crate::report::Text;
+use zftl_core::tag::DataCrcImpl;
+use zftl_core::FtlConfig;
 
 const MIB: f64 = (1u64 << 20) as f64;
 /// What the ratios should reach.
@@ -117,7 +119,7 @@ pub struct CpuCost {
     pub name: String,
     pub mib_per_s: f64,
     /// One of the steps every byte of a zftl 128 KiB write goes through:
-    /// the caller's buffer, the data CRC `data_crc` runs, the copy of the
+    /// the caller's buffer, the data CRC the volume runs, the copy of the
     /// append's parts into one buffer for the passthrough command.
     pub per_write_byte: bool,
 }
@@ -163,14 +165,13 @@ fn cpu_cost(
 }
 
 /// The per-byte work of a 128 KiB zftl write, piece by piece, on 4 KiB
-/// blocks: the data CRC by each implementation (and the one `data_crc`
-/// uses), the caller's fresh buffer, and the passthrough backend's copy of
-/// an append's parts into one fresh buffer; for comparison, the copy into
-/// block buffers, which multi-block writes skip while the write buffer's
-/// bound on shared request buffers allows.
-pub fn cpu_costs() -> Vec<CpuCost> {
+/// blocks: the data CRC by each implementation (and by `in_use`, the one
+/// zftl's volume runs), the caller's fresh buffer, and the passthrough
+/// backend's copy of an append's parts into one fresh buffer; for
+/// comparison, the copy into block buffers, which multi-block writes skip
+/// while the write buffer's bound on shared request buffers allows.
+pub fn cpu_costs(in_use: DataCrcImpl) -> Vec<CpuCost> {
     use std::hint::black_box;
-    use zftl_core::tag::{data_crc, DataCrcImpl};
     const BLOCK: usize = 4096;
     const WRITE: usize = 128 << 10;
     const APPEND: usize = 512 << 10;
@@ -185,11 +186,11 @@ pub fn cpu_costs() -> Vec<CpuCost> {
         }));
     }
     out.push(cpu_cost(
-        format!("crc_data_crc_{}", DataCrcImpl::in_use().name()),
+        format!("crc_data_crc_{}", in_use.name()),
         true,
         || {
             for b in src.chunks_exact(BLOCK) {
-                black_box(data_crc(black_box(b)));
+                black_box(in_use.checksum(black_box(b)));
             }
             WRITE
         },
@@ -369,7 +370,7 @@ fn find_tool(tool: &str) -> Option<PathBuf> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+pub fn run(args: &ZnsArgs, _ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
     Err(BenchError::Args(format!(
         "{}: NVMe ZNS devices are supported on Linux only",
         args.device.display()
@@ -377,8 +378,8 @@ pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
 }
 
 #[cfg(target_os = "linux")]
-pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
-    imp::run(args)
+pub fn run(args: &ZnsArgs, ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
+    imp::run(args, ftl)
 }
 
 #[cfg(target_os = "linux")]
@@ -620,7 +621,7 @@ mod imp {
         caller_threads: u8,
     }
 
-    pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+    pub fn run(args: &ZnsArgs, ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
         if args.seconds == 0 || args.depth == 0 || args.raw_iodepth == 0 || args.raw_zones == 0 {
             return Err(BenchError::Args(
                 "--seconds, --depth, --raw-iodepth and --raw-zones must be at least 1".into(),
@@ -639,7 +640,7 @@ mod imp {
         })?;
         let fio_version = tool_version(&fio)?;
         let keep_freed_memory = !args.allocator_default && zftl_zns::keep_freed_memory(KEEP_BELOW);
-        let cpu_costs = args.cpu_costs.then(cpu_costs);
+        let cpu_costs = args.cpu_costs.then(|| cpu_costs(ftl.data_crc_impl()));
         let dev = open_reset(&args.device)?;
         let g = dev.geometry().clone();
         let bs = u64::from(g.block_size_bytes);
@@ -652,7 +653,7 @@ mod imp {
         let raw_first = g.zone_count - args.raw_zones;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ftl_dev = FirstZones::new(dev, raw_first);
-        let drv = Driver::format(ftl_dev, &FormatOptions::default(), FtlConfig::default())?;
+        let drv = Driver::format(ftl_dev, &FormatOptions::default(), ftl.clone())?;
         let logical_bytes = drv.logical_blocks() * bs;
         let mut b = Bench {
             args,
@@ -1003,6 +1004,7 @@ mod imp {
         fn ftl_job(&mut self, pattern: Pattern, block_count: u32) -> Result<Rate, BenchError> {
             let depth = self.args.depth;
             let bs = self.drv.block_size();
+            let crc = self.drv.data_crc();
             let data = vec![0x5a_u8; bs * block_count as usize];
             let slots = self.drv.logical_blocks() / u64::from(block_count);
             let t0 = Instant::now();
@@ -1017,7 +1019,7 @@ mod imp {
                         // As `zftl::Handle` does: the CRCs go to the core's
                         // thread while it is short of work.
                         let write = if caller_sums(waiting.load(Ordering::Relaxed)) {
-                            match SummedBlocks::new(buf, bs) {
+                            match SummedBlocks::new(buf, bs, crc) {
                                 Ok(blocks) => Made::Summed(blocks),
                                 Err(_) => break, // not whole blocks: cannot happen
                             }
