@@ -64,9 +64,9 @@ pub struct FtlConfig {
     /// the host's appends (moving `valid / (capacity - valid)` blocks per
     /// host block, a quarter more) and runs flat out once the free zones are
     /// down to the reserve; with two, a paced collection mostly ends before
-    /// that. With one, 4 KiB random writes through `zftl bench nbd` ran 6 %
-    /// slower (the host waited for GC more often), though a sequential
-    /// overwrite then copies nothing at all.
+    /// that. With one, the host waits for GC more often and 4 KiB random
+    /// writes run slower, though a sequential overwrite then copies nothing
+    /// at all (docs/bench-nbd.md, "When GC starts").
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
