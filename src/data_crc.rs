@@ -1,12 +1,20 @@
-//! Times the data CRC implementations on this CPU and makes the FTL run the
-//! fastest: every block written or read pays one CRC, and CPU features
-//! alone rank the implementations wrongly on some CPUs. The core has no
-//! clock to time them itself ([`DataCrcImpl::choose`]).
+//! Times the data CRC implementations on this CPU, so that a volume can run
+//! the fastest: every block written or read pays one CRC, and CPU features
+//! alone ([`DataCrcImpl::selected`], what a volume runs when none is named)
+//! rank the implementations wrongly on some CPUs. The core has no clock to
+//! time them itself; the choice goes into
+//! [`FtlConfig::data_crc`](zftl_core::FtlConfig::data_crc), per volume.
 //!
 //! ```
+//! use zftl::core::FtlConfig;
+//!
 //! let timings = zftl::data_crc::choose_fastest();
-//! assert_eq!(zftl::core::tag::DataCrcImpl::in_use(), timings[0].imp);
 //! println!("data CRC: {}", zftl::data_crc::describe(&timings));
+//! let config = FtlConfig {
+//!     data_crc: Some(timings[0].imp),
+//!     ..FtlConfig::default()
+//! };
+//! # let _ = config;
 //! ```
 
 use std::hint::black_box;
@@ -40,8 +48,11 @@ pub struct Timing {
 }
 
 /// Times every implementation that runs its own code on this CPU
-/// (`DataCrcImpl::runs_here`) and chooses the fastest for `data_crc`;
-/// returns the timings, fastest first. About 5 ms on a real CPU.
+/// (`DataCrcImpl::runs_here`); returns the timings, fastest first (never
+/// empty): put `timings[0].imp` in [`FtlConfig::data_crc`]. About 5 ms on a
+/// real CPU. Changes nothing by itself.
+///
+/// [`FtlConfig::data_crc`]: zftl_core::FtlConfig::data_crc
 pub fn choose_fastest() -> Vec<Timing> {
     let data: Vec<u8> = (0..BLOCK_BYTES * BLOCKS_PER_PASS)
         .map(|i| (i * 131 + (i >> 9)) as u8)
@@ -73,12 +84,11 @@ pub fn choose_fastest() -> Vec<Timing> {
         })
         .collect();
     timings.sort_by(|a, b| b.mib_per_s.total_cmp(&a.mib_per_s));
-    timings[0].imp.choose();
     timings
 }
 
 /// One pass: the blocks' CRCs in one call, as a write of several blocks
-/// takes them at admission (`tag::data_crcs`).
+/// takes them at admission or on the caller's thread (`SummedBlocks`).
 fn time_pass(imp: DataCrcImpl, data: &[u8]) -> Duration {
     let mut crcs = [0u32; BLOCKS_PER_PASS];
     let t0 = Instant::now();
@@ -113,7 +123,6 @@ mod tests {
         assert_eq!(timings.len(), here.count());
         assert!(timings.windows(2).all(|w| w[0].mib_per_s >= w[1].mib_per_s));
         assert!(timings.iter().all(|t| t.mib_per_s > 0.0));
-        assert_eq!(DataCrcImpl::in_use(), timings[0].imp);
         assert!(describe(&timings).starts_with(timings[0].imp.name()));
     }
 }

@@ -77,7 +77,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
 use zftl_core::range;
-use zftl_core::tag::SummedBlocks;
+use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
     MountError, RangeOp, ReplyData, Request,
@@ -122,6 +122,9 @@ struct Shared {
     thread: Mutex<Option<JoinHandle<()>>>,
     block_size: usize,
     logical_blocks: u64,
+    /// The core's data CRC implementation, which callers take a write's
+    /// CRCs with.
+    data_crc: DataCrcImpl,
 }
 
 impl Shared {
@@ -166,7 +169,7 @@ impl<B> Link<B> {
             Request::Write { lba, data, fua } if caller_sums(self.queued()) => {
                 Request::WriteSummed {
                     lba,
-                    blocks: SummedBlocks::new(data, self.shared.block_size)?,
+                    blocks: SummedBlocks::new(data, self.shared.block_size, self.shared.data_crc)?,
                     fua,
                 }
             }
@@ -292,6 +295,7 @@ impl<B: Backend + Send + 'static> Handle<B> {
         let (tx, rx) = mpsc::channel(capacity);
         let block_size = driver.block_size();
         let logical_blocks = driver.logical_blocks();
+        let data_crc = driver.data_crc();
         let thread = std::thread::Builder::new()
             .name("zftl-driver".into())
             .spawn(move || Engine::new(driver, rx, limit).run())
@@ -303,6 +307,7 @@ impl<B: Backend + Send + 'static> Handle<B> {
                     thread: Mutex::new(Some(thread)),
                     block_size,
                     logical_blocks,
+                    data_crc,
                 }),
             },
         }
@@ -1495,6 +1500,7 @@ mod tests {
             thread: Mutex::new(None),
             block_size: 512,
             logical_blocks: 64,
+            data_crc: DataCrcImpl::Table16,
         });
         (Link { tx, shared }, rx)
     }
@@ -1531,7 +1537,7 @@ mod tests {
                 assert_eq!((lba, fua), (3, true));
                 let (bytes, crcs) = blocks.into_parts();
                 assert_eq!(crcs.len(), 2);
-                assert_eq!(crcs[1], zftl_core::tag::data_crc(&data[512..]));
+                assert_eq!(crcs[1], DataCrcImpl::CrcFast.checksum(&data[512..]));
                 assert_eq!(bytes, data);
             }
             _ => panic!("with work queued the caller takes the CRCs"),

@@ -38,8 +38,9 @@
 //! flushes but writes no checkpoint: see [`handle`] for the details.
 //!
 //! Every block written or read pays a CRC-32C; call
-//! [`data_crc::choose_fastest`] once at startup (about 5 ms) to run the
-//! implementation that is fastest on this CPU, as the `zftl` binary does.
+//! [`data_crc::choose_fastest`] once at startup (about 5 ms) and put the
+//! implementation that is fastest on this CPU in
+//! [`core::FtlConfig::data_crc`], as the `zftl` binary does.
 
 #![deny(missing_docs)]
 

@@ -1,5 +1,6 @@
 //! End-to-end checks of the FTL on the simulator: format, I/O, GC, remount.
 
+use zftl::core::tag::DataCrcImpl;
 use zftl::core::{
     Backend, Driver, FormatOptions, FtlConfig, IoError, Request, SummedBlocks, TagPlacement,
 };
@@ -121,9 +122,10 @@ fn summed_writes_read_back_check_clean_and_survive_a_crash() {
         let mut ftl = Driver::format(sim(oob), &FormatOptions::default(), FtlConfig::default())
             .expect("format");
         let bs = ftl.block_size();
+        let crc = ftl.data_crc();
         let summed = |lba: u64, blocks: &[u8], sum_bytes: usize| Request::WriteSummed {
             lba,
-            blocks: SummedBlocks::new(blocks.to_vec(), sum_bytes).unwrap(),
+            blocks: SummedBlocks::new(blocks.to_vec(), sum_bytes, crc).unwrap(),
             fua: false,
         };
         let data: Vec<u8> = (0..8).flat_map(|l| block(l, 1, bs)).collect();
@@ -139,7 +141,7 @@ fn summed_writes_read_back_check_clean_and_survive_a_crash() {
             })
         );
         assert_eq!(
-            SummedBlocks::new(vec![1; 3], 2),
+            SummedBlocks::new(vec![1; 3], 2, crc),
             Err(IoError::BufferSize {
                 expected_bytes: 4,
                 actual_bytes: 3
@@ -153,6 +155,61 @@ fn summed_writes_read_back_check_clean_and_survive_a_crash() {
             assert_eq!(ftl.read(lba, 1).unwrap(), block(lba, 1, bs), "block {lba}");
         }
         assert_eq!(ftl.read(13, 1).unwrap(), vec![0; bs], "the refused write");
+    }
+}
+
+/// Each volume runs the data CRC implementation its configuration names,
+/// side by side in one process, and a volume remounted with another reads
+/// the same blocks back (every implementation gives the same CRC-32C).
+#[test]
+fn volumes_in_one_process_run_their_own_data_crc() {
+    let config = |crc| FtlConfig {
+        data_crc: crc,
+        ..FtlConfig::default()
+    };
+    let defaulted = Driver::format(sim(64), &FormatOptions::default(), config(None)).unwrap();
+    assert_eq!(defaulted.data_crc(), DataCrcImpl::selected());
+    let mut volumes: Vec<(DataCrcImpl, Driver<SimDevice>)> = DataCrcImpl::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, imp)| {
+            let oob = if i % 2 == 0 { 64 } else { 0 };
+            let opts = FormatOptions::default();
+            (
+                imp,
+                Driver::format(sim(oob), &opts, config(Some(imp))).unwrap(),
+            )
+        })
+        .collect();
+    for (imp, ftl) in &mut volumes {
+        assert_eq!(ftl.data_crc(), *imp);
+        let bs = ftl.block_size();
+        ftl.write(0, &block(0, 1, bs)).unwrap();
+        let blocks = SummedBlocks::new(block(1, 1, bs), bs, ftl.data_crc()).unwrap();
+        let fua = false;
+        ftl.call(Request::WriteSummed {
+            lba: 1,
+            blocks,
+            fua,
+        })
+        .unwrap();
+        ftl.flush().unwrap();
+    }
+    for (i, (imp, ftl)) in volumes.into_iter().enumerate() {
+        let bs = ftl.block_size();
+        let mut dev = ftl.into_backend();
+        assert_check_clean(&mut dev, &format!("written with {imp:?}"));
+        let other = DataCrcImpl::ALL[(i + 1) % DataCrcImpl::ALL.len()];
+        let mut ftl = Driver::mount(dev, config(Some(other))).expect("mount");
+        assert_eq!(ftl.data_crc(), other);
+        for lba in 0..2 {
+            let got = ftl.read(lba, 1).unwrap();
+            assert_eq!(
+                got,
+                block(lba, 1, bs),
+                "{imp:?} then {other:?}: block {lba}"
+            );
+        }
     }
 }
 

@@ -34,7 +34,8 @@ pub fn assert_check_clean<B: zftl::core::Backend>(dev: &mut B, when: &str) {
         report.problems,
         report.summary.log_end
     );
-    let r = zftl::core::recovery::recover_state(dev).expect("a clean volume mounts");
+    let crc = zftl::core::tag::DataCrcImpl::selected();
+    let r = zftl::core::recovery::recover_state(dev, crc).expect("a clean volume mounts");
     let (blocks, end) = r.log_walked();
     let (zone, offset) = end.expect("the log ends inside its ring");
     let check_end = report.summary.log_end.as_deref().unwrap_or_default();
@@ -656,7 +657,8 @@ impl Rig {
                 // Odd addresses come with their CRCs taken by the caller, as
                 // the threaded handles send every write (same bytes on media).
                 let result = if lba % 2 == 1 {
-                    let blocks = SummedBlocks::new(data, bs).expect("whole blocks");
+                    let crc = self.ftl().data_crc();
+                    let blocks = SummedBlocks::new(data, bs, crc).expect("whole blocks");
                     let fua = false;
                     self.ftl()
                         .call(Request::WriteSummed { lba, blocks, fua })

@@ -14,6 +14,8 @@ use crate::args::FormatArgs;
 use crate::error::CliError;
 use crate::report::{geometry_text, GeometryReport, Text, ZoneCounts};
 use crate::volume::{CheckOutput, FormatReport, StatsReport};
+use zftl_core::tag::DataCrcImpl;
+use zftl_core::FtlConfig;
 
 /// What `zftl info DEVICE` prints.
 #[derive(Serialize)]
@@ -160,7 +162,8 @@ mod imp {
             })?;
             zones.add(info.state);
         }
-        let ftl = volume::existing_ftl(&mut dev);
+        // `zftl info` times no CRC implementation: the CPU's pick.
+        let ftl = volume::existing_ftl(&mut dev, DataCrcImpl::selected());
         let io_device = dev.path().display().to_string();
         let mut report = ZnsInfoReport {
             device: path.display().to_string(),
@@ -214,23 +217,30 @@ mod imp {
         Ok(report)
     }
 
-    pub fn format(args: &FormatArgs, path: &Path) -> Result<FormatReport, CliError> {
+    pub fn format(
+        args: &FormatArgs,
+        path: &Path,
+        ftl: &FtlConfig,
+    ) -> Result<FormatReport, CliError> {
         let dev = open(path)?;
-        volume::format_on(args, path, dev, "device")
+        volume::format_on(args, path, dev, "device", ftl)
             .map(|(report, _)| report)
             .map_err(CliError::on_device)
     }
 
-    pub fn stats(path: &Path) -> Result<StatsReport, CliError> {
+    pub fn stats(path: &Path, ftl: &FtlConfig) -> Result<StatsReport, CliError> {
         let dev = open(path)?;
-        volume::stats_on(path, dev)
+        volume::stats_on(path, dev, ftl)
             .map(|(report, _)| report)
             .map_err(CliError::on_device)
     }
 
-    pub fn check(path: &Path) -> Result<(std::path::PathBuf, CheckOutput), CliError> {
+    pub fn check(
+        path: &Path,
+        crc: DataCrcImpl,
+    ) -> Result<(std::path::PathBuf, CheckOutput), CliError> {
         let mut dev = open(path)?;
-        volume::check_on(path.to_path_buf(), &mut dev).map_err(CliError::on_device)
+        volume::check_on(path.to_path_buf(), &mut dev, crc).map_err(CliError::on_device)
     }
 }
 
@@ -249,15 +259,22 @@ mod imp {
         Err(unsupported(path))
     }
 
-    pub fn format(_args: &FormatArgs, path: &Path) -> Result<FormatReport, CliError> {
+    pub fn format(
+        _args: &FormatArgs,
+        path: &Path,
+        _ftl: &FtlConfig,
+    ) -> Result<FormatReport, CliError> {
         Err(unsupported(path))
     }
 
-    pub fn stats(path: &Path) -> Result<StatsReport, CliError> {
+    pub fn stats(path: &Path, _ftl: &FtlConfig) -> Result<StatsReport, CliError> {
         Err(unsupported(path))
     }
 
-    pub fn check(path: &Path) -> Result<(std::path::PathBuf, CheckOutput), CliError> {
+    pub fn check(
+        path: &Path,
+        _crc: DataCrcImpl,
+    ) -> Result<(std::path::PathBuf, CheckOutput), CliError> {
         Err(unsupported(path))
     }
 }
@@ -286,8 +303,8 @@ mod tests {
         );
         assert!(!msg.contains('\n'));
         assert!(info(&path).is_err());
-        assert!(stats(&path).is_err());
-        assert!(check(&path).is_err());
+        assert!(stats(&path, &FtlConfig::default()).is_err());
+        assert!(check(&path, DataCrcImpl::selected()).is_err());
     }
 
     #[test]

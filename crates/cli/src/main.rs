@@ -28,6 +28,7 @@ use args::{Cli, Command, CreateArgs, DefaultConfigArgs, SimCommand};
 use error::CliError;
 use image::Action;
 use report::EraseCountsReport;
+use zftl_core::FtlConfig;
 use zftl_sim::SimConfig;
 
 fn main() -> ExitCode {
@@ -60,15 +61,21 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<(), CliError> {
     // The FTL checksums every block it writes or reads: time the data CRC
-    // implementations first (about 5 ms) and run the fastest. Commands that
-    // only create or inspect an image, or read a device's geometry, skip it.
+    // implementations first (about 5 ms) and run the fastest in every
+    // volume this command opens (`ftl`, the configuration they start
+    // from). Commands that only create or inspect an image, or read a
+    // device's geometry, skip it.
     let crc = if checksums_data(cli.command.as_ref()) {
         zftl::data_crc::choose_fastest()
     } else {
         Vec::new()
     };
+    let ftl = &FtlConfig {
+        data_crc: crc.first().map(|t| t.imp),
+        ..FtlConfig::default()
+    };
     match &cli.command {
-        None => main_job(cli),
+        None => main_job(cli, ftl),
         Some(Command::Sim(SimCommand::Create(args))) => sim_create(args, cli.json),
         Some(Command::Sim(SimCommand::Info(args))) => {
             let mut dev = image::open(&args.path)?;
@@ -83,15 +90,15 @@ fn run(cli: &Cli) -> Result<(), CliError> {
         }
         Some(Command::Sim(SimCommand::DefaultConfig(args))) => default_config(args, cli.json),
         Some(Command::Format(args)) => {
-            let report = volume::format(args, cli.image.as_ref())?;
+            let report = volume::format(args, cli.image.as_ref(), ftl)?;
             emit(cli.json, &report, || report.text().render())
         }
         Some(Command::Stats(args)) => {
-            let report = volume::stats(args, cli.image.as_ref())?;
+            let report = volume::stats(args, cli.image.as_ref(), ftl)?;
             emit(cli.json, &report, || report.text().render())
         }
         Some(Command::Check(args)) => {
-            let (path, out) = volume::check(args, cli.image.as_ref())?;
+            let (path, out) = volume::check(args, cli.image.as_ref(), ftl.data_crc_impl())?;
             emit(cli.json, &out, || out.render())?;
             if out.clean {
                 Ok(())
@@ -107,7 +114,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
                 })
             }
         }
-        Some(Command::Bench(args)) => bench::run(args, cli.json),
+        Some(Command::Bench(args)) => bench::run(args, cli.json, ftl),
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref(), &crc),
         Some(Command::Range(args)) => range::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Info(args)) => {
@@ -133,13 +140,13 @@ struct MainReport {
 
 /// The main job: open (or create) the default image, format the FTL on it
 /// if it holds none, mount it, and describe the device and the FTL.
-fn main_job(cli: &Cli) -> Result<(), CliError> {
+fn main_job(cli: &Cli, ftl: &FtlConfig) -> Result<(), CliError> {
     let path = match &cli.image {
         Some(path) => path.clone(),
         None => paths::default_image_path()?,
     };
     let (mut dev, action) = image::open_or_create(&path)?;
-    let ftl = volume::main_job_ftl(&path, &mut dev)?;
+    let ftl = volume::main_job_ftl(&path, &mut dev, ftl)?;
     let device = image::info(&path, &mut dev, action)?;
     let report = MainReport { device, ftl };
     emit(cli.json, &report, || {

@@ -622,15 +622,27 @@ pub(crate) struct Bound {
     pub metrics: Option<SocketAddr>,
 }
 
-/// `crc`: how the data CRC implementations timed (fastest first, in use).
+/// `crc`: how the data CRC implementations timed (fastest first). The
+/// volume runs the fastest unless the config file's `[ftl]` table names
+/// one (`data_crc`).
 pub fn run(
     args: &ServeArgs,
     top_image: Option<&PathBuf>,
     crc: &[data_crc::Timing],
 ) -> Result<(), CliError> {
     init_logging();
-    info!("data CRC: {}", data_crc::describe(crc));
-    let settings = Settings::from_args(args)?;
+    let mut settings = Settings::from_args(args)?;
+    match settings.ftl.data_crc {
+        Some(named) => info!(
+            "data CRC: {} (the config file's; timed: {})",
+            named.name(),
+            data_crc::describe(crc)
+        ),
+        None => info!("data CRC: {}", data_crc::describe(crc)),
+    }
+    if let Some(fastest) = crc.first() {
+        settings.ftl.data_crc.get_or_insert(fastest.imp);
+    }
     run_until(&settings, top_image, termination(), |_| {})
 }
 
@@ -884,6 +896,7 @@ mod tests {
 
     use super::*;
     use crate::args::{Cli, Command};
+    use zftl_core::tag::DataCrcImpl;
 
     fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
         let argv = ["zftl", "serve"].iter().chain(extra).copied();
@@ -1098,6 +1111,7 @@ metrics = "127.0.0.1:9100"
 [ftl]
 write_buffer_blocks = 77
 gc_policy = "greedy"
+data_crc = "table16"
 "#,
         )
         .unwrap();
@@ -1113,6 +1127,7 @@ gc_policy = "greedy"
         assert_eq!(tls.client_ca, Some(dir.path().join("ca.pem")));
         assert_eq!(s.metrics, Some("127.0.0.1:9100".parse().unwrap()));
         assert_eq!(s.ftl.write_buffer_blocks, 77);
+        assert_eq!(s.ftl.data_crc, Some(DataCrcImpl::Table16));
         assert_eq!(
             s.ftl.max_request_blocks,
             FtlConfig::default().max_request_blocks
@@ -1161,6 +1176,8 @@ gc_policy = "greedy"
         assert!(e.contains("ftl.write_bufer_blocks"), "{e}");
         let e = err("[ftl]\nwrite_buffer_blocks = \"many\"\n");
         assert!(e.contains("[ftl]") && e.contains("bad.toml"), "{e}");
+        let e = err("[ftl]\ndata_crc = \"crc64\"\n");
+        assert!(e.contains("crc64") && e.contains("table16"), "{e}");
         let e = err("listen = \"nowhere\"\n");
         assert!(e.contains("bad.toml"), "{e}");
         let e = err("tls_cert = \"c.pem\"\n");

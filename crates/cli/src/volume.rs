@@ -10,6 +10,7 @@ use zftl_core::check::{check_with_progress, tag_mode_name, CheckReport, Problem,
 use zftl_core::layout::{Layout, SUPER_ZONES};
 use zftl_core::recovery::recover_state;
 use zftl_core::superblock::Superblock;
+use zftl_core::tag::DataCrcImpl;
 use zftl_core::{
     Backend, BackendExt, Driver, FormatOptions, FtlConfig, FtlStats, IoError, MountError,
     TagPlacement,
@@ -209,8 +210,8 @@ impl FormatReport {
 }
 
 /// What the image holds now: `None` for no FTL, else a description.
-pub fn existing_ftl<B: Backend>(dev: &mut B) -> Option<String> {
-    match recover_state(dev) {
+pub fn existing_ftl<B: Backend>(dev: &mut B, crc: DataCrcImpl) -> Option<String> {
+    match recover_state(dev, crc) {
         Ok(r) => Some(format!(
             "a zftl FTL ({} logical blocks, {} mapped)",
             r.superblock.logical_blocks,
@@ -234,29 +235,34 @@ fn logical_blocks(args: &FormatArgs, block_size: u32) -> Result<Option<u64>, Cli
     Ok(Some(bytes / bs))
 }
 
-pub fn format(args: &FormatArgs, top: Option<&PathBuf>) -> Result<FormatReport, CliError> {
+pub fn format(
+    args: &FormatArgs,
+    top: Option<&PathBuf>,
+    ftl: &FtlConfig,
+) -> Result<FormatReport, CliError> {
     if let Some(device) = &args.image.device {
-        return crate::device::format(args, device);
+        return crate::device::format(args, device, ftl);
     }
     let path = image_path(&args.image, top)?;
     let (dev, action) = image::open_or_create(&path)?;
-    let (report, mut dev) = format_on(args, &path, dev, action.as_str())?;
+    let (report, mut dev) = format_on(args, &path, dev, action.as_str(), ftl)?;
     dev.sync()
         .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
     Ok(report)
 }
 
-/// Formats the FTL on `dev` (named `path`); hands the device back after a
-/// clean shutdown.
+/// Formats the FTL on `dev` (named `path`) with configuration `ftl`; hands
+/// the device back after a clean shutdown.
 pub fn format_on<B: Backend>(
     args: &FormatArgs,
     path: &Path,
     mut dev: B,
     action: &'static str,
+    ftl: &FtlConfig,
 ) -> Result<(FormatReport, B), CliError> {
     let path = path.to_path_buf();
     let progress = Progress::start("looking for an existing FTL");
-    let existing = existing_ftl(&mut dev);
+    let existing = existing_ftl(&mut dev, ftl.data_crc_impl());
     if let (Some(what), false) = (&existing, args.force) {
         progress.finish();
         return Err(CliError::AlreadyFormatted {
@@ -274,7 +280,7 @@ pub fn format_on<B: Backend>(
         seed: args.seed,
     };
     progress.step("formatting: resetting zones, writing the first checkpoint");
-    let driver = Driver::format(dev, &options, FtlConfig::default())
+    let driver = Driver::format(dev, &options, ftl.clone())
         .map_err(|e| ftl_error(&path, "cannot format", e))?;
     let layout = Layout::plan(
         driver.ftl().geometry(),
@@ -336,13 +342,17 @@ impl StatsReport {
     }
 }
 
-pub fn stats(args: &ImageOpt, top: Option<&PathBuf>) -> Result<StatsReport, CliError> {
+pub fn stats(
+    args: &ImageOpt,
+    top: Option<&PathBuf>,
+    ftl: &FtlConfig,
+) -> Result<StatsReport, CliError> {
     if let Some(device) = &args.device {
-        return crate::device::stats(device);
+        return crate::device::stats(device, ftl);
     }
     let path = image_path(args, top)?;
     let dev = image::open(&path)?;
-    let (mut report, dev) = stats_on(&path, dev)?;
+    let (mut report, dev) = stats_on(&path, dev, ftl)?;
     report.device = Some(dev.stats());
     report.wear = Some(WearSummary::of(
         &dev.erase_counts(),
@@ -351,11 +361,16 @@ pub fn stats(args: &ImageOpt, top: Option<&PathBuf>) -> Result<StatsReport, CliE
     Ok(report)
 }
 
-/// Mounts the FTL on `dev`, reads its statistics and shuts it down; the
-/// report has no device counters (the caller adds its own).
-pub fn stats_on<B: Backend>(path: &Path, dev: B) -> Result<(StatsReport, B), CliError> {
+/// Mounts the FTL on `dev` with configuration `ftl`, reads its statistics
+/// and shuts it down; the report has no device counters (the caller adds
+/// its own).
+pub fn stats_on<B: Backend>(
+    path: &Path,
+    dev: B,
+    ftl: &FtlConfig,
+) -> Result<(StatsReport, B), CliError> {
     let progress = Progress::start("mounting");
-    let mut driver = Driver::mount(dev, FtlConfig::default()).map_err(|e| mount_error(path, &e))?;
+    let mut driver = Driver::mount(dev, ftl.clone()).map_err(|e| mount_error(path, &e))?;
     let ftl = driver.stats();
     let volume = volume(&mut driver);
     progress.step("shutting down");
@@ -457,22 +472,27 @@ impl CheckOutput {
 /// Runs the check. `Err` (after nothing is printed) for an image that holds
 /// no FTL; otherwise the report, which the caller prints before failing on
 /// damage.
-pub fn check(args: &ImageOpt, top: Option<&PathBuf>) -> Result<(PathBuf, CheckOutput), CliError> {
+pub fn check(
+    args: &ImageOpt,
+    top: Option<&PathBuf>,
+    crc: DataCrcImpl,
+) -> Result<(PathBuf, CheckOutput), CliError> {
     if let Some(device) = &args.device {
-        return crate::device::check(device);
+        return crate::device::check(device, crc);
     }
     let path = image_path(args, top)?;
     let mut dev = image::open(&path)?;
-    check_on(path, &mut dev)
+    check_on(path, &mut dev, crc)
 }
 
-/// The check on `dev`, named `path`.
+/// The check on `dev`, named `path`, taking data CRCs with `crc`.
 pub fn check_on<B: Backend>(
     path: PathBuf,
     dev: &mut B,
+    crc: DataCrcImpl,
 ) -> Result<(PathBuf, CheckOutput), CliError> {
     let progress = Progress::start("checking superblocks");
-    let report = check_with_progress(dev, &mut |p| {
+    let report = check_with_progress(dev, crc, &mut |p| {
         if p.total > 0 {
             progress.position(p.step, p.done, p.total);
         } else {
@@ -516,15 +536,19 @@ impl MainFtlReport {
     }
 }
 
-/// Mounts the FTL on `dev`, formatting it first if the image holds none;
-/// shuts it down cleanly and reports.
-pub fn main_job_ftl(path: &Path, dev: &mut SimDevice) -> Result<MainFtlReport, CliError> {
+/// Mounts the FTL on `dev` with configuration `ftl`, formatting it first if
+/// the image holds none; shuts it down cleanly and reports.
+pub fn main_job_ftl(
+    path: &Path,
+    dev: &mut SimDevice,
+    ftl: &FtlConfig,
+) -> Result<MainFtlReport, CliError> {
     let progress = Progress::start("mounting");
-    let (mut driver, action) = match Driver::mount(&mut *dev, FtlConfig::default()) {
+    let (mut driver, action) = match Driver::mount(&mut *dev, ftl.clone()) {
         Ok(d) => (d, "mounted"),
         Err(MountError::NotFormatted(_)) => {
             progress.step("formatting");
-            let d = Driver::format(&mut *dev, &FormatOptions::default(), FtlConfig::default())
+            let d = Driver::format(&mut *dev, &FormatOptions::default(), ftl.clone())
                 .map_err(|e| ftl_error(path, "cannot format", e))?;
             (d, "formatted")
         }

@@ -25,7 +25,7 @@ use crate::note::LogBlock;
 use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
 use crate::superblock::{Superblock, TagMode};
-use crate::tag::{self, Tag, TAG_BYTES};
+use crate::tag::{DataCrcImpl, Tag, TAG_BYTES};
 use crate::zone::{ZoneKind, ZoneUse};
 use serde::Serialize;
 
@@ -175,14 +175,17 @@ pub struct CheckProgress {
     pub total: u64,
 }
 
-/// Checks `backend` read-only; see the module docs.
+/// Checks `backend` read-only; see the module docs. Data CRCs are taken
+/// with [`DataCrcImpl::selected`].
 pub fn check<B: Backend>(backend: &mut B) -> CheckReport {
-    check_with_progress(backend, &mut |_| {})
+    check_with_progress(backend, DataCrcImpl::selected(), &mut |_| {})
 }
 
-/// [`check`], calling `progress` at each step and every few hundred blocks.
+/// [`check`], taking data CRCs with `crc` and calling `progress` at each
+/// step and every few hundred blocks.
 pub fn check_with_progress<B: Backend>(
     backend: &mut B,
+    crc: DataCrcImpl,
     progress: &mut dyn FnMut(CheckProgress),
 ) -> CheckReport {
     let mut report = CheckReport::default();
@@ -197,7 +200,7 @@ pub fn check_with_progress<B: Backend>(
     step(progress, "superblocks");
     let supers = scan_superblocks(backend, &g);
     step(progress, "recovery");
-    let r = match recover_state(backend) {
+    let r = match recover_state(backend, crc) {
         Ok(r) => r,
         Err(e) => {
             report.problem(recovery_problem(backend, &g, &supers, &e));
@@ -1017,7 +1020,7 @@ fn check_block(
         report.problem(here(ProblemKind::Device, "short read".into()));
         return;
     };
-    let actual = tag::data_crc(block);
+    let actual = r.data_crc.checksum(block);
     if !r.mapping.is_live(ppa) {
         report.problem(here(
             ProblemKind::MapMismatch,

@@ -1,6 +1,7 @@
 //! Tunables of a mounted FTL and of a format. Defaults are what a user gets
 //! without a config file; every bound here is a bound on a table or queue.
 
+use crate::tag::DataCrcImpl;
 use crate::zone::VictimPolicy;
 use serde::{Deserialize, Serialize};
 
@@ -63,9 +64,9 @@ pub struct FtlConfig {
     /// the host's appends (moving `valid / (capacity - valid)` blocks per
     /// host block, a quarter more) and runs flat out once the free zones are
     /// down to the reserve; with two, a paced collection mostly ends before
-    /// that. With one, 4 KiB random writes through `zftl bench nbd` ran 6 %
-    /// slower (the host waited for GC more often), though a sequential
-    /// overwrite then copies nothing at all.
+    /// that. With one, the host waits for GC more often and 4 KiB random
+    /// writes run slower, though a sequential overwrite then copies nothing
+    /// at all (docs/bench-nbd.md, "When GC starts").
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
@@ -75,6 +76,20 @@ pub struct FtlConfig {
     pub static_wl_threshold: u32,
     /// Largest host request, in blocks.
     pub max_request_blocks: u32,
+    /// The code that takes the data CRCs of the blocks written and read
+    /// (every implementation gives the same CRC-32C; they differ in speed
+    /// from CPU to CPU). `None`: [`DataCrcImpl::selected`], by the CPU's
+    /// features. The core has no clock to time them; `zftl` times them at
+    /// start-up and puts the fastest here (`zftl::data_crc`), unless its
+    /// config file names one (`data_crc = "crc32c"`).
+    pub data_crc: Option<DataCrcImpl>,
+}
+
+impl FtlConfig {
+    /// The data CRC implementation this configuration runs.
+    pub fn data_crc_impl(&self) -> DataCrcImpl {
+        self.data_crc.unwrap_or_else(DataCrcImpl::selected)
+    }
 }
 
 impl Default for FtlConfig {
@@ -91,6 +106,7 @@ impl Default for FtlConfig {
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,
             max_request_blocks: 8192,
+            data_crc: None,
         }
     }
 }

@@ -66,6 +66,12 @@ impl<B: Backend> Driver<B> {
         self.ftl.block_size()
     }
 
+    /// The implementation that takes this volume's data CRCs (see
+    /// [`Ftl::data_crc`]).
+    pub fn data_crc(&self) -> crate::tag::DataCrcImpl {
+        self.ftl.data_crc()
+    }
+
     pub fn logical_blocks(&self) -> u64 {
         self.ftl.logical_blocks()
     }

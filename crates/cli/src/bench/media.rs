@@ -603,7 +603,7 @@ fn percentiles(v: &mut [u64]) -> Percentiles {
     }
 }
 
-pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
+pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError> {
     if args.depths.is_empty() || args.depths.contains(&0) {
         return Err(BenchError::Args(
             "--depths must list depths of at least 1".into(),
@@ -628,7 +628,7 @@ pub fn run(args: &MediaArgs) -> Result<MediaReport, BenchError> {
         seed: args.seed,
         ..FormatOptions::default()
     };
-    let drv = Driver::format(device, &options, FtlConfig::default())?;
+    let drv = Driver::format(device, &options, ftl.clone())?;
     let logical = drv.logical_blocks();
     let mut b = Bench {
         bs: drv.block_size(),

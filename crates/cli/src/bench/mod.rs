@@ -299,19 +299,24 @@ pub enum Streams {
 
 /// Runs one benchmark. Output errors go back to `main` as they are; any
 /// other failure is printed here, in main's format, and exits with 1
-/// (`CliError` has no variant for FTL failures).
-pub fn run(args: &BenchArgs, json: bool) -> Result<(), CliError> {
+/// (`CliError` has no variant for FTL failures). Every volume a benchmark
+/// opens starts from `ftl` (the data CRC implementation `main` timed).
+pub fn run(args: &BenchArgs, json: bool, ftl: &FtlConfig) -> Result<(), CliError> {
     let outcome = match &args.bench {
         BenchCommand::Wa(a) if a.compare => {
-            wa::compare(a).and_then(|r| emit(json, &r, || r.text()))
+            wa::compare(a, ftl).and_then(|r| emit(json, &r, || r.text()))
         }
-        BenchCommand::Wa(a) => wa::run(a).and_then(|r| emit(json, &r, || r.text())),
-        BenchCommand::Throughput(a) => throughput::run(a).and_then(|r| emit(json, &r, || r.text())),
-        BenchCommand::Recovery(a) => recovery::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Wa(a) => wa::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Throughput(a) => {
+            throughput::run(a, ftl).and_then(|r| emit(json, &r, || r.text()))
+        }
+        BenchCommand::Recovery(a) => {
+            recovery::run(a, ftl).and_then(|r| emit(json, &r, || r.text()))
+        }
         BenchCommand::Nbd(a) => nbd::run(a).and_then(|r| emit(json, &r, || r.text())),
-        BenchCommand::Zns(a) => zns::run(a).and_then(|r| emit(json, &r, || r.text())),
-        BenchCommand::Range(a) => range::run(a).and_then(|r| emit(json, &r, || r.text())),
-        BenchCommand::Media(a) => media::run(a).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Zns(a) => zns::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Range(a) => range::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Media(a) => media::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
     };
     match outcome {
         Ok(()) => Ok(()),

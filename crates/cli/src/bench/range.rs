@@ -126,7 +126,7 @@ pub struct RangeReport {
 }
 
 /// The default 4 GiB device in memory, timing off.
-fn volume(args: &RangeArgs) -> Result<Driver<SimDevice>, BenchError> {
+fn volume(args: &RangeArgs, ftl: &FtlConfig) -> Result<Driver<SimDevice>, BenchError> {
     let sim = SimConfig {
         endurance_erases: u32::MAX,
         ..SimConfig::default()
@@ -140,7 +140,7 @@ fn volume(args: &RangeArgs) -> Result<Driver<SimDevice>, BenchError> {
         },
         ..FormatOptions::default()
     };
-    Ok(Driver::format(dev, &opts, FtlConfig::default())?)
+    Ok(Driver::format(dev, &opts, ftl.clone())?)
 }
 
 /// Writes `blocks` blocks from `lba` in 1 MiB requests (each block names
@@ -162,13 +162,13 @@ fn fill(ftl: &mut Driver<SimDevice>, lba: u64, blocks: u64) -> Result<(), BenchE
     Ok(())
 }
 
-pub fn run(args: &RangeArgs) -> Result<RangeReport, BenchError> {
+pub fn run(args: &RangeArgs, ftl: &FtlConfig) -> Result<RangeReport, BenchError> {
     if args.rounds == 0 || args.moves == 0 || args.depths.contains(&0) {
         return Err(BenchError::Args(
             "--rounds, --moves and every --depths value must be at least 1".into(),
         ));
     }
-    let mut ftl = volume(args)?;
+    let mut ftl = volume(args, ftl)?;
     let device_bytes = {
         let g = ftl.backend().geometry();
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes)

@@ -131,7 +131,7 @@ pub struct VolumeResult {
     pub image_disk_bytes: u64,
 }
 
-pub fn run(args: &RecoveryArgs) -> Result<RecoveryReport, BenchError> {
+pub fn run(args: &RecoveryArgs, ftl: &FtlConfig) -> Result<RecoveryReport, BenchError> {
     if args.sizes_mib.is_empty() {
         return Err(BenchError::Args("--sizes-mib lists no size".into()));
     }
@@ -142,7 +142,7 @@ pub fn run(args: &RecoveryArgs) -> Result<RecoveryReport, BenchError> {
     let mut runs = Vec::new();
     for &mib in &args.sizes_mib {
         for &tags in &args.tags {
-            runs.push(measure(mib, tags, &dir, args)?);
+            runs.push(measure(mib, tags, &dir, args, ftl)?);
         }
     }
     let at_16g = |tags: TagMode| {
@@ -253,6 +253,7 @@ fn measure(
     tags: TagMode,
     dir: &Path,
     args: &RecoveryArgs,
+    ftl: &FtlConfig,
 ) -> Result<VolumeResult, BenchError> {
     let (seed, in_band) = (args.seed, tags == TagMode::InBand);
     if args.checkpoint_interval_blocks == 0 {
@@ -262,7 +263,7 @@ fn measure(
     }
     let config = FtlConfig {
         checkpoint_interval_blocks: args.checkpoint_interval_blocks,
-        ..FtlConfig::default()
+        ..ftl.clone()
     };
     if size_mib == 0 {
         return Err(BenchError::Args("a volume size of 0 MiB".into()));

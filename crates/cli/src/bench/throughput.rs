@@ -259,7 +259,7 @@ struct Rig {
     warm_writes: Vec<super::shape::WriteCmd>,
 }
 
-pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
+pub fn run(args: &ThroughputArgs, ftl: &FtlConfig) -> Result<ThroughputReport, BenchError> {
     if args.ops.is_none() && !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err(BenchError::Args(format!(
             "--seconds {} must be positive",
@@ -279,7 +279,7 @@ pub fn run(args: &ThroughputArgs) -> Result<ThroughputReport, BenchError> {
     // The FTL on a recorded device, filled and warmed up.
     let config = FtlConfig {
         gc_policy: args.space.policy,
-        ..FtlConfig::default()
+        ..ftl.clone()
     };
     let device = Recorder::new(SimDevice::create_memory(plan.sim.clone())?);
     let mut drv = format_on(device, &plan, &args.space, config)?;

@@ -39,15 +39,15 @@ impl WaComparison {
 }
 
 /// Runs the baseline and the tuned configuration on the same workload.
-pub fn compare(args: &WaArgs) -> Result<WaComparison, BenchError> {
+pub fn compare(args: &WaArgs, ftl: &FtlConfig) -> Result<WaComparison, BenchError> {
     let mut baseline_args = args.clone();
     baseline_args.space.policy = VictimPolicy::Greedy;
     baseline_args.streams = super::Streams::Single;
     let mut tuned_args = args.clone();
     tuned_args.space.policy = VictimPolicy::CostBenefit;
     tuned_args.streams = super::Streams::Temperature;
-    let baseline = run(&baseline_args)?;
-    let tuned = run(&tuned_args)?;
+    let baseline = run(&baseline_args, ftl)?;
+    let tuned = run(&tuned_args, ftl)?;
     let wa_ratio = round(ratio(tuned.wa, baseline.wa), 4);
     Ok(WaComparison {
         baseline,
@@ -123,7 +123,7 @@ pub struct WaReport {
     pub host_writes_per_s: f64,
 }
 
-pub fn run(args: &WaArgs) -> Result<WaReport, BenchError> {
+pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
     let spec = WorkloadSpec {
         kind: args.workload,
         hot_fraction: args.hot_fraction,
@@ -143,7 +143,7 @@ pub fn run(args: &WaArgs) -> Result<WaReport, BenchError> {
         static_wl_threshold: args.static_wl_threshold,
         write_buffer_blocks: args.write_buffer_blocks,
         temperature_streams: args.streams == super::Streams::Temperature,
-        ..FtlConfig::default()
+        ..ftl.clone()
     };
     let mut drv = format(&plan, &args.space, config)?;
     let mut pipe = Pipeline::new(args.space.queue_depth, drv.block_size());

@@ -54,6 +54,8 @@ use serde::Serialize;
 
 use super::{median, ratio, round, BenchError};
 use crate::report::Text;
+use zftl_core::tag::DataCrcImpl;
+use zftl_core::FtlConfig;
 
 const MIB: f64 = (1u64 << 20) as f64;
 /// What the ratios should reach.
@@ -103,7 +105,7 @@ pub struct CpuCost {
     pub name: String,
     pub mib_per_s: f64,
     /// One of the steps every byte of a zftl 128 KiB write goes through:
-    /// the caller's buffer, the data CRC `data_crc` runs, the copy of the
+    /// the caller's buffer, the data CRC the volume runs, the copy of the
     /// append's parts into one buffer for the passthrough command.
     pub per_write_byte: bool,
 }
@@ -149,14 +151,13 @@ fn cpu_cost(
 }
 
 /// The per-byte work of a 128 KiB zftl write, piece by piece, on 4 KiB
-/// blocks: the data CRC by each implementation (and the one `data_crc`
-/// uses), the caller's fresh buffer, and the passthrough backend's copy of
-/// an append's parts into one fresh buffer; for comparison, the copy into
-/// block buffers, which multi-block writes skip while the write buffer's
-/// bound on shared request buffers allows.
-pub fn cpu_costs() -> Vec<CpuCost> {
+/// blocks: the data CRC by each implementation (and by `in_use`, the one
+/// zftl's volume runs), the caller's fresh buffer, and the passthrough
+/// backend's copy of an append's parts into one fresh buffer; for
+/// comparison, the copy into block buffers, which multi-block writes skip
+/// while the write buffer's bound on shared request buffers allows.
+pub fn cpu_costs(in_use: DataCrcImpl) -> Vec<CpuCost> {
     use std::hint::black_box;
-    use zftl_core::tag::{data_crc, DataCrcImpl};
     const BLOCK: usize = 4096;
     const WRITE: usize = 128 << 10;
     const APPEND: usize = 512 << 10;
@@ -171,11 +172,11 @@ pub fn cpu_costs() -> Vec<CpuCost> {
         }));
     }
     out.push(cpu_cost(
-        format!("crc_data_crc_{}", DataCrcImpl::in_use().name()),
+        format!("crc_data_crc_{}", in_use.name()),
         true,
         || {
             for b in src.chunks_exact(BLOCK) {
-                black_box(data_crc(black_box(b)));
+                black_box(in_use.checksum(black_box(b)));
             }
             WRITE
         },
@@ -378,7 +379,7 @@ fn find_tool(tool: &str) -> Option<PathBuf> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+pub fn run(args: &ZnsArgs, _ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
     Err(BenchError::Args(format!(
         "{}: NVMe ZNS devices are supported on Linux only",
         args.device.display()
@@ -386,8 +387,8 @@ pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
 }
 
 #[cfg(target_os = "linux")]
-pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
-    imp::run(args)
+pub fn run(args: &ZnsArgs, ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
+    imp::run(args, ftl)
 }
 
 #[cfg(target_os = "linux")]

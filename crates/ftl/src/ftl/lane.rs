@@ -8,7 +8,7 @@ use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
 use crate::buffer::{SlotId, Temp};
 use crate::note::Note;
 use crate::superblock::TagMode;
-use crate::tag::{self, Tag, TagKind, TAG_BYTES};
+use crate::tag::{Tag, TagKind, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneUse};
 
 /// Zones outside the data lanes that may be open at once: the metadata
@@ -350,7 +350,7 @@ impl Ftl {
             epoch: self.epoch,
             lba: u64::MAX,
             seq: 0,
-            data_crc: tag::data_crc(&zeros[..bs]),
+            data_crc: self.data_crc().checksum(&zeros[..bs]),
         };
         data.push(zeros.into());
         for _ in 0..pad {

@@ -48,6 +48,7 @@ use crate::mapping::Mapping;
 use crate::slab::{Key, Slab};
 use crate::stats::FtlStats;
 use crate::superblock::TagMode;
+use crate::tag::DataCrcImpl;
 use crate::zone::{ZoneKind, ZoneTable};
 use ckpt::CkptState;
 use lane::{Lane, StreamState};
@@ -280,7 +281,11 @@ impl Ftl {
             zone_readers: vec![0; zone_count],
             zone_appends: vec![0; zone_count],
             geo: p.geometry,
-            cfg: p.config,
+            // Resolved once: the implementation stays the same while mounted.
+            cfg: FtlConfig {
+                data_crc: Some(p.config.data_crc_impl()),
+                ..p.config
+            },
             layout: p.layout,
             tag_mode: p.tag_mode,
             uuid: p.uuid,
@@ -358,6 +363,13 @@ impl Ftl {
 
     pub fn uuid(&self) -> [u8; 16] {
         self.uuid
+    }
+
+    /// The implementation that takes the data CRCs of this volume's
+    /// blocks ([`FtlConfig::data_crc`]); a caller that takes a write's CRCs
+    /// itself ([`crate::SummedBlocks`]) uses it too.
+    pub fn data_crc(&self) -> DataCrcImpl {
+        self.cfg.data_crc_impl()
     }
 
     pub fn tag_mode(&self) -> TagMode {

@@ -9,7 +9,7 @@ use crate::error::IoError;
 use crate::mapping::Resolved;
 use crate::slab::Key;
 use crate::superblock::TagMode;
-use crate::tag::{self, Tag, TAG_BYTES};
+use crate::tag::{Tag, TAG_BYTES};
 
 #[derive(Debug)]
 pub(super) struct ReadReq {
@@ -328,7 +328,7 @@ impl Ftl {
             let ppa = Ppa(part.ppa.0 + i as u32);
             let (zone, offset_blocks) = (ppa.zone(cap), ppa.offset_blocks(cap));
             let block = &data[i * bs..(i + 1) * bs];
-            let actual_crc = tag::data_crc(block);
+            let actual_crc = self.data_crc().checksum(block);
             let expected_crc = match self.tag_mode {
                 TagMode::Oob => match Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) {
                     Ok(Some(t)) if t.lba == lba => t.data_crc,

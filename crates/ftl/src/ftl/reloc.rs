@@ -88,22 +88,18 @@ const WL_EVERY_GC_JOBS: u32 = 4;
 /// device of many small zones: the spare blocks count the open lanes'
 /// unwritten tails, and with three lanes open those tails made up most of
 /// the cushion, so each lane that filled took a free zone the reserve
-/// needed. On `zftl serve --memory-mib 1024` (377 data zones of 1024
-/// blocks, 122 zones' worth without live data) with 4 KiB random writes
-/// the free zones were down to the reserve in 12–13 % of the simulator's
-/// turns, GC then ran flat out on the thread that answers requests, and
-/// fio's random writes ran about 7 % slower than with this share (3.8
-/// zones there) in three of four head-to-head runs (docs/bench-nbd.md).
-/// A share costs GC that share of its room: on few large zones, or with
-/// little over-provisioning, two zones stay the larger cushion.
+/// needed. The free zones then sat at the reserve, where GC runs flat out
+/// on the thread that answers requests, and random writes waited for it
+/// (docs/bench-nbd.md, "When GC starts"). A share costs GC that share of
+/// its room: on few large zones, or with little over-provisioning, two
+/// zones stay the larger cushion.
 const GC_START_ROOM_SHARE: u64 = 32;
 
 /// A paced collection reads once it has this much credit, one run of live
 /// blocks (a few, in a half-live victim) per read, so it moves a little
 /// alongside each request. Reading on until the credit was spent (steps
-/// of 32 blocks and more) measured slower: 174–176 K IOPS against 187–197 K
-/// (`zftl serve --memory-mib 1024`, fio 4 KiB random writes, iodepth 16,
-/// `--norandommap`, Intel Xeon, 2 vCPUs).
+/// of 32 blocks and more) answered fewer 4 KiB random writes
+/// (docs/bench-nbd.md, "Paced GC reads").
 const PACED_READ_BLOCKS: u64 = 32;
 
 /// A collection's pace: collecting a victim with `valid` live blocks frees
@@ -113,8 +109,9 @@ const PACED_READ_BLOCKS: u64 = 32;
 /// per block GC reads. Paced, a collection moves in
 /// small steps between host appends instead of all at once: the inline
 /// handle runs it on the thread that answers requests, and a whole victim
-/// (450 live 4 KiB blocks) held up the requests behind it for 0.7 ms.
-/// Without the pace it runs only when the free zones fall to the reserve.
+/// at once held up the requests behind it (docs/bench-nbd.md, "Paced GC
+/// reads"). Without the pace it runs only when the free zones fall to the
+/// reserve.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Pace {
     earn: u64,

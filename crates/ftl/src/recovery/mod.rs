@@ -39,7 +39,7 @@ use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
 use crate::mapping::Mapping;
 use crate::superblock::{uuid_from_seed, Superblock, TagMode};
-use crate::tag::TAG_BYTES;
+use crate::tag::{DataCrcImpl, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
 
 fn dev(step: &'static str) -> impl Fn(DeviceError) -> MountError {
@@ -183,7 +183,7 @@ impl<B: Backend> Driver<B> {
     /// Steps: [`recover_state`] (read-only) → finish half-written zones →
     /// write a checkpoint.
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
-        let r = recover_state(&mut backend)?;
+        let r = recover_state(&mut backend, config.data_crc_impl())?;
         for &z in &r.finish {
             again_after_abort(|| backend.finish_zone(z))
                 .map_err(dev("mount: finishing a half-written zone"))?;
@@ -257,6 +257,8 @@ pub struct Recovered {
     pub clean: bool,
     /// Blocks of non-persistent ranges unmapped because it was not.
     pub non_persistent_dropped: u64,
+    /// What the tag scan took data CRCs with (`zftl check` goes on with it).
+    pub data_crc: DataCrcImpl,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -272,8 +274,12 @@ impl Recovered {
 
 /// Mount steps 1–6, read-only: newest superblock → checkpoint → roll the
 /// log forward → (OOB) scan data zones written since → replay in seq order
-/// → rebuild zones and reverse map.
-pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountError> {
+/// → rebuild zones and reverse map. The tag scan checks each block's data
+/// CRC with `crc`.
+pub fn recover_state<B: Backend>(
+    backend: &mut B,
+    crc: DataCrcImpl,
+) -> Result<Recovered, MountError> {
     let geometry = backend.geometry().clone();
     let sb = read_superblock(backend, &geometry)?;
     let layout = Layout {
@@ -297,7 +303,7 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
     let resets = reset_seqs(&events);
     if sb.tag_mode == TagMode::Oob {
         events.extend(scan_tags(
-            backend, &geometry, &layout, &image, &reports, &resets,
+            backend, &geometry, &layout, &image, &reports, &resets, crc,
         )?);
     }
     let mut state = Rebuild::from_image(&geometry, &sb, &image, resets.keys().copied())?;
@@ -323,6 +329,7 @@ pub fn recover_state<B: Backend>(backend: &mut B) -> Result<Recovered, MountErro
         finish,
         notes_replayed,
         tags_replayed,
+        data_crc: crc,
         log,
         reports,
         geometry,

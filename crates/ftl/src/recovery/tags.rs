@@ -9,7 +9,7 @@ use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneSta
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
 use crate::layout::Layout;
-use crate::tag::{Tag, TagKind, TAG_BYTES};
+use crate::tag::{DataCrcImpl, Tag, TagKind, TAG_BYTES};
 use crate::zone::ZoneUse;
 use std::collections::HashMap;
 
@@ -22,6 +22,7 @@ pub(super) fn scan_tags<B: Backend>(
     image: &CheckpointImage,
     reports: &[crate::backend::ZoneInfo],
     resets: &HashMap<ZoneId, Seq>,
+    crc: DataCrcImpl,
 ) -> Result<Vec<Event>, MountError> {
     let mut events = Vec::new();
     for z in layout.first_data_zone()..g.zone_count {
@@ -37,38 +38,45 @@ pub(super) fn scan_tags<B: Backend>(
         let min_seq = resets
             .get(&z)
             .map_or(image.next_seq, |&r| r.max(image.next_seq));
-        scan_zone(
-            backend,
+        let scan = ZoneScan {
             g,
-            z,
-            report.write_pointer_blocks,
+            zone: z,
             min_seq,
-            &mut events,
-        )?;
+            crc,
+        };
+        scan_zone(backend, &scan, report.write_pointer_blocks, &mut events)?;
     }
     Ok(events)
 }
 
+/// One data zone's scan: the tags of host blocks of seq `min_seq` and
+/// later whose data matches their CRC (taken with `crc`).
+struct ZoneScan<'a> {
+    g: &'a Geometry,
+    zone: ZoneId,
+    min_seq: Seq,
+    crc: DataCrcImpl,
+}
+
 fn scan_zone<B: Backend>(
     backend: &mut B,
-    g: &Geometry,
-    zone: ZoneId,
+    scan: &ZoneScan,
     wp: u64,
-    min_seq: Seq,
     out: &mut Vec<Event>,
 ) -> Result<(), MountError> {
-    let chunk = u64::from(g.max_transfer_blocks);
+    let zone = scan.zone;
+    let chunk = u64::from(scan.g.max_transfer_blocks);
     let mut off = 0;
     while off < wp {
         let n = chunk.min(wp - off);
         match backend.read_blocks(zone, off, n as u32) {
-            Ok((data, oob)) => collect_tags(g, zone, off, &data, &oob, min_seq, out),
+            Ok((data, oob)) => collect_tags(scan, off, &data, &oob, out),
             // A torn block fails the whole read, an aborted one may have
             // failed for the host: retry block by block.
             Err(DeviceError::UncorrectableRead { .. } | DeviceError::HostIo { .. }) => {
                 for o in off..off + n {
                     if let Some((data, oob)) = read_one(backend, zone, o, "mount: scanning tags")? {
-                        collect_tags(g, zone, o, &data, &oob, min_seq, out);
+                        collect_tags(scan, o, &data, &oob, out);
                     }
                 }
             }
@@ -84,15 +92,8 @@ fn scan_zone<B: Backend>(
     Ok(())
 }
 
-fn collect_tags(
-    g: &Geometry,
-    zone: ZoneId,
-    first: u64,
-    data: &[u8],
-    oob: &[u8],
-    min_seq: Seq,
-    out: &mut Vec<Event>,
-) {
+fn collect_tags(scan: &ZoneScan, first: u64, data: &[u8], oob: &[u8], out: &mut Vec<Event>) {
+    let g = scan.g;
     let bs = g.block_size_bytes as usize;
     let ob = g.oob_size_bytes as usize;
     for i in 0..data.len() / bs {
@@ -101,12 +102,12 @@ fn collect_tags(
         };
         let block = &data[i * bs..(i + 1) * bs];
         if tag.kind != TagKind::HostData
-            || tag.seq < min_seq
-            || crate::tag::data_crc(block) != tag.data_crc
+            || tag.seq < scan.min_seq
+            || scan.crc.checksum(block) != tag.data_crc
         {
             continue;
         }
-        let ppa = Ppa::new(zone, first + i as u64, g.zone_capacity_blocks);
+        let ppa = Ppa::new(scan.zone, first + i as u64, g.zone_capacity_blocks);
         out.push(Event::Tag {
             seq: tag.seq,
             lba: tag.lba,

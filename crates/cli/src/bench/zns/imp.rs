@@ -219,6 +219,8 @@ struct Bench<'a> {
     fio: PathBuf,
     /// The FTL, mounted between jobs (`None` while a job has it).
     drv: Option<Driver<Dev>>,
+    /// What the FTL is formatted and remounted with.
+    ftl: &'a FtlConfig,
     /// Zones of the raw region: `raw_first..zone_count`.
     raw_first: ZoneId,
     zone_count: u32,
@@ -227,7 +229,7 @@ struct Bench<'a> {
     keep_freed_memory: bool,
 }
 
-pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
+pub fn run(args: &ZnsArgs, ftl: &FtlConfig) -> Result<ZnsBenchReport, BenchError> {
     if args.seconds == 0 || args.jobs == 0 || args.rounds == 0 {
         return Err(BenchError::Args(
             "--seconds, --jobs and --rounds must be at least 1".into(),
@@ -249,7 +251,7 @@ pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
     })?;
     let fio_version = tool_version(&fio)?;
     let keep_freed_memory = !args.allocator_default && zftl_zns::keep_freed_memory(KEEP_BELOW);
-    let cpu_costs = args.cpu_costs.then(cpu_costs);
+    let cpu_costs = args.cpu_costs.then(|| cpu_costs(ftl.data_crc_impl()));
     let dev = open_reset(&args.device)?;
     let g = dev.geometry().clone();
     let bs = u64::from(g.block_size_bytes);
@@ -262,12 +264,13 @@ pub fn run(args: &ZnsArgs) -> Result<ZnsBenchReport, BenchError> {
     let raw_first = g.zone_count - args.raw_zones;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ftl_dev = Recorder::new(FirstZones::new(dev, raw_first));
-    let drv = Driver::format(ftl_dev, &FormatOptions::default(), FtlConfig::default())?;
+    let drv = Driver::format(ftl_dev, &FormatOptions::default(), ftl.clone())?;
     let logical_bytes = drv.logical_blocks() * bs;
     let mut b = Bench {
         args,
         fio,
         drv: Some(drv),
+        ftl,
         raw_first,
         zone_count: g.zone_count,
         zone_bytes: g.zone_size_blocks * bs,
@@ -546,7 +549,7 @@ impl Bench<'_> {
         let mut backend = backend;
         let shape = backend.take_shape();
         let sent1 = backend.inner.inner.write_buffers();
-        self.drv = Some(Driver::mount(backend, FtlConfig::default())?);
+        self.drv = Some(Driver::mount(backend, self.ftl.clone())?);
         let work = FtlWork {
             host_blocks: after.host_write_blocks - before.host_write_blocks,
             media_blocks: after.media_write_blocks - before.media_write_blocks,
