@@ -376,3 +376,76 @@ fn media_reports_utilization_limits_and_latency_in_virtual_time() {
     assert_eq!(v["series"], again["series"]);
     assert_eq!(v["latency"], again["latency"]);
 }
+
+#[test]
+fn range_reports_moves_clones_journaling_and_memory() {
+    let v = json(&[
+        "bench",
+        "range",
+        "--json",
+        "--moves",
+        "2000",
+        "--depths",
+        "1,8",
+        "--max-clone-mib",
+        "2",
+        "--transactions",
+        "4",
+        "--rounds",
+        "2",
+    ]);
+    let moves = v["moves"].as_array().expect("moves");
+    assert_eq!(moves.len(), 2);
+    for m in moves {
+        let rates = m["moves_per_s"]["rounds"].as_array().expect("rounds");
+        assert_eq!(rates.len(), 2, "every round is printed: {m}");
+        assert!(num(&m["moves_per_s"], "min") > 0.0, "{m}");
+        assert!(num(&m["moves_per_s"], "min") <= num(&m["moves_per_s"], "median"));
+        assert_eq!(num(m, "notes_per_vector"), 1.0, "one Move note each: {m}");
+        assert!(num(m, "commits_per_vector") <= 1.0, "{m}");
+    }
+    // 4 KiB, 64 KiB, 1 MiB, then the largest size itself.
+    let sizes: Vec<f64> = v["clone_vs_copy"]
+        .as_array()
+        .expect("clone_vs_copy")
+        .iter()
+        .map(|c| num(c, "bytes"))
+        .collect();
+    assert_eq!(sizes, [4096.0, 65536.0, 1048576.0, 2097152.0]);
+    for c in v["clone_vs_copy"].as_array().unwrap() {
+        assert!(
+            num(c, "clone_meta_blocks") >= 1.0,
+            "a clone is durable: {c}"
+        );
+    }
+    let clocks: Vec<&str> = v["journaling"]
+        .as_array()
+        .expect("journaling")
+        .iter()
+        .map(|j| j["clock"].as_str().expect("clock"))
+        .collect();
+    assert_eq!(clocks.iter().filter(|&&c| c == "wall").count(), 5);
+    assert_eq!(clocks.iter().filter(|&&c| c == "virtual").count(), 5);
+    for j in v["journaling"].as_array().unwrap() {
+        // Single-write journaling writes each data block once, double-write
+        // twice, plus a commit block.
+        assert!(
+            num(j, "single_write_media_blocks_per_tx") < num(j, "double_write_media_blocks_per_tx"),
+            "{j}"
+        );
+        assert!(num(&j["speedup"], "min") > 0.0, "{j}");
+    }
+    assert!(num(&v, "map_bytes_per_mapped_block_unshared") > 0.0);
+    let shared = num(&v, "bytes_per_shared_block");
+    assert!(
+        shared > 0.0 && shared <= 16.0,
+        "bytes per shared block {shared}"
+    );
+}
+
+#[test]
+fn range_rejects_bad_arguments() {
+    let out = zftl(&["bench", "range", "--rounds", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));
+}

@@ -11,7 +11,9 @@
 //! - single-write journaling (`zftl::transaction`: write to scratch, commit
 //!   with one vector of moves) against double-write journaling (write the
 //!   data and a commit block to a journal, flush, write the data to its
-//!   target, flush), per transaction size;
+//!   target, flush), per transaction size, once timed by the wall clock
+//!   with timing off (the CPU's work) and once by the virtual clock with
+//!   the default timing model on (the media's work);
 //! - map memory per mapped block with nothing shared, and per shared block.
 
 use std::time::Instant;
@@ -22,7 +24,7 @@ use zftl::transaction::Transaction;
 use zftl_core::{
     Backend, Driver, FormatOptions, FtlConfig, IoError, RangeOp, ReplyData, Request, TagPlacement,
 };
-use zftl_sim::{SimConfig, SimDevice};
+use zftl_sim::{SimConfig, SimDevice, Timing};
 
 use super::{median, ratio, round, BenchError};
 use crate::report::Text;
@@ -95,6 +97,9 @@ pub struct CloneVsCopy {
 
 #[derive(Debug, Serialize)]
 pub struct Journaling {
+    /// `wall`: timing off, the CPU cost (wall clock); `virtual`: the
+    /// default timing model on, the media's time (virtual clock, exact).
+    pub clock: &'static str,
     pub transaction_bytes: u64,
     pub single_write_tx_per_s: Rounds,
     pub double_write_tx_per_s: Rounds,
@@ -125,10 +130,15 @@ pub struct RangeReport {
     pub bytes_per_shared_block: f64,
 }
 
-/// The default 4 GiB device in memory, timing off.
-fn volume(args: &RangeArgs, ftl: &FtlConfig) -> Result<Driver<SimDevice>, BenchError> {
+/// The default 4 GiB device in memory, timing off unless `timing`.
+fn volume(
+    args: &RangeArgs,
+    ftl: &FtlConfig,
+    timing: Option<Timing>,
+) -> Result<Driver<SimDevice>, BenchError> {
     let sim = SimConfig {
         endurance_erases: u32::MAX,
+        timing,
         ..SimConfig::default()
     };
     let dev = SimDevice::create_memory(sim)?;
@@ -168,7 +178,8 @@ pub fn run(args: &RangeArgs, ftl: &FtlConfig) -> Result<RangeReport, BenchError>
             "--rounds, --moves and every --depths value must be at least 1".into(),
         ));
     }
-    let mut ftl = volume(args, ftl)?;
+    let config = ftl;
+    let mut ftl = volume(args, config, None)?;
     let device_bytes = {
         let g = ftl.backend().geometry();
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes)
@@ -186,10 +197,15 @@ pub fn run(args: &RangeArgs, ftl: &FtlConfig) -> Result<RangeReport, BenchError>
         .zip(&plain)
         .map(|(b, p)| ratio(*b, *p))
         .collect();
-    let journaling = [4 << 10, 16 << 10, 64 << 10, 256 << 10, MIB]
+    let sizes = [4 << 10, 16 << 10, 64 << 10, 256 << 10, MIB];
+    let mut journaling = sizes
         .into_iter()
-        .map(|bytes| journaling(&mut ftl, args, bytes))
+        .map(|bytes| journal(&mut ftl, args, bytes, Clock::Wall))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut timed = volume(args, config, Some(Timing::default()))?;
+    for bytes in sizes {
+        journaling.push(journal(&mut timed, args, bytes, Clock::Virtual)?);
+    }
     Ok(RangeReport {
         tag_mode: if args.in_band_tags { "in-band" } else { "oob" },
         device_bytes,
@@ -319,8 +335,12 @@ fn clone_vs_copy(
     ftl.checkpoint()?;
     let bs = ftl.block_size();
     let mut out = Vec::new();
-    let mut blocks = 1u64;
-    while blocks <= max_blocks {
+    // 4 KiB, ×16 each, and the largest size itself.
+    let mut sizes: Vec<u64> = std::iter::successors(Some(1u64), |b| Some(b * 16))
+        .take_while(|&b| b < max_blocks)
+        .collect();
+    sizes.push(max_blocks);
+    for blocks in sizes {
         let (mut clones, mut copies) = (Vec::new(), Vec::new());
         let (mut meta, mut notes) = (0, 0);
         for _ in 0..args.rounds {
@@ -359,7 +379,6 @@ fn clone_vs_copy(
             clone_meta_blocks: meta,
             clone_notes: notes,
         });
-        blocks *= 16;
     }
     Ok(out)
 }
@@ -409,14 +428,40 @@ const TX_TARGET: u64 = 1 << 19;
 const TX_TARGET_BLOCKS: u64 = 1 << 15;
 const TX_SCRATCH: u64 = TX_TARGET + TX_TARGET_BLOCKS;
 
+/// What a journaling round is timed by.
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall,
+    Virtual,
+}
+
+impl Clock {
+    /// A reading in seconds.
+    fn now(self, ftl: &Driver<SimDevice>, wall: Instant) -> f64 {
+        match self {
+            Clock::Wall => wall.elapsed().as_secs_f64(),
+            Clock::Virtual => ftl.backend().clock_ns() as f64 / 1e9,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Clock::Wall => "wall",
+            Clock::Virtual => "virtual",
+        }
+    }
+}
+
 /// Transactions of `bytes` each: single-write (scratch + move vector) and
 /// double-write (journal record + commit block + flush + target + flush),
-/// in alternating rounds.
-fn journaling(
+/// in alternating rounds, timed by `clock`.
+fn journal(
     ftl: &mut Driver<SimDevice>,
     args: &RangeArgs,
     bytes: u64,
+    clock: Clock,
 ) -> Result<Journaling, BenchError> {
+    let started = Instant::now();
     let blocks = bytes / BLOCK;
     let data = vec![0xC3; bytes as usize];
     let commit = vec![0x3C; BLOCK as usize];
@@ -426,19 +471,19 @@ fn journaling(
     for r in 0..args.rounds {
         let run_single = |ftl: &mut Driver<SimDevice>| -> Result<(f64, u64), BenchError> {
             let m0 = ftl.stats().media_write_blocks;
-            let t = Instant::now();
+            let t = clock.now(ftl, started);
             for i in 0..args.transactions {
                 let target = TX_TARGET + (i % slots) * blocks;
                 let mut tx = Transaction::begin(ftl, TX_SCRATCH, blocks)?;
                 tx.write(target, &data)?;
                 tx.commit()?;
             }
-            let rate = args.transactions as f64 / t.elapsed().as_secs_f64();
+            let rate = args.transactions as f64 / (clock.now(ftl, started) - t);
             Ok((rate, ftl.stats().media_write_blocks - m0))
         };
         let run_double = |ftl: &mut Driver<SimDevice>| -> Result<(f64, u64), BenchError> {
             let m0 = ftl.stats().media_write_blocks;
-            let t = Instant::now();
+            let t = clock.now(ftl, started);
             for i in 0..args.transactions {
                 let target = TX_TARGET + (i % slots) * blocks;
                 // The journal record: the data and a commit block after it.
@@ -448,7 +493,7 @@ fn journaling(
                 ftl.write(target, &data)?;
                 ftl.flush()?;
             }
-            let rate = args.transactions as f64 / t.elapsed().as_secs_f64();
+            let rate = args.transactions as f64 / (clock.now(ftl, started) - t);
             Ok((rate, ftl.stats().media_write_blocks - m0))
         };
         let (s, d) = if r % 2 == 0 {
@@ -470,6 +515,7 @@ fn journaling(
         .collect();
     let txs = (args.transactions * args.rounds as u64) as f64;
     Ok(Journaling {
+        clock: clock.name(),
         transaction_bytes: bytes,
         single_write_tx_per_s: Rounds::of(single),
         double_write_tx_per_s: Rounds::of(double),
@@ -483,7 +529,7 @@ impl RangeReport {
     pub fn text(&self) -> String {
         let mut t = Text::default();
         t.line(format!(
-            "range operations on a {} simulated device in memory (timing off), tags {}",
+            "range operations on a {} simulated device in memory (timing off, and on for the virtual-clock journaling), tags {}",
             crate::report::human_bytes(self.device_bytes),
             self.tag_mode
         ));
@@ -513,7 +559,11 @@ impl RangeReport {
         t.row("break_over_plain", show(&self.break_over_plain));
         t.section("single-write vs double-write journaling (flush per transaction)");
         for j in &self.journaling {
-            let size = crate::report::human_bytes(j.transaction_bytes);
+            let size = format!(
+                "{}_{}",
+                j.clock,
+                crate::report::human_bytes(j.transaction_bytes)
+            );
             t.row(
                 &format!("{size}_single_tx_per_s"),
                 show(&j.single_write_tx_per_s),
