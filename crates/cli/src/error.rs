@@ -67,6 +67,9 @@ pub fn sim_reason(err: &SimError) -> String {
         SimError::ImageExists { .. } => {
             "the file already exists; remove it or choose another path".to_string()
         }
+        SimError::ImageInUse { .. } => {
+            "in use: another process (or handle) has it open; stop it first".to_string()
+        }
         SimError::Io { op, source, .. } => format!("{op}: {source}"),
         SimError::Truncated {
             expected_bytes,

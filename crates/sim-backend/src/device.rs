@@ -163,6 +163,7 @@ impl SimDevice {
             }
             Err(e) => return Err(SimError::io("create", path, e)),
         };
+        lock_image(&file, path)?;
         let made = Self::format_file(path, file, cfg);
         if made.is_err() {
             // Undo: never leave a half-made image behind.
@@ -204,7 +205,10 @@ impl SimDevice {
         Ok(())
     }
 
-    /// Opens an image; the media shape comes from its header.
+    /// Opens an image; the media shape comes from its header. The image is
+    /// locked (an exclusive advisory lock, released when the device is
+    /// dropped or the process dies): a second open fails with
+    /// [`SimError::ImageInUse`].
     pub fn open_file(path: &Path, runtime: RuntimeOptions) -> Result<Self, SimError> {
         Self::open_impl(path, runtime, None)
     }
@@ -231,6 +235,7 @@ impl SimDevice {
             .write(true)
             .open(path)
             .map_err(|e| SimError::io("open", path, e))?;
+        lock_image(&file, path)?;
         let len = file
             .metadata()
             .map_err(|e| SimError::io("stat", path, e))?
@@ -620,5 +625,19 @@ impl Backend for SimDevice {
 
     fn clock_ns(&self) -> u64 {
         self.clock_ns
+    }
+}
+
+/// Takes the image's exclusive advisory lock (`flock`), so two devices
+/// never write one image. A file system that cannot lock (some network
+/// and FUSE file systems) gets no lock rather than no image.
+fn lock_image(file: &File, path: &Path) -> Result<(), SimError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SimError::ImageInUse {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => Ok(()),
+        Err(std::fs::TryLockError::Error(e)) => Err(SimError::io("lock", path, e)),
     }
 }

@@ -20,6 +20,10 @@ pub enum SimError {
     /// `create_file` refuses to overwrite a file.
     #[error("image file {path} already exists")]
     ImageExists { path: PathBuf },
+    /// Another open handle (this process or another) holds the image: two
+    /// writers would interleave their writes and tables.
+    #[error("image file {path} is in use by another process or handle")]
+    ImageInUse { path: PathBuf },
     /// A file operation (`op`) on the image failed.
     #[error("{op} {path}: {source}")]
     Io {

@@ -310,3 +310,23 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+#[test]
+fn an_image_opens_once_at_a_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("dev.img");
+    let first = make_image(&path);
+    match SimDevice::open_file(&path, RuntimeOptions::default()) {
+        Err(SimError::ImageInUse { path: p }) => assert_eq!(p, path),
+        r => panic!(
+            "a second open while the first holds the image: {:?}",
+            r.map(|_| ())
+        ),
+    }
+    drop(first);
+    let again = SimDevice::open_file(&path, RuntimeOptions::default()).expect("reopen after drop");
+    assert!(matches!(
+        SimDevice::open_file_expecting(&path, again.config()),
+        Err(SimError::ImageInUse { .. })
+    ));
+}
