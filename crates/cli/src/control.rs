@@ -5,7 +5,10 @@
 //! Bounds: at most [`MAX_CONNECTIONS`] connections (one more is answered
 //! `busy` and closed), one request at a time per connection (so at most
 //! that many in the FTL), lines of at most `MAX_LINE_BYTES` (a longer one
-//! is answered `too_long` and its connection closed). On shutdown the
+//! is answered `too_long` and its connection closed). A connection that
+//! sends no request for [`IDLE_TIMEOUT`], or does not take a reply within
+//! [`WRITE_TIMEOUT`], is closed, so clients that went away without closing
+//! cannot hold every slot. On shutdown the
 //! listener closes, each connection finishes the request it is running
 //! and closes; the FTL shuts down after them.
 //!
@@ -20,6 +23,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -36,6 +40,11 @@ use crate::serve::Settings;
 
 /// Most control connections open at once.
 pub const MAX_CONNECTIONS: usize = 16;
+/// A connection with no request line for this long is closed (a request
+/// that is running does not count: a large range operation takes its time).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// A reply the client does not take within this long closes its connection.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `settings` with the default control socket of an image served from
 /// `image` (its path with `.control` appended), unless one is given or
@@ -86,6 +95,14 @@ pub struct ControlSocket {
     path: PathBuf,
     /// `(dev, ino)` of the file bound.
     file: (u64, u64),
+    timeouts: Timeouts,
+}
+
+/// How long a connection may sit idle, and take to accept a reply.
+#[derive(Clone, Copy, Debug)]
+struct Timeouts {
+    idle: Duration,
+    write: Duration,
 }
 
 fn socket_error(path: &Path, reason: impl std::fmt::Display) -> CliError {
@@ -106,7 +123,18 @@ impl ControlSocket {
             listener: Some(listener),
             path: path.to_path_buf(),
             file: (meta.dev(), meta.ino()),
+            timeouts: Timeouts {
+                idle: IDLE_TIMEOUT,
+                write: WRITE_TIMEOUT,
+            },
         })
+    }
+
+    /// Other limits than [`IDLE_TIMEOUT`] and [`WRITE_TIMEOUT`] (tests).
+    #[cfg(test)]
+    fn with_timeouts(mut self, idle: Duration, write: Duration) -> ControlSocket {
+        self.timeouts = Timeouts { idle, write };
+        self
     }
 
     /// Serves requests with `target` until `stop` turns true; then lets
@@ -121,7 +149,7 @@ impl ControlSocket {
         std.set_nonblocking(true)?;
         let listener = UnixListener::from_std(std)?;
         info!(control = %self.path.display(), "control socket (JSON lines, docs/control.md)");
-        accept_loop(listener, target, stop).await;
+        accept_loop(listener, target, stop, self.timeouts).await;
         Ok(())
     }
 }
@@ -189,7 +217,12 @@ fn bind_0600(path: &Path) -> io::Result<StdListener> {
     Ok(StdListener::from(fd))
 }
 
-async fn accept_loop<T: Executor>(listener: UnixListener, target: T, stop: watch::Receiver<bool>) {
+async fn accept_loop<T: Executor>(
+    listener: UnixListener,
+    target: T,
+    stop: watch::Receiver<bool>,
+    timeouts: Timeouts,
+) {
     let mut connections = JoinSet::new();
     let mut stopped = stop.clone();
     loop {
@@ -202,7 +235,7 @@ async fn accept_loop<T: Executor>(listener: UnixListener, target: T, stop: watch
                         refuse(&stream);
                         continue;
                     }
-                    connections.spawn(connection(stream, target.clone(), stop.clone()));
+                    connections.spawn(connection(stream, target.clone(), stop.clone(), timeouts));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: wait a little
@@ -280,14 +313,26 @@ pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     }
 }
 
-async fn connection<T: Executor>(stream: UnixStream, target: T, mut stop: watch::Receiver<bool>) {
+async fn connection<T: Executor>(
+    stream: UnixStream,
+    target: T,
+    mut stop: watch::Receiver<bool>,
+    timeouts: Timeouts,
+) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::with_capacity(64 << 10, r);
     let mut buf = Vec::new();
     loop {
         let line = tokio::select! {
             () = stopping(&mut stop) => return,
-            line = read_line(&mut r, &mut buf) => line,
+            line = tokio::time::timeout(timeouts.idle, read_line(&mut r, &mut buf)) => match line {
+                Ok(line) => line,
+                Err(_) => {
+                    debug!("control connection closed: idle for {:?}", timeouts.idle);
+                    let _ = w.shutdown().await;
+                    return;
+                }
+            },
         };
         let (reply, close) = match line {
             Ok(Line::End) | Err(_) => return,
@@ -316,7 +361,9 @@ async fn connection<T: Executor>(stream: UnixStream, target: T, mut stop: watch:
                 }
             },
         };
-        if w.write_all((reply + "\n").as_bytes()).await.is_err() || close {
+        let line = reply + "\n";
+        let written = tokio::time::timeout(timeouts.write, w.write_all(line.as_bytes())).await;
+        if !matches!(written, Ok(Ok(()))) || close {
             let _ = w.shutdown().await;
             return;
         }
@@ -351,6 +398,55 @@ mod tests {
         let mut r = BufReader::with_capacity(4096, &ok[..]);
         assert_eq!(read_line(&mut r, &mut buf).await.unwrap(), Line::Complete);
         assert_eq!(buf.len(), MAX_LINE_BYTES + 1);
+    }
+
+    /// Answers every request with an empty body.
+    #[derive(Clone)]
+    struct Nothing;
+
+    impl Executor for Nothing {
+        async fn execute(&self, _: Command) -> Result<Map<String, Value>, ControlError> {
+            Ok(Map::new())
+        }
+    }
+
+    /// Sends a ping, returns the reply.
+    async fn ping(s: &mut UnixStream) -> String {
+        use tokio::io::AsyncReadExt;
+        s.write_all(b"{\"op\":\"ping\"}\n").await.unwrap();
+        let mut reply = [0u8; 256];
+        let n = s.read(&mut reply).await.unwrap();
+        String::from_utf8_lossy(&reply[..n]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl");
+        let idle = Duration::from_millis(300);
+        let mut socket = ControlSocket::bind(&path)
+            .unwrap()
+            .with_timeouts(idle, Duration::from_secs(5));
+        let (stop_tx, stop) = watch::channel(false);
+        let server = tokio::spawn(async move { socket.serve(Nothing, stop).await });
+        let mut quiet = UnixStream::connect(&path).await.unwrap();
+        let mut busy = UnixStream::connect(&path).await.unwrap();
+        assert!(ping(&mut quiet).await.contains("\"ok\":true"));
+        // `busy` sends a request every third of the limit, across twice the
+        // limit: it stays open; `quiet` says nothing and is closed.
+        for _ in 0..6 {
+            tokio::time::sleep(idle / 3).await;
+            assert!(ping(&mut busy).await.contains("\"ok\":true"));
+        }
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), quiet.read_to_end(&mut rest))
+            .await
+            .expect("the idle connection was closed")
+            .unwrap();
+        assert_eq!(n, 0, "nothing more on the idle connection");
+        stop_tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
     }
 
     fn settings(argv: &[&str]) -> Settings {
