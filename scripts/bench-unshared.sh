@@ -5,7 +5,10 @@
 # (default: 3a2dd36, the last commit before shared blocks and range
 # operations), then runs the two in turn, ROUNDS times each (A B A B ...),
 # and prints every round's rates, each pair's ratio (this ÷ base) and the
-# minimum and median ratio.
+# minimum and median ratio: per wall second, and per second of user CPU
+# time of the thread (which neither other processes' load nor the kernel's
+# page faults on the in-memory device move, so it is the steadier ratio on
+# a shared machine).
 #
 #   scripts/bench-unshared.sh [ROUNDS [BASE]]
 #
@@ -48,12 +51,13 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 def run(which):
     out = subprocess.run([f"{work}/{which}"], check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
-ratios = {"writes_per_s": [], "reads_per_s": []}
+ratios = {"writes_per_s": [], "reads_per_s": [], "writes_per_user_s": [], "reads_per_user_s": []}
 for r in range(rounds):
     new, old = run("new"), run("old")
     for k in ratios:
         ratios[k].append(new[k] / old[k])
-    print(f"round {r}: this {new}  base {old}  ratio writes {ratios['writes_per_s'][-1]:.3f} reads {ratios['reads_per_s'][-1]:.3f}")
+    print(f"round {r}: this {new}  base {old}  ratio writes {ratios['writes_per_s'][-1]:.3f} reads {ratios['reads_per_s'][-1]:.3f}"
+          f" per user CPU second: writes {ratios['writes_per_user_s'][-1]:.3f} reads {ratios['reads_per_user_s'][-1]:.3f}")
 for k, v in ratios.items():
     print(f"{k} ratio (this / base): min {min(v):.3f} median {statistics.median(v):.3f} rounds {[round(x, 3) for x in v]}")
 PY
