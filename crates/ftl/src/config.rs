@@ -70,6 +70,12 @@ pub struct FtlConfig {
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
+    /// Zones GC may write relocated data into at once, each on a zone group
+    /// the other open data zones do not use (`Geometry::zone_groups`): one
+    /// zone programs on one group's parallel units only. At most the
+    /// device's zone groups (no more than `MAX_GC_LANES`, 16); 1 = GC
+    /// writes one zone per stream.
+    pub gc_lanes: u32,
     /// Media blocks written between checkpoints.
     pub checkpoint_interval_blocks: u64,
     /// Static wear leveling: move cold data once max − min erase count exceeds this; 0 = off.
@@ -103,6 +109,7 @@ impl Default for FtlConfig {
             max_inflight_commands: 128,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
+            gc_lanes: 4,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,
             max_request_blocks: 8192,

@@ -313,6 +313,25 @@ impl ZoneTable {
         Some(z)
     }
 
+    /// Like [`Self::take_free`], but among the `scan` least-worn free zones
+    /// the one with the lowest `crowding` (ties to the least worn, then the
+    /// lowest id): the lanes spread their open zones over the device's
+    /// parallel units. O(scan + log zones).
+    pub fn take_free_spread(
+        &mut self,
+        kind: ZoneKind,
+        scan: usize,
+        crowding: impl Fn(ZoneId) -> u32,
+    ) -> Option<ZoneId> {
+        let &(_, z) = self
+            .free
+            .iter()
+            .take(scan.max(1))
+            .min_by_key(|&&(_, z)| crowding(z))?;
+        self.claim(z, kind);
+        Some(z)
+    }
+
     /// Static wear leveling's destination: the most-worn free zone, where
     /// cold data rests and stops adding erases. O(log zones).
     pub fn take_free_most_worn(&mut self, kind: ZoneKind) -> Option<ZoneId> {

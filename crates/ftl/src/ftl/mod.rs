@@ -166,8 +166,9 @@ pub struct Ftl {
     next_seq: Seq,
     epoch: Epoch,
     log: MetaLog,
-    /// Open zone of each lane (indexed by `Lane as usize`).
-    lanes: [StreamState; 4],
+    /// Open zone of each lane (indexed by `Lane::index`): the four base
+    /// lanes, then the extra GC lanes (at most `lane::MAX_GC_LANES - 1`).
+    lanes: Vec<StreamState>,
     /// Host blocks admitted so far: the clock temperature is measured in.
     host_clock: u64,
     /// `host_clock` when each zone was opened by a host stream (0 for GC
@@ -261,6 +262,7 @@ pub struct Ftl {
 impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
+        let zone_groups = p.geometry.zone_groups;
         let in_band = p.tag_mode == TagMode::InBand;
         let summary_blocks = crate::layout::summary_blocks_per_zone(&p.geometry, in_band);
         let data_cap = p.geometry.zone_capacity_blocks - summary_blocks;
@@ -301,7 +303,7 @@ impl Ftl {
             next_seq: p.next_seq,
             epoch: p.epoch,
             log: p.log,
-            lanes: Default::default(),
+            lanes: lane::new_lanes(p.config.gc_lanes, zone_groups),
             host_clock: 0,
             zone_clock: vec![0; zone_count],
             job: None,
@@ -449,8 +451,8 @@ impl Ftl {
             self.gc_queued(),
             self.zones.free_count(),
             self.gc_reserve_zones,
-            self.lanes[Lane::HostHot as usize],
-            self.lanes[Lane::Gc as usize],
+            self.lanes[Lane::HostHot.index()],
+            self.lanes[Lane::Gc.index()],
             self.log.debug_state(),
             self.ops.len(),
             self.unplanned_reads.len(),

@@ -102,6 +102,15 @@ const GC_START_ROOM_SHARE: u64 = 32;
 /// (docs/bench-nbd.md, "Paced GC reads").
 const PACED_READ_BLOCKS: u64 = 32;
 
+/// The most blocks one GC read spans.
+const GC_READ_SPAN_BLOCKS: u64 = 64;
+
+/// A GC append waits for this many blocks queued (or the device's largest
+/// append, if smaller) until its victim has been read through: an append
+/// per read left a few blocks per command, and the commands in flight,
+/// not the media, bounded GC.
+const GC_APPEND_BATCH_BLOCKS: u64 = 128;
+
 /// A collection's pace: collecting a victim with `valid` live blocks frees
 /// `capacity - valid` blocks net, so while the host appends, GC moves
 /// `valid / (capacity - valid)` blocks per host block, and a quarter more
@@ -374,21 +383,29 @@ impl Ftl {
         while off < wp && !movable(off) {
             off += 1;
         }
+        // One read spans the live blocks of up to `GC_READ_SPAN_BLOCKS`,
+        // the dead ones between them included: a read command per run of
+        // live blocks took a few blocks each in a mostly live victim, and
+        // the commands in flight, not the media, bounded GC.
         let start = off;
-        let limit = u64::from(self.geo.max_transfer_blocks)
-            .min(64)
-            .min(paced.unwrap_or(u64::MAX));
-        while off < wp && off - start < limit && movable(off) {
+        let span = u64::from(self.geo.max_transfer_blocks).min(GC_READ_SPAN_BLOCKS);
+        let most_live = paced.unwrap_or(u64::MAX);
+        let (mut end, mut live) = (off, 0);
+        while off < wp && off - start < span && live < most_live {
+            if movable(off) {
+                live += 1;
+                end = off + 1;
+            }
             off += 1;
         }
-        self.job.as_mut().expect("job").scan_offset = off;
-        if start == off {
+        self.job.as_mut().expect("job").scan_offset = end;
+        if start == end {
             return None; // scan finished; completion is checked in advance()
         }
         if let Some(pace) = self.pace_mut() {
-            pace.spend(off - start);
+            pace.spend(live);
         }
-        Some(self.gc_read(Ppa::new(victim, start, cap), (off - start) as u32, 0))
+        Some(self.gc_read(Ppa::new(victim, start, cap), (end - start) as u32, 0))
     }
 
     fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
@@ -563,9 +580,17 @@ impl Ftl {
                 && j.reads_in_flight == 0
         });
         // GC and leveling (which frees what it moves) may use the reserve.
-        let (lane, zone, room) = self.room_in(lane, queued, true)?;
+        let spread = self.gc_destination(lane);
+        let (lane, zone, room) = self
+            .room_in(spread, queued, true)
+            .or_else(|| (spread != lane).then(|| self.room_in(lane, queued, true))?)
+            .or_else(|| self.extra_lane_room(queued))?;
         let (n, pad) = self.batch_size(queued, room, urgent);
-        if n == 0 {
+        // With no read on its way (the victim is read through, or the
+        // pace waits for the host) the queue goes out as it is.
+        let more_coming = self.job.as_ref().is_some_and(|j| j.reads_in_flight > 0);
+        let batch = GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks));
+        if n == 0 || (more_coming && n < batch.min(room)) {
             return None;
         }
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
@@ -609,6 +634,53 @@ impl Ftl {
             },
             Command::Append { zone, data, oob },
         ))
+    }
+
+    /// The lane a GC append of `base`'s stream goes to: of `base` and the
+    /// extra lanes holding a zone of that stream, the one whose zone has the
+    /// fewest appends in flight; once each has one in flight, an extra lane
+    /// without a zone (it opens one on a zone group the open zones use
+    /// least). One zone programs on one group's units: spread, GC's copies
+    /// keep every group busy instead of queueing behind one zone.
+    fn gc_destination(&mut self, base: Lane) -> Lane {
+        if !matches!(base, Lane::Gc | Lane::HostCold) {
+            return base;
+        }
+        let stream = base.stream();
+        // A base lane without a zone opens one unless an extra lane of its
+        // stream has room.
+        let mut best = match self.lane_zone(base) {
+            Some((zone, _)) => (self.zone_appends[zone as usize], base),
+            None => (u32::MAX, base),
+        };
+        let mut closed = None;
+        for lane in self.extra_lanes() {
+            match self.lane_zone(lane) {
+                Some((z, s)) if s == Some(stream) => {
+                    let appends = self.zone_appends[z as usize];
+                    if appends < best.0 {
+                        best = (appends, lane);
+                    }
+                }
+                Some(_) => {}
+                None => closed = closed.or(Some(lane)),
+            }
+        }
+        match (best, closed) {
+            ((0, lane), _) | ((_, lane), None) | ((u32::MAX, lane), _) => lane,
+            (_, Some(lane)) => {
+                self.set_extra_stream(lane, stream);
+                lane
+            }
+        }
+    }
+
+    /// Room in any extra lane that holds a zone, whatever its stream: the
+    /// base lanes found no zone, and GC must not wait while an open zone
+    /// has room.
+    fn extra_lane_room(&mut self, wanted: u64) -> Option<(Lane, ZoneId, u64)> {
+        let lane = self.extra_lanes().find(|&l| self.lane_zone(l).is_some())?;
+        self.room_in(lane, wanted, true)
     }
 
     /// GC may use the reserve; with a shared stream it writes where the host does.
