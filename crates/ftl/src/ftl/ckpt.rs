@@ -78,7 +78,7 @@ impl Ftl {
     /// checkpoint must call it free, or recovery would skip the new data the
     /// reused zone gets after the reset (it holds no live data: valid is 0).
     fn victim_noted(&self) -> Option<ZoneId> {
-        let j = self.job.as_ref()?;
+        let j = self.closing.as_ref()?;
         (j.purpose != JobPurpose::Retire
             && !matches!(j.phase, JobPhase::Summary { .. } | JobPhase::Copying))
         .then_some(j.victim)

@@ -544,8 +544,8 @@ impl Ftl {
             self.host_write_failures += 1;
             return;
         }
-        if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
-        {
+        let victim = |j: &Option<super::reloc::GcJob>| j.as_ref().is_some_and(|j| j.victim == zone);
+        if !self.retire_queue.contains(&zone) && !victim(&self.job) && !victim(&self.closing) {
             self.retire_queue.push_back(zone);
         }
     }

@@ -174,7 +174,10 @@ pub struct Ftl {
     /// `host_clock` when each zone was opened by a host stream (0 for GC
     /// zones and after mount: their data counts as old).
     zone_clock: Vec<u64>,
+    /// The job copying its victim's live blocks (or reading its summary).
     job: Option<GcJob>,
+    /// The job whose copies are done: its note, flush and reset.
+    closing: Option<GcJob>,
     /// Zone summaries being collected (tags in band): at most one per lane
     /// plus those waiting for their zone's appends.
     summaries: Vec<summaries::PendingSummary>,
@@ -307,6 +310,7 @@ impl Ftl {
             host_clock: 0,
             zone_clock: vec![0; zone_count],
             job: None,
+            closing: None,
             summaries: Vec::new(),
             finish_pending: Vec::new(),
             retire_queue: VecDeque::new(),
@@ -428,7 +432,7 @@ impl Ftl {
     /// What background work is under way (tests use it to aim power cuts).
     pub fn activity(&self) -> Activity {
         Activity {
-            gc: self.job.is_some(),
+            gc: self.job.is_some() || self.closing.is_some(),
             checkpoint: !matches!(self.ckpt, CkptState::Idle),
         }
     }
@@ -437,7 +441,7 @@ impl Ftl {
     pub fn debug_state(&self) -> String {
         format!(
             "ckpt {:?} requested {}; job {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
-             host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
+             closing {:?}; host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
              log {}; ops {}; reads unplanned {} planned {}; read_only {}",
             self.ckpt,
             self.ckpt_requested,
@@ -446,6 +450,7 @@ impl Ftl {
             self.buffer.used_slots(),
             self.buffer.queued(),
             self.waiting_writes.len(),
+            self.closing,
             self.host_appends_in_flight,
             self.gc_in_flight,
             self.gc_queued(),

@@ -227,6 +227,7 @@ impl Ftl {
 
     fn excluded(&self, z: ZoneId) -> bool {
         self.lanes.iter().any(|st| st.zone == Some(z))
+            || self.closing.as_ref().is_some_and(|j| j.victim == z)
             || self.zone_appends[z as usize] > 0
             || self.finish_pending.contains(&z)
     }
@@ -296,6 +297,9 @@ impl Ftl {
         if self.read_only {
             return None;
         }
+        if let Some(c) = self.next_closing_command() {
+            return Some(c);
+        }
         if self.job.is_none() {
             self.job = self.pick_job();
         }
@@ -315,12 +319,21 @@ impl Ftl {
                 ))
             }
             JobPhase::Copying => self.next_gc_read(),
+            _ => None,
+        }
+    }
+
+    /// The flush or reset of the job whose copies are done, when due.
+    fn next_closing_command(&mut self) -> Option<(Op, Command)> {
+        let job = self.closing.as_mut()?;
+        let victim = job.victim;
+        match job.phase {
             JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
-                self.job.as_mut().expect("job").phase = JobPhase::Flushing;
+                job.phase = JobPhase::Flushing;
                 Some((Op::VictimFlush, Command::Flush))
             }
             JobPhase::ReadyToReset => {
-                self.job.as_mut().expect("job").phase = JobPhase::Resetting;
+                job.phase = JobPhase::Resetting;
                 Some((
                     Op::VictimReset { zone: victim },
                     Command::Reset { zone: victim },
@@ -764,12 +777,16 @@ impl Ftl {
         }
     }
 
-    /// Drives the job to its note, flush and reset once its copies are done.
+    /// Drives the job to its note, flush and reset once its copies are
+    /// done. The note on it hands the job to `closing`, and the next job
+    /// starts copying while it waits for the log, the flush and the reset;
+    /// a job whose copies are done waits for `closing` to be free.
     pub(super) fn advance_job(&mut self) {
+        self.advance_closing();
         let Some(job) = self.job.as_ref() else { return };
-        let (victim, purpose) = (job.victim, job.purpose);
+        let victim = job.victim;
         match job.phase {
-            JobPhase::Copying => {
+            JobPhase::Copying if self.closing.is_none() => {
                 let wp = self.zones.get(victim).write_pointer_blocks();
                 let copied = job.scan_offset >= wp
                     && job.reads_in_flight == 0
@@ -805,14 +822,29 @@ impl Ftl {
                 self.log.push_note(note);
                 self.log.pack(true);
                 let log_barrier = self.log.next_log_seq();
-                self.job.as_mut().expect("job").phase = JobPhase::Noting { log_barrier };
+                let mut job = self.job.take().expect("job");
+                job.phase = JobPhase::Noting { log_barrier };
+                self.closing = Some(job);
+                self.advance_closing();
             }
+            _ => {}
+        }
+    }
+
+    /// The closing job's note is durable: retire its victim, or go on to
+    /// the flush and reset.
+    fn advance_closing(&mut self) {
+        let Some(job) = self.closing.as_mut() else {
+            return;
+        };
+        match job.phase {
             JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
-                if purpose == JobPurpose::Retire {
+                if job.purpose == JobPurpose::Retire {
+                    let victim = job.victim;
+                    self.closing = None;
                     self.retire_zone(victim);
-                    self.job = None;
                 } else {
-                    self.job.as_mut().expect("job").phase = JobPhase::ReadyToFlush;
+                    job.phase = JobPhase::ReadyToFlush;
                 }
             }
             _ => {}
@@ -856,11 +888,11 @@ impl Ftl {
             self.metadata_failed();
             return;
         }
-        self.job.as_mut().expect("job").phase = JobPhase::ReadyToReset;
+        self.closing.as_mut().expect("closing job").phase = JobPhase::ReadyToReset;
     }
 
     pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
-        self.job = None;
+        self.closing = None;
         match result {
             Ok(_) => {
                 self.mapping.zone_reset(zone);
