@@ -76,6 +76,11 @@ pub struct FtlConfig {
     /// device's zone groups (no more than `MAX_GC_LANES`, 16); 1 = GC
     /// writes one zone per stream.
     pub gc_lanes: u32,
+    /// Victims GC collects at once: the next starts once the last is read
+    /// through, while its copies are still on their way, so the copies of
+    /// several victims keep the zone groups busy. At most 16; leveling
+    /// and retirement run alone.
+    pub gc_victims: u32,
     /// Media blocks written between checkpoints.
     pub checkpoint_interval_blocks: u64,
     /// Static wear leveling: move cold data once max − min erase count exceeds this; 0 = off.
@@ -110,6 +115,7 @@ impl Default for FtlConfig {
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
             gc_lanes: 4,
+            gc_victims: 4,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,
             max_request_blocks: 8192,

@@ -544,8 +544,12 @@ impl Ftl {
             self.host_write_failures += 1;
             return;
         }
-        let victim = |j: &Option<super::reloc::GcJob>| j.as_ref().is_some_and(|j| j.victim == zone);
-        if !self.retire_queue.contains(&zone) && !victim(&self.job) && !victim(&self.closing) {
+        let victim = self
+            .jobs
+            .iter()
+            .chain(&self.closing)
+            .any(|j| j.victim == zone);
+        if !self.retire_queue.contains(&zone) && !victim {
             self.retire_queue.push_back(zone);
         }
     }

@@ -131,7 +131,9 @@ enum Op {
         zone: ZoneId,
         count: u32,
     },
-    VictimFlush,
+    VictimFlush {
+        zone: ZoneId,
+    },
     VictimReset {
         zone: ZoneId,
     },
@@ -174,10 +176,13 @@ pub struct Ftl {
     /// `host_clock` when each zone was opened by a host stream (0 for GC
     /// zones and after mount: their data counts as old).
     zone_clock: Vec<u64>,
-    /// The job copying its victim's live blocks (or reading its summary).
-    job: Option<GcJob>,
+    /// The jobs copying their victims' live blocks (or reading a summary):
+    /// at most `gc_victims` (`reloc::MAX_GC_VICTIMS`), and one at a time
+    /// for leveling and retirement.
+    jobs: Vec<GcJob>,
     /// The job whose copies are done: its note, flush and reset.
-    closing: Option<GcJob>,
+    /// (At most `gc_victims`.)
+    closing: Vec<GcJob>,
     /// Zone summaries being collected (tags in band): at most one per lane
     /// plus those waiting for their zone's appends.
     summaries: Vec<summaries::PendingSummary>,
@@ -309,8 +314,8 @@ impl Ftl {
             lanes: lane::new_lanes(p.config.gc_lanes, zone_groups),
             host_clock: 0,
             zone_clock: vec![0; zone_count],
-            job: None,
-            closing: None,
+            jobs: Vec::new(),
+            closing: Vec::new(),
             summaries: Vec::new(),
             finish_pending: Vec::new(),
             retire_queue: VecDeque::new(),
@@ -432,7 +437,7 @@ impl Ftl {
     /// What background work is under way (tests use it to aim power cuts).
     pub fn activity(&self) -> Activity {
         Activity {
-            gc: self.job.is_some() || self.closing.is_some(),
+            gc: !self.jobs.is_empty() || !self.closing.is_empty(),
             checkpoint: !matches!(self.ckpt, CkptState::Idle),
         }
     }
@@ -440,12 +445,12 @@ impl Ftl {
     /// A one-paragraph summary of the core's state, for stall reports.
     pub fn debug_state(&self) -> String {
         format!(
-            "ckpt {:?} requested {}; job {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
+            "ckpt {:?} requested {}; jobs {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
              closing {:?}; host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
              log {}; ops {}; reads unplanned {} planned {}; read_only {}",
             self.ckpt,
             self.ckpt_requested,
-            self.job,
+            self.jobs,
             self.flushes,
             self.buffer.used_slots(),
             self.buffer.queued(),
@@ -661,7 +666,7 @@ impl Ftl {
         let result = completion.result;
         let is_flush = matches!(
             op,
-            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush
+            Op::HostFlush { .. } | Op::VictimFlush { .. } | Op::CkptFlush | Op::RangeFlush
         );
         if is_flush && result.is_ok() {
             let mark = self.flush_marks[Key(completion.tag).index()];
@@ -750,7 +755,7 @@ impl Ftl {
             // need not be: it no longer counts against the open limits.
             Op::ZoneFinish { zone } => self.append_settled(zone),
             Op::SummaryRead { zone, count } => self.victim_summary_read(zone, count, result),
-            Op::VictimFlush => self.victim_flushed(result),
+            Op::VictimFlush { zone } => self.victim_flushed(zone, result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {
                 let r = result.map(|_| ReplyData::Done).map_err(|e| match e {
@@ -777,7 +782,7 @@ impl Ftl {
     /// failure paths write the data again elsewhere.
     fn repeatable(op: &Op) -> Option<Command> {
         match *op {
-            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush => {
+            Op::HostFlush { .. } | Op::VictimFlush { .. } | Op::CkptFlush | Op::RangeFlush => {
                 Some(Command::Flush)
             }
             Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),

@@ -78,7 +78,18 @@ pub(super) struct GcJob {
     /// How fast a collection keeps up with the host; `None` for leveling
     /// and retirement, which run at once.
     pace: Option<Pace>,
+    /// Blocks read from the victim and not yet copied: queued, or in an
+    /// append on its way.
+    pending: u32,
 }
+
+/// Jobs whose copies are done that close (note, flush, reset) at once.
+/// More held more victims' garbage back from the free zones while GC
+/// picked the next victims: write amplification rose.
+const CLOSING_JOBS: usize = 2;
+
+/// Most victims collected at once (`FtlConfig::gc_victims`).
+pub(super) const MAX_GC_VICTIMS: u32 = 16;
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
 const WL_EVERY_GC_JOBS: u32 = 4;
@@ -227,7 +238,8 @@ impl Ftl {
 
     fn excluded(&self, z: ZoneId) -> bool {
         self.lanes.iter().any(|st| st.zone == Some(z))
-            || self.closing.as_ref().is_some_and(|j| j.victim == z)
+            || self.closing.iter().any(|j| j.victim == z)
+            || self.jobs.iter().any(|j| j.victim == z)
             || self.zone_appends[z as usize] > 0
             || self.finish_pending.contains(&z)
     }
@@ -290,7 +302,43 @@ impl Ftl {
             shared,
             summary: Vec::new(),
             pace,
+            pending: 0,
         })
+    }
+
+    /// The job collecting `zone`.
+    fn job_of(&mut self, zone: ZoneId) -> Option<&mut GcJob> {
+        self.jobs.iter_mut().find(|j| j.victim == zone)
+    }
+
+    /// The job that still has blocks to read (a retry, or the rest of its
+    /// victim): the oldest such. New jobs start only when there is none.
+    fn reading_job(&self) -> Option<usize> {
+        self.jobs.iter().position(|j| match j.phase {
+            JobPhase::Summary { .. } => true,
+            JobPhase::Copying => {
+                !j.retries.is_empty()
+                    || j.scan_offset < self.zones.get(j.victim).write_pointer_blocks()
+            }
+            _ => false,
+        })
+    }
+
+    /// Whether another collection may start beside the running ones: all
+    /// of theirs read (their copies still on their way), fewer than
+    /// `gc_victims` running, none of them leveling or retiring, and no
+    /// retirement or leveling move due (those run alone, and a stream of
+    /// overlapping collections must not hold them off).
+    fn may_start_job(&self) -> bool {
+        if self.jobs.is_empty() {
+            return true;
+        }
+        let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
+        self.jobs.len() < most
+            && self.reading_job().is_none()
+            && self.jobs.iter().all(|j| j.purpose == JobPurpose::Gc)
+            && self.retire_queue.is_empty()
+            && self.wl_victim().is_none()
     }
 
     pub(super) fn next_job_command(&mut self) -> Option<(Op, Command)> {
@@ -300,16 +348,19 @@ impl Ftl {
         if let Some(c) = self.next_closing_command() {
             return Some(c);
         }
-        if self.job.is_none() {
-            self.job = self.pick_job();
+        if self.reading_job().is_none() && self.may_start_job() {
+            if let Some(job) = self.pick_job() {
+                self.jobs.push(job);
+            }
         }
-        let job = self.job.as_ref()?;
+        let i = self.reading_job()?;
+        let job = &self.jobs[i];
         let victim = job.victim;
         match job.phase {
             JobPhase::Summary { issued: false } => {
                 let first = (job.summary.len() / self.block_size()) as u64;
                 let (cmd, count) = self.summary_read(victim, first);
-                self.job.as_mut().expect("job").phase = JobPhase::Summary { issued: true };
+                self.jobs[i].phase = JobPhase::Summary { issued: true };
                 Some((
                     Op::SummaryRead {
                         zone: victim,
@@ -318,29 +369,29 @@ impl Ftl {
                     cmd,
                 ))
             }
-            JobPhase::Copying => self.next_gc_read(),
+            JobPhase::Copying => self.next_gc_read(i),
             _ => None,
         }
     }
 
-    /// The flush or reset of the job whose copies are done, when due.
+    /// The flush or reset of a job whose copies are done, when due.
     fn next_closing_command(&mut self) -> Option<(Op, Command)> {
-        let job = self.closing.as_mut()?;
+        let readers = &self.zone_readers;
+        let job = self.closing.iter_mut().find(|j| match j.phase {
+            JobPhase::ReadyToFlush => readers[j.victim as usize] == 0,
+            JobPhase::ReadyToReset => true,
+            _ => false,
+        })?;
         let victim = job.victim;
-        match job.phase {
-            JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
-                job.phase = JobPhase::Flushing;
-                Some((Op::VictimFlush, Command::Flush))
-            }
-            JobPhase::ReadyToReset => {
-                job.phase = JobPhase::Resetting;
-                Some((
-                    Op::VictimReset { zone: victim },
-                    Command::Reset { zone: victim },
-                ))
-            }
-            _ => None,
+        if matches!(job.phase, JobPhase::ReadyToFlush) {
+            job.phase = JobPhase::Flushing;
+            return Some((Op::VictimFlush { zone: victim }, Command::Flush));
         }
+        job.phase = JobPhase::Resetting;
+        Some((
+            Op::VictimReset { zone: victim },
+            Command::Reset { zone: victim },
+        ))
     }
 
     /// The free zones are down to the reserve: GC runs flat out.
@@ -355,13 +406,16 @@ impl Ftl {
 
     /// Blocks the running collection may read now; `None`: no limit.
     fn paced_read_blocks(&self) -> Option<u64> {
-        let pace = self.job.as_ref()?.pace.as_ref()?;
+        let pace = self.jobs.get(self.reading_job()?)?.pace.as_ref()?;
         (!self.gc_urgent()).then(|| pace.readable_blocks())
     }
 
     /// The running collection's pace, if it has one.
     fn pace_mut(&mut self) -> Option<&mut Pace> {
-        self.job.as_mut()?.pace.as_mut()
+        let i = self
+            .reading_job()
+            .unwrap_or(self.jobs.len().checked_sub(1)?);
+        self.jobs[i].pace.as_mut()
     }
 
     /// The host appended `blocks`: the running collection earns its pace.
@@ -371,7 +425,8 @@ impl Ftl {
         }
     }
 
-    fn next_gc_read(&mut self) -> Option<(Op, Command)> {
+    /// The next read of job `i`'s victim.
+    fn next_gc_read(&mut self, i: usize) -> Option<(Op, Command)> {
         if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
             return None;
         }
@@ -380,10 +435,10 @@ impl Ftl {
             return None;
         }
         let cap = self.cap();
-        if let Some((ppa, count, attempts)) = self.job.as_mut().expect("job").retries.pop() {
+        if let Some((ppa, count, attempts)) = self.jobs[i].retries.pop() {
             return Some(self.gc_read(ppa, count, attempts));
         }
-        let job = self.job.as_ref().expect("job");
+        let job = &self.jobs[i];
         let (victim, wp) = (
             job.victim,
             self.zones.get(job.victim).write_pointer_blocks(),
@@ -411,7 +466,7 @@ impl Ftl {
             }
             off += 1;
         }
-        self.job.as_mut().expect("job").scan_offset = end;
+        self.jobs[i].scan_offset = end;
         if start == end {
             return None; // scan finished; completion is checked in advance()
         }
@@ -424,7 +479,9 @@ impl Ftl {
     fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
         let cap = self.cap();
         let zone = ppa.zone(cap);
-        self.job.as_mut().expect("job").reads_in_flight += 1;
+        if let Some(job) = self.job_of(zone) {
+            job.reads_in_flight += 1;
+        }
         self.gc_in_flight += 1;
         self.zone_readers[zone as usize] += 1;
         let cmd = Command::Read {
@@ -451,8 +508,9 @@ impl Ftl {
     ) {
         let cap = self.cap();
         self.gc_in_flight -= 1;
-        self.zone_readers[first.zone(cap) as usize] -= 1;
-        if let Some(job) = self.job.as_mut() {
+        let zone = first.zone(cap);
+        self.zone_readers[zone as usize] -= 1;
+        if let Some(job) = self.job_of(zone) {
             job.reads_in_flight -= 1;
         }
         let bs = self.block_size();
@@ -462,14 +520,14 @@ impl Ftl {
             Ok(other) => panic!("read completed as {other:?}"),
             Err(DeviceError::DeviceGone) => return,
             Err(_) if attempts < READ_ATTEMPTS => {
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.retries.push((first, count, attempts));
                 }
                 return;
             }
             Err(_) if count > 1 => {
                 // One bad page must not doom its neighbours: block by block.
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.retries
                         .extend((0..count).map(|i| (Ppa(first.0 + i), 1, 0)));
                 }
@@ -504,12 +562,15 @@ impl Ftl {
                 };
                 let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
                 self.gc_queues[temp as usize].push_back(item);
+                if let Some(job) = self.job_of(zone) {
+                    job.pending += 1;
+                }
             } else {
                 // Unreadable, or its tag names another block: it stays mapped
                 // where it is (reads report the error) and the victim is
                 // retired instead of reset.
                 self.stats.read_errors += 1;
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.unreadable.insert(ppa);
                 }
             }
@@ -520,8 +581,9 @@ impl Ftl {
     /// its data CRC and its version's seq (0 in band, where none is known),
     /// from its OOB bytes (tags in OOB) or the job's tables (in band).
     fn victim_owner(&self, ppa: Ppa, oob: &[u8]) -> Option<(Owner, Lba, u32, Seq)> {
-        let job = self.job.as_ref()?;
-        let off = ppa.offset_blocks(self.cap()) as usize;
+        let cap = self.cap();
+        let job = self.jobs.iter().find(|j| j.victim == ppa.zone(cap))?;
+        let off = ppa.offset_blocks(cap) as usize;
         let direct = |lba: Lba| {
             lba < self.layout.logical_blocks
                 && self.mapping.target(lba) == Some(crate::mapping::Target::Direct(ppa))
@@ -570,9 +632,10 @@ impl Ftl {
         if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
             return None;
         }
+        // Leveling runs alone (`may_start_job`): its blocks are all queued.
         let wl = self
-            .job
-            .as_ref()
+            .jobs
+            .first()
             .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
         let temp = if self.gc_queues[0].len() >= self.gc_queues[1].len() {
             Temp::Hot
@@ -588,21 +651,20 @@ impl Ftl {
             (false, true, _) => Lane::Gc,
         };
         let queued = self.gc_queues[temp as usize].len() as u64;
-        let urgent = self.job.as_ref().is_some_and(|j| {
-            j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
-                && j.reads_in_flight == 0
-        });
+        // Every victim read through: the last blocks go out padded.
+        let urgent = self.reading_job().is_none() && !self.gc_reads_in_flight();
+        // With no read on its way (the victims are read through, or the
+        // pace waits for the host) the queue goes out as it is.
+        let more_coming = self.gc_reads_in_flight();
+        let batch = GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks));
         // GC and leveling (which frees what it moves) may use the reserve.
         let spread = self.gc_destination(lane);
+        let wanted = queued.max(batch);
         let (lane, zone, room) = self
-            .room_in(spread, queued, true)
-            .or_else(|| (spread != lane).then(|| self.room_in(lane, queued, true))?)
-            .or_else(|| self.extra_lane_room(queued))?;
+            .room_in(spread, wanted, true)
+            .or_else(|| (spread != lane).then(|| self.room_in(lane, wanted, true))?)
+            .or_else(|| self.extra_lane_room(wanted))?;
         let (n, pad) = self.batch_size(queued, room, urgent);
-        // With no read on its way (the victim is read through, or the
-        // pace waits for the host) the queue goes out as it is.
-        let more_coming = self.job.as_ref().is_some_and(|j| j.reads_in_flight > 0);
-        let batch = GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks));
         if n == 0 || (more_coming && n < batch.min(room)) {
             return None;
         }
@@ -647,6 +709,11 @@ impl Ftl {
             },
             Command::Append { zone, data, oob },
         ))
+    }
+
+    /// Whether a GC read is on its way.
+    fn gc_reads_in_flight(&self) -> bool {
+        self.jobs.iter().any(|j| j.reads_in_flight > 0)
     }
 
     /// The lane a GC append of `base`'s stream goes to: of `base` and the
@@ -706,6 +773,7 @@ impl Ftl {
     ) {
         self.gc_in_flight -= 1;
         self.append_settled(zone);
+        let cap = self.cap();
         let offset = match Self::appended_at(result) {
             Ok(offset) => offset,
             Err(e) => {
@@ -724,8 +792,13 @@ impl Ftl {
             Owner::Shared(_) => u64::from(crate::summary::NO_LBA),
         });
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
+        for it in &items {
+            if let Some(job) = self.job_of(it.src.zone(cap)) {
+                job.pending -= 1;
+            }
+        }
         for (i, it) in items.into_iter().enumerate() {
-            let dst = Ppa::new(zone, offset + i as u64, self.cap());
+            let dst = Ppa::new(zone, offset + i as u64, cap);
             // A host write, trim or range operation that won the race keeps
             // its mapping; the copy is dead space.
             let note = match it.owner {
@@ -783,20 +856,23 @@ impl Ftl {
     /// a job whose copies are done waits for `closing` to be free.
     pub(super) fn advance_job(&mut self) {
         self.advance_closing();
-        let Some(job) = self.job.as_ref() else { return };
-        let victim = job.victim;
-        match job.phase {
-            JobPhase::Copying if self.closing.is_none() => {
-                let wp = self.zones.get(victim).write_pointer_blocks();
-                let copied = job.scan_offset >= wp
-                    && job.reads_in_flight == 0
-                    && job.retries.is_empty()
-                    && self.gc_queued() == 0;
-                let gc_writes_done = self.gc_in_flight == 0;
-                if !copied || !gc_writes_done {
-                    return;
-                }
-                let job = self.job.as_mut().expect("job");
+        if self.closing.len() >= CLOSING_JOBS {
+            return;
+        }
+        // A job is copied once its victim is read through and every block
+        // read from it has been copied (its appends completed).
+        let copied = self.jobs.iter().position(|j| {
+            matches!(j.phase, JobPhase::Copying)
+                && j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
+                && j.reads_in_flight == 0
+                && j.retries.is_empty()
+                && j.pending == 0
+        });
+        let Some(i) = copied else { return };
+        let victim = self.jobs[i].victim;
+        {
+            {
+                let job = &mut self.jobs[i];
                 job.unreadable.retain(|&p| self.mapping.is_live(p));
                 let stuck = job.unreadable.len() as u64;
                 if self.mapping.valid_blocks(victim) > stuck {
@@ -822,32 +898,32 @@ impl Ftl {
                 self.log.push_note(note);
                 self.log.pack(true);
                 let log_barrier = self.log.next_log_seq();
-                let mut job = self.job.take().expect("job");
+                let mut job = self.jobs.remove(i);
                 job.phase = JobPhase::Noting { log_barrier };
-                self.closing = Some(job);
+                self.closing.push(job);
                 self.advance_closing();
             }
-            _ => {}
         }
     }
 
     /// The closing job's note is durable: retire its victim, or go on to
     /// the flush and reset.
     fn advance_closing(&mut self) {
-        let Some(job) = self.closing.as_mut() else {
-            return;
-        };
-        match job.phase {
-            JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
+        let durable = self.log.durable_next();
+        let mut retired = Vec::new();
+        self.closing.retain_mut(|job| match job.phase {
+            JobPhase::Noting { log_barrier } if durable >= log_barrier => {
                 if job.purpose == JobPurpose::Retire {
-                    let victim = job.victim;
-                    self.closing = None;
-                    self.retire_zone(victim);
-                } else {
-                    job.phase = JobPhase::ReadyToFlush;
+                    retired.push(job.victim);
+                    return false;
                 }
+                job.phase = JobPhase::ReadyToFlush;
+                true
             }
-            _ => {}
+            _ => true,
+        });
+        for victim in retired {
+            self.retire_zone(victim);
         }
     }
 
@@ -861,7 +937,8 @@ impl Ftl {
     ) {
         let bs = self.block_size();
         let want = self.summary_encoded_blocks() as usize * bs;
-        let mut summary = std::mem::take(&mut self.job.as_mut().expect("job").summary);
+        let job = self.job_of(zone).expect("summary read of a running job");
+        let mut summary = std::mem::take(&mut job.summary);
         let ok = match result {
             Ok(Outcome::Read { data, .. }) if data.len() == count as usize * bs => {
                 summary.extend_from_slice(&data);
@@ -870,29 +947,31 @@ impl Ftl {
             _ => false,
         };
         if ok && summary.len() < want {
-            let job = self.job.as_mut().expect("job");
+            let job = self.job_of(zone).expect("job");
             job.summary = summary;
             job.phase = JobPhase::Summary { issued: false };
             return;
         }
-        let shared = std::mem::take(&mut self.job.as_mut().expect("job").shared);
+        let shared = std::mem::take(&mut self.job_of(zone).expect("job").shared);
         let lbas = self.victim_lbas(zone, ok.then_some(&summary[..]), &shared);
-        let job = self.job.as_mut().expect("job");
+        let job = self.job_of(zone).expect("job");
         job.lbas = Some(lbas);
         job.shared = shared;
         job.phase = JobPhase::Copying;
     }
 
-    pub(super) fn victim_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+    pub(super) fn victim_flushed(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
         if result.is_err() {
             self.metadata_failed();
             return;
         }
-        self.closing.as_mut().expect("closing job").phase = JobPhase::ReadyToReset;
+        if let Some(job) = self.closing.iter_mut().find(|j| j.victim == zone) {
+            job.phase = JobPhase::ReadyToReset;
+        }
     }
 
     pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
-        self.closing = None;
+        self.closing.retain(|j| j.victim != zone);
         match result {
             Ok(_) => {
                 self.mapping.zone_reset(zone);
