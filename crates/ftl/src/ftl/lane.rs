@@ -135,6 +135,7 @@ impl Ftl {
             let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
+                _ if !self.gc_wide() => self.zones.take_free(kind)?,
                 _ => {
                     let groups = self.open_zone_groups();
                     let g = self.geo.zone_groups.max(1);

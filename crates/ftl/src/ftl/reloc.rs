@@ -324,18 +324,20 @@ impl Ftl {
         })
     }
 
-    /// Whether another collection may start beside the running ones: all
-    /// of theirs read (their copies still on their way), fewer than
-    /// `gc_victims` running, none of them leveling or retiring, and no
-    /// retirement or leveling move due (those run alone, and a stream of
-    /// overlapping collections must not hold them off).
+    /// Whether another job may start: fewer than `gc_victims` victims held
+    /// (copying or closing), and beside running jobs only a collection,
+    /// once all of theirs are read (their copies still on their way), none
+    /// of them leveling or retiring, and no retirement or leveling move due
+    /// (a stream of overlapping collections must not hold those off).
     fn may_start_job(&self) -> bool {
+        let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
+        if self.jobs.len() + self.closing.len() >= most {
+            return false;
+        }
         if self.jobs.is_empty() {
             return true;
         }
-        let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
-        self.jobs.len() < most
-            && self.reading_job().is_none()
+        self.reading_job().is_none()
             && self.jobs.iter().all(|j| j.purpose == JobPurpose::Gc)
             && self.retire_queue.is_empty()
             && self.wl_victim().is_none()
@@ -451,18 +453,21 @@ impl Ftl {
         while off < wp && !movable(off) {
             off += 1;
         }
-        // One read spans the live blocks of up to `GC_READ_SPAN_BLOCKS`,
-        // the dead ones between them included: a read command per run of
-        // live blocks took a few blocks each in a mostly live victim, and
-        // the commands in flight, not the media, bounded GC.
+        // Wide, one read spans the live blocks of up to
+        // `GC_READ_SPAN_BLOCKS`, the dead ones between them included: a read
+        // command per run of live blocks took a few blocks each in a mostly
+        // live victim, and the commands in flight, not the media, bounded GC.
         let start = off;
         let span = u64::from(self.geo.max_transfer_blocks).min(GC_READ_SPAN_BLOCKS);
         let most_live = paced.unwrap_or(u64::MAX);
+        let wide = self.gc_wide();
         let (mut end, mut live) = (off, 0);
         while off < wp && off - start < span && live < most_live {
             if movable(off) {
                 live += 1;
                 end = off + 1;
+            } else if !wide {
+                break; // one run of live blocks per read
             }
             off += 1;
         }
@@ -655,8 +660,12 @@ impl Ftl {
         let urgent = self.reading_job().is_none() && !self.gc_reads_in_flight();
         // With no read on its way (the victims are read through, or the
         // pace waits for the host) the queue goes out as it is.
-        let more_coming = self.gc_reads_in_flight();
-        let batch = GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks));
+        let more_coming = self.gc_wide() && self.gc_reads_in_flight();
+        let batch = if self.gc_wide() {
+            GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks))
+        } else {
+            1
+        };
         // GC and leveling (which frees what it moves) may use the reserve.
         let spread = self.gc_destination(lane);
         let wanted = queued.max(batch);
@@ -709,6 +718,12 @@ impl Ftl {
             },
             Command::Append { zone, data, oob },
         ))
+    }
+
+    /// GC spreads over zone groups and victims (`gc_lanes` or `gc_victims`
+    /// above 1): it also reads spans and appends in batches.
+    pub(super) fn gc_wide(&self) -> bool {
+        self.cfg.gc_victims > 1 || self.extra_lanes().next().is_some()
     }
 
     /// Whether a GC read is on its way.
@@ -850,10 +865,10 @@ impl Ftl {
         }
     }
 
-    /// Drives the job to its note, flush and reset once its copies are
-    /// done. The note on it hands the job to `closing`, and the next job
-    /// starts copying while it waits for the log, the flush and the reset;
-    /// a job whose copies are done waits for `closing` to be free.
+    /// Drives a job to its note, flush and reset once its copies are done.
+    /// The note on it hands the job to `closing` (at most `CLOSING_JOBS`;
+    /// another copied job waits), and the running jobs go on copying while
+    /// it waits for the log, the flush and the reset.
     pub(super) fn advance_job(&mut self) {
         self.advance_closing();
         if self.closing.len() >= CLOSING_JOBS {
@@ -870,44 +885,40 @@ impl Ftl {
         });
         let Some(i) = copied else { return };
         let victim = self.jobs[i].victim;
-        {
-            {
-                let job = &mut self.jobs[i];
-                job.unreadable.retain(|&p| self.mapping.is_live(p));
-                let stuck = job.unreadable.len() as u64;
-                if self.mapping.valid_blocks(victim) > stuck {
-                    // Blocks became live behind the scan (cannot happen for a
-                    // Full zone) or a write raced: rescan.
-                    job.scan_offset = 0;
-                    return;
-                }
-                if stuck > 0 {
-                    job.purpose = JobPurpose::Retire;
-                }
-                let purpose = job.purpose;
-                let seq = self.take_seq();
-                let note = if purpose == JobPurpose::Retire {
-                    Note::ZoneRetire { seq, zone: victim }
-                } else {
-                    Note::ZoneReset {
-                        seq,
-                        zone: victim,
-                        erase_count: self.zones.get(victim).erase_count() + 1,
-                    }
-                };
-                self.log.push_note(note);
-                self.log.pack(true);
-                let log_barrier = self.log.next_log_seq();
-                let mut job = self.jobs.remove(i);
-                job.phase = JobPhase::Noting { log_barrier };
-                self.closing.push(job);
-                self.advance_closing();
-            }
+        let job = &mut self.jobs[i];
+        job.unreadable.retain(|&p| self.mapping.is_live(p));
+        let stuck = job.unreadable.len() as u64;
+        if self.mapping.valid_blocks(victim) > stuck {
+            // Blocks became live behind the scan (cannot happen for a
+            // Full zone) or a write raced: rescan.
+            job.scan_offset = 0;
+            return;
         }
+        if stuck > 0 {
+            job.purpose = JobPurpose::Retire;
+        }
+        let purpose = job.purpose;
+        let seq = self.take_seq();
+        let note = if purpose == JobPurpose::Retire {
+            Note::ZoneRetire { seq, zone: victim }
+        } else {
+            Note::ZoneReset {
+                seq,
+                zone: victim,
+                erase_count: self.zones.get(victim).erase_count() + 1,
+            }
+        };
+        self.log.push_note(note);
+        self.log.pack(true);
+        let log_barrier = self.log.next_log_seq();
+        let mut job = self.jobs.remove(i);
+        job.phase = JobPhase::Noting { log_barrier };
+        self.closing.push(job);
+        self.advance_closing();
     }
 
-    /// The closing job's note is durable: retire its victim, or go on to
-    /// the flush and reset.
+    /// A closing job's note is durable: retire its victim, or go on to the
+    /// flush and reset.
     fn advance_closing(&mut self) {
         let durable = self.log.durable_next();
         let mut retired = Vec::new();
