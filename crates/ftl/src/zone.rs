@@ -691,6 +691,20 @@ mod tests {
     }
 
     #[test]
+    fn take_free_spread_picks_the_least_crowded_group() {
+        let mut table = ZoneTable::new(8, CAP);
+        // Two zone groups (z % 2); group 0 is crowded.
+        let crowding = |z: ZoneId| if z % 2 == 0 { 3 } else { 0 };
+        assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(1));
+        assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(3));
+        // Only zone 0 looked at: it is taken though crowded.
+        assert_eq!(table.take_free_spread(HOST, 1, crowding), Some(0));
+        // Equal crowding: the least worn, then the lowest id, as take_free.
+        assert_eq!(table.take_free_spread(HOST, 8, |_| 0), Some(2));
+        table.assert_consistent();
+    }
+
+    #[test]
     fn release_and_retire_keep_the_sets_right() {
         let mut table = ZoneTable::new(3, CAP);
         let z = table.take_free(HOST).unwrap();

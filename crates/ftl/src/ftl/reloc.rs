@@ -337,7 +337,17 @@ impl Ftl {
         if self.jobs.is_empty() {
             return true;
         }
-        self.reading_job().is_none()
+        // The running jobs' live blocks, and up to a zone's of the next
+        // victim, must fit where GC can write: otherwise the victims read
+        // through wait for room no reset will make.
+        let held: u64 = self
+            .jobs
+            .iter()
+            .map(|j| self.mapping.valid_blocks(j.victim))
+            .sum();
+        let room = u64::from(self.zones.free_count()) * self.data_cap() + self.open_tails_blocks();
+        room >= held + self.data_cap()
+            && self.reading_job().is_none()
             && self.jobs.iter().all(|j| j.purpose == JobPurpose::Gc)
             && self.retire_queue.is_empty()
             && self.wl_victim().is_none()
