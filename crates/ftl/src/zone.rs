@@ -694,7 +694,7 @@ mod tests {
     fn take_free_spread_picks_the_least_crowded_group() {
         let mut table = ZoneTable::new(8, CAP);
         // Two zone groups (z % 2); group 0 is crowded.
-        let crowding = |z: ZoneId| if z % 2 == 0 { 3 } else { 0 };
+        let crowding = |z: ZoneId| if z.is_multiple_of(2) { 3 } else { 0 };
         assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(1));
         assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(3));
         // Only zone 0 looked at: it is taken though crowded.
