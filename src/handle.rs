@@ -1489,6 +1489,7 @@ mod tests {
             max_open_zones: 0,
             max_active_zones: 0,
             parallel_units: 1,
+            zone_groups: 1,
             queue_depth: 32,
         }
     }

@@ -100,6 +100,38 @@ fn crash_torture_with_other_settings() {
     }
 }
 
+/// GC spread over the device's zone groups and several victims at once
+/// (`gc_lanes`, `gc_victims` above 1): cuts land while several victims
+/// are copied, one closes and extra GC lanes hold zones; OOB and in-band
+/// tags, timing on and off, greedy and cost-benefit alternate.
+#[test]
+fn crash_torture_with_spread_gc() {
+    let run = |seed: u64| {
+        let device_seed = seed / 2;
+        let sim = common::sim_config(
+            seed,
+            device_seed.is_multiple_of(2),
+            device_seed.is_multiple_of(5),
+        );
+        let cfg = FtlConfig {
+            gc_lanes: 4,
+            gc_victims: 4,
+            gc_policy: if seed.is_multiple_of(2) {
+                VictimPolicy::Greedy
+            } else {
+                VictimPolicy::CostBenefit
+            },
+            ..common::ftl_config()
+        };
+        Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_spread_gc", 400, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+    }
+}
+
 /// Range-operation vectors (clone, move, delete, merge, attributes) mixed
 /// into the random operations: cuts land inside vectors, inside GC of
 /// shared blocks and inside checkpoints; OOB and in-band tags alternate.

@@ -289,6 +289,7 @@ pub fn geometry_text(report: &GeometryReport, t: &mut Text) {
         t.limit("max_open_zones", g.max_open_zones);
         t.limit("max_active_zones", g.max_active_zones);
         t.row("parallel_units", g.parallel_units);
+        t.row("zone_groups", g.zone_groups);
         t.row("queue_depth", g.queue_depth);
         t.bytes("capacity_bytes", report.capacity_bytes);
     }

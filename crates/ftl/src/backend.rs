@@ -49,8 +49,17 @@ pub struct Geometry {
     pub max_active_zones: u32,
     /// Independent units (LUNs, dies) that work in parallel.
     pub parallel_units: u32,
+    /// Zones striped over disjoint sets of parallel units: zone `z` works
+    /// on the units of group `z % zone_groups`, so zones whose ids differ
+    /// modulo it program in parallel. 1 when the device does not say.
+    #[serde(default = "one_group")]
+    pub zone_groups: u32,
     /// Commands that may be in flight at once; `submit` answers `Busy` past it.
     pub queue_depth: u32,
+}
+
+fn one_group() -> u32 {
+    1
 }
 
 /// Why a [`Geometry`] is not usable.
@@ -80,7 +89,7 @@ pub enum GeometryError {
     },
     #[error("max open zones {max_open} exceeds max active zones {max_active}")]
     OpenAboveActive { max_open: u32, max_active: u32 },
-    #[error("parallel units and queue depth must be at least 1")]
+    #[error("parallel units, zone groups and queue depth must be at least 1")]
     Parallelism,
 }
 
@@ -127,7 +136,7 @@ impl Geometry {
                 max_active: self.max_active_zones,
             });
         }
-        if self.parallel_units == 0 || self.queue_depth == 0 {
+        if self.parallel_units == 0 || self.queue_depth == 0 || self.zone_groups == 0 {
             return Err(GeometryError::Parallelism);
         }
         Ok(())
@@ -523,6 +532,7 @@ mod tests {
             max_open_zones: 16,
             max_active_zones: 32,
             parallel_units: 8,
+            zone_groups: 1,
             queue_depth: 64,
         }
     }

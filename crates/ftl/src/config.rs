@@ -70,6 +70,22 @@ pub struct FtlConfig {
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
+    /// Zones GC may write relocated data into at once, each on a zone group
+    /// the other open data zones do not use (`Geometry::zone_groups`): one
+    /// zone programs on one group's parallel units only. At most the
+    /// device's zone groups (no more than 16); 1 = GC writes one zone per
+    /// stream. Above 1 (or with `gc_victims` above 1) GC also reads spans
+    /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
+    /// time while reads are on their way, and lanes open their zones on
+    /// the zone group the open lanes use least (docs/design.md, "A GC job").
+    pub gc_lanes: u32,
+    /// Victims GC holds at once, copying or waiting for their reset: the
+    /// next starts once the running ones are read through, while their
+    /// copies are still on their way, so the copies of several victims
+    /// keep the zone groups busy. At most 16; leveling and retirement do
+    /// not run beside other jobs. 1 = one victim at a time, from its
+    /// choice through its reset.
+    pub gc_victims: u32,
     /// Media blocks written between checkpoints.
     pub checkpoint_interval_blocks: u64,
     /// Static wear leveling: move cold data once max − min erase count exceeds this; 0 = off.
@@ -103,6 +119,8 @@ impl Default for FtlConfig {
             max_inflight_commands: 128,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
+            gc_lanes: 1,
+            gc_victims: 1,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,
             max_request_blocks: 8192,

@@ -408,6 +408,7 @@ mod tests {
             max_open_zones: 8,
             max_active_zones: 8,
             parallel_units: 4,
+            zone_groups: 1,
             queue_depth: 32,
         }
     }

@@ -313,6 +313,25 @@ impl ZoneTable {
         Some(z)
     }
 
+    /// Like [`Self::take_free`], but among the `scan` least-worn free zones
+    /// the one with the lowest `crowding` (ties to the least worn, then the
+    /// lowest id): the lanes spread their open zones over the device's
+    /// parallel units. O(scan + log zones).
+    pub fn take_free_spread(
+        &mut self,
+        kind: ZoneKind,
+        scan: usize,
+        crowding: impl Fn(ZoneId) -> u32,
+    ) -> Option<ZoneId> {
+        let &(_, z) = self
+            .free
+            .iter()
+            .take(scan.max(1))
+            .min_by_key(|&&(_, z)| crowding(z))?;
+        self.claim(z, kind);
+        Some(z)
+    }
+
     /// Static wear leveling's destination: the most-worn free zone, where
     /// cold data rests and stops adding erases. O(log zones).
     pub fn take_free_most_worn(&mut self, kind: ZoneKind) -> Option<ZoneId> {
@@ -668,6 +687,20 @@ mod tests {
         assert_eq!(table.take_free(HOST), None);
         assert_eq!(table.get(1).state(), ZoneUse::Open);
         assert_eq!(table.data_zone_count(), 3);
+        table.assert_consistent();
+    }
+
+    #[test]
+    fn take_free_spread_picks_the_least_crowded_group() {
+        let mut table = ZoneTable::new(8, CAP);
+        // Two zone groups (z % 2); group 0 is crowded.
+        let crowding = |z: ZoneId| if z.is_multiple_of(2) { 3 } else { 0 };
+        assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(1));
+        assert_eq!(table.take_free_spread(HOST, 8, crowding), Some(3));
+        // Only zone 0 looked at: it is taken though crowded.
+        assert_eq!(table.take_free_spread(HOST, 1, crowding), Some(0));
+        // Equal crowding: the least worn, then the lowest id, as take_free.
+        assert_eq!(table.take_free_spread(HOST, 8, |_| 0), Some(2));
         table.assert_consistent();
     }
 

@@ -319,6 +319,7 @@ impl SimConfig {
             max_open_zones: self.max_open_zones,
             max_active_zones: self.max_active_zones,
             parallel_units: self.lun_count(),
+            zone_groups: (self.lun_count() / self.zone_width_luns.max(1)).max(1),
             queue_depth: self.queue_depth,
         }
     }

@@ -1090,6 +1090,7 @@ fn block_geometry(
         max_open_zones: info.max_open_zones,
         max_active_zones: info.max_active_zones,
         parallel_units: 1,
+        zone_groups: 1,
         queue_depth: opts.queue_depth.clamp(1, 4096).next_power_of_two(),
     };
     geometry.validate().map_err(|e| OpenError::Geometry {

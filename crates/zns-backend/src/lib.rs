@@ -696,6 +696,7 @@ impl ZnsDevice {
             max_open_zones: limit(mor),
             max_active_zones: limit(mar),
             parallel_units: 1,
+            zone_groups: 1,
             queue_depth: qd,
         };
         geometry.validate().map_err(|e| OpenError::Geometry {

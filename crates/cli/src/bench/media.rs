@@ -80,6 +80,14 @@ pub struct MediaArgs {
     /// Seed of the addresses.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// `FtlConfig::gc_lanes`: zones GC writes into at once, on distinct
+    /// zone groups (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_lanes: Option<u32>,
+    /// `FtlConfig::gc_victims`: victims GC holds at once (default: the
+    /// configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_victims: Option<u32>,
     /// Also write the plots (utilization against depth, latency CDFs) to
     /// this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -188,6 +196,9 @@ pub struct MediaReport {
     pub latency: Latency,
     pub targets: Targets,
     pub seed: u64,
+    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`).
+    pub gc_lanes: u32,
+    pub gc_victims: u32,
 }
 
 /// What a stream sends.
@@ -628,6 +639,11 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         seed: args.seed,
         ..FormatOptions::default()
     };
+    let ftl = &FtlConfig {
+        gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
+        gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
+        ..ftl.clone()
+    };
     let drv = Driver::format(device, &options, ftl.clone())?;
     let logical = drv.logical_blocks();
     let mut b = Bench {
@@ -761,6 +777,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         latency,
         targets,
         seed: args.seed,
+        gc_lanes: ftl.gc_lanes,
+        gc_victims: ftl.gc_victims,
     };
     if let Some(path) = &args.svg {
         let cdfs = [

@@ -2788,6 +2788,7 @@ mod tests {
             max_open_zones: 3,
             max_active_zones: 4,
             parallel_units: 2,
+            zone_groups: 1,
             queue_depth: 8,
         }
     }
@@ -2806,6 +2807,7 @@ mod tests {
             max_open_zones: 0,
             max_active_zones: 0,
             parallel_units: 1,
+            zone_groups: 1,
             queue_depth: 3,
         }
     }
@@ -2824,6 +2826,7 @@ mod tests {
             max_open_zones: 2,
             max_active_zones: 2,
             parallel_units: 4,
+            zone_groups: 1,
             queue_depth: 16,
         }
     }

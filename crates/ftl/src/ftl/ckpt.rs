@@ -74,14 +74,18 @@ impl Ftl {
         }
     }
 
-    /// A victim whose ZoneReset note precedes the checkpoint in the log: the
-    /// checkpoint must call it free, or recovery would skip the new data the
-    /// reused zone gets after the reset (it holds no live data: valid is 0).
-    fn victim_noted(&self) -> Option<ZoneId> {
-        let j = self.job.as_ref()?;
-        (j.purpose != JobPurpose::Retire
-            && !matches!(j.phase, JobPhase::Summary { .. } | JobPhase::Copying))
-        .then_some(j.victim)
+    /// Victims whose ZoneReset note precedes the checkpoint in the log: the
+    /// checkpoint must call them free, or recovery would skip the new data a
+    /// reused zone gets after the reset (they hold no live data: valid is 0).
+    fn victims_noted(&self) -> Vec<ZoneId> {
+        self.closing
+            .iter()
+            .filter(|j| {
+                j.purpose != JobPurpose::Retire
+                    && !matches!(j.phase, JobPhase::Summary { .. } | JobPhase::Copying)
+            })
+            .map(|j| j.victim)
+            .collect()
     }
 
     fn capture_checkpoint(&mut self) {
@@ -106,13 +110,13 @@ impl Ftl {
     }
 
     fn checkpoint_image(&self) -> CheckpointImage {
-        let noted = self.victim_noted();
+        let noted = self.victims_noted();
         let zones = (0..self.geo.zone_count)
             .map(|z| {
                 let zone = self.zones.get(z);
                 let mut record = zone.record();
                 let valid = self.mapping.valid_blocks(z);
-                if Some(z) == noted {
+                if noted.contains(&z) {
                     assert_eq!(valid, 0, "noted victim {z} still holds data");
                     record = crate::zone::ZoneRecord {
                         kind: ZoneKind::Free,

@@ -25,27 +25,60 @@ const META_OPEN_ZONES: u32 = 3;
 /// copying the zones the host was about to overwrite.
 const STREAM_WRITE_BYTES: u64 = 64 << 10;
 
+/// Most zones GC writes into at once (`FtlConfig::gc_lanes`).
+pub(super) const MAX_GC_LANES: u32 = 16;
+
+/// Free zones (least worn first) a lane looks through for one on the zone
+/// group its fellow lanes use least.
+const SPREAD_SCAN_ZONES: usize = 64;
+
 /// An open zone the core writes data into; each maps to a zone stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Lane {
     /// Host writes of recently rewritten blocks.
-    HostHot = 0,
+    HostHot,
     /// First host writes and blocks rewritten after a long time; cold data GC moved.
-    HostCold = 1,
+    HostCold,
     /// Data GC moved that is not cold.
-    Gc = 2,
+    Gc,
     /// Cold data static wear leveling parks on the most-worn free zones.
-    WearLeveling = 3,
+    WearLeveling,
+    /// One more zone GC writes into beside `Gc` or `HostCold`, on another
+    /// zone group, while their zones' appends keep their units busy
+    /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
+    Extra(u8),
 }
 
 impl Lane {
-    fn stream(self) -> Stream {
+    /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
+    const BASE: u8 = 4;
+
+    pub(super) fn index(self) -> usize {
+        match self {
+            Lane::HostHot => 0,
+            Lane::HostCold => 1,
+            Lane::Gc => 2,
+            Lane::WearLeveling => 3,
+            Lane::Extra(i) => usize::from(Lane::BASE + i),
+        }
+    }
+
+    pub(super) fn stream(self) -> Stream {
         match self {
             Lane::HostHot => Stream::Host,
             Lane::HostCold => Stream::HostCold,
-            Lane::Gc | Lane::WearLeveling => Stream::Gc,
+            Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
         }
     }
+}
+
+/// The lanes of a mounted FTL: the four base lanes and as many extra GC
+/// lanes as `gc_lanes` asks and the device has zone groups for.
+pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32) -> Vec<StreamState> {
+    let extra = gc_lanes.min(zone_groups).clamp(1, MAX_GC_LANES) - 1;
+    (0..u32::from(Lane::BASE) + extra)
+        .map(|_| StreamState::default())
+        .collect()
 }
 
 #[derive(Debug, Default)]
@@ -55,11 +88,15 @@ pub(super) struct StreamState {
     /// The zone came out of the GC reserve: only GC may fill it, or host
     /// writes sharing the lane would eat the reserve.
     gc_only: bool,
+    /// The stream of the zone an extra lane holds (or opens next).
+    stream: Option<Stream>,
 }
 
 impl Ftl {
     /// Zone and block count for the next append of a stream, opening a new
-    /// zone when needed. Host streams may not dip into the GC reserve.
+    /// zone when needed. Host streams may not dip into the GC reserve; an
+    /// extra GC lane opens a zone only with a free zone and the device's
+    /// open-zone budget left for the base lanes.
     fn lane_room(
         &mut self,
         lane: Lane,
@@ -79,20 +116,32 @@ impl Ftl {
             st.gc_only = false;
         }
         if st.zone.is_none() {
-            if !self.may_open_data_zone() {
+            let extra = matches!(lane, Lane::Extra(_));
+            let headroom = if extra { self.base_lanes_closed() } else { 0 };
+            if !self.may_open_data_zone(headroom) {
                 return None; // busy: zones filled earlier are still draining
             }
             let free = self.zones.free_count() as u64;
             let from_reserve = free <= reserve;
-            if free == 0 || (from_reserve && host_barred) {
+            // An extra lane leaves the last free zone to the base lanes: with
+            // it, GC can always finish a victim (less than a zone live).
+            if free == 0 || (from_reserve && host_barred) || (extra && free <= 1) {
                 return None;
             }
-            let kind = ZoneKind::Data {
-                stream: lane.stream(),
+            let stream = match lane {
+                Lane::Extra(_) => self.lane_mut(lane).stream.unwrap_or(Stream::Gc),
+                _ => lane.stream(),
             };
+            let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
-                _ => self.zones.take_free(kind)?,
+                _ if !self.gc_wide() => self.zones.take_free(kind)?,
+                _ => {
+                    let groups = self.open_zone_groups();
+                    let g = self.geo.zone_groups.max(1);
+                    self.zones
+                        .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| groups[(z % g) as usize])?
+                }
             };
             self.zone_clock[z as usize] = 0;
             self.summary_opened(z);
@@ -100,11 +149,50 @@ impl Ftl {
             st.zone = Some(z);
             st.allocated_blocks = 0;
             st.gc_only = from_reserve && may_use_reserve;
+            st.stream = Some(stream);
         }
         let st = self.lane_mut(lane);
         let zone = st.zone.expect("lane zone");
         let n = wanted.min(data_cap - st.allocated_blocks);
         Some((zone, n))
+    }
+
+    /// Open lane zones per zone group (`Geometry::zone_groups` entries).
+    fn open_zone_groups(&self) -> Vec<u32> {
+        let g = self.geo.zone_groups.max(1);
+        let mut groups = vec![0u32; g as usize];
+        for z in self.lanes.iter().filter_map(|l| l.zone) {
+            groups[(z % g) as usize] += 1;
+        }
+        groups
+    }
+
+    /// Base lanes other than wear leveling's that hold no zone: the open
+    /// zones an extra lane must leave them.
+    fn base_lanes_closed(&self) -> usize {
+        [Lane::HostHot, Lane::HostCold, Lane::Gc]
+            .into_iter()
+            .filter(|l| self.lanes[l.index()].zone.is_none())
+            .count()
+    }
+
+    /// The extra GC lanes.
+    pub(super) fn extra_lanes(&self) -> impl Iterator<Item = Lane> {
+        (0..self.lanes.len().saturating_sub(usize::from(Lane::BASE))).map(|i| Lane::Extra(i as u8))
+    }
+
+    /// The zone `lane` holds and the stream it writes, if it holds one.
+    pub(super) fn lane_zone(&self, lane: Lane) -> Option<(ZoneId, Option<Stream>)> {
+        let st = &self.lanes[lane.index()];
+        st.zone.map(|z| (z, st.stream))
+    }
+
+    /// Sets the stream an extra lane without a zone opens its next one for.
+    pub(super) fn set_extra_stream(&mut self, lane: Lane, stream: Stream) {
+        let st = self.lane_mut(lane);
+        if st.zone.is_none() {
+            st.stream = Some(stream);
+        }
     }
 
     /// Blocks the open lanes' zones can still take: their unwritten tails.
@@ -121,7 +209,8 @@ impl Ftl {
     /// active zone limits must hold the metadata log's zone and both
     /// superblock zones too; the data zones counted are the lanes' and
     /// those still taking appends or waiting for their summary.
-    fn may_open_data_zone(&self) -> bool {
+    /// `headroom`: open zones to leave for other lanes.
+    fn may_open_data_zone(&self, headroom: usize) -> bool {
         let limits = [self.geo.max_open_zones, self.geo.max_active_zones];
         let Some(limit) = limits.into_iter().filter(|&l| l != 0).min() else {
             return true;
@@ -137,7 +226,7 @@ impl Ftl {
                         || self.lanes.iter().any(|l| l.zone == Some(z)))
             })
             .count();
-        open < budget
+        open + headroom < budget
     }
 
     /// Room in `lane`, or else in its sibling: temperature separation is
@@ -153,6 +242,8 @@ impl Ftl {
             return Some((lane, zone, room));
         }
         let sibling = match lane {
+            // Extra lanes are optional: the caller falls back to a base lane.
+            Lane::Extra(_) => return None,
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
@@ -171,7 +262,7 @@ impl Ftl {
     }
 
     fn lane_mut(&mut self, lane: Lane) -> &mut StreamState {
-        &mut self.lanes[lane as usize]
+        &mut self.lanes[lane.index()]
     }
 
     /// Hot if the block's previous version was written recently (see
@@ -454,8 +545,12 @@ impl Ftl {
             self.host_write_failures += 1;
             return;
         }
-        if !self.retire_queue.contains(&zone) && self.job.as_ref().is_none_or(|j| j.victim != zone)
-        {
+        let victim = self
+            .jobs
+            .iter()
+            .chain(&self.closing)
+            .any(|j| j.victim == zone);
+        if !self.retire_queue.contains(&zone) && !victim {
             self.retire_queue.push_back(zone);
         }
     }

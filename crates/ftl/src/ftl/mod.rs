@@ -131,7 +131,9 @@ enum Op {
         zone: ZoneId,
         count: u32,
     },
-    VictimFlush,
+    VictimFlush {
+        zone: ZoneId,
+    },
     VictimReset {
         zone: ZoneId,
     },
@@ -166,14 +168,21 @@ pub struct Ftl {
     next_seq: Seq,
     epoch: Epoch,
     log: MetaLog,
-    /// Open zone of each lane (indexed by `Lane as usize`).
-    lanes: [StreamState; 4],
+    /// Open zone of each lane (indexed by `Lane::index`): the four base
+    /// lanes, then the extra GC lanes (at most `lane::MAX_GC_LANES - 1`).
+    lanes: Vec<StreamState>,
     /// Host blocks admitted so far: the clock temperature is measured in.
     host_clock: u64,
     /// `host_clock` when each zone was opened by a host stream (0 for GC
     /// zones and after mount: their data counts as old).
     zone_clock: Vec<u64>,
-    job: Option<GcJob>,
+    /// The jobs copying their victims' live blocks (or reading a summary):
+    /// at most `gc_victims` (`reloc::MAX_GC_VICTIMS`), and one at a time
+    /// for leveling and retirement.
+    jobs: Vec<GcJob>,
+    /// The job whose copies are done: its note, flush and reset.
+    /// (At most `gc_victims`.)
+    closing: Vec<GcJob>,
     /// Zone summaries being collected (tags in band): at most one per lane
     /// plus those waiting for their zone's appends.
     summaries: Vec<summaries::PendingSummary>,
@@ -261,6 +270,7 @@ pub struct Ftl {
 impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
+        let zone_groups = p.geometry.zone_groups;
         let in_band = p.tag_mode == TagMode::InBand;
         let summary_blocks = crate::layout::summary_blocks_per_zone(&p.geometry, in_band);
         let data_cap = p.geometry.zone_capacity_blocks - summary_blocks;
@@ -301,10 +311,11 @@ impl Ftl {
             next_seq: p.next_seq,
             epoch: p.epoch,
             log: p.log,
-            lanes: Default::default(),
+            lanes: lane::new_lanes(p.config.gc_lanes, zone_groups),
             host_clock: 0,
             zone_clock: vec![0; zone_count],
-            job: None,
+            jobs: Vec::new(),
+            closing: Vec::new(),
             summaries: Vec::new(),
             finish_pending: Vec::new(),
             retire_queue: VecDeque::new(),
@@ -426,7 +437,7 @@ impl Ftl {
     /// What background work is under way (tests use it to aim power cuts).
     pub fn activity(&self) -> Activity {
         Activity {
-            gc: self.job.is_some(),
+            gc: !self.jobs.is_empty() || !self.closing.is_empty(),
             checkpoint: !matches!(self.ckpt, CkptState::Idle),
         }
     }
@@ -434,23 +445,24 @@ impl Ftl {
     /// A one-paragraph summary of the core's state, for stall reports.
     pub fn debug_state(&self) -> String {
         format!(
-            "ckpt {:?} requested {}; job {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
-             host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
+            "ckpt {:?} requested {}; jobs {:?}; flushes {:?}; buffer used {} queued {}; waiting writes {}; \
+             closing {:?}; host appends {}; gc in flight {} queue {}; free zones {} (reserve {}); host {:?} gc {:?}; \
              log {}; ops {}; reads unplanned {} planned {}; read_only {}",
             self.ckpt,
             self.ckpt_requested,
-            self.job,
+            self.jobs,
             self.flushes,
             self.buffer.used_slots(),
             self.buffer.queued(),
             self.waiting_writes.len(),
+            self.closing,
             self.host_appends_in_flight,
             self.gc_in_flight,
             self.gc_queued(),
             self.zones.free_count(),
             self.gc_reserve_zones,
-            self.lanes[Lane::HostHot as usize],
-            self.lanes[Lane::Gc as usize],
+            self.lanes[Lane::HostHot.index()],
+            self.lanes[Lane::Gc.index()],
             self.log.debug_state(),
             self.ops.len(),
             self.unplanned_reads.len(),
@@ -654,7 +666,7 @@ impl Ftl {
         let result = completion.result;
         let is_flush = matches!(
             op,
-            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush
+            Op::HostFlush { .. } | Op::VictimFlush { .. } | Op::CkptFlush | Op::RangeFlush
         );
         if is_flush && result.is_ok() {
             let mark = self.flush_marks[Key(completion.tag).index()];
@@ -743,7 +755,7 @@ impl Ftl {
             // need not be: it no longer counts against the open limits.
             Op::ZoneFinish { zone } => self.append_settled(zone),
             Op::SummaryRead { zone, count } => self.victim_summary_read(zone, count, result),
-            Op::VictimFlush => self.victim_flushed(result),
+            Op::VictimFlush { zone } => self.victim_flushed(zone, result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {
                 let r = result.map(|_| ReplyData::Done).map_err(|e| match e {
@@ -770,7 +782,7 @@ impl Ftl {
     /// failure paths write the data again elsewhere.
     fn repeatable(op: &Op) -> Option<Command> {
         match *op {
-            Op::HostFlush { .. } | Op::VictimFlush | Op::CkptFlush | Op::RangeFlush => {
+            Op::HostFlush { .. } | Op::VictimFlush { .. } | Op::CkptFlush | Op::RangeFlush => {
                 Some(Command::Flush)
             }
             Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),

@@ -78,7 +78,18 @@ pub(super) struct GcJob {
     /// How fast a collection keeps up with the host; `None` for leveling
     /// and retirement, which run at once.
     pace: Option<Pace>,
+    /// Blocks read from the victim and not yet copied: queued, or in an
+    /// append on its way.
+    pending: u32,
 }
+
+/// Jobs whose copies are done that close (note, flush, reset) at once.
+/// More held more victims' garbage back from the free zones while GC
+/// picked the next victims: write amplification rose.
+const CLOSING_JOBS: usize = 2;
+
+/// Most victims collected at once (`FtlConfig::gc_victims`).
+pub(super) const MAX_GC_VICTIMS: u32 = 16;
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
 const WL_EVERY_GC_JOBS: u32 = 4;
@@ -101,6 +112,15 @@ const GC_START_ROOM_SHARE: u64 = 32;
 /// of 32 blocks and more) answered fewer 4 KiB random writes
 /// (docs/bench-nbd.md, "Paced GC reads").
 const PACED_READ_BLOCKS: u64 = 32;
+
+/// The most blocks one GC read spans.
+const GC_READ_SPAN_BLOCKS: u64 = 64;
+
+/// A GC append waits for this many blocks queued (or the device's largest
+/// append, if smaller) until its victim has been read through: an append
+/// per read left a few blocks per command, and the commands in flight,
+/// not the media, bounded GC.
+const GC_APPEND_BATCH_BLOCKS: u64 = 128;
 
 /// A collection's pace: collecting a victim with `valid` live blocks frees
 /// `capacity - valid` blocks net, so while the host appends, GC moves
@@ -218,6 +238,8 @@ impl Ftl {
 
     fn excluded(&self, z: ZoneId) -> bool {
         self.lanes.iter().any(|st| st.zone == Some(z))
+            || self.closing.iter().any(|j| j.victim == z)
+            || self.jobs.iter().any(|j| j.victim == z)
             || self.zone_appends[z as usize] > 0
             || self.finish_pending.contains(&z)
     }
@@ -280,23 +302,77 @@ impl Ftl {
             shared,
             summary: Vec::new(),
             pace,
+            pending: 0,
         })
+    }
+
+    /// The job collecting `zone`.
+    fn job_of(&mut self, zone: ZoneId) -> Option<&mut GcJob> {
+        self.jobs.iter_mut().find(|j| j.victim == zone)
+    }
+
+    /// The job that still has blocks to read (a retry, or the rest of its
+    /// victim): the oldest such. New jobs start only when there is none.
+    fn reading_job(&self) -> Option<usize> {
+        self.jobs.iter().position(|j| match j.phase {
+            JobPhase::Summary { .. } => true,
+            JobPhase::Copying => {
+                !j.retries.is_empty()
+                    || j.scan_offset < self.zones.get(j.victim).write_pointer_blocks()
+            }
+            _ => false,
+        })
+    }
+
+    /// Whether another job may start: fewer than `gc_victims` victims held
+    /// (copying or closing), and beside running jobs only a collection,
+    /// once all of theirs are read (their copies still on their way), none
+    /// of them leveling or retiring, and no retirement or leveling move due
+    /// (a stream of overlapping collections must not hold those off).
+    fn may_start_job(&self) -> bool {
+        let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
+        if self.jobs.len() + self.closing.len() >= most {
+            return false;
+        }
+        if self.jobs.is_empty() {
+            return true;
+        }
+        // The running jobs' live blocks, and up to a zone's of the next
+        // victim, must fit where GC can write: otherwise the victims read
+        // through wait for room no reset will make.
+        let held: u64 = self
+            .jobs
+            .iter()
+            .map(|j| self.mapping.valid_blocks(j.victim))
+            .sum();
+        let room = u64::from(self.zones.free_count()) * self.data_cap() + self.open_tails_blocks();
+        room >= held + self.data_cap()
+            && self.reading_job().is_none()
+            && self.jobs.iter().all(|j| j.purpose == JobPurpose::Gc)
+            && self.retire_queue.is_empty()
+            && self.wl_victim().is_none()
     }
 
     pub(super) fn next_job_command(&mut self) -> Option<(Op, Command)> {
         if self.read_only {
             return None;
         }
-        if self.job.is_none() {
-            self.job = self.pick_job();
+        if let Some(c) = self.next_closing_command() {
+            return Some(c);
         }
-        let job = self.job.as_ref()?;
+        if self.reading_job().is_none() && self.may_start_job() {
+            if let Some(job) = self.pick_job() {
+                self.jobs.push(job);
+            }
+        }
+        let i = self.reading_job()?;
+        let job = &self.jobs[i];
         let victim = job.victim;
         match job.phase {
             JobPhase::Summary { issued: false } => {
                 let first = (job.summary.len() / self.block_size()) as u64;
                 let (cmd, count) = self.summary_read(victim, first);
-                self.job.as_mut().expect("job").phase = JobPhase::Summary { issued: true };
+                self.jobs[i].phase = JobPhase::Summary { issued: true };
                 Some((
                     Op::SummaryRead {
                         zone: victim,
@@ -305,20 +381,29 @@ impl Ftl {
                     cmd,
                 ))
             }
-            JobPhase::Copying => self.next_gc_read(),
-            JobPhase::ReadyToFlush if self.zone_readers[victim as usize] == 0 => {
-                self.job.as_mut().expect("job").phase = JobPhase::Flushing;
-                Some((Op::VictimFlush, Command::Flush))
-            }
-            JobPhase::ReadyToReset => {
-                self.job.as_mut().expect("job").phase = JobPhase::Resetting;
-                Some((
-                    Op::VictimReset { zone: victim },
-                    Command::Reset { zone: victim },
-                ))
-            }
+            JobPhase::Copying => self.next_gc_read(i),
             _ => None,
         }
+    }
+
+    /// The flush or reset of a job whose copies are done, when due.
+    fn next_closing_command(&mut self) -> Option<(Op, Command)> {
+        let readers = &self.zone_readers;
+        let job = self.closing.iter_mut().find(|j| match j.phase {
+            JobPhase::ReadyToFlush => readers[j.victim as usize] == 0,
+            JobPhase::ReadyToReset => true,
+            _ => false,
+        })?;
+        let victim = job.victim;
+        if matches!(job.phase, JobPhase::ReadyToFlush) {
+            job.phase = JobPhase::Flushing;
+            return Some((Op::VictimFlush { zone: victim }, Command::Flush));
+        }
+        job.phase = JobPhase::Resetting;
+        Some((
+            Op::VictimReset { zone: victim },
+            Command::Reset { zone: victim },
+        ))
     }
 
     /// The free zones are down to the reserve: GC runs flat out.
@@ -333,13 +418,16 @@ impl Ftl {
 
     /// Blocks the running collection may read now; `None`: no limit.
     fn paced_read_blocks(&self) -> Option<u64> {
-        let pace = self.job.as_ref()?.pace.as_ref()?;
+        let pace = self.jobs.get(self.reading_job()?)?.pace.as_ref()?;
         (!self.gc_urgent()).then(|| pace.readable_blocks())
     }
 
     /// The running collection's pace, if it has one.
     fn pace_mut(&mut self) -> Option<&mut Pace> {
-        self.job.as_mut()?.pace.as_mut()
+        let i = self
+            .reading_job()
+            .unwrap_or(self.jobs.len().checked_sub(1)?);
+        self.jobs[i].pace.as_mut()
     }
 
     /// The host appended `blocks`: the running collection earns its pace.
@@ -349,7 +437,8 @@ impl Ftl {
         }
     }
 
-    fn next_gc_read(&mut self) -> Option<(Op, Command)> {
+    /// The next read of job `i`'s victim.
+    fn next_gc_read(&mut self, i: usize) -> Option<(Op, Command)> {
         if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
             return None;
         }
@@ -358,10 +447,10 @@ impl Ftl {
             return None;
         }
         let cap = self.cap();
-        if let Some((ppa, count, attempts)) = self.job.as_mut().expect("job").retries.pop() {
+        if let Some((ppa, count, attempts)) = self.jobs[i].retries.pop() {
             return Some(self.gc_read(ppa, count, attempts));
         }
-        let job = self.job.as_ref().expect("job");
+        let job = &self.jobs[i];
         let (victim, wp) = (
             job.victim,
             self.zones.get(job.victim).write_pointer_blocks(),
@@ -374,27 +463,40 @@ impl Ftl {
         while off < wp && !movable(off) {
             off += 1;
         }
+        // Wide, one read spans the live blocks of up to
+        // `GC_READ_SPAN_BLOCKS`, the dead ones between them included: a read
+        // command per run of live blocks took a few blocks each in a mostly
+        // live victim, and the commands in flight, not the media, bounded GC.
         let start = off;
-        let limit = u64::from(self.geo.max_transfer_blocks)
-            .min(64)
-            .min(paced.unwrap_or(u64::MAX));
-        while off < wp && off - start < limit && movable(off) {
+        let span = u64::from(self.geo.max_transfer_blocks).min(GC_READ_SPAN_BLOCKS);
+        let most_live = paced.unwrap_or(u64::MAX);
+        let wide = self.gc_wide();
+        let (mut end, mut live) = (off, 0);
+        while off < wp && off - start < span && live < most_live {
+            if movable(off) {
+                live += 1;
+                end = off + 1;
+            } else if !wide {
+                break; // one run of live blocks per read
+            }
             off += 1;
         }
-        self.job.as_mut().expect("job").scan_offset = off;
-        if start == off {
+        self.jobs[i].scan_offset = end;
+        if start == end {
             return None; // scan finished; completion is checked in advance()
         }
         if let Some(pace) = self.pace_mut() {
-            pace.spend(off - start);
+            pace.spend(live);
         }
-        Some(self.gc_read(Ppa::new(victim, start, cap), (off - start) as u32, 0))
+        Some(self.gc_read(Ppa::new(victim, start, cap), (end - start) as u32, 0))
     }
 
     fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
         let cap = self.cap();
         let zone = ppa.zone(cap);
-        self.job.as_mut().expect("job").reads_in_flight += 1;
+        if let Some(job) = self.job_of(zone) {
+            job.reads_in_flight += 1;
+        }
         self.gc_in_flight += 1;
         self.zone_readers[zone as usize] += 1;
         let cmd = Command::Read {
@@ -421,8 +523,9 @@ impl Ftl {
     ) {
         let cap = self.cap();
         self.gc_in_flight -= 1;
-        self.zone_readers[first.zone(cap) as usize] -= 1;
-        if let Some(job) = self.job.as_mut() {
+        let zone = first.zone(cap);
+        self.zone_readers[zone as usize] -= 1;
+        if let Some(job) = self.job_of(zone) {
             job.reads_in_flight -= 1;
         }
         let bs = self.block_size();
@@ -432,14 +535,14 @@ impl Ftl {
             Ok(other) => panic!("read completed as {other:?}"),
             Err(DeviceError::DeviceGone) => return,
             Err(_) if attempts < READ_ATTEMPTS => {
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.retries.push((first, count, attempts));
                 }
                 return;
             }
             Err(_) if count > 1 => {
                 // One bad page must not doom its neighbours: block by block.
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.retries
                         .extend((0..count).map(|i| (Ppa(first.0 + i), 1, 0)));
                 }
@@ -474,12 +577,15 @@ impl Ftl {
                 };
                 let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
                 self.gc_queues[temp as usize].push_back(item);
+                if let Some(job) = self.job_of(zone) {
+                    job.pending += 1;
+                }
             } else {
                 // Unreadable, or its tag names another block: it stays mapped
                 // where it is (reads report the error) and the victim is
                 // retired instead of reset.
                 self.stats.read_errors += 1;
-                if let Some(job) = self.job.as_mut() {
+                if let Some(job) = self.job_of(zone) {
                     job.unreadable.insert(ppa);
                 }
             }
@@ -490,8 +596,9 @@ impl Ftl {
     /// its data CRC and its version's seq (0 in band, where none is known),
     /// from its OOB bytes (tags in OOB) or the job's tables (in band).
     fn victim_owner(&self, ppa: Ppa, oob: &[u8]) -> Option<(Owner, Lba, u32, Seq)> {
-        let job = self.job.as_ref()?;
-        let off = ppa.offset_blocks(self.cap()) as usize;
+        let cap = self.cap();
+        let job = self.jobs.iter().find(|j| j.victim == ppa.zone(cap))?;
+        let off = ppa.offset_blocks(cap) as usize;
         let direct = |lba: Lba| {
             lba < self.layout.logical_blocks
                 && self.mapping.target(lba) == Some(crate::mapping::Target::Direct(ppa))
@@ -540,9 +647,10 @@ impl Ftl {
         if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
             return None;
         }
+        // Leveling runs alone (`may_start_job`): its blocks are all queued.
         let wl = self
-            .job
-            .as_ref()
+            .jobs
+            .first()
             .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
         let temp = if self.gc_queues[0].len() >= self.gc_queues[1].len() {
             Temp::Hot
@@ -558,14 +666,25 @@ impl Ftl {
             (false, true, _) => Lane::Gc,
         };
         let queued = self.gc_queues[temp as usize].len() as u64;
-        let urgent = self.job.as_ref().is_some_and(|j| {
-            j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
-                && j.reads_in_flight == 0
-        });
+        // Every victim read through: the last blocks go out padded.
+        let urgent = self.reading_job().is_none() && !self.gc_reads_in_flight();
+        // With no read on its way (the victims are read through, or the
+        // pace waits for the host) the queue goes out as it is.
+        let more_coming = self.gc_wide() && self.gc_reads_in_flight();
+        let batch = if self.gc_wide() {
+            GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks))
+        } else {
+            1
+        };
         // GC and leveling (which frees what it moves) may use the reserve.
-        let (lane, zone, room) = self.room_in(lane, queued, true)?;
+        let spread = self.gc_destination(lane);
+        let wanted = queued.max(batch);
+        let (lane, zone, room) = self
+            .room_in(spread, wanted, true)
+            .or_else(|| (spread != lane).then(|| self.room_in(lane, wanted, true))?)
+            .or_else(|| self.extra_lane_room(wanted))?;
         let (n, pad) = self.batch_size(queued, room, urgent);
-        if n == 0 {
+        if n == 0 || (more_coming && n < batch.min(room)) {
             return None;
         }
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
@@ -611,6 +730,64 @@ impl Ftl {
         ))
     }
 
+    /// GC spreads over zone groups and victims (`gc_lanes` or `gc_victims`
+    /// above 1): it also reads spans and appends in batches.
+    pub(super) fn gc_wide(&self) -> bool {
+        self.cfg.gc_victims > 1 || self.extra_lanes().next().is_some()
+    }
+
+    /// Whether a GC read is on its way.
+    fn gc_reads_in_flight(&self) -> bool {
+        self.jobs.iter().any(|j| j.reads_in_flight > 0)
+    }
+
+    /// The lane a GC append of `base`'s stream goes to: of `base` and the
+    /// extra lanes holding a zone of that stream, the one whose zone has the
+    /// fewest appends in flight; once each has one in flight, an extra lane
+    /// without a zone (it opens one on a zone group the open zones use
+    /// least). One zone programs on one group's units: spread, GC's copies
+    /// keep every group busy instead of queueing behind one zone.
+    fn gc_destination(&mut self, base: Lane) -> Lane {
+        if !matches!(base, Lane::Gc | Lane::HostCold) {
+            return base;
+        }
+        let stream = base.stream();
+        // A base lane without a zone opens one unless an extra lane of its
+        // stream has room.
+        let mut best = match self.lane_zone(base) {
+            Some((zone, _)) => (self.zone_appends[zone as usize], base),
+            None => (u32::MAX, base),
+        };
+        let mut closed = None;
+        for lane in self.extra_lanes() {
+            match self.lane_zone(lane) {
+                Some((z, s)) if s == Some(stream) => {
+                    let appends = self.zone_appends[z as usize];
+                    if appends < best.0 {
+                        best = (appends, lane);
+                    }
+                }
+                Some(_) => {}
+                None => closed = closed.or(Some(lane)),
+            }
+        }
+        match (best, closed) {
+            ((0, lane), _) | ((_, lane), None) | ((u32::MAX, lane), _) => lane,
+            (_, Some(lane)) => {
+                self.set_extra_stream(lane, stream);
+                lane
+            }
+        }
+    }
+
+    /// Room in any extra lane that holds a zone, whatever its stream: the
+    /// base lanes found no zone, and GC must not wait while an open zone
+    /// has room.
+    fn extra_lane_room(&mut self, wanted: u64) -> Option<(Lane, ZoneId, u64)> {
+        let lane = self.extra_lanes().find(|&l| self.lane_zone(l).is_some())?;
+        self.room_in(lane, wanted, true)
+    }
+
     /// GC may use the reserve; with a shared stream it writes where the host does.
     pub(super) fn gc_append_done(
         &mut self,
@@ -621,6 +798,7 @@ impl Ftl {
     ) {
         self.gc_in_flight -= 1;
         self.append_settled(zone);
+        let cap = self.cap();
         let offset = match Self::appended_at(result) {
             Ok(offset) => offset,
             Err(e) => {
@@ -639,8 +817,13 @@ impl Ftl {
             Owner::Shared(_) => u64::from(crate::summary::NO_LBA),
         });
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
+        for it in &items {
+            if let Some(job) = self.job_of(it.src.zone(cap)) {
+                job.pending -= 1;
+            }
+        }
         for (i, it) in items.into_iter().enumerate() {
-            let dst = Ppa::new(zone, offset + i as u64, self.cap());
+            let dst = Ppa::new(zone, offset + i as u64, cap);
             // A host write, trim or range operation that won the race keeps
             // its mapping; the copy is dead space.
             let note = match it.owner {
@@ -692,58 +875,76 @@ impl Ftl {
         }
     }
 
-    /// Drives the job to its note, flush and reset once its copies are done.
+    /// Drives a job to its note, flush and reset once its copies are done.
+    /// The note on it hands the job to `closing` (at most `CLOSING_JOBS`;
+    /// another copied job waits), and the running jobs go on copying while
+    /// it waits for the log, the flush and the reset.
     pub(super) fn advance_job(&mut self) {
-        let Some(job) = self.job.as_ref() else { return };
-        let (victim, purpose) = (job.victim, job.purpose);
-        match job.phase {
-            JobPhase::Copying => {
-                let wp = self.zones.get(victim).write_pointer_blocks();
-                let copied = job.scan_offset >= wp
-                    && job.reads_in_flight == 0
-                    && job.retries.is_empty()
-                    && self.gc_queued() == 0;
-                let gc_writes_done = self.gc_in_flight == 0;
-                if !copied || !gc_writes_done {
-                    return;
-                }
-                let job = self.job.as_mut().expect("job");
-                job.unreadable.retain(|&p| self.mapping.is_live(p));
-                let stuck = job.unreadable.len() as u64;
-                if self.mapping.valid_blocks(victim) > stuck {
-                    // Blocks became live behind the scan (cannot happen for a
-                    // Full zone) or a write raced: rescan.
-                    job.scan_offset = 0;
-                    return;
-                }
-                if stuck > 0 {
-                    job.purpose = JobPurpose::Retire;
-                }
-                let purpose = job.purpose;
-                let seq = self.take_seq();
-                let note = if purpose == JobPurpose::Retire {
-                    Note::ZoneRetire { seq, zone: victim }
-                } else {
-                    Note::ZoneReset {
-                        seq,
-                        zone: victim,
-                        erase_count: self.zones.get(victim).erase_count() + 1,
-                    }
-                };
-                self.log.push_note(note);
-                self.log.pack(true);
-                let log_barrier = self.log.next_log_seq();
-                self.job.as_mut().expect("job").phase = JobPhase::Noting { log_barrier };
+        self.advance_closing();
+        if self.closing.len() >= CLOSING_JOBS {
+            return;
+        }
+        // A job is copied once its victim is read through and every block
+        // read from it has been copied (its appends completed).
+        let copied = self.jobs.iter().position(|j| {
+            matches!(j.phase, JobPhase::Copying)
+                && j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
+                && j.reads_in_flight == 0
+                && j.retries.is_empty()
+                && j.pending == 0
+        });
+        let Some(i) = copied else { return };
+        let victim = self.jobs[i].victim;
+        let job = &mut self.jobs[i];
+        job.unreadable.retain(|&p| self.mapping.is_live(p));
+        let stuck = job.unreadable.len() as u64;
+        if self.mapping.valid_blocks(victim) > stuck {
+            // Blocks became live behind the scan (cannot happen for a
+            // Full zone) or a write raced: rescan.
+            job.scan_offset = 0;
+            return;
+        }
+        if stuck > 0 {
+            job.purpose = JobPurpose::Retire;
+        }
+        let purpose = job.purpose;
+        let seq = self.take_seq();
+        let note = if purpose == JobPurpose::Retire {
+            Note::ZoneRetire { seq, zone: victim }
+        } else {
+            Note::ZoneReset {
+                seq,
+                zone: victim,
+                erase_count: self.zones.get(victim).erase_count() + 1,
             }
-            JobPhase::Noting { log_barrier } if self.log.durable_next() >= log_barrier => {
-                if purpose == JobPurpose::Retire {
-                    self.retire_zone(victim);
-                    self.job = None;
-                } else {
-                    self.job.as_mut().expect("job").phase = JobPhase::ReadyToFlush;
+        };
+        self.log.push_note(note);
+        self.log.pack(true);
+        let log_barrier = self.log.next_log_seq();
+        let mut job = self.jobs.remove(i);
+        job.phase = JobPhase::Noting { log_barrier };
+        self.closing.push(job);
+        self.advance_closing();
+    }
+
+    /// A closing job's note is durable: retire its victim, or go on to the
+    /// flush and reset.
+    fn advance_closing(&mut self) {
+        let durable = self.log.durable_next();
+        let mut retired = Vec::new();
+        self.closing.retain_mut(|job| match job.phase {
+            JobPhase::Noting { log_barrier } if durable >= log_barrier => {
+                if job.purpose == JobPurpose::Retire {
+                    retired.push(job.victim);
+                    return false;
                 }
+                job.phase = JobPhase::ReadyToFlush;
+                true
             }
-            _ => {}
+            _ => true,
+        });
+        for victim in retired {
+            self.retire_zone(victim);
         }
     }
 
@@ -757,7 +958,8 @@ impl Ftl {
     ) {
         let bs = self.block_size();
         let want = self.summary_encoded_blocks() as usize * bs;
-        let mut summary = std::mem::take(&mut self.job.as_mut().expect("job").summary);
+        let job = self.job_of(zone).expect("summary read of a running job");
+        let mut summary = std::mem::take(&mut job.summary);
         let ok = match result {
             Ok(Outcome::Read { data, .. }) if data.len() == count as usize * bs => {
                 summary.extend_from_slice(&data);
@@ -766,29 +968,31 @@ impl Ftl {
             _ => false,
         };
         if ok && summary.len() < want {
-            let job = self.job.as_mut().expect("job");
+            let job = self.job_of(zone).expect("job");
             job.summary = summary;
             job.phase = JobPhase::Summary { issued: false };
             return;
         }
-        let shared = std::mem::take(&mut self.job.as_mut().expect("job").shared);
+        let shared = std::mem::take(&mut self.job_of(zone).expect("job").shared);
         let lbas = self.victim_lbas(zone, ok.then_some(&summary[..]), &shared);
-        let job = self.job.as_mut().expect("job");
+        let job = self.job_of(zone).expect("job");
         job.lbas = Some(lbas);
         job.shared = shared;
         job.phase = JobPhase::Copying;
     }
 
-    pub(super) fn victim_flushed(&mut self, result: Result<Outcome, DeviceError>) {
+    pub(super) fn victim_flushed(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
         if result.is_err() {
             self.metadata_failed();
             return;
         }
-        self.job.as_mut().expect("job").phase = JobPhase::ReadyToReset;
+        if let Some(job) = self.closing.iter_mut().find(|j| j.victim == zone) {
+            job.phase = JobPhase::ReadyToReset;
+        }
     }
 
     pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
-        self.job = None;
+        self.closing.retain(|j| j.victim != zone);
         match result {
             Ok(_) => {
                 self.mapping.zone_reset(zone);

@@ -467,6 +467,7 @@ mod tests {
             max_open_zones: 0,
             max_active_zones: 0,
             parallel_units: 1,
+            zone_groups: 1,
             queue_depth: 8,
         };
         let mut mapping = Mapping::new(16, 4, 8, false);
