@@ -5,7 +5,7 @@
 //! Shared with `benches/ftl.rs` (included there by path), so it depends on
 //! `zftl_core` and nothing of the CLI's.
 
-use zftl_core::backend::ZoneId;
+use zftl_core::backend::{Geometry, ZoneId};
 use zftl_core::payload::{BlockData, Payload};
 use zftl_core::{Backend, Command, Completion, Outcome, SubmitError};
 
@@ -55,25 +55,18 @@ struct Stream {
     state: StreamState,
 }
 
-/// Sequential writers over a ring of zones (one block per command, at the
-/// write pointer); a full zone is left for the least recently used one,
-/// which is reset first if it was written. State carries over between
-/// calls, so the device cycles through fill and reset.
-pub struct SeqWriter {
+/// The zones the writers fill: `WRITE_STREAMS` open zones, and the ring of
+/// the rest they move on to; a zone written before is reset first.
+struct ZoneRing {
     streams: Vec<Stream>,
     next_zone: ZoneId,
     zone_count: u32,
     capacity_blocks: u64,
-    queue_depth: usize,
     written: Vec<bool>,
-    payload: Vec<u8>,
-    done: Vec<Completion>,
 }
 
-impl SeqWriter {
-    /// Keeps up to `queue_depth` commands in flight (at most the device's).
-    pub fn new<B: Backend>(dev: &B, queue_depth: usize) -> Self {
-        let g = dev.geometry();
+impl ZoneRing {
+    fn new(g: &Geometry) -> Self {
         assert!(
             g.zone_count as usize > WRITE_STREAMS,
             "need a spare zone in the ring"
@@ -86,78 +79,20 @@ impl SeqWriter {
                 state: StreamState::Writing,
             })
             .collect();
-        SeqWriter {
+        ZoneRing {
             streams,
             next_zone: WRITE_STREAMS as u32,
             zone_count: g.zone_count,
             capacity_blocks: g.zone_capacity_blocks,
-            queue_depth: queue_depth.min(g.queue_depth as usize).max(1),
             written: vec![false; g.zone_count as usize],
-            payload: vec![0xa5; g.block_size_bytes as usize],
-            done: Vec::with_capacity(queue_depth),
         }
     }
 
-    /// Writes `blocks` blocks and waits until all of them completed.
-    pub fn write<B: Backend>(&mut self, dev: &mut B, blocks: u64) {
-        let (mut submitted, mut completed, mut turn) = (0u64, 0u64, 0usize);
-        while completed < blocks {
-            while dev.in_flight() < self.queue_depth {
-                let Some(s) = self.pick(turn, submitted < blocks) else {
-                    break;
-                };
-                turn = s + 1;
-                let stream = &mut self.streams[s];
-                if stream.state == StreamState::NeedsReset {
-                    stream.state = StreamState::Resetting;
-                    submit(
-                        dev,
-                        RESET_TAG | s as u64,
-                        Command::Reset { zone: stream.zone },
-                    );
-                    continue;
-                }
-                let command = Command::Write {
-                    zone: stream.zone,
-                    offset_blocks: stream.next_offset_blocks,
-                    data: self.payload.clone().into(),
-                    oob: Vec::new(),
-                };
-                submit(dev, s as u64, command);
-                self.written[stream.zone as usize] = true;
-                stream.next_offset_blocks += 1;
-                stream.in_flight += 1;
-                submitted += 1;
-            }
-            reap_some(dev, &mut self.done);
-            for i in 0..self.done.len() {
-                let tag = self.done[i].tag;
-                completed += u64::from(tag & RESET_TAG == 0);
-                self.complete(tag);
-            }
-        }
-    }
-
-    /// The next stream (round robin from `from`) with work to submit.
-    fn pick(&self, from: usize, more_writes: bool) -> Option<usize> {
-        (0..self.streams.len())
-            .map(|i| (from + i) % self.streams.len())
-            .find(|&s| {
-                let stream = &self.streams[s];
-                match stream.state {
-                    StreamState::NeedsReset => more_writes,
-                    StreamState::Writing => {
-                        more_writes && stream.next_offset_blocks < self.capacity_blocks
-                    }
-                    StreamState::Resetting => false,
-                }
-            })
-    }
-
-    fn complete(&mut self, tag: u64) {
-        let s = (tag & !RESET_TAG) as usize;
+    /// Stream `s`'s command completed (`reset`: its zone's reset): a full
+    /// zone with nothing in flight is left for the next one of the ring.
+    fn complete(&mut self, s: usize, reset: bool) {
         let stream = &mut self.streams[s];
-        if tag & RESET_TAG != 0 {
+        if reset {
             stream.state = StreamState::Writing;
             stream.next_offset_blocks = 0;
             return;
@@ -174,6 +109,91 @@ impl SeqWriter {
                 StreamState::Writing
             };
         }
+    }
+}
+
+/// Sequential writers over a ring of zones (one block per command, at the
+/// write pointer); a full zone is left for the least recently used one,
+/// which is reset first if it was written. State carries over between
+/// calls, so the device cycles through fill and reset.
+pub struct SeqWriter {
+    ring: ZoneRing,
+    queue_depth: usize,
+    payload: Vec<u8>,
+    done: Vec<Completion>,
+}
+
+impl SeqWriter {
+    /// Keeps up to `queue_depth` commands in flight (at most the device's).
+    pub fn new<B: Backend>(dev: &B, queue_depth: usize) -> Self {
+        let g = dev.geometry();
+        SeqWriter {
+            ring: ZoneRing::new(g),
+            queue_depth: queue_depth.min(g.queue_depth as usize).max(1),
+            payload: vec![0xa5; g.block_size_bytes as usize],
+            done: Vec::with_capacity(queue_depth),
+        }
+    }
+
+    /// Writes `blocks` blocks and waits until all of them completed.
+    pub fn write<B: Backend>(&mut self, dev: &mut B, blocks: u64) {
+        let (mut submitted, mut completed, mut turn) = (0u64, 0u64, 0usize);
+        while completed < blocks {
+            while dev.in_flight() < self.queue_depth {
+                let Some(s) = self.pick(turn, submitted < blocks) else {
+                    break;
+                };
+                turn = s + 1;
+                let stream = &mut self.ring.streams[s];
+                if stream.state == StreamState::NeedsReset {
+                    stream.state = StreamState::Resetting;
+                    submit(
+                        dev,
+                        RESET_TAG | s as u64,
+                        Command::Reset { zone: stream.zone },
+                    );
+                    continue;
+                }
+                let command = Command::Write {
+                    zone: stream.zone,
+                    offset_blocks: stream.next_offset_blocks,
+                    data: self.payload.clone().into(),
+                    oob: Vec::new(),
+                };
+                submit(dev, s as u64, command);
+                self.ring.written[stream.zone as usize] = true;
+                stream.next_offset_blocks += 1;
+                stream.in_flight += 1;
+                submitted += 1;
+            }
+            reap_some(dev, &mut self.done);
+            for i in 0..self.done.len() {
+                let tag = self.done[i].tag;
+                completed += u64::from(tag & RESET_TAG == 0);
+                self.complete(tag);
+            }
+        }
+    }
+
+    /// The next stream (round robin from `from`) with work to submit.
+    fn pick(&self, from: usize, more_writes: bool) -> Option<usize> {
+        (0..self.ring.streams.len())
+            .map(|i| (from + i) % self.ring.streams.len())
+            .find(|&s| {
+                let stream = &self.ring.streams[s];
+                match stream.state {
+                    StreamState::NeedsReset => more_writes,
+                    StreamState::Writing => {
+                        more_writes && stream.next_offset_blocks < self.ring.capacity_blocks
+                    }
+                    StreamState::Resetting => false,
+                }
+            })
+    }
+
+    fn complete(&mut self, tag: u64) {
+        self.ring
+            .complete((tag & !RESET_TAG) as usize, tag & RESET_TAG != 0);
     }
 }
 
@@ -240,13 +260,9 @@ const STREAM_BITS: u32 = 8;
 /// command that does not fit the zone's rest is cut there and continues in
 /// the next zone.
 pub struct ShapedWriter {
-    streams: Vec<Stream>,
-    next_zone: ZoneId,
-    zone_count: u32,
-    capacity_blocks: u64,
+    ring: ZoneRing,
     max_append_blocks: u32,
     queue_depth: usize,
-    written: Vec<bool>,
     block_bytes: usize,
     /// `windows[k]`: one buffer of k blocks, shared by every part of that size.
     windows: Vec<Option<BlockData>>,
@@ -261,26 +277,11 @@ pub struct ShapedWriter {
 impl ShapedWriter {
     pub fn new<B: Backend>(dev: &B) -> Self {
         let g = dev.geometry();
-        assert!(
-            g.zone_count as usize > WRITE_STREAMS && WRITE_STREAMS < 1 << STREAM_BITS,
-            "need a spare zone in the ring"
-        );
-        let streams = (0..WRITE_STREAMS as u32)
-            .map(|zone| Stream {
-                zone,
-                next_offset_blocks: 0,
-                in_flight: 0,
-                state: StreamState::Writing,
-            })
-            .collect();
+        const { assert!(WRITE_STREAMS < 1 << STREAM_BITS, "stream ids fit the tag") };
         ShapedWriter {
-            streams,
-            next_zone: WRITE_STREAMS as u32,
-            zone_count: g.zone_count,
-            capacity_blocks: g.zone_capacity_blocks,
+            ring: ZoneRing::new(g),
             max_append_blocks: g.max_append_blocks,
             queue_depth: g.queue_depth as usize,
-            written: vec![false; g.zone_count as usize],
             block_bytes: g.block_size_bytes as usize,
             windows: vec![None; g.max_append_blocks as usize + 1],
             done: Vec::new(),
@@ -308,7 +309,7 @@ impl ShapedWriter {
                     break;
                 };
                 turn = s + 1;
-                let stream = &mut self.streams[s];
+                let stream = &mut self.ring.streams[s];
                 if stream.state == StreamState::NeedsReset {
                     stream.state = StreamState::Resetting;
                     submit(
@@ -318,12 +319,12 @@ impl ShapedWriter {
                     );
                     continue;
                 }
-                let room = self.capacity_blocks - stream.next_offset_blocks;
+                let room = self.ring.capacity_blocks - stream.next_offset_blocks;
                 let n = u64::from(want).min(room) as u32;
                 let zone = stream.zone;
                 stream.next_offset_blocks += u64::from(n);
                 stream.in_flight += 1;
-                self.written[zone as usize] = true;
+                self.ring.written[zone as usize] = true;
                 let data = self.payload(n, cmd.parts.clamp(1, n));
                 self.sent += 1;
                 let tag = (u64::from(n) << BLOCKS_SHIFT)
@@ -381,12 +382,12 @@ impl ShapedWriter {
     /// The next stream (round robin from `from`) that can take a command:
     /// one with room for `blocks`, else any with room.
     fn pick(&self, from: usize, blocks: u64) -> Option<usize> {
-        let order = (0..self.streams.len()).map(|i| (from + i) % self.streams.len());
+        let order = (0..self.ring.streams.len()).map(|i| (from + i) % self.ring.streams.len());
         let room = |s: usize| {
-            let stream = &self.streams[s];
+            let stream = &self.ring.streams[s];
             match stream.state {
-                StreamState::NeedsReset => self.capacity_blocks,
-                StreamState::Writing => self.capacity_blocks - stream.next_offset_blocks,
+                StreamState::NeedsReset => self.ring.capacity_blocks,
+                StreamState::Writing => self.ring.capacity_blocks - stream.next_offset_blocks,
                 StreamState::Resetting => 0,
             }
         };
@@ -397,24 +398,9 @@ impl ShapedWriter {
     }
 
     fn complete(&mut self, tag: u64) {
-        let s = (tag & ((1 << STREAM_BITS) - 1)) as usize;
-        let stream = &mut self.streams[s];
-        if tag & RESET_TAG != 0 {
-            stream.state = StreamState::Writing;
-            stream.next_offset_blocks = 0;
-            return;
-        }
-        stream.in_flight -= 1;
-        if stream.in_flight == 0 && stream.next_offset_blocks == self.capacity_blocks {
-            let zone = self.next_zone;
-            self.next_zone = (self.next_zone + 1) % self.zone_count;
-            stream.zone = zone;
-            stream.next_offset_blocks = 0;
-            stream.state = if self.written[zone as usize] {
-                StreamState::NeedsReset
-            } else {
-                StreamState::Writing
-            };
-        }
+        self.ring.complete(
+            (tag & ((1 << STREAM_BITS) - 1)) as usize,
+            tag & RESET_TAG != 0,
+        );
     }
 }
