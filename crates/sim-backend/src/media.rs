@@ -606,6 +606,22 @@ mod tests {
         );
     }
 
+    /// The same media on a new image file at `path` and in memory.
+    fn file_and_memory(cfg: &SimConfig, path: &Path) -> [Media; 2] {
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .expect("create");
+        file.set_len(ImageLayout::for_config(cfg).image_size_bytes)
+            .expect("size");
+        [
+            Media::new_file(cfg, file, path).expect("media"),
+            Media::new_memory(cfg).expect("media"),
+        ]
+    }
+
     /// Units of two erase blocks, interleaved as a striped zone hands them
     /// over, land where a unit-at-a-time program would put them.
     #[test]
@@ -614,19 +630,7 @@ mod tests {
         let (ps, os) = (cfg.page_size_bytes as usize, cfg.oob_size_bytes as usize);
         let ppb = u64::from(cfg.pages_per_block);
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("m.img");
-        let file = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create");
-        file.set_len(ImageLayout::for_config(&cfg).image_size_bytes)
-            .expect("size");
-        let stores = [
-            Media::new_file(&cfg, file, &path).expect("media"),
-            Media::new_memory(&cfg).expect("media"),
-        ];
+        let stores = file_and_memory(&cfg, &dir.path().join("m.img"));
         for mut m in stores {
             program_and_read_back(&mut m, ps, os, ppb);
         }
@@ -666,19 +670,7 @@ mod tests {
         let (ps, os) = (cfg.page_size_bytes as usize, cfg.oob_size_bytes as usize);
         let ppb = u64::from(cfg.pages_per_block);
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("r.img");
-        let file = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create");
-        file.set_len(ImageLayout::for_config(&cfg).image_size_bytes)
-            .expect("size");
-        let stores = [
-            Media::new_file(&cfg, file, &path).expect("media"),
-            Media::new_memory(&cfg).expect("media"),
-        ];
+        let stores = file_and_memory(&cfg, &dir.path().join("r.img"));
         for mut m in stores {
             for p in (0..6).chain(ppb..ppb + 4) {
                 let data = vec![p as u8 + 1; ps];
