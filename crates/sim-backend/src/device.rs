@@ -13,6 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use zftl_core::backend::ZoneId;
 use zftl_core::{
@@ -628,16 +629,34 @@ impl Backend for SimDevice {
     }
 }
 
+/// How long an open waits for a held image lock before it reports
+/// [`SimError::ImageInUse`]. A `flock` follows the open file description,
+/// so a child forked by any thread of this process keeps a just-closed
+/// image locked until it execs; the wait outlasts that window.
+const IMAGE_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// Takes the image's exclusive advisory lock (`flock`), so two devices
 /// never write one image. A file system that cannot lock (some network
 /// and FUSE file systems) gets no lock rather than no image.
 fn lock_image(file: &File, path: &Path) -> Result<(), SimError> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => Err(SimError::ImageInUse {
-            path: path.to_path_buf(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => Ok(()),
-        Err(std::fs::TryLockError::Error(e)) => Err(SimError::io("lock", path, e)),
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < IMAGE_LOCK_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SimError::ImageInUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => {
+                return Ok(())
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(SimError::io("lock", path, e)),
+        }
     }
 }

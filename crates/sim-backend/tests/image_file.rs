@@ -311,6 +311,24 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
     !crc
 }
 
+/// A lock that goes away soon (as one kept by a child forked from another
+/// thread does when the child execs) is waited out, not reported.
+#[test]
+fn an_open_waits_out_a_lock_released_soon() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("dev.img");
+    drop(make_image(&path));
+    let other = std::fs::File::open(&path).expect("second description");
+    other.lock().expect("hold the lock");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(other);
+    });
+    let dev = SimDevice::open_file(&path, RuntimeOptions::default());
+    release.join().unwrap();
+    assert!(dev.is_ok(), "{:?}", dev.map(|_| ()));
+}
+
 #[test]
 fn an_image_opens_once_at_a_time() {
     let dir = tempfile::tempdir().expect("tempdir");
