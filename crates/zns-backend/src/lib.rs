@@ -464,18 +464,35 @@ pub(crate) fn file_kind(ft: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// How long an open waits for a held node lock before it answers Busy:
+/// a `flock` follows the open file description, so a child forked by any
+/// thread of this process keeps a just-closed node locked until it execs.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// flock `file` (the device node being opened) or answer Busy.
 pub(crate) fn lock(file: &File, path: &Path) -> Result<(), OpenError> {
-    match sys::try_lock_exclusive(file) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(OpenError::Busy {
-            path: path.to_path_buf(),
-        }),
-        Err(e) => Err(OpenError::Io {
-            path: path.to_path_buf(),
-            what: "flock",
-            source: e,
-        }),
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match sys::try_lock_exclusive(file) {
+            Ok(true) => return Ok(()),
+            Ok(false) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            Ok(false) => {
+                return Err(OpenError::Busy {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => {
+                return Err(OpenError::Io {
+                    path: path.to_path_buf(),
+                    what: "flock",
+                    source: e,
+                })
+            }
+        }
     }
 }
 
