@@ -251,6 +251,11 @@ pub struct RecoveryArgs {
     /// Seed of the random overwrites and of the format.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Mounts of each cut image: each round mounts a fresh copy of the
+    /// image as the power cut left it; every round is printed and the
+    /// fastest is the headline.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: u32,
 }
 
 /// Where block tags go in `bench recovery`.
