@@ -496,16 +496,18 @@ impl L2p {
             return;
         }
         let f = self.format;
-        let mut words = f.empty_leaf();
+        // Every slot is written once, so the words start zeroed rather
+        // than as an empty leaf.
+        let mut words = vec![0u64; f.words_per_leaf()].into_boxed_slice();
         for (slot, &raw) in entries.iter().enumerate() {
-            if raw != UNMAPPED {
-                let crc = if f.keeps_crc {
-                    crcs.next().expect("CRCs counted")
-                } else {
-                    0
-                };
-                f.write(&mut words, slot, f.pack(Ppa(raw), crc));
-            }
+            let value = if raw == UNMAPPED {
+                f.none()
+            } else if f.keeps_crc {
+                f.pack(Ppa(raw), crcs.next().expect("CRCs counted"))
+            } else {
+                f.pack(Ppa(raw), 0)
+            };
+            f.write(&mut words, slot, value);
         }
         self.leaf_mapped_entries[leaf as usize] = mapped as u16;
         self.leaves[leaf as usize] = Some(words);

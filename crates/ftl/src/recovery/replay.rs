@@ -6,6 +6,7 @@ use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
+use crate::l2p::LEAF_ENTRIES;
 use crate::mapping::{Mapping, Target};
 use crate::note::Note;
 use crate::range::{self, Apply, RangeOp};
@@ -100,6 +101,34 @@ pub(super) fn reset_seqs(events: &[Event]) -> HashMap<ZoneId, Seq> {
     out
 }
 
+/// Which zones the log resets, by zone id. A note naming a zone past the
+/// device is refused by the replay, so it is not flagged here.
+fn reset_flags(g: &Geometry, reset_zones: impl Iterator<Item = ZoneId>) -> Vec<bool> {
+    let mut is_reset = vec![false; g.zone_count as usize];
+    for z in reset_zones {
+        if let Some(r) = is_reset.get_mut(z as usize) {
+            *r = true;
+        }
+    }
+    is_reset
+}
+
+/// The direct mappings `(lba, block)` whose blocks lie in a flagged zone,
+/// by block; no walk at all when no zone is flagged.
+fn direct_in(
+    is_reset: &[bool],
+    zone_capacity_blocks: u64,
+    direct: impl Iterator<Item = (Lba, Ppa)>,
+) -> BTreeMap<Ppa, Lba> {
+    if !is_reset.contains(&true) {
+        return BTreeMap::new();
+    }
+    direct
+        .filter(|(_, ppa)| is_reset[ppa.zone(zone_capacity_blocks) as usize])
+        .map(|(lba, ppa)| (ppa, lba))
+        .collect()
+}
+
 /// The mapping being rebuilt.
 pub(super) struct Rebuild {
     pub(super) mapping: Mapping,
@@ -156,18 +185,33 @@ impl Rebuild {
             .collect();
         let attrs = AttrMap::from_ranges(MAX_ATTRIBUTE_RANGES, image.logical_blocks, &ranges)
             .map_err(|e| MountError::Damaged(format!("checkpoint attributes: {e}")))?;
-        Ok(Rebuild::with_mapping(
+        let is_reset = reset_flags(g, reset_zones);
+        // The checkpoint's unpacked leaves are cheaper to walk than the
+        // packed map; values below the device's size are direct entries.
+        let physical = mapping.physical_blocks();
+        let direct = image.leaves.iter().flat_map(|(leaf, entries)| {
+            let base = u64::from(*leaf) * LEAF_ENTRIES as u64;
+            entries
+                .iter()
+                .enumerate()
+                .filter(move |&(_, &raw)| raw < physical)
+                .map(move |(slot, &raw)| (base + slot as u64, Ppa(raw)))
+        });
+        let in_reset_zones = direct_in(&is_reset, g.zone_capacity_blocks, direct);
+        Ok(Rebuild::new(
             g,
             mapping,
             attrs,
             image.next_seq,
             in_band,
-            reset_zones,
+            is_reset,
+            in_reset_zones,
         ))
     }
 
     /// Replay state starting from `mapping` (the checkpoint's).
-    pub(super) fn with_mapping(
+    #[cfg(test)]
+    fn with_mapping(
         g: &Geometry,
         mapping: Mapping,
         attrs: AttrMap,
@@ -175,21 +219,33 @@ impl Rebuild {
         in_band: bool,
         reset_zones: impl Iterator<Item = ZoneId>,
     ) -> Rebuild {
+        let is_reset = reset_flags(g, reset_zones);
+        let direct = mapping.iter().filter_map(|(lba, t)| match t {
+            Target::Direct(ppa) => Some((lba, ppa)),
+            Target::Shared(_) => None,
+        });
+        let in_reset_zones = direct_in(&is_reset, g.zone_capacity_blocks, direct);
+        Rebuild::new(
+            g,
+            mapping,
+            attrs,
+            next_seq,
+            in_band,
+            is_reset,
+            in_reset_zones,
+        )
+    }
+
+    fn new(
+        g: &Geometry,
+        mapping: Mapping,
+        attrs: AttrMap,
+        next_seq: Seq,
+        in_band: bool,
+        is_reset: Vec<bool>,
+        in_reset_zones: BTreeMap<Ppa, Lba>,
+    ) -> Rebuild {
         let cap = g.zone_capacity_blocks;
-        let mut is_reset = vec![false; g.zone_count as usize];
-        for z in reset_zones {
-            // A note naming a zone past the device is refused by the replay.
-            if let Some(r) = is_reset.get_mut(z as usize) {
-                *r = true;
-            }
-        }
-        let in_reset_zones = mapping
-            .iter()
-            .filter_map(|(lba, t)| match t {
-                Target::Direct(ppa) if is_reset[ppa.zone(cap) as usize] => Some((ppa, lba)),
-                _ => None,
-            })
-            .collect();
         Rebuild {
             mapping,
             attrs,
