@@ -434,6 +434,22 @@ impl Media {
                 end += 1;
             }
             let span = (next - start) as usize;
+            if end == i + 1 {
+                // One run: read straight into its place in the output.
+                let out = at[i].2;
+                file.read_exact_at(
+                    &mut data[d0 + out * ps..d0 + (out + span) * ps],
+                    layout.data_offset + start * ps as u64,
+                )?;
+                if os > 0 {
+                    file.read_exact_at(
+                        &mut oob[o0 + out * os..o0 + (out + span) * os],
+                        layout.oob_offset + start * os as u64,
+                    )?;
+                }
+                i = end;
+                continue;
+            }
             scratch.resize(span * ps.max(os), 0);
             file.read_exact_at(
                 &mut scratch[..span * ps],
