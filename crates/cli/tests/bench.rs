@@ -287,6 +287,10 @@ fn recovery_mounts_full_volumes_after_a_cut_during_gc() {
             "{r}"
         );
         assert!(num(s, "blocks_read_meta") > 0.0 && num(s, "blocks_written") > 0.0);
+        assert!(
+            rounds.iter().all(|x| num(x, "first_fua_write_ms") > 0.0),
+            "{r}"
+        );
         if r["tags"] == "oob" {
             // The tag scan reads the data written since the checkpoint.
             assert!(num(s, "blocks_read_data") >= 0.5 * since, "{r}");
