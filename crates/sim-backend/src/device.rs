@@ -365,6 +365,8 @@ impl SimDevice {
         s.set_erase_counts(self.media.erase_counts());
         s.clock_ns = self.clock_ns;
         s.busy_ns_total = self.sched.busy_ns_total;
+        s.reads_passed = self.sched.reads_passed;
+        s.suspensions = self.sched.suspensions;
         s
     }
 

@@ -80,6 +80,10 @@ pub(crate) struct Scheduler {
     pub busy_ns_total: u64,
     /// Time each LUN spent on operations.
     pub lun_busy_ns: Vec<u64>,
+    /// Reads queued ahead of a program or erase not started.
+    pub reads_passed: u64,
+    /// Programs and erases suspended for a read.
+    pub suspensions: u64,
     /// Scratch: commands whose operations moved, and their new ends.
     moved: Vec<(u64, u64)>,
 }
@@ -98,6 +102,8 @@ impl Scheduler {
             last_program_cmd: vec![None; luns],
             busy_ns_total: 0,
             lun_busy_ns: vec![0; luns],
+            reads_passed: 0,
+            suspensions: 0,
             moved: Vec::new(),
         }
     }
@@ -212,6 +218,7 @@ impl Scheduler {
             };
             q.insert(1, read_slot(cmd, read_start, read_end));
             q.insert(2, tail);
+            self.suspensions += 1;
             self.moved.push((running.cmd, tail.end_ns));
             (read_end, 3)
         } else {
@@ -222,6 +229,9 @@ impl Scheduler {
             };
             let read_end = start.saturating_add(t.read_ns);
             q.insert(at, read_slot(cmd, start, read_end));
+            if at + 1 < q.len() {
+                self.reads_passed += 1;
+            }
             (read_end, at + 1)
         };
         // The operation right after the read lets one more read ahead.
@@ -465,6 +475,7 @@ mod tests {
     fn fifo_read_waits_for_every_program() {
         let (s, read) = programs_then_read(with(NandScheduling::Fifo));
         assert_eq!(read, 625_000);
+        assert_eq!((s.reads_passed, s.suspensions), (0, 0));
         assert_eq!(s.finish_of(2), Some(600_000));
     }
 
@@ -477,6 +488,7 @@ mod tests {
         assert_eq!(s.finish_of(2), Some(625_000));
         assert_eq!(s.busy_ns_total, 625_000);
         assert_eq!(s.lun_free_at_ns, [625_000]);
+        assert_eq!((s.reads_passed, s.suspensions), (1, 0));
     }
 
     #[test]
@@ -489,5 +501,6 @@ mod tests {
         assert_eq!(s.finish_of(1), Some(400_000 + more));
         assert_eq!(s.finish_of(2), Some(600_000 + more));
         assert_eq!(s.busy_ns_total, 600_000 + more);
+        assert_eq!((s.reads_passed, s.suspensions), (0, 1));
     }
 }

@@ -278,6 +278,11 @@ fn a_burst_of_reads_passes_a_program_at_most_max_reads_ahead_times() {
         };
         assert_eq!(at[r as usize], expect, "read {r}");
     }
+    // One suspension; the reads after the first joined it.
+    assert_eq!(
+        (d.stats().suspensions, d.stats().reads_passed),
+        (1, ahead - 1)
+    );
 
     // Read priority: the programs not started (the second and third on
     // LUN 0) let `max_reads_ahead` reads run right before each, no more:
@@ -312,6 +317,7 @@ fn a_burst_of_reads_passes_a_program_at_most_max_reads_ahead_times() {
     }
     let writes: Vec<u64> = order.into_iter().filter(|&t| t == 0 || t >= 1000).collect();
     assert_eq!(writes, [0, 1000, 1001], "programs in order");
+    assert_eq!((d.stats().suspensions, d.stats().reads_passed), (0, burst));
 }
 
 #[test]

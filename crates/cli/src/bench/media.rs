@@ -90,6 +90,10 @@ pub struct MediaArgs {
     /// configuration's).
     #[arg(long, value_name = "N")]
     pub gc_victims: Option<u32>,
+    /// `FtlConfig::gc_max_inflight`: device commands GC may have in flight
+    /// while the host is busy (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_max_inflight: Option<u32>,
     /// Also write the plots (utilization against depth, latency CDFs) to
     /// this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -97,8 +101,8 @@ pub struct MediaArgs {
     /// How each LUN orders its queued operations (`Timing::scheduling`):
     /// `fifo` in the order queued; `read-priority` a read goes before
     /// queued programs and erases; `suspend` also suspends the program or
-    /// erase running (suspend 10 µs, resume 10 µs, at most 4 suspensions
-    /// and 16 reads ahead of one program or erase).
+    /// erase running; with `Timing`'s default suspend and resume times and
+    /// bounds (docs/sim.md; the report's `timing` shows them).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = Scheduling::Fifo)]
     pub nand_scheduling: Scheduling,
 }
@@ -143,6 +147,10 @@ pub struct Window {
     pub media_reads_per_host_block: f64,
     pub erases_per_host_block: f64,
     pub gc_copy_blocks: u64,
+    /// Page reads the LUNs ran ahead of a queued program or erase, and
+    /// programs and erases they suspended for a read (`--nand-scheduling`).
+    pub reads_passed: u64,
+    pub suspensions: u64,
     /// What the geometry allows at this run's WA, reads and erases.
     pub limit_host_blocks_per_s: f64,
     pub host_vs_limit: f64,
@@ -226,9 +234,11 @@ pub struct MediaReport {
     pub latency: Latency,
     pub targets: Targets,
     pub seed: u64,
-    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`).
+    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`,
+    /// `gc_max_inflight`).
     pub gc_lanes: u32,
     pub gc_victims: u32,
+    pub gc_max_inflight: u32,
 }
 
 /// What a stream sends.
@@ -572,6 +582,8 @@ impl Bench {
             media_reads_per_host_block: round(per(reads), 4),
             erases_per_host_block: round(per(erases), 5),
             gc_copy_blocks: after.gc_copies - before.gc_copies,
+            reads_passed: after.sim.reads_passed - before.sim.reads_passed,
+            suspensions: after.sim.suspensions - before.sim.suspensions,
             limit_host_blocks_per_s: round(limit, 0),
             host_vs_limit: round(ratio(rate, limit), 4),
         }
@@ -675,6 +687,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     let ftl = &FtlConfig {
         gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
         gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
+        gc_max_inflight: args.gc_max_inflight.unwrap_or(ftl.gc_max_inflight),
         ..ftl.clone()
     };
     let drv = Driver::format(device, &options, ftl.clone())?;
@@ -813,6 +826,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         seed: args.seed,
         gc_lanes: ftl.gc_lanes,
         gc_victims: ftl.gc_victims,
+        gc_max_inflight: ftl.gc_max_inflight,
     };
     if let Some(path) = &args.svg {
         let cdfs = [
