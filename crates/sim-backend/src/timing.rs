@@ -39,6 +39,9 @@ struct Slot {
     /// The part of a program or erase before it was suspended (its end is
     /// the suspension, not the operation's end; it is never suspended).
     head: bool,
+    /// A read: reads of its command queued on its LUN before it, not ended
+    /// (reads of different commands take turns page by page).
+    turn: u32,
 }
 
 /// A command's timing while it is pending.
@@ -72,6 +75,11 @@ pub(crate) struct Scheduler {
     zone_last_finish_ns: Vec<u64>,
     /// The latest reset queued per zone, while pending.
     zone_reset: Vec<Option<u64>>,
+    /// Per zone, the reads not ordered after its earlier commands
+    /// (`read_unordered`) since its latest ordered command, while pending:
+    /// the next ordered command of the zone finishes after them. Bounded
+    /// by the commands in flight.
+    zone_unordered: Vec<Vec<u64>>,
     /// Finish time of the latest program queued anywhere, as queued (for Flush).
     last_program_finish_ns: u64,
     /// The command of the latest program queued on each LUN (for Flush).
@@ -98,6 +106,7 @@ impl Scheduler {
             zone_last: vec![None; zones],
             zone_last_finish_ns: vec![0; zones],
             zone_reset: vec![None; zones],
+            zone_unordered: vec![Vec::new(); zones],
             last_program_finish_ns: 0,
             last_program_cmd: vec![None; luns],
             busy_ns_total: 0,
@@ -162,20 +171,24 @@ impl Scheduler {
                 reads_ahead: 0,
                 suspends: 0,
                 head: false,
+                turn: 0,
             });
         }
         finish
     }
 
     /// A read on a LUN with operations queued, when reads may pass: it
-    /// goes after the operation running and the reads queued before it,
-    /// right before the first program or erase not started that has not
-    /// let `max_reads_ahead` reads run right before it; with `Suspend` it
-    /// suspends the program or erase running if that may take one more
-    /// suspension and one more read. So reads run before the programs and
-    /// erases queued, in groups of at most `max_reads_ahead` between two of
-    /// them, and every program and erase starts in bounded time. Returns
-    /// the read's end.
+    /// goes after the operation running, right before the first program or
+    /// erase not started that has not let `max_reads_ahead` reads run right
+    /// before it; among the reads queued there, reads of different commands
+    /// take turns page by page (its command's `n`th page read on the LUN
+    /// goes after the others' `n`th ones, before their later ones). With
+    /// `Suspend` it suspends the program or erase running if that may take
+    /// one more suspension and one more read. So reads run before the
+    /// programs and erases queued, in groups of at most `max_reads_ahead`
+    /// between two of them, every program and erase starts in bounded time,
+    /// and a one-page read waits for at most one page of each other read
+    /// command queued there. Returns the read's end.
     fn queue_read_ahead(&mut self, cmd: u64, lun: usize, t: &Timing, now_ns: u64) -> u64 {
         let q = &mut self.lun_ops[lun];
         let passable = |s: &Slot| s.op == Op::Read || s.reads_ahead < t.max_reads_ahead;
@@ -216,31 +229,37 @@ impl Scheduler {
                 head: false,
                 ..running
             };
-            q.insert(1, read_slot(cmd, read_start, read_end));
+            q.insert(1, read_slot(cmd, read_start, read_end, 0));
             q.insert(2, tail);
             self.suspensions += 1;
             self.moved.push((running.cmd, tail.end_ns));
             (read_end, 3)
         } else {
+            let not_started = |s: &Slot| s.op == Op::Read && s.start_ns > now_ns;
+            let turn = q
+                .iter()
+                .filter(|s| s.cmd == cmd && s.op == Op::Read)
+                .count() as u32;
+            while at > 0 && not_started(&q[at - 1]) && q[at - 1].turn > turn {
+                at -= 1;
+            }
             let start = if at == 0 {
                 now_ns
             } else {
                 q[at - 1].end_ns.max(now_ns)
             };
             let read_end = start.saturating_add(t.read_ns);
-            q.insert(at, read_slot(cmd, start, read_end));
+            q.insert(at, read_slot(cmd, start, read_end, turn));
             if at + 1 < q.len() {
                 self.reads_passed += 1;
             }
+            // The program or erase right after its group of reads lets one
+            // more read ahead.
+            if let Some(next) = q.range_mut(at + 1..).find(|s| s.op != Op::Read) {
+                next.reads_ahead = next.reads_ahead.saturating_add(1);
+            }
             (read_end, at + 1)
         };
-        // The operation right after the read lets one more read ahead.
-        if let Some(next) = q
-            .get_mut(resume_at)
-            .filter(|s| s.op != Op::Read && !suspend)
-        {
-            next.reads_ahead = next.reads_ahead.saturating_add(1);
-        }
         // Everything after moves later, back to back.
         let mut cur = q[resume_at - 1].end_ns;
         for s in q.range_mut(resume_at..) {
@@ -308,6 +327,14 @@ impl Scheduler {
             if reset {
                 self.zone_reset[z] = Some(cmd);
             }
+            // After the reads queued before it that skipped the zone order;
+            // if one of them moves later, it moves with it.
+            for r in std::mem::take(&mut self.zone_unordered[z]) {
+                if let Some(read) = self.cmds.get_mut(&r) {
+                    finish = finish.max(read.finish_ns);
+                    read.next_in_zone.get_or_insert(cmd);
+                }
+            }
             finish = finish.max(self.zone_last_finish_ns[z]);
             if let Some(prev) = self.zone_last[z].and_then(|p| self.cmds.get_mut(&p)) {
                 prev.next_in_zone = Some(cmd);
@@ -340,8 +367,9 @@ impl Scheduler {
         if !self.reads_pass() || self.zone_reset[z].is_some_and(|r| self.cmds.contains_key(&r)) {
             return None;
         }
-        let last = &mut self.zone_last_finish_ns[z];
-        *last = (*last).max(ops_end_ns);
+        let cmds = &self.cmds;
+        self.zone_unordered[z].retain(|r| cmds.contains_key(r));
+        self.zone_unordered[z].push(cmd);
         self.cmds.insert(
             cmd,
             CmdTime {
@@ -409,6 +437,7 @@ impl Scheduler {
         self.zone_last_finish_ns.fill(now_ns);
         self.zone_last.fill(None);
         self.zone_reset.fill(None);
+        self.zone_unordered.iter_mut().for_each(Vec::clear);
         self.last_program_finish_ns = now_ns;
         self.last_program_cmd.fill(None);
         self.lun_ops.iter_mut().for_each(VecDeque::clear);
@@ -416,7 +445,7 @@ impl Scheduler {
     }
 }
 
-fn read_slot(cmd: u64, start_ns: u64, end_ns: u64) -> Slot {
+fn read_slot(cmd: u64, start_ns: u64, end_ns: u64, turn: u32) -> Slot {
     Slot {
         cmd,
         op: Op::Read,
@@ -425,6 +454,7 @@ fn read_slot(cmd: u64, start_ns: u64, end_ns: u64) -> Slot {
         reads_ahead: 0,
         suspends: 0,
         head: false,
+        turn,
     }
 }
 

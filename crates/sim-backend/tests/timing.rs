@@ -362,3 +362,88 @@ fn a_suspended_program_is_on_the_media_only_at_its_moved_end() {
     assert_eq!(d.reap(&mut out, 8), 1);
     assert_eq!(d.stats().media_page_programs, 4);
 }
+
+#[test]
+fn reads_of_different_commands_take_turns_page_by_page() {
+    let t = Timing::default();
+    for scheduling in [
+        NandScheduling::Fifo,
+        NandScheduling::ReadPriority,
+        NandScheduling::Suspend,
+    ] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        // Zone 0: 32 blocks, 16 pages on each of LUNs 0 and 1.
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+            .expect("write");
+        let t0 = d.clock_ns();
+        // 16 blocks: 8 page reads on each LUN; then one block on LUN 0.
+        d.submit(
+            1,
+            Command::Read {
+                zone: 0,
+                offset_blocks: 0,
+                block_count: 16,
+            },
+        )
+        .expect("big read");
+        d.submit(2, read(0, 2)).expect("small read");
+        let (at, _) = completion_times(&mut d, &[1, 2]);
+        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        if scheduling == NandScheduling::Fifo {
+            assert_eq!(at, [8 * t.read_ns, 9 * t.read_ns]);
+        } else {
+            // The small read runs after the big one's first page on LUN 0.
+            assert_eq!(at, [9 * t.read_ns, 2 * t.read_ns], "{scheduling:?}");
+        }
+        let mut out = Vec::new();
+        let _ = d.reap(&mut out, 8);
+        let (data, _) = d.read_blocks(0, 0, 16).expect("read back");
+        assert_eq!(data, blocks(&g, 0, 0, 16, 3));
+    }
+}
+
+#[test]
+fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
+    // Zone 0 is full, so a read of it skips the zone order. A reset of the
+    // zone comes next, then a one-block read of the zone, ordered after the
+    // reset (pending), whose page on LUN 0 still runs before the first
+    // read's later pages there and moves them back: the reset waits.
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        for off in (0..g.zone_capacity_blocks).step_by(32) {
+            d.write_blocks(0, off, blocks(&g, 0, off, 32, 3), vec![])
+                .expect("fill zone 0");
+        }
+        let big = Command::Read {
+            zone: 0,
+            offset_blocks: 0,
+            block_count: 16,
+        };
+        d.submit(1, big).expect("read");
+        d.submit(2, Command::Reset { zone: 0 }).expect("reset");
+        d.submit(3, read(0, 2)).expect("read");
+        let mut out = Vec::new();
+        while d.in_flight() > 0 {
+            if d.reap(&mut out, usize::MAX) == 0 {
+                d.wait().expect("wait");
+            }
+        }
+        let tags: Vec<u64> = out.iter().map(|c| c.tag).collect();
+        assert_eq!(tags, [1, 2, 3], "{scheduling:?}");
+        match &out[0].result {
+            Ok(zftl_core::Outcome::Read { data, .. }) => {
+                assert_eq!(data, &blocks(&g, 0, 0, 16, 3), "read before the reset")
+            }
+            other => panic!("read: {other:?}"),
+        }
+        assert!(out[1].result.is_ok());
+        match &out[2].result {
+            Ok(zftl_core::Outcome::Read { data, .. }) => {
+                assert!(data.iter().all(|&b| b == 0xFF), "read after the reset")
+            }
+            other => panic!("read: {other:?}"),
+        }
+    }
+}
