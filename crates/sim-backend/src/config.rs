@@ -93,8 +93,9 @@ pub enum NandScheduling {
     #[default]
     Fifo,
     /// A read starts before the programs and erases queued, not yet
-    /// started, on its LUN (after the reads queued before it), but waits
-    /// for the operation running. Bounded by `Timing::max_reads_ahead`.
+    /// started, on its LUN, but waits for the operation running; reads of
+    /// different commands take turns page by page. Bounded by
+    /// `Timing::max_reads_ahead`.
     ReadPriority,
     /// As `ReadPriority`, and a read arriving while a program or erase runs
     /// suspends it: the read starts `suspend_ns` later, and the suspended
