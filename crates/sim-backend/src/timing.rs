@@ -88,7 +88,7 @@ pub(crate) struct Scheduler {
     pub busy_ns_total: u64,
     /// Time each LUN spent on operations.
     pub lun_busy_ns: Vec<u64>,
-    /// Reads queued ahead of a program or erase not started.
+    /// Page reads run ahead of an operation queued or suspended before them.
     pub reads_passed: u64,
     /// Programs and erases suspended for a read.
     pub suspensions: u64,

@@ -147,7 +147,7 @@ pub struct Window {
     pub media_reads_per_host_block: f64,
     pub erases_per_host_block: f64,
     pub gc_copy_blocks: u64,
-    /// Page reads the LUNs ran ahead of a queued program or erase, and
+    /// Page reads the LUNs ran ahead of operations queued before them, and
     /// programs and erases they suspended for a read (`--nand-scheduling`).
     pub reads_passed: u64,
     pub suspensions: u64,
