@@ -395,6 +395,36 @@ fn media_reports_utilization_limits_and_latency_in_virtual_time() {
 }
 
 #[test]
+fn media_with_reads_passing_programs_cuts_the_read_tail_during_gc() {
+    let fifo = media(&[]);
+    assert_eq!(fifo["timing"]["scheduling"], "fifo");
+    let p999 = |v: &Value, k: &str| num(&v["latency"][k], "p999_us");
+    for mode in ["read-priority", "suspend"] {
+        let v = media(&["--nand-scheduling", mode]);
+        assert_eq!(v["timing"]["scheduling"], mode);
+        let l = &v["latency"];
+        assert_eq!(num(&l["read_idle"], "p50_us"), 25.0);
+        assert!(num(l, "gc_copy_blocks_during_probes") > 0.0, "GC ran: {l}");
+        assert!(
+            p999(&v, "read_gc") < p999(&fifo, "read_gc"),
+            "{mode}: read p99.9 during GC {} against {} in order",
+            p999(&v, "read_gc"),
+            p999(&fifo, "read_gc")
+        );
+        if mode == "suspend" {
+            // A read never waits for a whole program when it can suspend it.
+            assert!(p999(&v, "read_idle") < 200.0, "{l}");
+        }
+    }
+    let out = zftl(&["bench", "media", "--nand-scheduling", "lifo"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown mode is a usage error"
+    );
+}
+
+#[test]
 fn range_reports_moves_clones_journaling_and_memory() {
     let v = json(&[
         "bench",

@@ -49,7 +49,11 @@ pub struct SimConfig {
     pub faults: Faults,
 }
 
-/// NAND operation latencies. Defaults from the nameless-writes paper, Table 2.
+/// NAND operation latencies and how each LUN orders its queued operations.
+/// Defaults from the nameless-writes paper, Table 2, and first in, first
+/// out: each LUN runs its operations one at a time in the order they were
+/// queued. Every field has a default, so a config written before a field
+/// existed still loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Timing {
@@ -59,6 +63,45 @@ pub struct Timing {
     pub program_ns: u64,
     /// Erasing one erase block.
     pub erase_ns: u64,
+    /// The order in which a LUN runs its queued operations.
+    pub scheduling: NandScheduling,
+    /// `Suspend` only: from a read's arrival until the suspended program or
+    /// erase has stopped and the read can start (the LUN is busy; the
+    /// suspended operation ends this much later).
+    pub suspend_ns: u64,
+    /// `Suspend` only: what resuming a suspended program or erase adds to
+    /// it after the reads it let through.
+    pub resume_ns: u64,
+    /// `ReadPriority` and `Suspend`: reads that may start ahead of one
+    /// program or erase after it was queued, by jumping its place in the
+    /// queue or by suspending it; further reads queue behind it. This
+    /// bounds how long reads can hold a program or erase back (docs/sim.md).
+    pub max_reads_ahead: u32,
+    /// `Suspend` only: suspensions one program or erase may take.
+    pub max_suspends: u32,
+}
+
+/// How a LUN orders the operations queued on it. In every mode a LUN does
+/// one operation at a time, programs and erases run in the order they were
+/// queued, and a command's data is on the media only once its last program
+/// has ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NandScheduling {
+    /// One operation after another in the order they were queued: a read
+    /// waits for every program and erase queued before it.
+    #[default]
+    Fifo,
+    /// A read starts before the programs and erases queued, not yet
+    /// started, on its LUN, but waits for the operation running; reads of
+    /// different commands take turns page by page. Bounded by
+    /// `Timing::max_reads_ahead`.
+    ReadPriority,
+    /// As `ReadPriority`, and a read arriving while a program or erase runs
+    /// suspends it: the read starts `suspend_ns` later, and the suspended
+    /// operation resumes after the reads queued by then, `resume_ns` longer.
+    /// Bounded by `Timing::max_suspends` and `Timing::max_reads_ahead`.
+    Suspend,
 }
 
 impl Default for Timing {
@@ -67,6 +110,11 @@ impl Default for Timing {
             read_ns: 25_000,
             program_ns: 200_000,
             erase_ns: 1_500_000,
+            scheduling: NandScheduling::Fifo,
+            suspend_ns: 10_000,
+            resume_ns: 10_000,
+            max_reads_ahead: 16,
+            max_suspends: 4,
         }
     }
 }

@@ -365,6 +365,8 @@ impl SimDevice {
         s.set_erase_counts(self.media.erase_counts());
         s.clock_ns = self.clock_ns;
         s.busy_ns_total = self.sched.busy_ns_total;
+        s.reads_passed = self.sched.reads_passed;
+        s.suspensions = self.sched.suspensions;
         s
     }
 
@@ -376,7 +378,8 @@ impl SimDevice {
 
     /// When each LUN finishes the work queued on it (timing model on): from
     /// the clock until then it is busy without a gap, since work is queued
-    /// when it is submitted and runs in that order.
+    /// when it is submitted and each operation starts when the one before
+    /// it on its LUN ends (a read that passes others included).
     pub fn lun_queued_until_ns(&self) -> &[u64] {
         &self.sched.lun_free_at_ns
     }
@@ -425,6 +428,7 @@ impl SimDevice {
             c.result = Err(aborted());
         }
         while let Some(p) = self.pending.pop() {
+            self.sched.retire(p.seq);
             if p.early.is_none() && self.faults.aborted_command_ran() {
                 let _ = self.execute(p.command);
             }
@@ -439,14 +443,24 @@ impl SimDevice {
         }
     }
 
-    /// Executes every pending command whose finish time has come.
+    /// Executes every pending command whose finish time has come. A
+    /// command's finish may have moved later since it was queued (a read
+    /// passed its operations, see `timing`): it then goes back in line.
     pub(crate) fn run_due(&mut self) {
         while self
             .pending
             .peek()
             .is_some_and(|p| p.finish_ns <= self.clock_ns)
         {
-            let p = self.pending.pop().expect("peeked");
+            let mut p = self.pending.pop().expect("peeked");
+            if let Some(finish) = self.sched.finish_of(p.seq) {
+                if finish > p.finish_ns {
+                    p.finish_ns = finish;
+                    self.pending.push(p);
+                    continue;
+                }
+            }
+            self.sched.retire(p.seq);
             let result = match p.early {
                 Some(e) => Err(e),
                 None => self.execute(p.command),
@@ -459,8 +473,8 @@ impl SimDevice {
         }
     }
 
-    /// Finish time of a command from the timing model (clock when off).
-    fn schedule(&mut self, command: &Command) -> u64 {
+    /// Finish time of command `seq` from the timing model (clock when off).
+    fn schedule(&mut self, seq: u64, command: &Command) -> u64 {
         let now = self.clock_ns;
         if !self.sched.enabled() {
             return now;
@@ -477,7 +491,7 @@ impl SimDevice {
             } => {
                 for b in *offset_blocks..offset_blocks + u64::from(*block_count) {
                     let (lun, _, _) = self.layout.locate(*zone, b);
-                    finish = finish.max(self.sched.queue(lun, Op::Read, now));
+                    finish = finish.max(self.sched.queue(seq, lun, Op::Read, now));
                 }
             }
             Command::Write {
@@ -487,19 +501,20 @@ impl SimDevice {
                 ..
             } => {
                 let count = data.len() as u64 / bs;
-                finish = self.queue_programs(*zone, *offset_blocks, count);
+                finish = self.queue_programs(seq, *zone, *offset_blocks, count);
                 self.sched_wp[*zone as usize] = (offset_blocks + count).min(cap);
             }
             Command::Append { zone, data, .. } => {
                 let count = data.len() as u64 / bs;
                 let start = self.sched_wp[*zone as usize] % cap;
-                finish = self.queue_programs(*zone, start, count);
+                finish = self.queue_programs(seq, *zone, start, count);
                 self.sched_wp[*zone as usize] = (start + count).min(cap);
             }
             Command::Reset { zone } => {
                 for j in 0..self.layout.zone_width_luns {
                     let eb = self.layout.zone_erase_block(*zone, j);
                     finish = finish.max(self.sched.queue(
+                        seq,
                         eb / self.layout.blocks_per_lun,
                         Op::Erase,
                         now,
@@ -509,13 +524,30 @@ impl SimDevice {
             }
             Command::Finish { zone } => self.sched_wp[*zone as usize] = cap,
             Command::Open { .. } | Command::Close { .. } => {}
-            Command::Flush => finish = self.sched.flush_finish(now),
+            Command::Flush => return self.sched.flush(seq, now),
         }
         debug_assert!(unit > 0);
-        self.sched.order_in_zone(command.zone(), finish)
+        if let Command::Read {
+            zone,
+            offset_blocks,
+            block_count,
+        } = command
+        {
+            let held = match self.zones.state(*zone) {
+                ZoneState::Full => cap,
+                _ => self.zones.wp(*zone),
+            };
+            if offset_blocks + u64::from(*block_count) <= held {
+                if let Some(finish) = self.sched.read_unordered(seq, *zone, finish) {
+                    return finish;
+                }
+            }
+        }
+        let reset = matches!(command, Command::Reset { .. });
+        self.sched.command(seq, command.zone(), finish, reset)
     }
 
-    fn queue_programs(&mut self, zone: ZoneId, start: u64, count: u64) -> u64 {
+    fn queue_programs(&mut self, seq: u64, zone: ZoneId, start: u64, count: u64) -> u64 {
         let now = self.clock_ns;
         let cap = self.geometry.zone_capacity_blocks;
         let unit = self.layout.program_unit_pages;
@@ -523,7 +555,7 @@ impl SimDevice {
         let mut b = 0;
         while b < count {
             let (lun, _, _) = self.layout.locate(zone, (start + b) % cap);
-            finish = finish.max(self.sched.queue(lun, Op::Program, now));
+            finish = finish.max(self.sched.queue(seq, lun, Op::Program, now));
             b += unit;
         }
         finish
@@ -565,13 +597,13 @@ impl Backend for SimDevice {
             return Err(SubmitError::Busy);
         }
         let early = self.check_static(&command).err();
+        let seq = self.next_seq;
+        self.next_seq += 1;
         let finish_ns = if early.is_some() {
             self.clock_ns
         } else {
-            self.schedule(&command)
+            self.schedule(seq, &command)
         };
-        let seq = self.next_seq;
-        self.next_seq += 1;
         self.pending.push(Pending {
             finish_ns,
             seq,
@@ -617,6 +649,14 @@ impl Backend for SimDevice {
         };
         self.clock_ns = self.clock_ns.max(next.finish_ns);
         self.run_due();
+        // A command whose finish moved went back in line: wait for the next.
+        while self.ready.is_empty() {
+            let Some(next) = self.pending.peek() else {
+                break;
+            };
+            self.clock_ns = self.clock_ns.max(next.finish_ns);
+            self.run_due();
+        }
         Ok(())
     }
 

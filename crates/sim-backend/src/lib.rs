@@ -49,7 +49,7 @@ mod streaming;
 mod timing;
 mod zone;
 
-pub use config::{Faults, PowerCut, RuntimeOptions, SimConfig, Timing};
+pub use config::{Faults, NandScheduling, PowerCut, RuntimeOptions, SimConfig, Timing};
 pub use device::SimDevice;
 pub use error::SimError;
 pub use stats::SimStats;

@@ -53,6 +53,12 @@ pub struct SimStats {
     pub clock_ns: u64,
     /// Sum over LUNs of time spent on NAND operations.
     pub busy_ns_total: u64,
+    /// Page reads run ahead of an operation queued or suspended before them:
+    /// a program, an erase or another command's later page read
+    /// (`NandScheduling::ReadPriority`, `Suspend`).
+    pub reads_passed: u64,
+    /// Programs and erases suspended for a read (`NandScheduling::Suspend`).
+    pub suspensions: u64,
 }
 
 impl SimStats {

@@ -3,7 +3,7 @@
 //! completions.
 
 use zftl_core::backend::conformance::{run_all, Harness};
-use zftl_sim::{SimConfig, SimDevice, Timing};
+use zftl_sim::{NandScheduling, SimConfig, SimDevice, Timing};
 
 struct SimHarness {
     cfg: SimConfig,
@@ -56,6 +56,19 @@ fn timing_on_and_shuffled() {
     cfg.timing = Some(Timing::default());
     cfg.faults.shuffle_completions = true;
     check("timing", cfg, false);
+}
+
+#[test]
+fn reads_passing_programs_and_suspending_them() {
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        let mut cfg = SimConfig::small_for_tests();
+        cfg.timing = Some(Timing {
+            scheduling,
+            ..Timing::default()
+        });
+        cfg.faults.shuffle_completions = true;
+        check(&format!("{scheduling:?}"), cfg, false);
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use zftl_core::{Backend, BackendExt, Command};
-use zftl_sim::{SimConfig, SimDevice, Timing};
+use zftl_sim::{NandScheduling, SimConfig, SimDevice, Timing};
 
 fn timed() -> SimDevice {
     let mut cfg = SimConfig::small_for_tests();
@@ -109,4 +109,341 @@ fn timing_off_keeps_the_clock_still_and_commands_pending_until_reaped() {
     drain(&mut d);
     assert_eq!(d.stats().media_page_programs, 1);
     assert_eq!(d.clock_ns(), 0);
+}
+
+fn timed_with(scheduling: NandScheduling) -> SimDevice {
+    let mut cfg = SimConfig::small_for_tests();
+    cfg.timing = Some(Timing {
+        scheduling,
+        ..Timing::default()
+    });
+    SimDevice::create_memory(cfg).expect("device")
+}
+
+/// Reaps until every tag of `tags` completed; returns the clock at each
+/// completion, by tag, and the order they completed in.
+fn completion_times(d: &mut SimDevice, tags: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let mut at = vec![u64::MAX; tags.len()];
+    let mut order = Vec::new();
+    let mut out = Vec::new();
+    while at.contains(&u64::MAX) {
+        if d.reap(&mut out, usize::MAX) == 0 {
+            d.wait().expect("wait");
+            continue;
+        }
+        for c in out.drain(..) {
+            assert!(c.result.is_ok(), "tag {}: {:?}", c.tag, c.result);
+            let i = tags.iter().position(|&t| t == c.tag).expect("known tag");
+            at[i] = d.clock_ns();
+            order.push(c.tag);
+        }
+    }
+    (at, order)
+}
+
+fn write(zone: u32, offset: u64, count: u64, g: &zftl_core::Geometry) -> Command {
+    Command::Write {
+        zone,
+        offset_blocks: offset,
+        data: blocks(g, zone, offset, count, 3).into(),
+        oob: vec![],
+    }
+}
+
+fn read(zone: u32, offset: u64) -> Command {
+    Command::Read {
+        zone,
+        offset_blocks: offset,
+        block_count: 1,
+    }
+}
+
+/// Zone 0 lies on LUNs 0 and 1 (even offsets on LUN 0). Four writes of
+/// two blocks queue four programs on each LUN; 50 µs later a read of a
+/// block on LUN 0 comes, then a flush.
+fn read_behind_four_programs(scheduling: NandScheduling) -> (Vec<u64>, Vec<u64>) {
+    let mut d = timed_with(scheduling);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 2, 3), vec![])
+        .expect("first write");
+    let t0 = d.clock_ns();
+    assert_eq!(t0, 200_000);
+    for (tag, off) in [2, 4, 6, 8].into_iter().enumerate() {
+        d.submit(tag as u64, write(0, off, 2, &g)).expect("submit");
+    }
+    d.advance_clock_to(t0 + 50_000);
+    d.submit(10, read(0, 0)).expect("submit read");
+    d.submit(11, Command::Flush).expect("submit flush");
+    let (at, order) = completion_times(&mut d, &[0, 1, 2, 3, 10, 11]);
+    // Programs still complete in order, and what they wrote is there.
+    let writes: Vec<u64> = order.iter().copied().filter(|&t| t < 4).collect();
+    assert_eq!(writes, [0, 1, 2, 3]);
+    let (data, _) = d.read_blocks(0, 0, 10).expect("read back");
+    assert_eq!(data, blocks(&g, 0, 0, 10, 3));
+    (at.iter().map(|a| a - t0).collect(), order)
+}
+
+#[test]
+fn fifo_read_waits_for_every_program_queued_before_it() {
+    let (at, _) = read_behind_four_programs(NandScheduling::Fifo);
+    // Writes at 200, 400, 600, 800 µs; the read after all four; the flush
+    // with the last program.
+    assert_eq!(at, [200_000, 400_000, 600_000, 800_000, 825_000, 800_000]);
+}
+
+#[test]
+fn read_priority_read_waits_for_the_running_program_only() {
+    let (at, _) = read_behind_four_programs(NandScheduling::ReadPriority);
+    // The read runs right after the first program; the three programs
+    // queued behind it (on LUN 0) end 25 µs later, and so does the flush.
+    assert_eq!(at, [200_000, 425_000, 625_000, 825_000, 225_000, 825_000]);
+}
+
+#[test]
+fn suspend_read_takes_the_suspend_latency_and_delays_the_programs() {
+    let t = Timing::default();
+    let (at, order) = read_behind_four_programs(NandScheduling::Suspend);
+    let read_done = 50_000 + t.suspend_ns + t.read_ns;
+    assert_eq!(read_done, 85_000);
+    // The running program pays suspend + read + resume; the rest follow.
+    let more = t.suspend_ns + t.read_ns + t.resume_ns;
+    assert_eq!(
+        at,
+        [
+            200_000 + more,
+            400_000 + more,
+            600_000 + more,
+            800_000 + more,
+            read_done,
+            800_000 + more
+        ]
+    );
+    assert_eq!(order[0], 10, "the read completes first");
+}
+
+/// One write of two blocks (a program on LUNs 0 and 1), then reads of a
+/// block on LUN 0 from 50 µs on.
+fn program_then(scheduling: NandScheduling) -> (SimDevice, u64) {
+    let mut d = timed_with(scheduling);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 2, 3), vec![])
+        .expect("first write");
+    let t0 = d.clock_ns();
+    d.submit(0, write(0, 2, 2, &g)).expect("submit");
+    d.advance_clock_to(t0 + 50_000);
+    (d, t0)
+}
+
+#[test]
+fn reads_one_after_another_suspend_a_program_at_most_max_suspends_times() {
+    let t = Timing::default();
+    let (mut d, t0) = program_then(NandScheduling::Suspend);
+    // A reader with one read in flight: each read suspends the program
+    // again, until it has taken `max_suspends`; the next waits for it.
+    let per = t.suspend_ns + t.read_ns + t.resume_ns;
+    let mut now = t0 + 50_000;
+    for i in 0..u64::from(t.max_suspends) {
+        d.submit(100 + i, read(0, 0)).expect("read");
+        let (at, _) = completion_times(&mut d, &[100 + i]);
+        assert_eq!(at[0], now + t.suspend_ns + t.read_ns, "read {i}");
+        now = at[0];
+    }
+    let program_end = t0 + t.program_ns + u64::from(t.max_suspends) * per;
+    d.submit(200, read(0, 0)).expect("read");
+    let (at, order) = completion_times(&mut d, &[0, 200]);
+    assert_eq!(at, [program_end, program_end + t.read_ns]);
+    assert_eq!(order, [0, 200]);
+}
+
+#[test]
+fn a_burst_of_reads_passes_a_program_at_most_max_reads_ahead_times() {
+    let t = Timing::default();
+    let burst = 2 * u64::from(t.max_reads_ahead);
+    let tags: Vec<u64> = (0..=burst).collect();
+    // Suspend: the first read suspends the program, the next
+    // `max_reads_ahead - 1` join that suspension, the rest wait.
+    let (mut d, t0) = program_then(NandScheduling::Suspend);
+    for tag in 1..=burst {
+        d.submit(tag, read(0, 0)).expect("read");
+    }
+    let (at, _) = completion_times(&mut d, &tags);
+    let ahead = u64::from(t.max_reads_ahead);
+    let program_end = t0 + t.program_ns + t.suspend_ns + ahead * t.read_ns + t.resume_ns;
+    assert_eq!(at[0], program_end);
+    for r in 1..=burst {
+        let expect = if r <= ahead {
+            t0 + 50_000 + t.suspend_ns + r * t.read_ns
+        } else {
+            program_end + (r - ahead) * t.read_ns
+        };
+        assert_eq!(at[r as usize], expect, "read {r}");
+    }
+    // One suspension; the reads after the first joined it.
+    assert_eq!(
+        (d.stats().suspensions, d.stats().reads_passed),
+        (1, ahead - 1)
+    );
+
+    // Read priority: the programs not started (the second and third on
+    // LUN 0) let `max_reads_ahead` reads run right before each, no more:
+    // the reads run in groups between the programs.
+    let mut d = timed_with(NandScheduling::ReadPriority);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 2, 3), vec![])
+        .expect("first write");
+    let t0 = d.clock_ns();
+    d.submit(0, write(0, 2, 2, &g)).expect("submit");
+    d.submit(1000, write(0, 4, 2, &g)).expect("submit");
+    d.submit(1001, write(0, 6, 2, &g)).expect("submit");
+    d.advance_clock_to(t0 + 50_000);
+    for tag in 1..=burst {
+        d.submit(tag, read(0, 0)).expect("read");
+    }
+    let mut tags = tags;
+    tags.extend([1000, 1001]);
+    let (at, order) = completion_times(&mut d, &tags);
+    let first_end = t0 + t.program_ns;
+    let second_end = first_end + ahead * t.read_ns + t.program_ns;
+    let third_end = second_end + ahead * t.read_ns + t.program_ns;
+    assert_eq!(at[0], first_end);
+    assert_eq!(at[tags.len() - 2..], [second_end, third_end]);
+    for r in 1..=burst {
+        let expect = if r <= ahead {
+            first_end + r * t.read_ns
+        } else {
+            second_end + (r - ahead) * t.read_ns
+        };
+        assert_eq!(at[r as usize], expect, "read {r}");
+    }
+    let writes: Vec<u64> = order.into_iter().filter(|&t| t == 0 || t >= 1000).collect();
+    assert_eq!(writes, [0, 1000, 1001], "programs in order");
+    assert_eq!((d.stats().suspensions, d.stats().reads_passed), (0, burst));
+}
+
+#[test]
+fn a_seed_replays_the_same_times_with_reads_passing() {
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        assert_eq!(
+            read_behind_four_programs(scheduling),
+            read_behind_four_programs(scheduling)
+        );
+    }
+}
+
+#[test]
+fn timing_written_before_the_scheduling_fields_still_loads() {
+    let old: Timing =
+        serde_json::from_str(r#"{"read_ns":1,"program_ns":2,"erase_ns":3}"#).expect("old timing");
+    assert_eq!(old.scheduling, NandScheduling::Fifo);
+    assert_eq!((old.read_ns, old.program_ns, old.erase_ns), (1, 2, 3));
+    assert_eq!(old.max_reads_ahead, Timing::default().max_reads_ahead);
+    let new: Timing = serde_json::from_str(r#"{"scheduling":"read-priority","max_suspends":1}"#)
+        .expect("new timing");
+    assert_eq!(new.scheduling, NandScheduling::ReadPriority);
+    assert_eq!(new.max_suspends, 1);
+    assert!(serde_json::from_str::<Timing>(r#"{"scheduling":"lifo"}"#).is_err());
+}
+
+#[test]
+fn a_suspended_program_is_on_the_media_only_at_its_moved_end() {
+    let t = Timing::default();
+    let (mut d, t0) = program_then(NandScheduling::Suspend);
+    d.submit(1, read(0, 0)).expect("read");
+    let (at, _) = completion_times(&mut d, &[1]);
+    assert_eq!(at[0], t0 + 50_000 + t.suspend_ns + t.read_ns);
+    d.advance_clock_to(t0 + t.program_ns);
+    let mut out = Vec::new();
+    assert_eq!(d.reap(&mut out, 8), 0, "not done at its unsuspended end");
+    assert_eq!(d.stats().media_page_programs, 2, "the first write only");
+    let moved = t0 + t.program_ns + t.suspend_ns + t.read_ns + t.resume_ns;
+    d.advance_clock_to(moved - 1);
+    assert_eq!(d.reap(&mut out, 8), 0);
+    d.advance_clock_to(moved);
+    assert_eq!(d.reap(&mut out, 8), 1);
+    assert_eq!(d.stats().media_page_programs, 4);
+}
+
+#[test]
+fn reads_of_different_commands_take_turns_page_by_page() {
+    let t = Timing::default();
+    for scheduling in [
+        NandScheduling::Fifo,
+        NandScheduling::ReadPriority,
+        NandScheduling::Suspend,
+    ] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        // Zone 0: 32 blocks, 16 pages on each of LUNs 0 and 1.
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+            .expect("write");
+        let t0 = d.clock_ns();
+        // 16 blocks: 8 page reads on each LUN; then one block on LUN 0.
+        d.submit(
+            1,
+            Command::Read {
+                zone: 0,
+                offset_blocks: 0,
+                block_count: 16,
+            },
+        )
+        .expect("big read");
+        d.submit(2, read(0, 2)).expect("small read");
+        let (at, _) = completion_times(&mut d, &[1, 2]);
+        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        if scheduling == NandScheduling::Fifo {
+            assert_eq!(at, [8 * t.read_ns, 9 * t.read_ns]);
+        } else {
+            // The small read runs after the big one's first page on LUN 0.
+            assert_eq!(at, [9 * t.read_ns, 2 * t.read_ns], "{scheduling:?}");
+        }
+        let mut out = Vec::new();
+        let _ = d.reap(&mut out, 8);
+        let (data, _) = d.read_blocks(0, 0, 16).expect("read back");
+        assert_eq!(data, blocks(&g, 0, 0, 16, 3));
+    }
+}
+
+#[test]
+fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
+    // Zone 0 is full, so a read of it skips the zone order. A reset of the
+    // zone comes next, then a one-block read of the zone, ordered after the
+    // reset (pending), whose page on LUN 0 still runs before the first
+    // read's later pages there and moves them back: the reset waits.
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        for off in (0..g.zone_capacity_blocks).step_by(32) {
+            d.write_blocks(0, off, blocks(&g, 0, off, 32, 3), vec![])
+                .expect("fill zone 0");
+        }
+        let big = Command::Read {
+            zone: 0,
+            offset_blocks: 0,
+            block_count: 16,
+        };
+        d.submit(1, big).expect("read");
+        d.submit(2, Command::Reset { zone: 0 }).expect("reset");
+        d.submit(3, read(0, 2)).expect("read");
+        let mut out = Vec::new();
+        while d.in_flight() > 0 {
+            if d.reap(&mut out, usize::MAX) == 0 {
+                d.wait().expect("wait");
+            }
+        }
+        let tags: Vec<u64> = out.iter().map(|c| c.tag).collect();
+        assert_eq!(tags, [1, 2, 3], "{scheduling:?}");
+        match &out[0].result {
+            Ok(zftl_core::Outcome::Read { data, .. }) => {
+                assert_eq!(data, &blocks(&g, 0, 0, 16, 3), "read before the reset")
+            }
+            other => panic!("read: {other:?}"),
+        }
+        assert!(out[1].result.is_ok());
+        match &out[2].result {
+            Ok(zftl_core::Outcome::Read { data, .. }) => {
+                assert!(data.iter().all(|&b| b == 0xFF), "read after the reset")
+            }
+            other => panic!("read: {other:?}"),
+        }
+    }
 }

@@ -6,7 +6,9 @@
 //! The device is the default one (`SimConfig::default()`: 16 LUNs, 4 MiB
 //! zones 4 LUNs wide, 4 KiB pages) with the default timing (read 25 µs,
 //! program 200 µs, erase 1.5 ms per LUN operation; each LUN does one
-//! operation at a time, in the order they were queued). The FTL has the
+//! operation at a time, in the order they were queued, or with
+//! `--nand-scheduling read-priority` reads first, or with `suspend` reads
+//! first and suspending the program or erase running). The FTL has the
 //! default format (7 % over-provisioning) and configuration. It is filled
 //! sequentially and overwritten at random (`--warmup`), so GC runs at
 //! steady state. Then:
@@ -36,11 +38,11 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
 use zftl_sim::rng::Rng;
-use zftl_sim::{SimConfig, SimDevice, SimStats, Timing};
+use zftl_sim::{NandScheduling, SimConfig, SimDevice, SimStats, Timing};
 
 use super::shape::Recorder;
 use super::{progress, ratio, round, BenchError};
@@ -88,10 +90,39 @@ pub struct MediaArgs {
     /// configuration's).
     #[arg(long, value_name = "N")]
     pub gc_victims: Option<u32>,
+    /// `FtlConfig::gc_max_inflight`: device commands GC may have in flight
+    /// while the host is busy (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_max_inflight: Option<u32>,
     /// Also write the plots (utilization against depth, latency CDFs) to
     /// this SVG file.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// How each LUN orders its queued operations (`Timing::scheduling`):
+    /// `fifo` in the order queued; `read-priority` a read goes before
+    /// queued programs and erases; `suspend` also suspends the program or
+    /// erase running; with `Timing`'s default suspend and resume times and
+    /// bounds (docs/sim.md; the report's `timing` shows them).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = Scheduling::Fifo)]
+    pub nand_scheduling: Scheduling,
+}
+
+/// `--nand-scheduling`: `zftl_sim::NandScheduling` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scheduling {
+    Fifo,
+    ReadPriority,
+    Suspend,
+}
+
+impl From<Scheduling> for NandScheduling {
+    fn from(s: Scheduling) -> Self {
+        match s {
+            Scheduling::Fifo => NandScheduling::Fifo,
+            Scheduling::ReadPriority => NandScheduling::ReadPriority,
+            Scheduling::Suspend => NandScheduling::Suspend,
+        }
+    }
 }
 
 /// What the targets ask.
@@ -116,6 +147,10 @@ pub struct Window {
     pub media_reads_per_host_block: f64,
     pub erases_per_host_block: f64,
     pub gc_copy_blocks: u64,
+    /// Page reads the LUNs ran ahead of operations queued before them, and
+    /// programs and erases they suspended for a read (`--nand-scheduling`).
+    pub reads_passed: u64,
+    pub suspensions: u64,
     /// What the geometry allows at this run's WA, reads and erases.
     pub limit_host_blocks_per_s: f64,
     pub host_vs_limit: f64,
@@ -187,6 +222,9 @@ pub struct MediaReport {
     pub read_us: f64,
     pub program_us: f64,
     pub erase_us: f64,
+    /// The device's timing (`Timing`: latencies, `scheduling` and, for
+    /// `read-priority` and `suspend`, their bounds).
+    pub timing: Timing,
     /// LUNs ÷ program time and LUNs ÷ read time, blocks a second.
     pub program_limit_blocks_per_s: f64,
     pub read_limit_blocks_per_s: f64,
@@ -196,9 +234,11 @@ pub struct MediaReport {
     pub latency: Latency,
     pub targets: Targets,
     pub seed: u64,
-    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`).
+    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`,
+    /// `gc_max_inflight`).
     pub gc_lanes: u32,
     pub gc_victims: u32,
+    pub gc_max_inflight: u32,
 }
 
 /// What a stream sends.
@@ -542,6 +582,8 @@ impl Bench {
             media_reads_per_host_block: round(per(reads), 4),
             erases_per_host_block: round(per(erases), 5),
             gc_copy_blocks: after.gc_copies - before.gc_copies,
+            reads_passed: after.sim.reads_passed - before.sim.reads_passed,
+            suspensions: after.sim.suspensions - before.sim.suspensions,
             limit_host_blocks_per_s: round(limit, 0),
             host_vs_limit: round(ratio(rate, limit), 4),
         }
@@ -625,7 +667,10 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
             "--window-ms, --probes and --load-depth must be at least 1".into(),
         ));
     }
-    let timing = Timing::default();
+    let timing = Timing {
+        scheduling: args.nand_scheduling.into(),
+        ..Timing::default()
+    };
     let cfg = SimConfig {
         blocks_per_lun: args.blocks_per_lun,
         timing: Some(timing),
@@ -642,6 +687,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     let ftl = &FtlConfig {
         gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
         gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
+        gc_max_inflight: args.gc_max_inflight.unwrap_or(ftl.gc_max_inflight),
         ..ftl.clone()
     };
     let drv = Driver::format(device, &options, ftl.clone())?;
@@ -769,6 +815,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         read_us: timing.read_ns as f64 / 1e3,
         program_us: timing.program_ns as f64 / 1e3,
         erase_us: timing.erase_ns as f64 / 1e3,
+        timing,
         program_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.program_ns as f64, 0),
         read_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.read_ns as f64, 0),
         warmup_host_writes: warmup,
@@ -779,6 +826,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         seed: args.seed,
         gc_lanes: ftl.gc_lanes,
         gc_victims: ftl.gc_victims,
+        gc_max_inflight: ftl.gc_max_inflight,
     };
     if let Some(path) = &args.svg {
         let cdfs = [
@@ -792,17 +840,35 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     Ok(report)
 }
 
+/// The scheduling as `--nand-scheduling` spells it, with its bounds.
+fn scheduling_name(t: &Timing) -> String {
+    match t.scheduling {
+        NandScheduling::Fifo => "fifo".into(),
+        NandScheduling::ReadPriority => {
+            format!("read-priority (<= {} reads ahead)", t.max_reads_ahead)
+        }
+        NandScheduling::Suspend => format!(
+            "suspend ({} + {} µs, <= {} suspensions, <= {} reads ahead)",
+            t.suspend_ns as f64 / 1e3,
+            t.resume_ns as f64 / 1e3,
+            t.max_suspends,
+            t.max_reads_ahead
+        ),
+    }
+}
+
 impl MediaReport {
     pub fn text(&self) -> String {
         let mut t = Text::default();
         t.line(format!(
             "media: {} LUNs, zones {} LUNs wide, read {} µs, program {} µs, erase {} µs \
-             (virtual time); program limit {} blocks/s, read limit {} blocks/s",
+             (virtual time), LUN scheduling {}; program limit {} blocks/s, read limit {} blocks/s",
             self.luns,
             self.zone_width_luns,
             self.read_us,
             self.program_us,
             self.erase_us,
+            scheduling_name(&self.timing),
             self.program_limit_blocks_per_s,
             self.read_limit_blocks_per_s
         ));
