@@ -144,6 +144,23 @@ fn wa_zipf_is_deterministic() {
 }
 
 #[test]
+fn wa_with_gc_spread_over_lanes_and_victims() {
+    let v = wa(&["--gc-lanes", "2", "--gc-victims", "3"]);
+    check_wa(&v);
+    assert_eq!(
+        (num(&v, "gc_lanes"), num(&v, "gc_victims")),
+        (2.0, 3.0),
+        "{v}"
+    );
+    assert!(num(&v, "gc_copies") > 0.0, "GC ran: {v}");
+    let plain = wa(&[]);
+    assert_eq!(
+        (num(&plain, "gc_lanes"), num(&plain, "gc_victims")),
+        (1.0, 1.0)
+    );
+}
+
+#[test]
 fn wa_rejects_bad_arguments() {
     let out = zftl(&["bench", "wa", "--zones", "100", "--json"]);
     assert_eq!(out.status.code(), Some(1));

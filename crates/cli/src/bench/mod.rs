@@ -166,6 +166,14 @@ pub struct WaArgs {
     /// are acknowledged once buffered; a full buffer absorbs rewrites.
     #[arg(long, value_name = "BLOCKS", default_value_t = FtlConfig::default().write_buffer_blocks)]
     pub write_buffer_blocks: u32,
+    /// `FtlConfig::gc_lanes`: zones GC writes into at once, on distinct
+    /// zone groups (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_lanes: Option<u32>,
+    /// `FtlConfig::gc_victims`: victims GC holds at once (default: the
+    /// configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_victims: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -82,6 +82,9 @@ pub struct WaReport {
     pub hot_access: Option<f64>,
     pub zipf_theta: Option<f64>,
     pub static_wl_threshold: u32,
+    /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`).
+    pub gc_lanes: u32,
+    pub gc_victims: u32,
     pub seed: u64,
     /// Over the overwrite phase only (FtlStats deltas).
     pub host_writes: u64,
@@ -143,8 +146,11 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
         static_wl_threshold: args.static_wl_threshold,
         write_buffer_blocks: args.write_buffer_blocks,
         temperature_streams: args.streams == super::Streams::Temperature,
+        gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
+        gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
         ..ftl.clone()
     };
+    let (gc_lanes, gc_victims) = (config.gc_lanes, config.gc_victims);
     let mut drv = format(&plan, &args.space, config)?;
     let mut pipe = Pipeline::new(args.space.queue_depth, drv.block_size());
 
@@ -191,6 +197,7 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
     let end = drv.stats();
     let device_counts = drv.backend().erase_counts();
     let measured = Measured {
+        gc_lanes_victims: (gc_lanes, gc_victims),
         base,
         end,
         device_counts,
@@ -258,6 +265,8 @@ pub fn fill<B: Backend>(
 
 /// What the run measured.
 struct Measured {
+    /// `FtlConfig::gc_lanes` and `gc_victims` of the run.
+    gc_lanes_victims: (u32, u32),
     base: FtlStats,
     end: FtlStats,
     device_counts: Vec<u32>,
@@ -289,6 +298,7 @@ impl FreeZones {
 fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
     let (base, end, device_counts, free) = (&m.base, &m.end, &m.device_counts, &m.free);
     let (fill_s, elapsed_s) = (m.fill_s, m.elapsed_s);
+    let (gc_lanes, gc_victims) = m.gc_lanes_victims;
     let host_writes = end.host_write_blocks - base.host_write_blocks;
     let media_writes = end.media_write_blocks - base.media_write_blocks;
     let device_erase_max = device_counts.iter().copied().max().unwrap_or(0);
@@ -327,6 +337,8 @@ fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
         hot_access: hotcold.then_some(args.hot_access),
         zipf_theta: (args.workload == super::WorkloadKind::Zipf).then_some(args.zipf_theta),
         static_wl_threshold: args.static_wl_threshold,
+        gc_lanes,
+        gc_victims,
         seed: args.space.seed,
         host_writes,
         media_writes,
@@ -387,6 +399,10 @@ impl WaReport {
             t.row("zipf theta", theta);
         }
         t.row("static wl threshold", self.static_wl_threshold);
+        t.row(
+            "gc lanes, victims",
+            format!("{}, {}", self.gc_lanes, self.gc_victims),
+        );
         t.row("write buffer blocks", self.write_buffer_blocks);
         t.row("queue depth", self.queue_depth);
         t.row("seed", self.seed);
