@@ -82,14 +82,8 @@ pub struct MediaArgs {
     /// Seed of the addresses.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// `FtlConfig::gc_lanes`: zones GC writes into at once, on distinct
-    /// zone groups (default: the configuration's).
-    #[arg(long, value_name = "N")]
-    pub gc_lanes: Option<u32>,
-    /// `FtlConfig::gc_victims`: victims GC holds at once (default: the
-    /// configuration's).
-    #[arg(long, value_name = "N")]
-    pub gc_victims: Option<u32>,
+    #[command(flatten)]
+    pub gc: super::GcArgs,
     /// `FtlConfig::gc_max_inflight`: device commands GC may have in flight
     /// while the host is busy (default: the configuration's).
     #[arg(long, value_name = "N")]
@@ -685,10 +679,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         ..FormatOptions::default()
     };
     let ftl = &FtlConfig {
-        gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
-        gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
         gc_max_inflight: args.gc_max_inflight.unwrap_or(ftl.gc_max_inflight),
-        ..ftl.clone()
+        ..args.gc.apply(ftl.clone())
     };
     let drv = Driver::format(device, &options, ftl.clone())?;
     let logical = drv.logical_blocks();

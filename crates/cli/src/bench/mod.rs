@@ -166,6 +166,14 @@ pub struct WaArgs {
     /// are acknowledged once buffered; a full buffer absorbs rewrites.
     #[arg(long, value_name = "BLOCKS", default_value_t = FtlConfig::default().write_buffer_blocks)]
     pub write_buffer_blocks: u32,
+    #[command(flatten)]
+    pub gc: GcArgs,
+}
+
+/// How GC spreads (`FtlConfig::gc_lanes`, `gc_victims`), for the benches
+/// that take it.
+#[derive(Debug, Clone, Args)]
+pub struct GcArgs {
     /// `FtlConfig::gc_lanes`: zones GC writes into at once, on distinct
     /// zone groups (default: the configuration's).
     #[arg(long, value_name = "N")]
@@ -174,6 +182,17 @@ pub struct WaArgs {
     /// configuration's).
     #[arg(long, value_name = "N")]
     pub gc_victims: Option<u32>,
+}
+
+impl GcArgs {
+    /// `ftl` with the settings given on the command line.
+    pub fn apply(&self, ftl: FtlConfig) -> FtlConfig {
+        FtlConfig {
+            gc_lanes: self.gc_lanes.unwrap_or(ftl.gc_lanes),
+            gc_victims: self.gc_victims.unwrap_or(ftl.gc_victims),
+            ..ftl
+        }
+    }
 }
 
 #[derive(Debug, Args)]

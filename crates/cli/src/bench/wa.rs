@@ -146,9 +146,7 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
         static_wl_threshold: args.static_wl_threshold,
         write_buffer_blocks: args.write_buffer_blocks,
         temperature_streams: args.streams == super::Streams::Temperature,
-        gc_lanes: args.gc_lanes.unwrap_or(ftl.gc_lanes),
-        gc_victims: args.gc_victims.unwrap_or(ftl.gc_victims),
-        ..ftl.clone()
+        ..args.gc.apply(ftl.clone())
     };
     let (gc_lanes, gc_victims) = (config.gc_lanes, config.gc_victims);
     let mut drv = format(&plan, &args.space, config)?;
