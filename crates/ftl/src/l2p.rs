@@ -516,6 +516,19 @@ impl L2p {
     }
 }
 
+/// Every mapped `(lba, raw value)` of unpacked leaves (a checkpoint's),
+/// leaf by leaf in the order given.
+pub fn leaf_entries(leaves: &[(u32, Box<Leaf>)]) -> impl Iterator<Item = (Lba, u32)> + '_ {
+    leaves.iter().flat_map(|(leaf, entries)| {
+        let base = u64::from(*leaf) * LEAF_BLOCKS;
+        entries
+            .iter()
+            .enumerate()
+            .filter(|&(_, &raw)| raw != UNMAPPED)
+            .map(move |(slot, &raw)| (base + slot as u64, raw))
+    })
+}
+
 /// Top-level slots for a logical size: `ceil(logical_blocks / LEAF_ENTRIES)`.
 fn leaf_slots(logical_blocks: u64) -> u32 {
     let slots = logical_blocks.div_ceil(LEAF_BLOCKS);

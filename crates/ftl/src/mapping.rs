@@ -14,7 +14,7 @@
 
 use crate::addr::{Lba, Ppa};
 use crate::backend::ZoneId;
-use crate::l2p::{EntryFormat, L2p, Leaf, LEAF_ENTRIES, UNMAPPED};
+use crate::l2p::{leaf_entries, EntryFormat, L2p, Leaf};
 use crate::p2l::P2l;
 use crate::shared::{SharedId, SharedTable};
 
@@ -153,16 +153,8 @@ impl Mapping {
         // The liveness claims come from the unpacked leaves the checkpoint
         // decoded, not from the packed map: one plain load per entry.
         let mut counted: std::collections::HashMap<SharedId, u32> = Default::default();
-        let mapped = leaves.iter().flat_map(|(leaf, entries)| {
-            let base = u64::from(*leaf) * LEAF_ENTRIES as u64;
-            entries
-                .iter()
-                .enumerate()
-                .filter(|&(_, &raw)| raw != UNMAPPED)
-                .map(move |(slot, &raw)| (base + slot as u64, Ppa(raw)))
-        });
-        for (lba, value) in mapped {
-            match m.target_of(value) {
+        for (lba, raw) in leaf_entries(leaves) {
+            match m.target_of(Ppa(raw)) {
                 Target::Direct(ppa) => m.take_checked(ppa).map_err(|_| {
                     format!(
                         "block {lba} maps to block {}, which another entry holds",

@@ -6,7 +6,7 @@ use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
-use crate::l2p::LEAF_ENTRIES;
+use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
 use crate::note::Note;
 use crate::range::{self, Apply, RangeOp};
@@ -189,14 +189,9 @@ impl Rebuild {
         // The checkpoint's unpacked leaves are cheaper to walk than the
         // packed map; values below the device's size are direct entries.
         let physical = mapping.physical_blocks();
-        let direct = image.leaves.iter().flat_map(|(leaf, entries)| {
-            let base = u64::from(*leaf) * LEAF_ENTRIES as u64;
-            entries
-                .iter()
-                .enumerate()
-                .filter(move |&(_, &raw)| raw < physical)
-                .map(move |(slot, &raw)| (base + slot as u64, Ppa(raw)))
-        });
+        let direct = leaf_entries(&image.leaves)
+            .filter(|&(_, raw)| raw < physical)
+            .map(|(lba, raw)| (lba, Ppa(raw)));
         let in_reset_zones = direct_in(&is_reset, g.zone_capacity_blocks, direct);
         Ok(Rebuild::new(
             g,
