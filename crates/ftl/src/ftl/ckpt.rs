@@ -162,6 +162,11 @@ impl Ftl {
             shared,
             attrs,
             clean: self.clean_requested,
+            snapshots: Vec::new(),
+            next_snapshot_id: 0,
+            births: Vec::new(),
+            history: Vec::new(),
+            sweeps: Vec::new(),
         }
     }
 
