@@ -6,7 +6,7 @@
 //! device block holding either notes or one chunk of a checkpoint stream.
 //! Layouts: docs/format.md, "Notes" and "Log block".
 //!
-//! Adding a note kind (snapshots, range clone/move, nameless migration acks):
+//! Adding a note kind (time travel, nameless migration acks):
 //! add a code constant in [`note_kind`], a [`Note`] variant, and one arm in
 //! each of `Note::to_raw`, `Note::from_raw` and `Note::seq`. Codes are never
 //! reused; a reader that meets a code it does not know refuses the log
@@ -14,6 +14,7 @@
 
 use crate::addr::{Lba, Ppa, Seq};
 use crate::backend::ZoneId;
+use crate::checkpoint::MAX_SNAPSHOT_NAME_BYTES;
 pub use crate::codec::FormatError;
 use crate::codec::{
     aligned, check_crc, get_bytes, get_u16, get_u32, get_u64, get_u8, is_erased, put_bytes,
@@ -57,7 +58,13 @@ pub mod note_kind {
     pub const PIN: u8 = 12;
     pub const SHARED_RELOC: u8 = 13;
     pub const ATTR: u8 = 14;
+    pub const SNAPSHOT_CREATE: u8 = 15;
+    pub const SNAPSHOT_NAME: u8 = 16;
+    pub const SNAPSHOT_DELETE: u8 = 17;
 }
+
+/// Name bytes one SnapshotName note carries (4 in `a`, 8 in `b`, 8 in `c`).
+pub const SNAPSHOT_NAME_NOTE_BYTES: usize = 20;
 
 /// One logged change. Every note carries the global seq it was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,6 +152,87 @@ pub enum Note {
         set: u8,
         clear: u8,
     },
+    /// Snapshot `id` of `parent` ([`crate::checkpoint::PARENT_LIVE_VOLUME`]:
+    /// the live volume) is created at this seq. Its `name_len` (1 ..= 63)
+    /// name bytes follow in `ceil(name_len / 20)` SnapshotName notes of the
+    /// same vector ([`snapshot_create_notes`], [`snapshot_name`]).
+    SnapshotCreate {
+        seq: Seq,
+        name_len: u32,
+        id: u32,
+        parent: u32,
+    },
+    /// 20 bytes of the name of the SnapshotCreate before it; bytes past the
+    /// name's length are zero.
+    SnapshotName {
+        seq: Seq,
+        bytes: [u8; SNAPSHOT_NAME_NOTE_BYTES],
+    },
+    /// Snapshot `id` is deleted at this seq.
+    SnapshotDelete { seq: Seq, id: u32 },
+}
+
+/// The notes of a snapshot create: SnapshotCreate, then
+/// `ceil(name.len() / 20)` SnapshotName notes, all with `seq`. Logged as
+/// one vector: `VectorBegin { seq, note_count: notes.len() }` first (a
+/// create always has at least two notes). Panics if the name is empty or
+/// longer than [`crate::checkpoint::MAX_SNAPSHOT_NAME_BYTES`] bytes (the
+/// caller checks user input first).
+pub fn snapshot_create_notes(seq: Seq, id: u32, parent: u32, name: &str) -> Vec<Note> {
+    let bytes = name.as_bytes();
+    assert!(
+        (1..=MAX_SNAPSHOT_NAME_BYTES).contains(&bytes.len()),
+        "snapshot name of {} bytes",
+        bytes.len()
+    );
+    let mut notes = vec![Note::SnapshotCreate {
+        seq,
+        name_len: bytes.len() as u32,
+        id,
+        parent,
+    }];
+    notes.extend(bytes.chunks(SNAPSHOT_NAME_NOTE_BYTES).map(|chunk| {
+        let mut b = [0u8; SNAPSHOT_NAME_NOTE_BYTES];
+        b[..chunk.len()].copy_from_slice(chunk);
+        Note::SnapshotName { seq, bytes: b }
+    }));
+    notes
+}
+
+/// The name a SnapshotCreate of `name_len` bytes and its SnapshotName
+/// notes' `names` spell. `Err` when `name_len` is not 1 ..= 63, when there
+/// are not exactly `ceil(name_len / 20)` name notes, when a byte past
+/// `name_len` is not zero, or when the name is not UTF-8.
+pub fn snapshot_name(
+    name_len: u32,
+    names: &[[u8; SNAPSHOT_NAME_NOTE_BYTES]],
+) -> Result<String, FormatError> {
+    const S: &str = "snapshot name notes";
+    let n = name_len as usize;
+    if !(1..=MAX_SNAPSHOT_NAME_BYTES).contains(&n) {
+        return Err(FormatError::OutOfRange {
+            structure: S,
+            field: "name_len",
+            value: name_len.into(),
+            rule: "1 ..= 63",
+        });
+    }
+    let notes = n.div_ceil(SNAPSHOT_NAME_NOTE_BYTES);
+    if names.len() != notes {
+        return Err(FormatError::Length {
+            structure: "snapshot name notes (ceil(name_len / 20) after the create)",
+            expected: notes as u64,
+            actual: names.len() as u64,
+        });
+    }
+    let bytes: Vec<u8> = names.iter().flatten().copied().collect();
+    zero_bytes(S, "bytes past name_len", &bytes[n..])?;
+    String::from_utf8(bytes[..n].to_vec()).map_err(|e| FormatError::OutOfRange {
+        structure: S,
+        field: "name",
+        value: e.utf8_error().valid_up_to() as u64,
+        rule: "valid UTF-8 (value: bytes valid before the first bad one)",
+    })
 }
 
 /// The generic note fields before interpretation.
@@ -174,8 +262,16 @@ impl Note {
             | Note::MergeSource { seq, .. }
             | Note::Pin { seq, .. }
             | Note::SharedReloc { seq, .. }
-            | Note::Attr { seq, .. } => seq,
+            | Note::Attr { seq, .. }
+            | Note::SnapshotCreate { seq, .. }
+            | Note::SnapshotName { seq, .. }
+            | Note::SnapshotDelete { seq, .. } => seq,
         }
+    }
+
+    /// The note's kind code ([`note_kind`]).
+    pub fn kind(&self) -> u8 {
+        self.to_raw().kind
     }
 
     fn to_raw(self) -> RawNote {
@@ -252,6 +348,26 @@ impl Note {
                 lba,
                 block_count,
             ),
+            Note::SnapshotCreate {
+                seq,
+                name_len,
+                id,
+                parent,
+            } => raw(
+                SNAPSHOT_CREATE,
+                name_len,
+                seq,
+                u64::from(id),
+                u64::from(parent),
+            ),
+            Note::SnapshotName { seq, bytes } => raw(
+                SNAPSHOT_NAME,
+                u32::from_le_bytes(get_bytes::<4>(&bytes, 0)),
+                seq,
+                u64::from_le_bytes(get_bytes::<8>(&bytes, 4)),
+                u64::from_le_bytes(get_bytes::<8>(&bytes, 12)),
+            ),
+            Note::SnapshotDelete { seq, id } => raw(SNAPSHOT_DELETE, 0, seq, u64::from(id), 0),
         }
     }
 
@@ -447,6 +563,32 @@ impl Note {
                     block_count: r.c,
                     set,
                     clear,
+                }
+            }
+            SNAPSHOT_CREATE => {
+                if !(1..=MAX_SNAPSHOT_NAME_BYTES as u32).contains(&r.a) {
+                    return Err(out_of_range("name_len (a)", u64::from(r.a), "1 ..= 63"));
+                }
+                Note::SnapshotCreate {
+                    seq: r.seq,
+                    name_len: r.a,
+                    id: low32("id (b)", r.b)?,
+                    parent: low32("parent (c)", r.c)?,
+                }
+            }
+            SNAPSHOT_NAME => {
+                let mut bytes = [0u8; SNAPSHOT_NAME_NOTE_BYTES];
+                put_u32(&mut bytes, 0, r.a);
+                put_u64(&mut bytes, 4, r.b);
+                put_u64(&mut bytes, 12, r.c);
+                Note::SnapshotName { seq: r.seq, bytes }
+            }
+            SNAPSHOT_DELETE => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                zero(NOTE, "c", r.c)?;
+                Note::SnapshotDelete {
+                    seq: r.seq,
+                    id: low32("id (b)", r.b)?,
                 }
             }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
@@ -900,7 +1042,49 @@ pub(crate) mod tests {
                     }
                 }
             ),
+            (
+                any::<u64>(),
+                1..=MAX_SNAPSHOT_NAME_BYTES as u32,
+                any::<u32>(),
+                any::<u32>()
+            )
+                .prop_map(|(seq, name_len, id, parent)| Note::SnapshotCreate {
+                    seq,
+                    name_len,
+                    id,
+                    parent
+                }),
+            (any::<u64>(), any::<[u8; SNAPSHOT_NAME_NOTE_BYTES]>())
+                .prop_map(|(seq, bytes)| Note::SnapshotName { seq, bytes }),
+            (any::<u64>(), any::<u32>()).prop_map(|(seq, id)| Note::SnapshotDelete { seq, id }),
         ]
+    }
+
+    /// Encodes and decodes every note, as the log does.
+    fn through_bytes(notes: &[Note]) -> Vec<Note> {
+        notes
+            .iter()
+            .map(|n| {
+                let mut b = [0u8; NOTE_BYTES];
+                n.encode(&mut b);
+                Note::decode(&b).expect("a note this build wrote")
+            })
+            .collect()
+    }
+
+    /// The name a create's notes spell, as replay would read it.
+    fn name_of(notes: &[Note]) -> Result<String, FormatError> {
+        let Note::SnapshotCreate { name_len, .. } = notes[0] else {
+            panic!("{:?} is not a create", notes[0]);
+        };
+        let names: Vec<[u8; SNAPSHOT_NAME_NOTE_BYTES]> = notes[1..]
+            .iter()
+            .map(|n| match *n {
+                Note::SnapshotName { bytes, .. } => bytes,
+                other => panic!("{other:?} is not a name note"),
+            })
+            .collect();
+        snapshot_name(name_len, &names)
     }
 
     fn arb_block_size() -> impl Strategy<Value = usize> {
@@ -1028,6 +1212,186 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn snapshot_notes_are_laid_out_and_checked() {
+        let mut b = [0u8; NOTE_BYTES];
+        let create = Note::SnapshotCreate {
+            seq: 9,
+            name_len: 21,
+            id: 7,
+            parent: u32::MAX,
+        };
+        create.encode(&mut b);
+        assert_eq!(&b[..8], &[15, 0, 0, 0, 21, 0, 0, 0]);
+        assert_eq!(&b[8..16], &9u64.to_le_bytes());
+        assert_eq!(&b[16..24], &7u64.to_le_bytes());
+        assert_eq!(&b[24..32], &u64::from(u32::MAX).to_le_bytes());
+        assert_eq!(Note::decode(&b), Ok(create));
+        assert_eq!(
+            (create.seq(), create.kind()),
+            (9, note_kind::SNAPSHOT_CREATE)
+        );
+        for name_len in [0u32, 64, u32::MAX] {
+            let mut f = b;
+            f[4..8].copy_from_slice(&name_len.to_le_bytes());
+            assert!(
+                matches!(
+                    Note::decode(&f),
+                    Err(FormatError::OutOfRange {
+                        field: "name_len (a)",
+                        ..
+                    })
+                ),
+                "name_len {name_len}"
+            );
+        }
+        let mut f = b;
+        f[16..24].copy_from_slice(&(1u64 << 32).to_le_bytes());
+        assert!(matches!(
+            Note::decode(&f),
+            Err(FormatError::OutOfRange {
+                field: "id (b)",
+                ..
+            })
+        ));
+        let mut f = b;
+        f[24..32].copy_from_slice(&(1u64 << 32).to_le_bytes());
+        assert!(matches!(
+            Note::decode(&f),
+            Err(FormatError::OutOfRange {
+                field: "parent (c)",
+                ..
+            })
+        ));
+        // A name note: a, b and c are the name's bytes 0..4, 4..12, 12..20.
+        let bytes: [u8; 20] = std::array::from_fn(|i| i as u8 + 1);
+        let name = Note::SnapshotName { seq: 9, bytes };
+        name.encode(&mut b);
+        assert_eq!(b[0], 16);
+        assert_eq!(&b[4..8], &bytes[..4]);
+        assert_eq!(&b[16..32], &bytes[4..]);
+        assert_eq!(Note::decode(&b), Ok(name));
+        let delete = Note::SnapshotDelete { seq: 10, id: 7 };
+        delete.encode(&mut b);
+        assert_eq!(&b[..8], &[17, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[16..24], &7u64.to_le_bytes());
+        assert_eq!(&b[24..32], &[0; 8]);
+        assert_eq!(Note::decode(&b), Ok(delete));
+        for (at, what) in [(4, "a"), (24, "c")] {
+            let mut f = b;
+            f[at] = 1;
+            assert!(
+                matches!(Note::decode(&f), Err(FormatError::Reserved { .. })),
+                "{what}"
+            );
+        }
+        let mut f = b;
+        f[20] = 1; // id 2^32 + 7
+        assert!(matches!(
+            Note::decode(&f),
+            Err(FormatError::OutOfRange {
+                field: "id (b)",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn snapshot_names_round_trip_through_notes() {
+        for name in [
+            "a".to_string(),
+            "b".repeat(20),
+            "c".repeat(21),
+            "d".repeat(40),
+            "e".repeat(63),
+            "é".repeat(31),
+            "日本語".repeat(7),
+            "🦀 crab".into(),
+        ] {
+            let notes = snapshot_create_notes(5, 2, 1, &name);
+            let len = name.len();
+            assert_eq!(notes.len(), 1 + len.div_ceil(20), "{name}");
+            assert!(notes.iter().all(|n| n.seq() == 5));
+            assert_eq!(
+                notes[0],
+                Note::SnapshotCreate {
+                    seq: 5,
+                    name_len: len as u32,
+                    id: 2,
+                    parent: 1
+                }
+            );
+            let read = through_bytes(&notes);
+            assert_eq!(read, notes);
+            assert_eq!(name_of(&read), Ok(name));
+        }
+    }
+
+    #[test]
+    fn snapshot_name_refuses_what_does_not_fit() {
+        let notes = snapshot_create_notes(5, 2, 1, &"x".repeat(21));
+        let names: Vec<[u8; 20]> = notes[1..]
+            .iter()
+            .map(|n| match *n {
+                Note::SnapshotName { bytes, .. } => bytes,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            snapshot_name(21, &names).as_deref(),
+            Ok(&"x".repeat(21)[..])
+        );
+        // A missing and an extra name note.
+        assert!(matches!(
+            snapshot_name(21, &names[..1]),
+            Err(FormatError::Length {
+                expected: 2,
+                actual: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            snapshot_name(20, &names),
+            Err(FormatError::Length {
+                expected: 1,
+                actual: 2,
+                ..
+            })
+        ));
+        // name_len 0 and 64 (64 would fit 4 notes of 20 bytes).
+        assert!(snapshot_name(0, &[]).is_err());
+        assert!(snapshot_name(64, &[[b'y'; 20]; 4]).is_err());
+        // A byte past name_len.
+        let mut padded = names.clone();
+        padded[1][1] = b'!';
+        assert!(matches!(
+            snapshot_name(21, &padded),
+            Err(FormatError::Reserved { .. })
+        ));
+        // Not UTF-8: a bad byte, and a character cut by name_len.
+        let mut bad = names.clone();
+        bad[0][3] = 0xFF;
+        assert!(matches!(
+            snapshot_name(21, &bad),
+            Err(FormatError::OutOfRange { field: "name", .. })
+        ));
+        let cut = snapshot_create_notes(5, 2, 1, "ab\u{e9}");
+        let Note::SnapshotName { mut bytes, .. } = cut[1] else {
+            panic!("{:?}", cut[1]);
+        };
+        bytes[3] = 0; // keep "ab" and the first byte of "é"
+        assert!(matches!(
+            snapshot_name(3, &[bytes]),
+            Err(FormatError::OutOfRange { field: "name", .. })
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "snapshot name of 64 bytes")]
+    fn snapshot_create_notes_refuses_a_long_name() {
+        snapshot_create_notes(1, 0, u32::MAX, &"z".repeat(64));
+    }
+
+    #[test]
     fn unknown_note_kind_and_reserved_bytes_are_refused() {
         let mut b = [0u8; NOTE_BYTES];
         Note::ZoneRetire { seq: 1, zone: 2 }.encode(&mut b);
@@ -1101,6 +1465,19 @@ pub(crate) mod tests {
             let mut b = [0u8; NOTE_BYTES];
             n.encode(&mut b);
             prop_assert_eq!(Note::decode(&b), Ok(n));
+        }
+
+        #[test]
+        fn snapshot_create_notes_round_trip(seq in any::<u64>(), id in any::<u32>(), parent in any::<u32>(), name in "\\PC{1,40}") {
+            let mut end = name.len().min(MAX_SNAPSHOT_NAME_BYTES);
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            let name = &name[..end];
+            let notes = snapshot_create_notes(seq, id, parent, name);
+            let read = through_bytes(&notes);
+            prop_assert_eq!(&read, &notes);
+            prop_assert_eq!(name_of(&read), Ok(name.to_string()));
         }
 
         #[test]

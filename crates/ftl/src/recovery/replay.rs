@@ -453,6 +453,16 @@ impl Rebuild {
             | Note::MergeSource { .. }
             | Note::Pin { .. }
             | Note::Attr { .. } => unreachable!("grouped into vectors"),
+            // Coded (docs/format.md §10) but not replayed by this build yet:
+            // refused like an unknown kind rather than skipped.
+            Note::SnapshotCreate { .. }
+            | Note::SnapshotName { .. }
+            | Note::SnapshotDelete { .. } => {
+                return Err(MountError::Format {
+                    step: "mount: replay (snapshot notes are not replayed by this build)",
+                    source: crate::codec::FormatError::UnknownNoteKind { kind: n.kind() },
+                });
+            }
         }
         Ok(())
     }
