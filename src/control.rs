@@ -610,11 +610,16 @@ pub enum ErrorKind {
     AttributeTableFull,
     /// The device is gone.
     DeviceGone,
+    /// Snapshots hold the space a write needs.
+    SnapshotSpace,
+    /// A snapshot request was refused (no such snapshot, name taken or
+    /// malformed, too many snapshots, a volume that cannot take them).
+    Snapshot,
 }
 
 impl ErrorKind {
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::Parse,
         ErrorKind::UnknownOp,
         ErrorKind::TooLong,
@@ -632,6 +637,8 @@ impl ErrorKind {
         ErrorKind::SharingFull,
         ErrorKind::AttributeTableFull,
         ErrorKind::DeviceGone,
+        ErrorKind::SnapshotSpace,
+        ErrorKind::Snapshot,
     ];
 
     /// The name as the protocol spells it.
@@ -652,6 +659,8 @@ impl ErrorKind {
             ErrorKind::BadVector => "bad_vector",
             ErrorKind::MergeConflict => "merge_conflict",
             ErrorKind::SharingFull => "sharing_full",
+            ErrorKind::SnapshotSpace => "snapshot_space",
+            ErrorKind::Snapshot => "snapshot",
             ErrorKind::AttributeTableFull => "attribute_table_full",
             ErrorKind::DeviceGone => "device_gone",
         }
@@ -716,6 +725,8 @@ impl From<&IoError> for ControlError {
             IoError::SharingFull { .. } => (ErrorKind::SharingFull, None),
             IoError::AttributeTableFull { .. } => (ErrorKind::AttributeTableFull, None),
             IoError::DeviceGone => (ErrorKind::DeviceGone, None),
+            IoError::SnapshotSpace => (ErrorKind::SnapshotSpace, None),
+            IoError::Snapshot(_) => (ErrorKind::Snapshot, None),
         };
         ControlError {
             kind,

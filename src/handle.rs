@@ -76,12 +76,22 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
+use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
+use zftl_core::snapshot_create_request;
 use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
     MountError, RangeOp, ReplyData, Request,
 };
+
+/// The snapshot named `name` among `snapshots`.
+fn named(snapshots: Vec<Snapshot>, name: &str) -> Result<Snapshot, IoError> {
+    snapshots
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| SnapshotError::NoSuchName(name.to_string()).into())
+}
 
 /// Requests the channel to the driver thread holds before callers wait.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
@@ -113,6 +123,7 @@ enum Msg<B> {
     Io { request: Request, answer: Answer },
     Stats(oneshot::Sender<FtlStats>),
     Attributes(oneshot::Sender<Vec<(Lba, u64, u8)>>),
+    Snapshots(oneshot::Sender<Vec<Snapshot>>),
     Shutdown(oneshot::Sender<Result<B, IoError>>),
     IntoBackend(oneshot::Sender<B>),
 }
@@ -436,6 +447,42 @@ impl<B: Send + 'static> Handle<B> {
         reply.blocking_recv().map_err(closed)
     }
 
+    /// Takes a snapshot named `name` of every write acknowledged before
+    /// this call; returns it once durable (see [`Driver::snapshot_create`]).
+    pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
+        self.call(snapshot_create_request(name))?;
+        named(self.snapshots()?, name)
+    }
+
+    /// Deletes the snapshot named `name`; returns once durable.
+    pub fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = named(self.snapshots()?, name)?.id;
+        self.call(Request::SnapshotDelete { id }).map(drop)
+    }
+
+    /// The live snapshots, oldest first, taken on the driver thread.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Snapshots(answer))?;
+        reply.blocking_recv().map_err(closed)
+    }
+
+    /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds
+    /// them.
+    pub fn read_snapshot(
+        &self,
+        snapshot: SnapshotId,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<u8>, IoError> {
+        self.call(Request::ReadSnapshot {
+            snapshot,
+            lba,
+            block_count,
+        })
+        .map(read_data)
+    }
+
     /// Clean unmount: serves what is queued, flushes, writes a checkpoint,
     /// stops the driver thread and returns the backend. Other clones fail
     /// with [`IoError::DeviceGone`] afterwards. Fails with `DeviceGone` when
@@ -687,6 +734,41 @@ impl<B: Send + 'static> AsyncHandle<B> {
         reply.await.map_err(closed)
     }
 
+    /// See [`Handle::snapshot_create`].
+    pub async fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
+        self.call(snapshot_create_request(name)).await?;
+        named(self.snapshots().await?, name)
+    }
+
+    /// See [`Handle::snapshot_delete`].
+    pub async fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = named(self.snapshots().await?, name)?.id;
+        self.call(Request::SnapshotDelete { id }).await.map(drop)
+    }
+
+    /// See [`Handle::snapshots`].
+    pub async fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Snapshots(answer)).await?;
+        reply.await.map_err(closed)
+    }
+
+    /// See [`Handle::read_snapshot`].
+    pub async fn read_snapshot(
+        &self,
+        snapshot: SnapshotId,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<u8>, IoError> {
+        self.call(Request::ReadSnapshot {
+            snapshot,
+            lba,
+            block_count,
+        })
+        .await
+        .map(read_data)
+    }
+
     /// See [`Handle::shutdown`]. The driver thread is not joined (that
     /// would block the executor); it has nothing left to do once the
     /// backend is handed back.
@@ -855,6 +937,9 @@ impl<B: Backend> Engine<B> {
             }
             Msg::Attributes(answer) => {
                 let _ = answer.send(self.driver.ftl().attributes());
+            }
+            Msg::Snapshots(answer) => {
+                let _ = answer.send(self.driver.snapshots());
             }
             Msg::Shutdown(answer) => {
                 if self.ending.is_some() {

@@ -149,6 +149,30 @@ fn crash_torture_with_range_ops() {
     }
 }
 
+/// Snapshot creates, deletes and reads mixed with writes, trims and
+/// range-operation vectors (tags in band: snapshots need them in this
+/// build): after every cut each snapshot the model knows is there with
+/// exactly its blocks, one whose create or delete was cut short is there
+/// or not, whole, and no other appears.
+#[test]
+fn crash_torture_with_snapshots() {
+    let run = |seed: u64| {
+        let mut rig = Rig::new(seed, false, seed.is_multiple_of(5));
+        rig.ranges = true;
+        rig.snapshots = true;
+        rig.cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_snapshots", 300, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+        assert!(
+            total.snapshots >= seeds as u64 && total.snapshot_versions > 0,
+            "too few snapshots, or none kept a block: {total:?}"
+        );
+    }
+}
+
 #[test]
 fn crash_torture() {
     let (seeds, total) = common::run_seeds("crash_torture", 1000, run_seed);

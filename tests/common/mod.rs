@@ -396,6 +396,33 @@ pub enum Op {
     Vector {
         seed: u64,
     },
+    /// A snapshot create, delete or read, chosen from `seed`.
+    Snapshot {
+        seed: u64,
+    },
+}
+
+/// Whether a snapshot the model knows exists on the volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapState {
+    Exists,
+    /// Its create was cut short: the mount shows whether it happened.
+    MaybeCreated,
+    /// Its delete was cut short.
+    MaybeDeleted,
+}
+
+/// A snapshot's contents as the model knows them.
+#[derive(Clone, Debug)]
+pub struct SnapModel {
+    pub name: String,
+    pub state: SnapState,
+    /// The version of each block it holds.
+    pub versions: Vec<u32>,
+    /// Blocks that may read as zeros instead: a crash dropped the volume's
+    /// non-persistent ranges, and with them the snapshot's copy where the
+    /// snapshot shared the live block.
+    pub may_be_zero: Vec<bool>,
 }
 
 /// Rig geometry: small zones so GC, checkpoints and log wrap happen often.
@@ -442,6 +469,12 @@ pub struct Coverage {
     pub wl_moves: u64,
     /// Commands the FTL issued again after a host-side failure.
     pub host_retries: u64,
+    /// Snapshots created, and snapshot blocks read and checked.
+    pub snapshots: u64,
+    pub snapshot_blocks_checked: u64,
+    /// Blocks snapshots kept after the volume replaced them (summed at
+    /// each cut).
+    pub snapshot_versions: u64,
 }
 
 impl Coverage {
@@ -453,6 +486,9 @@ impl Coverage {
         self.gc_copies += other.gc_copies;
         self.wl_moves += other.wl_moves;
         self.host_retries += other.host_retries;
+        self.snapshots += other.snapshots;
+        self.snapshot_blocks_checked += other.snapshot_blocks_checked;
+        self.snapshot_versions += other.snapshot_versions;
     }
 }
 
@@ -539,6 +575,11 @@ pub struct Rig {
     pub ranges: bool,
     /// A vector a power cut interrupted, resolved by the next mount.
     uncertain: Option<Uncertain>,
+    /// Random operations include snapshot creates, deletes and reads
+    /// (volumes with tags in band).
+    pub snapshots: bool,
+    pub snaps: Vec<SnapModel>,
+    next_snap: u32,
 }
 
 impl Rig {
@@ -578,6 +619,9 @@ impl Rig {
             controller_reset_per_million: 0,
             ranges: false,
             uncertain: None,
+            snapshots: false,
+            snaps: Vec::new(),
+            next_snap: 0,
         }
     }
 
@@ -603,7 +647,7 @@ impl Rig {
                     (l..l + u64::from(n)).contains(&t)
                 }
                 Op::Fua { lba } => lba % self.blocks == t,
-                Op::Flush | Op::Cut { .. } | Op::Vector { .. } => true,
+                Op::Flush | Op::Cut { .. } | Op::Vector { .. } | Op::Snapshot { .. } => true,
                 Op::Read { .. } => false,
             };
             if hit {
@@ -626,6 +670,7 @@ impl Rig {
             }
             Err(IoError::ReadOnly) if self.media_faults => self.remount_after_failure(),
             Err(IoError::NoSpace) if self.media_faults => {}
+            Err(IoError::SnapshotSpace) if self.snapshots => {}
             Err(IoError::Device { .. } | IoError::Corrupt { .. }) if self.media_faults => {
                 self.read_errors_seen += 1;
             }
@@ -749,6 +794,7 @@ impl Rig {
                 Ok(())
             }
             Op::Vector { seed } => self.run_vector(seed),
+            Op::Snapshot { seed } => self.run_snapshot(seed),
             Op::Cut { after_commands } => {
                 let seed = self.rng.next_u64();
                 let faults = Faults {
@@ -866,6 +912,8 @@ impl Rig {
             (Err(IoError::MergeConflict { lba }), Err(Refusal::Conflict(at))) if lba == at => {
                 Ok(())
             }
+            // Snapshots hold the room the vector's changes would keep.
+            (Err(IoError::SnapshotSpace), _) if self.snapshots => Ok(()),
             (Err(e @ (IoError::DeviceGone | IoError::ReadOnly)), Ok((after, attrs))) => {
                 self.uncertain = Some(self.model.uncertain(&after, &attrs));
                 Err(e)
@@ -878,10 +926,111 @@ impl Rig {
         }
     }
 
+    /// A snapshot create (up to 3 live), delete or read of a random range.
+    fn run_snapshot(&mut self, seed: u64) -> Result<(), IoError> {
+        let mut r = Rng::new(seed);
+        let live: Vec<usize> = (0..self.snaps.len())
+            .filter(|&i| self.snaps[i].state == SnapState::Exists)
+            .collect();
+        let pick = |r: &mut Rng| live[(r.next_u64() % live.len() as u64) as usize];
+        match r.next_u64() % 10 {
+            0..=3 if live.len() < 3 => {
+                let name = format!("s{}", self.next_snap);
+                self.next_snap += 1;
+                let versions: Vec<u32> = (0..self.blocks).map(|l| self.model.latest(l)).collect();
+                let result = self.ftl().snapshot_create(&name).map(drop);
+                let state = match &result {
+                    Ok(()) => {
+                        // A create is a flush barrier.
+                        self.model.flush();
+                        self.coverage.snapshots += 1;
+                        SnapState::Exists
+                    }
+                    Err(IoError::DeviceGone | IoError::ReadOnly) => SnapState::MaybeCreated,
+                    Err(IoError::SnapshotSpace) => return Ok(()),
+                    Err(e) => panic!("snapshot create {name}: {e}"),
+                };
+                let may_be_zero = vec![false; self.blocks as usize];
+                self.snaps.push(SnapModel {
+                    name,
+                    state,
+                    versions,
+                    may_be_zero,
+                });
+                result
+            }
+            0..=5 if !live.is_empty() => {
+                let i = pick(&mut r);
+                let name = self.snaps[i].name.clone();
+                match self.ftl().snapshot_delete(&name) {
+                    Ok(()) => {
+                        self.snaps.remove(i);
+                        Ok(())
+                    }
+                    Err(e @ (IoError::DeviceGone | IoError::ReadOnly)) => {
+                        self.snaps[i].state = SnapState::MaybeDeleted;
+                        Err(e)
+                    }
+                    Err(e) => panic!("snapshot delete {name}: {e}"),
+                }
+            }
+            _ if !live.is_empty() => {
+                let i = pick(&mut r);
+                let lba = r.next_u64() % self.blocks;
+                let n = (1 + r.next_u64() % 16).min(self.blocks - lba) as u32;
+                self.check_snapshot(i, lba, n)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads blocks `lba..+n` of model snapshot `i` and checks them.
+    fn check_snapshot(&mut self, i: usize, lba: u64, n: u32) -> Result<(), IoError> {
+        let name = self.snaps[i].name.clone();
+        let ftl = self.ftl.as_mut().expect("mounted");
+        let id = ftl.snapshot_named(&name)?.id;
+        let data = ftl.read_snapshot(id, lba, n)?;
+        self.coverage.snapshot_blocks_checked += u64::from(n);
+        let s = &self.snaps[i];
+        for (k, block) in data.chunks(self.bs).enumerate() {
+            let l = lba + k as u64;
+            let (_, got) = decode_any(block).unwrap_or_else(|e| panic!("snapshot {name} block {l}: {e}"));
+            let want = s.versions[l as usize];
+            let zero_ok = s.may_be_zero[l as usize] && got == 0;
+            assert!(
+                got == want || zero_ok,
+                "snapshot {name} block {l} read version {got}, it holds {want}"
+            );
+        }
+        Ok(())
+    }
+
+    /// After a mount: each snapshot whose create or delete a cut
+    /// interrupted exists or not as the volume says; every other one is
+    /// exactly there; then every block of every snapshot is checked.
+    fn resolve_snapshots(&mut self, ftl: &Driver<SimDevice>) {
+        let found: Vec<String> = ftl.snapshots().into_iter().map(|s| s.name).collect();
+        self.snaps.retain_mut(|s| {
+            let there = found.contains(&s.name);
+            match s.state {
+                SnapState::Exists => assert!(there, "snapshot {} lost by a crash", s.name),
+                SnapState::MaybeCreated | SnapState::MaybeDeleted => s.state = SnapState::Exists,
+            }
+            there
+        });
+        let known: Vec<&String> = self.snaps.iter().map(|s| &s.name).collect();
+        for name in &found {
+            assert!(known.contains(&name), "snapshot {name} appeared from nowhere");
+        }
+    }
+
     /// A request refused at admission (no space, read-only volume) did not
     /// happen; one cut short by a power cut may or may not have.
     fn forget_if_refused(&mut self, result: &Result<(), IoError>, lba: u64, n: u32) {
-        if matches!(result, Err(IoError::NoSpace | IoError::ReadOnly)) {
+        if matches!(
+            result,
+            Err(IoError::NoSpace | IoError::ReadOnly | IoError::SnapshotSpace)
+        ) {
             for l in lba..lba + u64::from(n) {
                 self.model.unwrite(l);
             }
@@ -899,6 +1048,7 @@ impl Rig {
         self.coverage.gc_copies += stats.gc_copy_blocks;
         self.coverage.wl_moves += stats.wl_move_blocks;
         self.coverage.host_retries += stats.host_retries;
+        self.coverage.snapshot_versions += stats.snapshot_versions;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         self.armed = false;
@@ -962,6 +1112,12 @@ impl Rig {
         }
         self.resolve_attrs(&mut ftl);
         self.model.crash();
+        for s in &mut self.snaps {
+            for (l, &a) in self.model.attrs().iter().enumerate() {
+                s.may_be_zero[l] |= a & attr_bits::NON_PERSISTENT != 0;
+            }
+        }
+        self.resolve_snapshots(&ftl);
         for lba in 0..self.blocks {
             let data = ftl
                 .read(lba, 1)
@@ -976,6 +1132,16 @@ impl Rig {
             self.model.durable(lba, v);
         }
         self.ftl = Some(ftl);
+        for i in 0..self.snaps.len() {
+            let blocks = self.blocks;
+            let mut lba = 0;
+            while lba < blocks {
+                let n = (blocks - lba).min(64) as u32;
+                self.check_snapshot(i, lba, n)
+                    .unwrap_or_else(|e| panic!("snapshot read after recovery: {e}"));
+                lba += u64::from(n);
+            }
+        }
     }
 
     /// The attributes the mount found, per block.
@@ -1039,6 +1205,22 @@ impl Rig {
         let r = self.rng.next_u64();
         let lba = self.rng.next_u64() % self.blocks;
         let blocks = 1 + (self.rng.next_u64() % 8) as u32;
+        if self.snapshots {
+            return match r % 100 {
+                0..=57 => Op::Write { lba, blocks },
+                58..=61 => Op::Fua { lba },
+                62..=66 => Op::Trim { lba, blocks },
+                67..=68 => Op::Zeroes { lba, blocks },
+                69..=75 => Op::Read { lba, blocks },
+                76..=83 => Op::Vector {
+                    seed: self.rng.next_u64(),
+                },
+                84..=93 => Op::Snapshot {
+                    seed: self.rng.next_u64(),
+                },
+                _ => Op::Flush,
+            };
+        }
         if self.ranges {
             return match r % 100 {
                 0..=61 => Op::Write { lba, blocks },

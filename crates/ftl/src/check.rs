@@ -1079,8 +1079,8 @@ fn check_block(
     }
 }
 
-/// Each shared entry's reference count against the L2P entries naming it,
-/// and (in band) each owner's CRC against the entry's.
+/// Each shared entry's reference count against the L2P entries and kept
+/// versions naming it, and (in band) each owner's CRC against the entry's.
 fn check_shared(r: &Recovered, report: &mut CheckReport) {
     let in_band = r.superblock.tag_mode == TagMode::InBand;
     let mut refs: std::collections::HashMap<u32, u32> = Default::default();
@@ -1103,6 +1103,20 @@ fn check_shared(r: &Recovered, report: &mut CheckReport) {
                 Problem::new(
                     ProblemKind::Shared,
                     format!("holds CRC {owner_crc:#010x} for shared entry {id}, which holds {crc:#010x}"),
+                )
+                .lba(lba),
+            );
+        }
+    }
+    // A version a snapshot keeps holds a reference too.
+    for (lba, kill_seq, v) in r.mapping.history().entries() {
+        let Some(id) = v.value else { continue };
+        *refs.entry(id).or_default() += 1;
+        if r.mapping.shared_entry(id).is_none() {
+            report.problem(
+                Problem::new(
+                    ProblemKind::Shared,
+                    format!("its version replaced at seq {kill_seq} names shared entry {id}, which is free"),
                 )
                 .lba(lba),
             );

@@ -23,6 +23,7 @@ use crate::addr::Lba;
 use crate::backend::{Backend, Completion, DeviceError, SubmitError};
 use crate::error::IoError;
 use crate::ftl::{Ftl, Reply, ReplyData, Request};
+use crate::history::{Snapshot, SnapshotError, SnapshotId};
 use crate::range::{self, RangeOp};
 use crate::stats::FtlStats;
 use std::collections::VecDeque;
@@ -298,6 +299,53 @@ impl<B: Backend> Driver<B> {
         self.range_ops(range::attributes(ranges, attribute))
     }
 
+    /// Takes a snapshot named `name` of every write acknowledged before
+    /// this call; returns once it is durable. The foreground cost is a
+    /// flush and one note: nothing is copied.
+    pub fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
+        self.call(snapshot_create_request(name))?;
+        let history = self.ftl.mapping().history();
+        let taken = history.by_name(name).cloned();
+        Ok(taken.expect("a snapshot created a moment ago"))
+    }
+
+    /// Deletes the snapshot named `name`; returns once the delete is
+    /// durable (its space comes back through GC).
+    pub fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError> {
+        let id = self.snapshot_named(name)?.id;
+        self.call(Request::SnapshotDelete { id }).map(drop)
+    }
+
+    /// The live snapshots, oldest first.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.ftl.mapping().history().snapshots().to_vec()
+    }
+
+    /// The live snapshot named `name`.
+    pub fn snapshot_named(&self, name: &str) -> Result<Snapshot, IoError> {
+        let history = self.ftl.mapping().history();
+        let found = history.by_name(name).cloned();
+        found.ok_or_else(|| SnapshotError::NoSuchName(name.to_string()).into())
+    }
+
+    /// Reads blocks as snapshot `snapshot` holds them.
+    pub fn read_snapshot(
+        &mut self,
+        snapshot: SnapshotId,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<u8>, IoError> {
+        let request = Request::ReadSnapshot {
+            snapshot,
+            lba,
+            block_count,
+        };
+        match self.call(request)? {
+            ReplyData::Read(data) => Ok(data),
+            other => unreachable!("read answered with {other:?}"),
+        }
+    }
+
     /// Runs until the core has nothing left to do (buffer drained, GC and
     /// checkpoint steps finished or waiting on new requests).
     pub fn settle(&mut self) -> Result<(), IoError> {
@@ -342,6 +390,18 @@ impl<B: Backend> Driver<B> {
     /// Drops the FTL state without any writes, as a crash would.
     pub fn into_backend(self) -> B {
         self.backend
+    }
+}
+
+/// A create of snapshot `name` stamped with the wall time now: the core
+/// has no clock, so drivers give it the time to record.
+pub fn snapshot_create_request(name: &str) -> Request {
+    let wall_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Request::SnapshotCreate {
+        name: name.to_string(),
+        wall_ns,
     }
 }
 

@@ -57,6 +57,10 @@ pub enum IoError {
     AttributeTableFull { max_ranges: usize },
     #[error("the device is gone")]
     DeviceGone,
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] crate::history::SnapshotError),
+    #[error("no space left on the media: snapshots hold the space (delete a snapshot to free it)")]
+    SnapshotSpace,
 }
 
 /// Why format or mount failed.

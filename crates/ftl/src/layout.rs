@@ -77,7 +77,9 @@ impl Layout {
         let cap = geometry.zone_capacity_blocks;
         let bs = u64::from(geometry.block_size_bytes);
         let guess_logical = logical_blocks.unwrap_or(u64::from(physical));
-        let ckpt_blocks = max_checkpoint_bytes(geometry, guess_logical).div_ceil(bs - 64);
+        let ckpt_bytes = max_checkpoint_bytes(geometry, guess_logical)
+            + snapshot_reserve_bytes(geometry, guess_logical);
+        let ckpt_blocks = ckpt_bytes.div_ceil(bs - 64);
         // Three worst-case checkpoints plus two zones of notes, and never
         // fewer than MIN_META_ZONES: the ring must survive losing a zone.
         let meta_zone_count =
@@ -126,8 +128,10 @@ pub fn data_blocks_per_zone(geometry: &Geometry, in_band: bool) -> u64 {
     geometry.zone_capacity_blocks - summary_blocks_per_zone(geometry, in_band)
 }
 
-/// Upper bound of an encoded checkpoint: header, zone table, every map leaf
-/// a volume of `logical_blocks` can have, and the CRC table.
+/// Upper bound of an encoded checkpoint's fixed part: header, zone table,
+/// every map leaf a volume of `logical_blocks` can have, and the CRC table.
+/// The shared, attribute and snapshot tables come on top
+/// ([`snapshot_reserve_bytes`] is what a format sets aside for them).
 pub fn max_checkpoint_bytes(geometry: &Geometry, logical_blocks: u64) -> u64 {
     let leaves = logical_blocks.div_ceil(LEAF_ENTRIES as u64);
     let physical = u64::from(geometry.zone_count) * geometry.zone_capacity_blocks;
@@ -135,4 +139,35 @@ pub fn max_checkpoint_bytes(geometry: &Geometry, logical_blocks: u64) -> u64 {
         + leaves * (4 + 4 * LEAF_ENTRIES as u64)
         + 4 * physical.min(logical_blocks)
         + 4
+}
+
+/// Snapshots a format sets checkpoint room aside for.
+pub const RESERVED_SNAPSHOTS: u64 = 64;
+/// Checkpoint bytes a kept version may add: its history record and the
+/// shared entry it may take.
+pub const KEPT_VERSION_BYTES: u64 = 24 + 16;
+
+/// Checkpoint bytes a format sets aside for snapshots: a birth for every
+/// block, [`RESERVED_SNAPSHOTS`] snapshot records, and kept versions of an
+/// eighth of the device's blocks (each section's header included).
+pub fn snapshot_reserve_bytes(geometry: &Geometry, logical_blocks: u64) -> u64 {
+    let physical = u64::from(geometry.zone_count) * geometry.zone_capacity_blocks;
+    births_bytes(logical_blocks)
+        + 4 * 16
+        + 8
+        + RESERVED_SNAPSHOTS * 96
+        + physical / 8 * KEPT_VERSION_BYTES
+}
+
+/// Checkpoint bytes of the births when every leaf has one.
+pub fn births_bytes(logical_blocks: u64) -> u64 {
+    4 + logical_blocks.div_ceil(LEAF_ENTRIES as u64) * (4 + 4 * LEAF_ENTRIES as u64)
+}
+
+/// Bytes one checkpoint may take in a metadata log of `meta_zone_count`
+/// zones: the ring holds three of them and two zones of notes.
+pub fn checkpoint_budget_bytes(geometry: &Geometry, meta_zone_count: u32) -> u64 {
+    let cap = geometry.zone_capacity_blocks;
+    let blocks = u64::from(meta_zone_count.saturating_sub(2)) * cap / 3;
+    blocks * (u64::from(geometry.block_size_bytes) - 64)
 }

@@ -29,6 +29,7 @@ pub mod note;
 pub mod p2l;
 pub mod payload;
 pub mod range;
+pub mod history;
 pub mod recovery;
 pub mod shared;
 mod slab;
@@ -44,7 +45,7 @@ pub use backend::{
 };
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};
-pub use driver::Driver;
+pub use driver::{snapshot_create_request, Driver};
 pub use error::{IoError, MountError};
 pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 pub use range::{Attribute, MergePolicy, RangeOp};

@@ -12,8 +12,9 @@
 //! An L2P entry holds a map value: below `physical_blocks` the block itself
 //! (direct), at `physical_blocks + id` shared entry `id`.
 
-use crate::addr::{Lba, Ppa};
+use crate::addr::{Epoch, Lba, Ppa, Seq};
 use crate::backend::ZoneId;
+use crate::history::{History, SnapshotError, SnapshotId};
 use crate::l2p::{leaf_entries, EntryFormat, L2p, Leaf};
 use crate::p2l::P2l;
 use crate::shared::{SharedId, SharedTable};
@@ -92,6 +93,9 @@ pub struct Mapping {
     live_blocks: u64,
     physical_blocks: u32,
     zone_capacity_blocks: u64,
+    /// Snapshots and the replaced versions they keep (each kept block
+    /// holds one reference to a shared entry).
+    history: History,
 }
 
 impl Mapping {
@@ -114,12 +118,16 @@ impl Mapping {
             live_blocks: 0,
             physical_blocks: physical,
             zone_capacity_blocks,
+            history: History::new(u64::from(capacity), 1),
         }
     }
 
     /// Rebuilds the mapping from a checkpoint's leaves (map values), data
-    /// CRCs (in band) and shared entries `(id, block, refs, crc)`; every
-    /// reference count and liveness claim is checked against the leaves.
+    /// CRCs (in band), shared entries `(id, block, refs, crc)` and history
+    /// (built by `history`, given the bound on its entries); every
+    /// reference count and liveness claim is checked against the leaves and
+    /// the history.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_checkpoint(
         logical_blocks: u64,
         zone_count: u32,
@@ -128,8 +136,10 @@ impl Mapping {
         leaves: &[(u32, Box<Leaf>)],
         crcs: &[u32],
         shared: &[(SharedId, Ppa, u32, u32)],
+        history: impl FnOnce(u64) -> Result<History, String>,
     ) -> Result<Mapping, String> {
         let mut m = Mapping::new(logical_blocks, zone_count, zone_capacity_blocks, keeps_crc);
+        m.history = history(u64::from(m.shared.capacity()))?;
         let format = m.l2p.format();
         m.l2p =
             L2p::from_leaves(logical_blocks, format, leaves, crcs).map_err(|e| e.to_string())?;
@@ -167,6 +177,17 @@ impl Mapping {
                         "block {lba} names shared entry {id}, which does not exist"
                     ))
                 }
+            }
+        }
+        for (lba, seq, v) in m.history.entries() {
+            match v.value {
+                Some(id) if m.shared.is_live(id) => *counted.entry(id).or_default() += 1,
+                Some(id) => {
+                    return Err(format!(
+                        "the version of block {lba} replaced at seq {seq} names shared entry {id}, which does not exist"
+                    ))
+                }
+                None => {}
             }
         }
         for &(id, _, refs, _) in shared {
@@ -237,11 +258,12 @@ impl Mapping {
     /// block with other owners.
     #[inline]
     pub fn write_facts(&self, lba: Lba) -> (Option<Ppa>, bool) {
-        match self.target(lba) {
+        let (at, takes) = match self.target(lba) {
             None => (None, true),
             Some(Target::Direct(ppa)) => (Some(ppa), false),
             Some(Target::Shared(id)) => (Some(self.shared.ppa(id)), self.shared.refs(id) > 1),
-        }
+        };
+        (at, takes || self.keeps_on_change(lba))
     }
 
     /// The first mapped LBA in `from..end` (unmapped leaves are skipped
@@ -368,12 +390,47 @@ impl Mapping {
         self.l2p.memory_bytes()
             + self.p2l.memory_bytes()
             + self.shared.memory_bytes()
+            + self.history.memory_bytes()
             + 4 * self.zone_valid.capacity() as u64
     }
 
     /// Bytes of the shared table alone.
     pub fn shared_memory_bytes(&self) -> u64 {
         self.shared.memory_bytes()
+    }
+
+    /// The snapshot books.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// `lba` as the snapshot of create seq `create_seq` and epoch `epoch`
+    /// saw it: its block, CRC and whether it is reached through a shared
+    /// entry (a kept version always is).
+    pub fn resolve_at(&self, lba: Lba, create_seq: Seq, epoch: Epoch) -> Option<Resolved> {
+        match self.history.version_at(lba, create_seq, epoch) {
+            None => self.resolve(lba),
+            Some(None) => None,
+            Some(Some(id)) => Some(Resolved {
+                ppa: self.shared.ppa(id),
+                crc: self.shared.crc(id),
+                shared: true,
+            }),
+        }
+    }
+
+    /// Whether replacing `lba`'s contents now keeps its version (a live
+    /// snapshot holds it): the change then frees nothing and takes a
+    /// history entry, and a direct block a shared entry.
+    pub fn keeps_on_change(&self, lba: Lba) -> bool {
+        self.history.keeps_versions()
+            && self.l2p.get(lba).is_some()
+            && self.history.needed(self.history.birth(lba), Seq::MAX)
+    }
+
+    /// History entries and shared entries a change may still take.
+    pub fn history_room(&self) -> u64 {
+        self.history.room().min(u64::from(self.shared.free()))
     }
 
     // ----- changes --------------------------------------------------------
@@ -412,10 +469,39 @@ impl Mapping {
         }
     }
 
+    /// The change of seq `seq` replaced `lba`'s contents, which were
+    /// `old` (a map value and its CRC, or unmapped): keeps that version if
+    /// a snapshot needs it, else drops what it held. The one place a
+    /// version ends.
+    fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
+        let birth = self.history.birth(lba);
+        // An unmapped version is never kept: `History::version_at` tells
+        // it from the births.
+        if let Some((raw, crc)) = old {
+            if self.history.needed(birth, seq) {
+                let id = match self.target_of(raw) {
+                    // The history holds the L2P entry's reference now.
+                    Target::Shared(id) => id,
+                    Target::Direct(ppa) => {
+                        let capacity = self.shared.capacity();
+                        self.shared.alloc(ppa, crc).unwrap_or_else(|| {
+                            panic!("shared table full ({capacity}) keeping a version")
+                        })
+                    }
+                };
+                self.history.keep(lba, seq, Some(id), birth);
+            } else {
+                self.release_value(raw);
+            }
+        }
+        self.history.born(lba);
+    }
+
     /// Maps `lba` straight to block `ppa` (a host write, a tag or note in
-    /// replay), dropping what it held. `ppa` must not be live under another
-    /// entry (`Err` then, nothing changed: recovery reports damage).
-    pub fn map_direct(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Result<(), Owner> {
+    /// replay) by the change of seq `seq`, retiring what it held. `ppa`
+    /// must not be live under another entry (`Err` then, nothing changed:
+    /// recovery reports damage).
+    pub fn map_direct(&mut self, lba: Lba, ppa: Ppa, crc: u32, seq: Seq) -> Result<(), Owner> {
         assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
         if self.target(lba) == Some(Target::Direct(ppa)) {
             self.l2p.set(lba, ppa, crc);
@@ -424,15 +510,27 @@ impl Mapping {
         if self.p2l.is_valid(ppa) {
             return Err(self.owner(ppa, None).unwrap_or(Owner::Direct(u64::MAX)));
         }
-        if let Some(old) = self.l2p.set(lba, ppa, crc) {
-            self.release_value(old);
-        }
+        let old = self.l2p.get_with_crc(lba);
+        self.l2p.set(lba, ppa, crc);
+        self.retire(lba, old, seq);
         self.take_block(ppa);
         Ok(())
     }
 
-    /// Unmaps `lba`; whether it was mapped.
-    pub fn unmap(&mut self, lba: Lba) -> bool {
+    /// Unmaps `lba` by the change of seq `seq`; whether it was mapped.
+    pub fn unmap(&mut self, lba: Lba, seq: Seq) -> bool {
+        let old = self.l2p.get_with_crc(lba);
+        if old.is_none() {
+            return false;
+        }
+        self.l2p.unmap(lba);
+        self.retire(lba, old, seq);
+        true
+    }
+
+    /// Unmaps `lba` without a change of contents: recovery dropping a
+    /// mapping that is stale, or data that does not outlive a crash.
+    pub fn forget(&mut self, lba: Lba) -> bool {
         match self.l2p.unmap(lba) {
             Some(old) => {
                 self.release_value(old);
@@ -495,36 +593,71 @@ impl Mapping {
         Ok(Some((id, crc)))
     }
 
-    /// Points `lba` at shared entry `id`, dropping what it held.
-    fn point_at(&mut self, lba: Lba, id: SharedId, crc: u32) {
+    /// Points `lba` at shared entry `id` by the change of seq `seq`,
+    /// retiring what it held.
+    fn point_at(&mut self, lba: Lba, id: SharedId, crc: u32, seq: Seq) {
         let value = self.shared_value(id);
-        match self.l2p.set(lba, value, crc) {
-            Some(old) if old == value => {}
-            Some(old) => {
-                self.shared.add_ref(id);
-                self.release_value(old);
-            }
-            None => self.shared.add_ref(id),
+        let old = self.l2p.get_with_crc(lba);
+        if old.is_some_and(|(v, _)| v == value) {
+            return;
         }
+        self.l2p.set(lba, value, crc);
+        self.shared.add_ref(id);
+        self.retire(lba, old, seq);
     }
 
-    /// `dst` names what `src` names (unmapped if `src` is).
-    pub fn clone_block(&mut self, src: Lba, dst: Lba) -> Result<(), SharedFull> {
+    /// `dst` names what `src` names (unmapped if `src` is), by the change
+    /// of seq `seq`.
+    pub fn clone_block(&mut self, src: Lba, dst: Lba, seq: Seq) -> Result<(), SharedFull> {
         assert_ne!(src, dst, "clone of a block onto itself");
         match self.share(src)? {
-            Some((id, crc)) => self.point_at(dst, id, crc),
+            Some((id, crc)) => self.point_at(dst, id, crc, seq),
             None => {
-                self.unmap(dst);
+                self.unmap(dst, seq);
             }
         }
         Ok(())
     }
 
-    /// `dst` names what `src` named, and `src` is unmapped.
-    pub fn move_block(&mut self, src: Lba, dst: Lba) -> Result<(), SharedFull> {
-        self.clone_block(src, dst)?;
-        self.unmap(src);
+    /// `dst` names what `src` named, and `src` is unmapped, by the change
+    /// of seq `seq`.
+    pub fn move_block(&mut self, src: Lba, dst: Lba, seq: Seq) -> Result<(), SharedFull> {
+        self.clone_block(src, dst, seq)?;
+        self.unmap(src, seq);
         Ok(())
+    }
+
+    /// Takes snapshot `id` named `name` by the change of seq `seq`: O(1),
+    /// it only closes the epoch.
+    pub fn snapshot_create(&mut self, id: SnapshotId, name: &str, seq: Seq, wall_ns: u64) {
+        self.history.create(id, name, seq, wall_ns);
+    }
+
+    /// Drops snapshot `id` by the change of seq `seq`; what it alone kept
+    /// is released by [`Self::sweep_step`].
+    pub fn snapshot_delete(&mut self, id: SnapshotId, seq: Seq) -> Result<(), SnapshotError> {
+        self.history.delete(id, seq)
+    }
+
+    /// Releases up to `budget` kept versions no live snapshot needs any
+    /// more; returns how many were released.
+    pub fn sweep_step(&mut self, budget: &mut u64) -> u64 {
+        let freed = self.history.sweep_step(budget);
+        self.release_kept(freed)
+    }
+
+    /// Runs every pending sweep at once (replay).
+    pub fn sweep_all(&mut self) -> u64 {
+        let freed = self.history.sweep_all();
+        self.release_kept(freed)
+    }
+
+    fn release_kept(&mut self, freed: Vec<Option<SharedId>>) -> u64 {
+        let n = freed.len() as u64;
+        for id in freed.into_iter().flatten() {
+            self.release_value(self.shared_value(id));
+        }
+        n
     }
 
     /// Zone `zone` was reset: nothing in it may still be live.
@@ -569,6 +702,20 @@ impl Mapping {
             live,
             "live blocks are not the direct entries and shared entries"
         );
+        let mut refs: std::collections::HashMap<SharedId, u32> = Default::default();
+        for (_, t) in self.iter() {
+            if let Target::Shared(id) = t {
+                *refs.entry(id).or_default() += 1;
+            }
+        }
+        for (_, _, v) in self.history.entries() {
+            if let Some(id) = v.value {
+                *refs.entry(id).or_default() += 1;
+            }
+        }
+        for (id, _, n, _) in self.shared_entries() {
+            assert_eq!(refs.get(&id).copied().unwrap_or(0), n, "shared entry {id}'s count");
+        }
     }
 }
 
@@ -583,6 +730,10 @@ fn physical_of(zone_count: u32, zone_capacity_blocks: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn no_history(capacity: u64) -> Result<History, String> {
+        Ok(History::new(capacity, 1))
+    }
 
     fn mapping() -> Mapping {
         // 4 zones of 8 blocks.
@@ -607,8 +758,8 @@ mod tests {
     #[test]
     fn clone_shares_one_block_and_overwrites_break_it() {
         let mut m = mapping();
-        m.map_direct(10, Ppa(3), 0).unwrap();
-        m.clone_block(10, 40).unwrap();
+        m.map_direct(10, Ppa(3), 0, 1).unwrap();
+        m.clone_block(10, 40, 1).unwrap();
         assert_eq!(m.get(10), Some(Ppa(3)));
         assert_eq!(m.get(40), Some(Ppa(3)));
         assert!(m.resolve(40).unwrap().shared);
@@ -616,17 +767,17 @@ mod tests {
             (m.live_blocks(), m.shared_blocks(), m.shared_refs()),
             (1, 1, 2)
         );
-        m.clone_block(40, 41).unwrap();
+        m.clone_block(40, 41, 1).unwrap();
         assert_eq!(m.shared_refs(), 3);
         // A write to one owner breaks sharing for that block only.
-        m.map_direct(40, Ppa(9), 0).unwrap();
+        m.map_direct(40, Ppa(9), 0, 1).unwrap();
         assert_eq!(
             (m.get(40), m.get(41), m.get(10)),
             (Some(Ppa(9)), Some(Ppa(3)), Some(Ppa(3)))
         );
         assert_eq!((m.live_blocks(), m.shared_refs()), (2, 2));
-        m.unmap(10);
-        m.unmap(41);
+        m.unmap(10, 1);
+        m.unmap(41, 1);
         assert_eq!((m.live_blocks(), m.shared_blocks()), (1, 0));
         assert!(!m.is_live(Ppa(3)));
         m.assert_consistent();
@@ -635,9 +786,9 @@ mod tests {
     #[test]
     fn gc_moves_a_shared_block_once_for_every_owner() {
         let mut m = mapping();
-        m.map_direct(1, Ppa(2), 0).unwrap();
+        m.map_direct(1, Ppa(2), 0, 1).unwrap();
         for dst in 20..28 {
-            m.clone_block(1, dst).unwrap();
+            m.clone_block(1, dst, 1).unwrap();
         }
         let Some(Owner::Shared(id)) = m.owner(Ppa(2), Some(1)) else {
             panic!("owner")
@@ -658,16 +809,16 @@ mod tests {
     #[test]
     fn move_leaves_the_source_unmapped() {
         let mut m = mapping();
-        m.map_direct(5, Ppa(4), 0).unwrap();
-        m.move_block(5, 6).unwrap();
+        m.map_direct(5, Ppa(4), 0, 1).unwrap();
+        m.move_block(5, 6, 1).unwrap();
         assert_eq!((m.get(5), m.get(6)), (None, Some(Ppa(4))));
         assert_eq!(
             m.owner(Ppa(4), Some(5)),
             m.find_shared(Ppa(4)).map(Owner::Shared)
         );
         // Moving an unmapped block unmaps the destination.
-        m.map_direct(7, Ppa(5), 0).unwrap();
-        m.move_block(5, 7).unwrap();
+        m.map_direct(7, Ppa(5), 0, 1).unwrap();
+        m.move_block(5, 7, 1).unwrap();
         assert_eq!(m.get(7), None);
         assert!(!m.is_live(Ppa(5)));
         m.assert_consistent();
@@ -676,27 +827,27 @@ mod tests {
     #[test]
     fn a_block_live_elsewhere_is_not_mapped_again() {
         let mut m = mapping();
-        m.map_direct(1, Ppa(2), 0).unwrap();
-        assert_eq!(m.map_direct(3, Ppa(2), 0), Err(Owner::Direct(u64::MAX)));
+        m.map_direct(1, Ppa(2), 0, 1).unwrap();
+        assert_eq!(m.map_direct(3, Ppa(2), 0, 1), Err(Owner::Direct(u64::MAX)));
         assert_eq!(m.get(3), None);
     }
 
     #[test]
     fn checkpoint_round_trip_checks_counts() {
         let mut m = Mapping::new(3000, 4, 8, true);
-        m.map_direct(1, Ppa(2), 7).unwrap();
-        m.map_direct(2000, Ppa(9), 8).unwrap();
-        m.clone_block(1, 2500).unwrap();
+        m.map_direct(1, Ppa(2), 7, 1).unwrap();
+        m.map_direct(2000, Ppa(9), 8, 1).unwrap();
+        m.clone_block(1, 2500, 1).unwrap();
         let leaves: Vec<_> = m.leaves().collect();
         let crcs: Vec<_> = m.crcs().collect();
         let shared: Vec<_> = m.shared_entries().collect();
-        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared).unwrap();
+        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared, no_history).unwrap();
         assert_eq!(copy.resolve(2500), m.resolve(2500));
         assert_eq!(copy.live_blocks(), 2);
         copy.assert_consistent();
         let mut wrong = shared.clone();
         wrong[0].2 = 3;
-        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong).is_err());
-        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[]).is_err());
+        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong, no_history).is_err());
+        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[], no_history).is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! recovery's replay in one go, through the same [`Apply`].
 //! Semantics: docs/design.md, "Shared blocks and range operations".
 
-use crate::addr::Lba;
+use crate::addr::{Lba, Seq};
 use crate::attr::AttrMap;
 use crate::error::IoError;
 use crate::mapping::{Mapping, SharedFull};
@@ -457,15 +457,22 @@ pub fn merge_choice(
 }
 
 /// Where an application of a vector is: the operation and the offset in it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Apply {
     op: usize,
     offset: u64,
+    /// The vector's seq: the seq of every change it makes.
+    seq: Seq,
 }
 
 impl Apply {
-    pub fn new() -> Apply {
-        Apply::default()
+    /// Applies the vector of seq `seq`.
+    pub fn new(seq: Seq) -> Apply {
+        Apply {
+            op: 0,
+            offset: 0,
+            seq,
+        }
     }
 
     /// Whether every operation is applied.
@@ -533,9 +540,9 @@ impl Apply {
                 for k in j..end {
                     match merge_choice(mapping, sources, *dst, k, *policy) {
                         MergeChoice::Keep => {}
-                        MergeChoice::CloneFrom(src) => mapping.clone_block(src, dst + k)?,
+                        MergeChoice::CloneFrom(src) => mapping.clone_block(src, dst + k, self.seq)?,
                         MergeChoice::Unmap => {
-                            mapping.unmap(dst + k);
+                            mapping.unmap(dst + k, self.seq);
                         }
                         // Fail-on-conflict merges are checked before the
                         // vector, against a state no earlier operation of
@@ -567,9 +574,9 @@ impl Apply {
                 let moving = matches!(op, RangeOp::Move { .. });
                 for i in k..end {
                     if moving {
-                        mapping.move_block(src + i, dst + i)?;
+                        mapping.move_block(src + i, dst + i, self.seq)?;
                     } else {
-                        mapping.clone_block(src + i, dst + i)?;
+                        mapping.clone_block(src + i, dst + i, self.seq)?;
                     }
                 }
                 self.offset = end;
@@ -582,7 +589,7 @@ impl Apply {
                 };
                 let end = k.saturating_add(budget).min(n);
                 for i in k..end {
-                    mapping.unmap(lba + i);
+                    mapping.unmap(lba + i, self.seq);
                 }
                 self.offset = end;
                 Ok(end - k + 1)

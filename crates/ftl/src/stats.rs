@@ -87,6 +87,17 @@ pub struct FtlStats {
     pub map_memory_bytes: u64,
     /// map_memory_bytes ÷ mapped_blocks (0 when nothing is mapped).
     pub map_bytes_per_mapped_block: f64,
+    /// Snapshots created and deleted since mount.
+    pub snapshot_creates: u64,
+    pub snapshot_deletes: u64,
+    /// Kept versions that deletes released since mount.
+    pub snapshot_versions_released: u64,
+    /// Live snapshots.
+    pub snapshots: u64,
+    /// Replaced versions the snapshots keep (some of them "unmapped").
+    pub snapshot_versions: u64,
+    /// Bytes of the snapshot books (part of map_memory_bytes).
+    pub snapshot_memory_bytes: u64,
 }
 
 impl FtlStats {
@@ -115,6 +126,10 @@ impl FtlStats {
         self.shared_saved_bytes =
             (mapping.shared_refs() - mapping.shared_blocks()) * u64::from(block_size_bytes);
         self.vectors_per_commit = ratio(self.range_vectors, self.range_commits);
+        let history = mapping.history();
+        self.snapshots = history.snapshots().len() as u64;
+        self.snapshot_versions = history.entry_count();
+        self.snapshot_memory_bytes = history.memory_bytes();
         let wear = zones.wear_spread();
         self.erase_count_min = wear.min_erases;
         self.erase_count_max = wear.max_erases;

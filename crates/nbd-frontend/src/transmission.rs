@@ -266,14 +266,15 @@ pub fn errno_of(e: &IoError) -> Errno {
         IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
             Errno::Inval
         }
-        IoError::NoSpace | IoError::SharingFull { .. } => Errno::NoSpc,
+        IoError::NoSpace | IoError::SharingFull { .. } | IoError::SnapshotSpace => Errno::NoSpc,
         // The volume went read-only after a metadata write failure: writes
         // are refused as on a read-only export; so are writes to an
         // immutable range.
         IoError::ReadOnly | IoError::Immutable { .. } => Errno::Perm,
         IoError::BadVector { .. }
         | IoError::MergeConflict { .. }
-        | IoError::AttributeTableFull { .. } => Errno::Inval,
+        | IoError::AttributeTableFull { .. }
+        | IoError::Snapshot(_) => Errno::Inval,
         IoError::Busy
         | IoError::Corrupt { .. }
         | IoError::Misdirected { .. }

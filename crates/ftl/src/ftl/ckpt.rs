@@ -44,9 +44,49 @@ impl Ftl {
         if self.blocks_since_checkpoint >= self.cfg.checkpoint_interval_blocks {
             return true;
         }
-        let est = crate::layout::max_checkpoint_bytes(&self.geo, self.layout.logical_blocks)
+        let est = self
+            .checkpoint_bytes_bound()
             .div_ceil(self.geo.block_size_bytes as u64 - 64);
         self.log.free_blocks() < 2 * est + 2
+    }
+
+    /// Upper bound of the next checkpoint's size: the fixed part at its
+    /// largest, the tables as they are, and while snapshots keep books, a
+    /// birth for every block.
+    pub(super) fn checkpoint_bytes_bound(&self) -> u64 {
+        use crate::layout;
+        let logical = self.layout.logical_blocks;
+        let history = self.mapping.history();
+        let mut bytes = layout::max_checkpoint_bytes(&self.geo, logical)
+            + 8
+            + 16 * self.mapping.shared_blocks()
+            + 24 * self.attrs.len() as u64;
+        if !history.is_idle() || history.next_id() > 0 {
+            bytes += 4 * 16 + 8 + 96 * history.snapshots().len() as u64;
+            bytes += layout::births_bytes(logical);
+            bytes += 24 * history.entry_count() + 16 * history.pending_sweeps().count() as u64;
+        }
+        bytes
+    }
+
+    /// Kept versions the next checkpoint still has room for, in the
+    /// metadata log's budget for one checkpoint.
+    pub(super) fn checkpoint_room_versions(&self) -> u64 {
+        let budget = crate::layout::checkpoint_budget_bytes(&self.geo, self.layout.meta_zone_count);
+        let mut bound = self.checkpoint_bytes_bound();
+        if self.mapping.history().is_idle() {
+            // The first create brings the births and the sections.
+            bound += crate::layout::births_bytes(self.layout.logical_blocks) + 4 * 16 + 8;
+        }
+        budget.saturating_sub(bound) / crate::layout::KEPT_VERSION_BYTES
+    }
+
+    /// Versions a change may still keep: the history's bound, the shared
+    /// table's room and the checkpoint's.
+    pub(super) fn history_room(&self) -> u64 {
+        self.mapping
+            .history_room()
+            .min(self.checkpoint_room_versions())
     }
 
     pub(super) fn advance_checkpoint(&mut self) {
@@ -151,7 +191,35 @@ impl Ftl {
                 bits: u32::from(bits),
             })
             .collect();
+        let history = self.mapping.history();
+        let snapshots = history
+            .snapshots()
+            .iter()
+            .map(|s| checkpoint::SnapshotRecord {
+                id: s.id,
+                epoch: s.epoch,
+                create_seq: s.create_seq,
+                wall_ns: s.wall_ns,
+                parent: s.parent,
+                deleting: false,
+                name: s.name.clone(),
+            })
+            .collect();
+        let kept = history
+            .entries()
+            .map(|(lba, kill_seq, v)| checkpoint::HistoryRecord {
+                lba,
+                kill_seq,
+                value: v.value,
+                birth: v.birth,
+            })
+            .collect();
         CheckpointImage {
+            snapshots,
+            next_snapshot_id: history.next_id(),
+            births: history.birth_leaves(),
+            history: kept,
+            sweeps: history.pending_sweeps().collect(),
             next_seq: self.next_seq,
             epoch: self.epoch,
             log_seq: self.log.next_log_seq(),
@@ -162,11 +230,6 @@ impl Ftl {
             shared,
             attrs,
             clean: self.clean_requested,
-            snapshots: Vec::new(),
-            next_snapshot_id: 0,
-            births: Vec::new(),
-            history: Vec::new(),
-            sweeps: Vec::new(),
         }
     }
 

@@ -483,7 +483,7 @@ impl Ftl {
             self.buffer
                 .recycle(slot.data, self.geo.block_size_bytes as usize);
             if latest {
-                self.map(lba, ppa, crc);
+                self.map(lba, ppa, crc, seq);
                 if self.tag_mode == TagMode::InBand {
                     self.log.push_note(Note::HostWrite {
                         seq,

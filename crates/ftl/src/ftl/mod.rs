@@ -52,7 +52,7 @@ use crate::tag::DataCrcImpl;
 use crate::zone::{ZoneKind, ZoneTable};
 use ckpt::CkptState;
 use lane::{Lane, StreamState};
-use range::RangeState;
+use range::{RangeState, SnapshotChange};
 use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
@@ -78,7 +78,6 @@ pub(crate) struct Parts {
     pub attrs: AttrMap,
     pub zones: ZoneTable,
     pub next_seq: Seq,
-    pub epoch: Epoch,
     pub log: MetaLog,
     pub super_generation: u64,
     pub super_wp_blocks: [u64; 2],
@@ -240,7 +239,9 @@ pub struct Ftl {
     whole_reads: usize,
     /// Host reads accepted but not yet looked up: (id, lba, block_count).
     /// Planned together at the next poll (see `plan_reads`).
-    unplanned_reads: VecDeque<(u64, Lba, u32)>,
+    /// Accepted reads not yet looked up: id, lba, blocks, and the create
+    /// seq and epoch of the snapshot read (`None`: the live volume).
+    unplanned_reads: VecDeque<(u64, Lba, u32, Option<(Seq, Epoch)>)>,
     /// Scratch, kept so a read allocates nothing: one batch's L2P lookups,
     /// and one request's device reads.
     read_lookups: Vec<Option<crate::mapping::Resolved>>,
@@ -271,6 +272,7 @@ impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
         let zone_groups = p.geometry.zone_groups;
+        let epoch = p.mapping.history().epoch();
         let in_band = p.tag_mode == TagMode::InBand;
         let summary_blocks = crate::layout::summary_blocks_per_zone(&p.geometry, in_band);
         let data_cap = p.geometry.zone_capacity_blocks - summary_blocks;
@@ -309,7 +311,7 @@ impl Ftl {
             buffered_new: 0,
             gc_reserve_zones: p.gc_reserve_zones,
             next_seq: p.next_seq,
-            epoch: p.epoch,
+            epoch,
             log: p.log,
             lanes: lane::new_lanes(p.config.gc_lanes, zone_groups),
             host_clock: 0,
@@ -491,11 +493,26 @@ impl Ftl {
         if pending >= self.cfg.max_host_requests as usize {
             return Err(IoError::Busy);
         }
-        if matches!(request, Request::Range { .. }) && self.ranges.queue_full() {
+        let vector = matches!(
+            request,
+            Request::Range { .. } | Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. }
+        );
+        if vector && self.ranges.queue_full() {
             return Err(IoError::Busy);
         }
         let result = match request {
-            Request::Read { lba, block_count } => self.start_read(id, lba, block_count),
+            Request::Read { lba, block_count } => self.start_read(id, lba, block_count, None),
+            Request::ReadSnapshot {
+                snapshot,
+                lba,
+                block_count,
+            } => self.start_read(id, lba, block_count, Some(snapshot)),
+            Request::SnapshotCreate { name, wall_ns } => {
+                self.start_snapshot(id, SnapshotChange::Create { name, wall_ns })
+            }
+            Request::SnapshotDelete { id: snapshot } => {
+                self.start_snapshot(id, SnapshotChange::Delete { id: snapshot })
+            }
             Request::Write { lba, data, fua } => self.start_write(id, lba, data, None, fua),
             Request::WriteSummed { lba, blocks, fua } => {
                 let same_size = blocks.block_bytes() == self.block_size();
@@ -835,9 +852,10 @@ impl Ftl {
         self.geo.zone_capacity_blocks
     }
 
-    /// Maps `lba` to the fresh block `ppa` (a host write landed).
-    fn map(&mut self, lba: Lba, ppa: Ppa, crc: u32) {
-        if let Err(owner) = self.mapping.map_direct(lba, ppa, crc) {
+    /// Maps `lba` to the fresh block `ppa` (a host write of seq `seq`
+    /// landed).
+    fn map(&mut self, lba: Lba, ppa: Ppa, crc: u32, seq: Seq) {
+        if let Err(owner) = self.mapping.map_direct(lba, ppa, crc, seq) {
             panic!("block {} written for {lba} is live under {owner:?}", ppa.0);
         }
     }
@@ -854,6 +872,7 @@ impl Ftl {
             self.reserve_unlocked = false;
         }
         self.advance_ranges();
+        self.sweep_history();
         if self.read_only {
             self.fail_waiters(); // what the vectors released
         }

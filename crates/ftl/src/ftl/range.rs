@@ -10,6 +10,8 @@ use crate::backend::{Command, DeviceError, Outcome};
 use crate::error::IoError;
 use crate::mapping::Target;
 use crate::range::{self, Apply, MergePolicy, RangeOp};
+use crate::history::{SnapshotError, SnapshotId, LIVE_VOLUME};
+use crate::note::{self, Note};
 use crate::superblock::TagMode;
 use std::collections::VecDeque;
 
@@ -91,10 +93,29 @@ fn union(mut ranges: Vec<(Lba, u64)>) -> Vec<(Lba, u64)> {
     out
 }
 
+/// A snapshot change, run as a vector of no operations so it is ordered
+/// with writes and range operations the same way (docs/design.md,
+/// "Epochs and the snapshot boundary").
+#[derive(Clone, Debug)]
+pub(super) enum SnapshotChange {
+    /// Its ranges are the whole volume: it waits until every write
+    /// acknowledged before it is on the media, and later ones wait for it.
+    Create { name: String, wall_ns: u64 },
+    Delete { id: SnapshotId },
+}
+
+#[derive(Debug)]
+struct Queued {
+    id: u64,
+    ops: Vec<RangeOp>,
+    snapshot: Option<SnapshotChange>,
+}
+
 #[derive(Debug)]
 struct Active {
     id: u64,
     ops: Vec<RangeOp>,
+    snapshot: Option<SnapshotChange>,
     ranges: Vec<(Lba, u64)>,
     phase: Phase,
     pins: Vec<(Lba, Ppa)>,
@@ -103,7 +124,7 @@ struct Active {
 /// Range-operation state of the core.
 #[derive(Debug, Default)]
 pub(super) struct RangeState {
-    queue: VecDeque<(u64, Vec<RangeOp>)>,
+    queue: VecDeque<Queued>,
     active: Option<Active>,
     held: VecDeque<Held>,
 }
@@ -131,6 +152,31 @@ impl RangeState {
     }
 }
 
+/// A snapshot change against the books, when its turn comes; `room`: the
+/// versions the next checkpoint has room for.
+fn check_snapshot_change(
+    mapping: &crate::mapping::Mapping,
+    change: &SnapshotChange,
+    room: u64,
+) -> Result<(), IoError> {
+    let history = mapping.history();
+    match change {
+        SnapshotChange::Create { name, .. } => {
+            history.check_create(name)?;
+            // Its record, and a few versions kept right after it.
+            if room < 4 {
+                return Err(IoError::SnapshotSpace);
+            }
+        }
+        SnapshotChange::Delete { id } => {
+            if history.by_id(*id).is_none() {
+                return Err(SnapshotError::NoSuchId(*id).into());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn overlaps((a, n): (Lba, u64), (b, m): (Lba, u64)) -> bool {
     a < b + m && b < a + n
 }
@@ -146,7 +192,34 @@ impl Ftl {
         if self.read_only {
             return Err(self.refusal());
         }
-        self.ranges.queue.push_back((id, ops));
+        self.ranges.queue.push_back(Queued {
+            id,
+            ops,
+            snapshot: None,
+        });
+        Ok(None)
+    }
+
+    /// Accepts a snapshot create or delete: checked when its turn comes.
+    pub(super) fn start_snapshot(
+        &mut self,
+        id: u64,
+        change: SnapshotChange,
+    ) -> Result<Option<ReplyData>, IoError> {
+        if self.tag_mode == TagMode::Oob {
+            return Err(SnapshotError::NeedsInBandTags.into());
+        }
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        if let SnapshotChange::Create { name, .. } = &change {
+            self.mapping.history().check_create(name)?;
+        }
+        self.ranges.queue.push_back(Queued {
+            id,
+            ops: Vec::new(),
+            snapshot: Some(change),
+        });
         Ok(None)
     }
 
@@ -263,8 +336,8 @@ impl Ftl {
                 self.reply(a.id, Err(error.clone()));
             }
         }
-        for (id, _) in std::mem::take(&mut self.ranges.queue) {
-            self.reply(id, Err(error.clone()));
+        for q in std::mem::take(&mut self.ranges.queue) {
+            self.reply(q.id, Err(error.clone()));
         }
         if applying {
             return; // the held requests wait for it to end, then fail
@@ -285,7 +358,7 @@ impl Ftl {
         let mut budget = RANGE_STEP_BLOCKS;
         while budget > 0 {
             if self.ranges.active.is_none() {
-                let Some((id, ops)) = self.ranges.queue.pop_front() else {
+                let Some(Queued { id, ops, snapshot }) = self.ranges.queue.pop_front() else {
                     break;
                 };
                 if self.read_only {
@@ -294,11 +367,15 @@ impl Ftl {
                     continue;
                 }
                 let mut ranges: Vec<(Lba, u64)> = ops.iter().flat_map(|o| o.ranges()).collect();
+                if let Some(SnapshotChange::Create { .. }) = snapshot {
+                    ranges.push((0, self.layout.logical_blocks));
+                }
                 ranges.sort_unstable();
                 ranges.dedup();
                 self.ranges.active = Some(Active {
                     id,
                     ops,
+                    snapshot,
                     ranges,
                     phase: Phase::Drain,
                     pins: Vec::new(),
@@ -361,11 +438,15 @@ impl Ftl {
         let young_from = self.committed_next_seq;
         let oob = self.tag_mode == TagMode::Oob;
         let cap = self.cap();
+        let room = self.checkpoint_room_versions();
         let a = self.ranges.active.as_mut().expect("active vector");
         let Phase::Check(c) = &mut a.phase else {
             unreachable!()
         };
         if !c.attributes_done {
+            if let Some(change) = &a.snapshot {
+                check_snapshot_change(&self.mapping, change, room)?;
+            }
             range::check_attributes(&a.ops, &self.attrs)?;
             c.reads = union(a.ops.iter().flat_map(|o| o.reads()).collect());
             c.attributes_done = true;
@@ -432,10 +513,20 @@ impl Ftl {
     /// the log for the pins, then the pre-flush.
     fn after_check(&mut self, budget: &mut u64) -> bool {
         let free = u64::from(self.mapping.shared_free());
+        let keeps = self.mapping.history().keeps_versions();
+        let room = self.history_room();
         let a = self.ranges.active.as_mut().expect("active vector");
         let Phase::Check(c) = std::mem::replace(&mut a.phase, Phase::Drain) else {
             unreachable!()
         };
+        // Each block the vector changes may keep a version for a snapshot.
+        let changed: u64 = a.ops.iter().flat_map(|o| o.ranges()).map(|(_, n)| n).sum();
+        if keeps && changed + c.entries_needed > room {
+            let a = self.ranges.active.take().expect("active vector");
+            self.stats.range_vectors_refused += 1;
+            self.reply(a.id, Err(IoError::SnapshotSpace));
+            return true;
+        }
         if c.entries_needed > free {
             let a = self.ranges.active.take().expect("active vector");
             self.stats.range_vectors_refused += 1;
@@ -513,8 +604,16 @@ impl Ftl {
             }
             _ => false,
         });
-        let notes = range::vector_notes(seq, &a.ops, &a.pins);
-        a.phase = Phase::Apply(Apply::new());
+        let notes = match a.snapshot.clone() {
+            None => range::vector_notes(seq, &a.ops, &a.pins),
+            Some(change) => {
+                let notes = self.snapshot_notes(seq, &change);
+                self.apply_snapshot(seq, &change);
+                notes
+            }
+        };
+        let a = self.ranges.active.as_mut().expect("active vector");
+        a.phase = Phase::Apply(Apply::new(seq));
         self.stats.range_notes += notes.len() as u64;
         self.stats.range_pins += a.pins.len() as u64;
         for note in notes {
@@ -537,6 +636,47 @@ impl Ftl {
         self.count_vector(&a.ops);
         self.add_log_waiter(a.id);
         true
+    }
+
+    /// A snapshot change's notes at `seq`.
+    fn snapshot_notes(&self, seq: Seq, change: &SnapshotChange) -> Vec<Note> {
+        match change {
+            SnapshotChange::Create { name, .. } => {
+                let id = self.mapping.history().next_id();
+                let mut notes = note::snapshot_create_notes(seq, id, LIVE_VOLUME, name);
+                // One atomic unit: a torn name never reaches replay.
+                let note_count = notes.len() as u32;
+                notes.insert(0, Note::VectorBegin { seq, note_count });
+                notes
+            }
+            SnapshotChange::Delete { id } => vec![Note::SnapshotDelete { seq, id: *id }],
+        }
+    }
+
+    /// Applies a snapshot change at `seq` (checked already).
+    fn apply_snapshot(&mut self, seq: Seq, change: &SnapshotChange) {
+        match change {
+            SnapshotChange::Create { name, wall_ns } => {
+                let id = self.mapping.history().next_id();
+                self.mapping.snapshot_create(id, name, seq, *wall_ns);
+                self.epoch = self.mapping.history().epoch();
+                self.stats.snapshot_creates += 1;
+            }
+            SnapshotChange::Delete { id } => {
+                self.mapping
+                    .snapshot_delete(*id, seq)
+                    .expect("snapshot checked before its notes");
+                self.stats.snapshot_deletes += 1;
+            }
+        }
+    }
+
+    /// Releases a step's worth of the versions deleted snapshots kept.
+    pub(super) fn sweep_history(&mut self) {
+        if self.mapping.history().sweeping() {
+            let mut budget = RANGE_STEP_BLOCKS;
+            self.stats.snapshot_versions_released += self.mapping.sweep_step(&mut budget);
+        }
     }
 
     fn count_vector(&mut self, ops: &[RangeOp]) {

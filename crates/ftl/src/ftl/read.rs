@@ -6,6 +6,7 @@ use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa};
 use crate::backend::{Command, DeviceError, Outcome, HOST_ATTEMPTS};
 use crate::error::IoError;
+use crate::history::{SnapshotError, SnapshotId};
 use crate::mapping::Resolved;
 use crate::slab::Key;
 use crate::superblock::TagMode;
@@ -92,13 +93,22 @@ impl Ftl {
         id: u64,
         lba: Lba,
         block_count: u32,
+        snapshot: Option<SnapshotId>,
     ) -> Result<Option<ReplyData>, IoError> {
         self.check_range(lba, u64::from(block_count))?;
+        let at = match snapshot {
+            None => None,
+            Some(s) => {
+                let found = self.mapping.history().by_id(s);
+                let snap = found.ok_or(SnapshotError::NoSuchId(s))?;
+                Some((snap.create_seq, snap.epoch))
+            }
+        };
         if block_count == 0 {
             return Ok(Some(ReplyData::Read(Vec::new())));
         }
         self.stats.host_read_blocks += u64::from(block_count);
-        self.unplanned_reads.push_back((id, lba, block_count));
+        self.unplanned_reads.push_back((id, lba, block_count, at));
         Ok(None)
     }
 
@@ -112,21 +122,30 @@ impl Ftl {
             let mut lookups = std::mem::take(&mut self.read_lookups);
             lookups.clear();
             let mut requests = 0;
-            for &(_, lba, block_count) in &self.unplanned_reads {
+            for &(_, lba, block_count, snapshot) in &self.unplanned_reads {
                 let full = lookups.len() + block_count as usize > READ_LOOKUP_BATCH_BLOCKS;
                 if full && requests > 0 {
                     break;
                 }
-                lookups
-                    .extend((lba..lba + u64::from(block_count)).map(|l| self.mapping.resolve(l)));
+                let blocks = lba..lba + u64::from(block_count);
+                match snapshot {
+                    None => lookups.extend(blocks.map(|l| self.mapping.resolve(l))),
+                    Some((c, e)) => {
+                        lookups.extend(blocks.map(|l| self.mapping.resolve_at(l, c, e)))
+                    }
+                }
                 requests += 1;
             }
             let mut at = 0;
             for _ in 0..requests {
-                let (id, lba, block_count) = self.unplanned_reads.pop_front().expect("counted");
+                let (id, lba, block_count, snapshot) =
+                    self.unplanned_reads.pop_front().expect("counted");
                 let ppas = &lookups[at..at + block_count as usize];
                 at += ppas.len();
-                if let Some(data) = self.plan_read(id, lba, ppas) {
+                // A snapshot's blocks are all on the media: its create
+                // drained the buffer, and what the buffer holds is newer.
+                let live = snapshot.is_none();
+                if let Some(data) = self.plan_read(id, lba, ppas, live) {
                     self.replies.push_back(Reply {
                         id,
                         result: Ok(ReplyData::Read(data)),
@@ -138,12 +157,19 @@ impl Ftl {
     }
 
     /// Queues the device reads of request `id` at `lba`, whose blocks map
-    /// to `ppas`; returns the reply when no device read is needed.
-    fn plan_read(&mut self, id: u64, lba: Lba, ppas: &[Option<Resolved>]) -> Option<Vec<u8>> {
+    /// to `ppas` (`live`: the buffer's blocks stand in front of them);
+    /// returns the reply when no device read is needed.
+    fn plan_read(
+        &mut self,
+        id: u64,
+        lba: Lba,
+        ppas: &[Option<Resolved>],
+        live: bool,
+    ) -> Option<Vec<u8>> {
         let block_count = ppas.len() as u32;
         let mut parts = std::mem::take(&mut self.read_plan);
         debug_assert!(parts.is_empty());
-        let media_blocks = self.plan_parts(id, lba, ppas, &mut parts);
+        let media_blocks = self.plan_parts(id, lba, ppas, live, &mut parts);
         let cap = self.cap();
         if parts.len() == 1 && media_blocks == block_count {
             let p = parts.pop().expect("one part");
@@ -153,7 +179,7 @@ impl Ftl {
             self.read_plan = parts;
             return None;
         }
-        let data = self.assemble_read(lba, block_count);
+        let data = self.assemble_read(lba, block_count, live);
         if parts.is_empty() {
             self.read_plan = parts;
             return Some(data);
@@ -181,11 +207,12 @@ impl Ftl {
         id: u64,
         lba: Lba,
         ppas: &[Option<Resolved>],
+        live: bool,
         parts: &mut Vec<ReadPart>,
     ) -> u32 {
         let cap = self.cap();
         let in_band = self.tag_mode == TagMode::InBand;
-        let buffered = self.buffer.used_slots() > 0;
+        let buffered = live && self.buffer.used_slots() > 0;
         let mut media_blocks = 0;
         for (i, ppa) in (0u32..).zip(ppas) {
             let l = lba + u64::from(i);
@@ -228,10 +255,14 @@ impl Ftl {
         media_blocks
     }
 
-    /// The reply buffer: buffered blocks copied in, unmapped ones zero.
-    fn assemble_read(&self, lba: Lba, block_count: u32) -> Vec<u8> {
+    /// The reply buffer: buffered blocks copied in (`live`), unmapped
+    /// ones zero.
+    fn assemble_read(&self, lba: Lba, block_count: u32, live: bool) -> Vec<u8> {
         let bs = self.block_size();
         let mut data = vec![0u8; block_count as usize * bs];
+        if !live {
+            return data;
+        }
         for (i, dst) in data.chunks_exact_mut(bs).enumerate() {
             if let Some(buffered) = self.buffer.lookup(lba + i as u64) {
                 dst.copy_from_slice(buffered);

@@ -3,6 +3,7 @@
 
 use crate::addr::Lba;
 use crate::error::IoError;
+use crate::history::SnapshotId;
 use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
 
@@ -53,6 +54,25 @@ pub enum Request {
     /// operations").
     Range {
         ops: Vec<RangeOp>,
+    },
+    /// Takes a snapshot named `name` of every write acknowledged before it
+    /// (docs/design.md, "Snapshots and time"): a flush barrier and one
+    /// note, answered once durable. `wall_ns`: the wall time to record
+    /// (ns since the Unix epoch; the core has no clock).
+    SnapshotCreate {
+        name: String,
+        wall_ns: u64,
+    },
+    /// Deletes snapshot `id`; the space it alone held comes back through
+    /// GC.
+    SnapshotDelete {
+        id: SnapshotId,
+    },
+    /// Reads blocks as snapshot `snapshot` holds them.
+    ReadSnapshot {
+        snapshot: SnapshotId,
+        lba: Lba,
+        block_count: u32,
     },
 }
 

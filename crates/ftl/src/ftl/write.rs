@@ -112,12 +112,8 @@ impl Ftl {
                 self.waiting_writes.push_front(w);
                 break;
             }
-            if self.mapping.live_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks
-            {
-                self.replies.push_back(Reply {
-                    id,
-                    result: Err(IoError::NoSpace),
-                });
+            if let Err(e) = self.room_for_write(count, new_blocks) {
+                self.replies.push_back(Reply { id, result: Err(e) });
                 continue;
             }
             let WaitingWrite { data, crcs, .. } = w;
@@ -157,6 +153,26 @@ impl Ftl {
         }
         self.admit_facts = facts;
         self.admit_crcs = scratch;
+    }
+
+    /// Whether the media and the snapshot books have room for a write of
+    /// `count` blocks, `new_blocks` of which take a block without freeing
+    /// one. While a snapshot is live every buffered block may keep a
+    /// version when it lands, so the books must hold them all.
+    fn room_for_write(&self, count: u64, new_blocks: u64) -> Result<(), IoError> {
+        let keeps = self.mapping.history().keeps_versions();
+        let kept_at_most = self.buffer.used_slots() as u64 + count;
+        if keeps && self.history_room() < kept_at_most {
+            return Err(IoError::SnapshotSpace);
+        }
+        if self.mapping.live_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
+            return Err(if keeps {
+                IoError::SnapshotSpace
+            } else {
+                IoError::NoSpace
+            });
+        }
+        Ok(())
     }
 
     /// Buffers one block of an admitted write of `request_blocks` and its
@@ -237,13 +253,18 @@ impl Ftl {
         if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
             return Err(IoError::Immutable { lba: at });
         }
+        if self.mapping.history().keeps_versions()
+            && self.history_room() < u64::from(block_count)
+        {
+            return Err(IoError::SnapshotSpace);
+        }
+        let seq = self.take_seq();
         for l in lba..lba + u64::from(block_count) {
             if self.buffer.discard(l) {
                 self.buffered_new -= 1;
             }
-            self.mapping.unmap(l);
+            self.mapping.unmap(l, seq);
         }
-        let seq = self.take_seq();
         self.log.push_note(Note::Trim {
             seq,
             lba,

@@ -119,7 +119,6 @@ impl<B: Backend> Driver<B> {
             uuid: uuid_from_seed(options.seed),
             zones,
             next_seq: 1,
-            epoch: 0,
             log,
             super_generation: 0,
             super_wp_blocks: [0, 0],
@@ -192,7 +191,6 @@ impl<B: Backend> Driver<B> {
             geometry,
             superblock: sb,
             layout,
-            epoch,
             mapping,
             attrs,
             zones,
@@ -209,7 +207,6 @@ impl<B: Backend> Driver<B> {
             attrs,
             zones,
             next_seq,
-            epoch,
             log,
             super_generation: sb.generation,
             super_wp_blocks: [
@@ -319,7 +316,7 @@ pub fn recover_state<B: Backend>(
     Ok(Recovered {
         superblock: sb,
         layout,
-        epoch: image.epoch,
+        epoch: state.mapping.history().epoch(),
         mapping: state.mapping,
         attrs: state.attrs,
         clean,

@@ -7,8 +7,9 @@ use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
 use crate::l2p::leaf_entries;
+use crate::history::{History, SnapshotId, LIVE_VOLUME};
 use crate::mapping::{Mapping, Target};
-use crate::note::Note;
+use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
 use std::collections::{BTreeMap, HashMap};
@@ -31,13 +32,22 @@ pub(super) enum Event {
         ppa: Ppa,
         crc: u32,
     },
+    /// A SnapshotCreate note and its name.
+    SnapshotCreate {
+        seq: Seq,
+        id: SnapshotId,
+        parent: SnapshotId,
+        name: String,
+    },
 }
 
 impl Event {
     pub(super) fn seq(&self) -> Seq {
         match self {
             Event::Note(n) => n.seq(),
-            Event::Vector { seq, .. } | Event::Tag { seq, .. } => *seq,
+            Event::Vector { seq, .. }
+            | Event::Tag { seq, .. }
+            | Event::SnapshotCreate { seq, .. } => *seq,
         }
     }
 }
@@ -70,10 +80,18 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
                         stray.seq()
                     )));
                 }
+                if let Some(&Note::SnapshotCreate { .. }) = body.first() {
+                    events.push(snapshot_create(seq, &body)?);
+                    continue;
+                }
                 (seq, body)
             }
             n if lone_vector_note(&n) => (n.seq(), vec![n]),
-            Note::Merge { .. } | Note::MergeSource { .. } | Note::Pin { .. } => {
+            Note::Merge { .. }
+            | Note::MergeSource { .. }
+            | Note::Pin { .. }
+            | Note::SnapshotCreate { .. }
+            | Note::SnapshotName { .. } => {
                 return Err(MountError::Damaged(format!(
                     "{n:?} outside a range-operation vector"
                 )));
@@ -88,6 +106,35 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
         events.push(Event::Vector { seq, pins, ops });
     }
     Ok(events)
+}
+
+/// The event of a snapshot create's notes (a SnapshotCreate note, then
+/// its name's notes).
+fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
+    let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
+    let Some((&Note::SnapshotCreate {
+        name_len,
+        id,
+        parent,
+        ..
+    }, rest)) = body.split_first()
+    else {
+        unreachable!("called on a create's notes")
+    };
+    let names: Vec<[u8; 20]> = rest
+        .iter()
+        .map(|n| match n {
+            Note::SnapshotName { bytes, .. } => Ok(*bytes),
+            other => Err(damaged(format!("{other:?} among its name notes"))),
+        })
+        .collect::<Result<_, _>>()?;
+    let name = note::snapshot_name(name_len, &names).map_err(|e| damaged(e.to_string()))?;
+    Ok(Event::SnapshotCreate {
+        seq,
+        id,
+        parent,
+        name,
+    })
 }
 
 /// Seq of the newest ZoneReset note per zone: older tags there are stale.
@@ -168,7 +215,7 @@ impl Rebuild {
             .iter()
             .map(|e| (e.id, Ppa(e.ppa), e.refs, e.crc))
             .collect();
-        let mapping = Mapping::from_checkpoint(
+        let mut mapping = Mapping::from_checkpoint(
             image.logical_blocks,
             g.zone_count,
             g.zone_capacity_blocks,
@@ -176,8 +223,22 @@ impl Rebuild {
             &image.leaves,
             crcs,
             &shared,
+            |capacity| {
+                History::from_checkpoint(
+                    capacity,
+                    image.epoch,
+                    &image.snapshots,
+                    image.next_snapshot_id,
+                    &image.births,
+                    &image.history,
+                    &image.sweeps,
+                )
+            },
         )
         .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
+        // The running FTL may have finished the checkpoint's pending
+        // sweeps and reused the space: sweep them before anything else.
+        mapping.sweep_all();
         let ranges: Vec<_> = image
             .attrs
             .iter()
@@ -264,9 +325,10 @@ impl Rebuild {
         Ok(())
     }
 
-    /// Maps `lba` straight to `ppa`, which nothing else may hold.
-    fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Result<(), MountError> {
-        self.mapping.map_direct(lba, ppa, crc).map_err(|owner| {
+    /// Maps `lba` straight to `ppa`, which nothing else may hold, by the
+    /// change of seq `seq`.
+    fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32, seq: Seq) -> Result<(), MountError> {
+        self.mapping.map_direct(lba, ppa, crc, seq).map_err(|owner| {
             MountError::Damaged(format!(
                 "block {lba} maps to physical block {}, which {owner:?} holds",
                 ppa.0
@@ -290,7 +352,7 @@ impl Rebuild {
         crc: u32,
         version: Seq,
     ) -> Result<(), MountError> {
-        self.set(lba, ppa, crc)?;
+        self.set(lba, ppa, crc, version)?;
         self.versions.insert(lba, version);
         Ok(())
     }
@@ -313,7 +375,7 @@ impl Rebuild {
         for (ppa, lba) in stale {
             self.in_reset_zones.remove(&ppa);
             if self.mapping.target(lba) == Some(Target::Direct(ppa)) {
-                self.mapping.unmap(lba);
+                self.mapping.forget(lba);
             }
         }
         if let Some(id) = self
@@ -337,7 +399,7 @@ impl Rebuild {
         for (lba, n) in ranges {
             let mut at = lba;
             while let Some(l) = self.mapping.next_mapped(at, lba + n) {
-                self.mapping.unmap(l);
+                self.mapping.forget(l);
                 dropped += 1;
                 at = l + 1;
             }
@@ -363,6 +425,12 @@ impl Rebuild {
                     self.set_version(*lba, *ppa, *crc, *seq)?;
                 }
                 Event::Vector { seq, pins, ops } => self.vector(*seq, pins, ops, &ppa_ok)?,
+                Event::SnapshotCreate {
+                    seq,
+                    id,
+                    parent,
+                    name,
+                } => self.snapshot_create(*seq, *id, *parent, name)?,
                 Event::Note(n) => self.note(n, g, &ppa_ok)?,
             }
         }
@@ -377,14 +445,19 @@ impl Rebuild {
     ) -> Result<(), MountError> {
         match *n {
             Note::HostWrite {
-                lba, ppa, data_crc, ..
+                seq,
+                lba,
+                ppa,
+                data_crc,
             } => {
                 self.check_lba(lba)?;
                 ppa_ok(ppa, "HostWrite note")?;
-                self.set(lba, ppa, data_crc)?;
+                self.set(lba, ppa, data_crc, seq)?;
             }
             Note::Trim {
-                lba, block_count, ..
+                seq,
+                lba,
+                block_count,
             } => {
                 let end = lba
                     .checked_add(block_count)
@@ -395,7 +468,7 @@ impl Rebuild {
                     )));
                 };
                 for l in lba..end {
-                    self.mapping.unmap(l);
+                    self.mapping.unmap(l, seq);
                 }
             }
             Note::Reloc { lba, from, to, .. } => {
@@ -404,7 +477,14 @@ impl Rebuild {
                 if let Some(r) = self.mapping.resolve(lba).filter(|r| !r.shared) {
                     if r.ppa == from && self.mapping.relocate_direct(lba, from, to, r.crc) {
                         self.note_direct(lba, to);
+                        return Ok(());
                     }
+                }
+                // A host write of a smaller seq that landed after the copy
+                // replaced the version here first, and a snapshot keeps it:
+                // the kept block moved as the run's did.
+                if let Some(id) = self.mapping.find_shared(from) {
+                    self.mapping.relocate_shared(id, from, to);
                 }
             }
             Note::Relocated {
@@ -446,24 +526,59 @@ impl Rebuild {
                 self.zone_reset(zone)?;
             }
             Note::ZoneRetire { zone, .. } => self.retired.push(zone),
+            Note::SnapshotDelete { seq, id } => {
+                self.snapshots_allowed()?;
+                self.mapping.snapshot_delete(id, seq).map_err(|e| {
+                    MountError::Damaged(format!("SnapshotDelete note {seq}: {e}"))
+                })?;
+                // The running FTL sweeps in steps; the result is the same
+                // (needing is a pure function of the snapshots).
+                self.mapping.sweep_all();
+            }
             Note::VectorBegin { .. }
             | Note::Clone { .. }
             | Note::Move { .. }
             | Note::Merge { .. }
             | Note::MergeSource { .. }
             | Note::Pin { .. }
-            | Note::Attr { .. } => unreachable!("grouped into vectors"),
-            // Coded (docs/format.md §10) but not replayed by this build yet:
-            // refused like an unknown kind rather than skipped.
-            Note::SnapshotCreate { .. }
-            | Note::SnapshotName { .. }
-            | Note::SnapshotDelete { .. } => {
-                return Err(MountError::Format {
-                    step: "mount: replay (snapshot notes are not replayed by this build)",
-                    source: crate::codec::FormatError::UnknownNoteKind { kind: n.kind() },
-                });
-            }
+            | Note::Attr { .. }
+            | Note::SnapshotCreate { .. }
+            | Note::SnapshotName { .. } => unreachable!("grouped into vectors"),
         }
+        Ok(())
+    }
+
+    /// Snapshots are only taken of volumes with tags in band (the running
+    /// FTL refuses them otherwise): a snapshot note elsewhere is damage.
+    fn snapshots_allowed(&self) -> Result<(), MountError> {
+        if !self.in_band {
+            return Err(MountError::Damaged(
+                "a snapshot note in a volume with OOB tags".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn snapshot_create(
+        &mut self,
+        seq: Seq,
+        id: SnapshotId,
+        parent: SnapshotId,
+        name: &str,
+    ) -> Result<(), MountError> {
+        self.snapshots_allowed()?;
+        let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
+        let history = self.mapping.history();
+        if id < history.next_id() || parent != LIVE_VOLUME {
+            return Err(damaged(format!("id {id}, parent {parent}")));
+        }
+        history
+            .check_create(name)
+            .map_err(|e| damaged(e.to_string()))?;
+        if history.snapshots().last().is_some_and(|s| s.create_seq >= seq) {
+            return Err(damaged("created before the newest snapshot".into()));
+        }
+        self.mapping.snapshot_create(id, name, seq, 0);
         Ok(())
     }
 
@@ -483,7 +598,7 @@ impl Rebuild {
         for &(lba, ppa) in pins {
             self.check_lba(lba)?;
             ppa_ok(ppa, "Pin note")?;
-            self.set(lba, ppa, 0)?;
+            self.set(lba, ppa, 0, seq)?;
         }
         range::validate(ops, self.mapping.logical_blocks()).map_err(|e| damaged(e.to_string()))?;
         // The running FTL checked the vector against the same state; only
@@ -503,7 +618,7 @@ impl Rebuild {
             }
         }
         let mut budget = u64::MAX;
-        Apply::new()
+        Apply::new(seq)
             .step(ops, &mut self.mapping, &mut self.attrs, &mut budget)
             .map_err(|e| damaged(e.to_string()))?;
         Ok(())
@@ -533,7 +648,7 @@ mod tests {
         };
         let mut mapping = Mapping::new(16, 4, 8, false);
         for &(lba, ppa) in map {
-            mapping.map_direct(lba, Ppa(ppa), 0).unwrap();
+            mapping.map_direct(lba, Ppa(ppa), 0, 1).unwrap();
         }
         let notes: Vec<Event> = events
             .iter()

@@ -1,0 +1,553 @@
+//! Snapshots and the versions they keep (docs/design.md, "Snapshots and
+//! time"): the live snapshot list, each logical block's birth epoch, and
+//! the history of versions that a snapshot still needs after the volume
+//! replaced them.
+//!
+//! This module only keeps the books. It holds no blocks itself: a kept
+//! version names a shared entry (or "unmapped"), and [`crate::mapping`]
+//! takes and drops the references, so GC, reads and the checkpoint treat a
+//! kept block like any shared block.
+//!
+//! Whether a version is needed is a pure function of its birth epoch, its
+//! kill seq and the live snapshots ([`History::needed`]), so the running
+//! FTL, which sweeps a delete in steps, and recovery's replay, which sweeps
+//! it at once, end in the same state.
+
+use crate::addr::{Epoch, Lba, Seq};
+use crate::checkpoint::{HistoryRecord, SnapshotRecord, LEAF_ENTRIES};
+use crate::shared::SharedId;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// A snapshot's id: handed out in increasing order, never reused.
+pub type SnapshotId = u32;
+
+/// `parent` of a snapshot taken of the live volume.
+pub const LIVE_VOLUME: SnapshotId = u32::MAX;
+
+/// The most live snapshots a volume holds (bounds the table and the
+/// per-kill search).
+pub const MAX_SNAPSHOTS: usize = 1024;
+
+/// One live snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: SnapshotId,
+    pub name: String,
+    /// The epoch it closed: writes of this epoch and older are in it.
+    pub epoch: Epoch,
+    /// The seq of its create: every version it holds has a smaller one.
+    pub create_seq: Seq,
+    /// Wall time of the create as the driver gave it (ns since the Unix
+    /// epoch; 0 when none was given).
+    pub wall_ns: u64,
+    pub parent: SnapshotId,
+}
+
+/// A replaced version of a logical block that the history keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Its block as a shared entry, or `None`: the block was unmapped.
+    pub value: Option<SharedId>,
+    /// The epoch of the change that gave the block these contents.
+    pub birth: Epoch,
+}
+
+/// Why a snapshot change was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("no snapshot named {0:?}")]
+    NoSuchName(String),
+    #[error("no snapshot with id {0}")]
+    NoSuchId(SnapshotId),
+    #[error("a snapshot named {0:?} exists")]
+    NameTaken(String),
+    #[error("snapshot names are 1 to {max} bytes; {len} given")]
+    BadName { len: usize, max: usize },
+    #[error("the volume holds the most snapshots it may ({0})")]
+    TooMany(usize),
+    #[error("snapshots need a volume formatted with tags in band in this build")]
+    NeedsInBandTags,
+}
+
+/// Birth epochs, in leaves that exist only where a birth is not 0.
+#[derive(Clone, Debug, Default)]
+struct Births {
+    leaves: HashMap<u32, Box<[Epoch; LEAF_ENTRIES]>>,
+}
+
+impl Births {
+    fn get(&self, lba: Lba) -> Epoch {
+        let (leaf, i) = split(lba);
+        self.leaves.get(&leaf).map_or(0, |l| l[i])
+    }
+
+    fn set(&mut self, lba: Lba, epoch: Epoch) {
+        let (leaf, i) = split(lba);
+        if epoch == 0 {
+            if let Some(l) = self.leaves.get_mut(&leaf) {
+                l[i] = 0;
+            }
+            return;
+        }
+        self.leaves
+            .entry(leaf)
+            .or_insert_with(|| Box::new([0; LEAF_ENTRIES]))[i] = epoch;
+    }
+}
+
+fn split(lba: Lba) -> (u32, usize) {
+    let leaf = u32::try_from(lba / LEAF_ENTRIES as u64).expect("lba within the map");
+    (leaf, (lba % LEAF_ENTRIES as u64) as usize)
+}
+
+/// A delete's sweep: the kept versions from `next` (a `(kill seq, lba)`
+/// key, inclusive) through kill seq `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sweep {
+    next: (Seq, Lba),
+    to: Seq,
+}
+
+/// The snapshot books. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct History {
+    /// The admission epoch: 1 + the creates so far.
+    epoch: Epoch,
+    /// Live snapshots, by id (so by create seq and by epoch too).
+    snapshots: Vec<Snapshot>,
+    next_id: SnapshotId,
+    births: Births,
+    entries: BTreeMap<(Lba, Seq), Version>,
+    /// The same entries by kill seq: what a sweep and a diff walk.
+    by_kill: BTreeSet<(Seq, Lba)>,
+    /// Kill-seq ranges whose entries a delete may have freed, not yet
+    /// checked.
+    sweeps: VecDeque<Sweep>,
+    /// Bound on `entries`.
+    capacity: u64,
+}
+
+impl History {
+    /// Empty books holding at most `capacity` versions, at epoch `epoch`.
+    pub fn new(capacity: u64, epoch: Epoch) -> History {
+        History {
+            epoch: epoch.max(1),
+            snapshots: Vec::new(),
+            next_id: 0,
+            births: Births::default(),
+            entries: BTreeMap::new(),
+            by_kill: BTreeSet::new(),
+            sweeps: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    /// The books a checkpoint recorded; checked for internal order.
+    pub fn from_checkpoint(
+        capacity: u64,
+        epoch: Epoch,
+        snapshots: &[SnapshotRecord],
+        next_id: SnapshotId,
+        births: &[crate::checkpoint::Leaf],
+        entries: &[HistoryRecord],
+        sweeps: &[(Seq, Seq)],
+    ) -> Result<History, String> {
+        let mut h = History::new(capacity, epoch);
+        h.next_id = next_id;
+        for s in snapshots {
+            if s.deleting {
+                return Err(format!("snapshot {} is marked deleting", s.id));
+            }
+            h.snapshots.push(Snapshot {
+                id: s.id,
+                name: s.name.clone(),
+                epoch: s.epoch,
+                create_seq: s.create_seq,
+                wall_ns: s.wall_ns,
+                parent: s.parent,
+            });
+        }
+        for (index, leaf) in births {
+            h.births.leaves.insert(*index, leaf.clone());
+        }
+        if entries.len() as u64 > capacity {
+            return Err(format!(
+                "{} history entries, above the bound of {capacity}",
+                entries.len()
+            ));
+        }
+        for e in entries {
+            h.insert(e.lba, e.kill_seq, e.value, e.birth);
+        }
+        h.sweeps.extend(sweeps.iter().map(|&(from, to)| Sweep {
+            next: (from + 1, 0),
+            to,
+        }));
+        Ok(h)
+    }
+
+    // ----- queries --------------------------------------------------------
+
+    /// The admission epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// Whether replaced versions may be needed: a snapshot is live.
+    pub fn keeps_versions(&self) -> bool {
+        !self.snapshots.is_empty()
+    }
+
+    /// Live snapshots, by id.
+    pub fn snapshots(&self) -> &[Snapshot] {
+        &self.snapshots
+    }
+
+    /// The next id a create takes.
+    pub fn next_id(&self) -> SnapshotId {
+        self.next_id
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
+        self.snapshots.iter().find(|s| s.name == name)
+    }
+
+    pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
+        self.snapshots
+            .binary_search_by_key(&id, |s| s.id)
+            .ok()
+            .map(|i| &self.snapshots[i])
+    }
+
+    /// Kept versions.
+    pub fn entry_count(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// Versions that may still be kept before the bound.
+    pub fn room(&self) -> u64 {
+        self.capacity - self.entry_count()
+    }
+
+    /// `lba`'s birth epoch (0: before any snapshot).
+    pub fn birth(&self, lba: Lba) -> Epoch {
+        self.births.get(lba)
+    }
+
+    /// Whether a version born in `birth` and killed at `kill_seq` is needed
+    /// by a live snapshot: one has `birth <= e_s` and `c_s < kill_seq`.
+    pub fn needed(&self, birth: Epoch, kill_seq: Seq) -> bool {
+        // Snapshots are by epoch: the newest one created before the kill
+        // decides (it has the largest epoch among those that qualify).
+        let before = self.snapshots.partition_point(|s| s.create_seq < kill_seq);
+        before > 0 && birth <= self.snapshots[before - 1].epoch
+    }
+
+    /// The version of `lba` at the snapshot of create seq `create_seq`
+    /// and epoch `epoch`: `Some(value)` from the history (`Some(None)`:
+    /// unmapped), `None` when the live entry is that version.
+    ///
+    /// The version live at the snapshot, if it was mapped, is needed by it
+    /// and so kept when replaced, with the smallest kill seq above the
+    /// create's of all versions born by then. An unmapped version is never
+    /// kept: a block whose first later version (kept or live) was born
+    /// after the snapshot was unmapped at it.
+    pub fn version_at(&self, lba: Lba, create_seq: Seq, epoch: Epoch) -> Option<Option<SharedId>> {
+        let first = self
+            .entries
+            .range((lba, create_seq + 1)..=(lba, Seq::MAX))
+            .next()
+            .map(|(_, v)| *v);
+        match first {
+            Some(v) if v.birth <= epoch => Some(v.value),
+            Some(_) => Some(None),
+            None if self.birth(lba) <= epoch => None,
+            None => Some(None),
+        }
+    }
+
+    /// Every kept version `(lba, kill seq, version)`, by lba then kill seq.
+    pub fn entries(&self) -> impl Iterator<Item = (Lba, Seq, Version)> + '_ {
+        self.entries.iter().map(|(&(l, q), &v)| (l, q, v))
+    }
+
+    /// Leaves of births, for the checkpoint (by leaf index).
+    pub fn birth_leaves(&self) -> Vec<crate::checkpoint::Leaf> {
+        let mut out: Vec<_> = self
+            .births
+            .leaves
+            .iter()
+            .filter(|(_, l)| l.iter().any(|&b| b != 0))
+            .map(|(&i, l)| (i, l.clone()))
+            .collect();
+        out.sort_unstable_by_key(|(i, _)| *i);
+        out
+    }
+
+    /// Delete sweeps not yet run, as kill-seq ranges `(from, to]`.
+    pub fn pending_sweeps(&self) -> impl Iterator<Item = (Seq, Seq)> + '_ {
+        self.sweeps.iter().map(|s| (s.next.0 - 1, s.to))
+    }
+
+    /// Bytes the books hold (the ordered maps' overhead estimated at one
+    /// pointer per key).
+    pub fn memory_bytes(&self) -> u64 {
+        let entry = (16 + 8 + 8 + 8) as u64;
+        let kill = (16 + 8) as u64;
+        let leaves = self.births.leaves.len() as u64 * (4 * LEAF_ENTRIES as u64 + 16);
+        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * 96
+    }
+
+    // ----- changes --------------------------------------------------------
+
+    /// A change of epoch `self.epoch()` gave `lba` new contents. Births are
+    /// kept from the first create until the books are empty again.
+    pub fn born(&mut self, lba: Lba) {
+        if !self.is_idle() {
+            self.births.set(lba, self.epoch);
+        }
+    }
+
+    /// Keeps `lba`'s version replaced at `kill_seq` (`None`: unmapped; the
+    /// running core keeps none of those, see [`Self::version_at`]).
+    pub fn keep(&mut self, lba: Lba, kill_seq: Seq, value: Option<SharedId>, birth: Epoch) {
+        assert!(self.room() > 0, "history kept past its bound");
+        self.insert(lba, kill_seq, value, birth);
+    }
+
+    fn insert(&mut self, lba: Lba, kill_seq: Seq, value: Option<SharedId>, birth: Epoch) {
+        let old = self
+            .entries
+            .insert((lba, kill_seq), Version { value, birth });
+        assert!(old.is_none(), "block {lba} replaced twice at seq {kill_seq}");
+        self.by_kill.insert((kill_seq, lba));
+    }
+
+    /// Checks a create's arguments against the books.
+    pub fn check_create(&self, name: &str) -> Result<(), SnapshotError> {
+        let max = crate::checkpoint::MAX_SNAPSHOT_NAME_BYTES;
+        if name.is_empty() || name.len() > max {
+            return Err(SnapshotError::BadName {
+                len: name.len(),
+                max,
+            });
+        }
+        if self.by_name(name).is_some() {
+            return Err(SnapshotError::NameTaken(name.to_string()));
+        }
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            return Err(SnapshotError::TooMany(MAX_SNAPSHOTS));
+        }
+        Ok(())
+    }
+
+    /// Takes snapshot `id` at `create_seq`: it closes the current epoch.
+    pub fn create(&mut self, id: SnapshotId, name: &str, create_seq: Seq, wall_ns: u64) {
+        assert!(id >= self.next_id, "snapshot id {id} reused");
+        assert!(
+            self.snapshots.last().is_none_or(|s| s.create_seq < create_seq),
+            "snapshot created out of seq order"
+        );
+        self.snapshots.push(Snapshot {
+            id,
+            name: name.to_string(),
+            epoch: self.epoch,
+            create_seq,
+            wall_ns,
+            parent: LIVE_VOLUME,
+        });
+        self.next_id = id + 1;
+        self.epoch += 1;
+    }
+
+    /// Drops snapshot `id` at `delete_seq`; the versions it alone needed
+    /// are released by later sweep steps.
+    pub fn delete(&mut self, id: SnapshotId, delete_seq: Seq) -> Result<(), SnapshotError> {
+        let i = self
+            .snapshots
+            .binary_search_by_key(&id, |s| s.id)
+            .map_err(|_| SnapshotError::NoSuchId(id))?;
+        let s = self.snapshots.remove(i);
+        // Older kills never needed it; newer ones it needed, the next
+        // snapshot needs too.
+        let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);
+        self.sweeps.push_back(Sweep {
+            next: (s.create_seq + 1, 0),
+            to,
+        });
+        Ok(())
+    }
+
+    /// Checks up to `budget` kept versions of the pending sweeps; returns
+    /// the values of those no longer needed (the caller drops their
+    /// references). Once no snapshot is left and the sweeps are done, the
+    /// births are dropped.
+    pub fn sweep_step(&mut self, budget: &mut u64) -> Vec<Option<SharedId>> {
+        let mut freed = Vec::new();
+        while let Some(&Sweep { next, to }) = self.sweeps.front() {
+            let mut resume = None;
+            for &(q, lba) in self.by_kill.range(next..) {
+                if q > to {
+                    break;
+                }
+                if *budget == 0 {
+                    resume = Some((q, lba));
+                    break;
+                }
+                *budget -= 1;
+                if !self.needed(self.entries[&(lba, q)].birth, q) {
+                    freed.push((q, lba));
+                }
+            }
+            match resume {
+                Some(at) => self.sweeps[0].next = at,
+                None => {
+                    self.sweeps.pop_front();
+                }
+            }
+            if resume.is_some() || *budget == 0 {
+                break;
+            }
+        }
+        let values = freed
+            .into_iter()
+            .map(|(q, lba)| {
+                self.by_kill.remove(&(q, lba));
+                self.entries.remove(&(lba, q)).expect("listed").value
+            })
+            .collect();
+        self.drop_births_if_idle();
+        values
+    }
+
+    /// Runs every pending sweep at once (replay).
+    pub fn sweep_all(&mut self) -> Vec<Option<SharedId>> {
+        let mut budget = u64::MAX;
+        self.sweep_step(&mut budget)
+    }
+
+    pub fn sweeping(&self) -> bool {
+        !self.sweeps.is_empty()
+    }
+
+    /// No snapshot, kept version or sweep: births are not needed.
+    pub fn is_idle(&self) -> bool {
+        self.snapshots.is_empty() && self.entries.is_empty() && self.sweeps.is_empty()
+    }
+
+    fn drop_births_if_idle(&mut self) {
+        if self.is_idle() {
+            self.births.leaves.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_follows_birth_and_kill() {
+        let mut h = History::new(100, 1);
+        assert!(!h.needed(0, 5), "no snapshot, nothing needed");
+        h.create(0, "a", 10, 0); // closes epoch 1
+        h.create(1, "b", 20, 0); // closes epoch 2
+        assert_eq!(h.epoch(), 3);
+        assert!(h.needed(1, 11), "born in a, killed after a");
+        assert!(!h.needed(2, 15), "born after a, killed before b");
+        assert!(h.needed(2, 21), "born before b, killed after");
+        assert!(!h.needed(3, 25), "born after every snapshot");
+        assert!(!h.needed(1, 9), "killed before every snapshot");
+        h.delete(1, 30).unwrap();
+        assert!(!h.needed(2, 21));
+        assert!(h.needed(1, 21), "a still needs what it held");
+    }
+
+    #[test]
+    fn version_at_takes_the_first_kill_after_the_snapshot() {
+        let mut h = History::new(100, 1);
+        h.create(0, "a", 10, 0);
+        h.keep(7, 12, Some(3), 1);
+        h.born(7);
+        h.create(1, "b", 20, 0);
+        h.keep(7, 25, Some(4), 2);
+        h.born(7);
+        // Written after b, replaced, and the first version after a.
+        h.born(9);
+        h.create(2, "c", 30, 0);
+        h.keep(9, 31, Some(5), 3);
+        h.born(9);
+        assert_eq!(h.version_at(7, 10, 1), Some(Some(3)));
+        assert_eq!(h.version_at(7, 20, 2), Some(Some(4)));
+        assert_eq!(h.version_at(7, 30, 3), None, "the live entry");
+        assert_eq!(h.version_at(8, 10, 1), None, "never changed: live");
+        assert_eq!(h.version_at(9, 10, 1), Some(None), "unmapped at a");
+        assert_eq!(h.version_at(9, 30, 3), Some(Some(5)));
+    }
+
+    #[test]
+    fn delete_sweeps_what_only_it_needed_in_steps() {
+        let mut h = History::new(100, 1);
+        h.create(0, "a", 10, 0);
+        for lba in 0..5 {
+            h.keep(lba, 11 + lba, Some(lba as u32), 1);
+        }
+        h.create(1, "b", 20, 0);
+        h.keep(9, 21, Some(9), 1); // needed by both
+        h.keep(8, 22, Some(8), 2); // needed by b alone
+        h.delete(0, 200).unwrap();
+        let mut freed = Vec::new();
+        let mut steps = 0;
+        while h.sweeping() {
+            let mut budget = 2;
+            freed.extend(h.sweep_step(&mut budget));
+            steps += 1;
+        }
+        freed.sort();
+        assert_eq!(freed, (0..5).map(Some).collect::<Vec<_>>());
+        assert!(steps >= 3, "a budget of 2 takes several steps");
+        assert_eq!(h.entry_count(), 2);
+        h.delete(1, 200).unwrap();
+        let mut rest = h.sweep_all();
+        rest.sort();
+        assert_eq!(rest, vec![Some(8), Some(9)]);
+        assert_eq!(h.birth_leaves().len(), 0);
+    }
+
+    #[test]
+    fn a_sweep_step_never_exceeds_its_budget() {
+        let mut h = History::new(1000, 1);
+        h.create(0, "a", 10, 0);
+        for lba in 0..300 {
+            h.keep(lba, 100, Some(lba as u32), 1); // one kill seq, many blocks
+        }
+        h.delete(0, 200).unwrap();
+        let mut total = 0;
+        while h.sweeping() {
+            let mut budget = 7;
+            total += h.sweep_step(&mut budget).len();
+            assert!(budget <= 7);
+        }
+        assert_eq!(total, 300);
+        assert_eq!(h.entry_count(), 0);
+    }
+
+    #[test]
+    fn create_checks_names_and_bounds() {
+        let mut h = History::new(10, 1);
+        assert!(matches!(
+            h.check_create(""),
+            Err(SnapshotError::BadName { .. })
+        ));
+        assert!(matches!(
+            h.check_create(&"x".repeat(64)),
+            Err(SnapshotError::BadName { .. })
+        ));
+        h.create(0, "a", 1, 0);
+        assert_eq!(
+            h.check_create("a"),
+            Err(SnapshotError::NameTaken("a".into()))
+        );
+        assert_eq!(h.delete(5, 9), Err(SnapshotError::NoSuchId(5)));
+    }
+}

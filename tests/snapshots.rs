@@ -1,0 +1,303 @@
+//! Snapshots end to end on the simulator through `Driver`: what a snapshot
+//! reads after writes, trims and range operations replaced its blocks,
+//! deletes and the space they give back, GC of kept blocks, the errors,
+//! and what survives a clean remount and a power cut.
+
+use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, TagPlacement};
+use zftl::sim::{SimConfig, SimDevice};
+
+mod common;
+use common::{assert_check_clean, pattern};
+
+/// A device of 128 zones of 64 blocks (8 MiB of 4 KiB blocks).
+fn sim_config(oob: bool) -> SimConfig {
+    SimConfig {
+        channels: 2,
+        luns_per_channel: 2,
+        blocks_per_lun: 32,
+        pages_per_block: 64,
+        oob_size_bytes: if oob { 64 } else { 0 },
+        zone_width_luns: 1,
+        max_append_blocks: 16,
+        max_transfer_blocks: 32,
+        ..SimConfig::small_for_tests()
+    }
+}
+
+fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
+    let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
+    Driver::format(dev, &opts, FtlConfig::default()).unwrap()
+}
+
+/// Tags in band: what snapshots need in this build.
+fn format() -> Driver<SimDevice> {
+    let opts = FormatOptions {
+        tag_placement: TagPlacement::InBand,
+        ..FormatOptions::default()
+    };
+    format_with(false, opts)
+}
+
+fn write(ftl: &mut Driver<SimDevice>, lba: u64, version: u32) {
+    let bs = ftl.block_size();
+    ftl.write(lba, &pattern(lba, version, bs)).unwrap();
+}
+
+/// What block `lba` of snapshot `name` (or the live volume: `None`) holds:
+/// `Some((origin, version))`, or `None` for zeros.
+fn holds(ftl: &mut Driver<SimDevice>, name: Option<&str>, lba: u64) -> Option<(u64, u32)> {
+    let data = match name {
+        None => ftl.read(lba, 1).unwrap(),
+        Some(n) => {
+            let id = ftl.snapshot_named(n).unwrap().id;
+            ftl.read_snapshot(id, lba, 1).unwrap()
+        }
+    };
+    if data.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let (origin, version) = common::decode_any(&data).unwrap();
+    Some((origin, version))
+}
+
+/// A clean remount, then a crash (no checkpoint) and a mount; `check`
+/// runs after each.
+fn remount_both_ways(
+    ftl: Driver<SimDevice>,
+    check: impl Fn(&mut Driver<SimDevice>),
+) -> Driver<SimDevice> {
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    check(&mut ftl);
+    ftl.flush().unwrap();
+    let mut dev = ftl.into_backend();
+    assert_check_clean(&mut dev, "after a crash");
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    check(&mut ftl);
+    ftl
+}
+
+#[test]
+fn a_snapshot_reads_what_was_acknowledged_before_it() {
+    let mut ftl = format();
+    for lba in 0..8 {
+        write(&mut ftl, lba, 1);
+    }
+    // Acknowledged, not flushed: the create makes it durable and keeps it.
+    write(&mut ftl, 8, 1);
+    let a = ftl.snapshot_create("a").unwrap();
+    assert_eq!((a.name.as_str(), a.id), ("a", 0));
+    write(&mut ftl, 0, 2);
+    ftl.trim(1, 1).unwrap();
+    ftl.clone_ranges(&[(4, 2, 1)]).unwrap();
+    ftl.move_ranges(&[(5, 20, 1)]).unwrap();
+    write(&mut ftl, 30, 2); // never written before the snapshot
+    let check = |ftl: &mut Driver<SimDevice>| {
+        for lba in 0..9 {
+            assert_eq!(holds(ftl, Some("a"), lba), Some((lba, 1)), "a: {lba}");
+        }
+        assert_eq!(holds(ftl, Some("a"), 20), None);
+        assert_eq!(holds(ftl, Some("a"), 30), None);
+        assert_eq!(holds(ftl, None, 0), Some((0, 2)));
+        assert_eq!(holds(ftl, None, 1), None);
+        assert_eq!(holds(ftl, None, 2), Some((4, 1)));
+        assert_eq!(holds(ftl, None, 5), None);
+        assert_eq!(holds(ftl, None, 20), Some((5, 1)));
+        assert_eq!(holds(ftl, None, 30), Some((30, 2)));
+    };
+    check(&mut ftl);
+    let s = ftl.stats();
+    assert_eq!(s.snapshots, 1);
+    // Kept: 0 (write), 1 (trim), 2 (clone), 5 (move); 20 and 30 were
+    // unmapped, which their births tell.
+    assert_eq!(s.snapshot_versions, 4);
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after snapshots");
+}
+
+#[test]
+fn each_snapshot_keeps_its_own_version() {
+    let mut ftl = format();
+    write(&mut ftl, 3, 1);
+    ftl.snapshot_create("one").unwrap();
+    write(&mut ftl, 3, 2);
+    ftl.snapshot_create("two").unwrap();
+    write(&mut ftl, 3, 3);
+    write(&mut ftl, 3, 4); // replaces a version no snapshot holds
+    ftl.snapshot_create("three").unwrap();
+    ftl.trim(3, 1).unwrap();
+    let check = |ftl: &mut Driver<SimDevice>| {
+        assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
+        assert_eq!(holds(ftl, Some("two"), 3), Some((3, 2)));
+        assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
+        assert_eq!(holds(ftl, None, 3), None);
+    };
+    check(&mut ftl);
+    assert_eq!(ftl.stats().snapshot_versions, 3);
+    let mut ftl = remount_both_ways(ftl, check);
+    // Deleting the middle one keeps what the others need.
+    ftl.snapshot_delete("two").unwrap();
+    ftl.settle().unwrap();
+    let check = |ftl: &mut Driver<SimDevice>| {
+        assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
+        assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
+        let names: Vec<String> = ftl.snapshots().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["one", "three"]);
+        assert_eq!(ftl.stats().snapshot_versions, 2);
+    };
+    check(&mut ftl);
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after a delete");
+}
+
+#[test]
+fn deleting_every_snapshot_gives_the_space_back() {
+    let mut ftl = format();
+    for lba in 0..256 {
+        write(&mut ftl, lba, 1);
+    }
+    ftl.snapshot_create("base").unwrap();
+    for lba in 0..256 {
+        write(&mut ftl, lba, 2);
+    }
+    ftl.flush().unwrap();
+    let s = ftl.stats();
+    assert_eq!((s.live_blocks, s.snapshot_versions), (512, 256));
+    ftl.snapshot_delete("base").unwrap();
+    ftl.settle().unwrap();
+    let s = ftl.stats();
+    assert_eq!((s.live_blocks, s.snapshot_versions, s.snapshots), (256, 0, 0));
+    assert_eq!(s.snapshot_versions_released, 256);
+    let ftl = remount_both_ways(ftl, |ftl| {
+        assert_eq!(ftl.stats().live_blocks, 256);
+        assert_eq!(holds(ftl, None, 7), Some((7, 2)));
+    });
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after deleting every snapshot");
+}
+
+#[test]
+fn gc_moves_kept_blocks_and_a_crash_keeps_them() {
+    let mut ftl = format();
+    let n = 512;
+    for lba in 0..n {
+        write(&mut ftl, lba, 1);
+    }
+    ftl.snapshot_create("old").unwrap();
+    for lba in 0..n {
+        write(&mut ftl, lba, 2);
+    }
+    // Churn the rest of the volume until GC has collected every zone the
+    // kept blocks were in at least once.
+    let span = ftl.logical_blocks() * 3 / 4 - n;
+    // Random blocks of the span, so zones die partly and GC copies.
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for round in 3..9 {
+        for _ in 0..span {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            write(&mut ftl, n + x % span, round);
+        }
+    }
+    ftl.flush().unwrap();
+    let s = ftl.stats();
+    assert!(s.gc_copy_blocks > 0, "GC never ran: {s:?}");
+    let check = |ftl: &mut Driver<SimDevice>| {
+        for lba in 0..n {
+            assert_eq!(holds(ftl, Some("old"), lba), Some((lba, 1)), "old: {lba}");
+            assert_eq!(holds(ftl, None, lba), Some((lba, 2)), "live: {lba}");
+        }
+    };
+    check(&mut ftl);
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after GC of kept blocks");
+}
+
+#[test]
+fn when_snapshots_hold_the_media_writes_fail_until_one_is_deleted() {
+    let mut ftl = format();
+    let n = ftl.logical_blocks() / 2;
+    let bs = ftl.block_size();
+    for lba in 0..n {
+        write(&mut ftl, lba, 1);
+    }
+    ftl.snapshot_create("full").unwrap();
+    let mut refused = None;
+    'fill: for round in 2..10 {
+        for lba in 0..n {
+            match ftl.write(lba, &pattern(lba, round, bs)) {
+                Ok(()) => {}
+                Err(e) => {
+                    refused = Some(e);
+                    break 'fill;
+                }
+            }
+        }
+    }
+    assert_eq!(refused, Some(IoError::SnapshotSpace));
+    let message = IoError::SnapshotSpace.to_string();
+    assert!(message.contains("snapshots hold the space"), "{message}");
+    assert_eq!(holds(&mut ftl, Some("full"), 1), Some((1, 1)));
+    ftl.snapshot_delete("full").unwrap();
+    ftl.settle().unwrap();
+    for lba in 0..n {
+        write(&mut ftl, lba, 20);
+    }
+    ftl.flush().unwrap();
+    assert_eq!(holds(&mut ftl, None, n - 1), Some((n - 1, 20)));
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after a full device");
+}
+
+#[test]
+fn bad_snapshot_requests_get_typed_errors() {
+    use zftl::core::history::SnapshotError;
+    let mut ftl = format();
+    write(&mut ftl, 0, 1);
+    ftl.snapshot_create("x").unwrap();
+    let err = |e: SnapshotError| Err(IoError::Snapshot(e));
+    assert_eq!(
+        ftl.snapshot_create("x").map(drop),
+        err(SnapshotError::NameTaken("x".into()))
+    );
+    assert_eq!(
+        ftl.snapshot_create("").map(drop),
+        err(SnapshotError::BadName { len: 0, max: 63 })
+    );
+    assert_eq!(
+        ftl.snapshot_create(&"n".repeat(64)).map(drop),
+        err(SnapshotError::BadName { len: 64, max: 63 })
+    );
+    assert_eq!(
+        ftl.snapshot_delete("nope"),
+        err(SnapshotError::NoSuchName("nope".into()))
+    );
+    assert_eq!(
+        ftl.read_snapshot(9, 0, 1),
+        Err(IoError::Snapshot(SnapshotError::NoSuchId(9)))
+    );
+    let end = ftl.logical_blocks();
+    assert!(matches!(
+        ftl.read_snapshot(0, end, 1),
+        Err(IoError::OutOfRange { .. })
+    ));
+    // Ids are never reused, also across a remount.
+    ftl.snapshot_delete("x").unwrap();
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    assert_eq!(ftl.snapshot_create("x").unwrap().id, 1);
+
+    let opts = FormatOptions {
+        tag_placement: TagPlacement::Auto,
+        ..FormatOptions::default()
+    };
+    let mut oob = format_with(true, opts);
+    assert_eq!(
+        oob.snapshot_create("x").map(drop),
+        err(SnapshotError::NeedsInBandTags)
+    );
+}
