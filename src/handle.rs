@@ -77,8 +77,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
-use zftl_core::snapshot_create_request;
 use zftl_core::range;
+use zftl_core::snapshot_create_request;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,

@@ -181,7 +181,10 @@ fn mount_read_and_upgrade(version: u32) {
                 "{what}: the immutable range"
             );
         }
-        // New writes on the upgraded volume, then a clean cycle and a crash.
+        // A snapshot of the upgraded volume (tags in band: what snapshots
+        // need), new writes, then a clean cycle and a crash.
+        let snapshot = (!oob).then(|| ftl.snapshot_create("upgraded").unwrap().id);
+        let before = expected(version, 5, 2).unwrap_or_else(|| vec![0; 4096]);
         ftl.write(5, &block(5, 3)).unwrap();
         let dev = ftl.shutdown().unwrap();
         drop(dev);
@@ -201,6 +204,12 @@ fn mount_read_and_upgrade(version: u32) {
             block(6, 3),
             "{what}: after a crash"
         );
+        if let Some(id) = snapshot {
+            assert!(
+                ftl.read_snapshot(id, 5, 1).unwrap() == before,
+                "{what}: the snapshot keeps block 5"
+            );
+        }
         if version >= 2 {
             // The clone's blocks are still shared with their source.
             let dst = CLONE_DST + 7;

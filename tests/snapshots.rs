@@ -168,7 +168,10 @@ fn deleting_every_snapshot_gives_the_space_back() {
     ftl.snapshot_delete("base").unwrap();
     ftl.settle().unwrap();
     let s = ftl.stats();
-    assert_eq!((s.live_blocks, s.snapshot_versions, s.snapshots), (256, 0, 0));
+    assert_eq!(
+        (s.live_blocks, s.snapshot_versions, s.snapshots),
+        (256, 0, 0)
+    );
     assert_eq!(s.snapshot_versions_released, 256);
     let ftl = remount_both_ways(ftl, |ftl| {
         assert_eq!(ftl.stats().live_blocks, 256);
@@ -300,4 +303,103 @@ fn bad_snapshot_requests_get_typed_errors() {
         oob.snapshot_create("x").map(drop),
         err(SnapshotError::NeedsInBandTags)
     );
+}
+
+/// Overwrites random blocks of `from..from + span` until GC has copied at
+/// least `copies` more blocks: "force cleaning".
+fn churn_until_gc(ftl: &mut Driver<SimDevice>, from: u64, span: u64, copies: u64) {
+    let start = ftl.stats().gc_copy_blocks;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut version = 1000;
+    while ftl.stats().gc_copy_blocks < start + copies {
+        for _ in 0..span {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            write(ftl, from + x % span, version);
+        }
+        version += 1;
+        assert!(version < 1100, "GC did not copy {copies} blocks");
+    }
+    ftl.flush().unwrap();
+}
+
+/// ioSnap (Subramanian's dissertation) Fig 3.3: write 10, 20, 30;
+/// snapshot; write 10, 40, 60, 70; force cleaning; the snapshot still
+/// returns the old 10.
+#[test]
+fn fig_3_3_a_snapshot_outlives_cleaning() {
+    let mut ftl = format();
+    for lba in [10, 20, 30] {
+        write(&mut ftl, lba, 1);
+    }
+    ftl.snapshot_create("s").unwrap();
+    for lba in [10, 40, 60, 70] {
+        write(&mut ftl, lba, 2);
+    }
+    let span = ftl.logical_blocks() / 2;
+    churn_until_gc(&mut ftl, 1000, span, 4 * span);
+    let check = |ftl: &mut Driver<SimDevice>| {
+        assert_eq!(holds(ftl, Some("s"), 10), Some((10, 1)));
+        for lba in [20, 30] {
+            assert_eq!(holds(ftl, Some("s"), lba), Some((lba, 1)));
+        }
+        for lba in [40, 60, 70] {
+            assert_eq!(holds(ftl, Some("s"), lba), None);
+            assert_eq!(holds(ftl, None, lba), Some((lba, 2)));
+        }
+        assert_eq!(holds(ftl, None, 10), Some((10, 2)));
+    };
+    check(&mut ftl);
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after Fig 3.3");
+}
+
+/// ioSnap Fig 3.6: cleaning with a deleted parent epoch and a live child.
+/// The parent's blocks the child still needs survive cleaning; those only
+/// the parent held come back.
+#[test]
+fn fig_3_6_cleaning_with_a_deleted_parent_and_a_live_child() {
+    let mut ftl = format();
+    for lba in 0..64 {
+        write(&mut ftl, lba, 1);
+    }
+    ftl.snapshot_create("parent").unwrap();
+    // Epoch 2: half the blocks change, the child sees that.
+    for lba in 0..32 {
+        write(&mut ftl, lba, 2);
+    }
+    ftl.snapshot_create("child").unwrap();
+    // Epoch 3: every block changes.
+    for lba in 0..64 {
+        write(&mut ftl, lba, 3);
+    }
+    ftl.flush().unwrap();
+    // Parent keeps 0..64 at version 1; the child 0..32 at 2, 32..64 at 1
+    // (shared with the parent).
+    assert_eq!(ftl.stats().snapshot_versions, 96);
+    ftl.snapshot_delete("parent").unwrap();
+    ftl.settle().unwrap();
+    // Only version 1 of 0..32 was the parent's alone.
+    assert_eq!(ftl.stats().snapshot_versions, 64);
+    assert_eq!(ftl.stats().snapshot_versions_released, 32);
+    let span = ftl.logical_blocks() / 2;
+    churn_until_gc(&mut ftl, 1000, span, 4 * span);
+    let check = |ftl: &mut Driver<SimDevice>| {
+        for lba in 0..64 {
+            let child = if lba < 32 { 2 } else { 1 };
+            assert_eq!(
+                holds(ftl, Some("child"), lba),
+                Some((lba, child)),
+                "child: {lba}"
+            );
+            assert_eq!(holds(ftl, None, lba), Some((lba, 3)), "live: {lba}");
+        }
+        assert_eq!(ftl.stats().snapshot_versions, 64);
+    };
+    check(&mut ftl);
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after Fig 3.6");
 }

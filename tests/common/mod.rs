@@ -994,7 +994,8 @@ impl Rig {
         let s = &self.snaps[i];
         for (k, block) in data.chunks(self.bs).enumerate() {
             let l = lba + k as u64;
-            let (_, got) = decode_any(block).unwrap_or_else(|e| panic!("snapshot {name} block {l}: {e}"));
+            let (_, got) =
+                decode_any(block).unwrap_or_else(|e| panic!("snapshot {name} block {l}: {e}"));
             let want = s.versions[l as usize];
             let zero_ok = s.may_be_zero[l as usize] && got == 0;
             assert!(
@@ -1020,7 +1021,10 @@ impl Rig {
         });
         let known: Vec<&String> = self.snaps.iter().map(|s| &s.name).collect();
         for name in &found {
-            assert!(known.contains(&name), "snapshot {name} appeared from nowhere");
+            assert!(
+                known.contains(&name),
+                "snapshot {name} appeared from nowhere"
+            );
         }
     }
 

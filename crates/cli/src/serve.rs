@@ -444,7 +444,22 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 21] = [
+    let counters: [(&str, &str, u64); 24] = [
+        (
+            "snapshot_creates",
+            "Snapshots created.",
+            s.snapshot_creates,
+        ),
+        (
+            "snapshot_deletes",
+            "Snapshots deleted.",
+            s.snapshot_deletes,
+        ),
+        (
+            "snapshot_versions_released",
+            "Kept blocks that snapshot deletes released.",
+            s.snapshot_versions_released,
+        ),
         (
             "host_write_blocks",
             "Blocks written by the host.",
@@ -606,6 +621,22 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "vectors_per_commit",
             "Range-operation vectors per group commit.",
             s.vectors_per_commit,
+        ),
+        ("snapshots", "Live snapshots.", s.snapshots as f64),
+        (
+            "snapshot_versions",
+            "Blocks snapshots keep that the volume has replaced.",
+            s.snapshot_versions as f64,
+        ),
+        (
+            "snapshot_room_versions",
+            "Replaced blocks snapshots may still keep before writes fail with no space.",
+            s.snapshot_room_versions as f64,
+        ),
+        (
+            "snapshot_memory_bytes",
+            "Bytes of memory the snapshot books use (part of map_memory_bytes).",
+            s.snapshot_memory_bytes as f64,
         ),
     ];
     for (name, help, v) in gauges {

@@ -26,7 +26,7 @@ pub const LIVE_VOLUME: SnapshotId = u32::MAX;
 
 /// The most live snapshots a volume holds (bounds the table and the
 /// per-kill search).
-pub const MAX_SNAPSHOTS: usize = 1024;
+pub const MAX_SNAPSHOTS: usize = 4096;
 
 /// One live snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -319,7 +319,10 @@ impl History {
         let old = self
             .entries
             .insert((lba, kill_seq), Version { value, birth });
-        assert!(old.is_none(), "block {lba} replaced twice at seq {kill_seq}");
+        assert!(
+            old.is_none(),
+            "block {lba} replaced twice at seq {kill_seq}"
+        );
         self.by_kill.insert((kill_seq, lba));
     }
 
@@ -345,7 +348,9 @@ impl History {
     pub fn create(&mut self, id: SnapshotId, name: &str, create_seq: Seq, wall_ns: u64) {
         assert!(id >= self.next_id, "snapshot id {id} reused");
         assert!(
-            self.snapshots.last().is_none_or(|s| s.create_seq < create_seq),
+            self.snapshots
+                .last()
+                .is_none_or(|s| s.create_seq < create_seq),
             "snapshot created out of seq order"
         );
         self.snapshots.push(Snapshot {

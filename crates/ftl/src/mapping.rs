@@ -714,7 +714,11 @@ impl Mapping {
             }
         }
         for (id, _, n, _) in self.shared_entries() {
-            assert_eq!(refs.get(&id).copied().unwrap_or(0), n, "shared entry {id}'s count");
+            assert_eq!(
+                refs.get(&id).copied().unwrap_or(0),
+                n,
+                "shared entry {id}'s count"
+            );
         }
     }
 }
@@ -841,13 +845,18 @@ mod tests {
         let leaves: Vec<_> = m.leaves().collect();
         let crcs: Vec<_> = m.crcs().collect();
         let shared: Vec<_> = m.shared_entries().collect();
-        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared, no_history).unwrap();
+        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared, no_history)
+            .unwrap();
         assert_eq!(copy.resolve(2500), m.resolve(2500));
         assert_eq!(copy.live_blocks(), 2);
         copy.assert_consistent();
         let mut wrong = shared.clone();
         wrong[0].2 = 3;
-        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong, no_history).is_err());
-        assert!(Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[], no_history).is_err());
+        assert!(
+            Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong, no_history).is_err()
+        );
+        assert!(
+            Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[], no_history).is_err()
+        );
     }
 }

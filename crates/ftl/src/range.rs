@@ -540,7 +540,9 @@ impl Apply {
                 for k in j..end {
                     match merge_choice(mapping, sources, *dst, k, *policy) {
                         MergeChoice::Keep => {}
-                        MergeChoice::CloneFrom(src) => mapping.clone_block(src, dst + k, self.seq)?,
+                        MergeChoice::CloneFrom(src) => {
+                            mapping.clone_block(src, dst + k, self.seq)?
+                        }
                         MergeChoice::Unmap => {
                             mapping.unmap(dst + k, self.seq);
                         }

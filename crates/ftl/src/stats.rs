@@ -98,6 +98,10 @@ pub struct FtlStats {
     pub snapshot_versions: u64,
     /// Bytes of the snapshot books (part of map_memory_bytes).
     pub snapshot_memory_bytes: u64,
+    /// Versions the snapshots may still keep before writes that replace
+    /// kept blocks fail with `SnapshotSpace` (the bound of the history, the
+    /// shared table and the checkpoint's room in the metadata log).
+    pub snapshot_room_versions: u64,
 }
 
 impl FtlStats {

@@ -82,11 +82,14 @@ impl Ftl {
     }
 
     /// Versions a change may still keep: the history's bound, the shared
-    /// table's room and the checkpoint's.
+    /// table's room and the checkpoint's, less what the vector being run
+    /// has set aside.
     pub(super) fn history_room(&self) -> u64 {
-        self.mapping
+        let room = self
+            .mapping
             .history_room()
-            .min(self.checkpoint_room_versions())
+            .min(self.checkpoint_room_versions());
+        room.saturating_sub(self.kept_reserved())
     }
 
     pub(super) fn advance_checkpoint(&mut self) {
@@ -360,6 +363,7 @@ impl Ftl {
             self.super_generation += 1;
             self.log.set_committed_checkpoint(id);
             self.committed_next_seq = self.capture_next_seq;
+            self.first_checkpoint_pending = false;
             self.ckpt = CkptState::Idle;
         }
     }

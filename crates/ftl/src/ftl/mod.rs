@@ -206,6 +206,11 @@ pub struct Ftl {
     /// one being written: blocks written since the committed one are known
     /// to recovery only by their tags (OOB) or notes.
     committed_next_seq: Seq,
+    /// No checkpoint has committed since this core started: a mount's log
+    /// may go on past a torn block that the next mount's roll-forward
+    /// stops at, so nothing irreversible (a victim's reset) may rest on a
+    /// note written until a checkpoint makes them reachable.
+    first_checkpoint_pending: bool,
     capture_next_seq: Seq,
     /// Range-operation vectors: the queue and the one being run.
     ranges: RangeState,
@@ -304,6 +309,7 @@ impl Ftl {
             mapping: p.mapping,
             attrs: p.attrs,
             committed_next_seq: p.next_seq,
+            first_checkpoint_pending: true,
             capture_next_seq: p.next_seq,
             clean_requested: false,
             ranges: RangeState::new(),
@@ -944,6 +950,7 @@ impl Ftl {
             self.pending_summary_bytes(),
             self.geo.block_size_bytes,
         );
+        s.snapshot_room_versions = self.history_room();
         s
     }
 

@@ -8,10 +8,10 @@ use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome};
 use crate::error::IoError;
-use crate::mapping::Target;
-use crate::range::{self, Apply, MergePolicy, RangeOp};
 use crate::history::{SnapshotError, SnapshotId, LIVE_VOLUME};
+use crate::mapping::Target;
 use crate::note::{self, Note};
+use crate::range::{self, Apply, MergePolicy, RangeOp};
 use crate::superblock::TagMode;
 use std::collections::VecDeque;
 
@@ -100,8 +100,13 @@ fn union(mut ranges: Vec<(Lba, u64)>) -> Vec<(Lba, u64)> {
 pub(super) enum SnapshotChange {
     /// Its ranges are the whole volume: it waits until every write
     /// acknowledged before it is on the media, and later ones wait for it.
-    Create { name: String, wall_ns: u64 },
-    Delete { id: SnapshotId },
+    Create {
+        name: String,
+        wall_ns: u64,
+    },
+    Delete {
+        id: SnapshotId,
+    },
 }
 
 #[derive(Debug)]
@@ -119,6 +124,9 @@ struct Active {
     ranges: Vec<(Lba, u64)>,
     phase: Phase,
     pins: Vec<(Lba, Ppa)>,
+    /// Versions its changes may keep for snapshots, set aside from the
+    /// check until it is applied.
+    kept_reserved: u64,
 }
 
 /// Range-operation state of the core.
@@ -379,6 +387,7 @@ impl Ftl {
                     ranges,
                     phase: Phase::Drain,
                     pins: Vec::new(),
+                    kept_reserved: 0,
                 });
             }
             if !self.step_vector(&mut budget) {
@@ -515,13 +524,16 @@ impl Ftl {
         let free = u64::from(self.mapping.shared_free());
         let keeps = self.mapping.history().keeps_versions();
         let room = self.history_room();
+        let buffered = self.buffer.used_slots() as u64;
         let a = self.ranges.active.as_mut().expect("active vector");
         let Phase::Check(c) = std::mem::replace(&mut a.phase, Phase::Drain) else {
             unreachable!()
         };
-        // Each block the vector changes may keep a version for a snapshot.
+        // Each block the vector changes may keep a version for a snapshot,
+        // and so may each buffered block when it lands.
         let changed: u64 = a.ops.iter().flat_map(|o| o.ranges()).map(|(_, n)| n).sum();
-        if keeps && changed + c.entries_needed > room {
+        let kept = if keeps { changed + c.entries_needed } else { 0 };
+        if keeps && kept + buffered > room {
             let a = self.ranges.active.take().expect("active vector");
             self.stats.range_vectors_refused += 1;
             self.reply(a.id, Err(IoError::SnapshotSpace));
@@ -551,6 +563,7 @@ impl Ftl {
             self.ckpt_requested = true;
             return false;
         }
+        a.kept_reserved = kept;
         a.pins = c.pins;
         a.phase = Phase::PreFlush { issued: false };
         self.step_vector(budget)
@@ -636,6 +649,11 @@ impl Ftl {
         self.count_vector(&a.ops);
         self.add_log_waiter(a.id);
         true
+    }
+
+    /// Versions the vector being run has set aside room for.
+    pub(super) fn kept_reserved(&self) -> u64 {
+        self.ranges.active.as_ref().map_or(0, |a| a.kept_reserved)
     }
 
     /// A snapshot change's notes at `seq`.

@@ -389,9 +389,10 @@ impl Ftl {
     /// The flush or reset of a job whose copies are done, when due.
     fn next_closing_command(&mut self) -> Option<(Op, Command)> {
         let readers = &self.zone_readers;
+        let may_reset = !self.first_checkpoint_pending;
         let job = self.closing.iter_mut().find(|j| match j.phase {
             JobPhase::ReadyToFlush => readers[j.victim as usize] == 0,
-            JobPhase::ReadyToReset => true,
+            JobPhase::ReadyToReset => may_reset,
             _ => false,
         })?;
         let victim = job.victim;

@@ -253,8 +253,9 @@ impl Ftl {
         if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
             return Err(IoError::Immutable { lba: at });
         }
+        let buffered = self.buffer.used_slots() as u64;
         if self.mapping.history().keeps_versions()
-            && self.history_room() < u64::from(block_count)
+            && self.history_room() < buffered + u64::from(block_count)
         {
             return Err(IoError::SnapshotSpace);
         }

@@ -6,8 +6,8 @@ use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
-use crate::l2p::leaf_entries;
 use crate::history::{History, SnapshotId, LIVE_VOLUME};
+use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
@@ -112,12 +112,15 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
 /// its name's notes).
 fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
     let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
-    let Some((&Note::SnapshotCreate {
-        name_len,
-        id,
-        parent,
-        ..
-    }, rest)) = body.split_first()
+    let Some((
+        &Note::SnapshotCreate {
+            name_len,
+            id,
+            parent,
+            ..
+        },
+        rest,
+    )) = body.split_first()
     else {
         unreachable!("called on a create's notes")
     };
@@ -328,12 +331,14 @@ impl Rebuild {
     /// Maps `lba` straight to `ppa`, which nothing else may hold, by the
     /// change of seq `seq`.
     fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32, seq: Seq) -> Result<(), MountError> {
-        self.mapping.map_direct(lba, ppa, crc, seq).map_err(|owner| {
-            MountError::Damaged(format!(
-                "block {lba} maps to physical block {}, which {owner:?} holds",
-                ppa.0
-            ))
-        })?;
+        self.mapping
+            .map_direct(lba, ppa, crc, seq)
+            .map_err(|owner| {
+                MountError::Damaged(format!(
+                    "block {lba} maps to physical block {}, which {owner:?} holds",
+                    ppa.0
+                ))
+            })?;
         self.note_direct(lba, ppa);
         Ok(())
     }
@@ -528,9 +533,9 @@ impl Rebuild {
             Note::ZoneRetire { zone, .. } => self.retired.push(zone),
             Note::SnapshotDelete { seq, id } => {
                 self.snapshots_allowed()?;
-                self.mapping.snapshot_delete(id, seq).map_err(|e| {
-                    MountError::Damaged(format!("SnapshotDelete note {seq}: {e}"))
-                })?;
+                self.mapping
+                    .snapshot_delete(id, seq)
+                    .map_err(|e| MountError::Damaged(format!("SnapshotDelete note {seq}: {e}")))?;
                 // The running FTL sweeps in steps; the result is the same
                 // (needing is a pure function of the snapshots).
                 self.mapping.sweep_all();
@@ -575,7 +580,11 @@ impl Rebuild {
         history
             .check_create(name)
             .map_err(|e| damaged(e.to_string()))?;
-        if history.snapshots().last().is_some_and(|s| s.create_seq >= seq) {
+        if history
+            .snapshots()
+            .last()
+            .is_some_and(|s| s.create_seq >= seq)
+        {
             return Err(damaged("created before the newest snapshot".into()));
         }
         self.mapping.snapshot_create(id, name, seq, 0);
