@@ -150,14 +150,14 @@ fn crash_torture_with_range_ops() {
 }
 
 /// Snapshot creates, deletes and reads mixed with writes, trims and
-/// range-operation vectors (tags in band: snapshots need them in this
-/// build): after every cut each snapshot the model knows is there with
-/// exactly its blocks, one whose create or delete was cut short is there
-/// or not, whole, and no other appears.
+/// range-operation vectors, OOB and in-band tags alternating: after every
+/// cut each snapshot the model knows is there with exactly its blocks, one
+/// whose create or delete was cut short is there or not, whole, and no
+/// other appears.
 #[test]
 fn crash_torture_with_snapshots() {
     let run = |seed: u64| {
-        let mut rig = Rig::new(seed, false, seed.is_multiple_of(5));
+        let mut rig = Rig::new(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
         rig.ranges = true;
         rig.snapshots = true;
         rig.cut_rounds(3, 1500)

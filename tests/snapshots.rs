@@ -29,13 +29,24 @@ fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
     Driver::format(dev, &opts, FtlConfig::default()).unwrap()
 }
 
-/// Tags in band: what snapshots need in this build.
-fn format() -> Driver<SimDevice> {
+/// Tags in OOB (`oob`) or in band.
+fn format(oob: bool) -> Driver<SimDevice> {
+    let tag_placement = if oob {
+        TagPlacement::Auto
+    } else {
+        TagPlacement::InBand
+    };
     let opts = FormatOptions {
-        tag_placement: TagPlacement::InBand,
+        tag_placement,
         ..FormatOptions::default()
     };
-    format_with(false, opts)
+    format_with(oob, opts)
+}
+
+fn both_modes(test: impl Fn(bool)) {
+    for oob in [false, true] {
+        test(oob);
+    }
 }
 
 fn write(ftl: &mut Driver<SimDevice>, lba: u64, version: u32) {
@@ -79,230 +90,232 @@ fn remount_both_ways(
 
 #[test]
 fn a_snapshot_reads_what_was_acknowledged_before_it() {
-    let mut ftl = format();
-    for lba in 0..8 {
-        write(&mut ftl, lba, 1);
-    }
-    // Acknowledged, not flushed: the create makes it durable and keeps it.
-    write(&mut ftl, 8, 1);
-    let a = ftl.snapshot_create("a").unwrap();
-    assert_eq!((a.name.as_str(), a.id), ("a", 0));
-    write(&mut ftl, 0, 2);
-    ftl.trim(1, 1).unwrap();
-    ftl.clone_ranges(&[(4, 2, 1)]).unwrap();
-    ftl.move_ranges(&[(5, 20, 1)]).unwrap();
-    write(&mut ftl, 30, 2); // never written before the snapshot
-    let check = |ftl: &mut Driver<SimDevice>| {
-        for lba in 0..9 {
-            assert_eq!(holds(ftl, Some("a"), lba), Some((lba, 1)), "a: {lba}");
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        for lba in 0..8 {
+            write(&mut ftl, lba, 1);
         }
-        assert_eq!(holds(ftl, Some("a"), 20), None);
-        assert_eq!(holds(ftl, Some("a"), 30), None);
-        assert_eq!(holds(ftl, None, 0), Some((0, 2)));
-        assert_eq!(holds(ftl, None, 1), None);
-        assert_eq!(holds(ftl, None, 2), Some((4, 1)));
-        assert_eq!(holds(ftl, None, 5), None);
-        assert_eq!(holds(ftl, None, 20), Some((5, 1)));
-        assert_eq!(holds(ftl, None, 30), Some((30, 2)));
-    };
-    check(&mut ftl);
-    let s = ftl.stats();
-    assert_eq!(s.snapshots, 1);
-    // Kept: 0 (write), 1 (trim), 2 (clone), 5 (move); 20 and 30 were
-    // unmapped, which their births tell.
-    assert_eq!(s.snapshot_versions, 4);
-    let ftl = remount_both_ways(ftl, check);
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after snapshots");
+        // Acknowledged, not flushed: the create makes it durable and keeps it.
+        write(&mut ftl, 8, 1);
+        let a = ftl.snapshot_create("a").unwrap();
+        assert_eq!((a.name.as_str(), a.id), ("a", 0));
+        write(&mut ftl, 0, 2);
+        ftl.trim(1, 1).unwrap();
+        ftl.clone_ranges(&[(4, 2, 1)]).unwrap();
+        ftl.move_ranges(&[(5, 20, 1)]).unwrap();
+        write(&mut ftl, 30, 2); // never written before the snapshot
+        let check = |ftl: &mut Driver<SimDevice>| {
+            for lba in 0..9 {
+                assert_eq!(holds(ftl, Some("a"), lba), Some((lba, 1)), "a: {lba}");
+            }
+            assert_eq!(holds(ftl, Some("a"), 20), None);
+            assert_eq!(holds(ftl, Some("a"), 30), None);
+            assert_eq!(holds(ftl, None, 0), Some((0, 2)));
+            assert_eq!(holds(ftl, None, 1), None);
+            assert_eq!(holds(ftl, None, 2), Some((4, 1)));
+            assert_eq!(holds(ftl, None, 5), None);
+            assert_eq!(holds(ftl, None, 20), Some((5, 1)));
+            assert_eq!(holds(ftl, None, 30), Some((30, 2)));
+        };
+        check(&mut ftl);
+        let s = ftl.stats();
+        assert_eq!(s.snapshots, 1);
+        // Kept: 0 (write), 1 (trim), 2 (clone), 5 (move); 20 and 30 were
+        // unmapped, which their births tell.
+        assert_eq!(s.snapshot_versions, 4);
+        let ftl = remount_both_ways(ftl, check);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after snapshots");
+    });
 }
 
 #[test]
 fn each_snapshot_keeps_its_own_version() {
-    let mut ftl = format();
-    write(&mut ftl, 3, 1);
-    ftl.snapshot_create("one").unwrap();
-    write(&mut ftl, 3, 2);
-    ftl.snapshot_create("two").unwrap();
-    write(&mut ftl, 3, 3);
-    write(&mut ftl, 3, 4); // replaces a version no snapshot holds
-    ftl.snapshot_create("three").unwrap();
-    ftl.trim(3, 1).unwrap();
-    let check = |ftl: &mut Driver<SimDevice>| {
-        assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
-        assert_eq!(holds(ftl, Some("two"), 3), Some((3, 2)));
-        assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
-        assert_eq!(holds(ftl, None, 3), None);
-    };
-    check(&mut ftl);
-    assert_eq!(ftl.stats().snapshot_versions, 3);
-    let mut ftl = remount_both_ways(ftl, check);
-    // Deleting the middle one keeps what the others need.
-    ftl.snapshot_delete("two").unwrap();
-    ftl.settle().unwrap();
-    let check = |ftl: &mut Driver<SimDevice>| {
-        assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
-        assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
-        let names: Vec<String> = ftl.snapshots().into_iter().map(|s| s.name).collect();
-        assert_eq!(names, ["one", "three"]);
-        assert_eq!(ftl.stats().snapshot_versions, 2);
-    };
-    check(&mut ftl);
-    let ftl = remount_both_ways(ftl, check);
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after a delete");
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        write(&mut ftl, 3, 1);
+        ftl.snapshot_create("one").unwrap();
+        write(&mut ftl, 3, 2);
+        ftl.snapshot_create("two").unwrap();
+        write(&mut ftl, 3, 3);
+        write(&mut ftl, 3, 4); // replaces a version no snapshot holds
+        ftl.snapshot_create("three").unwrap();
+        ftl.trim(3, 1).unwrap();
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
+            assert_eq!(holds(ftl, Some("two"), 3), Some((3, 2)));
+            assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
+            assert_eq!(holds(ftl, None, 3), None);
+        };
+        check(&mut ftl);
+        assert_eq!(ftl.stats().snapshot_versions, 3);
+        let mut ftl = remount_both_ways(ftl, check);
+        // Deleting the middle one keeps what the others need.
+        ftl.snapshot_delete("two").unwrap();
+        ftl.settle().unwrap();
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, Some("one"), 3), Some((3, 1)));
+            assert_eq!(holds(ftl, Some("three"), 3), Some((3, 4)));
+            let names: Vec<String> = ftl.snapshots().into_iter().map(|s| s.name).collect();
+            assert_eq!(names, ["one", "three"]);
+            assert_eq!(ftl.stats().snapshot_versions, 2);
+        };
+        check(&mut ftl);
+        let ftl = remount_both_ways(ftl, check);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after a delete");
+    });
 }
 
 #[test]
 fn deleting_every_snapshot_gives_the_space_back() {
-    let mut ftl = format();
-    for lba in 0..256 {
-        write(&mut ftl, lba, 1);
-    }
-    ftl.snapshot_create("base").unwrap();
-    for lba in 0..256 {
-        write(&mut ftl, lba, 2);
-    }
-    ftl.flush().unwrap();
-    let s = ftl.stats();
-    assert_eq!((s.live_blocks, s.snapshot_versions), (512, 256));
-    ftl.snapshot_delete("base").unwrap();
-    ftl.settle().unwrap();
-    let s = ftl.stats();
-    assert_eq!(
-        (s.live_blocks, s.snapshot_versions, s.snapshots),
-        (256, 0, 0)
-    );
-    assert_eq!(s.snapshot_versions_released, 256);
-    let ftl = remount_both_ways(ftl, |ftl| {
-        assert_eq!(ftl.stats().live_blocks, 256);
-        assert_eq!(holds(ftl, None, 7), Some((7, 2)));
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        for lba in 0..256 {
+            write(&mut ftl, lba, 1);
+        }
+        ftl.snapshot_create("base").unwrap();
+        for lba in 0..256 {
+            write(&mut ftl, lba, 2);
+        }
+        ftl.flush().unwrap();
+        let s = ftl.stats();
+        assert_eq!((s.live_blocks, s.snapshot_versions), (512, 256));
+        ftl.snapshot_delete("base").unwrap();
+        ftl.settle().unwrap();
+        let s = ftl.stats();
+        assert_eq!(
+            (s.live_blocks, s.snapshot_versions, s.snapshots),
+            (256, 0, 0)
+        );
+        assert_eq!(s.snapshot_versions_released, 256);
+        let ftl = remount_both_ways(ftl, |ftl| {
+            assert_eq!(ftl.stats().live_blocks, 256);
+            assert_eq!(holds(ftl, None, 7), Some((7, 2)));
+        });
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after deleting every snapshot");
     });
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after deleting every snapshot");
 }
 
 #[test]
 fn gc_moves_kept_blocks_and_a_crash_keeps_them() {
-    let mut ftl = format();
-    let n = 512;
-    for lba in 0..n {
-        write(&mut ftl, lba, 1);
-    }
-    ftl.snapshot_create("old").unwrap();
-    for lba in 0..n {
-        write(&mut ftl, lba, 2);
-    }
-    // Churn the rest of the volume until GC has collected every zone the
-    // kept blocks were in at least once.
-    let span = ftl.logical_blocks() * 3 / 4 - n;
-    // Random blocks of the span, so zones die partly and GC copies.
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    for round in 3..9 {
-        for _ in 0..span {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            write(&mut ftl, n + x % span, round);
-        }
-    }
-    ftl.flush().unwrap();
-    let s = ftl.stats();
-    assert!(s.gc_copy_blocks > 0, "GC never ran: {s:?}");
-    let check = |ftl: &mut Driver<SimDevice>| {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        let n = 512;
         for lba in 0..n {
-            assert_eq!(holds(ftl, Some("old"), lba), Some((lba, 1)), "old: {lba}");
-            assert_eq!(holds(ftl, None, lba), Some((lba, 2)), "live: {lba}");
+            write(&mut ftl, lba, 1);
         }
-    };
-    check(&mut ftl);
-    let ftl = remount_both_ways(ftl, check);
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after GC of kept blocks");
+        ftl.snapshot_create("old").unwrap();
+        for lba in 0..n {
+            write(&mut ftl, lba, 2);
+        }
+        // Churn the rest of the volume until GC has collected every zone the
+        // kept blocks were in at least once.
+        let span = ftl.logical_blocks() * 3 / 4 - n;
+        // Random blocks of the span, so zones die partly and GC copies.
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for round in 3..9 {
+            for _ in 0..span {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                write(&mut ftl, n + x % span, round);
+            }
+        }
+        ftl.flush().unwrap();
+        let s = ftl.stats();
+        assert!(s.gc_copy_blocks > 0, "GC never ran: {s:?}");
+        let check = |ftl: &mut Driver<SimDevice>| {
+            for lba in 0..n {
+                assert_eq!(holds(ftl, Some("old"), lba), Some((lba, 1)), "old: {lba}");
+                assert_eq!(holds(ftl, None, lba), Some((lba, 2)), "live: {lba}");
+            }
+        };
+        check(&mut ftl);
+        let ftl = remount_both_ways(ftl, check);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after GC of kept blocks");
+    });
 }
 
 #[test]
 fn when_snapshots_hold_the_media_writes_fail_until_one_is_deleted() {
-    let mut ftl = format();
-    let n = ftl.logical_blocks() / 2;
-    let bs = ftl.block_size();
-    for lba in 0..n {
-        write(&mut ftl, lba, 1);
-    }
-    ftl.snapshot_create("full").unwrap();
-    let mut refused = None;
-    'fill: for round in 2..10 {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        let n = ftl.logical_blocks() / 2;
+        let bs = ftl.block_size();
         for lba in 0..n {
-            match ftl.write(lba, &pattern(lba, round, bs)) {
-                Ok(()) => {}
-                Err(e) => {
-                    refused = Some(e);
-                    break 'fill;
+            write(&mut ftl, lba, 1);
+        }
+        ftl.snapshot_create("full").unwrap();
+        let mut refused = None;
+        'fill: for round in 2..10 {
+            for lba in 0..n {
+                match ftl.write(lba, &pattern(lba, round, bs)) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        refused = Some(e);
+                        break 'fill;
+                    }
                 }
             }
         }
-    }
-    assert_eq!(refused, Some(IoError::SnapshotSpace));
-    let message = IoError::SnapshotSpace.to_string();
-    assert!(message.contains("snapshots hold the space"), "{message}");
-    assert_eq!(holds(&mut ftl, Some("full"), 1), Some((1, 1)));
-    ftl.snapshot_delete("full").unwrap();
-    ftl.settle().unwrap();
-    for lba in 0..n {
-        write(&mut ftl, lba, 20);
-    }
-    ftl.flush().unwrap();
-    assert_eq!(holds(&mut ftl, None, n - 1), Some((n - 1, 20)));
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after a full device");
+        assert_eq!(refused, Some(IoError::SnapshotSpace));
+        let message = IoError::SnapshotSpace.to_string();
+        assert!(message.contains("snapshots hold the space"), "{message}");
+        assert_eq!(holds(&mut ftl, Some("full"), 1), Some((1, 1)));
+        ftl.snapshot_delete("full").unwrap();
+        ftl.settle().unwrap();
+        for lba in 0..n {
+            write(&mut ftl, lba, 20);
+        }
+        ftl.flush().unwrap();
+        assert_eq!(holds(&mut ftl, None, n - 1), Some((n - 1, 20)));
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after a full device");
+    });
 }
 
 #[test]
 fn bad_snapshot_requests_get_typed_errors() {
-    use zftl::core::history::SnapshotError;
-    let mut ftl = format();
-    write(&mut ftl, 0, 1);
-    ftl.snapshot_create("x").unwrap();
-    let err = |e: SnapshotError| Err(IoError::Snapshot(e));
-    assert_eq!(
-        ftl.snapshot_create("x").map(drop),
-        err(SnapshotError::NameTaken("x".into()))
-    );
-    assert_eq!(
-        ftl.snapshot_create("").map(drop),
-        err(SnapshotError::BadName { len: 0, max: 63 })
-    );
-    assert_eq!(
-        ftl.snapshot_create(&"n".repeat(64)).map(drop),
-        err(SnapshotError::BadName { len: 64, max: 63 })
-    );
-    assert_eq!(
-        ftl.snapshot_delete("nope"),
-        err(SnapshotError::NoSuchName("nope".into()))
-    );
-    assert_eq!(
-        ftl.read_snapshot(9, 0, 1),
-        Err(IoError::Snapshot(SnapshotError::NoSuchId(9)))
-    );
-    let end = ftl.logical_blocks();
-    assert!(matches!(
-        ftl.read_snapshot(0, end, 1),
-        Err(IoError::OutOfRange { .. })
-    ));
-    // Ids are never reused, also across a remount.
-    ftl.snapshot_delete("x").unwrap();
-    let dev = ftl.shutdown().unwrap();
-    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-    assert_eq!(ftl.snapshot_create("x").unwrap().id, 1);
-
-    let opts = FormatOptions {
-        tag_placement: TagPlacement::Auto,
-        ..FormatOptions::default()
-    };
-    let mut oob = format_with(true, opts);
-    assert_eq!(
-        oob.snapshot_create("x").map(drop),
-        err(SnapshotError::NeedsInBandTags)
-    );
+    both_modes(|oob| {
+        use zftl::core::history::SnapshotError;
+        let mut ftl = format(oob);
+        write(&mut ftl, 0, 1);
+        ftl.snapshot_create("x").unwrap();
+        let err = |e: SnapshotError| Err(IoError::Snapshot(e));
+        assert_eq!(
+            ftl.snapshot_create("x").map(drop),
+            err(SnapshotError::NameTaken("x".into()))
+        );
+        assert_eq!(
+            ftl.snapshot_create("").map(drop),
+            err(SnapshotError::BadName { len: 0, max: 63 })
+        );
+        assert_eq!(
+            ftl.snapshot_create(&"n".repeat(64)).map(drop),
+            err(SnapshotError::BadName { len: 64, max: 63 })
+        );
+        assert_eq!(
+            ftl.snapshot_delete("nope"),
+            err(SnapshotError::NoSuchName("nope".into()))
+        );
+        assert_eq!(
+            ftl.read_snapshot(9, 0, 1),
+            Err(IoError::Snapshot(SnapshotError::NoSuchId(9)))
+        );
+        let end = ftl.logical_blocks();
+        assert!(matches!(
+            ftl.read_snapshot(0, end, 1),
+            Err(IoError::OutOfRange { .. })
+        ));
+        // Ids are never reused, also across a remount.
+        ftl.snapshot_delete("x").unwrap();
+        let dev = ftl.shutdown().unwrap();
+        let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+        assert_eq!(ftl.snapshot_create("x").unwrap().id, 1);
+    });
 }
 
 /// Overwrites random blocks of `from..from + span` until GC has copied at
@@ -329,31 +342,33 @@ fn churn_until_gc(ftl: &mut Driver<SimDevice>, from: u64, span: u64, copies: u64
 /// returns the old 10.
 #[test]
 fn fig_3_3_a_snapshot_outlives_cleaning() {
-    let mut ftl = format();
-    for lba in [10, 20, 30] {
-        write(&mut ftl, lba, 1);
-    }
-    ftl.snapshot_create("s").unwrap();
-    for lba in [10, 40, 60, 70] {
-        write(&mut ftl, lba, 2);
-    }
-    let span = ftl.logical_blocks() / 2;
-    churn_until_gc(&mut ftl, 1000, span, 4 * span);
-    let check = |ftl: &mut Driver<SimDevice>| {
-        assert_eq!(holds(ftl, Some("s"), 10), Some((10, 1)));
-        for lba in [20, 30] {
-            assert_eq!(holds(ftl, Some("s"), lba), Some((lba, 1)));
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        for lba in [10, 20, 30] {
+            write(&mut ftl, lba, 1);
         }
-        for lba in [40, 60, 70] {
-            assert_eq!(holds(ftl, Some("s"), lba), None);
-            assert_eq!(holds(ftl, None, lba), Some((lba, 2)));
+        ftl.snapshot_create("s").unwrap();
+        for lba in [10, 40, 60, 70] {
+            write(&mut ftl, lba, 2);
         }
-        assert_eq!(holds(ftl, None, 10), Some((10, 2)));
-    };
-    check(&mut ftl);
-    let ftl = remount_both_ways(ftl, check);
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after Fig 3.3");
+        let span = ftl.logical_blocks() / 2;
+        churn_until_gc(&mut ftl, 1000, span, 4 * span);
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, Some("s"), 10), Some((10, 1)));
+            for lba in [20, 30] {
+                assert_eq!(holds(ftl, Some("s"), lba), Some((lba, 1)));
+            }
+            for lba in [40, 60, 70] {
+                assert_eq!(holds(ftl, Some("s"), lba), None);
+                assert_eq!(holds(ftl, None, lba), Some((lba, 2)));
+            }
+            assert_eq!(holds(ftl, None, 10), Some((10, 2)));
+        };
+        check(&mut ftl);
+        let ftl = remount_both_ways(ftl, check);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after Fig 3.3");
+    });
 }
 
 /// ioSnap Fig 3.6: cleaning with a deleted parent epoch and a live child.
@@ -361,45 +376,47 @@ fn fig_3_3_a_snapshot_outlives_cleaning() {
 /// the parent held come back.
 #[test]
 fn fig_3_6_cleaning_with_a_deleted_parent_and_a_live_child() {
-    let mut ftl = format();
-    for lba in 0..64 {
-        write(&mut ftl, lba, 1);
-    }
-    ftl.snapshot_create("parent").unwrap();
-    // Epoch 2: half the blocks change, the child sees that.
-    for lba in 0..32 {
-        write(&mut ftl, lba, 2);
-    }
-    ftl.snapshot_create("child").unwrap();
-    // Epoch 3: every block changes.
-    for lba in 0..64 {
-        write(&mut ftl, lba, 3);
-    }
-    ftl.flush().unwrap();
-    // Parent keeps 0..64 at version 1; the child 0..32 at 2, 32..64 at 1
-    // (shared with the parent).
-    assert_eq!(ftl.stats().snapshot_versions, 96);
-    ftl.snapshot_delete("parent").unwrap();
-    ftl.settle().unwrap();
-    // Only version 1 of 0..32 was the parent's alone.
-    assert_eq!(ftl.stats().snapshot_versions, 64);
-    assert_eq!(ftl.stats().snapshot_versions_released, 32);
-    let span = ftl.logical_blocks() / 2;
-    churn_until_gc(&mut ftl, 1000, span, 4 * span);
-    let check = |ftl: &mut Driver<SimDevice>| {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
         for lba in 0..64 {
-            let child = if lba < 32 { 2 } else { 1 };
-            assert_eq!(
-                holds(ftl, Some("child"), lba),
-                Some((lba, child)),
-                "child: {lba}"
-            );
-            assert_eq!(holds(ftl, None, lba), Some((lba, 3)), "live: {lba}");
+            write(&mut ftl, lba, 1);
         }
+        ftl.snapshot_create("parent").unwrap();
+        // Epoch 2: half the blocks change, the child sees that.
+        for lba in 0..32 {
+            write(&mut ftl, lba, 2);
+        }
+        ftl.snapshot_create("child").unwrap();
+        // Epoch 3: every block changes.
+        for lba in 0..64 {
+            write(&mut ftl, lba, 3);
+        }
+        ftl.flush().unwrap();
+        // Parent keeps 0..64 at version 1; the child 0..32 at 2, 32..64 at 1
+        // (shared with the parent).
+        assert_eq!(ftl.stats().snapshot_versions, 96);
+        ftl.snapshot_delete("parent").unwrap();
+        ftl.settle().unwrap();
+        // Only version 1 of 0..32 was the parent's alone.
         assert_eq!(ftl.stats().snapshot_versions, 64);
-    };
-    check(&mut ftl);
-    let ftl = remount_both_ways(ftl, check);
-    let mut dev = ftl.shutdown().unwrap();
-    assert_check_clean(&mut dev, "after Fig 3.6");
+        assert_eq!(ftl.stats().snapshot_versions_released, 32);
+        let span = ftl.logical_blocks() / 2;
+        churn_until_gc(&mut ftl, 1000, span, 4 * span);
+        let check = |ftl: &mut Driver<SimDevice>| {
+            for lba in 0..64 {
+                let child = if lba < 32 { 2 } else { 1 };
+                assert_eq!(
+                    holds(ftl, Some("child"), lba),
+                    Some((lba, child)),
+                    "child: {lba}"
+                );
+                assert_eq!(holds(ftl, None, lba), Some((lba, 3)), "live: {lba}");
+            }
+            assert_eq!(ftl.stats().snapshot_versions, 64);
+        };
+        check(&mut ftl);
+        let ftl = remount_both_ways(ftl, check);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after Fig 3.6");
+    });
 }

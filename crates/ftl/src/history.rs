@@ -65,8 +65,6 @@ pub enum SnapshotError {
     BadName { len: usize, max: usize },
     #[error("the volume holds the most snapshots it may ({0})")]
     TooMany(usize),
-    #[error("snapshots need a volume formatted with tags in band in this build")]
-    NeedsInBandTags,
 }
 
 /// Birth epochs, in leaves that exist only where a birth is not 0.

@@ -408,8 +408,12 @@ impl Volume for Dummy {
                 mapped: true,
             }]),
             Request::Flush => ReplyData::Done,
-            // NBD has no range operations: the server never sends one.
-            Request::Range { .. } => {
+            // This volume has no snapshots, and NBD no range operations:
+            // the server never sends these.
+            Request::Range { .. }
+            | Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::ReadSnapshot { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);
                 ReplyData::Done
             }

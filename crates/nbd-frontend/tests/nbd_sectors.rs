@@ -485,8 +485,14 @@ impl Volume for Recording {
             } => ("zero", *lba, u64::from(*block_count)),
             Request::Extents { lba, block_count } => ("extents", *lba, u64::from(*block_count)),
             Request::Flush => ("flush", 0, 0),
-            // The NBD server never sends range operations.
-            Request::Range { .. } => ("range", 0, 0),
+            Request::ReadSnapshot {
+                lba, block_count, ..
+            } => ("read", *lba, u64::from(*block_count)),
+            // The NBD server never sends range operations or snapshot
+            // changes.
+            Request::Range { .. }
+            | Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. } => ("range", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)

@@ -473,6 +473,7 @@ impl Ftl {
         self.host_write_failures = 0;
         let lbas = slots.iter().map(|&(s, ..)| self.buffer.slot(s).lba);
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
+        let noted = self.notes_every_change();
         for (i, &(s, seq, crc)) in slots.iter().enumerate() {
             let ppa = Ppa::new(zone, offset + i as u64, self.cap());
             let (slot, latest) = self.buffer.release_latest(s);
@@ -484,7 +485,7 @@ impl Ftl {
                 .recycle(slot.data, self.geo.block_size_bytes as usize);
             if latest {
                 self.map(lba, ppa, crc, seq);
-                if self.tag_mode == TagMode::InBand {
+                if noted {
                     self.log.push_note(Note::HostWrite {
                         seq,
                         lba,

@@ -56,6 +56,10 @@ use range::{RangeState, SnapshotChange};
 use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
+
+/// A read accepted and not yet looked up: request id, lba, blocks, and the
+/// create seq and epoch of the snapshot it reads (`None`: the live volume).
+type UnplannedRead = (u64, Lba, u32, Option<(Seq, Epoch)>);
 use write::{FlushWait, WaitingWrite};
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
@@ -244,9 +248,8 @@ pub struct Ftl {
     whole_reads: usize,
     /// Host reads accepted but not yet looked up: (id, lba, block_count).
     /// Planned together at the next poll (see `plan_reads`).
-    /// Accepted reads not yet looked up: id, lba, blocks, and the create
-    /// seq and epoch of the snapshot read (`None`: the live volume).
-    unplanned_reads: VecDeque<(u64, Lba, u32, Option<(Seq, Epoch)>)>,
+    /// Accepted reads not yet looked up.
+    unplanned_reads: VecDeque<UnplannedRead>,
     /// Scratch, kept so a read allocates nothing: one batch's L2P lookups,
     /// and one request's device reads.
     read_lookups: Vec<Option<crate::mapping::Resolved>>,
@@ -853,6 +856,14 @@ impl Ftl {
     }
 
     // ----- map maintenance --------------------------------------------------
+
+    /// Whether every host write gets a HostWrite note and every GC copy a
+    /// Reloc note naming its source: with tags in band always; with tags in
+    /// OOB while snapshots keep books (docs/design.md, "Recovery"), so that
+    /// replay knows where each version it may have to keep lies.
+    fn notes_every_change(&self) -> bool {
+        self.tag_mode == TagMode::InBand || !self.mapping.history().is_idle()
+    }
 
     fn cap(&self) -> u64 {
         self.geo.zone_capacity_blocks

@@ -127,6 +127,9 @@ struct Active {
     /// Versions its changes may keep for snapshots, set aside from the
     /// check until it is applied.
     kept_reserved: u64,
+    /// It waited for a checkpoint captured after its drain (a create on a
+    /// volume with tags in OOB whose history was idle).
+    checkpointed: bool,
 }
 
 /// Range-operation state of the core.
@@ -214,9 +217,6 @@ impl Ftl {
         id: u64,
         change: SnapshotChange,
     ) -> Result<Option<ReplyData>, IoError> {
-        if self.tag_mode == TagMode::Oob {
-            return Err(SnapshotError::NeedsInBandTags.into());
-        }
         if self.read_only {
             return Err(self.refusal());
         }
@@ -388,6 +388,7 @@ impl Ftl {
                     phase: Phase::Drain,
                     pins: Vec::new(),
                     kept_reserved: 0,
+                    checkpointed: false,
                 });
             }
             if !self.step_vector(&mut budget) {
@@ -556,7 +557,24 @@ impl Ftl {
         let too_many_pins = !c.pins.is_empty()
             && c.pins.len() as u64 > self.log.free_blocks() / 4 * notes_per_block;
         let next_seq = self.next_seq;
+        let tags_only = self.tag_mode == TagMode::Oob && self.mapping.history().is_idle();
         let a = self.ranges.active.as_mut().expect("active vector");
+        let first_create = matches!(a.snapshot, Some(SnapshotChange::Create { .. }));
+        if first_create && tags_only && !a.checkpointed {
+            // With tags in OOB, a block written since the last checkpoint
+            // is known to recovery by its tag alone, which GC's copy and
+            // reset may take away before a kill the snapshot needs is
+            // replayed. While the books are kept every write and copy is
+            // logged as in band; this checkpoint covers the blocks before.
+            // A checkpoint taken since the last seq was handed out has
+            // every block (the drain left nothing in flight).
+            a.checkpointed = true;
+            a.phase = Phase::AwaitCheckpoint {
+                target: next_seq.saturating_sub(1),
+            };
+            self.ckpt_requested = true;
+            return false;
+        }
         if too_many_pins {
             // After a checkpoint the blocks need no pins.
             a.phase = Phase::AwaitCheckpoint { target: next_seq };

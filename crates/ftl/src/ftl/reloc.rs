@@ -861,7 +861,10 @@ impl Ftl {
         match self.tag_mode {
             // A tag's seq at or past the present is damage its CRC missed:
             // then the older rule, which needs no version (never a panic).
-            TagMode::Oob if it.seq < seq => Note::Relocated {
+            // While snapshots keep books every version's place is logged
+            // (`notes_every_change`), and a copy must name where it came
+            // from: a kept version may be what moved.
+            TagMode::Oob if it.seq < seq && !self.notes_every_change() => Note::Relocated {
                 seq,
                 lba,
                 to: dst,

@@ -457,7 +457,7 @@ impl Rebuild {
             } => {
                 self.check_lba(lba)?;
                 ppa_ok(ppa, "HostWrite note")?;
-                self.set(lba, ppa, data_crc, seq)?;
+                self.set_version(lba, ppa, data_crc, seq)?;
             }
             Note::Trim {
                 seq,
@@ -532,7 +532,6 @@ impl Rebuild {
             }
             Note::ZoneRetire { zone, .. } => self.retired.push(zone),
             Note::SnapshotDelete { seq, id } => {
-                self.snapshots_allowed()?;
                 self.mapping
                     .snapshot_delete(id, seq)
                     .map_err(|e| MountError::Damaged(format!("SnapshotDelete note {seq}: {e}")))?;
@@ -553,17 +552,6 @@ impl Rebuild {
         Ok(())
     }
 
-    /// Snapshots are only taken of volumes with tags in band (the running
-    /// FTL refuses them otherwise): a snapshot note elsewhere is damage.
-    fn snapshots_allowed(&self) -> Result<(), MountError> {
-        if !self.in_band {
-            return Err(MountError::Damaged(
-                "a snapshot note in a volume with OOB tags".into(),
-            ));
-        }
-        Ok(())
-    }
-
     fn snapshot_create(
         &mut self,
         seq: Seq,
@@ -571,7 +559,6 @@ impl Rebuild {
         parent: SnapshotId,
         name: &str,
     ) -> Result<(), MountError> {
-        self.snapshots_allowed()?;
         let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
         let history = self.mapping.history();
         if id < history.next_id() || parent != LIVE_VOLUME {
