@@ -420,3 +420,48 @@ fn fig_3_6_cleaning_with_a_deleted_parent_and_a_live_child() {
         assert_check_clean(&mut dev, "after Fig 3.6");
     });
 }
+
+/// The handles take, list, read and delete snapshots as `Driver` does.
+#[test]
+fn the_handles_take_read_and_delete_snapshots() {
+    use zftl::{Handle, InlineHandle};
+    let bs = 4096;
+    let handle = Handle::spawn(format(false));
+    handle.write(3, &pattern(3, 1, bs)).unwrap();
+    let s = handle.snapshot_create("h").unwrap();
+    handle.write(3, &pattern(3, 2, bs)).unwrap();
+    assert_eq!(handle.read_snapshot(s.id, 3, 1).unwrap(), pattern(3, 1, bs));
+    let names: Vec<String> = handle
+        .snapshots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["h"]);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let a = handle.to_async();
+    runtime.block_on(async {
+        let t = a.snapshot_create("a").await.unwrap();
+        a.write(3, &pattern(3, 3, bs)).await.unwrap();
+        assert_eq!(
+            a.read_snapshot(t.id, 3, 1).await.unwrap(),
+            pattern(3, 2, bs)
+        );
+        a.snapshot_delete("h").await.unwrap();
+        assert_eq!(a.snapshots().await.unwrap().len(), 1);
+    });
+    let driver_back = handle.shutdown().unwrap();
+    let inline = InlineHandle::new(Driver::mount(driver_back, FtlConfig::default()).unwrap());
+    let t = inline.snapshots().unwrap()[0].clone();
+    assert_eq!(t.name, "a");
+    assert_eq!(inline.read_snapshot(t.id, 3, 1).unwrap(), pattern(3, 2, bs));
+    inline.snapshot_delete("a").unwrap();
+    assert!(inline.snapshots().unwrap().is_empty());
+    assert!(matches!(
+        inline.snapshot_delete("a"),
+        Err(IoError::Snapshot(_))
+    ));
+}

@@ -470,9 +470,9 @@ impl Mapping {
     }
 
     /// The change of seq `seq` replaced `lba`'s contents, which were
-    /// `old` (a map value and its CRC, or unmapped): keeps that version if
-    /// a snapshot needs it, else drops what it held. The one place a
-    /// version ends.
+    /// `old` (a map value and its CRC, or unmapped; the CRC is only known
+    /// while a snapshot is live): keeps that version if a snapshot needs
+    /// it, else drops what it held. The one place a version ends.
     fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
         let birth = self.history.birth(lba);
         // An unmapped version is never kept: `History::version_at` tells
@@ -510,11 +510,22 @@ impl Mapping {
         if self.p2l.is_valid(ppa) {
             return Err(self.owner(ppa, None).unwrap_or(Owner::Direct(u64::MAX)));
         }
-        let old = self.l2p.get_with_crc(lba);
-        self.l2p.set(lba, ppa, crc);
+        let old = self.set_entry(lba, ppa, crc);
         self.retire(lba, old, seq);
         self.take_block(ppa);
         Ok(())
+    }
+
+    /// Sets `lba`'s entry to map value `value`; returns the old value and,
+    /// when a snapshot may keep it, its CRC (the hot path without
+    /// snapshots looks the entry up once).
+    fn set_entry(&mut self, lba: Lba, value: Ppa, crc: u32) -> Option<(Ppa, u32)> {
+        if !self.history.keeps_versions() {
+            return self.l2p.set(lba, value, crc).map(|old| (old, 0));
+        }
+        let old = self.l2p.get_with_crc(lba);
+        self.l2p.set(lba, value, crc);
+        old
     }
 
     /// Unmaps `lba` by the change of seq `seq`; whether it was mapped.
@@ -597,11 +608,10 @@ impl Mapping {
     /// retiring what it held.
     fn point_at(&mut self, lba: Lba, id: SharedId, crc: u32, seq: Seq) {
         let value = self.shared_value(id);
-        let old = self.l2p.get_with_crc(lba);
-        if old.is_some_and(|(v, _)| v == value) {
+        if self.l2p.get(lba) == Some(value) {
             return;
         }
-        self.l2p.set(lba, value, crc);
+        let old = self.set_entry(lba, value, crc);
         self.shared.add_ref(id);
         self.retire(lba, old, seq);
     }

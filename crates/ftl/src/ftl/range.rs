@@ -559,15 +559,15 @@ impl Ftl {
         let next_seq = self.next_seq;
         let tags_only = self.tag_mode == TagMode::Oob && self.mapping.history().is_idle();
         let a = self.ranges.active.as_mut().expect("active vector");
-        let first_create = matches!(a.snapshot, Some(SnapshotChange::Create { .. }));
-        if first_create && tags_only && !a.checkpointed {
+        let create = matches!(a.snapshot, Some(SnapshotChange::Create { .. }));
+        if create && tags_only && !a.checkpointed {
             // With tags in OOB, a block written since the last checkpoint
             // is known to recovery by its tag alone, which GC's copy and
             // reset may take away before a kill the snapshot needs is
             // replayed. While the books are kept every write and copy is
-            // logged as in band; this checkpoint covers the blocks before.
-            // A checkpoint taken since the last seq was handed out has
-            // every block (the drain left nothing in flight).
+            // logged as in band; a checkpoint taken since the last seq was
+            // handed out covers every block before (the drain left none
+            // in flight).
             a.checkpointed = true;
             a.phase = Phase::AwaitCheckpoint {
                 target: next_seq.saturating_sub(1),
