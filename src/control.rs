@@ -1301,6 +1301,28 @@ pub fn snapshot_value(s: &Snapshot) -> Value {
     })
 }
 
+/// The body of the `snapshot_create` reply: the snapshot taken.
+pub fn snapshot_create_body(taken: &Snapshot) -> Map<String, Value> {
+    object(json!({"op": "snapshot_create", "snapshot": snapshot_value(taken)}))
+}
+
+/// The body of the `snapshot_delete` reply.
+pub fn snapshot_delete_body(name: &str) -> Map<String, Value> {
+    object(json!({"op": "snapshot_delete", "name": name}))
+}
+
+/// The body of the `snapshot_read` reply: `data` (the blocks read) in
+/// base64.
+pub fn snapshot_read_body(name: &str, lba: Lba, blocks: u64, data: &[u8]) -> Map<String, Value> {
+    object(json!({
+        "op": "snapshot_read",
+        "name": name,
+        "lba": lba,
+        "blocks": blocks,
+        "data": encode_data(data),
+    }))
+}
+
 /// The body of the `snapshots` reply: the live snapshots, oldest first,
 /// and from `stats` the versions they keep and the memory of their books.
 pub fn snapshots_body(list: &[Snapshot], stats: &FtlStats) -> Map<String, Value> {
@@ -1451,13 +1473,11 @@ pub fn execute<T: Target + ?Sized>(
         }
         Command::SnapshotCreate { name } => {
             let taken = target.snapshot_create(&name)?;
-            Ok(object(
-                json!({"op": "snapshot_create", "snapshot": snapshot_value(&taken)}),
-            ))
+            Ok(snapshot_create_body(&taken))
         }
         Command::SnapshotDelete { name } => {
             target.snapshot_delete(&name)?;
-            Ok(object(json!({"op": "snapshot_delete", "name": name})))
+            Ok(snapshot_delete_body(&name))
         }
         Command::Snapshots => {
             let list = target.snapshots()?;
@@ -1482,13 +1502,7 @@ pub fn execute<T: Target + ?Sized>(
             };
             let count = u32::try_from(blocks).expect("at most MAX_SNAPSHOT_READ_BYTES");
             let data = target.read_snapshot(snapshot.id, lba, count)?;
-            Ok(object(json!({
-                "op": "snapshot_read",
-                "name": name,
-                "lba": lba,
-                "blocks": blocks,
-                "data": encode_data(&data),
-            })))
+            Ok(snapshot_read_body(&name, lba, blocks, &data))
         }
     }
 }
