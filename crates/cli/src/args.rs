@@ -174,8 +174,9 @@ pub enum SnapshotCommand {
     /// epoch), and the replaced blocks they keep.
     #[command(after_help = "Example: zftl snapshot list --server vol.img.control --json")]
     List(SnapshotListArgs),
-    /// Copy blocks of a snapshot into a file: BLOCKS blocks from --lba, as
-    /// the snapshot holds them (blocks it holds as unmapped read as zeros).
+    /// Copy blocks of a snapshot into a file: --blocks N blocks from --lba,
+    /// as the snapshot holds them (blocks it holds as unmapped read as
+    /// zeros).
     #[command(
         after_help = "Example: zftl snapshot read before-upgrade --lba 0 --blocks 256 --out head.bin --image vol.img"
     )]
@@ -205,7 +206,7 @@ pub struct SnapshotReadArgs {
     /// First LBA to read, in blocks.
     #[arg(long, value_name = "LBA", default_value_t = 0)]
     pub lba: u64,
-    /// How many blocks to read (the file gets BLOCKS times the block size
+    /// How many blocks to read (the file gets N times the block size
     /// bytes).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub blocks: u64,
