@@ -1363,7 +1363,7 @@ impl<B: Backend> InlineHandle<B> {
         self.call(Request::SnapshotDelete { id }).map(drop)
     }
 
-    /// See [`Handle::snapshots`].
+    /// See [`Handle::snapshots`]. `DeviceGone` once shut down.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
         let state = self.lock().ok_or(IoError::DeviceGone)?;
         state

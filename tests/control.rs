@@ -326,6 +326,199 @@ fn requests_run_on_a_handle_and_an_inline_handle() {
     h.shutdown().unwrap();
 }
 
+/// Snapshot requests on any target formatted with tags in band; `write`
+/// writes one block of `byte`s, `read` reads one block.
+fn snapshot_script<T: Target>(
+    t: &mut T,
+    write: &mut dyn FnMut(&mut T, u64, u8),
+    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
+    bs: usize,
+) {
+    write(t, 0, 1);
+    write(t, 1, 2);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let c = request(t, r#"{"id":1,"op":"snapshot_create","name":"first"}"#).unwrap();
+    assert_eq!(c["op"], "snapshot_create");
+    let first = &c["snapshot"];
+    assert_eq!(first["name"], "first");
+    assert!(first["wall_ns"].as_u64().unwrap() >= before);
+    assert!(first["created"].as_str().unwrap().ends_with('Z'));
+    for key in ["id", "epoch", "create_seq"] {
+        assert!(first[key].is_u64(), "{key}: {c:?}");
+    }
+    // Replace block 0 and trim block 1: the snapshot keeps both.
+    write(t, 0, 9);
+    request(t, r#"{"op":"delete","ranges":[{"lba":1,"blocks":1}]}"#).unwrap();
+    let second = request(t, r#"{"op":"snapshot_create","name":"second"}"#).unwrap();
+    assert!(second["snapshot"]["id"].as_u64() > first["id"].as_u64());
+    assert!(second["snapshot"]["create_seq"].as_u64() > first["create_seq"].as_u64());
+    assert_eq!(
+        request(t, r#"{"op":"snapshot_create","name":"first"}"#),
+        Err("snapshot".into())
+    );
+    assert_eq!(
+        request(t, r#"{"op":"snapshot_create","name":""}"#),
+        Err("snapshot".into())
+    );
+
+    let list = request(t, r#"{"op":"snapshots"}"#).unwrap();
+    let names: Vec<&str> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    assert_eq!(&list["snapshots"][0], first);
+    assert!(list["snapshot_versions"].as_u64().unwrap() >= 2, "{list:?}");
+    assert!(list["snapshot_memory_bytes"].is_u64());
+
+    let r = request(
+        t,
+        r#"{"op":"snapshot_read","name":"first","lba":0,"blocks":3}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (r["lba"].as_u64(), r["blocks"].as_u64()),
+        (Some(0), Some(3))
+    );
+    let data = zftl::control::decode_data(r["data"].as_str().unwrap()).unwrap();
+    let want: Vec<u8> = [1u8, 2, 0].iter().flat_map(|&b| vec![b; bs]).collect();
+    assert_eq!(data, want);
+    let r = request(
+        t,
+        r#"{"op":"snapshot_read","name":"second","lba":0,"blocks":2}"#,
+    )
+    .unwrap();
+    let data = zftl::control::decode_data(r["data"].as_str().unwrap()).unwrap();
+    assert_eq!(&data[..bs], &vec![9; bs][..]);
+    assert_eq!(&data[bs..], &vec![0; bs][..]);
+    assert_eq!(read(t, 0), vec![9; bs]);
+    assert_eq!(
+        request(
+            t,
+            r#"{"op":"snapshot_read","name":"third","lba":0,"blocks":1}"#
+        ),
+        Err("snapshot".into())
+    );
+    let too_many = zftl::control::MAX_SNAPSHOT_READ_BYTES / bs + 1;
+    assert_eq!(
+        request(
+            t,
+            &format!(r#"{{"op":"snapshot_read","name":"first","lba":0,"blocks":{too_many}}}"#)
+        ),
+        Err("too_large".into())
+    );
+    let ping = request(t, r#"{"op":"ping"}"#).unwrap();
+    let past = ping["logical_blocks"].as_u64().unwrap();
+    assert_eq!(
+        request(
+            t,
+            &format!(r#"{{"op":"snapshot_read","name":"first","lba":{past},"blocks":1}}"#)
+        ),
+        Err("out_of_range".into())
+    );
+
+    let d = request(t, r#"{"op":"snapshot_delete","name":"first"}"#).unwrap();
+    assert_eq!(
+        (d["op"].as_str(), d["name"].as_str()),
+        (Some("snapshot_delete"), Some("first"))
+    );
+    assert_eq!(
+        request(t, r#"{"op":"snapshot_delete","name":"first"}"#),
+        Err("snapshot".into())
+    );
+    let list = request(t, r#"{"op":"snapshots"}"#).unwrap();
+    assert_eq!(list["snapshots"].as_array().unwrap().len(), 1);
+    let stats = request(t, r#"{"op":"stats"}"#).unwrap();
+    assert_eq!(stats["stats"]["snapshots"], 1);
+    assert_eq!(stats["stats"]["snapshot_creates"], 2);
+    assert_eq!(stats["stats"]["snapshot_deletes"], 1);
+}
+
+fn in_band() -> FormatOptions {
+    FormatOptions {
+        tag_placement: zftl::core::TagPlacement::InBand,
+        ..FormatOptions::default()
+    }
+}
+
+#[test]
+fn snapshot_requests_run_on_a_driver_a_handle_and_an_inline_handle() {
+    let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    snapshot_script(
+        &mut d,
+        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
+        &mut |d, lba| d.read(lba, 1).unwrap(),
+        bs,
+    );
+    // What the requests did survives a clean remount.
+    let d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
+    let names: Vec<String> = d.snapshots().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["second"]);
+    let dev = d.shutdown().unwrap();
+
+    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
+    let mut t = h.clone();
+    snapshot_script(
+        &mut t,
+        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
+        &mut |h, lba| h.read(lba, 1).unwrap(),
+        bs,
+    );
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
+    let mut t = h.clone();
+    snapshot_script(
+        &mut t,
+        &mut |h, lba, b| {
+            h.call(zftl::core::Request::Write {
+                lba,
+                data: vec![b; bs],
+                fua: false,
+            })
+            .unwrap();
+        },
+        &mut |h, lba| match h
+            .call(zftl::core::Request::Read {
+                lba,
+                block_count: 1,
+            })
+            .unwrap()
+        {
+            zftl::core::ReplyData::Read(d) => d,
+            other => panic!("{other:?}"),
+        },
+        bs,
+    );
+    drop(t);
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn snapshot_requests_on_a_volume_with_tags_in_oob() {
+    let oob = SimConfig {
+        oob_size_bytes: 64,
+        ..SimConfig::small_for_tests()
+    };
+    let dev = SimDevice::create_memory(oob).unwrap();
+    let mut d = Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let parsed = parse_line(br#"{"id":3,"op":"snapshot_create","name":"a"}"#).unwrap();
+    execute(&mut d, parsed.command).unwrap();
+    let parsed = parse_line(br#"{"id":4,"op":"snapshot_create","name":"a"}"#).unwrap();
+    let e = execute(&mut d, parsed.command).unwrap_err();
+    assert_eq!(e.kind.as_str(), "snapshot");
+    assert!(e.message.contains("\"a\""), "{}", e.message);
+    let list = request(&mut d, r#"{"op":"snapshots"}"#).unwrap();
+    assert_eq!(list["snapshots"].as_array().map(Vec::len), Some(1));
+}
+
 #[test]
 fn attrs_pages_through_a_full_listing() {
     let mut d = Driver::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();

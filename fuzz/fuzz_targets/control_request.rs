@@ -4,8 +4,9 @@
 //! admission (`range::validate`) against several volume sizes, and the
 //! reply line. Properties: nothing panics; an accepted request holds 1 to
 //! `MAX_VECTOR_OPS` operations and re-reads the same from its own wire form;
-//! every reply is one line of JSON that a client reads back with the
-//! request's id and, for an error, its kind.
+//! every reply (snapshot replies carry the name as sent) is one line of
+//! JSON that a client reads back with the request's id and, for an error,
+//! its kind.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -13,6 +14,7 @@ use zftl::control::{
     error_line, ok_line, parse_line, parse_reply, range_body, Command, WireRequest,
     MAX_ATTRS_PER_REPLY, MAX_REPLY_BYTES,
 };
+use zftl_core::history::Snapshot;
 use zftl_core::range::{validate, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
 use zftl_core::RangeOp;
 
@@ -54,6 +56,27 @@ fuzz_target!(|data: &[u8]| {
                 }
                 Command::Ping => zftl::control::ping_body(4096, 1 << 20),
                 Command::Stats => zftl::control::ping_body(512, 0),
+                Command::SnapshotCreate { name } => {
+                    let taken = Snapshot {
+                        id: 7,
+                        name: name.clone(),
+                        epoch: 3,
+                        create_seq: u64::MAX,
+                        wall_ns: u64::MAX,
+                        parent: zftl_core::history::LIVE_VOLUME,
+                    };
+                    zftl::control::snapshot_create_body(&taken)
+                }
+                Command::SnapshotDelete { name } => zftl::control::snapshot_delete_body(name),
+                Command::Snapshots => zftl::control::snapshots_body(&[], &Default::default()),
+                Command::SnapshotRead { name, lba, blocks } => {
+                    assert!(*blocks >= 1);
+                    let data = [0xa5u8; 4096];
+                    let body = zftl::control::snapshot_read_body(name, *lba, *blocks, &data);
+                    let back = body["data"].as_str().map(zftl::control::decode_data);
+                    assert_eq!(back, Some(Ok(data.to_vec())));
+                    body
+                }
             };
             let line = ok_line(parsed.id.as_ref(), body);
             assert!(check_reply(&line, parsed.id.as_ref()).result.is_ok());

@@ -33,3 +33,7 @@ put(T, "overflow", line({"id": 10, "op": "clone", "ranges": [pair(18446744073709
 put(T, "unknown_op", line({"id": 11, "op": "snapshot"}))
 put(T, "wrong_type", '{"id":12,"op":"delete","ranges":[{"lba":"0","blocks":1.5}]}')
 put(T, "not_json", "clone 0:100:8\r")
+put(T, "snapshot_create", line({"id": 13, "op": "snapshot_create", "name": "before-upgrade"}))
+put(T, "snapshot_delete", line({"id": 14, "op": "snapshot_delete", "name": "n\u00e9\n\"x"}))
+put(T, "snapshots", line({"id": 15, "op": "snapshots"}))
+put(T, "snapshot_read", line({"id": 16, "op": "snapshot_read", "name": "a", "lba": 0, "blocks": 256}))

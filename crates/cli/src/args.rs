@@ -79,6 +79,11 @@ pub enum Command {
     /// the control socket of a running `zftl serve`.
     #[command(subcommand, long_about = RANGE_ABOUT, after_help = RANGE_EXAMPLES)]
     Range(RangeCommand),
+    /// Snapshots: create, delete, list and read named point-in-time views
+    /// of the volume; on an image, or through the control socket of a
+    /// running `zftl serve`.
+    #[command(subcommand, long_about = SNAPSHOT_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
+    Snapshot(SnapshotCommand),
     /// Print the zone geometry and limits of an NVMe ZNS drive (Linux only).
     ///
     /// DEVICE is the namespace's generic char device (/dev/ngXnY); it is
@@ -120,6 +125,98 @@ Examples:
   zftl range attrs                             # list the attribute ranges
   zftl range clone 0:1000:256 --server ~/.local/share/zftl/default.img.control
   zftl range attrs --image small.img --json";
+
+const SNAPSHOT_ABOUT: &str = "\
+Snapshots: named, read-only, point-in-time views of the whole volume.
+
+A snapshot holds every write acknowledged before it was taken. Taking one
+copies nothing (it costs a flush and one metadata note); afterwards, blocks
+the volume replaces or trims are kept as long as a snapshot still needs
+them, so snapshots hold media space until they are deleted (a delete gives
+the space back through GC). A volume holds at most 4096 snapshots, and as
+many as its metadata log has room for; names are 1 to 63 bytes. On a volume
+with tags in OOB, every write while a snapshot exists also costs a metadata
+note, as with tags in band.
+
+Without --server the command opens the image (or --device), mounts the FTL,
+does its work and shuts down cleanly; the image must not be in use (it
+refuses an image whose default control socket, <image>.control, answers).
+With --server SOCKET it sends the request to a running `zftl serve` over its
+control socket (by default the image's path with `.control` appended;
+protocol: docs/control.md). A `zftl serve --read-only` refuses create and
+delete.
+
+Exit status: 0 done; 1 refused (a name taken or unknown, too many
+snapshots, no room left, a read out of range, ...) or the
+server could not be reached, with one line on stderr; 2 bad arguments.";
+
+const SNAPSHOT_EXAMPLES: &str = "\
+Examples:
+  zftl snapshot create before-upgrade --image vol.img
+  zftl snapshot list --image vol.img
+  zftl snapshot read before-upgrade --lba 0 --blocks 256 --out head.bin --image vol.img
+  zftl snapshot delete before-upgrade --image vol.img
+  zftl snapshot create nightly --server vol.img.control   # a running `zftl serve --image vol.img`
+  zftl snapshot list --server vol.img.control --json";
+
+/// `zftl snapshot …`.
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Take a snapshot named NAME of every write acknowledged so far;
+    /// prints its id, epoch and time once it is durable.
+    #[command(after_help = "Example: zftl snapshot create before-upgrade --image vol.img")]
+    Create(SnapshotNameArgs),
+    /// Delete the snapshot named NAME; the blocks only it kept come back
+    /// through GC.
+    #[command(after_help = "Example: zftl snapshot delete before-upgrade --image vol.img")]
+    Delete(SnapshotNameArgs),
+    /// List the snapshots, oldest first (id, name, time created in UTC,
+    /// epoch), and the replaced blocks they keep.
+    #[command(after_help = "Example: zftl snapshot list --server vol.img.control --json")]
+    List(SnapshotListArgs),
+    /// Copy blocks of a snapshot into a file: --blocks N blocks from --lba,
+    /// as the snapshot holds them (blocks it holds as unmapped read as
+    /// zeros).
+    #[command(
+        after_help = "Example: zftl snapshot read before-upgrade --lba 0 --blocks 256 --out head.bin --image vol.img"
+    )]
+    Read(SnapshotReadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotNameArgs {
+    /// The snapshot's name (1 to 63 bytes).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotListArgs {
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotReadArgs {
+    /// The snapshot's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// First LBA to read, in blocks.
+    #[arg(long, value_name = "LBA", default_value_t = 0)]
+    pub lba: u64,
+    /// How many blocks to read (the file gets N times the block size
+    /// bytes).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub blocks: u64,
+    /// The file to write (created, or truncated if it exists; removed again
+    /// if the read fails).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
 
 /// `zftl range …`.
 #[derive(Debug, Subcommand)]

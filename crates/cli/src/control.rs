@@ -68,8 +68,9 @@ pub trait Executor: Clone + Send + Sync + 'static {
 }
 
 /// The served FTL as the socket sees it: on a `--read-only` export range
-/// operations are refused (`read_only`), as NBD writes are; `ping`,
-/// `stats` and `attrs` still answer.
+/// operations and snapshot creates and deletes are refused (`read_only`),
+/// as NBD writes are; `ping`, `stats`, `attrs`, `snapshots` and
+/// `snapshot_read` still answer.
 #[derive(Clone)]
 pub struct Served<T> {
     pub target: T,
@@ -78,10 +79,11 @@ pub struct Served<T> {
 
 impl<T: Executor> Executor for Served<T> {
     async fn execute(&self, command: Command) -> Result<Map<String, Value>, ControlError> {
-        if self.read_only && matches!(command, Command::Range { .. }) {
+        if self.read_only && command.writes() {
             return Err(ControlError::new(
                 ErrorKind::ReadOnly,
-                "the volume is served read-only (--read-only): range operations are refused",
+                "the volume is served read-only (--read-only): range operations and \
+                 snapshot creates and deletes are refused",
             ));
         }
         self.target.execute(command).await

@@ -16,6 +16,7 @@ mod progress;
 mod range;
 mod report;
 mod serve;
+mod snapshot;
 mod volume;
 
 use std::io::{self, Write};
@@ -117,6 +118,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
         Some(Command::Bench(args)) => bench::run(args, cli.json, ftl),
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref(), &crc),
         Some(Command::Range(args)) => range::run(args, cli.image.as_ref(), cli.json),
+        Some(Command::Snapshot(args)) => snapshot::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Info(args)) => {
             let report = device::info(&args.device)?;
             emit(cli.json, &report, || report.text().render())

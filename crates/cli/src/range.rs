@@ -2,6 +2,8 @@
 //! image or device (mount, apply, clean shutdown), or through the control
 //! socket of a running `zftl serve` (`--server`). Both ways build the same
 //! control request (`zftl::control`), so they check and answer alike.
+//! [`run_on`] and [`Channel`] are that shared path; `zftl snapshot` uses
+//! them too.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -19,27 +21,40 @@ use crate::args::{AttrArg, ImageOpt, PolicyArg, RangeCommand, RangeTarget};
 use crate::error::CliError;
 use crate::{image, volume};
 
-/// What the command prints: where it ran, then the reply's fields.
+/// Where a command ran: one of an image, a device or a server's socket.
 #[derive(Serialize)]
-struct RangeReport {
+pub(crate) struct Place {
     #[serde(skip_serializing_if = "Option::is_none")]
     image: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     device: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     server: Option<String>,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match (&self.image, &self.device, &self.server) {
+            (Some(p), _, _) => write!(f, "image {p}"),
+            (_, Some(p), _) => write!(f, "device {p}"),
+            (_, _, Some(p)) => write!(f, "server {p}"),
+            _ => f.write_str("?"),
+        }
+    }
+}
+
+/// What the command prints: where it ran, then the reply's fields.
+#[derive(Serialize)]
+struct RangeReport {
+    #[serde(flatten)]
+    place: Place,
     #[serde(flatten)]
     body: Map<String, Value>,
 }
 
 impl RangeReport {
     fn place(&self) -> String {
-        match (&self.image, &self.device, &self.server) {
-            (Some(p), _, _) => format!("image {p}"),
-            (_, Some(p), _) => format!("device {p}"),
-            (_, _, Some(p)) => format!("server {p}"),
-            _ => "?".into(),
-        }
+        self.place.to_string()
     }
 
     fn text(&self) -> String {
@@ -122,7 +137,7 @@ fn request_of(cmd: &RangeCommand) -> (WireRequest, &RangeTarget, bool) {
 }
 
 /// Runs requests somewhere and returns their reply bodies.
-trait Channel {
+pub(crate) trait Channel {
     fn call(&mut self, request: &WireRequest) -> Result<Map<String, Value>, CliError>;
 }
 
@@ -130,23 +145,34 @@ pub fn run(cmd: &RangeCommand, top_image: Option<&PathBuf>, json: bool) -> Resul
     let (request, target, all_pages) = request_of(cmd);
     // The same checks a server makes, before anything is opened.
     convert(&request).map_err(|e| CliError::Usage(e.message))?;
-    let report = if let Some(socket) = &target.server {
+    let (place, body) = run_on(target, top_image, |channel| {
+        perform(channel, request, all_pages)
+    })?;
+    let report = RangeReport { place, body };
+    crate::emit(json, &report, || report.text())
+}
+
+/// Runs `work` on a channel to `target`: the control socket of a running
+/// server, or the FTL mounted by this process on the device or image
+/// (then shut down cleanly, also when `work` failed: nothing it did not
+/// finish changed).
+pub(crate) fn run_on<R>(
+    target: &RangeTarget,
+    top_image: Option<&PathBuf>,
+    work: impl FnOnce(&mut dyn Channel) -> Result<R, CliError>,
+) -> Result<(Place, R), CliError> {
+    let mut place = Place {
+        image: None,
+        device: None,
+        server: None,
+    };
+    let out = if let Some(socket) = &target.server {
         let mut server = Server::connect(socket)?;
-        let body = perform(&mut server, request, all_pages)?;
-        RangeReport {
-            image: None,
-            device: None,
-            server: Some(socket.display().to_string()),
-            body,
-        }
+        place.server = Some(socket.display().to_string());
+        work(&mut server)?
     } else if let Some(device) = &target.device {
-        let body = on_device(device, request, all_pages)?;
-        RangeReport {
-            image: None,
-            device: Some(device.display().to_string()),
-            server: None,
-            body,
-        }
+        place.device = Some(device.display().to_string());
+        on_device(device, work)?
     } else {
         let path = volume::image_path(
             &ImageOpt {
@@ -157,17 +183,13 @@ pub fn run(cmd: &RangeCommand, top_image: Option<&PathBuf>, json: bool) -> Resul
         )?;
         refuse_served_image(&path)?;
         let dev = image::open(&path)?;
-        let (body, mut dev) = on_backend(&path, dev, request, all_pages)?;
+        let (out, mut dev) = on_backend(&path, dev, work)?;
         dev.sync()
             .map_err(|e| ftl_error(&path, "sync", crate::error::sim_reason(&e)))?;
-        RangeReport {
-            image: Some(path.display().to_string()),
-            device: None,
-            server: None,
-            body,
-        }
+        place.image = Some(path.display().to_string());
+        out
     };
-    crate::emit(json, &report, || report.text())
+    Ok((place, out))
 }
 
 /// An image a running `zftl serve` has open must not be mounted a second
@@ -249,25 +271,20 @@ fn op_name(request: &WireRequest) -> String {
         .unwrap_or_default()
 }
 
-/// Mounts the FTL on `dev`, runs the request, shuts down cleanly (also
-/// when the FTL refused the request: then nothing changed) and hands the
-/// device back.
-fn on_backend<B: Backend>(
+/// Mounts the FTL on `dev`, runs `work`, shuts down cleanly (also when
+/// the FTL refused a request: then nothing changed) and hands the device
+/// back.
+fn on_backend<B: Backend, R>(
     path: &Path,
     dev: B,
-    request: WireRequest,
-    all_pages: bool,
-) -> Result<(Map<String, Value>, B), CliError> {
+    work: impl FnOnce(&mut dyn Channel) -> Result<R, CliError>,
+) -> Result<(R, B), CliError> {
     let mut driver =
         Driver::mount(dev, FtlConfig::default()).map_err(|e| volume::mount_error(path, &e))?;
-    let outcome = perform(
-        &mut Local {
-            path,
-            target: &mut driver,
-        },
-        request,
-        all_pages,
-    );
+    let outcome = work(&mut Local {
+        path,
+        target: &mut driver,
+    });
     let dev = driver
         .shutdown()
         .map_err(|e| ftl_error(path, "shutdown", e));
@@ -278,23 +295,21 @@ fn on_backend<B: Backend>(
 }
 
 #[cfg(target_os = "linux")]
-fn on_device(
+fn on_device<R>(
     device: &Path,
-    request: WireRequest,
-    all_pages: bool,
-) -> Result<Map<String, Value>, CliError> {
+    work: impl FnOnce(&mut dyn Channel) -> Result<R, CliError>,
+) -> Result<R, CliError> {
     let dev = crate::device::open(device)?;
-    on_backend(device, dev, request, all_pages)
-        .map(|(body, _)| body)
+    on_backend(device, dev, work)
+        .map(|(out, _)| out)
         .map_err(CliError::on_device)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn on_device(
+fn on_device<R>(
     device: &Path,
-    _request: WireRequest,
-    _all_pages: bool,
-) -> Result<Map<String, Value>, CliError> {
+    _work: impl FnOnce(&mut dyn Channel) -> Result<R, CliError>,
+) -> Result<R, CliError> {
     Err(CliError::DeviceOpen(format!(
         "{}: NVMe ZNS devices are supported on Linux only",
         device.display()

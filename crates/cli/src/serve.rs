@@ -128,28 +128,56 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                         Err(IoError::DeviceGone.into())
                     })
             }
-            // A range operation over a large range is applied in steps:
+            // A range operation over a large range is applied in steps,
+            // and a snapshot create waits for the write buffer to drain:
             // started on the inline handle and polled, so NBD requests on
-            // this runtime thread go on in between (and move it on).
+            // this runtime thread go on in between (and move them on).
             Core::Inline(h) => match command {
                 zftl::control::Command::Range { op, ops } => {
                     let body = zftl::control::range_body(op, &ops);
-                    let ticket = Ticket {
-                        handle: h,
-                        id: h.start(Request::Range { ops })?,
-                    };
-                    loop {
-                        if let Some(result) = h.poll(ticket.id) {
-                            result?;
-                            break Ok(body);
-                        }
-                        tokio::task::yield_now().await;
-                    }
+                    polled(h, Request::Range { ops }).await?;
+                    Ok(body)
+                }
+                zftl::control::Command::SnapshotCreate { name } => {
+                    polled(h, zftl_core::snapshot_create_request(&name)).await?;
+                    let taken = named_snapshot(h, &name)?;
+                    Ok(zftl::control::snapshot_create_body(&taken))
+                }
+                zftl::control::Command::SnapshotDelete { name } => {
+                    let id = named_snapshot(h, &name)?.id;
+                    polled(h, Request::SnapshotDelete { id }).await?;
+                    Ok(zftl::control::snapshot_delete_body(&name))
                 }
                 other => zftl::control::execute(&mut h.clone(), other),
             },
         }
     }
+}
+
+/// Runs `request` on an inline handle: started, then polled, yielding to
+/// the other tasks of this runtime thread in between.
+async fn polled<B: Backend>(h: &InlineHandle<B>, request: Request) -> Result<ReplyData, IoError> {
+    let ticket = Ticket {
+        handle: h,
+        id: h.start(request)?,
+    };
+    loop {
+        if let Some(result) = h.poll(ticket.id) {
+            return result;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The live snapshot named `name`.
+fn named_snapshot<B: Backend>(
+    h: &InlineHandle<B>,
+    name: &str,
+) -> Result<zftl_core::history::Snapshot, IoError> {
+    h.snapshots()?
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| zftl_core::history::SnapshotError::NoSuchName(name.to_string()).into())
 }
 
 /// The FTL as an NBD volume.

@@ -1,0 +1,209 @@
+//! `zftl snapshot create|delete|list|read`: snapshots on an image or
+//! device (mount, do, clean shutdown), or through the control socket of a
+//! running `zftl serve` (`--server`). Both ways send the same control
+//! requests (`zftl::control`) over the channel `zftl range` uses
+//! ([`crate::range::run_on`]), so they check and answer alike.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use zftl::control::{convert, decode_data, OpName, WireRequest, MAX_SNAPSHOT_READ_BYTES};
+
+use crate::args::SnapshotCommand;
+use crate::error::CliError;
+use crate::range::{run_on, Channel, Place};
+
+/// What the command prints: where it ran, then the reply's fields.
+#[derive(Serialize)]
+struct SnapshotReport {
+    #[serde(flatten)]
+    place: Place,
+    #[serde(flatten)]
+    body: Map<String, Value>,
+}
+
+impl SnapshotReport {
+    fn text(&self) -> String {
+        let b = &self.body;
+        let str_of = |v: &Value| v.as_str().unwrap_or("?").to_string();
+        let created = |s: &Value| match s["created"].as_str() {
+            Some(t) => t.to_string(),
+            None => "-".to_string(),
+        };
+        match b.get("op").and_then(Value::as_str) {
+            Some("snapshot_create") => {
+                let s = &b["snapshot"];
+                let mut t = crate::report::Text::default();
+                t.line(format!(
+                    "snapshot {:?} created on {} (durable)",
+                    str_of(&s["name"]),
+                    self.place
+                ));
+                t.row("id", &s["id"]);
+                t.row("created (UTC)", created(s));
+                t.row("epoch", &s["epoch"]);
+                t.row("create_seq", &s["create_seq"]);
+                t.render()
+            }
+            Some("snapshot_delete") => format!(
+                "snapshot {:?} deleted on {} (durable; the blocks only it kept come back through GC)\n",
+                str_of(&b["name"]),
+                self.place
+            ),
+            Some("snapshots") => {
+                let list = b["snapshots"].as_array().map_or(&[][..], Vec::as_slice);
+                let mut out = format!(
+                    "snapshots on {}: {}, keeping {} replaced block(s)\n",
+                    self.place,
+                    list.len(),
+                    b["snapshot_versions"]
+                );
+                if list.is_empty() {
+                    return out;
+                }
+                let width = list
+                    .iter()
+                    .map(|s| str_of(&s["name"]).chars().count())
+                    .max()
+                    .unwrap_or(0)
+                    .max("NAME".len());
+                out.push_str(&format!(
+                    "  {:>6}  {:<width$}  {:<20}  {:>8}\n",
+                    "ID", "NAME", "CREATED (UTC)", "EPOCH"
+                ));
+                for s in list {
+                    out.push_str(&format!(
+                        "  {:>6}  {:<width$}  {:<20}  {:>8}\n",
+                        s["id"].to_string(),
+                        str_of(&s["name"]),
+                        created(s),
+                        s["epoch"].to_string()
+                    ));
+                }
+                out
+            }
+            Some("snapshot_read") => format!(
+                "read {} block(s) ({} bytes) from lba {} of snapshot {:?} on {} into {}\n",
+                b["blocks"],
+                b["bytes"],
+                b["lba"],
+                str_of(&b["name"]),
+                self.place,
+                str_of(&b["out"])
+            ),
+            _ => format!("{}\n", Value::Object(b.clone())),
+        }
+    }
+}
+
+pub fn run(cmd: &SnapshotCommand, top_image: Option<&PathBuf>, json: bool) -> Result<(), CliError> {
+    let (place, body) = match cmd {
+        SnapshotCommand::Create(a) | SnapshotCommand::Delete(a) => {
+            let op = match cmd {
+                SnapshotCommand::Create(_) => OpName::SnapshotCreate,
+                _ => OpName::SnapshotDelete,
+            };
+            one(
+                WireRequest::snapshot(None, op, &a.name),
+                &a.target,
+                top_image,
+            )?
+        }
+        SnapshotCommand::List(a) => one(
+            WireRequest::bare(None, OpName::Snapshots),
+            &a.target,
+            top_image,
+        )?,
+        SnapshotCommand::Read(a) => {
+            // The same checks a server makes, before anything is opened.
+            let first = WireRequest::snapshot_read(None, &a.name, a.lba, a.blocks);
+            convert(&first).map_err(|e| CliError::Usage(e.message))?;
+            let mut file = File::create(&a.out).map_err(|e| {
+                CliError::InvalidArgument(format!("cannot create {}: {e}", a.out.display()))
+            })?;
+            let read = run_on(&a.target, top_image, |channel| {
+                read_into(channel, &a.name, a.lba, a.blocks, &mut file, &a.out)
+            });
+            let read = read.and_then(|r| {
+                file.sync_all().map_err(|e| write_error(&a.out, e))?;
+                Ok(r)
+            });
+            match read {
+                Ok(r) => r,
+                Err(e) => {
+                    // No partial copy left behind.
+                    drop(file);
+                    let _ = std::fs::remove_file(&a.out);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    let report = SnapshotReport { place, body };
+    crate::emit(json, &report, || report.text())
+}
+
+/// Sends `request` (checked first, as a server would) and returns its reply.
+fn one(
+    request: WireRequest,
+    target: &crate::args::RangeTarget,
+    top_image: Option<&PathBuf>,
+) -> Result<(Place, Map<String, Value>), CliError> {
+    convert(&request).map_err(|e| CliError::Usage(e.message))?;
+    run_on(target, top_image, |channel| channel.call(&request))
+}
+
+fn write_error(path: &Path, e: std::io::Error) -> CliError {
+    CliError::InvalidArgument(format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reads `blocks` blocks from `lba` of snapshot `name` into `file`, in
+/// requests of at most [`MAX_SNAPSHOT_READ_BYTES`]. A snapshot does not
+/// change, so the pieces make one consistent copy (a delete of the
+/// snapshot meanwhile fails the next piece).
+fn read_into(
+    channel: &mut dyn Channel,
+    name: &str,
+    lba: u64,
+    blocks: u64,
+    file: &mut File,
+    out: &Path,
+) -> Result<Map<String, Value>, CliError> {
+    let ping = channel.call(&WireRequest::bare(None, OpName::Ping))?;
+    let block_size = ping
+        .get("block_size")
+        .and_then(Value::as_u64)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| CliError::InvalidArgument("the ping reply names no block_size".into()))?;
+    let per_request = (MAX_SNAPSHOT_READ_BYTES as u64 / block_size).max(1);
+    let mut done = 0u64;
+    while done < blocks {
+        let n = per_request.min(blocks - done);
+        let at = lba.checked_add(done).ok_or_else(|| {
+            CliError::InvalidArgument(format!("--lba {lba} plus {blocks} blocks overflows"))
+        })?;
+        let reply = channel.call(&WireRequest::snapshot_read(None, name, at, n))?;
+        let text = reply.get("data").and_then(Value::as_str).unwrap_or("");
+        let data = decode_data(text)
+            .map_err(|e| CliError::InvalidArgument(format!("snapshot_read reply: {e}")))?;
+        if data.len() as u64 != n * block_size {
+            return Err(CliError::InvalidArgument(format!(
+                "snapshot_read reply: {} bytes for {n} blocks of {block_size}",
+                data.len()
+            )));
+        }
+        file.write_all(&data).map_err(|e| write_error(out, e))?;
+        done += n;
+    }
+    let mut body = Map::new();
+    body.insert("op".into(), "snapshot_read".into());
+    body.insert("name".into(), name.into());
+    body.insert("lba".into(), lba.into());
+    body.insert("blocks".into(), blocks.into());
+    body.insert("bytes".into(), (blocks * block_size).into());
+    body.insert("out".into(), out.display().to_string().into());
+    Ok(body)
+}

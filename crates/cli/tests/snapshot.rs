@@ -1,0 +1,615 @@
+//! `zftl snapshot create|delete|list|read` as a user runs them: on an
+//! image, and through the control socket of a running `zftl serve`; text
+//! and `--json`; the errors (a name taken or unknown, a volume with tags in
+//! OOB, a read-only server, bad arguments). Data is written and checked
+//! through the library around the runs.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use zftl_core::{Driver, FtlConfig};
+use zftl_sim::{RuntimeOptions, SimDevice};
+
+/// How long a server gets to come up on a loaded machine.
+const START_WITHIN: Duration = Duration::from_secs(120);
+
+fn zftl(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zftl"))
+        .args(args)
+        .env("ZFTL_IMAGE", home.join("default.img"))
+        .env_remove("XDG_DATA_HOME")
+        .env("HOME", home)
+        .output()
+        .expect("run zftl")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "zftl failed ({:?}): {}",
+        out.status,
+        stderr(&out)
+    );
+    out
+}
+
+fn json(out: Output) -> Value {
+    serde_json::from_slice(&ok(out).stdout).expect("one JSON value")
+}
+
+/// Exit status 1 and one line on stderr, which is returned.
+fn refused(out: Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = stderr(&out);
+    assert!(err.starts_with("zftl: error: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+    err
+}
+
+/// A formatted image of 64 zones of 32 blocks (4 KiB); tags in band
+/// unless `oob`.
+fn image(dir: &Path, name: &str, oob: bool) -> PathBuf {
+    let path = dir.join(name);
+    let p = path.to_str().unwrap();
+    ok(zftl(
+        dir,
+        &[
+            "sim",
+            "create",
+            p,
+            "--channels",
+            "2",
+            "--luns-per-channel",
+            "2",
+            "--blocks-per-lun",
+            "32",
+            "--pages-per-block",
+            "16",
+            "--zone-width",
+            "2",
+            "--oob",
+            if oob { "64" } else { "16" },
+        ],
+    ));
+    let mut format = vec!["format", "--image", p];
+    if !oob {
+        format.extend(["--tag-placement", "in-band"]);
+    }
+    let out = ok(zftl(dir, &format));
+    let want = if oob { "oob" } else { "in-band" };
+    assert!(stdout(&out).contains(want), "{}", stdout(&out));
+    path
+}
+
+/// Mounts the image in this process, runs `f`, shuts down cleanly.
+fn with_volume<R>(path: &Path, f: impl FnOnce(&mut Driver<SimDevice>) -> R) -> R {
+    let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
+    let mut d = Driver::mount(dev, FtlConfig::default()).unwrap();
+    let r = f(&mut d);
+    d.shutdown().unwrap().sync().unwrap();
+    r
+}
+
+/// `tags.len()` blocks from `lba`, block i holding `tags[i]` in every byte.
+fn blocks(bs: usize, tags: &[u8]) -> Vec<u8> {
+    tags.iter().flat_map(|&t| vec![t; bs]).collect()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn create_list_read_delete_on_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "s.img", false);
+    let p = img.to_str().unwrap();
+    let bs = with_volume(&img, |d| {
+        let bs = d.block_size();
+        d.write(0, &blocks(bs, &[1, 2, 3, 4])).unwrap();
+        bs
+    });
+
+    let out = ok(zftl(
+        dir.path(),
+        &["snapshot", "create", "first", "--image", p],
+    ));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("snapshot \"first\" created on image {p}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("created (UTC):") && text.contains('Z'),
+        "{text}"
+    );
+
+    // The volume moves on: block 0 rewritten, 1 trimmed.
+    with_volume(&img, |d| {
+        d.write(0, &blocks(bs, &[9])).unwrap();
+        d.trim(1, 1).unwrap();
+    });
+    let created = json(zftl(
+        dir.path(),
+        &["snapshot", "create", "second", "--image", p, "--json"],
+    ));
+    assert_eq!(created["image"], p);
+    assert_eq!(created["op"], "snapshot_create");
+    let s = &created["snapshot"];
+    assert_eq!(s["name"], "second");
+    for key in ["id", "epoch", "create_seq", "wall_ns"] {
+        assert!(s[key].is_u64(), "{key}: {created}");
+    }
+    let created_at = s["created"].as_str().unwrap();
+    assert_eq!(
+        created_at.len(),
+        "2026-01-01T00:00:00Z".len(),
+        "{created_at}"
+    );
+
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    assert_eq!(list["image"], p);
+    assert_eq!(list["op"], "snapshots");
+    assert_eq!(names(&list), ["first", "second"]);
+    assert_eq!(&list["snapshots"][1], s);
+    assert!(list["snapshots"][0]["id"].as_u64() < s["id"].as_u64());
+    // The two blocks the volume replaced after "first" are kept for it.
+    assert!(list["snapshot_versions"].as_u64().unwrap() >= 2, "{list}");
+    assert!(list["snapshot_memory_bytes"].is_u64());
+
+    let out = ok(zftl(dir.path(), &["snapshot", "list", "--image", p]));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!("snapshots on image {p}: 2")),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("ID") && lines[1].contains("NAME"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("CREATED (UTC)") && lines[1].contains("EPOCH"),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("first") && lines[3].contains("second"),
+        "{text}"
+    );
+    assert!(lines[3].contains(created_at), "{text}");
+
+    // Read both snapshots into files: each as it was.
+    let out_first = dir.path().join("first.bin");
+    let out = ok(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "first",
+            "--lba",
+            "0",
+            "--blocks",
+            "5",
+            "--out",
+            out_first.to_str().unwrap(),
+            "--image",
+            p,
+        ],
+    ));
+    assert!(
+        stdout(&out).starts_with("read 5 block(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        std::fs::read(&out_first).unwrap(),
+        blocks(bs, &[1, 2, 3, 4, 0])
+    );
+    let out_second = dir.path().join("second.bin");
+    let r = json(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "second",
+            "--lba",
+            "1",
+            "--blocks",
+            "3",
+            "--out",
+            out_second.to_str().unwrap(),
+            "--image",
+            p,
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (
+            r["op"].as_str(),
+            r["lba"].as_u64(),
+            r["blocks"].as_u64(),
+            r["bytes"].as_u64()
+        ),
+        (Some("snapshot_read"), Some(1), Some(3), Some(3 * bs as u64))
+    );
+    assert_eq!(std::fs::read(&out_second).unwrap(), blocks(bs, &[0, 3, 4]));
+
+    let out = ok(zftl(
+        dir.path(),
+        &["snapshot", "delete", "first", "--image", p],
+    ));
+    assert!(
+        stdout(&out).starts_with(&format!("snapshot \"first\" deleted on image {p}")),
+        "{}",
+        stdout(&out)
+    );
+    let d = json(zftl(
+        dir.path(),
+        &["snapshot", "delete", "second", "--image", p, "--json"],
+    ));
+    assert_eq!(
+        (d["op"].as_str(), d["name"].as_str()),
+        (Some("snapshot_delete"), Some("second"))
+    );
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    assert_eq!(list["snapshots"], serde_json::json!([]));
+    let text = stdout(&ok(zftl(dir.path(), &["snapshot", "list", "--image", p])));
+    assert!(text.contains(": 0, keeping"), "{text}");
+    // The live volume was never touched by any of it.
+    with_volume(&img, |d| {
+        assert_eq!(d.read(0, 4).unwrap(), blocks(bs, &[9, 0, 3, 4]));
+        assert!(d.snapshots().is_empty());
+    });
+}
+
+#[test]
+fn reads_larger_than_one_request_are_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "big.img", false);
+    let p = img.to_str().unwrap();
+    // 600 blocks of 4 KiB: more than one 1 MiB snapshot_read (256 blocks).
+    let n = 600u64;
+    let want = with_volume(&img, |d| {
+        let bs = d.block_size();
+        let data: Vec<u8> = (0..n as usize * bs).map(|i| (i / 7 % 251) as u8).collect();
+        d.write(10, &data).unwrap();
+        data
+    });
+    ok(zftl(dir.path(), &["snapshot", "create", "s", "--image", p]));
+    with_volume(&img, |d| d.trim(10, n as u32).unwrap());
+    let out = dir.path().join("s.bin");
+    ok(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "s",
+            "--lba",
+            "10",
+            "--blocks",
+            &n.to_string(),
+            "--out",
+            out.to_str().unwrap(),
+            "--image",
+            p,
+        ],
+    ));
+    assert!(std::fs::read(&out).unwrap() == want, "the copy differs");
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "e.img", false);
+    let p = img.to_str().unwrap();
+    ok(zftl(dir.path(), &["snapshot", "create", "a", "--image", p]));
+
+    let e = refused(zftl(dir.path(), &["snapshot", "create", "a", "--image", p]));
+    assert!(
+        e.contains(p) && e.contains("a snapshot named \"a\" exists"),
+        "{e}"
+    );
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "delete", "nope", "--image", p],
+    ));
+    assert!(e.contains("no snapshot named \"nope\""), "{e}");
+    let long = "x".repeat(64);
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "create", &long, "--image", p],
+    ));
+    assert!(e.contains("1 to 63 bytes"), "{e}");
+    let e = refused(zftl(dir.path(), &["snapshot", "create", "", "--image", p]));
+    assert!(e.contains("1 to 63 bytes"), "{e}");
+
+    // A failed read leaves no file behind.
+    let out = dir.path().join("x.bin");
+    let o = out.to_str().unwrap();
+    let read = |name: &str, lba: &str| {
+        zftl(
+            dir.path(),
+            &[
+                "snapshot", "read", name, "--lba", lba, "--blocks", "2", "--out", o, "--image", p,
+            ],
+        )
+    };
+    let e = refused(read("nope", "0"));
+    assert!(e.contains("no snapshot named \"nope\""), "{e}");
+    assert!(!out.exists());
+    let e = refused(read("a", "18446744073709551615"));
+    assert!(e.contains("outside the logical space"), "{e}");
+    assert!(!out.exists());
+    let e = refused(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "a",
+            "--blocks",
+            "1",
+            "--out",
+            dir.path().join("no/such/dir/f").to_str().unwrap(),
+            "--image",
+            p,
+        ],
+    ));
+    assert!(e.contains("cannot create"), "{e}");
+
+    // Bad command lines: exit 2.
+    for args in [
+        &["snapshot", "read", "a", "--blocks", "0", "--out", o][..],
+        &["snapshot", "read", "a", "--out", o],
+        &["snapshot", "create"],
+        &["snapshot", "list", "--image", p, "--server", "x.sock"],
+    ] {
+        let out = zftl(dir.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+
+    // Nothing above changed the list.
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    assert_eq!(names(&list), ["a"]);
+
+    // A volume with tags in OOB takes snapshots too.
+    let oob = image(dir.path(), "oob.img", true);
+    let q = oob.to_str().unwrap();
+    json(zftl(
+        dir.path(),
+        &["snapshot", "create", "a", "--image", q, "--json"],
+    ));
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", q, "--json"],
+    ));
+    assert_eq!(names(&list), ["a"]);
+    assert_eq!(list["snapshot_versions"], 0);
+}
+
+/// `zftl serve` on an image, with its NBD listener on a free port.
+struct Served {
+    child: Option<Child>,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Served {
+    fn start(image: &Path, extra: &[&str]) -> Served {
+        let log = image.with_extension(format!("log{}", std::process::id()));
+        let child = Command::new(env!("CARGO_BIN_EXE_zftl"))
+            .args(["serve", "--image", image.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn zftl serve");
+        let mut socket = image.as_os_str().to_owned();
+        socket.push(".control");
+        let s = Served {
+            child: Some(child),
+            socket: PathBuf::from(socket),
+            log,
+        };
+        s.wait_up()
+    }
+
+    fn wait_up(mut self) -> Served {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(s) = UnixStream::connect(&self.socket) {
+                s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                w.write_all(b"{\"id\":0,\"op\":\"ping\"}\n").unwrap();
+                let mut line = String::new();
+                if BufReader::new(s).read_line(&mut line).is_ok() && line.contains("\"ok\":true") {
+                    return self;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("zftl serve exited ({status}): {}", self.log_text());
+            }
+            assert!(t0.elapsed() < START_WITHIN, "not up: {}", self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM (a clean shutdown) and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        child.wait().unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn through_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "srv.img", false);
+    let p = img.to_str().unwrap();
+    let bs = with_volume(&img, |d| {
+        let bs = d.block_size();
+        d.write(0, &blocks(bs, &[5, 6, 7])).unwrap();
+        bs
+    });
+    let served = Served::start(&img, &[]);
+    let sock = served.socket.to_str().unwrap().to_string();
+    let s = sock.as_str();
+
+    // The image is in use: without --server the command points at it.
+    let e = refused(zftl(dir.path(), &["snapshot", "list", "--image", p]));
+    assert!(e.contains("--server"), "{e}");
+
+    let created = json(zftl(
+        dir.path(),
+        &["snapshot", "create", "live", "--server", s, "--json"],
+    ));
+    assert_eq!(created["server"], s);
+    assert_eq!(created["snapshot"]["name"], "live");
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "create", "live", "--server", s],
+    ));
+    assert_eq!(
+        e.trim_end(),
+        format!(
+            "zftl: error: server {s}: snapshot_create: snapshot: a snapshot named \"live\" exists (snapshot)"
+        )
+    );
+    // The volume moves on through the same socket: 0..2 deleted.
+    ok(zftl(dir.path(), &["range", "delete", "0:2", "--server", s]));
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--server", s, "--json"],
+    ));
+    assert_eq!(list["server"], s);
+    assert_eq!(names(&list), ["live"]);
+    assert!(list["snapshot_versions"].as_u64().unwrap() >= 2, "{list}");
+    let text = stdout(&ok(zftl(dir.path(), &["snapshot", "list", "--server", s])));
+    assert!(
+        text.starts_with(&format!("snapshots on server {s}: 1")),
+        "{text}"
+    );
+
+    let out = dir.path().join("live.bin");
+    ok(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "live",
+            "--blocks",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+            "--server",
+            s,
+        ],
+    ));
+    assert_eq!(std::fs::read(&out).unwrap(), blocks(bs, &[5, 6, 7, 0]));
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "delete", "gone", "--server", s],
+    ));
+    assert!(e.contains("no snapshot named \"gone\""), "{e}");
+    ok(zftl(
+        dir.path(),
+        &["snapshot", "create", "kept", "--server", s],
+    ));
+    ok(zftl(
+        dir.path(),
+        &["snapshot", "delete", "live", "--server", s],
+    ));
+    assert!(served.stop().success());
+
+    // What the server did is on the image after its clean shutdown.
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    assert_eq!(names(&list), ["kept"]);
+    with_volume(&img, |d| {
+        assert_eq!(d.read(0, 3).unwrap(), blocks(bs, &[0, 0, 7]));
+    });
+
+    // A read-only server lists and reads, and refuses create and delete.
+    let served = Served::start(&img, &["--read-only"]);
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "create", "x", "--server", s],
+    ));
+    assert!(e.contains("read_only") && e.contains("read-only"), "{e}");
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "delete", "kept", "--server", s],
+    ));
+    assert!(e.contains("read_only"), "{e}");
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--server", s, "--json"],
+    ));
+    assert_eq!(names(&list), ["kept"]);
+    let out = dir.path().join("kept.bin");
+    ok(zftl(
+        dir.path(),
+        &[
+            "snapshot",
+            "read",
+            "kept",
+            "--blocks",
+            "3",
+            "--out",
+            out.to_str().unwrap(),
+            "--server",
+            s,
+        ],
+    ));
+    assert_eq!(std::fs::read(&out).unwrap(), blocks(bs, &[0, 0, 7]));
+    assert!(served.stop().success());
+}

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Snapshots end to end on a running `zftl serve`: data written over NBD
+# with nbdcopy, `zftl snapshot create --server` on the control socket, the
+# volume then overwritten (qemu-io) and partly deleted (`zftl range delete
+# --server`), the snapshot read back with `zftl snapshot read --server`
+# byte for byte as it was while the live volume reads the new data; then a
+# clean restart and a kill -9 + restart that both keep the snapshots, a
+# delete, and the image checked clean afterwards.
+#
+#   tests/snapshot_cli.sh             # as root: installs the clients with apt-get
+#   ZFTL=path/to/zftl PORT=10998 tests/snapshot_cli.sh
+#
+# Builds target/release/zftl if ZFTL is not given. Exit status 0 only if
+# every step passed; each step prints PASS or FAIL.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PORT=${PORT:-10929}
+URI="nbd://127.0.0.1:$PORT/zftl"
+FAILED=0
+PASSED=0
+
+say() { printf '\n=== %s\n' "$*"; }
+pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
+die() { echo "snapshot_cli.sh: $*" >&2; exit 2; }
+
+# ----- the clients, from Debian packages -------------------------------------
+need=(nbdinfo nbdcopy qemu-io)
+missing=0
+for t in "${need[@]}"; do command -v "$t" >/dev/null || missing=1; done
+if [ "$missing" = 1 ]; then
+    [ "$(id -u)" = 0 ] || die "nbdcopy/nbdinfo/qemu-io are missing and installing them needs root"
+    say "installing libnbd-bin qemu-utils"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "apt-get update failed"
+    apt-get install -y -qq libnbd-bin qemu-utils >/dev/null \
+        || die "apt-get install libnbd-bin qemu-utils failed"
+    for t in "${need[@]}"; do command -v "$t" >/dev/null || die "$t still missing after install"; done
+fi
+
+if [ -z "${ZFTL:-}" ]; then
+    say "building zftl (release)"
+    (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
+    ZFTL="$ROOT/target/release/zftl"
+fi
+[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
+
+WORK=$(mktemp -d /tmp/zftl-snapshot-cli.XXXXXX)
+SERVER_PID=
+cleanup() {
+    [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+IMAGE="$WORK/dev.img"
+CTL="$IMAGE.control"
+# 512 MiB device (8 channels x 2 LUNs x 32 blocks x 256 pages of 4 KiB),
+# tags in OOB (the default).
+"$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
+"$ZFTL" format --image "$IMAGE" >/dev/null || die "format failed"
+
+start_server() {
+    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >>"$WORK/serve.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 600); do
+        if nbdinfo --size "$URI" >/dev/null 2>&1 \
+            && "$ZFTL" snapshot list --server "$CTL" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.log"; die "server exited"; }
+        sleep 0.1
+    done
+    cat "$WORK/serve.log"
+    die "server did not come up on port $PORT with control socket $CTL"
+}
+
+stop_server() {
+    kill -TERM "$SERVER_PID"
+    local rc=0
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=
+    return "$rc"
+}
+
+BS=4096
+MIB=$((1 << 20))
+DATA_MIB=16
+BLOCKS=$((DATA_MIB * MIB / BS))
+DEL=$((4 * MIB / BS))            # 4 MiB..5 MiB, deleted after the snapshot
+
+# snap_is NAME FILE WHAT: snapshot NAME's first DATA_MIB MiB equal FILE.
+snap_is() {
+    local name=$1 want=$2 what=$3
+    rm -f "$WORK/snap.bin"
+    if "$ZFTL" snapshot read "$name" --lba 0 --blocks "$BLOCKS" --out "$WORK/snap.bin" \
+            --server "$CTL" >/dev/null \
+        && cmp "$WORK/snap.bin" "$want"; then
+        pass "$what: snapshot $name reads back as it was taken"
+    else
+        fail "$what: snapshot $name"
+    fi
+}
+
+# live_is WHAT: the live volume holds 0x77 in MiB 0, zeros in MiB 4, the
+# data elsewhere.
+live_is() {
+    local what=$1 ok=1
+    rm -f "$WORK/out.bin"
+    if ! nbdcopy "$URI" "$WORK/out.bin"; then fail "$what: nbdcopy out"; return; fi
+    cmp -n "$MIB" "$WORK/out.bin" "$WORK/p77.bin" || { echo "MiB 0 is not 0x77"; ok=0; }
+    cmp -n $((3 * MIB)) -i "$MIB:$MIB" "$WORK/out.bin" "$WORK/in.bin" || { echo "MiB 1..4 differ"; ok=0; }
+    cmp -n "$MIB" -i $((4 * MIB)):0 "$WORK/out.bin" /dev/zero || { echo "MiB 4 is not zeros"; ok=0; }
+    cmp -n $((11 * MIB)) -i $((5 * MIB)):$((5 * MIB)) "$WORK/out.bin" "$WORK/in.bin" \
+        || { echo "MiB 5..16 differ"; ok=0; }
+    [ "$ok" = 1 ] && pass "$what: the live volume reads the new data" || fail "$what: live data"
+}
+
+start_server
+
+say "data in with nbdcopy, snapshot with zftl snapshot create --server"
+head -c $((DATA_MIB * MIB)) /dev/urandom >"$WORK/in.bin"
+head -c "$MIB" /dev/zero | tr '\0' '\167' >"$WORK/p77.bin"
+if nbdcopy "$WORK/in.bin" "$URI"; then pass "nbdcopy wrote $DATA_MIB MiB"; else fail "nbdcopy in"; fi
+if "$ZFTL" snapshot create first --server "$CTL" --json >"$WORK/create.json" \
+    && grep -q '"name": "first"' "$WORK/create.json" && grep -q '"created": "20' "$WORK/create.json"; then
+    pass "zftl snapshot create first --server"
+else
+    cat "$WORK/create.json"
+    fail "zftl snapshot create --server"
+fi
+if qemu-io -f raw "$URI" -c "write -P 0x77 0 1M" -c "flush" >"$WORK/qio.txt" 2>&1 \
+    && ! grep -qiE "fail|error" "$WORK/qio.txt"; then
+    pass "qemu-io overwrote the first MiB"
+else
+    cat "$WORK/qio.txt"
+    fail "qemu-io overwrite"
+fi
+"$ZFTL" range delete "$DEL:256" --server "$CTL" >/dev/null || fail "zftl range delete --server"
+live_is "live"
+snap_is first "$WORK/in.bin" "live"
+"$ZFTL" snapshot list --server "$CTL" --json >"$WORK/list.json"
+kept=$(sed -n 's/.*"snapshot_versions": \([0-9]*\).*/\1/p' "$WORK/list.json")
+if [ "${kept:-0}" -ge 512 ]; then
+    pass "the snapshot keeps the $kept replaced blocks (256 overwritten + 256 deleted at least)"
+else
+    cat "$WORK/list.json"
+    fail "snapshot_versions ${kept:-none} < 512"
+fi
+
+say "error case: a name taken"
+rc=0
+"$ZFTL" snapshot create first --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
+cat "$WORK/err.txt"
+if [ "$rc" = 1 ] && [ "$(wc -l <"$WORK/err.txt")" = 1 ] && [ ! -s "$WORK/err.out" ] \
+    && grep -q "^zftl: error: server $CTL: snapshot_create: .*a snapshot named \"first\" exists" "$WORK/err.txt"; then
+    pass "a second snapshot named first: exit 1, one line naming it"
+else
+    fail "duplicate snapshot name (exit $rc)"
+fi
+
+say "clean restart"
+if stop_server; then pass "zftl serve exits 0 on SIGTERM"; else fail "exit status on SIGTERM"; fi
+start_server
+live_is "after a clean restart"
+snap_is first "$WORK/in.bin" "after a clean restart"
+
+say "kill -9 and restart"
+# A second snapshot, acknowledged since the last checkpoint, of the live
+# state (as the last live_is read it: nothing was written since); then the
+# volume changes again.
+head -c $((DATA_MIB * MIB)) "$WORK/out.bin" >"$WORK/second16.bin"
+"$ZFTL" snapshot create second --server "$CTL" >/dev/null || fail "snapshot create second"
+qemu-io -f raw "$URI" -c "write -P 0x55 $((8 * MIB)) 1M" -c "flush" >/dev/null 2>&1 || fail "qemu-io 0x55"
+kill -KILL "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null
+SERVER_PID=
+start_server
+snap_is first "$WORK/in.bin" "after kill -9 and a restart"
+snap_is second "$WORK/second16.bin" "after kill -9 and a restart"
+if "$ZFTL" snapshot list --server "$CTL" | grep -qE "^ +[0-9]+ +second "; then
+    pass "both snapshots are listed after kill -9"
+else
+    "$ZFTL" snapshot list --server "$CTL"
+    fail "snapshot list after kill -9"
+fi
+
+say "delete, then the image on its own"
+"$ZFTL" snapshot delete first --server "$CTL" >/dev/null && pass "zftl snapshot delete first --server" \
+    || fail "snapshot delete"
+stop_server || fail "final SIGTERM"
+if "$ZFTL" snapshot list --image "$IMAGE" --json >"$WORK/final.json" \
+    && grep -q '"name": "second"' "$WORK/final.json" && ! grep -q '"name": "first"' "$WORK/final.json"; then
+    pass "zftl snapshot list --image: second only"
+else
+    cat "$WORK/final.json"
+    fail "final list"
+fi
+if "$ZFTL" check --image "$IMAGE" >"$WORK/check.txt" 2>&1; then
+    pass "zftl check: clean"
+else
+    tail -20 "$WORK/check.txt"
+    fail "zftl check"
+fi
+
+say "summary: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
