@@ -85,6 +85,14 @@ use zftl_core::{
     MountError, RangeOp, ReplyData, Request,
 };
 
+/// The snapshot a `Request::SnapshotCreate` reply carries.
+fn snapshot_data(reply: ReplyData) -> Snapshot {
+    match reply {
+        ReplyData::Snapshot(s) => s,
+        other => unreachable!("snapshot create answered with {other:?}"),
+    }
+}
+
 /// The snapshot named `name` among `snapshots`.
 fn named(snapshots: Vec<Snapshot>, name: &str) -> Result<Snapshot, IoError> {
     snapshots
@@ -450,8 +458,7 @@ impl<B: Send + 'static> Handle<B> {
     /// Takes a snapshot named `name` of every write acknowledged before
     /// this call; returns it once durable (see [`Driver::snapshot_create`]).
     pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name))?;
-        named(self.snapshots()?, name)
+        self.call(snapshot_create_request(name)).map(snapshot_data)
     }
 
     /// Deletes the snapshot named `name`; returns once durable.
@@ -736,8 +743,9 @@ impl<B: Send + 'static> AsyncHandle<B> {
 
     /// See [`Handle::snapshot_create`].
     pub async fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name)).await?;
-        named(self.snapshots().await?, name)
+        self.call(snapshot_create_request(name))
+            .await
+            .map(snapshot_data)
     }
 
     /// See [`Handle::snapshot_delete`].
@@ -1353,8 +1361,7 @@ impl<B: Backend> InlineHandle<B> {
 
     /// See [`Handle::snapshot_create`].
     pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name))?;
-        named(self.snapshots()?, name)
+        self.call(snapshot_create_request(name)).map(snapshot_data)
     }
 
     /// See [`Handle::snapshot_delete`].

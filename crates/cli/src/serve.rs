@@ -139,9 +139,12 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                     Ok(body)
                 }
                 zftl::control::Command::SnapshotCreate { name } => {
-                    polled(h, zftl_core::snapshot_create_request(&name)).await?;
-                    let taken = named_snapshot(h, &name)?;
-                    Ok(zftl::control::snapshot_create_body(&taken))
+                    match polled(h, zftl_core::snapshot_create_request(&name)).await? {
+                        ReplyData::Snapshot(taken) => {
+                            Ok(zftl::control::snapshot_create_body(&taken))
+                        }
+                        other => unreachable!("snapshot create answered with {other:?}"),
+                    }
                 }
                 zftl::control::Command::SnapshotDelete { name } => {
                     let id = named_snapshot(h, &name)?.id;

@@ -303,10 +303,10 @@ impl<B: Backend> Driver<B> {
     /// this call; returns once it is durable. The foreground cost is a
     /// flush and one note: nothing is copied.
     pub fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name))?;
-        let history = self.ftl.mapping().history();
-        let taken = history.by_name(name).cloned();
-        Ok(taken.expect("a snapshot created a moment ago"))
+        match self.call(snapshot_create_request(name))? {
+            ReplyData::Snapshot(s) => Ok(s),
+            other => unreachable!("snapshot create answered with {other:?}"),
+        }
     }
 
     /// Deletes the snapshot named `name`; returns once the delete is

@@ -453,7 +453,7 @@ impl Bench {
                 replies += 1;
                 match reply.result? {
                     ReplyData::Read(data) => drop(data),
-                    ReplyData::Done | ReplyData::Extents(_) => {}
+                    ReplyData::Done | ReplyData::Extents(_) | ReplyData::Snapshot(_) => {}
                 }
                 let sent = self.sent.remove(&reply.id).ok_or_else(|| {
                     BenchError::Check(format!("a reply to unknown id {}", reply.id))

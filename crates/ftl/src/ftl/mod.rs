@@ -141,7 +141,8 @@ enum Op {
         zone: ZoneId,
     },
     HostFlush {
-        waiters: Vec<u64>,
+        /// Each waiter's request id and the reply it gets once durable.
+        waiters: Vec<(u64, ReplyData)>,
     },
     CkptFlush,
     /// The flush a range-operation vector waits for before its notes.
@@ -784,15 +785,13 @@ impl Ftl {
             Op::VictimFlush { zone } => self.victim_flushed(zone, result),
             Op::VictimReset { zone } => self.victim_reset_done(zone, result),
             Op::HostFlush { waiters } => {
-                let r = result.map(|_| ReplyData::Done).map_err(|e| match e {
+                let r = result.map_err(|e| match e {
                     DeviceError::DeviceGone => IoError::DeviceGone,
                     source => IoError::Device { lba: 0, source },
                 });
-                for id in waiters {
-                    self.replies.push_back(Reply {
-                        id,
-                        result: r.clone(),
-                    });
+                for (id, data) in waiters {
+                    let result = r.clone().map(|_| data);
+                    self.replies.push_back(Reply { id, result });
                 }
             }
             Op::CkptFlush => self.checkpoint_flushed(result),

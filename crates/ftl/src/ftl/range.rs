@@ -665,7 +665,14 @@ impl Ftl {
         }
         let a = self.ranges.active.take().expect("active vector");
         self.count_vector(&a.ops);
-        self.add_log_waiter(a.id);
+        let reply = match &a.snapshot {
+            Some(SnapshotChange::Create { name, .. }) => {
+                let taken = self.mapping.history().by_name(name).cloned();
+                ReplyData::Snapshot(taken.expect("the snapshot just created"))
+            }
+            _ => ReplyData::Done,
+        };
+        self.add_log_waiter(a.id, reply);
         true
     }
 

@@ -3,7 +3,7 @@
 
 use crate::addr::Lba;
 use crate::error::IoError;
-use crate::history::SnapshotId;
+use crate::history::{Snapshot, SnapshotId};
 use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
 
@@ -82,6 +82,8 @@ pub enum ReplyData {
     Read(Vec<u8>),
     /// Answer to `Request::Extents`: consecutive runs covering the range.
     Extents(Vec<Extent>),
+    /// Answer to `Request::SnapshotCreate`: the snapshot taken.
+    Snapshot(Snapshot),
     Done,
 }
 

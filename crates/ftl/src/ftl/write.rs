@@ -39,6 +39,8 @@ impl WaitingWrite {
 pub(super) struct FlushWait {
     pub(super) id: u64,
     stage: FlushStage,
+    /// What the reply carries once durable.
+    reply: ReplyData,
 }
 
 impl Ftl {
@@ -284,6 +286,7 @@ impl Ftl {
         self.flushes.push(FlushWait {
             id,
             stage: FlushStage::Data { ticket_barrier },
+            reply: ReplyData::Done,
         });
     }
 
@@ -297,29 +300,34 @@ impl Ftl {
     /// notes and a device flush after them completed. Such waiters pack
     /// their log block only while no log write is in flight, so at depth
     /// the vectors applied meanwhile share the next block (group commit).
-    pub(super) fn add_log_waiter(&mut self, id: u64) {
+    pub(super) fn add_log_waiter(&mut self, id: u64, reply: ReplyData) {
         self.flushes.push(FlushWait {
             id,
             stage: FlushStage::Log {
                 log_barrier: u64::MAX,
             },
+            reply,
         });
     }
 
     pub(super) fn next_flush_command(&mut self) -> Option<(Op, Command)> {
-        let ready: Vec<u64> = self
+        if !self
             .flushes
             .iter()
-            .filter(|f| matches!(f.stage, FlushStage::Device))
-            .map(|f| f.id)
-            .collect();
-        if ready.is_empty() {
+            .any(|f| matches!(f.stage, FlushStage::Device))
+        {
             return None;
         }
-        self.flushes
-            .retain(|f| !matches!(f.stage, FlushStage::Device));
+        let (ready, waiting) = std::mem::take(&mut self.flushes)
+            .into_iter()
+            .partition(|f| matches!(f.stage, FlushStage::Device));
+        self.flushes = waiting;
+        let waiters = ready
+            .into_iter()
+            .map(|f: FlushWait| (f.id, f.reply))
+            .collect();
         self.stats.flushes += 1;
-        Some((Op::HostFlush { waiters: ready }, Command::Flush))
+        Some((Op::HostFlush { waiters }, Command::Flush))
     }
 
     /// Moves flush waiters through data → log → device stages.
