@@ -408,8 +408,12 @@ impl Volume for Dummy {
                 mapped: true,
             }]),
             Request::Flush => ReplyData::Done,
-            // NBD has no range operations: the server never sends one.
-            Request::Range { .. } => {
+            // NBD has no range operations or snapshot changes, and this
+            // volume has no snapshots to view: the server never sends one.
+            Request::Range { .. }
+            | Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::ReadSnapshot { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);
                 ReplyData::Done
             }

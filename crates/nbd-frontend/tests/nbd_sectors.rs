@@ -485,8 +485,12 @@ impl Volume for Recording {
             } => ("zero", *lba, u64::from(*block_count)),
             Request::Extents { lba, block_count } => ("extents", *lba, u64::from(*block_count)),
             Request::Flush => ("flush", 0, 0),
-            // The NBD server never sends range operations.
+            Request::ReadSnapshot {
+                lba, block_count, ..
+            } => ("read_snapshot", *lba, u64::from(*block_count)),
+            // The NBD server never sends range operations or snapshot changes.
             Request::Range { .. } => ("range", 0, 0),
+            Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. } => ("snapshot", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)
