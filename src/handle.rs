@@ -1351,6 +1351,43 @@ impl<B: Backend> InlineHandle<B> {
             .ok_or(IoError::DeviceGone)
     }
 
+    /// See [`Handle::snapshot_create`].
+    pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
+        self.call(snapshot_create_request(name))?;
+        named(self.snapshots()?, name)
+    }
+
+    /// See [`Handle::snapshot_delete`].
+    pub fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = named(self.snapshots()?, name)?.id;
+        self.call(Request::SnapshotDelete { id }).map(drop)
+    }
+
+    /// See [`Handle::snapshots`]. `DeviceGone` once shut down.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
+        let state = self.lock().ok_or(IoError::DeviceGone)?;
+        state
+            .driver
+            .as_ref()
+            .map(Driver::snapshots)
+            .ok_or(IoError::DeviceGone)
+    }
+
+    /// See [`Handle::read_snapshot`].
+    pub fn read_snapshot(
+        &self,
+        snapshot: SnapshotId,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<u8>, IoError> {
+        self.call(Request::ReadSnapshot {
+            snapshot,
+            lba,
+            block_count,
+        })
+        .map(read_data)
+    }
+
     /// Clean unmount: flushes, writes a checkpoint and returns the backend.
     /// Other clones fail with [`IoError::DeviceGone`] afterwards.
     pub fn shutdown(self) -> Result<B, IoError> {
