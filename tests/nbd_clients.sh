@@ -3,7 +3,9 @@
 # nbd engine (verify=crc32c, 4 KiB and 512-byte writes: the server reads,
 # modifies and writes back the 4 KiB blocks a 512-byte write covers in
 # part), hole reporting (nbdinfo --map, qemu-img map), then a SIGTERM
-# (drain, flush, checkpoint) and a restart that must still hold the data.
+# (drain, flush, checkpoint) and a restart that must still hold the data;
+# last, on an image with tags in band, a snapshot taken through the control
+# socket and read back with nbdcopy from its read-only view zftl@NAME.
 #
 #   tests/nbd_clients.sh            # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10999 tests/nbd_clients.sh
@@ -241,6 +243,57 @@ else
     fail "data after restart"
 fi
 stop_server || fail "second SIGTERM"
+
+# ----- snapshot views: zftl@NAME while the server runs -------------------------
+say "snapshot views (nbdcopy from zftl@before)"
+# Snapshots need tags in band: a second, smaller image formatted so.
+IMAGE="$WORK/snap.img"
+"$ZFTL" sim create "$IMAGE" --blocks-per-lun 8 >/dev/null || die "sim create (snapshots) failed"
+"$ZFTL" format --image "$IMAGE" --tag-placement in-band >/dev/null || die "format --tag-placement in-band failed"
+start_server
+SNAP_BYTES=$((16 << 20))
+head -c $SNAP_BYTES /dev/urandom >"$WORK/before.bin"
+head -c $SNAP_BYTES /dev/urandom >"$WORK/after.bin"
+VIEW="$URI@before"
+if nbdcopy "$WORK/before.bin" "$URI" \
+    && "$ZFTL" snapshot create before --server "$IMAGE.control" >/dev/null \
+    && nbdcopy "$WORK/after.bin" "$URI"; then
+    pass "data written, snapshot 'before' taken through the control socket, data overwritten"
+else
+    fail "write, zftl snapshot create --server, overwrite"
+fi
+if nbdinfo --list "nbd://127.0.0.1:$PORT" | tee "$WORK/snaplist.txt" | grep -q 'export="zftl@before"'; then
+    pass "nbdinfo --list lists the view zftl@before"
+else
+    cat "$WORK/snaplist.txt"
+    fail "nbdinfo --list: no zftl@before"
+fi
+if nbdinfo "$VIEW" | tee "$WORK/viewinfo.txt" | grep -q "is_read_only: true"; then
+    pass "the view is read-only"
+else
+    cat "$WORK/viewinfo.txt"
+    fail "nbdinfo on the view"
+fi
+if nbdcopy "$VIEW" "$WORK/view.bin" && cmp -n $SNAP_BYTES "$WORK/before.bin" "$WORK/view.bin" \
+    && nbdcopy "$URI" "$WORK/live.bin" && cmp -n $SNAP_BYTES "$WORK/after.bin" "$WORK/live.bin"; then
+    pass "nbdcopy of zftl@before equals the data before the snapshot; zftl holds the newer data"
+else
+    fail "nbdcopy of the view"
+fi
+if nbdcopy "$WORK/after.bin" "$VIEW" 2>"$WORK/viewwrite.txt"; then
+    fail "nbdcopy wrote to a snapshot view"
+else
+    pass "writes to the view are refused ($(head -c 120 "$WORK/viewwrite.txt" | tr '\n' ' '))"
+fi
+if "$ZFTL" snapshot delete before --server "$IMAGE.control" >/dev/null \
+    && ! nbdinfo "$VIEW" >"$WORK/gone.txt" 2>&1 \
+    && ! nbdinfo --list "nbd://127.0.0.1:$PORT" | grep -q 'zftl@before'; then
+    pass "after zftl snapshot delete the view is gone ($(head -c 120 "$WORK/gone.txt" | tr '\n' ' '))"
+else
+    cat "$WORK/gone.txt"
+    fail "the view after the delete"
+fi
+stop_server || fail "SIGTERM (snapshot image)"
 
 say "summary: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

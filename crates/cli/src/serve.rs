@@ -20,6 +20,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 use zftl::data_crc;
 use zftl::handle::{AsyncHandle, Handle, InlineHandle};
+use zftl_core::history::Snapshot;
 use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
 use zftl_core::{
@@ -72,6 +73,13 @@ impl<B: Backend + Send + 'static> Core<B> {
         match self {
             Core::Thread(h) => h.stats().await,
             Core::Inline(h) => h.stats(),
+        }
+    }
+
+    async fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
+        match self {
+            Core::Thread(h) => h.snapshots().await,
+            Core::Inline(h) => h.snapshots(),
         }
     }
 
@@ -210,6 +218,11 @@ impl<B: Backend + Send + 'static> Volume for FtlVolume<B> {
     }
     fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send {
         self.handle.call(request)
+    }
+    /// Each live snapshot is exported read-only as `EXPORT@SNAPSHOT`, also
+    /// by a `--read-only` server.
+    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
+        self.handle.snapshots()
     }
 }
 
@@ -1152,6 +1165,73 @@ mod tests {
         server.join().unwrap().unwrap();
         // The metrics listener closed with the server.
         assert!(std::net::TcpStream::connect(maddr).is_err());
+    }
+
+    /// A `--read-only` server still exports each snapshot of the image as
+    /// `EXPORT@SNAPSHOT` (views are read-only anyway), listed after the
+    /// export, reading what the volume held when it was taken.
+    #[test]
+    fn read_only_serve_exports_snapshot_views() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("snap.img");
+        let block = |b: u8| vec![b; 4 * 4096];
+        {
+            let dev = image::create(&img, zftl_sim::SimConfig::small_for_tests()).unwrap();
+            let options = FormatOptions {
+                tag_placement: zftl_core::TagPlacement::InBand,
+                ..FormatOptions::default()
+            };
+            let mut ftl = Driver::format(dev, &options, FtlConfig::default()).unwrap();
+            ftl.write(0, &block(0x11)).unwrap();
+            ftl.snapshot_create("before").unwrap();
+            ftl.write(0, &block(0x22)).unwrap();
+            ftl.shutdown().unwrap().sync().unwrap();
+        }
+        let s = settings(&[
+            "--image",
+            img.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--read-only",
+            "--no-control",
+        ])
+        .unwrap();
+        let (bound, stop, server) = start(s);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            use zftl_nbd::client::Client;
+            use zftl_nbd::proto::{FLAG_READ_ONLY, OPT_LIST, REP_ACK};
+            let connect = || async {
+                let stream = tokio::net::TcpStream::connect(bound.nbd).await.unwrap();
+                Client::greet(stream).await.unwrap()
+            };
+            let mut list = connect().await;
+            list.send_option(OPT_LIST, &[]).await.unwrap();
+            let mut names = Vec::new();
+            loop {
+                let r = list.option_reply().await.unwrap();
+                if r.reply_type == REP_ACK {
+                    break;
+                }
+                let len = u32::from_be_bytes(r.data[..4].try_into().unwrap()) as usize;
+                names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
+            }
+            assert_eq!(names, ["zftl", "zftl@before"]);
+            let mut view = connect().await;
+            let info = view.go("zftl@before", &[]).await.unwrap();
+            assert_ne!(info.flags & FLAG_READ_ONLY, 0);
+            assert_eq!(view.read(0, 4 * 4096).await.unwrap(), block(0x11));
+            let mut live = connect().await;
+            live.go("zftl", &[]).await.unwrap();
+            assert_eq!(live.read(0, 4 * 4096).await.unwrap(), block(0x22));
+            view.disconnect().await.unwrap();
+            live.disconnect().await.unwrap();
+        });
+        stop.send(()).unwrap();
+        server.join().unwrap().expect("clean shutdown");
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! What the server exports: the [`Volume`] trait a block store implements,
-//! and the table of named exports with per-export flags.
+//! and the table of named exports with per-export flags, and the read-only
+//! views of each export's snapshots (`NAME@SNAPSHOT`), resolved when a
+//! client asks for them.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use zftl_core::history::{Snapshot, SnapshotId};
 use zftl_core::{IoError, ReplyData, Request};
 
 use crate::blocklock::BlockLocks;
@@ -35,6 +38,14 @@ pub trait Volume: Clone + Send + Sync + 'static {
     fn max_request_blocks(&self) -> u32;
     /// Runs one request.
     fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send;
+    /// The volume's live snapshots, oldest first. Each is served read-only
+    /// as `NAME@SNAPSHOT` beside an export `NAME` of this volume; reads of
+    /// such a view are `Request::ReadSnapshot`. Asked at each `NBD_OPT_LIST`
+    /// and whenever a client names a view, so snapshots appear and go while
+    /// the server runs. The default: none.
+    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// One named export.
@@ -52,8 +63,22 @@ pub struct Export<V> {
     pub volume: V,
     /// Writes, trims and zeroing are refused with `EPERM`.
     pub read_only: bool,
+    /// Serve this snapshot of the volume instead of the live volume: reads
+    /// are `Request::ReadSnapshot`, and the export is read-only whatever
+    /// `read_only` says. The server sets it on the views it resolves
+    /// (`NAME@SNAPSHOT`); a table export may set it to serve one snapshot
+    /// under a fixed name.
+    pub snapshot: Option<SnapshotId>,
     /// The writes in flight, by block range (see `blocklock`).
     pub(crate) locks: Arc<BlockLocks>,
+}
+
+impl<V> Export<V> {
+    /// Writes, trims and zeroing are refused: a read-only export, or a
+    /// snapshot's.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.snapshot.is_some()
+    }
 }
 
 impl<V: Volume> Export<V> {
@@ -63,6 +88,25 @@ impl<V: Volume> Export<V> {
             description: String::new(),
             volume,
             read_only: false,
+            snapshot: None,
+            locks: Arc::default(),
+        }
+    }
+
+    /// The read-only view of `snapshot` of this export's volume, named
+    /// `NAME@SNAPSHOT`.
+    pub fn view(&self, snapshot: &Snapshot) -> Self {
+        Export {
+            name: format!("{}{VIEW_SEPARATOR}{}", self.name, snapshot.name),
+            description: format!(
+                "snapshot {:?} of {:?}, taken {}",
+                snapshot.name,
+                self.name,
+                utc(snapshot.wall_ns)
+            ),
+            volume: self.volume.clone(),
+            read_only: true,
+            snapshot: Some(snapshot.id),
             locks: Arc::default(),
         }
     }
@@ -182,5 +226,107 @@ impl<V: Volume> ExportTable<V> {
     /// Every export, in table order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Export<V>>> {
         self.exports.iter()
+    }
+
+    /// The export a client asked for by name: one of the table, or the
+    /// view `BASE@SNAPSHOT` of a live snapshot of the table export `BASE`
+    /// (a table name wins over a view of the same name). `None` for a name
+    /// that is neither, or when the volume cannot list its snapshots.
+    pub async fn resolve(&self, name: &str) -> Option<Arc<Export<V>>> {
+        if let Some(e) = self.find(name) {
+            return Some(e);
+        }
+        for (at, _) in name.match_indices(VIEW_SEPARATOR) {
+            let (base, snap) = (&name[..at], &name[at + VIEW_SEPARATOR.len_utf8()..]);
+            let Some(base) = self.exports.iter().find(|e| e.name == base) else {
+                continue;
+            };
+            if base.snapshot.is_some() {
+                continue;
+            }
+            let snapshots = snapshots_of(&base.volume).await;
+            if let Some(s) = snapshots.iter().find(|s| s.name == snap) {
+                return Some(Arc::new(base.view(s)));
+            }
+        }
+        None
+    }
+
+    /// Every export of the table followed by the views of each one's live
+    /// snapshots (oldest first), for `NBD_OPT_LIST`: `(name, description)`.
+    pub async fn listing(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .exports
+            .iter()
+            .map(|e| (e.name.clone(), e.description.clone()))
+            .collect();
+        for base in self.exports.iter().filter(|e| e.snapshot.is_none()) {
+            for s in snapshots_of(&base.volume).await {
+                let view = base.view(&s);
+                // A table export of the same name hides the view.
+                if self.find(&view.name).is_none() {
+                    out.push((view.name, view.description));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Between an export's name and its snapshot's in a view's name.
+pub const VIEW_SEPARATOR: char = '@';
+
+/// The volume's snapshots; none (logged) when it cannot tell.
+async fn snapshots_of<V: Volume>(volume: &V) -> Vec<Snapshot> {
+    match volume.snapshots().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot list the volume's snapshots");
+            Vec::new()
+        }
+    }
+}
+
+/// `wall_ns` (ns since the Unix epoch) as RFC 3339 UTC to the second;
+/// "at an unknown time" for 0 (no time was recorded).
+fn utc(wall_ns: u64) -> String {
+    if wall_ns == 0 {
+        return "at an unknown time".into();
+    }
+    let secs = wall_ns / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn wall_times_print_as_rfc3339_utc() {
+        assert_eq!(utc(0), "at an unknown time");
+        assert_eq!(utc(1), "1970-01-01T00:00:00Z");
+        // 2000-02-29 (a leap day of a century leap year) 12:34:56.
+        assert_eq!(utc(951_827_696 * 1_000_000_000), "2000-02-29T12:34:56Z");
+        assert_eq!(utc(1_798_675_200 * 1_000_000_000), "2026-12-31T00:00:00Z");
+        assert_eq!(
+            utc(1_798_761_599 * 1_000_000_000 + 999),
+            "2026-12-31T23:59:59Z"
+        );
     }
 }

@@ -74,10 +74,14 @@ pub(crate) fn block_sizes<V: Volume>(export: &Export<V>, cfg: &ServerConfig) -> 
     }
 }
 
-/// Transmission flags of `export` for a session.
+/// Transmission flags of `export` for a session. A snapshot's view has
+/// nothing to flush: no `SEND_FLUSH`.
 pub(crate) fn transmission_flags<V>(export: &Export<V>, structured: bool) -> u16 {
-    let mut flags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_CAN_MULTI_CONN;
-    if export.read_only {
+    let mut flags = FLAG_HAS_FLAGS | FLAG_CAN_MULTI_CONN;
+    if export.snapshot.is_none() {
+        flags |= FLAG_SEND_FLUSH;
+    }
+    if export.is_read_only() {
         flags |= FLAG_READ_ONLY;
     } else {
         flags |= FLAG_SEND_FUA | FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES | FLAG_SEND_FAST_ZERO;
@@ -342,7 +346,7 @@ where
             ));
         };
         // This option cannot answer with an error: close instead.
-        let Some(export) = self.exports.find(&name) else {
+        let Some(export) = self.exports.resolve(&name).await else {
             return Err(HandshakeEnd::Violation(format!(
                 "EXPORT_NAME of unknown export {name:?}"
             )));
@@ -359,10 +363,12 @@ where
     }
 
     fn session(&self, export: Arc<Export<V>>) -> Session<V> {
-        let base_allocation = self
-            .meta_for
-            .as_ref()
-            .is_some_and(|m| Arc::ptr_eq(m, &export));
+        // A view is built anew each time it is named: the same view is the
+        // same name and snapshot.
+        let base_allocation = self.meta_for.as_ref().is_some_and(|m| {
+            Arc::ptr_eq(m, &export)
+                || (m.snapshot.is_some() && m.snapshot == export.snapshot && m.name == export.name)
+        });
         Session {
             export,
             structured: self.structured,
@@ -376,12 +382,9 @@ where
                 .error(OPT_LIST, REP_ERR_INVALID, "LIST takes no data")
                 .await;
         }
-        let entries: Vec<Vec<u8>> = self
-            .exports
-            .iter()
-            .map(|e| rep_server_data(&e.name, &e.description))
-            .collect();
-        for entry in entries {
+        // The table's exports, then the views of their live snapshots.
+        for (name, description) in self.exports.listing().await {
+            let entry = rep_server_data(&name, &description);
             self.reply(OPT_LIST, REP_SERVER, &entry).await?;
         }
         self.finish_reply(OPT_LIST, REP_ACK, &[]).await
@@ -393,7 +396,7 @@ where
                 .await?;
             return Ok(Step::Continue);
         };
-        let Some(export) = self.exports.find(&request.name) else {
+        let Some(export) = self.exports.resolve(&request.name).await else {
             let msg = format!("no export named {:?}", request.name);
             self.error(option, REP_ERR_UNKNOWN, &msg).await?;
             return Ok(Step::Continue);
@@ -436,7 +439,7 @@ where
                 .error(option, REP_ERR_INVALID, "malformed meta context request")
                 .await;
         };
-        let Some(export) = self.exports.find(&request.name) else {
+        let Some(export) = self.exports.resolve(&request.name).await else {
             let msg = format!("no export named {:?}", request.name);
             return self.error(option, REP_ERR_UNKNOWN, &msg).await;
         };

@@ -20,6 +20,18 @@
 //!
 //! [`client`] is a small client of the same protocol, for tests and tools.
 //!
+//! Each live snapshot of an export's volume ([`Volume::snapshots`]) is also
+//! an export: `NAME@SNAPSHOT`, read-only (`READ_ONLY`, no `SEND_FLUSH`,
+//! `CAN_MULTI_CONN`), resolved when a client names it at `NBD_OPT_GO`,
+//! `NBD_OPT_INFO`, `NBD_OPT_EXPORT_NAME` or a meta-context option, and
+//! listed by `NBD_OPT_LIST` after the table's exports, so views appear and
+//! go as snapshots are created and deleted. Its reads are
+//! `Request::ReadSnapshot`; writes, trims and zeroing get `EPERM`;
+//! `BLOCK_STATUS` reports its whole range as data (the volume answers
+//! `Request::Extents` for its live map only); a read after the snapshot
+//! was deleted gets `EIO`, and the name is then unknown to new
+//! connections. A table export of the same name wins over a view.
+//!
 //! Requests need only be aligned to 512 bytes (the advertised minimum block
 //! size; the preferred one is the volume's block size, 4 KiB for zftl). A
 //! read of part of a block reads the block; a write, trim or zeroing of
@@ -54,7 +66,7 @@ mod tls;
 mod transmission;
 
 pub use config::{check_listen_address, ListenRefused, ServerConfig};
-pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS};
+pub use export::{Export, ExportTable, ExportTableError, Volume, MAX_EXPORTS, VIEW_SEPARATOR};
 pub use metrics::{serve_metrics, Command, MetricKind, Metrics, TextWriter, LATENCY_BUCKETS_US};
 pub use server::Server;
 pub use tls::{server_config as tls_server_config, TlsError, TlsFiles};

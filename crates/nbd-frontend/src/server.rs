@@ -266,7 +266,8 @@ fn log_session<V>(session: &Session<V>, tls: bool) {
     debug!(
         export = %session.export.name,
         structured = session.structured,
-        read_only = session.export.read_only,
+        read_only = session.export.is_read_only(),
+        snapshot = ?session.export.snapshot,
         tls,
         "transmission"
     );

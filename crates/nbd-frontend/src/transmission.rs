@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, trace, warn};
+use zftl_core::history::{SnapshotError, SnapshotId};
 use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 
 use crate::config::ServerConfig;
@@ -105,7 +106,7 @@ impl Limits {
             min_block_size: u64::from(sizes.minimum),
             size_bytes: session.export.size_bytes(),
             max_payload: sizes.maximum,
-            read_only: session.export.read_only,
+            read_only: session.export.is_read_only(),
             structured: session.structured,
             base_allocation: session.base_allocation,
         }
@@ -260,9 +261,11 @@ impl Limits {
     }
 }
 
-/// The NBD error for a volume error.
+/// The NBD error for a volume error. A read of a snapshot that was deleted
+/// (a view a client opened before the delete) gets `EIO`: the data is gone.
 pub fn errno_of(e: &IoError) -> Errno {
     match e {
+        IoError::Snapshot(SnapshotError::NoSuchId(_)) => Errno::Io,
         IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
             Errno::Inval
         }
@@ -492,6 +495,8 @@ struct Blocks<'a, V> {
     vol: &'a V,
     bs: usize,
     max: u64,
+    /// Reads are of this snapshot (a view), not of the live volume.
+    snapshot: Option<SnapshotId>,
 }
 
 impl<V: Volume> Blocks<'_, V> {
@@ -511,7 +516,15 @@ impl<V: Volume> Blocks<'_, V> {
     async fn read_one(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
         let block_count = blocks as u32;
         let expected_bytes = blocks as usize * self.bs;
-        match self.vol.call(Request::Read { lba, block_count }).await? {
+        let request = match self.snapshot {
+            None => Request::Read { lba, block_count },
+            Some(snapshot) => Request::ReadSnapshot {
+                snapshot,
+                lba,
+                block_count,
+            },
+        };
+        match self.vol.call(request).await? {
             ReplyData::Read(data) if data.len() == expected_bytes => Ok(data),
             ReplyData::Read(data) => Err(IoError::BufferSize {
                 expected_bytes,
@@ -650,6 +663,7 @@ async fn execute<V: Volume>(
         vol,
         bs: vol.block_size(),
         max: u64::from(vol.max_request_blocks().max(1)),
+        snapshot: export.snapshot,
     };
     let span = |offset: u64, length: u32| {
         let s = Span::of(offset, u64::from(length), io.bs as u64);
@@ -687,6 +701,8 @@ async fn execute<V: Volume>(
             }
             Ok(None)
         }
+        // Nothing of a snapshot is ever written: nothing to make durable.
+        Op::Flush if export.snapshot.is_some() => Ok(None),
         Op::Flush => vol.call(Request::Flush).await.map(|_| None),
         Op::Trim {
             offset,
@@ -984,6 +1000,11 @@ async fn serve_request<V: Volume>(
         Op::Disc => None,
     };
     let result = match op {
+        // The volume maps only its live blocks: a view's whole range is
+        // reported as data, always a correct answer.
+        Op::BlockStatus { length, .. } if export.snapshot.is_some() => {
+            Ok(Answer::Status(vec![(length, 0)]))
+        }
         Op::BlockStatus {
             offset,
             length,

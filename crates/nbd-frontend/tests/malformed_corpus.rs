@@ -408,8 +408,8 @@ impl Volume for Dummy {
                 mapped: true,
             }]),
             Request::Flush => ReplyData::Done,
-            // This volume has no snapshots, and NBD no range operations:
-            // the server never sends these.
+            // NBD has no range operations or snapshot changes, and this
+            // volume has no snapshots to view: the server never sends one.
             Request::Range { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }

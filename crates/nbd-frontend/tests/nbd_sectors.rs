@@ -487,12 +487,10 @@ impl Volume for Recording {
             Request::Flush => ("flush", 0, 0),
             Request::ReadSnapshot {
                 lba, block_count, ..
-            } => ("read", *lba, u64::from(*block_count)),
-            // The NBD server never sends range operations or snapshot
-            // changes.
-            Request::Range { .. }
-            | Request::SnapshotCreate { .. }
-            | Request::SnapshotDelete { .. } => ("range", 0, 0),
+            } => ("read_snapshot", *lba, u64::from(*block_count)),
+            // The NBD server never sends range operations or snapshot changes.
+            Request::Range { .. } => ("range", 0, 0),
+            Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. } => ("snapshot", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)

@@ -103,6 +103,11 @@ impl Volume for Dummy {
             Request::Flush => Ok(ReplyData::Done),
             // NBD has no range operations: the server never sends one.
             Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
+            // Nor snapshot changes; and this volume lists no snapshots, so
+            // no view reads one.
+            r @ (Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::ReadSnapshot { .. }) => panic!("the NBD server sent {r:?}"),
         };
         std::future::ready(reply)
     }

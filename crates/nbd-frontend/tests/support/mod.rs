@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use zftl::core::{FormatOptions, FtlConfig, IoError, ReplyData, Request};
+use zftl::core::history::Snapshot;
+use zftl::core::{FormatOptions, FtlConfig, IoError, ReplyData, Request, TagPlacement};
 use zftl::handle::{AsyncHandle, Handle};
 use zftl::sim::{SimConfig, SimDevice};
 use zftl_nbd::client::{info_request, Client, ClientError};
@@ -35,16 +36,32 @@ impl Volume for Vol {
     fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send {
         self.0.call(request)
     }
+    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
+        self.0.snapshots()
+    }
 }
 
 pub async fn format_volume() -> Vol {
-    tokio::task::spawn_blocking(|| {
+    format_volume_with(FormatOptions::default()).await
+}
+
+/// A volume with tags in band: one that takes snapshots.
+pub async fn format_volume_in_band() -> Vol {
+    format_volume_with(FormatOptions {
+        tag_placement: TagPlacement::InBand,
+        ..FormatOptions::default()
+    })
+    .await
+}
+
+async fn format_volume_with(options: FormatOptions) -> Vol {
+    tokio::task::spawn_blocking(move || {
         let dev = SimDevice::create_memory(SimConfig::small_for_tests()).unwrap();
         let config = FtlConfig {
             max_request_blocks: 64,
             ..FtlConfig::default()
         };
-        let h = Handle::format(dev, &FormatOptions::default(), config).unwrap();
+        let h = Handle::format(dev, &options, config).unwrap();
         Vol(AsyncHandle::from(h))
     })
     .await
