@@ -96,7 +96,7 @@ pub enum BenchCommand {
     /// KiB read and write latency percentiles, idle and during GC.
     Media(media::MediaArgs),
     /// Snapshots on the in-memory simulator (timing off): create and
-    /// delete latency and the media blocks they write after 4 MiB and 1
+    /// delete latency and the media blocks they write after 4 MiB and 4
     /// GiB written, with one and with 4096 live snapshots, mount time with
     /// one and with many, memory per kept block, and the write
     /// amplification of a hot/cold workload with 0, 1 and 4 live

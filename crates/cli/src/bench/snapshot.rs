@@ -1,9 +1,10 @@
 //! `zftl bench snapshot`: snapshots on the in-memory simulator with timing
 //! off (CPU cost and media counts, wall clock), in each tag mode asked for:
 //!
-//! - create and delete latency after a small and a large amount written
-//!   (`--small-mib`, `--large-mib`), with the metadata, padding and other
-//!   media blocks each create and delete wrote (from the FTL's counters);
+//! - create and delete latency on two volumes, one after a small and one
+//!   after a large amount written (`--small-mib`, `--large-mib`), their
+//!   rounds in turn, with the metadata, padding and other media blocks
+//!   each create and delete wrote (from the FTL's counters);
 //! - create and delete latency and mount time (clean shutdown, then
 //!   `Driver::mount`) with one live snapshot and with many (`--many`),
 //!   each snapshot keeping a few blocks; memory per kept block and the
@@ -45,16 +46,15 @@ pub struct SnapshotArgs {
     /// device's geometry with as many erase blocks per LUN as that takes.
     #[arg(long, value_name = "MIB", default_value_t = 4096)]
     pub device_mib: u64,
-    /// Host data written (sequentially, wrapping around the volume) before
-    /// the first set of create/delete rounds.
+    /// Host data written (sequentially, wrapping within the first three
+    /// quarters of the volume) before the first set of create/delete rounds.
     #[arg(long, value_name = "MIB", default_value_t = 4)]
     pub small_mib: u64,
-    /// Host data written in all before the second set of rounds (4096
-    /// takes a few times longer than the default).
-    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    /// Host data written in all before the second set of rounds.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
     pub large_mib: u64,
     /// Rounds of each latency measurement (create + delete, mount).
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 11)]
     pub rounds: usize,
     /// Live snapshots in the many-snapshot case, counting the one each
     /// round creates (at most 4096, the volume's bound).
@@ -154,23 +154,27 @@ pub struct AfterWritten {
     pub one_live: CreateDelete,
 }
 
-/// large ÷ small, of the medians and of the minima.
+/// large ÷ small per round (the two volumes' rounds run in turn).
 #[derive(Debug, Serialize)]
 pub struct Ratios {
-    pub create_median: f64,
-    pub create_min: f64,
-    pub delete_median: f64,
-    pub delete_min: f64,
+    pub create: Rounds,
+    pub delete: Rounds,
 }
 
 impl Ratios {
     fn of(large: &CreateDelete, small: &CreateDelete) -> Ratios {
-        let r = |a: f64, b: f64| round(ratio(a, b), 3);
+        let per_round = |l: &Rounds, s: &Rounds| {
+            Rounds::of(
+                l.rounds
+                    .iter()
+                    .zip(&s.rounds)
+                    .map(|(l, s)| ratio(*l, *s))
+                    .collect(),
+            )
+        };
         Ratios {
-            create_median: r(large.create.us.median, small.create.us.median),
-            create_min: r(large.create.us.min, small.create.us.min),
-            delete_median: r(large.delete.us.median, small.delete.us.median),
-            delete_min: r(large.delete.us.min, small.delete.us.min),
+            create: per_round(&large.create.us, &small.create.us),
+            delete: per_round(&large.delete.us, &small.delete.us),
         }
     }
 }
@@ -320,10 +324,7 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
     spec.validate().map_err(BenchError::Args)?;
     let mut modes = Vec::new();
     for mode in args.tags.modes() {
-        let mut drv = volume(args, ftl, mode)?;
-        let logical_blocks = drv.logical_blocks();
-        let latency = latency(args, &mut drv)?;
-        drop(drv);
+        let (logical_blocks, latency) = latency(args, ftl, mode)?;
         let many = many(args, ftl, mode)?;
         let wa = write_amplification(args, ftl, mode)?;
         modes.push(ModeReport {
@@ -441,9 +442,30 @@ impl Collect {
     }
 }
 
-/// `--rounds` rounds on a flushed volume: create a snapshot (timed),
-/// overwrite `--kept-per-snapshot` blocks at `kept_at` and flush (so it
-/// keeps them), delete it (timed), settle (its sweep).
+/// One round on a flushed volume: create a snapshot (timed), overwrite
+/// `--kept-per-snapshot` blocks at `kept_at` and flush (so it keeps them),
+/// delete it (timed), settle (its sweep).
+fn one_round(
+    args: &SnapshotArgs,
+    drv: &mut Driver<SimDevice>,
+    kept_at: u64,
+    r: usize,
+    (create, delete): (&mut Collect, &mut Collect),
+) -> Result<(), BenchError> {
+    drv.flush()?;
+    drv.settle()?;
+    let name = format!("bench-{r}");
+    create.time(drv, |d| d.snapshot_create(&name).map(drop))?;
+    let mut next = kept_at;
+    write_seq(drv, &mut next, args.kept_per_snapshot, u64::MAX)?;
+    drv.flush()?;
+    drv.settle()?;
+    delete.time(drv, |d| d.snapshot_delete(&name))?;
+    drv.settle()?;
+    Ok(())
+}
+
+/// `--rounds` rounds of [`one_round`].
 fn create_delete(
     args: &SnapshotArgs,
     drv: &mut Driver<SimDevice>,
@@ -451,58 +473,92 @@ fn create_delete(
 ) -> Result<(OpCost, OpCost), BenchError> {
     let (mut create, mut delete) = (Collect::default(), Collect::default());
     for r in 0..args.rounds {
-        drv.flush()?;
-        drv.settle()?;
-        let name = format!("bench-{r}");
-        create.time(drv, |d| d.snapshot_create(&name).map(drop))?;
-        let mut next = kept_at;
-        write_seq(drv, &mut next, args.kept_per_snapshot, u64::MAX)?;
-        drv.flush()?;
-        drv.settle()?;
-        delete.time(drv, |d| d.snapshot_delete(&name))?;
-        drv.settle()?;
+        one_round(args, drv, kept_at, r, (&mut create, &mut delete))?;
     }
     Ok((create.done(), delete.done()))
 }
 
-/// Both sets of rounds after what was written so far: with no snapshot
-/// live, then with one.
+/// `--rounds` rounds on the small and the large volume in turn (which goes
+/// first alternates), with no other snapshot live and then with one.
 fn after_written(
     args: &SnapshotArgs,
-    drv: &mut Driver<SimDevice>,
-    written_bytes: u64,
-) -> Result<AfterWritten, BenchError> {
-    let (create, delete) = create_delete(args, drv, 0)?;
-    let none_live = CreateDelete { create, delete };
-    drv.snapshot_create("base")?;
-    let mut at = args.kept_per_snapshot;
-    write_seq(drv, &mut at, args.kept_per_snapshot, u64::MAX)?;
-    let (create, delete) = create_delete(args, drv, 0)?;
-    drv.snapshot_delete("base")?;
-    drv.settle()?;
-    Ok(AfterWritten {
-        written_bytes,
-        none_live,
-        one_live: CreateDelete { create, delete },
-    })
+    small: &mut Driver<SimDevice>,
+    large: &mut Driver<SimDevice>,
+) -> Result<[[CreateDelete; 2]; 2], BenchError> {
+    let run = |small: &mut Driver<SimDevice>, large: &mut Driver<SimDevice>| {
+        let mut c = [
+            (Collect::default(), Collect::default()),
+            (Collect::default(), Collect::default()),
+        ];
+        let [cs, cl] = &mut c;
+        for r in 0..args.rounds {
+            if r % 2 == 0 {
+                one_round(args, small, 0, r, (&mut cs.0, &mut cs.1))?;
+                one_round(args, large, 0, r, (&mut cl.0, &mut cl.1))?;
+            } else {
+                one_round(args, large, 0, r, (&mut cl.0, &mut cl.1))?;
+                one_round(args, small, 0, r, (&mut cs.0, &mut cs.1))?;
+            }
+        }
+        let [(c0, d0), (c1, d1)] = c;
+        Ok::<_, BenchError>([
+            CreateDelete {
+                create: c0.done(),
+                delete: d0.done(),
+            },
+            CreateDelete {
+                create: c1.done(),
+                delete: d1.done(),
+            },
+        ])
+    };
+    let none = run(small, large)?;
+    for drv in [&mut *small, &mut *large] {
+        drv.snapshot_create("base")?;
+        let mut at = args.kept_per_snapshot;
+        write_seq(drv, &mut at, args.kept_per_snapshot, u64::MAX)?;
+    }
+    let one = run(small, large)?;
+    for drv in [small, large] {
+        drv.snapshot_delete("base")?;
+        drv.settle()?;
+    }
+    Ok([none, one])
 }
 
-fn latency(args: &SnapshotArgs, drv: &mut Driver<SimDevice>) -> Result<Latency, BenchError> {
-    let logical = drv.logical_blocks();
-    let bs = drv.block_size() as u64;
-    let mut next = 0u64;
-    let small_blocks = args.small_mib * MIB / bs;
-    let large_blocks = args.large_mib * MIB / bs;
-    write_seq(drv, &mut next, small_blocks, logical)?;
-    let small = after_written(args, drv, next * bs)?;
-    write_seq(drv, &mut next, large_blocks - small_blocks, logical)?;
-    let large = after_written(args, drv, next * bs)?;
-    Ok(Latency {
-        none_live_ratio: Ratios::of(&large.none_live, &small.none_live),
-        one_live_ratio: Ratios::of(&large.one_live, &small.one_live),
-        small,
-        large,
-    })
+fn latency(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<(u64, Latency), BenchError> {
+    let mut small = volume(args, ftl, mode)?;
+    let mut large = volume(args, ftl, mode)?;
+    let logical = small.logical_blocks();
+    // Kept blocks count against the logical size: on a fully mapped
+    // volume every overwrite with a snapshot live is refused, so the
+    // writes wrap within the first three quarters.
+    let span = logical / 4 * 3;
+    let bs = small.block_size() as u64;
+    let (mut next_small, mut next_large) = (0u64, 0u64);
+    write_seq(&mut small, &mut next_small, args.small_mib * MIB / bs, span)?;
+    write_seq(&mut large, &mut next_large, args.large_mib * MIB / bs, span)?;
+    let [[small_none, large_none], [small_one, large_one]] =
+        after_written(args, &mut small, &mut large)?;
+    let latency = Latency {
+        none_live_ratio: Ratios::of(&large_none, &small_none),
+        one_live_ratio: Ratios::of(&large_one, &small_one),
+        small: AfterWritten {
+            written_bytes: next_small * bs,
+            none_live: small_none,
+            one_live: small_one,
+        },
+        large: AfterWritten {
+            written_bytes: next_large * bs,
+            none_live: large_none,
+            one_live: large_one,
+        },
+    };
+    Ok((logical, latency))
 }
 
 /// Create/delete rounds and mount rounds with the snapshots live now;
@@ -798,14 +854,8 @@ impl SnapshotReport {
                 ("none_live", &m.latency.none_live_ratio),
                 ("one_live", &m.latency.one_live_ratio),
             ] {
-                t.row(
-                    &format!("{live}_create_ratio"),
-                    format!("median {} min {}", r.create_median, r.create_min),
-                );
-                t.row(
-                    &format!("{live}_delete_ratio"),
-                    format!("median {} min {}", r.delete_median, r.delete_min),
-                );
+                t.row(&format!("{live}_create_ratio"), show(&r.create));
+                t.row(&format!("{live}_delete_ratio"), show(&r.delete));
             }
             let many = &m.many;
             let cases = std::iter::once(&many.one).chain(many.many.as_ref());
