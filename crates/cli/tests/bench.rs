@@ -513,3 +513,124 @@ fn range_rejects_bad_arguments() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));
 }
+
+#[test]
+fn snapshot_reports_latency_blocks_mount_memory_and_wa() {
+    let v = json(&[
+        "bench",
+        "snapshot",
+        "--json",
+        "--device-mib",
+        "256",
+        "--small-mib",
+        "1",
+        "--large-mib",
+        "8",
+        "--rounds",
+        "2",
+        "--many",
+        "8",
+        "--wa-zone-blocks",
+        "16",
+        "--wa-overwrites",
+        "1",
+        "--wa-interval",
+        "0.02",
+    ]);
+    let modes = v["modes"].as_array().expect("modes");
+    let names: Vec<&str> = modes
+        .iter()
+        .map(|m| m["tag_mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["oob", "in-band"], "--tags both is the default");
+    let check_op = |op: &Value, what: &str| {
+        let rounds = op["us"]["rounds"].as_array().expect("rounds");
+        assert_eq!(rounds.len(), 2, "every round is printed: {what} {op}");
+        assert!(num(&op["us"], "min") > 0.0, "{what} {op}");
+        assert!(num(&op["us"], "min") <= num(&op["us"], "median"), "{what}");
+        let meta = op["meta_blocks"].as_array().expect("meta_blocks");
+        assert_eq!(meta.len(), 2, "{what}");
+        // Durable: every create and delete logs at least its note.
+        assert!(meta.iter().all(|b| b.as_u64().unwrap() >= 1), "{what} {op}");
+        assert_eq!(op["pad_blocks"].as_array().unwrap().len(), 2);
+        assert_eq!(op["other_blocks"].as_array().unwrap().len(), 2);
+    };
+    for m in modes {
+        let mode = m["tag_mode"].as_str().unwrap();
+        let lat = &m["latency"];
+        assert_eq!(num(&lat["small"], "written_bytes"), 1048576.0);
+        assert_eq!(num(&lat["large"], "written_bytes"), 8388608.0);
+        for size in ["small", "large"] {
+            for live in ["none_live", "one_live"] {
+                let cd = &lat[size][live];
+                check_op(&cd["create"], &format!("{mode} {size} {live} create"));
+                check_op(&cd["delete"], &format!("{mode} {size} {live} delete"));
+            }
+            // With a snapshot already live a create is its one note.
+            let one = lat[size]["one_live"]["create"]["meta_blocks"]
+                .as_array()
+                .unwrap();
+            assert!(one.iter().all(|b| b.as_u64() == Some(1)), "{mode} {one:?}");
+        }
+        for live in ["none_live_ratio", "one_live_ratio"] {
+            for op in ["create", "delete"] {
+                let r = &lat[live][op];
+                assert_eq!(r["rounds"].as_array().unwrap().len(), 2, "{r}");
+                assert!(num(r, "min") > 0.0, "{lat}");
+            }
+        }
+        let many = &m["many"];
+        assert_eq!(num(many, "asked"), 8.0);
+        assert_eq!(num(many, "built"), 7.0, "room for 8 snapshots: {many}");
+        assert!(many["refused"].is_null(), "{many}");
+        assert_eq!(num(&many["one"], "live_before"), 1.0);
+        assert_eq!(num(&many["many"], "live_before"), 7.0);
+        // Each snapshot keeps the blocks overwritten after it.
+        assert!(num(&many["many"], "kept_versions") >= 7.0 * 4.0, "{many}");
+        for w in [&many["one"], &many["many"]] {
+            check_op(&w["create"], mode);
+            check_op(&w["delete"], mode);
+            assert_eq!(w["mount_ms"]["rounds"].as_array().unwrap().len(), 2);
+            assert!(num(&w["mount_ms"], "min") > 0.0);
+        }
+        assert!(num(many, "mount_ratio_median") > 0.0);
+        let per = num(many, "memory_bytes_per_kept_block");
+        assert!(per > 0.0 && per < 4096.0, "{mode}: {per} B per kept block");
+        assert!(num(many, "room_versions") > 0.0);
+        let wa = &m["wa"];
+        assert!(num(wa, "used_blocks") < num(wa, "logical_blocks"));
+        let cases = wa["cases"].as_array().expect("cases");
+        let lives: Vec<f64> = cases.iter().map(|c| num(c, "live")).collect();
+        assert_eq!(lives, [0.0, 1.0, 4.0]);
+        for c in cases {
+            assert_eq!(num(c, "host_writes"), num(wa, "used_blocks"), "{c}");
+            assert!(num(c, "wa") >= 1.0, "{mode}: {c}");
+            assert!(num(c, "meta_blocks_per_host_write") > 0.0, "{c}");
+            assert!(c["stopped"].is_null(), "{mode}: {c}");
+        }
+        assert_eq!(num(&cases[0], "creates"), 0.0);
+        assert!(num(&cases[0], "interval_flushes") > 0.0);
+        assert!(num(&cases[2], "creates") > 0.0);
+        assert!(num(&cases[2], "max_kept_versions") > 0.0, "{}", cases[2]);
+    }
+}
+
+#[test]
+fn snapshot_rejects_bad_arguments() {
+    for args in [
+        ["--rounds", "0"],
+        ["--device-mib", "100"],
+        ["--many", "1"],
+        ["--wa-used", "1.5"],
+    ] {
+        let mut all = vec!["bench", "snapshot"];
+        all.extend_from_slice(&args);
+        let out = zftl(&all);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(args[0]),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -19,7 +19,10 @@
 //!   engine on the raw namespace (a real device, e.g. in the QEMU guest);
 //! - `range`: range operations: durable moves per second, clone against
 //!   copy, the first write to a shared block, single- against
-//!   double-write journaling, memory per shared block.
+//!   double-write journaling, memory per shared block;
+//! - `snapshot`: snapshot create/delete latency and metadata blocks, with
+//!   much written and with many snapshots live, mount time, memory per
+//!   kept block, and write amplification with snapshots live.
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
@@ -32,6 +35,7 @@ mod range;
 pub mod raw;
 mod recovery;
 pub mod shape;
+mod snapshot;
 mod throughput;
 mod wa;
 mod workload;
@@ -91,6 +95,14 @@ pub enum BenchCommand {
     /// queue depth, for random and sequential writes and random reads; 4
     /// KiB read and write latency percentiles, idle and during GC.
     Media(media::MediaArgs),
+    /// Snapshots on the in-memory simulator (timing off): create and
+    /// delete latency and the media blocks they write after 4 MiB and 4
+    /// GiB written, with one and with 4096 live snapshots, mount time with
+    /// one and with many, memory per kept block, and the write
+    /// amplification of a hot/cold workload with 0, 1 and 4 live
+    /// snapshots taken at intervals; tags in OOB and in band. Every round
+    /// is printed.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -349,6 +361,9 @@ pub fn run(args: &BenchArgs, json: bool, ftl: &FtlConfig) -> Result<(), CliError
         BenchCommand::Zns(a) => zns::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Range(a) => range::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Media(a) => media::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Snapshot(a) => {
+            snapshot::run(a, ftl).and_then(|r| emit(json, &r, || r.text()))
+        }
     };
     match outcome {
         Ok(()) => Ok(()),

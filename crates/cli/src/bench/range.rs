@@ -63,7 +63,7 @@ pub struct Rounds {
 }
 
 impl Rounds {
-    fn of(rounds: Vec<f64>) -> Rounds {
+    pub(super) fn of(rounds: Vec<f64>) -> Rounds {
         let min = rounds.iter().copied().fold(f64::INFINITY, f64::min);
         Rounds {
             median: round(median(rounds.iter().copied()), 4),

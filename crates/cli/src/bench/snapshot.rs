@@ -1,0 +1,943 @@
+//! `zftl bench snapshot`: snapshots on the in-memory simulator with timing
+//! off (CPU cost and media counts, wall clock), in each tag mode asked for:
+//!
+//! - create and delete latency on two volumes, one after a small and one
+//!   after a large amount written (`--small-mib`, `--large-mib`), their
+//!   rounds in turn, with the metadata, padding and other media blocks
+//!   each create and delete wrote (from the FTL's counters);
+//! - create and delete latency and mount time (clean shutdown, then
+//!   `Driver::mount`) with one live snapshot and with many (`--many`),
+//!   each snapshot keeping a few blocks; memory per kept block and the
+//!   room left for kept versions;
+//! - write amplification of `bench wa`'s hot/cold workload with 0, 1 and
+//!   4 live snapshots taken at intervals (each new one created before the
+//!   oldest past the count is deleted; with 0 the same intervals end in a
+//!   flush, the barrier a create brings), and the metadata blocks per host
+//!   write.
+//!
+//! Every round is printed with the minimum and the median.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use clap::Args;
+use serde::Serialize;
+use zftl_core::{Driver, FormatOptions, FtlConfig, FtlStats, IoError, TagPlacement, VictimPolicy};
+use zftl_sim::{SimConfig, SimDevice};
+
+use super::pipe::Pipeline;
+use super::range::Rounds;
+use super::workload::{AddressGen, WorkloadKind, WorkloadSpec};
+use super::{plan, progress, ratio, round, wa, BenchError, SpaceArgs, TagMode};
+use crate::report::Text;
+
+const MIB: u64 = 1 << 20;
+/// Host writes kept in flight by the writers of this bench.
+const QUEUE_DEPTH: usize = 8;
+/// The simulator's default device is 16 LUNs of 256-page erase blocks of
+/// 4 KiB: 16 MiB per erase block on every LUN.
+const MIB_PER_BLOCK_ROW: u64 = 16;
+
+/// `zftl bench snapshot`.
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    /// Size of the simulated device of the latency and many-snapshot
+    /// measurements, in MiB (a multiple of 16, at least 256): the default
+    /// device's geometry with as many erase blocks per LUN as that takes.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    pub device_mib: u64,
+    /// Host data written (sequentially, wrapping within the first three
+    /// quarters of the volume) before the first set of create/delete rounds.
+    #[arg(long, value_name = "MIB", default_value_t = 4)]
+    pub small_mib: u64,
+    /// Host data written in all before the second set of rounds.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    pub large_mib: u64,
+    /// Rounds of each latency measurement (create + delete, mount).
+    #[arg(long, value_name = "N", default_value_t = 11)]
+    pub rounds: usize,
+    /// Live snapshots in the many-snapshot case, counting the one each
+    /// round creates (at most 4096, the volume's bound).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub many: u64,
+    /// Blocks overwritten after each create, so every snapshot keeps
+    /// that many replaced versions.
+    #[arg(long, value_name = "BLOCKS", default_value_t = 4)]
+    pub kept_per_snapshot: u64,
+    /// Tag placements to measure: oob, in-band or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub tags: Tags,
+    /// Write amplification: data zones of the device (`bench wa --zones`).
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub wa_zones: u32,
+    /// Write amplification: blocks per zone (`bench wa --zone-blocks`).
+    #[arg(long, value_name = "BLOCKS", default_value_t = 256)]
+    pub wa_zone_blocks: u32,
+    /// Write amplification: over-provisioning (`bench wa --op`).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.28)]
+    pub wa_op: f64,
+    /// Write amplification: GC victim policy.
+    #[arg(long, value_name = "POLICY", default_value = "greedy")]
+    pub wa_policy: VictimPolicy,
+    /// Write amplification: hot/cold overwrites after the fill, as a
+    /// multiple of the used space.
+    #[arg(long, value_name = "F", default_value_t = 4.0)]
+    pub wa_overwrites: f64,
+    /// Write amplification: host writes between two snapshots, as a
+    /// fraction of the used space.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.01)]
+    pub wa_interval: f64,
+    /// Write amplification: the live snapshot counts to compare.
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_values_t = [0, 1, 4])]
+    pub wa_live: Vec<usize>,
+    /// Write amplification: the share of the logical space the workload
+    /// fills and overwrites; the rest stays unmapped, room for the blocks
+    /// the snapshots keep (kept blocks count against the logical size).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
+    pub wa_used: f64,
+    /// Write amplification: the share of the used space that is hot.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
+    pub hot_fraction: f64,
+    /// Write amplification: the share of writes that go to the hot part.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
+    pub hot_access: f64,
+    /// Seed of the address stream and of the formats.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `--tags`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tags {
+    Oob,
+    InBand,
+    Both,
+}
+
+impl Tags {
+    fn modes(self) -> Vec<TagMode> {
+        match self {
+            Tags::Oob => vec![TagMode::Oob],
+            Tags::InBand => vec![TagMode::InBand],
+            Tags::Both => vec![TagMode::Oob, TagMode::InBand],
+        }
+    }
+}
+
+/// One snapshot create or delete per round: wall time and the media
+/// blocks it wrote, by kind.
+#[derive(Debug, Serialize)]
+pub struct OpCost {
+    pub us: Rounds,
+    /// Metadata blocks (log blocks with its notes, checkpoint blocks) per round.
+    pub meta_blocks: Vec<u64>,
+    /// Padding of partial write units per round.
+    pub pad_blocks: Vec<u64>,
+    /// Every other media block per round (host data it flushed, GC copies).
+    pub other_blocks: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreateDelete {
+    pub create: OpCost,
+    pub delete: OpCost,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AfterWritten {
+    /// Host bytes written to the volume before these rounds.
+    pub written_bytes: u64,
+    /// No other snapshot live: each create is the volume's first (with
+    /// tags in OOB it waits for a checkpoint), each delete its last.
+    pub none_live: CreateDelete,
+    /// One other snapshot live (keeping `--kept-per-snapshot` blocks).
+    pub one_live: CreateDelete,
+}
+
+/// large ÷ small per round (the two volumes' rounds run in turn).
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    pub create: Rounds,
+    pub delete: Rounds,
+}
+
+impl Ratios {
+    fn of(large: &CreateDelete, small: &CreateDelete) -> Ratios {
+        let per_round = |l: &Rounds, s: &Rounds| {
+            Rounds::of(
+                l.rounds
+                    .iter()
+                    .zip(&s.rounds)
+                    .map(|(l, s)| ratio(*l, *s))
+                    .collect(),
+            )
+        };
+        Ratios {
+            create: per_round(&large.create.us, &small.create.us),
+            delete: per_round(&large.delete.us, &small.delete.us),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub small: AfterWritten,
+    pub large: AfterWritten,
+    pub none_live_ratio: Ratios,
+    pub one_live_ratio: Ratios,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WithLive {
+    /// Live snapshots before each round's create (and at each mount).
+    pub live_before: u64,
+    /// Replaced versions they keep.
+    pub kept_versions: u64,
+    pub create: OpCost,
+    pub delete: OpCost,
+    /// Clean shutdown, then `Driver::mount` timed (ms).
+    pub mount_ms: Rounds,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Many {
+    pub asked: u64,
+    /// Live snapshots reached before the many-snapshot rounds (`asked` −
+    /// 1 unless a create was refused).
+    pub built: u64,
+    /// Why building stopped early, if it did.
+    pub refused: Option<String>,
+    /// Wall time to build them (the writes between creates included).
+    pub build_s: f64,
+    pub one: WithLive,
+    pub many: Option<WithLive>,
+    /// many ÷ one, medians and minima.
+    pub create_ratio_median: f64,
+    pub create_ratio_min: f64,
+    pub delete_ratio_median: f64,
+    pub delete_ratio_min: f64,
+    pub mount_ratio_median: f64,
+    pub mount_ratio_min: f64,
+    /// `snapshot_memory_bytes ÷ snapshot_versions` with many live.
+    pub memory_bytes_per_kept_block: f64,
+    pub snapshot_memory_bytes: u64,
+    pub snapshot_versions: u64,
+    /// Kept versions the volume has room for still (`snapshot_room_versions`).
+    pub room_versions: u64,
+    pub map_memory_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WaCase {
+    pub live: usize,
+    pub host_writes: u64,
+    pub media_writes: u64,
+    pub wa: f64,
+    pub gc_copies: u64,
+    pub meta_writes: u64,
+    pub pad_blocks: u64,
+    pub meta_blocks_per_host_write: f64,
+    pub creates: u64,
+    pub deletes: u64,
+    /// Flushes at the intervals (the 0-snapshot case).
+    pub interval_flushes: u64,
+    /// Most versions the snapshots kept at an interval's end (before its
+    /// create).
+    pub max_kept_versions: u64,
+    /// Least `snapshot_room_versions` seen at an interval's end.
+    pub min_room_versions: u64,
+    /// Set when a write or create was refused and the case stopped there.
+    pub stopped: Option<String>,
+    pub elapsed_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WaReport {
+    pub logical_blocks: u64,
+    /// The blocks the workload fills and overwrites (`--wa-used`).
+    pub used_blocks: u64,
+    pub op_actual: f64,
+    pub policy: String,
+    pub hot_fraction: f64,
+    pub hot_access: f64,
+    pub overwrites: f64,
+    pub interval_blocks: u64,
+    pub cases: Vec<WaCase>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModeReport {
+    pub tag_mode: &'static str,
+    pub logical_blocks: u64,
+    pub latency: Latency,
+    pub many: Many,
+    pub wa: WaReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SnapshotReport {
+    pub device_bytes: u64,
+    pub rounds: usize,
+    pub kept_per_snapshot: u64,
+    pub modes: Vec<ModeReport>,
+}
+
+pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, BenchError> {
+    if args.rounds == 0 {
+        return Err(BenchError::Args("--rounds must be at least 1".into()));
+    }
+    if args.device_mib < 256 || !args.device_mib.is_multiple_of(MIB_PER_BLOCK_ROW) {
+        return Err(BenchError::Args(format!(
+            "--device-mib {} must be a multiple of 16, at least 256",
+            args.device_mib
+        )));
+    }
+    if args.small_mib == 0 || args.large_mib <= args.small_mib {
+        return Err(BenchError::Args(
+            "--small-mib must be at least 1 and --large-mib above it".into(),
+        ));
+    }
+    if args.many < 2 || args.kept_per_snapshot == 0 {
+        return Err(BenchError::Args(
+            "--many must be at least 2 and --kept-per-snapshot at least 1".into(),
+        ));
+    }
+    if !(args.wa_interval > 0.0 && args.wa_interval <= 1.0) {
+        return Err(BenchError::Args(format!(
+            "--wa-interval {} must lie in (0, 1]",
+            args.wa_interval
+        )));
+    }
+    if !(args.wa_used > 0.0 && args.wa_used <= 1.0) {
+        return Err(BenchError::Args(format!(
+            "--wa-used {} must lie in (0, 1]",
+            args.wa_used
+        )));
+    }
+    if !(args.wa_overwrites > 0.0 && args.wa_overwrites.is_finite()) {
+        return Err(BenchError::Args(format!(
+            "--wa-overwrites {} must be a positive number",
+            args.wa_overwrites
+        )));
+    }
+    let spec = hotcold(args);
+    spec.validate().map_err(BenchError::Args)?;
+    let mut modes = Vec::new();
+    for mode in args.tags.modes() {
+        let (logical_blocks, latency) = latency(args, ftl, mode)?;
+        let many = many(args, ftl, mode)?;
+        let wa = write_amplification(args, ftl, mode)?;
+        modes.push(ModeReport {
+            tag_mode: mode.name(),
+            logical_blocks,
+            latency,
+            many,
+            wa,
+        });
+    }
+    Ok(SnapshotReport {
+        device_bytes: args.device_mib * MIB,
+        rounds: args.rounds,
+        kept_per_snapshot: args.kept_per_snapshot,
+        modes,
+    })
+}
+
+fn sim(args: &SnapshotArgs) -> SimConfig {
+    SimConfig {
+        blocks_per_lun: u32::try_from(args.device_mib / MIB_PER_BLOCK_ROW).unwrap_or(u32::MAX),
+        endurance_erases: u32::MAX,
+        timing: None,
+        ..SimConfig::default()
+    }
+}
+
+/// A fresh volume of `--device-mib` in memory, timing off, the default
+/// logical size.
+fn volume(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<Driver<SimDevice>, BenchError> {
+    let dev = SimDevice::create_memory(sim(args))?;
+    let opts = FormatOptions {
+        tag_placement: match mode {
+            TagMode::Oob => TagPlacement::Auto,
+            TagMode::InBand => TagPlacement::InBand,
+        },
+        seed: args.seed,
+        ..FormatOptions::default()
+    };
+    Ok(Driver::format(dev, &opts, ftl.clone())?)
+}
+
+/// Writes `count` blocks at `next` and on, wrapping at `end`, `QUEUE_DEPTH`
+/// in flight; advances `next`.
+fn write_seq(
+    drv: &mut Driver<SimDevice>,
+    next: &mut u64,
+    count: u64,
+    end: u64,
+) -> Result<(), BenchError> {
+    let mut pipe = Pipeline::new(QUEUE_DEPTH, drv.block_size());
+    let bar = progress(count, "write");
+    pipe.write(
+        drv,
+        count,
+        &mut || {
+            let lba = *next % end;
+            *next += 1;
+            lba
+        },
+        &mut |done| {
+            bar.set_position(done);
+            true
+        },
+    )?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Media blocks written between two readings, by kind.
+fn media(s0: &FtlStats, s1: &FtlStats) -> (u64, u64, u64) {
+    let meta = s1.meta_write_blocks - s0.meta_write_blocks;
+    let pad = s1.pad_blocks - s0.pad_blocks;
+    let all = s1.media_write_blocks - s0.media_write_blocks;
+    (meta, pad, all.saturating_sub(meta + pad))
+}
+
+#[derive(Default)]
+struct Collect {
+    us: Vec<f64>,
+    meta: Vec<u64>,
+    pad: Vec<u64>,
+    other: Vec<u64>,
+}
+
+impl Collect {
+    /// Runs `op`, timed, with the media blocks it wrote.
+    fn time(
+        &mut self,
+        drv: &mut Driver<SimDevice>,
+        op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
+    ) -> Result<(), BenchError> {
+        let s0 = drv.stats();
+        let t = Instant::now();
+        op(drv)?;
+        self.us.push(t.elapsed().as_secs_f64() * 1e6);
+        let (meta, pad, other) = media(&s0, &drv.stats());
+        self.meta.push(meta);
+        self.pad.push(pad);
+        self.other.push(other);
+        Ok(())
+    }
+
+    fn done(self) -> OpCost {
+        OpCost {
+            us: Rounds::of(self.us),
+            meta_blocks: self.meta,
+            pad_blocks: self.pad,
+            other_blocks: self.other,
+        }
+    }
+}
+
+/// One round on a flushed volume: create a snapshot (timed), overwrite
+/// `--kept-per-snapshot` blocks at `kept_at` and flush (so it keeps them),
+/// delete it (timed), settle (its sweep).
+fn one_round(
+    args: &SnapshotArgs,
+    drv: &mut Driver<SimDevice>,
+    kept_at: u64,
+    r: usize,
+    (create, delete): (&mut Collect, &mut Collect),
+) -> Result<(), BenchError> {
+    drv.flush()?;
+    drv.settle()?;
+    let name = format!("bench-{r}");
+    create.time(drv, |d| d.snapshot_create(&name).map(drop))?;
+    let mut next = kept_at;
+    write_seq(drv, &mut next, args.kept_per_snapshot, u64::MAX)?;
+    drv.flush()?;
+    drv.settle()?;
+    delete.time(drv, |d| d.snapshot_delete(&name))?;
+    drv.settle()?;
+    Ok(())
+}
+
+/// `--rounds` rounds of [`one_round`].
+fn create_delete(
+    args: &SnapshotArgs,
+    drv: &mut Driver<SimDevice>,
+    kept_at: u64,
+) -> Result<(OpCost, OpCost), BenchError> {
+    let (mut create, mut delete) = (Collect::default(), Collect::default());
+    for r in 0..args.rounds {
+        one_round(args, drv, kept_at, r, (&mut create, &mut delete))?;
+    }
+    Ok((create.done(), delete.done()))
+}
+
+/// `--rounds` rounds on the small and the large volume in turn (which goes
+/// first alternates), with no other snapshot live and then with one.
+fn after_written(
+    args: &SnapshotArgs,
+    small: &mut Driver<SimDevice>,
+    large: &mut Driver<SimDevice>,
+) -> Result<[[CreateDelete; 2]; 2], BenchError> {
+    let run = |small: &mut Driver<SimDevice>, large: &mut Driver<SimDevice>| {
+        let mut c = [
+            (Collect::default(), Collect::default()),
+            (Collect::default(), Collect::default()),
+        ];
+        let [cs, cl] = &mut c;
+        for r in 0..args.rounds {
+            if r % 2 == 0 {
+                one_round(args, small, 0, r, (&mut cs.0, &mut cs.1))?;
+                one_round(args, large, 0, r, (&mut cl.0, &mut cl.1))?;
+            } else {
+                one_round(args, large, 0, r, (&mut cl.0, &mut cl.1))?;
+                one_round(args, small, 0, r, (&mut cs.0, &mut cs.1))?;
+            }
+        }
+        let [(c0, d0), (c1, d1)] = c;
+        Ok::<_, BenchError>([
+            CreateDelete {
+                create: c0.done(),
+                delete: d0.done(),
+            },
+            CreateDelete {
+                create: c1.done(),
+                delete: d1.done(),
+            },
+        ])
+    };
+    let none = run(small, large)?;
+    for drv in [&mut *small, &mut *large] {
+        drv.snapshot_create("base")?;
+        let mut at = args.kept_per_snapshot;
+        write_seq(drv, &mut at, args.kept_per_snapshot, u64::MAX)?;
+    }
+    let one = run(small, large)?;
+    for drv in [small, large] {
+        drv.snapshot_delete("base")?;
+        drv.settle()?;
+    }
+    Ok([none, one])
+}
+
+fn latency(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<(u64, Latency), BenchError> {
+    let mut small = volume(args, ftl, mode)?;
+    let mut large = volume(args, ftl, mode)?;
+    let logical = small.logical_blocks();
+    // Kept blocks count against the logical size: on a fully mapped
+    // volume every overwrite with a snapshot live is refused, so the
+    // writes wrap within the first three quarters.
+    let span = logical / 4 * 3;
+    let bs = small.block_size() as u64;
+    let (mut next_small, mut next_large) = (0u64, 0u64);
+    write_seq(&mut small, &mut next_small, args.small_mib * MIB / bs, span)?;
+    write_seq(&mut large, &mut next_large, args.large_mib * MIB / bs, span)?;
+    let [[small_none, large_none], [small_one, large_one]] =
+        after_written(args, &mut small, &mut large)?;
+    let latency = Latency {
+        none_live_ratio: Ratios::of(&large_none, &small_none),
+        one_live_ratio: Ratios::of(&large_one, &small_one),
+        small: AfterWritten {
+            written_bytes: next_small * bs,
+            none_live: small_none,
+            one_live: small_one,
+        },
+        large: AfterWritten {
+            written_bytes: next_large * bs,
+            none_live: large_none,
+            one_live: large_one,
+        },
+    };
+    Ok((logical, latency))
+}
+
+/// Create/delete rounds and mount rounds with the snapshots live now;
+/// hands back the remounted volume.
+fn with_live(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mut drv: Driver<SimDevice>,
+    kept_at: u64,
+) -> Result<(WithLive, Driver<SimDevice>), BenchError> {
+    let s = drv.stats();
+    let (live_before, kept_versions) = (s.snapshots, s.snapshot_versions);
+    let (create, delete) = create_delete(args, &mut drv, kept_at)?;
+    let mut mounts = Vec::new();
+    for _ in 0..args.rounds {
+        let dev = drv.shutdown()?;
+        let t = Instant::now();
+        drv = Driver::mount(dev, ftl.clone())?;
+        mounts.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let live = WithLive {
+        live_before,
+        kept_versions,
+        create,
+        delete,
+        mount_ms: Rounds::of(mounts),
+    };
+    Ok((live, drv))
+}
+
+fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, BenchError> {
+    let mut drv = volume(args, ftl, mode)?;
+    let logical = drv.logical_blocks();
+    // The region the snapshots' kept blocks come from, written once; the
+    // create/delete rounds overwrite the blocks just past it.
+    let region = (args.many * args.kept_per_snapshot).min(logical / 2);
+    let rounds_at = region;
+    let mut next = 0u64;
+    write_seq(
+        &mut drv,
+        &mut next,
+        region + args.kept_per_snapshot,
+        logical,
+    )?;
+    drv.flush()?;
+    let mut cursor = 0u64;
+    let mut keep = |drv: &mut Driver<SimDevice>| -> Result<(), BenchError> {
+        write_seq(drv, &mut cursor, args.kept_per_snapshot, region)?;
+        drv.flush()?;
+        Ok(())
+    };
+    drv.snapshot_create("live-0")?;
+    keep(&mut drv)?;
+    let (one, back) = with_live(args, ftl, drv, rounds_at)?;
+    drv = back;
+    let started = Instant::now();
+    let bar = progress(args.many - 1, "snapshots");
+    let mut built = 1u64;
+    let mut refused = None;
+    while built < args.many - 1 {
+        match drv.snapshot_create(&format!("live-{built}")) {
+            Ok(_) => built += 1,
+            Err(e) => {
+                refused = Some(format!(
+                    "create {} refused: {e} (room for {} more kept versions)",
+                    built + 1,
+                    drv.stats().snapshot_room_versions
+                ));
+                break;
+            }
+        }
+        if let Err(e) = keep(&mut drv) {
+            refused = Some(format!(
+                "the writes after create {built} failed: {e} (room for {} more kept versions)",
+                drv.stats().snapshot_room_versions
+            ));
+            break;
+        }
+        bar.set_position(built);
+    }
+    bar.finish_and_clear();
+    let build_s = started.elapsed().as_secs_f64();
+    let (many, drv) = if built > 1 {
+        let (m, d) = with_live(args, ftl, drv, rounds_at)?;
+        (Some(m), d)
+    } else {
+        (None, drv)
+    };
+    let s = drv.stats();
+    let r = |m: Option<&WithLive>, f: &dyn Fn(&WithLive) -> f64| {
+        m.map_or(0.0, |m| round(ratio(f(m), f(&one)), 3))
+    };
+    let m = many.as_ref();
+    Ok(Many {
+        asked: args.many,
+        built,
+        refused,
+        build_s: round(build_s, 3),
+        create_ratio_median: r(m, &|w| w.create.us.median),
+        create_ratio_min: r(m, &|w| w.create.us.min),
+        delete_ratio_median: r(m, &|w| w.delete.us.median),
+        delete_ratio_min: r(m, &|w| w.delete.us.min),
+        mount_ratio_median: r(m, &|w| w.mount_ms.median),
+        mount_ratio_min: r(m, &|w| w.mount_ms.min),
+        memory_bytes_per_kept_block: round(
+            ratio(s.snapshot_memory_bytes as f64, s.snapshot_versions as f64),
+            2,
+        ),
+        snapshot_memory_bytes: s.snapshot_memory_bytes,
+        snapshot_versions: s.snapshot_versions,
+        room_versions: s.snapshot_room_versions,
+        map_memory_bytes: s.map_memory_bytes,
+        one,
+        many,
+    })
+}
+
+fn hotcold(args: &SnapshotArgs) -> WorkloadSpec {
+    WorkloadSpec {
+        kind: WorkloadKind::Hotcold,
+        hot_fraction: args.hot_fraction,
+        hot_access: args.hot_access,
+        ..WorkloadSpec::uniform()
+    }
+}
+
+fn write_amplification(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<WaReport, BenchError> {
+    let space = SpaceArgs {
+        zones: args.wa_zones,
+        zone_blocks: args.wa_zone_blocks,
+        gc_reserve_zones: 1,
+        policy: args.wa_policy,
+        in_band_tags: mode == TagMode::InBand,
+        queue_depth: QUEUE_DEPTH,
+        seed: args.seed,
+    };
+    let plan = plan(&space, args.wa_op)?;
+    let used = ((args.wa_used * plan.logical_blocks as f64).round() as u64).max(1);
+    let interval = ((args.wa_interval * used as f64).round() as u64).max(1);
+    let cases = args
+        .wa_live
+        .iter()
+        .map(|&live| wa_case(args, ftl, &space, &plan, (used, interval), live))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(WaReport {
+        logical_blocks: plan.logical_blocks,
+        used_blocks: used,
+        op_actual: round(plan.op_actual(), 4),
+        policy: args.wa_policy.to_string(),
+        hot_fraction: args.hot_fraction,
+        hot_access: args.hot_access,
+        overwrites: args.wa_overwrites,
+        interval_blocks: interval,
+        cases,
+    })
+}
+
+/// `bench wa`'s steps (format, fill, hot/cold overwrites, flush and
+/// settle, counter deltas over the overwrites) with a snapshot taken every
+/// `interval` host writes, at most `live` kept.
+fn wa_case(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    space: &SpaceArgs,
+    plan: &super::Plan,
+    (used, interval): (u64, u64),
+    live: usize,
+) -> Result<WaCase, BenchError> {
+    let config = FtlConfig {
+        gc_policy: space.policy,
+        temperature_streams: true,
+        ..ftl.clone()
+    };
+    let mut drv = wa::format(plan, space, config)?;
+    let mut pipe = Pipeline::new(space.queue_depth, drv.block_size());
+    wa::fill(&mut drv, &mut pipe, used)?;
+    let mut addresses = AddressGen::new(&hotcold(args), used, space.seed);
+    let base = drv.stats();
+    let total = (args.wa_overwrites * used as f64).round() as u64;
+    let bar = progress(total, &format!("{live} live"));
+    let started = Instant::now();
+    let (mut done, mut flushes, mut taken) = (0u64, 0u64, 0u64);
+    let mut names = VecDeque::new();
+    let (mut max_kept, mut min_room) = (0u64, u64::MAX);
+    let mut stopped = None;
+    while done < total {
+        let n = interval.min(total - done);
+        let mut tick = |d: u64| {
+            bar.set_position(done + d);
+            true
+        };
+        if let Err(e) = pipe.write(&mut drv, n, &mut || addresses.next_lba(), &mut tick) {
+            stopped = Some(format!("a write after {done} host writes failed: {e}"));
+            break;
+        }
+        done += n;
+        let s = drv.stats();
+        max_kept = max_kept.max(s.snapshot_versions);
+        min_room = min_room.min(s.snapshot_room_versions);
+        if done == total {
+            break;
+        }
+        let step = if live == 0 {
+            flushes += 1;
+            drv.flush()
+        } else {
+            // The new one first, then the oldest past the count: the
+            // volume never drops to no snapshot between two intervals.
+            let name = format!("wa-{taken}");
+            drv.snapshot_create(&name).and_then(|_| {
+                names.push_back(name);
+                taken += 1;
+                if names.len() > live {
+                    let oldest: String = names.pop_front().expect("a live snapshot");
+                    drv.snapshot_delete(&oldest)?;
+                }
+                Ok(())
+            })
+        };
+        if let Err(e) = step {
+            stopped = Some(format!("after {done} host writes: {e}"));
+            break;
+        }
+    }
+    if stopped.is_none() {
+        drv.flush()?;
+        drv.settle()?;
+    }
+    bar.finish_and_clear();
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let end = drv.stats();
+    let host_writes = end.host_write_blocks - base.host_write_blocks;
+    let media_writes = end.media_write_blocks - base.media_write_blocks;
+    let meta_writes = end.meta_write_blocks - base.meta_write_blocks;
+    Ok(WaCase {
+        live,
+        host_writes,
+        media_writes,
+        wa: round(ratio(media_writes as f64, host_writes as f64), 4),
+        gc_copies: end.gc_copy_blocks - base.gc_copy_blocks,
+        meta_writes,
+        pad_blocks: end.pad_blocks - base.pad_blocks,
+        meta_blocks_per_host_write: round(ratio(meta_writes as f64, host_writes as f64), 4),
+        creates: end.snapshot_creates - base.snapshot_creates,
+        deletes: end.snapshot_deletes - base.snapshot_deletes,
+        interval_flushes: flushes,
+        max_kept_versions: max_kept,
+        min_room_versions: if min_room == u64::MAX { 0 } else { min_room },
+        stopped,
+        elapsed_s: round(elapsed_s, 3),
+    })
+}
+
+fn show(r: &Rounds) -> String {
+    format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds)
+}
+
+fn blocks(c: &OpCost) -> String {
+    format!(
+        "meta {:?} pad {:?} other {:?}",
+        c.meta_blocks, c.pad_blocks, c.other_blocks
+    )
+}
+
+impl SnapshotReport {
+    pub fn text(&self) -> String {
+        let mut t = Text::default();
+        t.line(format!(
+            "snapshots on a {} simulated device in memory (timing off), {} rounds; µs and ms are wall time",
+            crate::report::human_bytes(self.device_bytes),
+            self.rounds
+        ));
+        for m in &self.modes {
+            let tag = m.tag_mode;
+            for (label, a) in [("small", &m.latency.small), ("large", &m.latency.large)] {
+                let written = crate::report::human_bytes(a.written_bytes);
+                for (live, cd) in [("none", &a.none_live), ("one", &a.one_live)] {
+                    t.section(&format!(
+                        "tags {tag}: create and delete after {written} written ({label}), {live} other live"
+                    ));
+                    t.row("create_us", show(&cd.create.us));
+                    t.row("create_blocks", blocks(&cd.create));
+                    t.row("delete_us", show(&cd.delete.us));
+                    t.row("delete_blocks", blocks(&cd.delete));
+                }
+            }
+            t.section(&format!("tags {tag}: large ÷ small"));
+            for (live, r) in [
+                ("none_live", &m.latency.none_live_ratio),
+                ("one_live", &m.latency.one_live_ratio),
+            ] {
+                t.row(&format!("{live}_create_ratio"), show(&r.create));
+                t.row(&format!("{live}_delete_ratio"), show(&r.delete));
+            }
+            let many = &m.many;
+            let cases = std::iter::once(&many.one).chain(many.many.as_ref());
+            for w in cases {
+                t.section(&format!(
+                    "tags {tag}: {} live snapshots ({} kept versions)",
+                    w.live_before, w.kept_versions
+                ));
+                t.row("create_us", show(&w.create.us));
+                t.row("create_blocks", blocks(&w.create));
+                t.row("delete_us", show(&w.delete.us));
+                t.row("delete_blocks", blocks(&w.delete));
+                t.row("mount_ms", show(&w.mount_ms));
+            }
+            t.section(&format!("tags {tag}: many ÷ one"));
+            t.row("asked", many.asked);
+            t.row("built", many.built);
+            if let Some(why) = &many.refused {
+                t.row("refused", why);
+            }
+            t.row("build_s", many.build_s);
+            t.row(
+                "create_ratio",
+                format!(
+                    "median {} min {}",
+                    many.create_ratio_median, many.create_ratio_min
+                ),
+            );
+            t.row(
+                "delete_ratio",
+                format!(
+                    "median {} min {}",
+                    many.delete_ratio_median, many.delete_ratio_min
+                ),
+            );
+            t.row(
+                "mount_ratio",
+                format!(
+                    "median {} min {}",
+                    many.mount_ratio_median, many.mount_ratio_min
+                ),
+            );
+            t.row(
+                "memory_bytes_per_kept_block",
+                many.memory_bytes_per_kept_block,
+            );
+            t.row("snapshot_versions", many.snapshot_versions);
+            t.row("room_versions", many.room_versions);
+            let w = &m.wa;
+            t.section(&format!(
+                "tags {tag}: hot/cold WA ({} of {} logical blocks used, OP {}, {}, {} × used, a snapshot every {} writes)",
+                w.used_blocks, w.logical_blocks, w.op_actual, w.policy, w.overwrites, w.interval_blocks
+            ));
+            for c in &w.cases {
+                let key = format!("{}_live", c.live);
+                t.row(
+                    &format!("{key}_wa"),
+                    format!(
+                        "{} (gc {} meta {} pad {} of {} host)",
+                        c.wa, c.gc_copies, c.meta_writes, c.pad_blocks, c.host_writes
+                    ),
+                );
+                t.row(
+                    &format!("{key}_meta_per_host_write"),
+                    c.meta_blocks_per_host_write,
+                );
+                t.row(
+                    &format!("{key}_snapshots"),
+                    format!(
+                        "creates {} deletes {} flushes {} max kept {} min room {}",
+                        c.creates,
+                        c.deletes,
+                        c.interval_flushes,
+                        c.max_kept_versions,
+                        c.min_room_versions
+                    ),
+                );
+                if let Some(why) = &c.stopped {
+                    t.row(&format!("{key}_stopped"), why);
+                }
+            }
+        }
+        t.render()
+    }
+}
