@@ -1335,29 +1335,7 @@ pub fn snapshots_body(list: &[Snapshot], stats: &FtlStats) -> Map<String, Value>
     }))
 }
 
-/// `wall_ns` (ns since the Unix epoch) as RFC 3339 UTC to the second,
-/// e.g. `2026-11-27T06:55:43Z`.
-pub fn rfc3339_utc(wall_ns: u64) -> String {
-    let secs = wall_ns / 1_000_000_000;
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use zftl_core::history::rfc3339_utc;
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

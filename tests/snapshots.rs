@@ -465,3 +465,34 @@ fn the_handles_take_read_and_delete_snapshots() {
         Err(IoError::Snapshot(_))
     ));
 }
+
+/// A volume written end to end still takes overwrites while a snapshot
+/// keeps the blocks they replace: kept versions use the room the logical
+/// size leaves on the media.
+#[test]
+fn a_full_volume_overwrites_while_a_snapshot_keeps_the_old_blocks() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        let n = ftl.logical_blocks();
+        let bs = ftl.block_size();
+        for lba in (0..n).step_by(64) {
+            let blocks: Vec<u8> = (lba..(lba + 64).min(n))
+                .flat_map(|l| pattern(l, 1, bs))
+                .collect();
+            ftl.write(lba, &blocks).unwrap();
+        }
+        ftl.snapshot_create("full").unwrap();
+        // The test device's over-provisioning is about 8 %: a thirty-second
+        // of the volume fits beside it.
+        let kept = n / 32;
+        for lba in 0..kept {
+            write(&mut ftl, lba * 16, 2);
+        }
+        ftl.flush().unwrap();
+        assert_eq!(ftl.stats().snapshot_versions, kept);
+        assert_eq!(holds(&mut ftl, Some("full"), 16), Some((16, 1)));
+        assert_eq!(holds(&mut ftl, None, 16), Some((16, 2)));
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after overwrites of a full volume");
+    });
+}

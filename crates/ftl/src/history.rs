@@ -52,6 +52,30 @@ pub struct Version {
     pub birth: Epoch,
 }
 
+/// `wall_ns` (ns since the Unix epoch) as RFC 3339 UTC to the second,
+/// e.g. `2026-11-27T06:55:43Z`.
+pub fn rfc3339_utc(wall_ns: u64) -> String {
+    let secs = wall_ns / 1_000_000_000;
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// Why a snapshot change was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -113,6 +137,8 @@ pub struct History {
     epoch: Epoch,
     /// Live snapshots, by id (so by create seq and by epoch too).
     snapshots: Vec<Snapshot>,
+    /// The live snapshots' ids by name.
+    names: HashMap<String, SnapshotId>,
     next_id: SnapshotId,
     births: Births,
     entries: BTreeMap<(Lba, Seq), Version>,
@@ -131,6 +157,7 @@ impl History {
         History {
             epoch: epoch.max(1),
             snapshots: Vec::new(),
+            names: HashMap::new(),
             next_id: 0,
             births: Births::default(),
             entries: BTreeMap::new(),
@@ -155,6 +182,9 @@ impl History {
         for s in snapshots {
             if s.deleting {
                 return Err(format!("snapshot {} is marked deleting", s.id));
+            }
+            if h.names.insert(s.name.clone(), s.id).is_some() {
+                return Err(format!("two snapshots are named {:?}", s.name));
             }
             h.snapshots.push(Snapshot {
                 id: s.id,
@@ -207,7 +237,7 @@ impl History {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
-        self.snapshots.iter().find(|s| s.name == name)
+        self.names.get(name).and_then(|&id| self.by_id(id))
     }
 
     pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
@@ -351,6 +381,7 @@ impl History {
                 .is_none_or(|s| s.create_seq < create_seq),
             "snapshot created out of seq order"
         );
+        self.names.insert(name.to_string(), id);
         self.snapshots.push(Snapshot {
             id,
             name: name.to_string(),
@@ -371,6 +402,7 @@ impl History {
             .binary_search_by_key(&id, |s| s.id)
             .map_err(|_| SnapshotError::NoSuchId(id))?;
         let s = self.snapshots.remove(i);
+        self.names.remove(&s.name);
         // Older kills never needed it; newer ones it needed, the next
         // snapshot needs too.
         let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);

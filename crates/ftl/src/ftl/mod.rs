@@ -57,6 +57,10 @@ use read::{ReadPart, ReadReq};
 use reloc::{GcJob, RelocItem};
 use std::collections::VecDeque;
 
+/// Zones' worth of blocks that versions kept for snapshots leave free of
+/// the usable space, so GC always finds dead blocks to collect.
+const KEPT_SLACK_ZONES: u64 = 2;
+
 /// A read accepted and not yet looked up: request id, lba, blocks, and the
 /// create seq and epoch of the snapshot it reads (`None`: the live volume).
 type UnplannedRead = (u64, Lba, u32, Option<(Seq, Epoch)>);
@@ -165,6 +169,10 @@ pub struct Ftl {
     buffer: WriteBuffer,
     buffered_new: u64,
     max_mapped_blocks: u64,
+    /// Blocks the data zones hold, less the GC reserve and open lanes:
+    /// kept versions may fill the room the logical size leaves, up to
+    /// [`KEPT_SLACK_ZONES`] zones short of it.
+    usable_blocks: u64,
     /// Blocks at the end of each data zone that hold its summary (0 with
     /// OOB tags): fixed by the geometry and tag mode.
     summary_blocks: u64,
@@ -298,6 +306,7 @@ impl Ftl {
                 u64::from_le_bytes(p.uuid[..8].try_into().expect("8 bytes")),
             ),
             max_mapped_blocks: usable.min(p.layout.logical_blocks),
+            usable_blocks: usable,
             summary_blocks,
             zone_readers: vec![0; zone_count],
             zone_appends: vec![0; zone_count],

@@ -174,6 +174,7 @@ impl Ftl {
     fn retire_zone(&mut self, zone: ZoneId) {
         self.zones.retire(zone);
         self.max_mapped_blocks = self.max_mapped_blocks.saturating_sub(self.data_cap());
+        self.usable_blocks = self.usable_blocks.saturating_sub(self.data_cap());
     }
 
     /// A zone for static wear leveling to move, if leveling is due: when GC

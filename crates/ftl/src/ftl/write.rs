@@ -167,7 +167,16 @@ impl Ftl {
         if keeps && self.history_room() < kept_at_most {
             return Err(IoError::SnapshotSpace);
         }
-        if self.mapping.live_blocks() + self.buffered_new + new_blocks > self.max_mapped_blocks {
+        // Kept versions may use the room the logical size leaves on the
+        // media; without them the live blocks stay within the logical size.
+        let limit = if keeps {
+            let slack = super::KEPT_SLACK_ZONES * self.data_cap();
+            self.max_mapped_blocks
+                .max(self.usable_blocks.saturating_sub(slack))
+        } else {
+            self.max_mapped_blocks
+        };
+        if self.mapping.live_blocks() + self.buffered_new + new_blocks > limit {
             return Err(if keeps {
                 IoError::SnapshotSpace
             } else {
