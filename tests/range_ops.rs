@@ -9,22 +9,7 @@ use zftl::core::{
 use zftl::sim::{SimConfig, SimDevice};
 
 mod common;
-use common::{assert_check_clean, block};
-
-/// A device of 128 zones of 64 blocks (8 MiB of 4 KiB blocks).
-fn sim_config(oob: bool) -> SimConfig {
-    SimConfig {
-        channels: 2,
-        luns_per_channel: 2,
-        blocks_per_lun: 32,
-        pages_per_block: 64,
-        oob_size_bytes: if oob { 64 } else { 0 },
-        zone_width_luns: 1,
-        max_append_blocks: 16,
-        max_transfer_blocks: 32,
-        ..SimConfig::small_for_tests()
-    }
-}
+use common::{assert_check_clean, block, remount_both_ways, volume_config as sim_config};
 
 fn format(oob: bool) -> Driver<SimDevice> {
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
@@ -63,22 +48,6 @@ fn assert_zeros(ftl: &mut Driver<SimDevice>, lba: u64) {
         vec![0; bs],
         "block {lba} reads zeros"
     );
-}
-
-/// A clean remount, then a crash (no checkpoint) and a mount.
-fn remount_both_ways(
-    ftl: Driver<SimDevice>,
-    check: impl Fn(&mut Driver<SimDevice>),
-) -> Driver<SimDevice> {
-    let dev = ftl.shutdown().unwrap();
-    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-    check(&mut ftl);
-    ftl.flush().unwrap();
-    let mut dev = ftl.into_backend();
-    assert_check_clean(&mut dev, "after a crash");
-    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-    check(&mut ftl);
-    ftl
 }
 
 #[test]

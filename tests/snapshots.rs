@@ -4,25 +4,10 @@
 //! and what survives a clean remount and a power cut.
 
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, TagPlacement};
-use zftl::sim::{SimConfig, SimDevice};
+use zftl::sim::SimDevice;
 
 mod common;
-use common::{assert_check_clean, pattern};
-
-/// A device of 128 zones of 64 blocks (8 MiB of 4 KiB blocks).
-fn sim_config(oob: bool) -> SimConfig {
-    SimConfig {
-        channels: 2,
-        luns_per_channel: 2,
-        blocks_per_lun: 32,
-        pages_per_block: 64,
-        oob_size_bytes: if oob { 64 } else { 0 },
-        zone_width_luns: 1,
-        max_append_blocks: 16,
-        max_transfer_blocks: 32,
-        ..SimConfig::small_for_tests()
-    }
-}
+use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
 
 fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
@@ -69,23 +54,6 @@ fn holds(ftl: &mut Driver<SimDevice>, name: Option<&str>, lba: u64) -> Option<(u
     }
     let (origin, version) = common::decode_any(&data).unwrap();
     Some((origin, version))
-}
-
-/// A clean remount, then a crash (no checkpoint) and a mount; `check`
-/// runs after each.
-fn remount_both_ways(
-    ftl: Driver<SimDevice>,
-    check: impl Fn(&mut Driver<SimDevice>),
-) -> Driver<SimDevice> {
-    let dev = ftl.shutdown().unwrap();
-    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-    check(&mut ftl);
-    ftl.flush().unwrap();
-    let mut dev = ftl.into_backend();
-    assert_check_clean(&mut dev, "after a crash");
-    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
-    check(&mut ftl);
-    ftl
 }
 
 #[test]

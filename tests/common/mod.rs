@@ -425,6 +425,39 @@ pub struct SnapModel {
     pub may_be_zero: Vec<bool>,
 }
 
+/// A device of 128 zones of 64 blocks (32 MiB of 4 KiB blocks), with 64
+/// OOB bytes per block (`oob`) or none: the scenario tests' volume.
+pub fn volume_config(oob: bool) -> SimConfig {
+    SimConfig {
+        channels: 2,
+        luns_per_channel: 2,
+        blocks_per_lun: 32,
+        pages_per_block: 64,
+        oob_size_bytes: if oob { 64 } else { 0 },
+        zone_width_luns: 1,
+        max_append_blocks: 16,
+        max_transfer_blocks: 32,
+        ..SimConfig::small_for_tests()
+    }
+}
+
+/// A clean remount, then a crash (no checkpoint) and a mount; `check`
+/// runs after each.
+pub fn remount_both_ways(
+    ftl: Driver<SimDevice>,
+    check: impl Fn(&mut Driver<SimDevice>),
+) -> Driver<SimDevice> {
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    check(&mut ftl);
+    ftl.flush().unwrap();
+    let mut dev = ftl.into_backend();
+    assert_check_clean(&mut dev, "after a crash");
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    check(&mut ftl);
+    ftl
+}
+
 /// Rig geometry: small zones so GC, checkpoints and log wrap happen often.
 pub fn sim_config(seed: u64, oob: bool, timing: bool) -> SimConfig {
     SimConfig {
