@@ -42,6 +42,7 @@ use crate::backend::{Command, Completion, DeviceError, Geometry, ZoneId};
 use crate::buffer::{SlotId, WriteBuffer};
 use crate::config::FtlConfig;
 use crate::error::IoError;
+use crate::history::SnapshotId;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
 use crate::mapping::Mapping;
@@ -62,8 +63,9 @@ use std::collections::VecDeque;
 const KEPT_SLACK_ZONES: u64 = 2;
 
 /// A read accepted and not yet looked up: request id, lba, blocks, and the
-/// create seq and epoch of the snapshot it reads (`None`: the live volume).
-type UnplannedRead = (u64, Lba, u32, Option<(Seq, Epoch)>);
+/// snapshot it reads with its create seq and epoch (`None`: the live
+/// volume).
+type UnplannedRead = (u64, Lba, u32, Option<(SnapshotId, Seq, Epoch)>);
 use write::{FlushWait, WaitingWrite};
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};

@@ -101,7 +101,7 @@ impl Ftl {
             Some(s) => {
                 let found = self.mapping.history().by_id(s);
                 let snap = found.ok_or(SnapshotError::NoSuchId(s))?;
-                Some((snap.create_seq, snap.epoch))
+                Some((s, snap.create_seq, snap.epoch))
             }
         };
         if block_count == 0 {
@@ -130,7 +130,7 @@ impl Ftl {
                 let blocks = lba..lba + u64::from(block_count);
                 match snapshot {
                     None => lookups.extend(blocks.map(|l| self.mapping.resolve(l))),
-                    Some((c, e)) => {
+                    Some((_, c, e)) => {
                         lookups.extend(blocks.map(|l| self.mapping.resolve_at(l, c, e)))
                     }
                 }
@@ -142,6 +142,15 @@ impl Ftl {
                     self.unplanned_reads.pop_front().expect("counted");
                 let ppas = &lookups[at..at + block_count as usize];
                 at += ppas.len();
+                // Deleted since the read was accepted: its sweep may have
+                // released what the lookups would have found.
+                if let Some((s, ..)) = snapshot {
+                    if self.mapping.history().by_id(s).is_none() {
+                        let result = Err(SnapshotError::NoSuchId(s).into());
+                        self.replies.push_back(Reply { id, result });
+                        continue;
+                    }
+                }
                 // A snapshot's blocks are all on the media: its create
                 // drained the buffer, and what the buffer holds is newer.
                 let live = snapshot.is_none();
