@@ -4,60 +4,13 @@
 //! is written and read back through the library around the runs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 use zftl_core::{Driver, FtlConfig};
 use zftl_sim::{RuntimeOptions, SimDevice};
 
-fn zftl(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zftl"))
-        .args(args)
-        .env("ZFTL_IMAGE", home.join("default.img"))
-        .env_remove("XDG_DATA_HOME")
-        .env("HOME", home)
-        .output()
-        .expect("run zftl")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "zftl failed ({:?}): {}",
-        out.status,
-        stderr(&out)
-    );
-    out
-}
-
-fn json(out: Output) -> Value {
-    serde_json::from_slice(&ok(out).stdout).expect("one JSON value")
-}
-
-/// Exit status 1 and one line on stderr, which is returned.
-fn refused(out: Output) -> String {
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = stderr(&out);
-    assert!(err.starts_with("zftl: error: "), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(out.stdout.is_empty());
-    err
-}
-
-/// Exit status 2 (a bad command line).
-fn usage(out: Output) -> String {
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(out.stdout.is_empty());
-    stderr(&out)
-}
+mod common;
+use common::{json, ok, refused, stdout, usage, zftl};
 
 /// A formatted image of 64 zones of 32 blocks (4 KiB, tags in OOB).
 fn image(dir: &Path) -> PathBuf {

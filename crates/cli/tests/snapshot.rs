@@ -1,13 +1,13 @@
 //! `zftl snapshot create|delete|list|read` as a user runs them: on an
 //! image, and through the control socket of a running `zftl serve`; text
-//! and `--json`; the errors (a name taken or unknown, a volume with tags in
-//! OOB, a read-only server, bad arguments). Data is written and checked
+//! and `--json`; the errors (a name taken or unknown, a read-only server,
+//! bad arguments); both tag modes. Data is written and checked
 //! through the library around the runs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,47 +17,8 @@ use zftl_sim::{RuntimeOptions, SimDevice};
 /// How long a server gets to come up on a loaded machine.
 const START_WITHIN: Duration = Duration::from_secs(120);
 
-fn zftl(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zftl"))
-        .args(args)
-        .env("ZFTL_IMAGE", home.join("default.img"))
-        .env_remove("XDG_DATA_HOME")
-        .env("HOME", home)
-        .output()
-        .expect("run zftl")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "zftl failed ({:?}): {}",
-        out.status,
-        stderr(&out)
-    );
-    out
-}
-
-fn json(out: Output) -> Value {
-    serde_json::from_slice(&ok(out).stdout).expect("one JSON value")
-}
-
-/// Exit status 1 and one line on stderr, which is returned.
-fn refused(out: Output) -> String {
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = stderr(&out);
-    assert!(err.starts_with("zftl: error: "), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(out.stdout.is_empty());
-    err
-}
+mod common;
+use common::{json, ok, refused, stdout, zftl};
 
 /// A formatted image of 64 zones of 32 blocks (4 KiB); tags in band
 /// unless `oob`.
