@@ -474,6 +474,15 @@ impl Mapping {
     /// while a snapshot is live): keeps that version if a snapshot needs
     /// it, else drops what it held. The one place a version ends.
     fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
+        if !self.history.keeps_versions() {
+            // No snapshot: nothing is kept (the write path without
+            // snapshots costs no birth lookup).
+            if let Some((raw, _)) = old {
+                self.release_value(raw);
+            }
+            self.history.born(lba);
+            return;
+        }
         let birth = self.history.birth(lba);
         // An unmapped version is never kept: `History::version_at` tells
         // it from the births.
