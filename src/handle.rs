@@ -78,8 +78,8 @@ use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range;
-use zftl_core::snapshot_create_request;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
+use zftl_core::{changed_runs, diff_requests, join_runs, snapshot_create_request};
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
     MountError, RangeOp, ReplyData, Request,
@@ -99,6 +99,19 @@ fn named(snapshots: Vec<Snapshot>, name: &str) -> Result<Snapshot, IoError> {
         .into_iter()
         .find(|s| s.name == name)
         .ok_or_else(|| SnapshotError::NoSuchName(name.to_string()).into())
+}
+
+/// The ids of the snapshots a diff names (`until` `None`: the live volume).
+fn diff_ids(
+    snapshots: Vec<Snapshot>,
+    since: &str,
+    until: Option<&str>,
+) -> Result<(SnapshotId, Option<SnapshotId>), IoError> {
+    let until = match until {
+        Some(name) => Some(named(snapshots.clone(), name)?.id),
+        None => None,
+    };
+    Ok((named(snapshots, since)?.id, until))
 }
 
 /// Requests the channel to the driver thread holds before callers wait.
@@ -474,6 +487,43 @@ impl<B: Send + 'static> Handle<B> {
         reply.blocking_recv().map_err(closed)
     }
 
+    /// The runs `(lba, block_count)` of the range whose contents differ
+    /// between snapshot `since` and `until` (`None`: the live volume, its
+    /// buffered writes included). At most `MAX_EXTENT_QUERY_BLOCKS` blocks
+    /// per call; costs what changed, not the range.
+    pub fn changed(
+        &self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        self.call(Request::Changed {
+            since,
+            until,
+            lba,
+            block_count,
+        })
+        .map(changed_runs)
+    }
+
+    /// Every run of blocks that differs between the snapshots named
+    /// `since` and `until` (`None`: the live volume), in order. Against the
+    /// live volume each query of the volume's `MAX_EXTENT_QUERY_BLOCKS`
+    /// sees the writes answered before it.
+    pub fn snapshot_diff(
+        &self,
+        since: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        let (since, until) = diff_ids(self.snapshots()?, since, until)?;
+        let mut runs = Vec::new();
+        for request in diff_requests(since, until, self.logical_blocks()) {
+            join_runs(&mut runs, self.call(request).map(changed_runs)?);
+        }
+        Ok(runs)
+    }
+
     /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds
     /// them.
     pub fn read_snapshot(
@@ -759,6 +809,38 @@ impl<B: Send + 'static> AsyncHandle<B> {
         let (answer, reply) = oneshot::channel();
         self.send(Msg::Snapshots(answer)).await?;
         reply.await.map_err(closed)
+    }
+
+    /// See [`Handle::changed`].
+    pub async fn changed(
+        &self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        self.call(Request::Changed {
+            since,
+            until,
+            lba,
+            block_count,
+        })
+        .await
+        .map(changed_runs)
+    }
+
+    /// See [`Handle::snapshot_diff`].
+    pub async fn snapshot_diff(
+        &self,
+        since: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        let (since, until) = diff_ids(self.snapshots().await?, since, until)?;
+        let mut runs = Vec::new();
+        for request in diff_requests(since, until, self.link.shared.logical_blocks) {
+            join_runs(&mut runs, self.call(request).await.map(changed_runs)?);
+        }
+        Ok(runs)
     }
 
     /// See [`Handle::read_snapshot`].
@@ -1378,6 +1460,37 @@ impl<B: Backend> InlineHandle<B> {
             .as_ref()
             .map(Driver::snapshots)
             .ok_or(IoError::DeviceGone)
+    }
+
+    /// See [`Handle::changed`].
+    pub fn changed(
+        &self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        self.call(Request::Changed {
+            since,
+            until,
+            lba,
+            block_count,
+        })
+        .map(changed_runs)
+    }
+
+    /// See [`Handle::snapshot_diff`].
+    pub fn snapshot_diff(
+        &self,
+        since: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        let (since, until) = diff_ids(self.snapshots()?, since, until)?;
+        let mut runs = Vec::new();
+        for request in diff_requests(since, until, self.logical_blocks()) {
+            join_runs(&mut runs, self.call(request).map(changed_runs)?);
+        }
+        Ok(runs)
     }
 
     /// See [`Handle::read_snapshot`].

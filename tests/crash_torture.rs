@@ -167,8 +167,10 @@ fn crash_torture_with_snapshots() {
         assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
         assert!(total.gc_copies > 0, "GC never ran: {total:?}");
         assert!(
-            total.snapshots >= seeds as u64 && total.snapshot_versions > 0,
-            "too few snapshots, or none kept a block: {total:?}"
+            total.snapshots >= seeds as u64
+                && total.snapshot_versions > 0
+                && total.snapshot_diffs > 0,
+            "too few snapshots, none kept a block, or no diff checked: {total:?}"
         );
     }
 }

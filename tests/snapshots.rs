@@ -464,3 +464,98 @@ fn a_full_volume_overwrites_while_a_snapshot_keeps_the_old_blocks() {
         assert_check_clean(&mut dev, "after overwrites of a full volume");
     });
 }
+
+/// `snapshot diff` and `Request::Changed`: exactly the blocks written,
+/// trimmed or cloned onto since a snapshot, between two snapshots in
+/// either order and against the live volume (buffered writes included),
+/// not the blocks GC moved, across a remount and a crash.
+#[test]
+fn a_diff_lists_exactly_the_blocks_changed() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        for lba in 0..64 {
+            write(&mut ftl, lba, 1);
+        }
+        ftl.trim(100, 1).unwrap();
+        ftl.snapshot_create("a").unwrap();
+        write(&mut ftl, 3, 2); // mapped, overwritten
+        write(&mut ftl, 4, 1); // the same data again: a new version
+        ftl.trim(5, 2).unwrap(); // mapped, trimmed
+        ftl.trim(200, 1).unwrap(); // never written: no change
+        write(&mut ftl, 300, 2); // unmapped, written
+        write(&mut ftl, 301, 2);
+        ftl.trim(301, 1).unwrap(); // written and trimmed again: no change
+        ftl.clone_ranges(&[(10, 20, 2)]).unwrap(); // 20, 21 changed
+        ftl.flush().unwrap();
+        ftl.snapshot_create("b").unwrap();
+        write(&mut ftl, 40, 3);
+        write(&mut ftl, 400, 3);
+        let a_b = vec![(3, 4), (20, 2), (300, 1)];
+        let b_live = vec![(40, 1), (400, 1)];
+        let a_live = vec![(3, 4), (20, 2), (40, 1), (300, 1), (400, 1)];
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(ftl.snapshot_diff("a", Some("b")).unwrap(), a_b);
+            assert_eq!(ftl.snapshot_diff("b", Some("a")).unwrap(), a_b);
+            assert_eq!(ftl.snapshot_diff("b", None).unwrap(), b_live);
+            assert_eq!(ftl.snapshot_diff("a", None).unwrap(), a_live);
+            assert_eq!(ftl.snapshot_diff("a", Some("a")).unwrap(), vec![]);
+            let a = ftl.snapshot_named("a").unwrap().id;
+            // A range query sees only its range.
+            assert_eq!(ftl.changed(a, None, 4, 17).unwrap(), vec![(4, 3), (20, 1)]);
+        };
+        // Before the flush the new writes may still be buffered.
+        check(&mut ftl);
+        let span = ftl.logical_blocks() / 2;
+        churn_until_gc(&mut ftl, 1000, span, 2 * span);
+        let b = ftl.snapshot_named("b").unwrap().id;
+        let churned = ftl.changed(b, None, 0, 1000).unwrap();
+        assert_eq!(churned, b_live, "GC's moves are not changes");
+        // The churn rewrote 1000.. after both snapshots.
+        let a = ftl.snapshot_named("a").unwrap().id;
+        assert_eq!(ftl.changed(a, Some(b), 1000, 1000).unwrap(), vec![]);
+        assert!(!ftl.changed(a, None, 1000, 1000).unwrap().is_empty());
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(ftl.snapshot_diff("a", Some("b")).unwrap(), a_b);
+            assert_eq!(ftl.changed(b, None, 0, 1000).unwrap(), b_live);
+        };
+        let mut ftl = remount_both_ways(ftl, check);
+        // Deleting the older snapshot leaves the diff from the newer one.
+        ftl.snapshot_delete("a").unwrap();
+        assert_eq!(ftl.changed(b, None, 0, 1000).unwrap(), b_live);
+        assert!(matches!(
+            ftl.changed(a, None, 0, 1),
+            Err(IoError::Snapshot(_))
+        ));
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after diffs");
+    });
+}
+
+#[test]
+fn bad_diff_requests_get_typed_errors() {
+    let mut ftl = format(true);
+    ftl.snapshot_create("a").unwrap();
+    let a = ftl.snapshot_named("a").unwrap().id;
+    let blocks = ftl.logical_blocks();
+    assert!(matches!(
+        ftl.snapshot_diff("nope", None),
+        Err(IoError::Snapshot(_))
+    ));
+    assert!(matches!(
+        ftl.snapshot_diff("a", Some("nope")),
+        Err(IoError::Snapshot(_))
+    ));
+    assert!(matches!(
+        ftl.changed(a, Some(a + 7), 0, 1),
+        Err(IoError::Snapshot(_))
+    ));
+    assert!(matches!(
+        ftl.changed(a, None, blocks - 1, 2),
+        Err(IoError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        ftl.changed(a, None, 0, zftl::core::MAX_EXTENT_QUERY_BLOCKS + 1),
+        Err(IoError::TooLarge { .. })
+    ));
+    assert_eq!(ftl.changed(a, None, 0, 0).unwrap(), vec![]);
+}

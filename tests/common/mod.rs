@@ -505,6 +505,8 @@ pub struct Coverage {
     /// Snapshots created, and snapshot blocks read and checked.
     pub snapshots: u64,
     pub snapshot_blocks_checked: u64,
+    /// Whole-volume diffs checked against the model.
+    pub snapshot_diffs: u64,
     /// Blocks snapshots kept after the volume replaced them (summed at
     /// each cut).
     pub snapshot_versions: u64,
@@ -521,6 +523,7 @@ impl Coverage {
         self.host_retries += other.host_retries;
         self.snapshots += other.snapshots;
         self.snapshot_blocks_checked += other.snapshot_blocks_checked;
+        self.snapshot_diffs += other.snapshot_diffs;
         self.snapshot_versions += other.snapshot_versions;
     }
 }
@@ -1007,6 +1010,11 @@ impl Rig {
                     Err(e) => panic!("snapshot delete {name}: {e}"),
                 }
             }
+            6..=7 if !live.is_empty() => {
+                let i = pick(&mut r);
+                let j = r.next_u64().is_multiple_of(2).then(|| pick(&mut r));
+                self.check_diff(i, j)
+            }
             _ if !live.is_empty() => {
                 let i = pick(&mut r);
                 let lba = r.next_u64() % self.blocks;
@@ -1034,6 +1042,35 @@ impl Rig {
             assert!(
                 got == want || zero_ok,
                 "snapshot {name} block {l} read version {got}, it holds {want}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Diffs model snapshot `i` against snapshot `j` (`None`: the live
+    /// volume): exactly the blocks whose versions differ are listed.
+    fn check_diff(&mut self, i: usize, j: Option<usize>) -> Result<(), IoError> {
+        let since = self.snaps[i].name.clone();
+        let until = j.map(|j| self.snaps[j].name.clone());
+        let ftl = self.ftl.as_mut().expect("mounted");
+        let runs = ftl.snapshot_diff(&since, until.as_deref())?;
+        self.coverage.snapshot_diffs += 1;
+        let mut listed = vec![false; self.blocks as usize];
+        let mut end = 0;
+        for &(lba, n) in &runs {
+            assert!(n > 0 && lba >= end, "diff runs out of order: {runs:?}");
+            end = lba + n;
+            listed[lba as usize..end as usize].fill(true);
+        }
+        let (a, b) = (&self.snaps[i], j.map(|j| &self.snaps[j]));
+        for (l, &is_listed) in listed.iter().enumerate() {
+            let unsure = a.may_be_zero[l] || b.is_some_and(|b| b.may_be_zero[l]);
+            let other = b.map_or_else(|| self.model.latest(l as u64), |b| b.versions[l]);
+            let differs = a.versions[l] != other;
+            assert!(
+                unsure || is_listed == differs,
+                "diff {since}..{until:?} lists block {l}: {is_listed}, versions {} and {other}",
+                a.versions[l]
             );
         }
         Ok(())

@@ -281,6 +281,20 @@ impl WriteBuffer {
         }
     }
 
+    /// The blocks of `[start, end)` with a version buffered or on its way
+    /// to the media, in no order. O(blocks of the range) or O(buffered
+    /// blocks), whichever is less.
+    pub fn held_in(&self, start: Lba, end: Lba) -> Vec<Lba> {
+        if end.saturating_sub(start) <= self.latest.len() as u64 {
+            (start..end)
+                .filter(|lba| self.latest.contains_key(lba))
+                .collect()
+        } else {
+            let inside = |lba: &Lba| (start..end).contains(lba);
+            self.latest.keys().copied().filter(inside).collect()
+        }
+    }
+
     /// Newest buffered data for `lba`.
     pub fn lookup(&self, lba: Lba) -> Option<&[u8]> {
         self.latest.get(&lba).map(|&s| &*self.slot(s).data)

@@ -22,7 +22,7 @@
 use crate::addr::Lba;
 use crate::backend::{Backend, Completion, DeviceError, SubmitError};
 use crate::error::IoError;
-use crate::ftl::{Ftl, Reply, ReplyData, Request};
+use crate::ftl::{Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use crate::history::{Snapshot, SnapshotError, SnapshotId};
 use crate::range::{self, RangeOp};
 use crate::stats::FtlStats;
@@ -328,6 +328,42 @@ impl<B: Backend> Driver<B> {
         found.ok_or_else(|| SnapshotError::NoSuchName(name.to_string()).into())
     }
 
+    /// The runs `(lba, block_count)` of the range whose contents differ
+    /// between snapshot `since` and `until` (`None`: the live volume); see
+    /// `Request::Changed`.
+    pub fn changed(
+        &mut self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        let request = Request::Changed {
+            since,
+            until,
+            lba,
+            block_count,
+        };
+        self.call(request).map(changed_runs)
+    }
+
+    /// Every run of blocks that differs between the snapshots named
+    /// `since` and `until` (`None`: the live volume), one
+    /// `Request::Changed` per `MAX_EXTENT_QUERY_BLOCKS`.
+    pub fn snapshot_diff(
+        &mut self,
+        since: &str,
+        until: Option<&str>,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        let since = self.snapshot_named(since)?.id;
+        let until = until.map(|n| self.snapshot_named(n)).transpose()?;
+        let mut runs = Vec::new();
+        for request in diff_requests(since, until.map(|s| s.id), self.logical_blocks()) {
+            join_runs(&mut runs, changed_runs(self.call(request)?));
+        }
+        Ok(runs)
+    }
+
     /// Reads blocks as snapshot `snapshot` holds them.
     pub fn read_snapshot(
         &mut self,
@@ -402,6 +438,45 @@ pub fn snapshot_create_request(name: &str) -> Request {
     Request::SnapshotCreate {
         name: name.to_string(),
         wall_ns,
+    }
+}
+
+/// The `Request::Changed` queries that cover a volume of `logical_blocks`
+/// blocks, in order (a whole-volume diff; see [`Driver::snapshot_diff`]).
+pub fn diff_requests(
+    since: SnapshotId,
+    until: Option<SnapshotId>,
+    logical_blocks: u64,
+) -> impl Iterator<Item = Request> {
+    let step = u64::from(MAX_EXTENT_QUERY_BLOCKS);
+    (0..logical_blocks.div_ceil(step)).map(move |i| {
+        let lba = i * step;
+        let block_count = (logical_blocks - lba).min(step);
+        Request::Changed {
+            since,
+            until,
+            lba,
+            block_count: u32::try_from(block_count).expect("at most one query's blocks"),
+        }
+    })
+}
+
+/// The runs of a `Request::Changed` answer.
+pub fn changed_runs(reply: ReplyData) -> Vec<(Lba, u64)> {
+    match reply {
+        ReplyData::Changed(runs) => runs,
+        other => unreachable!("changed query answered with {other:?}"),
+    }
+}
+
+/// Appends the runs of the next query of [`diff_requests`] to `out`,
+/// joining a run that continues across the queries' boundary.
+pub fn join_runs(out: &mut Vec<(Lba, u64)>, runs: Vec<(Lba, u64)>) {
+    for (lba, block_count) in runs {
+        match out.last_mut() {
+            Some((start, n)) if *start + *n == lba => *n += block_count,
+            _ => out.push((lba, block_count)),
+        }
     }
 }
 

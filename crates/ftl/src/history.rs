@@ -294,6 +294,47 @@ impl History {
         }
     }
 
+    /// The blocks of `[start, end)` that may differ from the snapshot of
+    /// create seq `create_seq` and epoch `epoch`: those with a version
+    /// killed after it (kept, so some snapshot needs it) or born after it.
+    /// Any block changed since is among them (its version at the snapshot
+    /// was mapped and kept when replaced, or unmapped and the change gave
+    /// it a birth). In lba order, no repeats. Costs the kept versions of
+    /// the range and a look at each birth of its leaves.
+    pub fn changed_candidates(
+        &self,
+        start: Lba,
+        end: Lba,
+        create_seq: Seq,
+        epoch: Epoch,
+    ) -> Vec<Lba> {
+        let mut out: Vec<Lba> = self
+            .entries
+            .range((start, 0)..(end, 0))
+            .filter(|(&(_, kill_seq), _)| kill_seq > create_seq)
+            .map(|(&(lba, _), _)| lba)
+            .collect();
+        if start < end {
+            let (first, _) = split(start);
+            let (last, _) = split(end - 1);
+            for index in first..=last {
+                let Some(leaf) = self.births.leaves.get(&index) else {
+                    continue;
+                };
+                let base = u64::from(index) * LEAF_ENTRIES as u64;
+                let born_after = leaf.iter().enumerate().filter(|(_, &b)| b > epoch);
+                out.extend(
+                    born_after
+                        .map(|(i, _)| base + i as u64)
+                        .filter(|lba| (start..end).contains(lba)),
+                );
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Every kept version `(lba, kill seq, version)`, by lba then kill seq.
     pub fn entries(&self) -> impl Iterator<Item = (Lba, Seq, Version)> + '_ {
         self.entries.iter().map(|(&(l, q), &v)| (l, q, v))

@@ -419,6 +419,31 @@ impl Mapping {
         }
     }
 
+    /// The blocks of `[start, end)` whose contents differ between the
+    /// snapshot `older` (create seq, epoch) and `newer` (a later snapshot,
+    /// or `None`: the live map), in lba order. Costs what
+    /// [`History::changed_candidates`] costs, not the range.
+    pub fn changed(
+        &self,
+        start: Lba,
+        end: Lba,
+        older: (Seq, Epoch),
+        newer: Option<(Seq, Epoch)>,
+    ) -> Vec<Lba> {
+        let block_at = |lba, point: Option<(Seq, Epoch)>| {
+            let resolved = match point {
+                Some((seq, epoch)) => self.resolve_at(lba, seq, epoch),
+                None => self.resolve(lba),
+            };
+            resolved.map(|r| r.ppa)
+        };
+        let mut candidates = self
+            .history
+            .changed_candidates(start, end, older.0, older.1);
+        candidates.retain(|&lba| block_at(lba, Some(older)) != block_at(lba, newer));
+        candidates
+    }
+
     /// Whether replacing `lba`'s contents now keeps its version (a live
     /// snapshot holds it): the change then frees nothing and takes a
     /// history entry, and a direct block a shared entry.

@@ -413,7 +413,8 @@ impl Volume for Dummy {
             Request::Range { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::ReadSnapshot { .. } => {
+            | Request::ReadSnapshot { .. }
+            | Request::Changed { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);
                 ReplyData::Done
             }

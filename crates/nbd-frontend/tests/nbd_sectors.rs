@@ -488,6 +488,9 @@ impl Volume for Recording {
             Request::ReadSnapshot {
                 lba, block_count, ..
             } => ("read_snapshot", *lba, u64::from(*block_count)),
+            Request::Changed {
+                lba, block_count, ..
+            } => ("changed", *lba, u64::from(*block_count)),
             // The NBD server never sends range operations or snapshot changes.
             Request::Range { .. } => ("range", 0, 0),
             Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. } => ("snapshot", 0, 0),

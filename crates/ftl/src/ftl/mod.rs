@@ -554,6 +554,12 @@ impl Ftl {
                 Ok(None)
             }
             Request::Extents { lba, block_count } => self.extents(lba, block_count).map(Some),
+            Request::Changed {
+                since,
+                until,
+                lba,
+                block_count,
+            } => self.changed(since, until, lba, block_count).map(Some),
         };
         match result {
             Ok(Some(data)) => self.replies.push_back(Reply {

@@ -56,6 +56,61 @@ const READ_LOOKUP_BATCH_BLOCKS: usize = 256;
 
 impl Ftl {
     pub(super) fn extents(&self, lba: Lba, block_count: u32) -> Result<ReplyData, IoError> {
+        self.check_map_query(lba, block_count)?;
+        let mut runs: Vec<Extent> = Vec::new();
+        for l in lba..lba + u64::from(block_count) {
+            let mapped = self.mapping.get(l).is_some() || self.buffer.lookup(l).is_some();
+            match runs.last_mut() {
+                Some(run) if run.mapped == mapped => run.block_count += 1,
+                _ => runs.push(Extent {
+                    block_count: 1,
+                    mapped,
+                }),
+            }
+        }
+        Ok(ReplyData::Extents(runs))
+    }
+
+    /// Answers `Request::Changed`.
+    pub(super) fn changed(
+        &self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<ReplyData, IoError> {
+        self.check_map_query(lba, block_count)?;
+        let history = self.mapping.history();
+        let point = |id| {
+            let s = history.by_id(id).ok_or(SnapshotError::NoSuchId(id))?;
+            Ok::<_, IoError>((s.create_seq, s.epoch))
+        };
+        let a = point(since)?;
+        let b = until.map(point).transpose()?;
+        let (older, newer) = match b {
+            Some(b) if b.0 < a.0 => (b, Some(a)),
+            _ => (a, b),
+        };
+        let end = lba + u64::from(block_count);
+        let mut changed = self.mapping.changed(lba, end, older, newer);
+        if newer.is_none() {
+            // Buffered writes came after every snapshot (a create drains).
+            changed.extend(self.buffer.held_in(lba, end));
+            changed.sort_unstable();
+            changed.dedup();
+        }
+        let mut runs: Vec<(Lba, u64)> = Vec::new();
+        for l in changed {
+            match runs.last_mut() {
+                Some((start, n)) if *start + *n == l => *n += 1,
+                _ => runs.push((l, 1)),
+            }
+        }
+        Ok(ReplyData::Changed(runs))
+    }
+
+    /// Checks a map query's range (`Extents`, `Changed`).
+    fn check_map_query(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
         if block_count > MAX_EXTENT_QUERY_BLOCKS {
             return Err(IoError::TooLarge {
                 block_count: u64::from(block_count),
@@ -73,18 +128,7 @@ impl Ftl {
                 logical_blocks,
             });
         }
-        let mut runs: Vec<Extent> = Vec::new();
-        for l in lba..lba + u64::from(block_count) {
-            let mapped = self.mapping.get(l).is_some() || self.buffer.lookup(l).is_some();
-            match runs.last_mut() {
-                Some(run) if run.mapped == mapped => run.block_count += 1,
-                _ => runs.push(Extent {
-                    block_count: 1,
-                    mapped,
-                }),
-            }
-        }
-        Ok(ReplyData::Extents(runs))
+        Ok(())
     }
 
     /// Accepts a read; its blocks are looked up at the next poll.

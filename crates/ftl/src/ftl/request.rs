@@ -74,6 +74,17 @@ pub enum Request {
         lba: Lba,
         block_count: u32,
     },
+    /// The blocks of the range whose contents differ between snapshot
+    /// `since` and snapshot `until` (`None`: the live volume, buffered
+    /// writes included), in either order. At most
+    /// `MAX_EXTENT_QUERY_BLOCKS` per request; costs what changed (the
+    /// kept versions and births of the range), not the range.
+    Changed {
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    },
 }
 
 /// What a finished request returns.
@@ -84,6 +95,9 @@ pub enum ReplyData {
     Extents(Vec<Extent>),
     /// Answer to `Request::SnapshotCreate`: the snapshot taken.
     Snapshot(Snapshot),
+    /// Answer to `Request::Changed`: the changed runs `(lba, block_count)`,
+    /// in order, none touching the next.
+    Changed(Vec<(Lba, u64)>),
     Done,
 }
 
