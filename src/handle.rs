@@ -79,19 +79,14 @@ use zftl_core::addr::Lba;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
-use zftl_core::{changed_runs, diff_requests, join_runs, snapshot_create_request};
+use zftl_core::{
+    changed_runs, diff_requests, join_runs, snapshot_create_request, snapshot_data,
+    snapshot_revert_request,
+};
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
     MountError, RangeOp, ReplyData, Request,
 };
-
-/// The snapshot a `Request::SnapshotCreate` reply carries.
-fn snapshot_data(reply: ReplyData) -> Snapshot {
-    match reply {
-        ReplyData::Snapshot(s) => s,
-        other => unreachable!("snapshot create answered with {other:?}"),
-    }
-}
 
 /// The snapshot named `name` among `snapshots`.
 fn named(snapshots: Vec<Snapshot>, name: &str) -> Result<Snapshot, IoError> {
@@ -480,6 +475,16 @@ impl<B: Send + 'static> Handle<B> {
         self.call(Request::SnapshotDelete { id }).map(drop)
     }
 
+    /// Makes the live volume what the snapshot named `to` holds, first
+    /// taking a snapshot of the state it leaves (`undo`, default
+    /// `undo-ID`); returns that undo snapshot once durable (see
+    /// [`zftl_core::Driver::snapshot_revert`]).
+    pub fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        let to = named(self.snapshots()?, to)?.id;
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
+    }
+
     /// The live snapshots, oldest first, taken on the driver thread.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
         let (answer, reply) = oneshot::channel();
@@ -802,6 +807,14 @@ impl<B: Send + 'static> AsyncHandle<B> {
     pub async fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
         let id = named(self.snapshots().await?, name)?.id;
         self.call(Request::SnapshotDelete { id }).await.map(drop)
+    }
+
+    /// See [`Handle::snapshot_revert`].
+    pub async fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        let to = named(self.snapshots().await?, to)?.id;
+        self.call(snapshot_revert_request(to, undo))
+            .await
+            .map(snapshot_data)
     }
 
     /// See [`Handle::snapshots`].
@@ -1450,6 +1463,13 @@ impl<B: Backend> InlineHandle<B> {
     pub fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
         let id = named(self.snapshots()?, name)?.id;
         self.call(Request::SnapshotDelete { id }).map(drop)
+    }
+
+    /// See [`Handle::snapshot_revert`].
+    pub fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        let to = named(self.snapshots()?, to)?.id;
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
     }
 
     /// See [`Handle::snapshots`]. `DeviceGone` once shut down.

@@ -169,8 +169,9 @@ fn crash_torture_with_snapshots() {
         assert!(
             total.snapshots >= seeds as u64
                 && total.snapshot_versions > 0
-                && total.snapshot_diffs > 0,
-            "too few snapshots, none kept a block, or no diff checked: {total:?}"
+                && total.snapshot_diffs > 0
+                && total.reverts > 0,
+            "too few snapshots, none kept a block, no diff or revert: {total:?}"
         );
     }
 }

@@ -559,3 +559,96 @@ fn bad_diff_requests_get_typed_errors() {
     ));
     assert_eq!(ftl.changed(a, None, 0, 0).unwrap(), vec![]);
 }
+
+/// A revert makes the live volume what a snapshot holds (writes, trims and
+/// clones since undone, no data copied), keeps the state it leaves as an
+/// undo snapshot to revert back to, and survives a remount and a crash.
+#[test]
+fn a_revert_brings_a_snapshot_back_and_can_be_undone() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        for lba in 0..32 {
+            write(&mut ftl, lba, 1);
+        }
+        ftl.snapshot_create("t").unwrap();
+        write(&mut ftl, 3, 2);
+        ftl.trim(4, 1).unwrap();
+        write(&mut ftl, 100, 2);
+        ftl.clone_ranges(&[(10, 20, 2)]).unwrap();
+        ftl.snapshot_create("later").unwrap();
+        write(&mut ftl, 5, 3);
+        let writes_before = ftl.stats().host_write_blocks;
+        let undo = ftl.snapshot_revert("t", None).unwrap();
+        assert_eq!(undo.name, format!("undo-{}", undo.id));
+        assert_eq!(
+            ftl.stats().host_write_blocks,
+            writes_before,
+            "no data copied"
+        );
+        assert_eq!(ftl.stats().snapshot_revert_blocks, 6); // 3, 4, 5, 20, 21, 100
+        let reverted = |ftl: &mut Driver<SimDevice>| {
+            for lba in 0..32 {
+                assert_eq!(holds(ftl, None, lba), Some((lba, 1)), "block {lba}");
+            }
+            assert_eq!(holds(ftl, None, 100), None);
+            assert_eq!(ftl.snapshot_diff("t", None).unwrap(), vec![]);
+            // The undo snapshot holds the state the revert left.
+            let undo = ftl.snapshots().last().unwrap().name.clone();
+            assert_eq!(holds(ftl, Some(&undo), 3), Some((3, 2)));
+            assert_eq!(holds(ftl, Some(&undo), 4), None);
+            assert_eq!(holds(ftl, Some(&undo), 5), Some((5, 3)));
+            assert_eq!(holds(ftl, Some(&undo), 20), Some((10, 1)));
+            assert_eq!(holds(ftl, Some("later"), 5), Some((5, 1)));
+        };
+        reverted(&mut ftl);
+        // Writes after the revert go on from the reverted state.
+        write(&mut ftl, 6, 4);
+        let span = ftl.logical_blocks() / 2;
+        churn_until_gc(&mut ftl, 1000, span, 2 * span);
+        let check = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, None, 6), Some((6, 4)));
+            assert_eq!(holds(ftl, None, 3), Some((3, 1)));
+            assert_eq!(holds(ftl, Some(&undo.name), 3), Some((3, 2)));
+        };
+        let mut ftl = remount_both_ways(ftl, check);
+        // Undoing the churn would keep all of it for the new undo snapshot.
+        ftl.trim(1000, span as u32).unwrap();
+        // Undo: back to the state before the revert, under a chosen name.
+        let again = ftl.snapshot_revert(&undo.name, Some("after-undo")).unwrap();
+        assert_eq!(again.name, "after-undo");
+        let undone = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, None, 3), Some((3, 2)));
+            assert_eq!(holds(ftl, None, 4), None);
+            assert_eq!(holds(ftl, None, 5), Some((5, 3)));
+            assert_eq!(holds(ftl, None, 100), Some((100, 2)));
+            assert_eq!(holds(ftl, None, 6), Some((6, 1)));
+        };
+        let undone_and_kept = |ftl: &mut Driver<SimDevice>| {
+            undone(ftl);
+            assert_eq!(holds(ftl, Some("after-undo"), 6), Some((6, 4)));
+        };
+        undone_and_kept(&mut ftl);
+        let mut ftl = remount_both_ways(ftl, undone_and_kept);
+        for name in ["t", "later", &undo.name, "after-undo"] {
+            ftl.snapshot_delete(name).unwrap();
+        }
+        undone(&mut ftl);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after reverts");
+    });
+}
+
+#[test]
+fn bad_reverts_get_typed_errors() {
+    let mut ftl = format(true);
+    ftl.snapshot_create("t").unwrap();
+    write(&mut ftl, 1, 2);
+    for (to, undo) in [("nope", None), ("t", Some("t")), ("t", Some(""))] {
+        assert!(
+            matches!(ftl.snapshot_revert(to, undo), Err(IoError::Snapshot(_))),
+            "revert to {to:?}, undo {undo:?}"
+        );
+    }
+    assert_eq!(holds(&mut ftl, None, 1), Some((1, 2)), "nothing changed");
+    assert_eq!(ftl.snapshots().len(), 1);
+}

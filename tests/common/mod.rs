@@ -507,6 +507,8 @@ pub struct Coverage {
     pub snapshot_blocks_checked: u64,
     /// Whole-volume diffs checked against the model.
     pub snapshot_diffs: u64,
+    /// Reverts answered.
+    pub reverts: u64,
     /// Blocks snapshots kept after the volume replaced them (summed at
     /// each cut).
     pub snapshot_versions: u64,
@@ -524,6 +526,7 @@ impl Coverage {
         self.snapshots += other.snapshots;
         self.snapshot_blocks_checked += other.snapshot_blocks_checked;
         self.snapshot_diffs += other.snapshot_diffs;
+        self.reverts += other.reverts;
         self.snapshot_versions += other.snapshot_versions;
     }
 }
@@ -969,7 +972,11 @@ impl Rig {
             .filter(|&i| self.snaps[i].state == SnapState::Exists)
             .collect();
         let pick = |r: &mut Rng| live[(r.next_u64() % live.len() as u64) as usize];
-        match r.next_u64() % 10 {
+        match r.next_u64() % 12 {
+            10..=11 if !live.is_empty() && live.len() < 3 => {
+                let i = pick(&mut r);
+                self.run_revert(i)
+            }
             0..=3 if live.len() < 3 => {
                 let name = format!("s{}", self.next_snap);
                 self.next_snap += 1;
@@ -1045,6 +1052,47 @@ impl Rig {
             );
         }
         Ok(())
+    }
+
+    /// Reverts the live volume to model snapshot `i`, keeping the state it
+    /// leaves as a new snapshot.
+    fn run_revert(&mut self, i: usize) -> Result<(), IoError> {
+        if self.snaps[i].may_be_zero.iter().any(|&z| z) {
+            return Ok(()); // the model does not know what it holds
+        }
+        let to = self.snaps[i].name.clone();
+        let undo = format!("s{}", self.next_snap);
+        self.next_snap += 1;
+        let before: Vec<u32> = (0..self.blocks).map(|l| self.model.latest(l)).collect();
+        let after: BTreeMap<u64, u32> = (0..self.blocks)
+            .filter(|&l| self.snaps[i].versions[l as usize] != before[l as usize])
+            .map(|l| (l, self.snaps[i].versions[l as usize]))
+            .collect();
+        let result = self.ftl().snapshot_revert(&to, Some(&undo)).map(drop);
+        let state = match &result {
+            Ok(()) => {
+                // A revert is a flush barrier, then one atomic vector.
+                self.model.flush();
+                let attrs = self.model.attrs.clone();
+                self.model.apply_vector(&after, attrs);
+                self.coverage.reverts += 1;
+                SnapState::Exists
+            }
+            Err(IoError::DeviceGone | IoError::ReadOnly) => {
+                let attrs = self.model.attrs.clone();
+                self.uncertain = Some(self.model.uncertain(&after, &attrs));
+                SnapState::MaybeCreated
+            }
+            Err(IoError::SnapshotSpace) => return Ok(()),
+            Err(e) => panic!("revert to {to}: {e}"),
+        };
+        self.snaps.push(SnapModel {
+            name: undo,
+            state,
+            versions: before,
+            may_be_zero: vec![false; self.blocks as usize],
+        });
+        result
     }
 
     /// Diffs model snapshot `i` against snapshot `j` (`None`: the live

@@ -303,10 +303,7 @@ impl<B: Backend> Driver<B> {
     /// this call; returns once it is durable. The foreground cost is a
     /// flush and one note: nothing is copied.
     pub fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
-        match self.call(snapshot_create_request(name))? {
-            ReplyData::Snapshot(s) => Ok(s),
-            other => unreachable!("snapshot create answered with {other:?}"),
-        }
+        self.call(snapshot_create_request(name)).map(snapshot_data)
     }
 
     /// Deletes the snapshot named `name`; returns once the delete is
@@ -314,6 +311,17 @@ impl<B: Backend> Driver<B> {
     pub fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError> {
         let id = self.snapshot_named(name)?.id;
         self.call(Request::SnapshotDelete { id }).map(drop)
+    }
+
+    /// Makes the live volume what snapshot `to` holds, first taking a
+    /// snapshot of the state it leaves (named `undo`, default `undo-ID`),
+    /// so a revert can be undone by reverting to it. No data is copied:
+    /// the cost follows the blocks changed since `to`. Returns the undo
+    /// snapshot once the revert is durable.
+    pub fn snapshot_revert(&mut self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        let to = self.snapshot_named(to)?.id;
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
     }
 
     /// The live snapshots, oldest first.
@@ -432,13 +440,26 @@ impl<B: Backend> Driver<B> {
 /// A create of snapshot `name` stamped with the wall time now: the core
 /// has no clock, so drivers give it the time to record.
 pub fn snapshot_create_request(name: &str) -> Request {
-    let wall_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     Request::SnapshotCreate {
         name: name.to_string(),
-        wall_ns,
+        wall_ns: wall_ns_now(),
     }
+}
+
+/// A `Request::SnapshotRevert` to snapshot `to`, its undo snapshot named
+/// `undo` (default `undo-ID`) and stamped with the wall time now.
+pub fn snapshot_revert_request(to: SnapshotId, undo: Option<&str>) -> Request {
+    Request::SnapshotRevert {
+        to,
+        undo: undo.map(str::to_string),
+        wall_ns: wall_ns_now(),
+    }
+}
+
+fn wall_ns_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The `Request::Changed` queries that cover a volume of `logical_blocks`
@@ -459,6 +480,15 @@ pub fn diff_requests(
             block_count: u32::try_from(block_count).expect("at most one query's blocks"),
         }
     })
+}
+
+/// The snapshot a `Request::SnapshotCreate` or `SnapshotRevert` answer
+/// holds.
+pub fn snapshot_data(reply: ReplyData) -> Snapshot {
+    match reply {
+        ReplyData::Snapshot(s) => s,
+        other => unreachable!("snapshot change answered with {other:?}"),
+    }
 }
 
 /// The runs of a `Request::Changed` answer.

@@ -45,7 +45,10 @@ pub use backend::{
 };
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};
-pub use driver::{changed_runs, diff_requests, join_runs, snapshot_create_request, Driver};
+pub use driver::{
+    changed_runs, diff_requests, join_runs, snapshot_create_request, snapshot_data,
+    snapshot_revert_request, Driver,
+};
 pub use error::{IoError, MountError};
 pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 pub use range::{Attribute, MergePolicy, RangeOp};

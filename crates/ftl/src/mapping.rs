@@ -671,6 +671,34 @@ impl Mapping {
         Ok(())
     }
 
+    /// Makes the live map what the snapshot of create seq `create_seq` and
+    /// epoch `epoch` holds, by the change of seq `seq`; returns the blocks
+    /// changed. No data moves: each block takes the snapshot's version (a
+    /// kept shared entry) or is unmapped, and the version it replaces is
+    /// retired like any other (kept when a snapshot needs it). Costs what
+    /// [`Self::changed`] costs. `Err(blocks)`, nothing changed, when the
+    /// history has no room to keep every version replaced.
+    pub fn revert_to(&mut self, create_seq: Seq, epoch: Epoch, seq: Seq) -> Result<u64, u64> {
+        let end = self.logical_blocks();
+        let changed = self.changed(0, end, (create_seq, epoch), None);
+        if changed.len() as u64 > self.history_room() {
+            return Err(changed.len() as u64);
+        }
+        for &lba in &changed {
+            match self.history.version_at(lba, create_seq, epoch) {
+                Some(None) => {
+                    self.unmap(lba, seq);
+                }
+                Some(Some(id)) => {
+                    let crc = self.shared.crc(id);
+                    self.point_at(lba, id, crc, seq);
+                }
+                None => unreachable!("block {lba} changed but holds the snapshot's version"),
+            }
+        }
+        Ok(changed.len() as u64)
+    }
+
     /// Takes snapshot `id` named `name` by the change of seq `seq`: O(1),
     /// it only closes the epoch.
     pub fn snapshot_create(&mut self, id: SnapshotId, name: &str, seq: Seq, wall_ns: u64) {

@@ -61,6 +61,7 @@ pub mod note_kind {
     pub const SNAPSHOT_CREATE: u8 = 15;
     pub const SNAPSHOT_NAME: u8 = 16;
     pub const SNAPSHOT_DELETE: u8 = 17;
+    pub const REVERT: u8 = 20;
 }
 
 /// Name bytes one SnapshotName note carries (4 in `a`, 8 in `b`, 8 in `c`).
@@ -170,6 +171,10 @@ pub enum Note {
     },
     /// Snapshot `id` is deleted at this seq.
     SnapshotDelete { seq: Seq, id: u32 },
+    /// The live volume becomes what it was at `to_seq` (the create seq of a
+    /// live snapshot), its changes taking seq `seq + 1`. Last in the vector
+    /// of the SnapshotCreate that keeps the state it leaves.
+    Revert { seq: Seq, to_seq: Seq },
 }
 
 /// The notes of a snapshot create: SnapshotCreate, then
@@ -265,7 +270,8 @@ impl Note {
             | Note::Attr { seq, .. }
             | Note::SnapshotCreate { seq, .. }
             | Note::SnapshotName { seq, .. }
-            | Note::SnapshotDelete { seq, .. } => seq,
+            | Note::SnapshotDelete { seq, .. }
+            | Note::Revert { seq, .. } => seq,
         }
     }
 
@@ -368,6 +374,7 @@ impl Note {
                 u64::from_le_bytes(get_bytes::<8>(&bytes, 12)),
             ),
             Note::SnapshotDelete { seq, id } => raw(SNAPSHOT_DELETE, 0, seq, u64::from(id), 0),
+            Note::Revert { seq, to_seq } => raw(REVERT, 0, seq, to_seq, 0),
         }
     }
 
@@ -589,6 +596,17 @@ impl Note {
                 Note::SnapshotDelete {
                     seq: r.seq,
                     id: low32("id (b)", r.b)?,
+                }
+            }
+            REVERT => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                zero(NOTE, "c", r.c)?;
+                if r.b >= r.seq {
+                    return Err(out_of_range("target seq (b)", r.b, "below the note's seq"));
+                }
+                Note::Revert {
+                    seq: r.seq,
+                    to_seq: r.b,
                 }
             }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
@@ -1057,6 +1075,10 @@ pub(crate) mod tests {
             (any::<u64>(), any::<[u8; SNAPSHOT_NAME_NOTE_BYTES]>())
                 .prop_map(|(seq, bytes)| Note::SnapshotName { seq, bytes }),
             (any::<u64>(), any::<u32>()).prop_map(|(seq, id)| Note::SnapshotDelete { seq, id }),
+            (1..u64::MAX, any::<u64>()).prop_map(|(seq, t)| Note::Revert {
+                seq,
+                to_seq: t % seq
+            }),
         ]
     }
 

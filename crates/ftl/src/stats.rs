@@ -90,6 +90,9 @@ pub struct FtlStats {
     /// Snapshots created and deleted since mount.
     pub snapshot_creates: u64,
     pub snapshot_deletes: u64,
+    /// Reverts since mount, and the blocks they changed (no data copied).
+    pub snapshot_reverts: u64,
+    pub snapshot_revert_blocks: u64,
     /// Kept versions that deletes released since mount.
     pub snapshot_versions_released: u64,
     /// Live snapshots.

@@ -413,6 +413,7 @@ impl Volume for Dummy {
             Request::Range { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
+            | Request::SnapshotRevert { .. }
             | Request::ReadSnapshot { .. }
             | Request::Changed { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);

@@ -493,7 +493,9 @@ impl Volume for Recording {
             } => ("changed", *lba, u64::from(*block_count)),
             // The NBD server never sends range operations or snapshot changes.
             Request::Range { .. } => ("range", 0, 0),
-            Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. } => ("snapshot", 0, 0),
+            Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)

@@ -516,7 +516,10 @@ impl Ftl {
         }
         let vector = matches!(
             request,
-            Request::Range { .. } | Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. }
+            Request::Range { .. }
+                | Request::SnapshotCreate { .. }
+                | Request::SnapshotDelete { .. }
+                | Request::SnapshotRevert { .. }
         );
         if vector && self.ranges.queue_full() {
             return Err(IoError::Busy);
@@ -533,6 +536,9 @@ impl Ftl {
             }
             Request::SnapshotDelete { id: snapshot } => {
                 self.start_snapshot(id, SnapshotChange::Delete { id: snapshot })
+            }
+            Request::SnapshotRevert { to, undo, wall_ns } => {
+                self.start_snapshot(id, SnapshotChange::Revert { to, undo, wall_ns })
             }
             Request::Write { lba, data, fua } => self.start_write(id, lba, data, None, fua),
             Request::WriteSummed { lba, blocks, fua } => {

@@ -78,6 +78,8 @@ struct Check {
     entries_needed: u64,
     /// Direct blocks it reads whose version only their tag records.
     pins: Vec<(Lba, Ppa)>,
+    /// Versions a snapshot change retires (a revert's changed blocks).
+    snapshot_kept: u64,
 }
 
 /// `ranges` sorted and merged where they overlap or touch.
@@ -107,6 +109,24 @@ pub(super) enum SnapshotChange {
     Delete {
         id: SnapshotId,
     },
+    /// A create of `undo` (default `undo-ID`) and, in the same vector, a
+    /// revert of the live volume to snapshot `to`; its range is the whole
+    /// volume, as a create's.
+    Revert {
+        to: SnapshotId,
+        undo: Option<String>,
+        wall_ns: u64,
+    },
+}
+
+impl SnapshotChange {
+    /// Whether its range is the whole volume (it takes a snapshot).
+    fn takes_snapshot(&self) -> bool {
+        matches!(
+            self,
+            SnapshotChange::Create { .. } | SnapshotChange::Revert { .. }
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -163,13 +183,22 @@ impl RangeState {
     }
 }
 
+/// The name a revert's undo snapshot takes: the one asked for, or
+/// `undo-ID`.
+fn undo_name(mapping: &crate::mapping::Mapping, undo: &Option<String>) -> String {
+    let id = mapping.history().next_id();
+    undo.clone().unwrap_or_else(|| format!("undo-{id}"))
+}
+
 /// A snapshot change against the books, when its turn comes; `room`: the
-/// versions the next checkpoint has room for.
+/// versions the next checkpoint has room for. Returns the versions it
+/// retires (a revert's changed blocks), all of which its undo snapshot
+/// keeps.
 fn check_snapshot_change(
     mapping: &crate::mapping::Mapping,
     change: &SnapshotChange,
     room: u64,
-) -> Result<(), IoError> {
+) -> Result<u64, IoError> {
     let history = mapping.history();
     match change {
         SnapshotChange::Create { name, .. } => {
@@ -178,14 +207,26 @@ fn check_snapshot_change(
             if room < 4 {
                 return Err(IoError::SnapshotSpace);
             }
+            Ok(0)
         }
         SnapshotChange::Delete { id } => {
             if history.by_id(*id).is_none() {
                 return Err(SnapshotError::NoSuchId(*id).into());
             }
+            Ok(0)
+        }
+        SnapshotChange::Revert { to, undo, .. } => {
+            let target = history.by_id(*to).ok_or(SnapshotError::NoSuchId(*to))?;
+            history.check_create(&undo_name(mapping, undo))?;
+            let point = (target.create_seq, target.epoch);
+            let changed = mapping.changed(0, mapping.logical_blocks(), point, None);
+            let kept = changed.len() as u64;
+            if kept + 4 > room || kept > mapping.history_room() {
+                return Err(IoError::SnapshotSpace);
+            }
+            Ok(kept)
         }
     }
-    Ok(())
 }
 
 fn overlaps((a, n): (Lba, u64), (b, m): (Lba, u64)) -> bool {
@@ -220,8 +261,12 @@ impl Ftl {
         if self.read_only {
             return Err(self.refusal());
         }
-        if let SnapshotChange::Create { name, .. } = &change {
-            self.mapping.history().check_create(name)?;
+        match &change {
+            SnapshotChange::Create { name, .. }
+            | SnapshotChange::Revert {
+                undo: Some(name), ..
+            } => self.mapping.history().check_create(name)?,
+            _ => {}
         }
         self.ranges.queue.push_back(Queued {
             id,
@@ -375,7 +420,10 @@ impl Ftl {
                     continue;
                 }
                 let mut ranges: Vec<(Lba, u64)> = ops.iter().flat_map(|o| o.ranges()).collect();
-                if let Some(SnapshotChange::Create { .. }) = snapshot {
+                if snapshot
+                    .as_ref()
+                    .is_some_and(SnapshotChange::takes_snapshot)
+                {
                     ranges.push((0, self.layout.logical_blocks));
                 }
                 ranges.sort_unstable();
@@ -455,7 +503,7 @@ impl Ftl {
         };
         if !c.attributes_done {
             if let Some(change) = &a.snapshot {
-                check_snapshot_change(&self.mapping, change, room)?;
+                c.snapshot_kept = check_snapshot_change(&self.mapping, change, room)?;
             }
             range::check_attributes(&a.ops, &self.attrs)?;
             c.reads = union(a.ops.iter().flat_map(|o| o.reads()).collect());
@@ -533,7 +581,11 @@ impl Ftl {
         // Each block the vector changes may keep a version for a snapshot,
         // and so may each buffered block when it lands.
         let changed: u64 = a.ops.iter().flat_map(|o| o.ranges()).map(|(_, n)| n).sum();
-        let kept = if keeps { changed + c.entries_needed } else { 0 };
+        let kept = if keeps {
+            changed + c.entries_needed + c.snapshot_kept
+        } else {
+            0
+        };
         if keeps && kept + buffered > room {
             let a = self.ranges.active.take().expect("active vector");
             self.stats.range_vectors_refused += 1;
@@ -666,8 +718,9 @@ impl Ftl {
         let a = self.ranges.active.take().expect("active vector");
         self.count_vector(&a.ops);
         let reply = match &a.snapshot {
-            Some(SnapshotChange::Create { name, .. }) => {
-                let taken = self.mapping.history().by_name(name).cloned();
+            Some(SnapshotChange::Create { .. } | SnapshotChange::Revert { .. }) => {
+                // The create or the undo snapshot: the newest.
+                let taken = self.mapping.history().snapshots().last().cloned();
                 ReplyData::Snapshot(taken.expect("the snapshot just created"))
             }
             _ => ReplyData::Done,
@@ -693,6 +746,17 @@ impl Ftl {
                 notes
             }
             SnapshotChange::Delete { id } => vec![Note::SnapshotDelete { seq, id: *id }],
+            SnapshotChange::Revert { to, undo, .. } => {
+                let history = self.mapping.history();
+                let id = history.next_id();
+                let name = undo_name(&self.mapping, undo);
+                let to_seq = history.by_id(*to).expect("checked").create_seq;
+                let mut notes = note::snapshot_create_notes(seq, id, LIVE_VOLUME, &name);
+                notes.push(Note::Revert { seq, to_seq });
+                let note_count = notes.len() as u32;
+                notes.insert(0, Note::VectorBegin { seq, note_count });
+                notes
+            }
         }
     }
 
@@ -710,6 +774,25 @@ impl Ftl {
                     .snapshot_delete(*id, seq)
                     .expect("snapshot checked before its notes");
                 self.stats.snapshot_deletes += 1;
+            }
+            SnapshotChange::Revert { to, undo, wall_ns } => {
+                let target = self.mapping.history().by_id(*to).expect("checked");
+                let point = (target.create_seq, target.epoch);
+                let id = self.mapping.history().next_id();
+                let name = undo_name(&self.mapping, undo);
+                self.mapping.snapshot_create(id, &name, seq, *wall_ns);
+                self.epoch = self.mapping.history().epoch();
+                // The changes take the seq after the undo snapshot's, so
+                // it keeps every version they replace (docs/format.md §10).
+                let revert_seq = self.take_seq();
+                assert_eq!(revert_seq, seq + 1, "a revert's seq is reserved");
+                let blocks = self
+                    .mapping
+                    .revert_to(point.0, point.1, revert_seq)
+                    .expect("room checked before the notes");
+                self.stats.snapshot_creates += 1;
+                self.stats.snapshot_reverts += 1;
+                self.stats.snapshot_revert_blocks += blocks;
             }
         }
     }

@@ -68,6 +68,15 @@ pub enum Request {
     SnapshotDelete {
         id: SnapshotId,
     },
+    /// Makes the live volume what snapshot `to` holds, first taking a
+    /// snapshot named `undo` (default `undo-ID`, ID its id) of the state it
+    /// leaves, so the revert can be undone; no data is copied. One atomic
+    /// vector, answered with the undo snapshot once durable.
+    SnapshotRevert {
+        to: SnapshotId,
+        undo: Option<String>,
+        wall_ns: u64,
+    },
     /// Reads blocks as snapshot `snapshot` holds them.
     ReadSnapshot {
         snapshot: SnapshotId,
@@ -93,7 +102,8 @@ pub enum ReplyData {
     Read(Vec<u8>),
     /// Answer to `Request::Extents`: consecutive runs covering the range.
     Extents(Vec<Extent>),
-    /// Answer to `Request::SnapshotCreate`: the snapshot taken.
+    /// Answer to `Request::SnapshotCreate` (the snapshot taken) and
+    /// `Request::SnapshotRevert` (the undo snapshot).
     Snapshot(Snapshot),
     /// Answer to `Request::Changed`: the changed runs `(lba, block_count)`,
     /// in order, none touching the next.

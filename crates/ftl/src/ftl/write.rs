@@ -264,11 +264,17 @@ impl Ftl {
         if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
             return Err(IoError::Immutable { lba: at });
         }
-        let buffered = self.buffer.used_slots() as u64;
-        if self.mapping.history().keeps_versions()
-            && self.history_room() < buffered + u64::from(block_count)
-        {
-            return Err(IoError::SnapshotSpace);
+        if self.mapping.history().keeps_versions() {
+            // Only blocks whose version a snapshot needs keep one (a
+            // range written since the newest snapshot trims for free);
+            // every buffered block may keep one when it lands.
+            let end = lba + u64::from(block_count);
+            let kept = (lba..end)
+                .filter(|&l| self.mapping.keeps_on_change(l))
+                .count() as u64;
+            if self.history_room() < self.buffer.used_slots() as u64 + kept {
+                return Err(IoError::SnapshotSpace);
+            }
         }
         let seq = self.take_seq();
         for l in lba..lba + u64::from(block_count) {

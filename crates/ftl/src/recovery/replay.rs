@@ -32,12 +32,14 @@ pub(super) enum Event {
         ppa: Ppa,
         crc: u32,
     },
-    /// A SnapshotCreate note and its name.
+    /// A SnapshotCreate note and its name, and the Revert note that may
+    /// end its vector (the target seq).
     SnapshotCreate {
         seq: Seq,
         id: SnapshotId,
         parent: SnapshotId,
         name: String,
+        revert_to: Option<Seq>,
     },
 }
 
@@ -91,7 +93,8 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
             | Note::MergeSource { .. }
             | Note::Pin { .. }
             | Note::SnapshotCreate { .. }
-            | Note::SnapshotName { .. } => {
+            | Note::SnapshotName { .. }
+            | Note::Revert { .. } => {
                 return Err(MountError::Damaged(format!(
                     "{n:?} outside a range-operation vector"
                 )));
@@ -109,7 +112,7 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
 }
 
 /// The event of a snapshot create's notes (a SnapshotCreate note, then
-/// its name's notes).
+/// its name's notes, then for a revert a Revert note).
 fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
     let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
     let Some((
@@ -124,6 +127,10 @@ fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
     else {
         unreachable!("called on a create's notes")
     };
+    let (revert_to, rest) = match rest.split_last() {
+        Some((&Note::Revert { to_seq, .. }, names)) => (Some(to_seq), names),
+        _ => (None, rest),
+    };
     let names: Vec<[u8; 20]> = rest
         .iter()
         .map(|n| match n {
@@ -137,6 +144,7 @@ fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
         id,
         parent,
         name,
+        revert_to,
     })
 }
 
@@ -435,7 +443,13 @@ impl Rebuild {
                     id,
                     parent,
                     name,
-                } => self.snapshot_create(*seq, *id, *parent, name)?,
+                    revert_to,
+                } => {
+                    self.snapshot_create(*seq, *id, *parent, name)?;
+                    if let Some(to_seq) = revert_to {
+                        self.revert(*seq, *to_seq)?;
+                    }
+                }
                 Event::Note(n) => self.note(n, g, &ppa_ok)?,
             }
         }
@@ -547,7 +561,8 @@ impl Rebuild {
             | Note::Pin { .. }
             | Note::Attr { .. }
             | Note::SnapshotCreate { .. }
-            | Note::SnapshotName { .. } => unreachable!("grouped into vectors"),
+            | Note::SnapshotName { .. }
+            | Note::Revert { .. } => unreachable!("grouped into vectors"),
         }
         Ok(())
     }
@@ -575,6 +590,29 @@ impl Rebuild {
             return Err(damaged("created before the newest snapshot".into()));
         }
         self.mapping.snapshot_create(id, name, seq, 0);
+        Ok(())
+    }
+
+    /// The revert ending the create vector of seq `seq`: to the live
+    /// snapshot created at `to_seq`, its changes at `seq + 1`, with the
+    /// function the running FTL applies it with.
+    fn revert(&mut self, seq: Seq, to_seq: Seq) -> Result<(), MountError> {
+        let history = self.mapping.history();
+        let Some(target) = history.snapshots().iter().find(|s| s.create_seq == to_seq) else {
+            return Err(MountError::Damaged(format!(
+                "revert {seq}: no live snapshot was created at seq {to_seq}"
+            )));
+        };
+        let (create_seq, epoch) = (target.create_seq, target.epoch);
+        self.mapping
+            .revert_to(create_seq, epoch, seq + 1)
+            .map_err(|needed| {
+                MountError::Damaged(format!(
+                    "revert {seq}: {needed} versions to keep, room for {}",
+                    self.mapping.history_room()
+                ))
+            })?;
+        self.next_seq = self.next_seq.max(seq + 2);
         Ok(())
     }
 
