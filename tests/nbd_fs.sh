@@ -343,19 +343,21 @@ else
 fi
 fsfreeze -u "$MNT" || die "fsfreeze -u failed"
 # The live file system keeps changing: snapshot files deleted and
-# overwritten, new files written and removed, synced now and then.
+# overwritten, new files written and removed, synced now and then, until
+# $WORK/stop appears (the writer's last file closed before the unmount).
 rm -rf "$MNT/snap/d1"
 head -c 65536 /dev/urandom >"$MNT/snap/big1.bin"
 mkdir -p "$MNT/after"
 echo "written after the snapshot" >"$MNT/after/marker"
 (
     i=0
-    while :; do
+    while [ ! -e "$WORK/stop" ]; do
         i=$((i + 1))
         head -c $((4096 + RANDOM * 8)) /dev/urandom >"$MNT/after/w$i.bin"
         rm -f "$MNT/after/w$((i - 8)).bin"
         if [ $((i % 16)) = 0 ]; then sync; fi
     done
+    echo "$i" >"$WORK/writer.count"
 ) &
 WRITER_PID=$!
 attach_snapshot snap1
@@ -373,10 +375,10 @@ else
     fail "mount -o ro,noload of zftl@snap1"
 fi
 detach_at "$SNAPDIR" SNAP_FUSE_PID
-kill -TERM "$WRITER_PID"
-wait "$WRITER_PID" 2>/dev/null || true
+touch "$WORK/stop"
+wait "$WRITER_PID" || fail "the writer on the live file system failed"
 WRITER_PID=
-echo "the writer wrote $(find "$MNT/after" -name 'w*.bin' | sed 's/.*w\([0-9]*\)\.bin/\1/' | sort -n | tail -n 1) files meanwhile"
+echo "the writer wrote $(cat "$WORK/writer.count") files meanwhile"
 if umount_fs; then pass "unmount of the live file system"; else die "umount failed"; fi
 if fsck_clean; then pass "e2fsck -fn clean on the live volume after the writer"; else fail "e2fsck -fn on the live volume"; fi
 detach
