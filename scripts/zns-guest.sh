@@ -63,57 +63,22 @@
 # directory), CARGO_TARGET_DIR (as for cargo).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+TAG=zns-guest
 TIMEOUT=${ZNS_GUEST_TIMEOUT:-900}
 WATCHDOG=${ZNS_GUEST_WATCHDOG:-600}
+ONLY=${ZNS_GUEST_ONLY:-}
+ONLY_VAR=ZNS_GUEST_ONLY
 METADATA=${ZNS_GUEST_METADATA:-required}
 GUEST_CPU=${ZNS_GUEST_CPU:-qemu64}
 GUEST_SMP=${ZNS_GUEST_SMP:-1}
 BENCH_SMP=${ZNS_GUEST_BENCH_SMP:-2}
+# The harness shared with scripts/nbd-guest.sh: packages, kernel, static
+# binaries, initramfs, the QEMU boot, run and outcome.
+# shellcheck source=guest/lib.sh source-path=SCRIPTDIR
+. "$(dirname "$0")/guest/lib.sh"
 
-die() {
-    echo "zns-guest: FAIL: $*" >&2
-    exit 1
-}
-
-[ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages with apt-get and boots QEMU); nothing was tested"
-
-if [ "${ZNS_GUEST_SKIP_INSTALL:-0}" != 1 ]; then
-    echo "zns-guest: installing qemu-system-x86 linux-image-amd64 busybox-static cpio nbd-client e2fsprogs fio"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed; nothing was tested"
-    apt-get install -y -qq qemu-system-x86 linux-image-amd64 busybox-static cpio nbd-client e2fsprogs fio >/dev/null ||
-        die "apt-get install failed; nothing was tested"
-fi
-command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; nothing was tested"
-BUSYBOX=$(command -v busybox) || die "busybox not found; nothing was tested"
-if command -v file >/dev/null && file -L "$BUSYBOX" | grep -q "dynamically linked"; then
-    die "$BUSYBOX is not static (install busybox-static)"
-fi
-KERNEL=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
-[ -n "$KERNEL" ] || die "no guest kernel in /boot (install linux-image-amd64); nothing was tested"
-KVER=${KERNEL#/boot/vmlinuz-}
-MODDIR=/lib/modules/$KVER
-[ -d "$MODDIR" ] || die "no modules for $KVER in $MODDIR"
-# Dynamically linked host programs the guest runs (copied with their
-# shared libraries by add_program).
-GUEST_PROGRAMS="nbd-client mkfs.ext4 e2fsck"
-for p in $GUEST_PROGRAMS; do
-    command -v "$p" >/dev/null || die "$p not found (install nbd-client e2fsprogs); nothing was tested"
-done
-
-echo "zns-guest: building zns-conformance, zns-ftl-crash, nbd-round-trip and zftl (static)"
-(
-    cd "$REPO"
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q \
-        -p zftl-zns --features zftl-zns/conformance --bin zns-conformance --bin zns-ftl-crash \
-        -p zftl-nbd --bin nbd-round-trip -p zftl-cli --bin zftl --target x86_64-unknown-linux-gnu
-) || die "cargo build of the guest binaries failed"
-BINDIR=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release
-GUEST_BINS="zns-conformance zns-ftl-crash nbd-round-trip zftl"
-for b in $GUEST_BINS; do
-    [ -x "$BINDIR/$b" ] || die "built binary not found at $BINDIR/$b"
-done
+guest_prepare "${ZNS_GUEST_SKIP_INSTALL:-0}"
+guest_build
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zns-guest.XXXXXX")
 if [ "${ZNS_GUEST_KEEP:-0}" != 1 ]; then
@@ -122,49 +87,8 @@ else
     echo "zns-guest: work directory $WORK"
 fi
 
-# The initramfs: static busybox as /init's shell, the NVMe modules, the binary.
-ROOT=$WORK/root
-mkdir -p "$ROOT"/{bin,dev,proc,sys,lib/modules}
-cp "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in sh mount umount insmod sleep cat dd printf echo ls grep poweroff ifconfig wc \
-    mkdir cp rm sync kill find sort xargs sha256sum seq head tee dmesg tail ps; do
-    ln -s busybox "$ROOT/bin/$applet"
-done
-# add_program DIR NAME: copy a dynamically linked host program to DIR/bin
-# and the shared libraries ldd lists (with the loader) to the same paths
-# under DIR.
-add_program() {
-    local dir=$1 bin lib
-    bin=$(command -v "$2") || die "$2 not found"
-    mkdir -p "$dir/bin"
-    cp "$bin" "$dir/bin/"
-    for lib in $(ldd "$bin" | grep -oE '/[^ ]+'); do
-        mkdir -p "$dir$(dirname "$lib")"
-        cp -L "$lib" "$dir$lib"
-    done
-    [ -n "$(ls "$dir"/lib64/ld-linux-* 2>/dev/null)" ] || die "ldd $bin named no dynamic loader in /lib64"
-}
-for p in $GUEST_PROGRAMS; do add_program "$ROOT" "$p"; done
-# The NVMe driver, then (loaded by the nbd-kernel run only) ext4 and nbd.
-for m in crct10dif_common crc-t10dif crc64 crc64-rocksoft t10-pi nvme-core nvme \
-    crc16 mbcache jbd2 crc32c_generic ext4 nbd; do
-    ko=$(find "$MODDIR" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" \) | head -n 1)
-    [ -n "$ko" ] || die "module $m not found under $MODDIR"
-    case "$ko" in
-        *.xz) xz -dc "$ko" >"$ROOT/lib/modules/$m.ko" ;;
-        *.zst) zstd -qdc "$ko" >"$ROOT/lib/modules/$m.ko" ;;
-        *) cp "$ko" "$ROOT/lib/modules/$m.ko" ;;
-    esac
-done
-cp "$REPO/scripts/zns-guest/init" "$ROOT/init"
-chmod +x "$ROOT/init"
-for b in $GUEST_BINS; do cp "$BINDIR/$b" "$ROOT/bin/"; done
-(cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initramfs.cpio.gz"
-
-# wanted NAME: whether the run NAME is to boot (ZNS_GUEST_ONLY).
-wanted() {
-    [ -z "${ZNS_GUEST_ONLY:-}" ] || [[ " $ZNS_GUEST_ONLY " == *" $1 "* ]]
-}
+# The initramfs: static busybox as /init's shell, the NVMe modules, the binaries.
+guest_initramfs
 
 # The bench run's extra archive: fio with its shared libraries and the
 # dynamic loader (the guest is busybox only), appended to the initramfs
@@ -182,97 +106,35 @@ if wanted bench; then
     cat "$WORK/initramfs.cpio.gz" "$WORK/fio.cpio.gz" >"$WORK/initramfs-bench.cpio.gz"
 fi
 
-# QEMU's exit status when the guest's watchdog reports a hung run (status 5).
-HUNG=$(((5 << 1) | 1))
-HUNG_ONCE=()
-
-# run NAME NS-OPTIONS [WHAT [SIZE]]: boot one guest on a fresh image of
-# SIZE (default 2G) and run WHAT in it (zftl.run=, default conformance);
-# returns 0 only if the guest reported exit status 0. A run whose guest
-# hangs is booted once more (QEMU 7.2's controller can stall for good,
-# docs/zns.md); the hung boot's stacks stay in the output, and the summary
-# names the run.
-run() {
-    local name=$1 start
-    if [ -n "${ZNS_GUEST_ONLY:-}" ] && ! [[ " $ZNS_GUEST_ONLY " == *" $name "* ]]; then
-        echo "zns-guest: $name: SKIPPED (not in ZNS_GUEST_ONLY=$ZNS_GUEST_ONLY)"
-        RUNS_SKIPPED=$((RUNS_SKIPPED + 1))
-        return 0
-    fi
-    start=$(date +%s)
-    boot "$@"
-    if [ "$BOOT_RC" -eq "$HUNG" ]; then
-        echo "zns-guest: $name: the guest hung (stacks above); booting it once more"
-        HUNG_ONCE+=("$name")
-        boot "$@"
-    fi
-    if outcome "$name" "$BOOT_RC" "$(($(date +%s) - start))"; then
-        RUNS_PASSED=$((RUNS_PASSED + 1))
-        return 0
-    fi
-    RUNS_FAILED=$((RUNS_FAILED + 1))
-    return 1
-}
-
-# boot NAME NS-OPTIONS [WHAT [SIZE]]: one guest boot; QEMU's exit status in BOOT_RC.
+# boot NAME NS-OPTIONS [WHAT [SIZE]]: one guest boot on a fresh image of
+# SIZE (default 2G) running WHAT (zftl.run=, default conformance); QEMU's
+# exit status in BOOT_RC.
 boot() {
-    local name=$1 nsopts=$2 what=${3:-conformance} size=${4:-2G} img=$WORK/zns-$1.img log=$WORK/$1.log
+    local name=$1 nsopts=$2 what=${3:-conformance} size=${4:-2G} img=$WORK/zns-$1.img
     local smp=$GUEST_SMP
     [ "$what" != bench ] || smp=$BENCH_SMP
     rm -f "$img"
     truncate -s "$size" "$img"
     echo "zns-guest: === $name: nvme-ns $nsopts"
-    set +e
-    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$GUEST_CPU" -m 1024 -smp "$smp" \
-        -display none -nodefaults -serial stdio -no-reboot \
-        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-        -kernel "$KERNEL" -initrd "${INITRD:-$WORK/initramfs.cpio.gz}" \
-        -append "console=ttyS0 panic=-1 rdinit=/init quiet clocksource=tsc tsc=reliable zftl.run=$what zftl.watchdog=$WATCHDOG ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_JOBS=${ZNS_GUEST_BENCH_JOBS:-4} ZFTL_BENCH_FLAGS=${ZNS_GUEST_BENCH_FLAGS:-} ZFTL_BENCH_PERF=${ZNS_GUEST_PERF:-}" \
+    guest_qemu "$WORK/$name.log" "$smp" 1024 \
+        "zftl.run=$what ZFTL_CRASH_ROUNDS=${ZNS_GUEST_CRASH_ROUNDS:-6} ZFTL_BENCH_SECONDS=${ZNS_GUEST_BENCH_SECONDS:-4} ZFTL_BENCH_JOBS=${ZNS_GUEST_BENCH_JOBS:-4} ZFTL_BENCH_FLAGS=${ZNS_GUEST_BENCH_FLAGS:-} ZFTL_BENCH_PERF=${ZNS_GUEST_PERF:-}" \
         -drive "file=$img,id=zns0,format=raw,if=none" \
         -device nvme,serial=deadbeef,id=nvme0 \
-        -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts" \
-        </dev/null 2>&1 | tee "$log"
-    BOOT_RC=${PIPESTATUS[0]}
-    set -e
+        -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,$nsopts"
     rm -f "$img"
-}
-
-# outcome NAME RC SECONDS: say what QEMU's exit status RC means; 0 for a pass.
-outcome() {
-    local name=$1 rc=$2 secs=$3
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        echo "zns-guest: $name: FAIL: the guest did not finish within ${TIMEOUT}s (${secs}s)"
-        return 1
-    elif [ "$rc" -eq 0 ]; then
-        echo "zns-guest: $name: FAIL: the guest never reported (plain poweroff, panic or crash) (${secs}s)"
-        return 1
-    elif [ "$rc" -eq "$HUNG" ]; then
-        echo "zns-guest: $name: FAIL: hung: the guest's watchdog fired after ${WATCHDOG}s (blocked tasks above) (${secs}s)"
-        return 1
-    elif [ $((rc & 1)) -eq 1 ] && [ $((rc >> 1)) -eq 0 ]; then
-        echo "zns-guest: $name: PASS (${secs}s)"
-        return 0
-    elif [ $((rc & 1)) -eq 1 ]; then
-        echo "zns-guest: $name: FAIL: the guest reported exit status $((rc >> 1)) (${secs}s)"
-        return 1
-    else
-        echo "zns-guest: $name: FAIL: qemu exited with $rc (${secs}s)"
-        return 1
-    fi
 }
 
 # max_active below the zone count, so the conformance case open_close_limits
 # can reach the active-zone limit (it needs max_active + 1 usable zones).
 BASE="logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=64M,zoned.max_open=16,zoned.max_active=24"
-failed=()
-RUNS_PASSED=0 RUNS_FAILED=0 RUNS_SKIPPED=0
+FAILED_RUNS=()
 # not_counted: a failed run under ZNS_GUEST_*=try is reported, not failed.
 not_counted() {
     RUNS_FAILED=$((RUNS_FAILED - 1))
     RUNS_SKIPPED=$((RUNS_SKIPPED + 1))
 }
-run zcap-eq-zsze "$BASE,zoned.zone_capacity=0" || failed+=(zcap-eq-zsze)
-run zcap-lt-zsze "$BASE,zoned.zone_capacity=48M" || failed+=(zcap-lt-zsze)
+run zcap-eq-zsze "$BASE,zoned.zone_capacity=0" || FAILED_RUNS+=(zcap-eq-zsze)
+run zcap-lt-zsze "$BASE,zoned.zone_capacity=48M" || FAILED_RUNS+=(zcap-lt-zsze)
 case "$METADATA" in
     skip)
         echo "zns-guest: metadata run skipped (ZNS_GUEST_METADATA=skip)"
@@ -282,7 +144,7 @@ case "$METADATA" in
         run metadata "$BASE,zoned.zone_capacity=0,ms=16" ||
             { echo "zns-guest: the metadata run failed; not counted (ZNS_GUEST_METADATA=try)"; not_counted; }
         ;;
-    *) run metadata "$BASE,zoned.zone_capacity=0,ms=16" || failed+=(metadata) ;;
+    *) run metadata "$BASE,zoned.zone_capacity=0,ms=16" || FAILED_RUNS+=(metadata) ;;
 esac
 
 # The crash test on a small namespace (32 zones of 16 MiB, capacity 12 MiB)
@@ -297,37 +159,26 @@ if [ "${ZNS_GUEST_CRASH:-required}" = try ]; then
     run ftl-crash "${CRASH_ARGS[@]}" ||
         { echo "zns-guest: the ftl-crash run failed; not counted (ZNS_GUEST_CRASH=try)"; not_counted; }
 else
-    run ftl-crash "${CRASH_ARGS[@]}" || failed+=(ftl-crash)
+    run ftl-crash "${CRASH_ARGS[@]}" || FAILED_RUNS+=(ftl-crash)
 fi
 # The crash test again on a namespace with 32 bytes of metadata per block,
 # room for the FTL's tags: they go in the NVMe metadata (OOB) instead of
 # the metadata log.
-run ftl-crash-oob "${CRASH_ARGS[0]},ms=32" ftl-crash 512M || failed+=(ftl-crash-oob)
-run cli "$BASE,zoned.zone_capacity=0" cli || failed+=(cli)
-run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || failed+=(nbd-kernel)
+run ftl-crash-oob "${CRASH_ARGS[0]},ms=32" ftl-crash 512M || FAILED_RUNS+=(ftl-crash-oob)
+run cli "$BASE,zoned.zone_capacity=0" cli || FAILED_RUNS+=(cli)
+run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || FAILED_RUNS+=(nbd-kernel)
 
 # The zoned block device path (/dev/nvme0n1 without /dev/ng0n1), with zone
 # capacity below the zone size so the capacity of the v2 zone report counts.
-run blkdev "$BASE,zoned.zone_capacity=48M" blkdev || failed+=(blkdev)
+run blkdev "$BASE,zoned.zone_capacity=48M" blkdev || FAILED_RUNS+=(blkdev)
 
 # zftl bench zns: zftl over passthrough against fio's io_uring_cmd engine on
 # the raw namespace, in one guest; prints the JSON report (ratios).
 if wanted bench; then
-    INITRD=$WORK/initramfs-bench.cpio.gz run bench "$BASE,zoned.zone_capacity=0" bench || failed+=(bench)
+    INITRD=$WORK/initramfs-bench.cpio.gz run bench "$BASE,zoned.zone_capacity=0" bench || FAILED_RUNS+=(bench)
 else
-    run bench "$BASE,zoned.zone_capacity=0" bench || failed+=(bench)
+    run bench "$BASE,zoned.zone_capacity=0" bench || FAILED_RUNS+=(bench)
 fi
 
 # Counted by .ci/run's closing line, like the test binaries' results.
-echo "zns-guest: summary: $RUNS_PASSED passed, $RUNS_FAILED failed, $RUNS_SKIPPED skipped"
-if [ ${#HUNG_ONCE[@]} -gt 0 ]; then
-    echo "zns-guest: NOTE: hung once and booted again: ${HUNG_ONCE[*]} (the hung boot's stacks are in the log)"
-fi
-if [ ${#failed[@]} -gt 0 ]; then
-    die "failed runs: ${failed[*]}"
-fi
-if [ -n "${ZNS_GUEST_ONLY:-}" ]; then
-    echo "zns-guest: the runs in ZNS_GUEST_ONLY=$ZNS_GUEST_ONLY passed; the others were SKIPPED"
-else
-    echo "zns-guest: all required runs passed"
-fi
+guest_summary

@@ -6,9 +6,15 @@
 # blocks they cover in part). A tree of files is written, checked with
 # e2fsck and sha256sum across a clean server restart (SIGTERM) and across a
 # `kill -9` of the server right after a `sync` (what the FLUSH under that
-# sync acknowledged must survive). Then the same kill -9 on ext4 with 1 KiB
-# blocks, where hundreds of the writes are read-modify-writes (the server
-# logs them at trace level; both runs count them).
+# sync acknowledged must survive). Between the two, a snapshot: the file
+# system frozen (fsfreeze) and `zftl snapshot create --server` on the
+# control socket, then while a writer keeps changing the live file system
+# the read-only export `zftl@SNAPSHOT` is attached with a second nbdfuse,
+# e2fsck -fn must find it clean and, mounted `-o ro,noload`, it must hold
+# every file as it was at the snapshot and none written after. Then the
+# same kill -9 on ext4 with 1 KiB blocks, where hundreds of the writes are
+# read-modify-writes (the server logs them at trace level; both runs count
+# them).
 #
 #   tests/nbd_fs.sh                        # as root (mount, loop, FUSE)
 #   ZFTL=path/to/zftl PORT=10998 tests/nbd_fs.sh
@@ -27,6 +33,10 @@ SERVER_PID=
 FUSE_PID=
 MNT=
 FUSEDIR=
+SNAP_FUSE_PID=
+SNAPMNT=
+SNAPDIR=
+WRITER_PID=
 
 say() { printf '\n=== %s\n' "$*"; }
 pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
@@ -41,16 +51,23 @@ die() {
 cleanup() {
     local rc=$?
     set +e
-    if [ -n "$MNT" ] && mountpoint -q "$MNT" 2>/dev/null; then
-        timeout 30 umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    if [ -n "$WRITER_PID" ]; then
+        kill -TERM "$WRITER_PID" 2>/dev/null
+        wait "$WRITER_PID" 2>/dev/null
     fi
-    if [ -n "$FUSEDIR" ] && mountpoint -q "$FUSEDIR" 2>/dev/null; then
-        timeout 30 umount "$FUSEDIR" 2>/dev/null || umount -l "$FUSEDIR" 2>/dev/null
-    fi
-    if [ -n "$FUSE_PID" ]; then
-        kill -TERM "$FUSE_PID" 2>/dev/null
-        wait "$FUSE_PID" 2>/dev/null
-    fi
+    [ -n "$MNT" ] && fsfreeze -u "$MNT" 2>/dev/null
+    local m
+    for m in "$SNAPMNT" "$MNT" "$SNAPDIR" "$FUSEDIR"; do
+        if [ -n "$m" ] && mountpoint -q "$m" 2>/dev/null; then
+            timeout 30 umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+        fi
+    done
+    for m in "$SNAP_FUSE_PID" "$FUSE_PID"; do
+        if [ -n "$m" ]; then
+            kill -TERM "$m" 2>/dev/null
+            wait "$m" 2>/dev/null
+        fi
+    done
     if [ -n "$SERVER_PID" ]; then
         kill -KILL "$SERVER_PID" 2>/dev/null
         wait "$SERVER_PID" 2>/dev/null
@@ -77,7 +94,7 @@ trap 'exit 130' INT TERM
 
 # ----- tools, from Debian packages --------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (mount, loop devices, FUSE)"
-need=(nbdfuse nbdinfo mkfs.ext4 e2fsck dumpe2fs sha256sum mountpoint timeout)
+need=(nbdfuse nbdinfo mkfs.ext4 e2fsck dumpe2fs sha256sum mountpoint timeout fsfreeze)
 missing=()
 for t in "${need[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
 if [ "${#missing[@]}" != 0 ]; then
@@ -106,8 +123,11 @@ WORK=$(mktemp -d /tmp/zftl-nbd-fs.XXXXXX)
 MNT="$WORK/mnt"
 FUSEDIR="$WORK/fuse"
 DISK="$FUSEDIR/disk"
+SNAPMNT="$WORK/snapmnt"
+SNAPDIR="$WORK/snapfuse"
 IMAGE="$WORK/img"
-mkdir -p "$MNT" "$FUSEDIR"
+CTL="$IMAGE.control"
+mkdir -p "$MNT" "$FUSEDIR" "$SNAPMNT" "$SNAPDIR"
 
 # A free port on 127.0.0.1, below the kernel's ephemeral range (so no
 # outgoing connection holds it), that no socket uses now. A server that
@@ -191,28 +211,35 @@ kill9_server() {
 # device under the mounted file system 512-byte sectors); the server
 # advertises a 512-byte minimum block size and serves them. `mount -o loop`
 # turns the file system's cache flushes into fsync of the file, i.e. NBD
-# FLUSH.
-attach() {
-    nbdfuse "$DISK" "$URI" >>"$WORK/nbdfuse.log" 2>&1 &
-    FUSE_PID=$!
-    local up=0
+# FLUSH. `attach_snapshot NAME` exposes the read-only export zftl@NAME as
+# $SNAPDIR/disk the same way (nbdfuse -r).
+attach() { attach_at "$FUSEDIR" FUSE_PID "$URI"; }
+attach_snapshot() { attach_at "$SNAPDIR" SNAP_FUSE_PID "$URI/zftl@$1" -r; }
+attach_at() {
+    local dir=$1 pidvar=$2 uri=$3 pid up=0
+    shift 3
+    nbdfuse "$@" "$dir/disk" "$uri" >>"$WORK/nbdfuse.log" 2>&1 &
+    pid=$!
+    printf -v "$pidvar" %s "$pid"
     for _ in $(seq 1 300); do
-        if [ -e "$DISK" ]; then up=1; break; fi
-        kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; cat "$WORK/nbdfuse.log"; die "nbdfuse exited"; }
+        if [ -e "$dir/disk" ]; then up=1; break; fi
+        kill -0 "$pid" 2>/dev/null || { printf -v "$pidvar" %s ""; cat "$WORK/nbdfuse.log"; die "nbdfuse $uri exited"; }
         sleep 0.1
     done
-    [ "$up" = 1 ] || die "nbdfuse did not expose $DISK"
+    [ "$up" = 1 ] || die "nbdfuse did not expose $dir/disk"
 }
 
 # Unmount the FUSE directory (nbdfuse then disconnects and exits).
-detach() {
-    if mountpoint -q "$FUSEDIR"; then
-        timeout 60 umount "$FUSEDIR" || umount -l "$FUSEDIR"
+detach() { detach_at "$FUSEDIR" FUSE_PID; }
+detach_at() {
+    local dir=$1 pidvar=$2 pid=${!2}
+    if mountpoint -q "$dir"; then
+        timeout 60 umount "$dir" || umount -l "$dir"
     fi
-    if [ -n "$FUSE_PID" ]; then
-        timeout 30 tail --pid="$FUSE_PID" -f /dev/null || kill -KILL "$FUSE_PID" 2>/dev/null || true
-        wait "$FUSE_PID" 2>/dev/null || true
-        FUSE_PID=
+    if [ -n "$pid" ]; then
+        timeout 30 tail --pid="$pid" -f /dev/null || kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        printf -v "$pidvar" %s ""
     fi
 }
 
@@ -236,15 +263,23 @@ write_tree() {
     done
 }
 
-# sha256sum of every file under $MNT/$1, paths relative to $MNT.
+# sha256sum of every file under $MNT/$1, paths relative to $MNT;
+# check_sums FILE [DIR]: the files listed in FILE under DIR (default $MNT).
 sums() { (cd "$MNT" && find "$1" -type f -print0 | sort -z | xargs -0 sha256sum); }
-check_sums() { (cd "$MNT" && sha256sum --quiet -c "$1"); }
+check_sums() { (cd "${2:-$MNT}" && sha256sum --quiet -c "$1"); }
 
+# fsck_clean [DISK]: e2fsck -fn of DISK (default $DISK) finds nothing: exit
+# status 0, and no question declined and no journal left unreplayed (e2fsck
+# exits 0 with "Free blocks count wrong ... Fix? no" as well).
 fsck_clean() {
     local out rc=0
-    out=$(e2fsck -fn "$DISK" 2>&1) || rc=$?
-    echo "$out" | tail -n 3
-    [ "$rc" = 0 ]
+    out=$(e2fsck -fn "${1:-$DISK}" 2>&1) || rc=$?
+    if [ "$rc" != 0 ] || echo "$out" | grep -qE "Fix\? no|skipping journal recovery"; then
+        echo "$out" | tail -n 30
+        echo "e2fsck -fn exit status $rc"
+        return 1
+    fi
+    echo "$out" | tail -n 1
 }
 
 # ----- phase 1: mkfs, a tree of files, clean unmount, fsck ---------------------
@@ -287,6 +322,67 @@ mount_fs || die "mount after a clean restart failed"
 if check_sums "$WORK/sums1"; then pass "all $(wc -l <"$WORK/sums1") checksums match after a clean restart"; else fail "checksums after a clean restart"; fi
 umount_fs || die "umount failed"
 detach
+
+# ----- phase 2b: a snapshot export while the live file system changes ---------
+say "phase 2b: write, sync, fsfreeze, zftl snapshot create; attach zftl@snap1 while writing"
+attach
+mount_fs || die "mount failed"
+write_tree snap 150
+sums one >"$WORK/sums-snap"
+sums snap >>"$WORK/sums-snap"
+sync
+# The freeze writes the journal's contents home and marks the file system
+# clean, so the snapshot needs no journal replay (what LVM does around
+# its snapshots); without it a snapshot after `sync` is crash-consistent
+# only, e2fsck -fn cannot replay its journal on a read-only export.
+fsfreeze -f "$MNT" || die "fsfreeze -f failed"
+if "$ZFTL" snapshot create snap1 --server "$CTL" >/dev/null; then
+    pass "zftl snapshot create snap1 --server on the frozen file system"
+else
+    fail "zftl snapshot create --server"
+fi
+fsfreeze -u "$MNT" || die "fsfreeze -u failed"
+# The live file system keeps changing: snapshot files deleted and
+# overwritten, new files written and removed, synced now and then, until
+# $WORK/stop appears (the writer's last file closed before the unmount).
+rm -rf "$MNT/snap/d1"
+head -c 65536 /dev/urandom >"$MNT/snap/big1.bin"
+mkdir -p "$MNT/after"
+echo "written after the snapshot" >"$MNT/after/marker"
+(
+    i=0
+    while [ ! -e "$WORK/stop" ]; do
+        i=$((i + 1))
+        head -c $((4096 + RANDOM * 8)) /dev/urandom >"$MNT/after/w$i.bin"
+        rm -f "$MNT/after/w$((i - 8)).bin"
+        if [ $((i % 16)) = 0 ]; then sync; fi
+    done
+    echo "$i" >"$WORK/writer.count"
+) &
+WRITER_PID=$!
+attach_snapshot snap1
+if fsck_clean "$SNAPDIR/disk"; then pass "e2fsck -fn clean on zftl@snap1 while the live volume changes"; else fail "e2fsck -fn on zftl@snap1"; fi
+if mount -t ext4 -o loop,ro,noload "$SNAPDIR/disk" "$SNAPMNT"; then
+    pass "mount -o ro,noload of zftl@snap1"
+    if check_sums "$WORK/sums-snap" "$SNAPMNT"; then
+        pass "all $(wc -l <"$WORK/sums-snap") files of zftl@snap1 match the checksums at the snapshot"
+    else
+        fail "checksums of zftl@snap1"
+    fi
+    if [ ! -e "$SNAPMNT/after" ]; then pass "what was written after the snapshot is absent from it"; else fail "zftl@snap1 holds $SNAPMNT/after"; fi
+    timeout 60 umount "$SNAPMNT" || fail "umount of zftl@snap1"
+else
+    fail "mount -o ro,noload of zftl@snap1"
+fi
+detach_at "$SNAPDIR" SNAP_FUSE_PID
+touch "$WORK/stop"
+wait "$WRITER_PID" || fail "the writer on the live file system failed"
+WRITER_PID=
+echo "the writer wrote $(cat "$WORK/writer.count") files meanwhile"
+if umount_fs; then pass "unmount of the live file system"; else die "umount failed"; fi
+if fsck_clean; then pass "e2fsck -fn clean on the live volume after the writer"; else fail "e2fsck -fn on the live volume"; fi
+detach
+"$ZFTL" snapshot delete snap1 --server "$CTL" >/dev/null || fail "zftl snapshot delete snap1 --server"
 
 # ----- phase 3: write more, sync, kill -9 at once, restart ---------------------
 say "phase 3: remount, write more, sync, kill -9 the server"
