@@ -176,6 +176,25 @@ fn crash_torture_with_snapshots() {
     }
 }
 
+/// The snapshot torture on volumes with a 3 s protection window: the core
+/// takes and drops points (and drops them early when writes need their
+/// room) between and during the model's operations, and every cut must
+/// still recover the live volume and the user's snapshots exactly.
+#[test]
+fn crash_torture_with_window() {
+    let run = |seed: u64| {
+        let mut rig = Rig::with_window(seed, seed.is_multiple_of(2), 3);
+        rig.ranges = true;
+        rig.snapshots = true;
+        rig.cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_window", 150, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.window_points > 0, "no window point taken: {total:?}");
+    }
+}
+
 #[test]
 fn crash_torture() {
     let (seeds, total) = common::run_seeds("crash_torture", 1000, run_seed);

@@ -555,3 +555,24 @@ fn random_writes_on_many_small_zones_keep_the_reserve_free() {
         }
     }
 }
+
+/// A write larger than the write buffer is refused with `TooLarge`
+/// (the limit the volume reports), not admitted forever or panicked on,
+/// even when `max_request_blocks` says more.
+#[test]
+fn a_write_larger_than_the_buffer_is_refused_clearly() {
+    let cfg = FtlConfig {
+        write_buffer_blocks: 64,
+        max_request_blocks: 256,
+        ..FtlConfig::default()
+    };
+    let mut ftl = Driver::format(sim(64), &FormatOptions::default(), cfg).unwrap();
+    assert_eq!(ftl.ftl().max_request_blocks(), 64);
+    let bs = ftl.block_size();
+    assert!(matches!(
+        ftl.write(0, &vec![7; 65 * bs]),
+        Err(IoError::TooLarge { max_blocks: 64, .. })
+    ));
+    ftl.write(0, &vec![7; 64 * bs]).unwrap();
+    assert_eq!(ftl.read(63, 1).unwrap(), vec![7; bs]);
+}

@@ -3,6 +3,8 @@
 //! deletes and the space they give back, GC of kept blocks, the errors,
 //! and what survives a clean remount and a power cut.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, TagPlacement};
 use zftl::sim::SimDevice;
 
@@ -651,4 +653,145 @@ fn bad_reverts_get_typed_errors() {
     }
     assert_eq!(holds(&mut ftl, None, 1), Some((1, 2)), "nothing changed");
     assert_eq!(ftl.snapshots().len(), 1);
+}
+
+fn format_window(oob: bool, window_secs: u64, clock: &Arc<AtomicU64>) -> Driver<SimDevice> {
+    let tag_placement = if oob {
+        TagPlacement::Auto
+    } else {
+        TagPlacement::InBand
+    };
+    let opts = FormatOptions {
+        tag_placement,
+        ..FormatOptions::default()
+    };
+    let cfg = FtlConfig {
+        protect_window_secs: Some(window_secs),
+        ..FtlConfig::default()
+    };
+    let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
+    let mut ftl = Driver::format(dev, &opts, cfg).unwrap();
+    let c = clock.clone();
+    ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+    ftl
+}
+
+const SEC: u64 = 1_000_000_000;
+/// 2026-11-27T10:00:00Z.
+const T0: u64 = 1_795_773_600 * SEC;
+
+/// Moves the wall clock on by `ns` in steps of 200 ms, letting the core
+/// take and drop points at each.
+fn pass_time(ftl: &mut Driver<SimDevice>, clock: &AtomicU64, ns: u64) {
+    let end = clock.load(Ordering::SeqCst) + ns;
+    while clock.load(Ordering::SeqCst) < end {
+        clock.fetch_add(SEC / 5, Ordering::SeqCst);
+        ftl.settle().unwrap();
+    }
+}
+
+fn points(ftl: &Driver<SimDevice>) -> Vec<String> {
+    let snapshots = ftl.snapshots().into_iter();
+    snapshots.filter(|s| s.is_point()).map(|s| s.name).collect()
+}
+
+/// The protection window: a point while the volume changes (none while it
+/// does not), named by its time; a revert to one; points older than the
+/// window dropped; points and their times kept across a remount and a
+/// crash; user names may not look like points.
+#[test]
+fn the_protection_window_keeps_points_to_revert_to() {
+    both_modes(|oob| {
+        let clock = Arc::new(AtomicU64::new(T0));
+        let mut ftl = format_window(oob, 10, &clock);
+        for lba in 0..4 {
+            write(&mut ftl, lba, 1);
+        }
+        pass_time(&mut ftl, &clock, SEC / 5);
+        write(&mut ftl, 0, 2);
+        pass_time(&mut ftl, &clock, 2 * SEC);
+        write(&mut ftl, 1, 3);
+        ftl.trim(2, 1).unwrap();
+        pass_time(&mut ftl, &clock, 2 * SEC);
+        pass_time(&mut ftl, &clock, 3 * SEC); // no change: no point
+                                              // A point at the first look at the clock a second or more after
+                                              // the last (every 200 ms here).
+        assert_eq!(
+            points(&ftl),
+            [
+                "@2026-11-27T10:00:00Z",
+                "@2026-11-27T10:00:01Z",
+                "@2026-11-27T10:00:02Z"
+            ]
+        );
+        let oldest = ftl.stats().window_oldest_ns;
+        assert!((T0..T0 + SEC).contains(&oldest), "{oldest}");
+        assert!(matches!(
+            ftl.snapshot_create("@mine"),
+            Err(IoError::Snapshot(_))
+        ));
+        // Back to 10:00:01: block 0 is v2, 1 and 2 are v1 again.
+        ftl.snapshot_revert("@2026-11-27T10:00:01Z", None).unwrap();
+        let at_2 = |ftl: &mut Driver<SimDevice>| {
+            assert_eq!(holds(ftl, None, 0), Some((0, 2)));
+            assert_eq!(holds(ftl, None, 1), Some((1, 1)));
+            assert_eq!(holds(ftl, None, 2), Some((2, 1)));
+            assert_eq!(holds(ftl, Some("@2026-11-27T10:00:00Z"), 0), Some((0, 1)));
+            assert_eq!(holds(ftl, Some("@2026-11-27T10:00:02Z"), 1), Some((1, 3)));
+        };
+        at_2(&mut ftl);
+        let mut ftl = remount_both_ways(ftl, at_2);
+        let c = clock.clone();
+        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        let snaps = ftl.snapshots();
+        let p2 = snaps.iter().find(|s| s.name == "@2026-11-27T10:00:02Z");
+        let t2 = p2.unwrap().wall_ns;
+        assert!((T0 + 2 * SEC..T0 + 3 * SEC).contains(&t2), "{t2}");
+        // A remount with the window configured again (the test's default
+        // mount has none): 9.5 to 9.9 s after the third point, the first
+        // two are older than 10 s and the third is not.
+        let dev = ftl.shutdown().unwrap();
+        let cfg = FtlConfig {
+            protect_window_secs: Some(10),
+            ..FtlConfig::default()
+        };
+        let mut ftl = Driver::mount(dev, cfg).unwrap();
+        let c = clock.clone();
+        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        clock.store(t2 + 9 * SEC + SEC / 2, Ordering::SeqCst);
+        pass_time(&mut ftl, &clock, 2 * SEC / 5);
+        assert_eq!(points(&ftl), ["@2026-11-27T10:00:02Z"]);
+        assert_eq!(ftl.stats().window_points_expired, 2);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after the window");
+    });
+}
+
+/// When points hold the room a write needs, the oldest points are dropped
+/// and the write goes through; a user snapshot never gives way.
+#[test]
+fn the_window_gives_way_before_a_write_fails() {
+    both_modes(|oob| {
+        let clock = Arc::new(AtomicU64::new(T0));
+        let mut ftl = format_window(oob, 3600, &clock);
+        let blocks = ftl.logical_blocks();
+        for round in 1..=3u32 {
+            for lba in 0..blocks {
+                write(&mut ftl, lba, round);
+            }
+            pass_time(&mut ftl, &clock, 2 * SEC);
+        }
+        let stats = ftl.stats();
+        assert!(stats.window_points_given_way > 0, "{stats:?}");
+        assert!(!points(&ftl).is_empty());
+        for lba in (0..blocks).step_by(97) {
+            assert_eq!(holds(&mut ftl, None, lba), Some((lba, 3)));
+        }
+        ftl.snapshot_create("keep").unwrap();
+        let bs = ftl.block_size();
+        let refused = (0..blocks).find_map(|lba| ftl.write(lba, &pattern(lba, 4, bs)).err());
+        assert_eq!(refused, Some(IoError::SnapshotSpace));
+        assert!(points(&ftl).is_empty(), "every point gave way first");
+        assert_eq!(holds(&mut ftl, Some("keep"), 0), Some((0, 3)));
+    });
 }

@@ -10,6 +10,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use zftl::core::range::attr_bits;
 use zftl::core::{
     Activity, Attribute, Driver, FormatOptions, FtlConfig, IoError, MergePolicy, MountError,
@@ -509,6 +511,8 @@ pub struct Coverage {
     pub snapshot_diffs: u64,
     /// Reverts answered.
     pub reverts: u64,
+    /// Window points the core had taken, summed at each cut.
+    pub window_points: u64,
     /// Blocks snapshots kept after the volume replaced them (summed at
     /// each cut).
     pub snapshot_versions: u64,
@@ -527,6 +531,7 @@ impl Coverage {
         self.snapshot_blocks_checked += other.snapshot_blocks_checked;
         self.snapshot_diffs += other.snapshot_diffs;
         self.reverts += other.reverts;
+        self.window_points += other.window_points;
         self.snapshot_versions += other.snapshot_versions;
     }
 }
@@ -619,9 +624,34 @@ pub struct Rig {
     pub snapshots: bool,
     pub snaps: Vec<SnapModel>,
     next_snap: u32,
+    /// The wall clock of a volume with a protection window (see
+    /// [`Rig::with_window`]): 100 ms pass per operation.
+    clock: Option<Arc<AtomicU64>>,
 }
 
 impl Rig {
+    /// A rig whose volume has a protection window of `window_secs`: the
+    /// core takes and drops points (snapshots the model does not follow)
+    /// while the operations run, on a clock that moves 100 ms per
+    /// operation, so a seed replays the same points.
+    pub fn with_window(seed: u64, oob: bool, window_secs: u64) -> Rig {
+        let cfg = FtlConfig {
+            protect_window_secs: Some(window_secs),
+            ..ftl_config()
+        };
+        let mut rig = Rig::with_configs(seed, sim_config(seed, oob, false), cfg);
+        rig.clock = Some(Arc::new(AtomicU64::new(1_795_773_600_000_000_000)));
+        rig.set_clock();
+        rig
+    }
+
+    fn set_clock(&mut self) {
+        if let (Some(clock), Some(ftl)) = (&self.clock, self.ftl.as_mut()) {
+            let c = clock.clone();
+            ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        }
+    }
+
     pub fn new(seed: u64, oob: bool, timing: bool) -> Rig {
         Rig::with_config(seed, sim_config(seed, oob, timing))
     }
@@ -661,6 +691,7 @@ impl Rig {
             snapshots: false,
             snaps: Vec::new(),
             next_snap: 0,
+            clock: None,
         }
     }
 
@@ -676,6 +707,9 @@ impl Rig {
 
     /// Runs one op; a power cut during it triggers crash + recovery + check.
     pub fn apply(&mut self, op: Op) {
+        if let Some(clock) = &self.clock {
+            clock.fetch_add(100_000_000, Ordering::SeqCst);
+        }
         let result = self.run(op);
         if let Some(t) = trace_lba() {
             let hit = match op {
@@ -1128,7 +1162,13 @@ impl Rig {
     /// interrupted exists or not as the volume says; every other one is
     /// exactly there; then every block of every snapshot is checked.
     fn resolve_snapshots(&mut self, ftl: &Driver<SimDevice>) {
-        let found: Vec<String> = ftl.snapshots().into_iter().map(|s| s.name).collect();
+        // Window points come and go without the model.
+        let found: Vec<String> = ftl
+            .snapshots()
+            .into_iter()
+            .filter(|s| !s.is_point())
+            .map(|s| s.name)
+            .collect();
         self.snaps.retain_mut(|s| {
             let there = found.contains(&s.name);
             match s.state {
@@ -1171,6 +1211,7 @@ impl Rig {
         self.coverage.wl_moves += stats.wl_move_blocks;
         self.coverage.host_retries += stats.host_retries;
         self.coverage.snapshot_versions += stats.snapshot_versions;
+        self.coverage.window_points += stats.window_points;
         let mut dev = ftl.into_backend();
         dev.power_cut();
         self.armed = false;
@@ -1254,6 +1295,7 @@ impl Rig {
             self.model.durable(lba, v);
         }
         self.ftl = Some(ftl);
+        self.set_clock();
         for i in 0..self.snaps.len() {
             let blocks = self.blocks;
             let mut lba = 0;

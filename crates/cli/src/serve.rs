@@ -862,7 +862,7 @@ fn serve_on<B: Backend + Send + 'static>(
     };
     let handle = mount_or_format(path, dev, &format, settings.ftl.clone(), drive)?;
     let vol = FtlVolume {
-        max_request_blocks: settings.ftl.max_request_blocks,
+        max_request_blocks: settings.ftl.request_blocks_limit(),
         handle,
     };
     let export = Export::new(settings.export.clone(), vol.clone())

@@ -90,7 +90,8 @@ pub struct FtlConfig {
     pub checkpoint_interval_blocks: u64,
     /// Static wear leveling: move cold data once max − min erase count exceeds this; 0 = off.
     pub static_wl_threshold: u32,
-    /// Largest host request, in blocks.
+    /// Largest host request, in blocks (capped by `write_buffer_blocks`:
+    /// see [`Self::request_blocks_limit`]).
     pub max_request_blocks: u32,
     /// The code that takes the data CRCs of the blocks written and read
     /// (every implementation gives the same CRC-32C; they differ in speed
@@ -99,9 +100,25 @@ pub struct FtlConfig {
     /// start-up and puts the fastest here (`zftl::data_crc`), unless its
     /// config file names one (`data_crc = "crc32c"`).
     pub data_crc: Option<DataCrcImpl>,
+    /// The protection window, in seconds (docs/design.md, "Time and the
+    /// protection window"): while the volume changes the core takes a
+    /// point (a snapshot named `@` + its time, to revert to or read) at
+    /// most every `max(1 s, window ÷ MAX_WINDOW_POINTS)` and drops points
+    /// older than the window. `Some(0)`: off, the points there are
+    /// dropped. `None` (the default): points are neither taken nor
+    /// dropped by age. The wall time comes from the driver
+    /// ([`crate::Ftl::handle_wall_time`]). Whatever this says, a write or
+    /// trim that finds no room drops the oldest point first.
+    pub protect_window_secs: Option<u64>,
 }
 
 impl FtlConfig {
+    /// The largest request the core takes, in blocks: `max_request_blocks`,
+    /// but no more than the write buffer holds (a write is buffered whole).
+    pub fn request_blocks_limit(&self) -> u32 {
+        self.max_request_blocks.min(self.write_buffer_blocks).max(1)
+    }
+
     /// The data CRC implementation this configuration runs.
     pub fn data_crc_impl(&self) -> DataCrcImpl {
         self.data_crc.unwrap_or_else(DataCrcImpl::selected)
@@ -125,6 +142,7 @@ impl Default for FtlConfig {
             static_wl_threshold: 0,
             max_request_blocks: 8192,
             data_crc: None,
+            protect_window_secs: None,
         }
     }
 }

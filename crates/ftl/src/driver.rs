@@ -38,6 +38,11 @@ pub struct Driver<B: Backend> {
     next_id: u64,
     /// Finished replies not yet taken, oldest first (few: callers take them).
     replies: VecDeque<Reply>,
+    /// The wall time (ns since the Unix epoch) the core is told while a
+    /// protection window is configured, once format or mount has returned
+    /// (so a caller's own clock is the first the window sees).
+    wall_clock: Box<dyn FnMut() -> u64 + Send>,
+    wall_clock_on: bool,
 }
 
 impl<B: Backend> Driver<B> {
@@ -48,7 +53,19 @@ impl<B: Backend> Driver<B> {
             completions: Vec::with_capacity(REAP_BATCH),
             next_id: 0,
             replies: VecDeque::new(),
+            wall_clock: Box::new(wall_ns_now),
+            wall_clock_on: false,
         }
+    }
+
+    pub(crate) fn start_wall_clock(&mut self) {
+        self.wall_clock_on = true;
+    }
+
+    /// Replaces the wall clock (the system's by default) the protection
+    /// window's points are timed by: a test or a simulation passes its own.
+    pub fn set_wall_clock(&mut self, clock: impl FnMut() -> u64 + Send + 'static) {
+        self.wall_clock = Box::new(clock);
     }
 
     pub fn ftl(&self) -> &Ftl {
@@ -133,6 +150,9 @@ impl<B: Backend> Driver<B> {
     /// anything moved.
     pub fn turn_nowait(&mut self) -> Result<bool, IoError> {
         self.ftl.handle_time(self.backend.clock_ns());
+        if self.wall_clock_on && self.ftl.wants_wall_time() {
+            self.ftl.handle_wall_time((self.wall_clock)());
+        }
         let mut moved = self.ftl.poll_work();
         moved |= self.submit_commands()?;
         let reaped = self.backend.reap(&mut self.completions, REAP_BATCH);

@@ -43,6 +43,67 @@ pub struct Snapshot {
     pub parent: SnapshotId,
 }
 
+/// The first character of a protection-window point's name; user
+/// snapshot names may not start with it.
+pub const POINT_PREFIX: char = '@';
+
+impl Snapshot {
+    /// Whether it is a point of the protection window (taken and dropped
+    /// by the core, named `@` + its wall time) rather than a user's.
+    pub fn is_point(&self) -> bool {
+        self.name.starts_with(POINT_PREFIX)
+    }
+}
+
+/// The name of the window point taken at `wall_ns`: `@` and the time in
+/// RFC 3339 UTC to the second (`@2026-11-27T06:55:43Z`).
+pub fn point_name(wall_ns: u64) -> String {
+    format!("{POINT_PREFIX}{}", rfc3339_utc(wall_ns))
+}
+
+/// The wall time (ns since the Unix epoch) a point's name spells, or
+/// `None` when it is not one.
+pub fn point_time_ns(name: &str) -> Option<u64> {
+    parse_rfc3339_utc(name.strip_prefix(POINT_PREFIX)?)
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` (what [`rfc3339_utc`] writes) to ns since
+/// the Unix epoch; `None` for anything else or a time before 1970.
+pub fn parse_rfc3339_utc(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() != 20 || !text.is_ascii() {
+        return None;
+    }
+    let layout_ok = b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b'Z';
+    if !layout_ok {
+        return None;
+    }
+    let num = |from: usize, to: usize| text[from..to].parse::<u64>().ok();
+    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 59 || year < 1970 {
+        return None;
+    }
+    // Days since 1970-01-01 from the civil date (H. Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    secs.checked_mul(1_000_000_000)
+}
+
 /// A replaced version of a logical block that the history keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version {
@@ -89,6 +150,8 @@ pub enum SnapshotError {
     BadName { len: usize, max: usize },
     #[error("the volume holds the most snapshots it may ({0})")]
     TooMany(usize),
+    #[error("snapshot names starting with '@' are the protection window's; {0:?} given")]
+    ReservedName(String),
 }
 
 /// Birth epochs, in leaves that exist only where a birth is not 0.
@@ -413,6 +476,22 @@ impl History {
         Ok(())
     }
 
+    /// Checks a name a user gives a snapshot: as [`Self::check_create`],
+    /// and not a window point's.
+    pub fn check_user_create(&self, name: &str) -> Result<(), SnapshotError> {
+        if name.starts_with(POINT_PREFIX) {
+            return Err(SnapshotError::ReservedName(name.to_string()));
+        }
+        self.check_create(name)
+    }
+
+    /// The oldest and the newest window point.
+    pub fn points(&self) -> (Option<&Snapshot>, Option<&Snapshot>) {
+        let mut points = self.snapshots.iter().filter(|s| s.is_point());
+        let oldest = points.next();
+        (oldest, points.next_back().or(oldest))
+    }
+
     /// Takes snapshot `id` at `create_seq`: it closes the current epoch.
     pub fn create(&mut self, id: SnapshotId, name: &str, create_seq: Seq, wall_ns: u64) {
         assert!(id >= self.next_id, "snapshot id {id} reused");
@@ -423,6 +502,11 @@ impl History {
             "snapshot created out of seq order"
         );
         self.names.insert(name.to_string(), id);
+        // Replay knows a point's time from its name.
+        let wall_ns = match point_time_ns(name) {
+            Some(t) if wall_ns == 0 => t,
+            _ => wall_ns,
+        };
         self.snapshots.push(Snapshot {
             id,
             name: name.to_string(),
@@ -485,6 +569,10 @@ impl History {
                 break;
             }
         }
+        // Sweeps may overlap (a delete of an older snapshot after a newer
+        // one's, before the newer one's sweep ran): an entry once.
+        freed.sort_unstable();
+        freed.dedup();
         let values = freed
             .into_iter()
             .map(|(q, lba)| {
@@ -591,6 +679,24 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_sweeps_release_an_entry_once() {
+        let mut h = History::new(100, 1);
+        h.create(0, "a", 10, 0);
+        h.keep(1, 11, Some(1), 1);
+        h.create(1, "b", 20, 0);
+        h.keep(2, 21, Some(2), 1);
+        h.create(2, "c", 30, 0);
+        // b's sweep is (20, 30]; a's, deleted after, (10, 30].
+        h.delete(1, 40).unwrap();
+        h.delete(0, 41).unwrap();
+        // (21, lba 2) is in both ranges; c needs neither version.
+        let mut freed = h.sweep_all();
+        freed.sort();
+        assert_eq!(freed, vec![Some(1), Some(2)]);
+        assert_eq!(h.entry_count(), 0);
+    }
+
+    #[test]
     fn a_sweep_step_never_exceeds_its_budget() {
         let mut h = History::new(1000, 1);
         h.create(0, "a", 10, 0);
@@ -625,5 +731,31 @@ mod tests {
             Err(SnapshotError::NameTaken("a".into()))
         );
         assert_eq!(h.delete(5, 9), Err(SnapshotError::NoSuchId(5)));
+    }
+}
+
+#[cfg(test)]
+mod point_tests {
+    use super::*;
+
+    #[test]
+    fn point_names_spell_their_time_to_the_second() {
+        for secs in [0u64, 59, 951_782_400, 1_795_760_143, 4_102_444_800] {
+            let ns = secs * 1_000_000_000;
+            let name = point_name(ns + 123);
+            assert_eq!(point_time_ns(&name), Some(ns), "{name}");
+        }
+        assert_eq!(
+            point_name(1_795_760_143_000_000_000),
+            "@2026-11-27T06:15:43Z"
+        );
+        for bad in [
+            "2026-11-27T06:55:43Z",
+            "@2026-13-27T06:55:43Z",
+            "@2026-11-27 06:55:43Z",
+            "@x",
+        ] {
+            assert_eq!(point_time_ns(bad), None, "{bad}");
+        }
     }
 }

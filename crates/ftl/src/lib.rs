@@ -50,7 +50,9 @@ pub use driver::{
     snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError};
-pub use ftl::{Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
+pub use ftl::{
+    Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
+};
 pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;
 pub use tag::SummedBlocks;

@@ -93,6 +93,15 @@ pub struct FtlStats {
     /// Reverts since mount, and the blocks they changed (no data copied).
     pub snapshot_reverts: u64,
     pub snapshot_revert_blocks: u64,
+    /// Protection-window points dropped for age, dropped because a write
+    /// or trim needed their room, and point changes that failed.
+    pub window_points_expired: u64,
+    pub window_points_given_way: u64,
+    pub window_point_failures: u64,
+    /// Window points held, and the wall time of the oldest (ns since the
+    /// Unix epoch; 0: none): the oldest time a revert can reach.
+    pub window_points: u64,
+    pub window_oldest_ns: u64,
     /// Kept versions that deletes released since mount.
     pub snapshot_versions_released: u64,
     /// Live snapshots.
@@ -137,6 +146,9 @@ impl FtlStats {
         self.snapshots = history.snapshots().len() as u64;
         self.snapshot_versions = history.entry_count();
         self.snapshot_memory_bytes = history.memory_bytes();
+        let points = history.snapshots().iter().filter(|s| s.is_point());
+        self.window_points = points.clone().count() as u64;
+        self.window_oldest_ns = points.map(|s| s.wall_ns).next().unwrap_or(0);
         let wear = zones.wear_spread();
         self.erase_count_min = wear.min_erases;
         self.erase_count_max = wear.max_erases;

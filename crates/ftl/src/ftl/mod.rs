@@ -33,6 +33,7 @@ mod read;
 mod reloc;
 mod request;
 mod summaries;
+mod window;
 mod write;
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
@@ -69,6 +70,7 @@ type UnplannedRead = (u64, Lba, u32, Option<(SnapshotId, Seq, Epoch)>);
 use write::{FlushWait, WaitingWrite};
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
+pub use window::MAX_WINDOW_POINTS;
 
 /// Background work in progress.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -284,6 +286,7 @@ pub struct Ftl {
     /// The media has no room left for data already accepted: read-only.
     space_exhausted: bool,
     now_ns: u64,
+    window: window::WindowState,
     stats: FtlStats,
 }
 
@@ -377,6 +380,7 @@ impl Ftl {
             reserve_unlocked: false,
             space_exhausted: false,
             now_ns: 0,
+            window: window::WindowState::default(),
             stats: FtlStats::default(),
         }
     }
@@ -514,6 +518,15 @@ impl Ftl {
         if pending >= self.cfg.max_host_requests as usize {
             return Err(IoError::Busy);
         }
+        let host_change = matches!(
+            request,
+            Request::Write { .. }
+                | Request::WriteSummed { .. }
+                | Request::Trim { .. }
+                | Request::WriteZeroes { .. }
+                | Request::Range { .. }
+        );
+        let trim = matches!(request, Request::Trim { .. } | Request::WriteZeroes { .. });
         let vector = matches!(
             request,
             Request::Range { .. }
@@ -567,6 +580,14 @@ impl Ftl {
                 block_count,
             } => self.changed(since, until, lba, block_count).map(Some),
         };
+        if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {
+            // Nothing changed: the caller sends it again once a window
+            // point is dropped.
+            return Err(IoError::Busy);
+        }
+        if host_change {
+            self.window.changes += 1;
+        }
         match result {
             Ok(Some(data)) => self.replies.push_back(Reply {
                 id,
@@ -580,7 +601,13 @@ impl Ftl {
 
     pub fn poll_reply(&mut self) -> Option<Reply> {
         self.plan_reads();
-        self.replies.pop_front()
+        loop {
+            let reply = self.replies.pop_front()?;
+            if reply.id != window::INTERNAL_REQUEST_ID {
+                return Some(reply);
+            }
+            self.internal_reply(reply.result.is_ok());
+        }
     }
 
     /// The next device command, or `None` when the core has nothing to issue
@@ -664,7 +691,7 @@ impl Ftl {
     /// range-operation vector's check or application); returns whether it
     /// did any. A driver calls it each turn and counts it as progress.
     pub fn poll_work(&mut self) -> bool {
-        if !self.range_runnable() {
+        if !self.range_runnable() && !self.mapping.history().sweeping() {
             return false;
         }
         self.advanced_then_read = false;
@@ -846,10 +873,11 @@ impl Ftl {
     // ----- admission ------------------------------------------------------
 
     fn check_range(&self, lba: Lba, block_count: u64) -> Result<(), IoError> {
-        if block_count > u64::from(self.cfg.max_request_blocks) {
+        let max_blocks = self.cfg.request_blocks_limit();
+        if block_count > u64::from(max_blocks) {
             return Err(IoError::TooLarge {
                 block_count,
-                max_blocks: self.cfg.max_request_blocks,
+                max_blocks,
             });
         }
         let logical_blocks = self.layout.logical_blocks;
@@ -866,9 +894,9 @@ impl Ftl {
         Ok(())
     }
 
-    /// Largest host request, in blocks.
+    /// Largest host request, in blocks ([`FtlConfig::request_blocks_limit`]).
     pub fn max_request_blocks(&self) -> u32 {
-        self.cfg.max_request_blocks
+        self.cfg.request_blocks_limit()
     }
 
     fn take_seq(&mut self) -> Seq {

@@ -181,6 +181,16 @@ impl RangeState {
     pub(super) fn held_len(&self) -> usize {
         self.held.len()
     }
+
+    /// Queues a snapshot change the core makes itself (a window point's
+    /// create or drop), checked when its turn comes like any other.
+    pub(super) fn queue_internal(&mut self, id: u64, change: SnapshotChange) {
+        self.queue.push_back(Queued {
+            id,
+            ops: Vec::new(),
+            snapshot: Some(change),
+        });
+    }
 }
 
 /// The name a revert's undo snapshot takes: the one asked for, or
@@ -265,7 +275,7 @@ impl Ftl {
             SnapshotChange::Create { name, .. }
             | SnapshotChange::Revert {
                 undo: Some(name), ..
-            } => self.mapping.history().check_create(name)?,
+            } => self.mapping.history().check_user_create(name)?,
             _ => {}
         }
         self.ranges.queue.push_back(Queued {

@@ -115,6 +115,11 @@ impl Ftl {
                 break;
             }
             if let Err(e) = self.room_for_write(count, new_blocks) {
+                if e == IoError::SnapshotSpace && self.window_gives_way() {
+                    // It waits while a window point is dropped.
+                    self.waiting_writes.push_front(w);
+                    break;
+                }
                 self.replies.push_back(Reply { id, result: Err(e) });
                 continue;
             }

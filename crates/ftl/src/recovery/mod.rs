@@ -133,6 +133,7 @@ impl<B: Backend> Driver<B> {
         driver
             .checkpoint()
             .map_err(checkpoint_failed("format: first checkpoint"))?;
+        driver.start_wall_clock();
         Ok(driver)
     }
 }
@@ -226,6 +227,7 @@ impl<B: Backend> Driver<B> {
         driver
             .checkpoint()
             .map_err(checkpoint_failed("mount: recovery checkpoint"))?;
+        driver.start_wall_clock();
         Ok(driver)
     }
 }
