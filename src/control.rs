@@ -1,8 +1,9 @@
 //! The control protocol of `zftl serve`: JSON lines over a Unix socket,
 //! one reply line per request line, in order. It carries what NBD cannot:
 //! range operations (clone, move, delete, merge, attributes, and vectors
-//! of them as one atomic unit), the FTL's statistics and its attribute
-//! ranges. Every field, unit, error kind and limit: `docs/control.md`.
+//! of them as one atomic unit), snapshots (create, delete, list, read, and
+//! the blocks that changed between two), the FTL's statistics and its
+//! attribute ranges. Every field, unit, error kind and limit: `docs/control.md`.
 //!
 //! This module is the protocol without the socket, so that it can be
 //! tested and fuzzed on its own: [`parse_line`] turns one line into a
@@ -31,7 +32,8 @@ use zftl_core::addr::Lba;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range::{attr_bits, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
 use zftl_core::{
-    Attribute, Backend, Driver, FtlStats, IoError, MergePolicy, RangeOp, Request as CoreRequest,
+    join_runs, Attribute, Backend, Driver, FtlStats, IoError, MergePolicy, RangeOp,
+    Request as CoreRequest, MAX_EXTENT_QUERY_BLOCKS,
 };
 
 use crate::handle::{Handle, InlineHandle};
@@ -50,9 +52,19 @@ pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Most bytes of data one `snapshot_read` returns (before base64, which
 /// makes 4 characters of 3 bytes); a longer read is refused `too_large`.
 pub const MAX_SNAPSHOT_READ_BYTES: usize = 1 << 20;
+/// Most runs of changed blocks one `snapshot_diff` reply lists (and the
+/// default `max`); `next_lba` in the reply continues the listing.
+pub const MAX_DIFF_RUNS_PER_REPLY: u64 = 32768;
+/// Blocks a `snapshot_diff` asks the FTL about at a time. A window of
+/// this many blocks holds at most half as many runs (runs are apart), so
+/// a reply keeps at most [`MAX_DIFF_RUNS_PER_REPLY`] runs more than it
+/// returns, whatever `max` is.
+pub const DIFF_WINDOW_BLOCKS: u64 = 2 * MAX_DIFF_RUNS_PER_REPLY;
+const _: () = assert!(DIFF_WINDOW_BLOCKS <= MAX_EXTENT_QUERY_BLOCKS as u64);
 /// The longest reply line a server sends, in bytes: an `attrs` page of
-/// [`MAX_ATTRS_PER_REPLY`] ranges, the stats, the snapshot list or a
-/// `snapshot_read` of [`MAX_SNAPSHOT_READ_BYTES`] fit with room to spare.
+/// [`MAX_ATTRS_PER_REPLY`] ranges, the stats, the snapshot list, a
+/// `snapshot_read` of [`MAX_SNAPSHOT_READ_BYTES`] or a `snapshot_diff`
+/// page of [`MAX_DIFF_RUNS_PER_REPLY`] runs fit with room to spare.
 /// Clients may refuse longer lines.
 pub const MAX_REPLY_BYTES: usize = 4 << 20;
 
@@ -136,11 +148,14 @@ pub enum OpName {
     Snapshots,
     /// Read `blocks` blocks from `lba` as snapshot `name` holds them.
     SnapshotRead,
+    /// The runs of blocks that differ between snapshot `since` and
+    /// snapshot `until` (absent: the live volume), a page at a time.
+    SnapshotDiff,
 }
 
 impl OpName {
     /// Every operation, for tests and documentation.
-    pub const ALL: [OpName; 13] = [
+    pub const ALL: [OpName; 14] = [
         OpName::Ping,
         OpName::Stats,
         OpName::Attrs,
@@ -154,6 +169,7 @@ impl OpName {
         OpName::SnapshotDelete,
         OpName::Snapshots,
         OpName::SnapshotRead,
+        OpName::SnapshotDiff,
     ];
 
     /// The name as the protocol spells it.
@@ -172,6 +188,7 @@ impl OpName {
             OpName::SnapshotDelete => "snapshot_delete",
             OpName::Snapshots => "snapshots",
             OpName::SnapshotRead => "snapshot_read",
+            OpName::SnapshotDiff => "snapshot_diff",
         }
     }
 
@@ -505,16 +522,24 @@ pub struct WireRequest {
     /// `attrs`: list the ranges that end after this block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<u64>,
-    /// `attrs`: list at most this many ranges.
+    /// `attrs`: list at most this many ranges; `snapshot_diff`: at most
+    /// this many runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u64>,
     /// The snapshot's name (`snapshot_create`, `snapshot_delete`,
     /// `snapshot_read`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// `snapshot_read`: the first LBA to read.
+    /// `snapshot_read`: the first LBA to read; `snapshot_diff`: the first
+    /// LBA to compare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lba: Option<u64>,
+    /// `snapshot_diff`: the name of one snapshot compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// `snapshot_diff`: the name of the other (absent: the live volume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 impl WireRequest {
@@ -534,6 +559,8 @@ impl WireRequest {
             max: None,
             name: None,
             lba: None,
+            since: None,
+            until: None,
         }
     }
 
@@ -562,6 +589,8 @@ impl WireRequest {
             max: None,
             name: None,
             lba: None,
+            since: None,
+            until: None,
         }
     }
 
@@ -597,6 +626,28 @@ impl WireRequest {
             lba: Some(lba),
             blocks: Some(blocks),
             ..WireRequest::bare(id, OpName::SnapshotRead)
+        }
+    }
+
+    /// A `snapshot_diff` of the blocks that differ between snapshot
+    /// `since` and `until` (`None`: the live volume), in the window of
+    /// `blocks` blocks from `lba` (`None`: from block 0, to the end of the
+    /// volume), at most `max` runs.
+    pub fn snapshot_diff(
+        id: Option<Id>,
+        since: &str,
+        until: Option<&str>,
+        lba: Option<u64>,
+        blocks: Option<u64>,
+        max: Option<u64>,
+    ) -> WireRequest {
+        WireRequest {
+            since: Some(since.to_string()),
+            until: until.map(str::to_string),
+            lba,
+            blocks,
+            max,
+            ..WireRequest::bare(id, OpName::SnapshotDiff)
         }
     }
 
@@ -837,6 +888,21 @@ pub enum Command {
         /// How many blocks (at least 1).
         blocks: u64,
     },
+    /// List the runs of blocks that differ between snapshot `since` and
+    /// snapshot `until` (`None`: the live volume), from `lba` to the end of
+    /// the window, at most `max`.
+    SnapshotDiff {
+        /// One snapshot's name.
+        since: String,
+        /// The other's, or `None` for the live volume.
+        until: Option<String>,
+        /// The first LBA to compare.
+        lba: Lba,
+        /// How many blocks (at least 1); `None`: to the end of the volume.
+        blocks: Option<u64>,
+        /// At most this many runs (1 to [`MAX_DIFF_RUNS_PER_REPLY`]).
+        max: u64,
+    },
 }
 
 impl Command {
@@ -934,7 +1000,13 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
     }
     if op != OpName::Attrs {
         extra("from", wire.from.is_some())?;
+    }
+    if op != OpName::Attrs && op != OpName::SnapshotDiff {
         extra("max", wire.max.is_some())?;
+    }
+    if op != OpName::SnapshotDiff {
+        extra("since", wire.since.is_some())?;
+        extra("until", wire.until.is_some())?;
     }
     let named = matches!(
         op,
@@ -943,7 +1015,7 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
     if !named {
         extra("name", wire.name.is_some())?;
     }
-    if op != OpName::SnapshotRead {
+    if op != OpName::SnapshotRead && op != OpName::SnapshotDiff {
         extra("lba", wire.lba.is_some())?;
     }
     match op {
@@ -954,10 +1026,12 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
         | OpName::SnapshotCreate
         | OpName::SnapshotDelete
         | OpName::Snapshots
-        | OpName::SnapshotRead => {
+        | OpName::SnapshotRead
+        | OpName::SnapshotDiff => {
             let own = wire.as_op();
             for (name, present) in own.fields_present() {
-                let allowed = op == OpName::SnapshotRead && name == "blocks";
+                let takes_blocks = matches!(op, OpName::SnapshotRead | OpName::SnapshotDiff);
+                let allowed = takes_blocks && name == "blocks";
                 extra(name, present && !allowed)?;
             }
         }
@@ -982,6 +1056,25 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
                 return Err(ControlError::parse("`blocks` is at least 1"));
             }
             Ok(Command::SnapshotRead { name, lba, blocks })
+        }
+        OpName::SnapshotDiff => {
+            let since = wire.since.clone().ok_or_else(|| need("since"))?;
+            if wire.blocks == Some(0) {
+                return Err(ControlError::parse("`blocks` is at least 1"));
+            }
+            let max = wire.max.unwrap_or(MAX_DIFF_RUNS_PER_REPLY);
+            if max == 0 || max > MAX_DIFF_RUNS_PER_REPLY {
+                return Err(ControlError::parse(format!(
+                    "`max` is 1 to {MAX_DIFF_RUNS_PER_REPLY}, not {max}"
+                )));
+            }
+            Ok(Command::SnapshotDiff {
+                since,
+                until: wire.until.clone(),
+                lba: wire.lba.unwrap_or(0),
+                blocks: wire.blocks,
+                max,
+            })
         }
         OpName::Attrs => {
             let max = wire.max.unwrap_or(MAX_ATTRS_PER_REPLY);
@@ -1323,6 +1416,37 @@ pub fn snapshot_read_body(name: &str, lba: Lba, blocks: u64, data: &[u8]) -> Map
     }))
 }
 
+/// The body of a `snapshot_diff` reply: the snapshots compared (`until`
+/// `None`: the live volume, `null` in the reply), the block size, the
+/// window (`lba`, `blocks`), the `runs` of changed blocks in it (in order,
+/// as `{"lba", "blocks"}`), the blocks they cover, and `next_lba`: where
+/// the listing goes on (`null` when the window is done).
+pub fn snapshot_diff_body(
+    since: &Snapshot,
+    until: Option<&Snapshot>,
+    block_size: usize,
+    window: (Lba, u64),
+    runs: &[(Lba, u64)],
+    next_lba: Option<Lba>,
+) -> Map<String, Value> {
+    let changed_blocks = runs.iter().fold(0u64, |sum, r| sum.saturating_add(r.1));
+    let runs: Vec<Value> = runs
+        .iter()
+        .map(|&(lba, blocks)| json!({"lba": lba, "blocks": blocks}))
+        .collect();
+    object(json!({
+        "op": "snapshot_diff",
+        "since": snapshot_value(since),
+        "until": until.map(snapshot_value),
+        "block_size": block_size,
+        "lba": window.0,
+        "blocks": window.1,
+        "runs": runs,
+        "changed_blocks": changed_blocks,
+        "next_lba": next_lba,
+    }))
+}
+
 /// The body of the `snapshots` reply: the live snapshots, oldest first,
 /// and from `stats` the versions they keep and the memory of their books.
 pub fn snapshots_body(list: &[Snapshot], stats: &FtlStats) -> Map<String, Value> {
@@ -1426,6 +1550,16 @@ pub trait Target {
         lba: Lba,
         block_count: u32,
     ) -> Result<Vec<u8>, IoError>;
+    /// The runs `(lba, block_count)` of the range whose contents differ
+    /// between snapshot `since` and `until` (`None`: the live volume); at
+    /// most `MAX_EXTENT_QUERY_BLOCKS` blocks (`Request::Changed`).
+    fn changed(
+        &mut self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError>;
 }
 
 /// Runs `command` against `target`; the reply body, or the error.
@@ -1482,7 +1616,92 @@ pub fn execute<T: Target + ?Sized>(
             let data = target.read_snapshot(snapshot.id, lba, count)?;
             Ok(snapshot_read_body(&name, lba, blocks, &data))
         }
+        Command::SnapshotDiff {
+            since,
+            until,
+            lba,
+            blocks,
+            max,
+        } => snapshot_diff(target, &since, until.as_deref(), lba, blocks, max),
     }
+}
+
+/// Runs a `snapshot_diff`: the window from `lba` (`blocks`, or to the end
+/// of the volume) asked of the FTL [`DIFF_WINDOW_BLOCKS`] at a time, runs
+/// joined across those queries, until `max` runs are listed.
+fn snapshot_diff<T: Target + ?Sized>(
+    target: &mut T,
+    since: &str,
+    until: Option<&str>,
+    lba: Lba,
+    blocks: Option<u64>,
+    max: u64,
+) -> Result<Map<String, Value>, ControlError> {
+    let logical_blocks = target.logical_blocks();
+    let end = match blocks {
+        Some(n) => lba.checked_add(n).filter(|&end| end <= logical_blocks),
+        None => Some(logical_blocks).filter(|_| lba < logical_blocks),
+    };
+    let Some(end) = end else {
+        return Err(IoError::OutOfRange {
+            lba,
+            // Without `blocks`, `lba` itself lies outside.
+            block_count: blocks.unwrap_or(1),
+            logical_blocks,
+        }
+        .into());
+    };
+    let list = target.snapshots()?;
+    let named = |name: &str| {
+        list.iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| IoError::Snapshot(SnapshotError::NoSuchName(name.to_string())))
+    };
+    let a = named(since)?;
+    let b = until.map(named).transpose()?;
+    // A delete between the lookup and a query: name the snapshot as asked.
+    let gone = |e: IoError| match e {
+        IoError::Snapshot(SnapshotError::NoSuchId(id)) => {
+            let name = if id == a.id {
+                since
+            } else {
+                until.unwrap_or(since)
+            };
+            IoError::Snapshot(SnapshotError::NoSuchName(name.to_string()))
+        }
+        other => other,
+    };
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    let mut runs: Vec<(Lba, u64)> = Vec::new();
+    let mut at = lba;
+    let mut next_lba = None;
+    while at < end {
+        if runs.len() >= max {
+            next_lba = Some(at);
+            break;
+        }
+        let n = (end - at).min(DIFF_WINDOW_BLOCKS);
+        let count = u32::try_from(n).expect("a window fits a query");
+        let found = target
+            .changed(a.id, b.map(|s| s.id), at, count)
+            .map_err(gone)?;
+        join_runs(&mut runs, found);
+        at += n;
+        if runs.len() > max {
+            // Runs are apart: the first one dropped starts the next page.
+            next_lba = Some(runs[max].0);
+            runs.truncate(max);
+            break;
+        }
+    }
+    Ok(snapshot_diff_body(
+        a,
+        b,
+        target.block_size(),
+        (lba, end - lba),
+        &runs,
+        next_lba,
+    ))
 }
 
 impl<B: Backend> Target for Driver<B> {
@@ -1517,6 +1736,15 @@ impl<B: Backend> Target for Driver<B> {
         block_count: u32,
     ) -> Result<Vec<u8>, IoError> {
         Driver::read_snapshot(self, snapshot, lba, block_count)
+    }
+    fn changed(
+        &mut self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        Driver::changed(self, since, until, lba, block_count)
     }
 }
 
@@ -1553,6 +1781,15 @@ impl<B: Backend + Send + 'static> Target for Handle<B> {
     ) -> Result<Vec<u8>, IoError> {
         Handle::read_snapshot(self, snapshot, lba, block_count)
     }
+    fn changed(
+        &mut self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        Handle::changed(self, since, until, lba, block_count)
+    }
 }
 
 impl<B: Backend> Target for InlineHandle<B> {
@@ -1587,6 +1824,15 @@ impl<B: Backend> Target for InlineHandle<B> {
         block_count: u32,
     ) -> Result<Vec<u8>, IoError> {
         InlineHandle::read_snapshot(self, snapshot, lba, block_count)
+    }
+    fn changed(
+        &mut self,
+        since: SnapshotId,
+        until: Option<SnapshotId>,
+        lba: Lba,
+        block_count: u32,
+    ) -> Result<Vec<(Lba, u64)>, IoError> {
+        InlineHandle::changed(self, since, until, lba, block_count)
     }
 }
 
@@ -2172,6 +2418,101 @@ mod tests {
             assert_eq!(back, r, "{line}");
             assert_eq!(ok(&line).command, convert(&r).unwrap());
         }
+    }
+
+    #[test]
+    fn snapshot_diff_parses() {
+        let d = ok(r#"{"id":4,"op":"snapshot_diff","since":"a"}"#).command;
+        assert_eq!(
+            d,
+            Command::SnapshotDiff {
+                since: "a".into(),
+                until: None,
+                lba: 0,
+                blocks: None,
+                max: MAX_DIFF_RUNS_PER_REPLY
+            }
+        );
+        assert!(!d.writes());
+        assert_eq!(
+            ok(r#"{"op":"snapshot_diff","since":"a","until":"b","lba":9,"blocks":3,"max":1}"#)
+                .command,
+            Command::SnapshotDiff {
+                since: "a".into(),
+                until: Some("b".into()),
+                lba: 9,
+                blocks: Some(3),
+                max: 1
+            }
+        );
+        for line in [
+            r#"{"op":"snapshot_diff"}"#,
+            r#"{"op":"snapshot_diff","until":"b"}"#,
+            r#"{"op":"snapshot_diff","since":null}"#,
+            r#"{"op":"snapshot_diff","since":7}"#,
+            r#"{"op":"snapshot_diff","since":"a","until":["b"]}"#,
+            r#"{"op":"snapshot_diff","since":"a","blocks":0}"#,
+            r#"{"op":"snapshot_diff","since":"a","max":0}"#,
+            r#"{"op":"snapshot_diff","since":"a","max":32769}"#,
+            r#"{"op":"snapshot_diff","since":"a","name":"b"}"#,
+            r#"{"op":"snapshot_diff","since":"a","from":0}"#,
+            r#"{"op":"snapshot_diff","since":"a","dst":0}"#,
+            r#"{"op":"snapshot_diff","since":"a","lba":-1}"#,
+            r#"{"op":"snapshot_read","name":"a","lba":0,"blocks":1,"since":"b"}"#,
+            r#"{"op":"snapshot_read","name":"a","lba":0,"blocks":1,"max":1}"#,
+            r#"{"op":"snapshots","until":"b"}"#,
+            r#"{"op":"vector","ops":[{"op":"snapshot_diff","since":"a"}]}"#,
+        ] {
+            let r = err(line);
+            assert_eq!(r.error.kind, ErrorKind::Parse, "{line}: {r:?}");
+        }
+        let m = err(r#"{"op":"snapshot_diff","until":"b"}"#).error.message;
+        assert!(m.contains("`snapshot_diff` needs `since`"), "{m}");
+        let m = err(r#"{"op":"snapshot_diff","since":"a","max":0}"#)
+            .error
+            .message;
+        assert!(m.contains("`max` is 1 to 32768"), "{m}");
+        for r in [
+            WireRequest::snapshot_diff(None, "a", None, None, None, None),
+            WireRequest::snapshot_diff(
+                Some(Id::Number(3)),
+                "a",
+                Some("b"),
+                Some(7),
+                Some(9),
+                Some(2),
+            ),
+        ] {
+            let line = r.to_line();
+            let back: WireRequest = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+            assert_eq!(ok(&line).command, convert(&r).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_full_diff_page_fits_a_reply_line() {
+        let s = |name: &str| Snapshot {
+            id: u32::MAX,
+            name: name.into(),
+            epoch: u32::MAX,
+            create_seq: u64::MAX,
+            wall_ns: u64::MAX,
+            parent: zftl_core::history::LIVE_VOLUME,
+        };
+        let (a, b) = (s(&"a".repeat(63)), s(&"é".repeat(31)));
+        let runs = vec![(u64::MAX, u64::MAX); MAX_DIFF_RUNS_PER_REPLY as usize];
+        let body = snapshot_diff_body(&a, Some(&b), 4096, (0, u64::MAX), &runs, Some(u64::MAX));
+        let line = ok_line(Some(&Id::Text("i".repeat(MAX_ID_BYTES))), body);
+        assert!(line.len() <= MAX_REPLY_BYTES, "{} bytes", line.len());
+        let back = parse_reply(line.as_bytes()).unwrap().result.unwrap();
+        assert_eq!(back["runs"].as_array().unwrap().len(), runs.len());
+        assert_eq!(back["changed_blocks"], u64::MAX, "the sum saturates");
+        assert_eq!(back["until"]["name"], b.name.as_str());
+        let body = snapshot_diff_body(&a, None, 512, (5, 1), &[], None);
+        assert_eq!(body["until"], Value::Null);
+        assert_eq!(body["next_lba"], Value::Null);
+        assert_eq!(body["runs"], json!([]));
     }
 
     #[test]

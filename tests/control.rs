@@ -570,3 +570,236 @@ fn async_handles_list_attributes_too() {
     drop(a);
     h.shutdown().unwrap();
 }
+
+/// The runs of a `snapshot_diff` reply, as `(lba, blocks)`.
+fn runs_of(reply: &serde_json::Map<String, Value>) -> Vec<(u64, u64)> {
+    reply["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["lba"].as_u64().unwrap(), r["blocks"].as_u64().unwrap()))
+        .collect()
+}
+
+/// Every page of a `snapshot_diff` (`fields` after `since`), at most `max`
+/// runs each, joined.
+fn diff_pages<T: Target>(t: &mut T, fields: &str, max: u64) -> (Vec<(u64, u64)>, usize) {
+    let mut all: Vec<(u64, u64)> = Vec::new();
+    let mut lba = 0;
+    let mut pages = 0;
+    loop {
+        let line = format!(r#"{{"op":"snapshot_diff",{fields},"lba":{lba},"max":{max}}}"#);
+        let page = request(t, &line).unwrap();
+        pages += 1;
+        let runs = runs_of(&page);
+        assert!(runs.len() as u64 <= max, "{line}: {} runs", runs.len());
+        assert!(runs.iter().all(|&(l, _)| l >= lba), "{line}: {runs:?}");
+        zftl::core::join_runs(&mut all, runs);
+        match page["next_lba"].as_u64() {
+            Some(next) => {
+                assert!(next > lba, "{line}: the listing does not advance");
+                lba = next;
+            }
+            None => return (all, pages),
+        }
+    }
+}
+
+/// `snapshot_diff` on any target of more than two diff windows' blocks;
+/// `write` writes one block of `byte`s.
+fn diff_script<T: Target>(t: &mut T, write: &mut dyn FnMut(&mut T, u64, u8)) {
+    let w = zftl::control::DIFF_WINDOW_BLOCKS;
+    let ping = request(t, r#"{"op":"ping"}"#).unwrap();
+    let logical = ping["logical_blocks"].as_u64().unwrap();
+    assert!(logical > 2 * w + 10, "{logical} blocks");
+    for lba in 0..5 {
+        write(t, lba, 1);
+    }
+    request(t, r#"{"op":"snapshot_create","name":"a"}"#).unwrap();
+    let d = request(t, r#"{"id":5,"op":"snapshot_diff","since":"a"}"#).unwrap();
+    assert_eq!(d["op"], "snapshot_diff");
+    assert_eq!(d["since"]["name"], "a");
+    assert_eq!(d["until"], Value::Null);
+    assert_eq!(d["block_size"], ping["block_size"]);
+    assert_eq!(
+        (d["lba"].as_u64(), d["blocks"].as_u64()),
+        (Some(0), Some(logical))
+    );
+    assert_eq!(runs_of(&d), []);
+    assert_eq!(
+        (d["changed_blocks"].as_u64(), &d["next_lba"]),
+        (Some(0), &Value::Null)
+    );
+
+    // Blocks 1 and 2 rewritten, 3 trimmed, 10 written, and a run across
+    // the boundary of the FTL queries (w - 1, w): one run in the reply.
+    write(t, 1, 2);
+    write(t, 2, 2);
+    request(t, r#"{"op":"delete","ranges":[{"lba":3,"blocks":1}]}"#).unwrap();
+    write(t, 10, 2);
+    write(t, w - 1, 2);
+    write(t, w, 2);
+    let want = vec![(1, 3), (10, 1), (w - 1, 2)];
+    let d = request(t, r#"{"op":"snapshot_diff","since":"a"}"#).unwrap();
+    assert_eq!(runs_of(&d), want);
+    assert_eq!(d["changed_blocks"], 6);
+    assert_eq!(d["next_lba"], Value::Null);
+
+    request(t, r#"{"op":"snapshot_create","name":"b"}"#).unwrap();
+    write(t, 30, 3);
+    for fields in [r#""since":"a","until":"b""#, r#""since":"b","until":"a""#] {
+        let d = request(t, &format!(r#"{{"op":"snapshot_diff",{fields}}}"#)).unwrap();
+        assert_eq!(runs_of(&d), want, "{fields}");
+        assert!(d["until"]["name"].is_string(), "{d:?}");
+    }
+    let d = request(t, r#"{"op":"snapshot_diff","since":"b"}"#).unwrap();
+    assert_eq!(runs_of(&d), [(30, 1)]);
+    let d = request(t, r#"{"op":"snapshot_diff","since":"a"}"#).unwrap();
+    assert_eq!(runs_of(&d), [(1, 3), (10, 1), (30, 1), (w - 1, 2)]);
+
+    // A window: the runs inside it, cut at its edges.
+    let d = request(
+        t,
+        r#"{"op":"snapshot_diff","since":"a","until":"b","lba":2,"blocks":9}"#,
+    )
+    .unwrap();
+    assert_eq!(runs_of(&d), [(2, 2), (10, 1)]);
+    assert_eq!(
+        (d["lba"].as_u64(), d["blocks"].as_u64()),
+        (Some(2), Some(9))
+    );
+    let d = request(
+        t,
+        &format!(r#"{{"op":"snapshot_diff","since":"a","until":"b","lba":{w},"blocks":1}}"#),
+    )
+    .unwrap();
+    assert_eq!(runs_of(&d), [(w, 1)]);
+
+    // Pages: one run at a time, then two; joined, the whole listing.
+    let (all, pages) = diff_pages(t, r#""since":"a","until":"b""#, 1);
+    assert_eq!(all, want);
+    assert!(pages >= 3, "{pages} pages");
+    let first = request(
+        t,
+        r#"{"op":"snapshot_diff","since":"a","until":"b","max":1}"#,
+    )
+    .unwrap();
+    assert_eq!(runs_of(&first), [(1, 3)]);
+    assert_eq!(first["next_lba"], 10);
+    assert_eq!(first["changed_blocks"], 3);
+    let (all, _) = diff_pages(t, r#""since":"a""#, 2);
+    assert_eq!(all, [(1, 3), (10, 1), (30, 1), (w - 1, 2)]);
+
+    // Errors: names (either side), the window, max.
+    for (line, kind) in [
+        (
+            r#"{"op":"snapshot_diff","since":"nope"}"#.to_string(),
+            "snapshot",
+        ),
+        (
+            r#"{"op":"snapshot_diff","since":"a","until":"nope"}"#.to_string(),
+            "snapshot",
+        ),
+        (
+            format!(r#"{{"op":"snapshot_diff","since":"a","lba":{logical}}}"#),
+            "out_of_range",
+        ),
+        (
+            format!(
+                r#"{{"op":"snapshot_diff","since":"a","lba":{},"blocks":2}}"#,
+                logical - 1
+            ),
+            "out_of_range",
+        ),
+        (
+            r#"{"op":"snapshot_diff","since":"a","lba":18446744073709551615,"blocks":2}"#
+                .to_string(),
+            "out_of_range",
+        ),
+        (
+            r#"{"op":"snapshot_diff","since":"a","max":32769}"#.to_string(),
+            "parse",
+        ),
+        (
+            r#"{"op":"snapshot_diff","since":"a","blocks":0}"#.to_string(),
+            "parse",
+        ),
+    ] {
+        assert_eq!(request(t, &line), Err(kind.to_string()), "{line}");
+    }
+    let parsed = parse_line(br#"{"op":"snapshot_diff","since":"a","until":"gone"}"#).unwrap();
+    let e = execute(t, parsed.command).unwrap_err();
+    assert!(
+        e.message.contains("no snapshot named \"gone\""),
+        "{}",
+        e.message
+    );
+    request(t, r#"{"op":"snapshot_delete","name":"a"}"#).unwrap();
+    assert_eq!(
+        request(t, r#"{"op":"snapshot_diff","since":"b","until":"a"}"#),
+        Err("snapshot".into())
+    );
+    let d = request(t, r#"{"op":"snapshot_diff","since":"b"}"#).unwrap();
+    assert_eq!(runs_of(&d), [(30, 1)]);
+}
+
+/// In band, thin: more logical blocks than two diff windows.
+fn wide() -> FormatOptions {
+    FormatOptions {
+        logical_blocks: Some(3 * zftl::control::DIFF_WINDOW_BLOCKS),
+        ..in_band()
+    }
+}
+
+#[test]
+fn snapshot_diff_runs_on_a_driver_a_handle_and_an_inline_handle() {
+    let mut d = Driver::format(sim(), &wide(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    diff_script(&mut d, &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap());
+    let dev = d.shutdown().unwrap();
+
+    let h = Handle::format(dev, &wide(), FtlConfig::default()).unwrap();
+    let mut t = h.clone();
+    diff_script(&mut t, &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap());
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let h = InlineHandle::new(Driver::format(dev, &wide(), FtlConfig::default()).unwrap());
+    let mut t = h.clone();
+    diff_script(&mut t, &mut |h, lba, b| {
+        h.call(zftl::core::Request::Write {
+            lba,
+            data: vec![b; bs],
+            fua: false,
+        })
+        .unwrap();
+    });
+    drop(t);
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn snapshot_diff_pages_a_fragmented_volume() {
+    // Every other block of 1000 rewritten after the snapshot: 500 runs,
+    // listed 64 at a time and in one page; the same as the core's diff.
+    let room = SimConfig {
+        blocks_per_lun: 64,
+        ..SimConfig::small_for_tests()
+    };
+    let dev = SimDevice::create_memory(room).unwrap();
+    let mut d = Driver::format(dev, &in_band(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    d.write(0, &vec![1; 1000 * bs]).unwrap();
+    d.snapshot_create("s").unwrap();
+    for lba in (0..1000).step_by(2) {
+        d.write(lba, &vec![2; bs]).unwrap();
+    }
+    let want: Vec<(u64, u64)> = (0..1000).step_by(2).map(|l| (l, 1)).collect();
+    assert_eq!(d.snapshot_diff("s", None).unwrap(), want);
+    let (all, pages) = diff_pages(&mut d, r#""since":"s""#, 64);
+    assert_eq!(all, want);
+    assert_eq!(pages, 500usize.div_ceil(64));
+    let one = request(&mut d, r#"{"op":"snapshot_diff","since":"s"}"#).unwrap();
+    assert_eq!(runs_of(&one), want);
+    assert_eq!(one["changed_blocks"], 500);
+}

@@ -3,9 +3,11 @@
 # with nbdcopy, `zftl snapshot create --server` on the control socket, the
 # volume then overwritten (qemu-io) and partly deleted (`zftl range delete
 # --server`), the snapshot read back with `zftl snapshot read --server`
-# byte for byte as it was while the live volume reads the new data; then a
-# clean restart and a kill -9 + restart that both keep the snapshots, a
-# delete, and the image checked clean afterwards.
+# byte for byte as it was while the live volume reads the new data, and
+# `zftl snapshot diff --server` listing exactly the blocks changed since;
+# then a clean restart and a kill -9 + restart that both keep the
+# snapshots and their diffs, a delete, and the image checked clean
+# afterwards.
 #
 #   tests/snapshot_cli.sh             # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10998 tests/snapshot_cli.sh
@@ -103,6 +105,30 @@ snap_is() {
     fi
 }
 
+# diff_is WHAT "LBA:BLOCKS ..." ARGS...: `zftl snapshot diff ARGS --server`
+# lists exactly these runs of changed blocks, in its text (rows and the
+# closing totals) and in its --json.
+diff_is() {
+    local what=$1 want=$2 got runs="" n=0 blocks=0 r
+    shift 2
+    for r in $want; do
+        runs="$runs{\"lba\":${r%%:*},\"blocks\":${r##*:}},"
+        n=$((n + 1))
+        blocks=$((blocks + ${r##*:}))
+    done
+    runs="\"runs\":[${runs%,}]"
+    "$ZFTL" snapshot diff "$@" --server "$CTL" >"$WORK/diff.txt" 2>&1
+    got=$(awk 'NF == 4 && $1 ~ /^[0-9]+$/ { printf "%s%s:%s", sep, $1, $2; sep = " " }' "$WORK/diff.txt")
+    if [ "$got" = "$want" ] \
+        && tail -1 "$WORK/diff.txt" | grep -q "^$n extent(s), $blocks block(s), $((blocks * BS)) bytes" \
+        && "$ZFTL" snapshot diff "$@" --server "$CTL" --json | tr -d ' \n' | grep -qF "$runs"; then
+        pass "$what: zftl snapshot diff $* lists $want"
+    else
+        cat "$WORK/diff.txt"
+        fail "$what: zftl snapshot diff $* (want $want, got ${got:-nothing})"
+    fi
+}
+
 # live_is WHAT: the live volume holds 0x77 in MiB 0, zeros in MiB 4, the
 # data elsewhere.
 live_is() {
@@ -140,6 +166,8 @@ fi
 "$ZFTL" range delete "$DEL:256" --server "$CTL" >/dev/null || fail "zftl range delete --server"
 live_is "live"
 snap_is first "$WORK/in.bin" "live"
+# MiB 0 overwritten, MiB 4 deleted: 256 blocks each.
+diff_is "live" "0:256 $DEL:256" first
 "$ZFTL" snapshot list --server "$CTL" --json >"$WORK/list.json"
 kept=$(sed -n 's/.*"snapshot_versions": \([0-9]*\).*/\1/p' "$WORK/list.json")
 if [ "${kept:-0}" -ge 512 ]; then
@@ -149,7 +177,7 @@ else
     fail "snapshot_versions ${kept:-none} < 512"
 fi
 
-say "error case: a name taken"
+say "error cases: a name taken, an unknown name"
 rc=0
 "$ZFTL" snapshot create first --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
 cat "$WORK/err.txt"
@@ -159,12 +187,22 @@ if [ "$rc" = 1 ] && [ "$(wc -l <"$WORK/err.txt")" = 1 ] && [ ! -s "$WORK/err.out
 else
     fail "duplicate snapshot name (exit $rc)"
 fi
+rc=0
+"$ZFTL" snapshot diff first nope --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
+cat "$WORK/err.txt"
+if [ "$rc" = 1 ] && [ ! -s "$WORK/err.out" ] \
+    && grep -q "^zftl: error: server $CTL: snapshot_diff: .*no snapshot named \"nope\"" "$WORK/err.txt"; then
+    pass "a diff against an unknown snapshot: exit 1, one line naming it"
+else
+    fail "diff against an unknown snapshot (exit $rc)"
+fi
 
 say "clean restart"
 if stop_server; then pass "zftl serve exits 0 on SIGTERM"; else fail "exit status on SIGTERM"; fi
 start_server
 live_is "after a clean restart"
 snap_is first "$WORK/in.bin" "after a clean restart"
+diff_is "after a clean restart" "0:256 $DEL:256" first
 
 say "kill -9 and restart"
 # A second snapshot, acknowledged since the last checkpoint, of the live
@@ -179,6 +217,10 @@ SERVER_PID=
 start_server
 snap_is first "$WORK/in.bin" "after kill -9 and a restart"
 snap_is second "$WORK/second16.bin" "after kill -9 and a restart"
+# MiB 8 (blocks 2048..2304) written after "second" only.
+diff_is "after kill -9 and a restart" "2048:256" second
+diff_is "after kill -9 and a restart" "0:256 $DEL:256" first second
+diff_is "after kill -9 and a restart" "0:256 $DEL:256 2048:256" first
 if "$ZFTL" snapshot list --server "$CTL" | grep -qE "^ +[0-9]+ +second "; then
     pass "both snapshots are listed after kill -9"
 else

@@ -12,7 +12,7 @@
 use libfuzzer_sys::fuzz_target;
 use zftl::control::{
     error_line, ok_line, parse_line, parse_reply, range_body, Command, WireRequest,
-    MAX_ATTRS_PER_REPLY, MAX_REPLY_BYTES,
+    MAX_ATTRS_PER_REPLY, MAX_DIFF_RUNS_PER_REPLY, MAX_REPLY_BYTES,
 };
 use zftl_core::history::Snapshot;
 use zftl_core::range::{validate, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
@@ -28,6 +28,18 @@ fn check_reply(line: &str, id: Option<&zftl::control::Id>) -> zftl::control::Par
     let reply = parse_reply(line.as_bytes()).expect("a client reads every reply");
     assert_eq!(reply.id.as_ref(), id, "the reply echoes the id");
     reply
+}
+
+/// A snapshot named `name` with the widest numbers.
+fn snapshot(name: &str) -> Snapshot {
+    Snapshot {
+        id: 7,
+        name: name.to_string(),
+        epoch: 3,
+        create_seq: u64::MAX,
+        wall_ns: u64::MAX,
+        parent: zftl_core::history::LIVE_VOLUME,
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -57,15 +69,7 @@ fuzz_target!(|data: &[u8]| {
                 Command::Ping => zftl::control::ping_body(4096, 1 << 20),
                 Command::Stats => zftl::control::ping_body(512, 0),
                 Command::SnapshotCreate { name } => {
-                    let taken = Snapshot {
-                        id: 7,
-                        name: name.clone(),
-                        epoch: 3,
-                        create_seq: u64::MAX,
-                        wall_ns: u64::MAX,
-                        parent: zftl_core::history::LIVE_VOLUME,
-                    };
-                    zftl::control::snapshot_create_body(&taken)
+                    zftl::control::snapshot_create_body(&snapshot(name))
                 }
                 Command::SnapshotDelete { name } => zftl::control::snapshot_delete_body(name),
                 Command::Snapshots => zftl::control::snapshots_body(&[], &Default::default()),
@@ -76,6 +80,27 @@ fuzz_target!(|data: &[u8]| {
                     let back = body["data"].as_str().map(zftl::control::decode_data);
                     assert_eq!(back, Some(Ok(data.to_vec())));
                     body
+                }
+                Command::SnapshotDiff {
+                    since,
+                    until,
+                    lba,
+                    blocks,
+                    max,
+                } => {
+                    assert!((1..=MAX_DIFF_RUNS_PER_REPLY).contains(max));
+                    assert!(blocks.is_none_or(|b| b >= 1));
+                    let until = until.as_deref().map(snapshot);
+                    let runs = [(*lba, 1), (u64::MAX, u64::MAX)];
+                    let end = blocks.map_or(u64::MAX, |b| lba.saturating_add(b));
+                    zftl::control::snapshot_diff_body(
+                        &snapshot(since),
+                        until.as_ref(),
+                        4096,
+                        (*lba, end - lba),
+                        &runs,
+                        Some(*lba),
+                    )
                 }
             };
             let line = ok_line(parsed.id.as_ref(), body);

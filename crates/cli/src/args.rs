@@ -79,9 +79,9 @@ pub enum Command {
     /// the control socket of a running `zftl serve`.
     #[command(subcommand, long_about = RANGE_ABOUT, after_help = RANGE_EXAMPLES)]
     Range(RangeCommand),
-    /// Snapshots: create, delete, list and read named point-in-time views
-    /// of the volume; on an image, or through the control socket of a
-    /// running `zftl serve`.
+    /// Snapshots: create, delete, list, read and diff named point-in-time
+    /// views of the volume; on an image, or through the control socket of
+    /// a running `zftl serve`.
     #[command(subcommand, long_about = SNAPSHOT_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
     Snapshot(SnapshotCommand),
     /// Print the zone geometry and limits of an NVMe ZNS drive (Linux only).
@@ -146,6 +146,12 @@ control socket (by default the image's path with `.control` appended;
 protocol: docs/control.md). A `zftl serve --read-only` refuses create and
 delete.
 
+`zftl snapshot diff A [B]` lists the blocks whose contents differ between
+snapshots A and B, or between A and the live volume without B: one line
+per run of changed blocks (LBA and length in blocks, offset and length in
+bytes), then the totals. Its cost follows what changed (the versions the
+snapshots keep and the blocks written since), not the volume's size.
+
 Exit status: 0 done; 1 refused (a name taken or unknown, too many
 snapshots, no room left, a read out of range, ...) or the
 server could not be reached, with one line on stderr; 2 bad arguments.";
@@ -155,6 +161,8 @@ Examples:
   zftl snapshot create before-upgrade --image vol.img
   zftl snapshot list --image vol.img
   zftl snapshot read before-upgrade --lba 0 --blocks 256 --out head.bin --image vol.img
+  zftl snapshot diff before-upgrade --image vol.img          # changed since, against the live volume
+  zftl snapshot diff monday tuesday --image vol.img --json  # between two snapshots
   zftl snapshot delete before-upgrade --image vol.img
   zftl snapshot create nightly --server vol.img.control   # a running `zftl serve --image vol.img`
   zftl snapshot list --server vol.img.control --json";
@@ -181,6 +189,17 @@ pub enum SnapshotCommand {
         after_help = "Example: zftl snapshot read before-upgrade --lba 0 --blocks 256 --out head.bin --image vol.img"
     )]
     Read(SnapshotReadArgs),
+    /// List the blocks whose contents differ between snapshots SINCE and
+    /// UNTIL, or between SINCE and the live volume without UNTIL: one line
+    /// per run of changed blocks (LBA and blocks; offset and length in
+    /// bytes), then the totals. With --json: `runs` of `{"lba", "blocks"}`
+    /// in blocks of `block_size` bytes, and `extents`, `changed_blocks`,
+    /// `changed_bytes`.
+    #[command(after_help = "\
+Examples:
+  zftl snapshot diff before-upgrade --image vol.img      # before-upgrade against the live volume
+  zftl snapshot diff monday tuesday --server vol.img.control --json")]
+    Diff(SnapshotDiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -214,6 +233,19 @@ pub struct SnapshotReadArgs {
     /// if the read fails).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotDiffArgs {
+    /// The snapshot to compare from.
+    #[arg(value_name = "SINCE")]
+    pub since: String,
+    /// The snapshot to compare with [default: the live volume]. The order
+    /// of the two does not matter.
+    #[arg(value_name = "UNTIL")]
+    pub until: Option<String>,
     #[command(flatten)]
     pub target: RangeTarget,
 }

@@ -69,8 +69,8 @@ pub trait Executor: Clone + Send + Sync + 'static {
 
 /// The served FTL as the socket sees it: on a `--read-only` export range
 /// operations and snapshot creates and deletes are refused (`read_only`),
-/// as NBD writes are; `ping`, `stats`, `attrs`, `snapshots` and
-/// `snapshot_read` still answer.
+/// as NBD writes are; `ping`, `stats`, `attrs`, `snapshots`,
+/// `snapshot_read` and `snapshot_diff` still answer.
 #[derive(Clone)]
 pub struct Served<T> {
     pub target: T,

@@ -1,4 +1,4 @@
-//! `zftl snapshot create|delete|list|read`: snapshots on an image or
+//! `zftl snapshot create|delete|list|read|diff`: snapshots on an image or
 //! device (mount, do, clean shutdown), or through the control socket of a
 //! running `zftl serve` (`--server`). Both ways send the same control
 //! requests (`zftl::control`) over the channel `zftl range` uses
@@ -8,11 +8,12 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use zftl::control::{convert, decode_data, OpName, WireRequest, MAX_SNAPSHOT_READ_BYTES};
+use zftl_core::join_runs;
 
-use crate::args::SnapshotCommand;
+use crate::args::{SnapshotCommand, SnapshotDiffArgs};
 use crate::error::CliError;
 use crate::range::{run_on, Channel, Place};
 
@@ -117,6 +118,7 @@ pub fn run(cmd: &SnapshotCommand, top_image: Option<&PathBuf>, json: bool) -> Re
             &a.target,
             top_image,
         )?,
+        SnapshotCommand::Diff(a) => return diff(a, top_image, json),
         SnapshotCommand::Read(a) => {
             // The same checks a server makes, before anything is opened.
             let first = WireRequest::snapshot_read(None, &a.name, a.lba, a.blocks);
@@ -206,4 +208,172 @@ fn read_into(
     body.insert("bytes".into(), (blocks * block_size).into());
     body.insert("out".into(), out.display().to_string().into());
     Ok(body)
+}
+
+/// What `zftl snapshot diff` prints: where it ran, the snapshots compared
+/// (`until` null: the live volume), and the runs of changed blocks with
+/// their totals.
+#[derive(Serialize)]
+struct DiffReport {
+    #[serde(flatten)]
+    place: Place,
+    #[serde(flatten)]
+    diff: Diff,
+}
+
+/// The snapshots compared and what changed between them.
+#[derive(Serialize)]
+struct Diff {
+    op: &'static str,
+    since: Value,
+    until: Value,
+    block_size: u64,
+    /// `{"lba", "blocks"}` each, in order, apart from one another.
+    #[serde(serialize_with = "runs_as_objects")]
+    runs: Vec<(u64, u64)>,
+    extents: u64,
+    changed_blocks: u64,
+    changed_bytes: u64,
+}
+
+fn runs_as_objects<S: Serializer>(runs: &[(u64, u64)], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Run {
+        lba: u64,
+        blocks: u64,
+    }
+    s.collect_seq(runs.iter().map(|&(lba, blocks)| Run { lba, blocks }))
+}
+
+impl DiffReport {
+    fn text(&self) -> String {
+        let d = &self.diff;
+        let name = |s: &Value| format!("{:?}", s["name"].as_str().unwrap_or("?"));
+        let other = match &d.until {
+            Value::Null => "the live volume".to_string(),
+            s => format!("snapshot {}", name(s)),
+        };
+        let mut out = format!(
+            "blocks changed on {} between snapshot {} and {other} (blocks of {} bytes):\n",
+            self.place,
+            name(&d.since),
+            d.block_size
+        );
+        if !d.runs.is_empty() {
+            let bs = d.block_size;
+            let rows: Vec<[String; 4]> = d
+                .runs
+                .iter()
+                .map(|&(lba, n)| {
+                    [lba, n, lba.saturating_mul(bs), n.saturating_mul(bs)].map(|v| v.to_string())
+                })
+                .collect();
+            let heads = ["LBA", "BLOCKS", "OFFSET (BYTES)", "LENGTH (BYTES)"];
+            let mut width = heads.map(str::len);
+            for row in &rows {
+                for (w, cell) in width.iter_mut().zip(row) {
+                    *w = (*w).max(cell.len());
+                }
+            }
+            let line = |cells: [&str; 4]| {
+                let [a, b, c, d] = cells;
+                let [wa, wb, wc, wd] = width;
+                format!("  {a:>wa$}  {b:>wb$}  {c:>wc$}  {d:>wd$}\n")
+            };
+            out.push_str(&line(heads));
+            for row in &rows {
+                out.push_str(&line([&row[0], &row[1], &row[2], &row[3]]));
+            }
+        }
+        out.push_str(&format!(
+            "{} extent(s), {} block(s), {} bytes ({}) changed\n",
+            d.extents,
+            d.changed_blocks,
+            d.changed_bytes,
+            crate::report::human_bytes(d.changed_bytes)
+        ));
+        out
+    }
+}
+
+/// `zftl snapshot diff`: every page of `snapshot_diff`, joined.
+fn diff(a: &SnapshotDiffArgs, top_image: Option<&PathBuf>, json: bool) -> Result<(), CliError> {
+    let first = WireRequest::snapshot_diff(None, &a.since, a.until.as_deref(), None, None, None);
+    // The same checks a server makes, before anything is opened.
+    convert(&first).map_err(|e| CliError::Usage(e.message))?;
+    let (place, diff) = run_on(&a.target, top_image, |channel| diff_pages(channel, first))?;
+    let report = DiffReport { place, diff };
+    crate::emit(json, &report, || report.text())
+}
+
+/// The pages of `request` from block 0 on, until `next_lba` is null.
+/// Each page names the snapshots it compared; all must be the same ones
+/// (a snapshot deleted and taken again under its name meanwhile is
+/// refused).
+fn diff_pages(channel: &mut dyn Channel, mut request: WireRequest) -> Result<Diff, CliError> {
+    let bad = |what: String| CliError::InvalidArgument(format!("snapshot_diff reply: {what}"));
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut first: Option<Value> = None;
+    loop {
+        let at = request.lba.unwrap_or(0);
+        // A `Value` indexes a missing key as null, where a `Map` panics.
+        let page = Value::Object(channel.call(&request)?);
+        if let Some(f) = &first {
+            for side in ["since", "until"] {
+                if f[side]["id"] != page[side]["id"] {
+                    return Err(CliError::InvalidArgument(format!(
+                        "snapshot {:?} was deleted and taken again during the diff; run it again",
+                        page[side]["name"].as_str().unwrap_or("?")
+                    )));
+                }
+            }
+        }
+        let list = page["runs"].as_array();
+        let list = list.ok_or_else(|| bad("no `runs`".into()))?;
+        // In order and apart, from where this page starts (and past the
+        // last page's runs, which `join_runs` relies on).
+        let mut from = runs.last().map_or(at, |r| r.0.saturating_add(r.1)).max(at);
+        let mut got = Vec::with_capacity(list.len());
+        for r in list {
+            let lba = r.get("lba").and_then(Value::as_u64);
+            let blocks = r.get("blocks").and_then(Value::as_u64);
+            match (lba, blocks) {
+                (Some(l), Some(n)) if n > 0 && l >= from => {
+                    got.push((l, n));
+                    from = l.saturating_add(n);
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "a run {r} out of order (listing from lba {at})"
+                    )))
+                }
+            }
+        }
+        join_runs(&mut runs, got);
+        let next = page["next_lba"].as_u64();
+        if first.is_none() {
+            first = Some(page);
+        }
+        match next {
+            Some(next) if next > at => request.lba = Some(next),
+            Some(next) => return Err(bad(format!("the listing does not advance past lba {next}"))),
+            None => break,
+        }
+    }
+    let first = first.expect("one page at least");
+    let block_size = first["block_size"]
+        .as_u64()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| bad("no block_size".into()))?;
+    let changed_blocks = runs.iter().fold(0u64, |sum, r| sum.saturating_add(r.1));
+    Ok(Diff {
+        op: "snapshot_diff",
+        since: first["since"].clone(),
+        until: first["until"].clone(),
+        block_size,
+        extents: runs.len() as u64,
+        changed_blocks,
+        changed_bytes: changed_blocks.saturating_mul(block_size),
+        runs,
+    })
 }

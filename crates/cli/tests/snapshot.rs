@@ -1,4 +1,4 @@
-//! `zftl snapshot create|delete|list|read` as a user runs them: on an
+//! `zftl snapshot create|delete|list|read|diff` as a user runs them: on an
 //! image, and through the control socket of a running `zftl serve`; text
 //! and `--json`; the errors (a name taken or unknown, a read-only server,
 //! bad arguments); both tag modes. Data is written and checked
@@ -18,7 +18,7 @@ use zftl_sim::{RuntimeOptions, SimDevice};
 const START_WITHIN: Duration = Duration::from_secs(120);
 
 mod common;
-use common::{json, ok, refused, stdout, zftl};
+use common::{json, ok, refused, stdout, usage, zftl};
 
 /// A formatted image of 64 zones of 32 blocks (4 KiB); tags in band
 /// unless `oob`.
@@ -374,6 +374,195 @@ fn errors_are_one_clear_line() {
     assert_eq!(list["snapshot_versions"], 0);
 }
 
+/// The runs of a `zftl snapshot diff --json`, as `(lba, blocks)`.
+fn runs(diff: &Value) -> Vec<(u64, u64)> {
+    diff["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["lba"].as_u64().unwrap(), r["blocks"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn diff_on_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "d.img", false);
+    let p = img.to_str().unwrap();
+    let diff = |args: &[&str]| {
+        let mut all = vec!["snapshot", "diff"];
+        all.extend(args);
+        all.extend(["--image", p]);
+        zftl(dir.path(), &all)
+    };
+    let bs = with_volume(&img, |d| {
+        let bs = d.block_size();
+        d.write(0, &blocks(bs, &[1, 2, 3, 4, 5])).unwrap();
+        bs
+    });
+    ok(zftl(dir.path(), &["snapshot", "create", "a", "--image", p]));
+    let none = json(diff(&["a", "--json"]));
+    assert_eq!(none["runs"], serde_json::json!([]));
+    assert_eq!(
+        (none["extents"].as_u64(), none["changed_bytes"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let text = stdout(&ok(diff(&["a"])));
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.ends_with("0 extent(s), 0 block(s), 0 bytes (0 B) changed\n"),
+        "{text}"
+    );
+
+    // After "a": 1 and 2 rewritten, 3 trimmed, 10 written; after "b",
+    // 20..23 written.
+    with_volume(&img, |d| {
+        d.write(1, &blocks(bs, &[7, 7])).unwrap();
+        d.trim(3, 1).unwrap();
+        d.write(10, &blocks(bs, &[7])).unwrap();
+    });
+    ok(zftl(dir.path(), &["snapshot", "create", "b", "--image", p]));
+    with_volume(&img, |d| d.write(20, &blocks(bs, &[8, 8, 8])).unwrap());
+
+    let live = json(diff(&["a", "--json"]));
+    assert_eq!(live["image"], p);
+    assert_eq!(live["op"], "snapshot_diff");
+    assert_eq!(live["since"]["name"], "a");
+    assert!(live["since"]["created"].is_string(), "{live}");
+    assert_eq!(live["until"], Value::Null);
+    assert_eq!(live["block_size"], bs as u64);
+    assert_eq!(runs(&live), [(1, 3), (10, 1), (20, 3)]);
+    assert_eq!(
+        (
+            live["extents"].as_u64(),
+            live["changed_blocks"].as_u64(),
+            live["changed_bytes"].as_u64()
+        ),
+        (Some(3), Some(7), Some(7 * bs as u64))
+    );
+    let text = stdout(&ok(diff(&["a"])));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("blocks changed on image {p} between snapshot \"a\" and the live volume (blocks of {bs} bytes):")
+    );
+    let head: Vec<&str> = lines[1]
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(head, ["LBA", "BLOCKS", "OFFSET (BYTES)", "LENGTH (BYTES)"]);
+    let rows: Vec<Vec<u64>> = lines[2..5]
+        .iter()
+        .map(|l| l.split_whitespace().map(|c| c.parse().unwrap()).collect())
+        .collect();
+    let b = bs as u64;
+    assert_eq!(
+        rows,
+        [[1, 3, b, 3 * b], [10, 1, 10 * b, b], [20, 3, 20 * b, 3 * b]]
+    );
+    assert!(
+        lines[5].starts_with(&format!("3 extent(s), 7 block(s), {} bytes (", 7 * b)),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 6, "{text}");
+
+    // Two snapshots, in either order; "b" against the live volume.
+    for (x, y) in [("a", "b"), ("b", "a")] {
+        let two = json(diff(&[x, y, "--json"]));
+        assert_eq!(runs(&two), [(1, 3), (10, 1)], "{x} {y}");
+        assert_eq!(two["until"]["name"], y);
+    }
+    let text = stdout(&ok(diff(&["a", "b"])));
+    assert!(
+        text.contains("between snapshot \"a\" and snapshot \"b\""),
+        "{text}"
+    );
+    assert_eq!(runs(&json(diff(&["b", "--json"]))), [(20, 3)]);
+
+    // Unknown names, either side: exit 1, one line; bad command lines: 2.
+    for args in [&["nope"][..], &["a", "nope"]] {
+        let e = refused(diff(args));
+        assert!(
+            e.contains(p)
+                && e.contains("snapshot_diff")
+                && e.contains("no snapshot named \"nope\""),
+            "{e}"
+        );
+    }
+    usage(zftl(dir.path(), &["snapshot", "diff", "--image", p]));
+    usage(zftl(
+        dir.path(),
+        &["snapshot", "diff", "a", "b", "c", "--image", p],
+    ));
+    usage(diff(&["a", "--server", "x.sock"]));
+    // The diff changed nothing.
+    with_volume(&img, |d| {
+        assert_eq!(d.read(0, 4).unwrap(), blocks(bs, &[1, 7, 7, 0]));
+        assert_eq!(d.snapshots().len(), 2);
+    });
+    let help = stdout(&ok(zftl(dir.path(), &["snapshot", "diff", "--help"])));
+    assert!(
+        help.contains("[UNTIL]") && help.contains("live volume"),
+        "{help}"
+    );
+}
+
+#[test]
+fn diff_of_more_runs_than_one_reply_holds() {
+    // 33000 runs (every other block written after the snapshot): more than
+    // one snapshot_diff reply lists (32768), so the CLI joins two pages.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("wide.img");
+    let p = img.to_str().unwrap();
+    ok(zftl(
+        dir.path(),
+        &[
+            "sim",
+            "create",
+            p,
+            "--channels",
+            "2",
+            "--luns-per-channel",
+            "2",
+            "--blocks-per-lun",
+            "64",
+            "--pages-per-block",
+            "256",
+            "--zone-width",
+            "2",
+        ],
+    ));
+    // Thin: more logical blocks than the media holds, of which half are
+    // written.
+    ok(zftl(
+        dir.path(),
+        &["format", "--image", p, "--logical-blocks", "66000"],
+    ));
+    ok(zftl(
+        dir.path(),
+        &["snapshot", "create", "empty", "--image", p],
+    ));
+    let n = 33_000u64;
+    with_volume(&img, |d| {
+        assert!(d.logical_blocks() >= 2 * n, "{}", d.logical_blocks());
+        let bs = d.block_size();
+        for i in 0..n {
+            d.write(2 * i, &vec![1; bs]).unwrap();
+        }
+    });
+    let out = json(zftl(
+        dir.path(),
+        &["snapshot", "diff", "empty", "--image", p, "--json"],
+    ));
+    let want: Vec<(u64, u64)> = (0..n).map(|i| (2 * i, 1)).collect();
+    assert!(runs(&out) == want, "{} runs", runs(&out).len());
+    assert_eq!(
+        (out["extents"].as_u64(), out["changed_blocks"].as_u64()),
+        (Some(n), Some(n))
+    );
+}
+
 /// `zftl serve` on an image, with its NBD listener on a free port.
 struct Served {
     child: Option<Child>,
@@ -497,6 +686,21 @@ fn through_a_running_server() {
         text.starts_with(&format!("snapshots on server {s}: 1")),
         "{text}"
     );
+    let diff = json(zftl(
+        dir.path(),
+        &["snapshot", "diff", "live", "--server", s, "--json"],
+    ));
+    assert_eq!(diff["server"], s);
+    assert_eq!(runs(&diff), [(0, 2)]);
+    let e = refused(zftl(
+        dir.path(),
+        &["snapshot", "diff", "live", "gone", "--server", s],
+    ));
+    assert!(
+        e.contains(&format!("server {s}: snapshot_diff"))
+            && e.contains("no snapshot named \"gone\""),
+        "{e}"
+    );
 
     let out = dir.path().join("live.bin");
     ok(zftl(
@@ -572,5 +776,19 @@ fn through_a_running_server() {
         ],
     ));
     assert_eq!(std::fs::read(&out).unwrap(), blocks(bs, &[0, 0, 7]));
+    let text = stdout(&ok(zftl(
+        dir.path(),
+        &["snapshot", "diff", "kept", "--server", s],
+    )));
+    assert!(
+        text.starts_with(&format!(
+            "blocks changed on server {s} between snapshot \"kept\" and the live volume"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("0 extent(s), 0 block(s), 0 bytes (0 B) changed\n"),
+        "{text}"
+    );
     assert!(served.stop().success());
 }
