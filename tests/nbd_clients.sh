@@ -5,7 +5,10 @@
 # part), hole reporting (nbdinfo --map, qemu-img map), then a SIGTERM
 # (drain, flush, checkpoint) and a restart that must still hold the data;
 # last, on an image with tags in band, a snapshot taken through the control
-# socket and read back with nbdcopy from its read-only view zftl@NAME.
+# socket and read back with nbdcopy from its read-only view zftl@NAME, and
+# the blocks written since a snapshot listed by
+# `nbdinfo --map=x-zftl:changed:NAME` (the incremental-backup list) and by
+# qemu-img map through qemu's x-dirty-bitmap.
 #
 #   tests/nbd_clients.sh            # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10999 tests/nbd_clients.sh
@@ -285,6 +288,85 @@ if nbdcopy "$WORK/after.bin" "$VIEW" 2>"$WORK/viewwrite.txt"; then
 else
     pass "writes to the view are refused ($(head -c 120 "$WORK/viewwrite.txt" | tr '\n' ' '))"
 fi
+# ----- changed blocks: the meta context x-zftl:changed:NAME ---------------------
+say "changed blocks (nbdinfo --map=x-zftl:changed:base)"
+# changed_map URI CONTEXT OUT: nbdinfo --map's extents of type 1 (changed)
+# as "offset length" lines in OUT; fails if nbdinfo fails or the extents
+# do not cover the export.
+changed_map() {
+    nbdinfo --map="$2" "$1" >"$3.all" 2>&1 || { cat "$3.all"; return 1; }
+    awk -v size="$SIZE" '{ if ($1 != at) bad = 1; at = $1 + $2 } $3 == 1 { print $1, $2 }
+        END { exit bad || at != size }' "$3.all" >"$3" || { cat "$3.all"; return 1; }
+}
+SIZE=$(nbdinfo --size "$URI")
+CTX=x-zftl:changed:base
+M=$((1 << 20))
+# After the snapshot 'base': 1 MiB at 2 MiB, 64 KiB at 9 MiB, one 512-byte
+# sector at 12 MiB + 512 (its whole 4 KiB block is a new version), 128 KiB
+# at 20 MiB (never written before), and 1 MiB at 30 MiB written then
+# discarded (never written before either: unchanged).
+if "$ZFTL" snapshot create base --server "$IMAGE.control" >/dev/null \
+    && "${QIO[@]}" -c "write -P 0x31 $((2 * M)) 1M" -c "write -P 0x32 $((9 * M)) 64k" \
+        -c "write -P 0x33 $((12 * M + 512)) 512" -c "write -P 0x34 $((20 * M)) 128k" \
+        -c "write -P 0x35 $((30 * M)) 1M" -c "discard $((30 * M)) 1M" >"$WORK/qio-changed.txt" 2>&1 \
+    && ! grep -qiE "fail|error|mismatch" "$WORK/qio-changed.txt"; then
+    pass "snapshot 'base' taken through the control socket, then four extents written"
+else
+    cat "$WORK/qio-changed.txt"
+    fail "zftl snapshot create base --server, qemu-io writes"
+fi
+nbdinfo "$URI" >"$WORK/ctxinfo.txt" 2>&1
+sed -n '/contexts:/,/is_rotational/p' "$WORK/ctxinfo.txt"
+if grep -qx "[[:space:]]*$CTX" "$WORK/ctxinfo.txt" \
+    && grep -qx "[[:space:]]*x-zftl:changed:before" "$WORK/ctxinfo.txt"; then
+    pass "nbdinfo lists the contexts x-zftl:changed:before and x-zftl:changed:base"
+else
+    cat "$WORK/ctxinfo.txt"
+    fail "nbdinfo: the changed contexts are not offered"
+fi
+printf '%s\n' "$((2 * M)) $M" "$((9 * M)) 65536" "$((12 * M)) 4096" "$((20 * M)) 131072" \
+    >"$WORK/changed.want"
+changed_map "$URI" "$CTX" "$WORK/changed.txt"
+cat "$WORK/changed.txt.all"
+if diff "$WORK/changed.want" "$WORK/changed.txt"; then
+    pass "nbdinfo --map=$CTX lists exactly the extents written since 'base'"
+else
+    fail "nbdinfo --map=$CTX"
+fi
+# qemu's client reads any context through x-dirty-bitmap (one extent per
+# request, NBD_CMD_FLAG_REQ_ONE), status 1 showing as "data": false.
+if qemu-img map --output=json --image-opts \
+        "driver=nbd,export=zftl,server.type=inet,server.host=127.0.0.1,server.port=$PORT,x-dirty-bitmap=$CTX" \
+        >"$WORK/qmap-changed.txt" 2>&1 \
+    && sed -n 's/.*"start": \([0-9]*\), "length": \([0-9]*\),.*"data": false.*/\1 \2/p' \
+        "$WORK/qmap-changed.txt" | diff "$WORK/changed.want" -; then
+    pass "qemu-img map with x-dirty-bitmap=$CTX (REQ_ONE) finds the same extents"
+else
+    cat "$WORK/qmap-changed.txt"
+    fail "qemu-img map x-dirty-bitmap=$CTX"
+fi
+# On the view zftl@before the context compares 'base' with 'before': the
+# 16 MiB nbdcopy rewrote between them, nothing of the writes after 'base'.
+if changed_map "$VIEW" "$CTX" "$WORK/changed-view.txt" \
+    && [ "$(cat "$WORK/changed-view.txt")" = "0 $SNAP_BYTES" ]; then
+    pass "nbdinfo --map=$CTX on zftl@before lists the 16 MiB rewritten between the snapshots"
+else
+    cat "$WORK/changed-view.txt"
+    fail "nbdinfo --map=$CTX on the view"
+fi
+if nbdinfo --map=x-zftl:changed:nope "$URI" >"$WORK/nope.txt" 2>&1; then
+    fail "nbdinfo --map of a snapshot that does not exist succeeded"
+else
+    pass "a context of an unknown snapshot is not offered ($(head -c 120 "$WORK/nope.txt" | tr '\n' ' '))"
+fi
+if "$ZFTL" snapshot delete base --server "$IMAGE.control" >/dev/null \
+    && ! nbdinfo --map="$CTX" "$URI" >"$WORK/ctxgone.txt" 2>&1; then
+    pass "after zftl snapshot delete base its context is gone"
+else
+    cat "$WORK/ctxgone.txt"
+    fail "the context after the delete"
+fi
+
 if "$ZFTL" snapshot delete before --server "$IMAGE.control" >/dev/null \
     && ! nbdinfo "$VIEW" >"$WORK/gone.txt" 2>&1 \
     && ! nbdinfo --list "nbd://127.0.0.1:$PORT" | grep -q 'zftl@before'; then

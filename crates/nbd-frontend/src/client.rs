@@ -150,8 +150,13 @@ pub struct Reply {
     pub error: u32,
     /// A READ's data (empty after an error).
     pub data: Vec<u8>,
-    /// (length, status) descriptors of a `BLOCK_STATUS` reply.
+    /// (length, status) descriptors of a `BLOCK_STATUS` reply, those of
+    /// every chunk in the order received (with one context selected: that
+    /// context's).
     pub extents: Vec<(u32, u32)>,
+    /// The chunks of a `BLOCK_STATUS` reply: (context id, descriptors), in
+    /// the order received.
+    pub status: Vec<(u32, Vec<(u32, u32)>)>,
     /// A simple reply, not structured chunks.
     pub simple: bool,
 }
@@ -340,7 +345,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         export: &str,
         queries: &[&str],
     ) -> Result<Vec<(u32, String)>, ClientError> {
-        let option = OPT_SET_META_CONTEXT;
+        self.meta_context(OPT_SET_META_CONTEXT, export, queries)
+            .await
+    }
+
+    /// `NBD_OPT_LIST_META_CONTEXT` for `export`: the names of the contexts
+    /// the server offers that match `queries` (every one without queries).
+    pub async fn list_meta_context(
+        &mut self,
+        export: &str,
+        queries: &[&str],
+    ) -> Result<Vec<String>, ClientError> {
+        let listed = self
+            .meta_context(OPT_LIST_META_CONTEXT, export, queries)
+            .await?;
+        Ok(listed.into_iter().map(|(_, name)| name).collect())
+    }
+
+    async fn meta_context(
+        &mut self,
+        option: u32,
+        export: &str,
+        queries: &[&str],
+    ) -> Result<Vec<(u32, String)>, ClientError> {
         self.send_option(option, &meta_context_request(export, queries))
             .await?;
         let mut contexts = Vec::new();
@@ -490,6 +517,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
                 error,
                 data,
                 extents: Vec::new(),
+                status: Vec::new(),
                 simple: true,
             });
         }
@@ -531,10 +559,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             REPLY_TYPE_NONE => return Err(short("a NONE")),
             REPLY_TYPE_OFFSET_DATA if p.len() >= 8 => r.data.extend_from_slice(&p[8..]),
             REPLY_TYPE_OFFSET_DATA => return Err(short("an OFFSET_DATA")),
-            REPLY_TYPE_BLOCK_STATUS if p.len() >= 4 && (p.len() - 4).is_multiple_of(8) => {
-                for d in p[4..].chunks_exact(8) {
-                    r.extents.push((be_u32(d), be_u32(&d[4..])));
-                }
+            REPLY_TYPE_BLOCK_STATUS if p.len() >= 12 && (p.len() - 4).is_multiple_of(8) => {
+                let descriptors: Vec<(u32, u32)> = p[4..]
+                    .chunks_exact(8)
+                    .map(|d| (be_u32(d), be_u32(&d[4..])))
+                    .collect();
+                r.extents.extend_from_slice(&descriptors);
+                r.status.push((be_u32(p), descriptors));
             }
             REPLY_TYPE_BLOCK_STATUS => return Err(short("a BLOCK_STATUS")),
             REPLY_TYPE_ERROR if p.len() >= 6 && 6 + usize::from(be_u16(&p[4..])) <= p.len() => {

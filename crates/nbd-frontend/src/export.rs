@@ -277,7 +277,7 @@ impl<V: Volume> ExportTable<V> {
 pub const VIEW_SEPARATOR: char = '@';
 
 /// The volume's snapshots; none (logged) when it cannot tell.
-async fn snapshots_of<V: Volume>(volume: &V) -> Vec<Snapshot> {
+pub(crate) async fn snapshots_of<V: Volume>(volume: &V) -> Vec<Snapshot> {
     match volume.snapshots().await {
         Ok(s) => s,
         Err(e) => {

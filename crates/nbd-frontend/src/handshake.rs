@@ -9,15 +9,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, warn};
 
 use crate::config::ServerConfig;
-use crate::export::{Export, ExportTable, Volume};
+use crate::export::{snapshots_of, Export, ExportTable, Volume};
+use crate::meta::{self, Selected};
 use crate::proto::*;
 
 /// What the handshake agreed on; the transmission phase runs on it.
 pub(crate) struct Session<V> {
     pub export: Arc<Export<V>>,
     pub structured: bool,
-    /// `base:allocation` was selected for this export.
-    pub base_allocation: bool,
+    /// The metadata contexts selected for this export (none: the client
+    /// may not send `BLOCK_STATUS`).
+    pub contexts: Vec<Selected>,
 }
 
 /// Why a handshake ended without an export.
@@ -98,8 +100,9 @@ struct Haggle<'a, S, V> {
     cfg: &'a ServerConfig,
     neg: &'a mut Negotiation,
     structured: bool,
-    /// The export `NBD_OPT_SET_META_CONTEXT` selected `base:allocation` for.
-    meta_for: Option<Arc<Export<V>>>,
+    /// The export the last `NBD_OPT_SET_META_CONTEXT` named, and the
+    /// contexts it selected (at least one).
+    meta: Option<(Arc<Export<V>>, Vec<Selected>)>,
 }
 
 /// What carries over from the greeting through a TLS upgrade.
@@ -181,7 +184,7 @@ where
         cfg,
         neg,
         structured: false,
-        meta_for: None,
+        meta: None,
     };
     while h.neg.options_left > 0 {
         h.neg.options_left -= 1;
@@ -362,17 +365,21 @@ where
         Ok(Step::Done(self.session(export)))
     }
 
-    fn session(&self, export: Arc<Export<V>>) -> Session<V> {
+    fn session(&mut self, export: Arc<Export<V>>) -> Session<V> {
         // A view is built anew each time it is named: the same view is the
         // same name and snapshot.
-        let base_allocation = self.meta_for.as_ref().is_some_and(|m| {
+        let same = |m: &Arc<Export<V>>| {
             Arc::ptr_eq(m, &export)
                 || (m.snapshot.is_some() && m.snapshot == export.snapshot && m.name == export.name)
-        });
+        };
+        let contexts = match self.meta.take() {
+            Some((m, contexts)) if same(&m) => contexts,
+            _ => Vec::new(),
+        };
         Session {
             export,
             structured: self.structured,
-            base_allocation,
+            contexts,
         }
     }
 
@@ -425,6 +432,11 @@ where
     }
 
     async fn meta_context(&mut self, option: u32, data: &[u8]) -> io::Result<()> {
+        let listing = option == OPT_LIST_META_CONTEXT;
+        if !listing {
+            // A SET replaces the selection, even when it fails.
+            self.meta = None;
+        }
         if !self.structured {
             return self
                 .error(
@@ -443,19 +455,27 @@ where
             let msg = format!("no export named {:?}", request.name);
             return self.error(option, REP_ERR_UNKNOWN, &msg).await;
         };
-        let listing = option == OPT_LIST_META_CONTEXT;
-        let selected = request
-            .queries
-            .iter()
-            .any(|q| q == META_BASE_ALLOCATION || (listing && q == "base:"))
-            || (listing && request.queries.is_empty());
-        if option == OPT_SET_META_CONTEXT {
-            self.meta_for = selected.then(|| Arc::clone(&export));
+        let snapshots = if meta::needs_snapshots(&request.queries, listing) {
+            snapshots_of(&export.volume).await
+        } else {
+            Vec::new()
+        };
+        let found = meta::matching(&request.queries, listing, &snapshots);
+        if listing {
+            // The context id of a listing is reserved: zero.
+            for (name, _) in &found {
+                self.reply(option, REP_META_CONTEXT, &meta_context_data(0, name))
+                    .await?;
+            }
+            return self.finish_reply(option, REP_ACK, &[]).await;
         }
-        if selected {
-            let id = if listing { 0 } else { META_BASE_ALLOCATION_ID };
-            let d = meta_context_data(id, META_BASE_ALLOCATION);
+        let selected = meta::select(found);
+        for s in &selected {
+            let d = meta_context_data(s.id, &s.name);
             self.reply(option, REP_META_CONTEXT, &d).await?;
+        }
+        if !selected.is_empty() {
+            self.meta = Some((export, selected));
         }
         self.finish_reply(option, REP_ACK, &[]).await
     }

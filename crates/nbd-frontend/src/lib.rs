@@ -2,7 +2,8 @@
 //!
 //! It speaks the fixed newstyle handshake (options `EXPORT_NAME`, `INFO`,
 //! `GO`, `LIST`, `ABORT`, `STRUCTURED_REPLY`, `LIST_META_CONTEXT` and
-//! `SET_META_CONTEXT` for `base:allocation`) and serves `READ`, `WRITE`,
+//! `SET_META_CONTEXT` for `base:allocation` and `x-zftl:changed:SNAPSHOT`)
+//! and serves `READ`, `WRITE`,
 //! `FLUSH`, `TRIM`, `WRITE_ZEROES` (with `FAST_ZERO` and `NO_HOLE`),
 //! `BLOCK_STATUS` and `DISC`, with `FUA` and `CAN_MULTI_CONN`, many requests
 //! in flight per connection and replies out of order. The protocol is
@@ -27,10 +28,22 @@
 //! listed by `NBD_OPT_LIST` after the table's exports, so views appear and
 //! go as snapshots are created and deleted. Its reads are
 //! `Request::ReadSnapshot`; writes, trims and zeroing get `EPERM`;
-//! `BLOCK_STATUS` reports its whole range as data (the volume answers
+//! `base:allocation` reports its whole range as data (the volume answers
 //! `Request::Extents` for its live map only); a read after the snapshot
 //! was deleted gets `EIO`, and the name is then unknown to new
 //! connections. A table export of the same name wins over a view.
+//!
+//! Each live snapshot `S` of an export's volume is also a metadata context
+//! of the export and of its views, `x-zftl:changed:S`: `BLOCK_STATUS`
+//! flags with `STATE_CHANGED` (1) the blocks whose contents differ
+//! between `S` and the export (the live volume, or the view's snapshot),
+//! from the volume's `Request::Changed`, so `nbdinfo
+//! --map=x-zftl:changed:S` lists what an incremental backup since `S` must
+//! copy. `LIST_META_CONTEXT` without queries, or with `x-zftl:` or
+//! `x-zftl:changed:`, lists one per live snapshot; a name that is not a
+//! live snapshot is not selected; once selected, a deleted snapshot's
+//! context answers `BLOCK_STATUS` with `EIO`. Several contexts may be
+//! selected at once, each with its own id and chunk.
 //!
 //! Requests need only be aligned to 512 bytes (the advertised minimum block
 //! size; the preferred one is the volume's block size, 4 KiB for zftl). A
@@ -43,11 +56,12 @@
 //! volume write, so a power cut leaves the old or the new block, never a
 //! mix. Requests not aligned to 512 bytes are refused with `EINVAL`.
 //!
-//! `BLOCK_STATUS` answers from the volume's `Request::Extents`: blocks never
-//! written or trimmed (or zeroed without `NO_HOLE`) are holes that read as
-//! zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are data
-//! (status 0). One request looks at most `MAX_EXTENT_QUERY_BLOCKS` blocks
-//! ahead; the reply then covers the start of the range, as the spec allows.
+//! `base:allocation` answers from the volume's `Request::Extents`: blocks
+//! never written or trimmed (or zeroed without `NO_HOLE`) are holes that
+//! read as zeros (`NBD_STATE_HOLE | NBD_STATE_ZERO`), mapped blocks are
+//! data (status 0). One request asks the volume about at most
+//! `MAX_EXTENT_QUERY_BLOCKS` blocks per context; the reply then covers the
+//! start of the range, as the spec allows.
 //! READ replies always carry the data (no `NBD_REPLY_TYPE_OFFSET_HOLE`).
 //! With structured replies negotiated, READ and `BLOCK_STATUS` answers and
 //! every error are structured chunks; other successes are simple replies,
@@ -58,6 +72,7 @@ pub mod client;
 mod config;
 mod export;
 mod handshake;
+mod meta;
 mod metrics;
 mod outbox;
 pub mod proto;

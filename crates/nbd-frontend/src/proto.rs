@@ -95,10 +95,22 @@ pub const STATE_HOLE: u32 = 1 << 0;
 /// Reads as zeros.
 pub const STATE_ZERO: u32 = 1 << 1;
 
-/// The one metadata context the server knows.
+/// The spec's allocation context.
 pub const META_BASE_ALLOCATION: &str = "base:allocation";
 /// Its id in `NBD_REP_META_CONTEXT` and `NBD_REPLY_TYPE_BLOCK_STATUS`.
 pub const META_BASE_ALLOCATION_ID: u32 = 1;
+/// The `base:` namespace: a wildcard query when listing.
+pub const META_BASE_NAMESPACE: &str = "base:";
+/// zftl's namespace (an `x-` one, as the spec asks of unregistered
+/// namespaces): a wildcard query when listing.
+pub const META_ZFTL_NAMESPACE: &str = "x-zftl:";
+/// `x-zftl:changed:NAME`: the blocks that differ between snapshot `NAME`
+/// and the export. The prefix alone is a wildcard query when listing.
+pub const META_CHANGED_PREFIX: &str = "x-zftl:changed:";
+
+// `x-zftl:changed:NAME` status flags.
+/// The block differs between the snapshot and the export (clear: the same).
+pub const STATE_CHANGED: u32 = 1 << 0;
 
 /// Bytes of a request header (magic .. length).
 pub const REQUEST_HEADER_BYTES: usize = 28;

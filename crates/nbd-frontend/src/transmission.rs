@@ -24,11 +24,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteH
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, trace, warn};
 use zftl_core::history::{SnapshotError, SnapshotId};
-use zftl_core::{IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
+use zftl_core::{IoError, ReplyData, Request};
 
 use crate::config::ServerConfig;
 use crate::export::{Export, Volume};
 use crate::handshake::{block_sizes, Session};
+use crate::meta::{self, status_blocks, Selected};
 use crate::metrics::{Command, Metrics};
 use crate::outbox::{Backlog, Duplex, Outbox};
 use crate::proto::*;
@@ -95,7 +96,8 @@ pub struct Limits {
     pub max_payload: u32,
     pub read_only: bool,
     pub structured: bool,
-    pub base_allocation: bool,
+    /// Metadata contexts selected (`BLOCK_STATUS` needs one at least).
+    pub meta_contexts: u32,
 }
 
 impl Limits {
@@ -108,7 +110,7 @@ impl Limits {
             max_payload: sizes.maximum,
             read_only: session.export.is_read_only(),
             structured: session.structured,
-            base_allocation: session.base_allocation,
+            meta_contexts: u32::try_from(session.contexts.len()).unwrap_or(u32::MAX),
         }
     }
 
@@ -237,7 +239,7 @@ impl Limits {
                 Ok(Op::Flush)
             }
             CMD_BLOCK_STATUS => {
-                if !self.structured || !self.base_allocation {
+                if !self.structured || self.meta_contexts == 0 {
                     return Err(refuse(
                         Errno::Inval,
                         "BLOCK_STATUS without a negotiated meta context",
@@ -335,99 +337,33 @@ impl Replier {
         }
     }
 
-    /// The one `NBD_REPLY_TYPE_BLOCK_STATUS` chunk (for `base:allocation`)
-    /// with `(length, status)` descriptors; there is at least one.
-    fn block_status(self, cookie: u64, descriptors: &[(u32, u32)]) -> Vec<u8> {
-        let len = u32::try_from(4 + 8 * descriptors.len()).expect("descriptors are capped");
-        let mut h = chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, len);
-        h.extend_from_slice(&META_BASE_ALLOCATION_ID.to_be_bytes());
-        for (length, status) in descriptors {
-            h.extend_from_slice(&length.to_be_bytes());
-            h.extend_from_slice(&status.to_be_bytes());
+    /// One `NBD_REPLY_TYPE_BLOCK_STATUS` chunk per `(context id,
+    /// descriptors)`, the last one flagged done; each has one descriptor
+    /// at least.
+    fn block_status(self, cookie: u64, chunks: &[(u32, Vec<(u32, u32)>)]) -> Vec<u8> {
+        assert!(!chunks.is_empty(), "BLOCK_STATUS without a context");
+        let total: usize = chunks.iter().map(|(_, d)| 20 + 4 + 8 * d.len()).sum();
+        let mut h = Vec::with_capacity(total);
+        for (i, (id, descriptors)) in chunks.iter().enumerate() {
+            assert!(
+                !descriptors.is_empty(),
+                "a status chunk without descriptors"
+            );
+            let len = u32::try_from(4 + 8 * descriptors.len()).expect("descriptors are capped");
+            let flags = if i + 1 == chunks.len() {
+                REPLY_FLAG_DONE
+            } else {
+                0
+            };
+            h.extend_from_slice(&chunk_header(cookie, flags, REPLY_TYPE_BLOCK_STATUS, len));
+            h.extend_from_slice(&id.to_be_bytes());
+            for (length, status) in descriptors {
+                h.extend_from_slice(&length.to_be_bytes());
+                h.extend_from_slice(&status.to_be_bytes());
+            }
         }
         h
     }
-}
-
-/// Most descriptors in one BLOCK_STATUS reply (a 1 MiB chunk); the spec lets
-/// the server describe less than the whole range asked about.
-const MAX_STATUS_DESCRIPTORS: usize = 1 << 17;
-
-/// The blocks a BLOCK_STATUS of `offset`+`length` bytes asks the volume
-/// about: those it touches, at most `MAX_EXTENT_QUERY_BLOCKS` (the reply
-/// then covers only the start of the range, which the spec allows).
-fn status_blocks(offset: u64, length: u32, block_size: u64) -> (u64, u32) {
-    let lba = offset / block_size;
-    let end = (offset + u64::from(length)).div_ceil(block_size);
-    let blocks = (end - lba).min(u64::from(MAX_EXTENT_QUERY_BLOCKS));
-    (lba, blocks as u32)
-}
-
-/// `base:allocation` descriptors for `offset`+`length` bytes, from the
-/// volume's mapped/unmapped runs: an unmapped run (never written or
-/// trimmed) is a hole that reads as zeros, a mapped one is data (status 0).
-/// Lengths are in bytes, clipped to the request; with `req_one` there is
-/// exactly one descriptor.
-async fn block_status<V: Volume>(
-    vol: &V,
-    offset: u64,
-    length: u32,
-    req_one: bool,
-) -> Result<Vec<(u32, u32)>, IoError> {
-    let bs = vol.block_size() as u64;
-    let (lba, block_count) = status_blocks(offset, length, bs);
-    let runs = match vol.call(Request::Extents { lba, block_count }).await? {
-        ReplyData::Extents(runs) => runs,
-        // A volume that cannot tell: allocated data, always a correct answer.
-        _ => return Ok(vec![(length, 0)]),
-    };
-    Ok(descriptors(offset, length, bs, lba, &runs, req_one))
-}
-
-/// The descriptors of `runs` (starting at block `lba`) clipped to the byte
-/// range `offset`+`length`; adjacent runs of one status are merged.
-fn descriptors(
-    offset: u64,
-    length: u32,
-    bs: u64,
-    lba: u64,
-    runs: &[zftl_core::Extent],
-    req_one: bool,
-) -> Vec<(u32, u32)> {
-    let end = offset + u64::from(length);
-    let max = if req_one { 1 } else { MAX_STATUS_DESCRIPTORS };
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    let mut at = offset;
-    let mut run_end = lba * bs;
-    for run in runs {
-        run_end = run_end.saturating_add(u64::from(run.block_count) * bs);
-        let stop = run_end.min(end);
-        if stop <= at {
-            continue;
-        }
-        let len = (stop - at) as u32;
-        let status = if run.mapped {
-            0
-        } else {
-            STATE_HOLE | STATE_ZERO
-        };
-        if let Some(last) = out.last_mut().filter(|last| last.1 == status) {
-            last.0 += len;
-        } else if out.len() < max {
-            out.push((len, status));
-        } else {
-            break;
-        }
-        at = stop;
-        if at == end {
-            break;
-        }
-    }
-    if out.is_empty() {
-        // The volume described nothing: report data, always correct.
-        out.push((length, 0));
-    }
-    out
 }
 
 /// The volume blocks a byte range touches.
@@ -739,7 +675,7 @@ async fn execute<V: Volume>(
             }
             Ok(None)
         }
-        // Answered by `block_status`; never executed here.
+        // Answered by `meta::block_status`; never executed here.
         Op::BlockStatus { .. } | Op::Disc => Ok(None),
     }
 }
@@ -849,7 +785,8 @@ impl<S: AsyncRead + AsyncWrite> Reader<BufReader<Socket<S>>> {
         let cost = match op {
             Op::Read { .. } | Op::Write { .. } => header.length,
             Op::Zero { no_hole: true, .. } => header.length.min(self.limits.max_payload),
-            // The volume's answer holds up to one run per block queried.
+            // The volume's answer holds up to one run per block queried;
+            // the contexts are queried one after the other.
             Op::BlockStatus { offset, length, .. } => {
                 let (_, blocks) = status_blocks(offset, length, self.limits.block_size);
                 let bytes = u64::from(blocks) * std::mem::size_of::<zftl_core::Extent>() as u64;
@@ -971,14 +908,21 @@ fn io_stop(e: io::Error) -> Stop {
 enum Answer {
     /// Read data, or nothing.
     Data(Option<Vec<u8>>),
-    /// BLOCK_STATUS descriptors.
-    Status(Vec<(u32, u32)>),
+    /// BLOCK_STATUS descriptors, by context id.
+    Status(Vec<(u32, Vec<(u32, u32)>)>),
+}
+
+/// What every request of one connection runs on.
+struct Target<V> {
+    export: Arc<Export<V>>,
+    /// The metadata contexts selected, for BLOCK_STATUS.
+    contexts: Vec<Selected>,
 }
 
 /// Runs one request and queues its reply.
 #[allow(clippy::too_many_arguments)]
 async fn serve_request<V: Volume>(
-    export: Arc<Export<V>>,
+    target: Arc<Target<V>>,
     replier: Replier,
     header: RequestHeader,
     op: Op,
@@ -999,20 +943,16 @@ async fn serve_request<V: Volume>(
         Op::BlockStatus { .. } => Some(Command::BlockStatus),
         Op::Disc => None,
     };
+    let export = &target.export;
     let result = match op {
-        // The volume maps only its live blocks: a view's whole range is
-        // reported as data, always a correct answer.
-        Op::BlockStatus { length, .. } if export.snapshot.is_some() => {
-            Ok(Answer::Status(vec![(length, 0)]))
-        }
         Op::BlockStatus {
             offset,
             length,
             req_one,
-        } => block_status(&export.volume, offset, length, req_one)
+        } => meta::block_status(export, &target.contexts, offset, length, req_one)
             .await
             .map(Answer::Status),
-        op => execute(&export, op, payload, tracked)
+        op => execute(export, op, payload, tracked)
             .await
             .map(Answer::Data),
     };
@@ -1083,6 +1023,10 @@ pub(crate) async fn transmit<S, V>(
     let replier = Replier {
         structured: session.structured,
     };
+    let target = Arc::new(Target {
+        export: session.export,
+        contexts: session.contexts,
+    });
     let (read_half, write_half) = tokio::io::split(stream);
     let depth = cfg.max_inflight_requests_per_connection as usize;
     let tracked = cfg.max_tracked_writes();
@@ -1122,10 +1066,9 @@ pub(crate) async fn transmit<S, V>(
                 payload,
                 permits,
             } => {
-                let export = Arc::clone(&session.export);
                 let tx = tx.clone();
                 run_or_spawn(Box::pin(serve_request(
-                    export,
+                    Arc::clone(&target),
                     replier,
                     header,
                     op,
@@ -1169,7 +1112,7 @@ mod tests {
             max_payload: 4096 * 8,
             read_only: false,
             structured: true,
-            base_allocation: false,
+            meta_contexts: 0,
         }
     }
 
@@ -1362,7 +1305,7 @@ mod tests {
     #[test]
     fn block_status_decodes_req_one() {
         let l = Limits {
-            base_allocation: true,
+            meta_contexts: 2,
             ..limits()
         };
         assert_eq!(
@@ -1377,57 +1320,6 @@ mod tests {
             errno(l.check(&h(CMD_BLOCK_STATUS, 0, 4096 * 99, 8192))),
             Some(Errno::Inval)
         );
-    }
-
-    fn run(block_count: u32, mapped: bool) -> zftl_core::Extent {
-        zftl_core::Extent {
-            block_count,
-            mapped,
-        }
-    }
-
-    #[test]
-    fn descriptors_are_bytes_clipped_to_the_request() {
-        const HZ: u32 = STATE_HOLE | STATE_ZERO;
-        let runs = [run(2, true), run(3, false), run(1, true)];
-        // Aligned: one descriptor per run, in bytes.
-        assert_eq!(
-            descriptors(0, 6 * 4096, 4096, 0, &runs, false),
-            vec![(8192, 0), (3 * 4096, HZ), (4096, 0)]
-        );
-        // REQ_ONE: only the first.
-        assert_eq!(
-            descriptors(0, 6 * 4096, 4096, 0, &runs, true),
-            vec![(8192, 0)]
-        );
-        // Unaligned start and end inside blocks: clipped to the request.
-        assert_eq!(
-            descriptors(
-                4096 + 100,
-                3 * 4096,
-                4096,
-                1,
-                &[run(1, true), run(3, false)],
-                false
-            ),
-            vec![(4096 - 100, 0), (2 * 4096 + 100, HZ)]
-        );
-        // Runs of one status merge; a short answer covers a prefix.
-        let same = [run(1, false), run(1, false), run(1, true)];
-        assert_eq!(
-            descriptors(0, 10 * 4096, 4096, 0, &same, false),
-            vec![(8192, HZ), (4096, 0)]
-        );
-        // Nothing described: data, for the whole range.
-        assert_eq!(descriptors(0, 4096, 4096, 0, &[], false), vec![(4096, 0)]);
-    }
-
-    #[test]
-    fn status_queries_are_capped() {
-        assert_eq!(status_blocks(4096 + 1, 4096, 4096), (1, 2));
-        assert_eq!(status_blocks(0, 4096, 4096), (0, 1));
-        let (_, n) = status_blocks(0, u32::MAX, 512);
-        assert_eq!(n, MAX_EXTENT_QUERY_BLOCKS);
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn limits() -> Limits {
         max_payload: 4096 * 16,
         read_only: false,
         structured: true,
-        base_allocation: true,
+        meta_contexts: 1,
     }
 }
 
@@ -129,7 +129,7 @@ fn every_flag_bit_on_every_command() {
             let l = Limits {
                 structured,
                 read_only,
-                base_allocation: structured,
+                meta_contexts: u32::from(structured),
                 ..limits()
             };
             for &command in &COMMANDS {

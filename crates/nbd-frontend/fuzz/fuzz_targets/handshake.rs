@@ -9,9 +9,13 @@
 //! - bit 0: block size 512 (else 4096);
 //! - bits 1-2: 0 = the stream is raw (starts with the client flags);
 //!   1 = a valid client-flags word is prepended; 2 = a valid negotiation
-//!   (flags, STRUCTURED_REPLY, SET_META_CONTEXT base:allocation, GO "zftl")
-//!   is prepended, so the rest are transmission requests; 3 = the same but
-//!   GO "ro" (the read-only export) without structured replies.
+//!   (flags, STRUCTURED_REPLY, SET_META_CONTEXT base:allocation and
+//!   x-zftl:changed:s, GO "zftl") is prepended, so the rest are
+//!   transmission requests; 3 = the same but GO "ro" (the read-only
+//!   export) without structured replies.
+//!
+//! The volume has one snapshot, "s": the view "zftl@s" and the context
+//! "x-zftl:changed:s" exist.
 #![no_main]
 
 use std::future::Future;
@@ -19,12 +23,15 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use zftl_core::{Extent, IoError, ReplyData, Request};
+use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
+use zftl_core::{Extent, IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
 
 const BLOCKS: u64 = 256;
 const MAX_REQUEST_BLOCKS: u32 = 8;
+/// The volume's one snapshot.
+const SNAPSHOT: SnapshotId = 1;
 
 #[derive(Clone)]
 struct Dummy {
@@ -40,6 +47,16 @@ impl Dummy {
         );
         let end = lba.checked_add(u64::from(count)).expect("lba overflow");
         assert!(end <= BLOCKS, "request {lba}+{count} beyond {BLOCKS}");
+    }
+
+    /// A map query's range (`Extents`, `Changed`): capped by
+    /// MAX_EXTENT_QUERY_BLOCKS, not by max_request_blocks; the end is
+    /// clipped to the volume like the FTL does.
+    fn map_query(&self, lba: u64, count: u32) -> u64 {
+        assert!(count > 0, "empty map query");
+        assert!(count <= MAX_EXTENT_QUERY_BLOCKS, "map query of {count} blocks");
+        assert!(lba < BLOCKS, "map query at {lba} beyond {BLOCKS}");
+        (lba + u64::from(count)).min(BLOCKS)
     }
 }
 
@@ -81,11 +98,7 @@ impl Volume for Dummy {
                 Ok(ReplyData::Done)
             }
             Request::Extents { lba, block_count } => {
-                assert!(block_count > 0);
-                // Extent queries are capped by MAX_EXTENT_QUERY_BLOCKS, not
-                // by max_request_blocks; clip to the volume like the FTL.
-                let end = (lba + u64::from(block_count)).min(BLOCKS);
-                assert!(lba < BLOCKS, "extent query at {lba} beyond {BLOCKS}");
+                let end = self.map_query(lba, block_count);
                 let mut runs = Vec::new();
                 let mut at = lba;
                 let mut mapped = lba % 2 == 0;
@@ -100,16 +113,53 @@ impl Volume for Dummy {
                 }
                 Ok(ReplyData::Extents(runs))
             }
+            Request::Changed {
+                since,
+                until,
+                lba,
+                block_count,
+            } => {
+                let end = self.map_query(lba, block_count);
+                assert!(until.is_none() || until == Some(SNAPSHOT), "{until:?}");
+                if since != SNAPSHOT {
+                    Err(SnapshotError::NoSuchId(since).into())
+                } else {
+                    // Runs of 1-2 changed blocks at every fifth block.
+                    let runs = (lba..end)
+                        .filter(|l| l % 5 == 0)
+                        .map(|l| (l, (1 + l % 2).min(end - l)))
+                        .collect();
+                    Ok(ReplyData::Changed(runs))
+                }
+            }
+            Request::ReadSnapshot {
+                snapshot,
+                lba,
+                block_count,
+            } => {
+                assert_eq!(snapshot, SNAPSHOT, "a read of a snapshot never listed");
+                self.range(lba, block_count);
+                Ok(ReplyData::Read(vec![0x5a; block_count as usize * self.bs]))
+            }
             Request::Flush => Ok(ReplyData::Done),
             // NBD has no range operations: the server never sends one.
             Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
-            // Nor snapshot changes; and this volume lists no snapshots, so
-            // no view reads one.
-            r @ (Request::SnapshotCreate { .. }
-            | Request::SnapshotDelete { .. }
-            | Request::ReadSnapshot { .. }) => panic!("the NBD server sent {r:?}"),
+            // Nor snapshot changes.
+            r @ (Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. }) => {
+                panic!("the NBD server sent {r:?}")
+            }
         };
         std::future::ready(reply)
+    }
+    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
+        std::future::ready(Ok(vec![Snapshot {
+            id: SNAPSHOT,
+            name: "s".into(),
+            epoch: 1,
+            create_seq: 1,
+            wall_ns: 0,
+            parent: 0,
+        }]))
     }
 }
 
@@ -142,9 +192,11 @@ fn client_bytes(data: &[u8]) -> (usize, Vec<u8>) {
             option(&mut b, OPT_STRUCTURED_REPLY, &[]);
             let mut d = 4u32.to_be_bytes().to_vec();
             d.extend_from_slice(b"zftl");
-            d.extend_from_slice(&1u32.to_be_bytes());
-            d.extend_from_slice(&(META_BASE_ALLOCATION.len() as u32).to_be_bytes());
-            d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+            d.extend_from_slice(&2u32.to_be_bytes());
+            for context in [META_BASE_ALLOCATION, "x-zftl:changed:s"] {
+                d.extend_from_slice(&(context.len() as u32).to_be_bytes());
+                d.extend_from_slice(context.as_bytes());
+            }
             option(&mut b, OPT_SET_META_CONTEXT, &d);
             go(&mut b, "zftl");
         }

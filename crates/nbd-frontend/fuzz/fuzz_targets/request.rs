@@ -43,7 +43,7 @@ fn limits(k: &[u8]) -> Limits {
         max_payload,
         read_only: byte(14) & 1 != 0,
         structured: byte(14) & 2 != 0,
-        base_allocation: byte(14) & 4 != 0,
+        meta_contexts: u32::from((byte(14) >> 2) & 3),
     }
 }
 
@@ -121,7 +121,7 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(Op::BlockStatus { offset, length, .. }) => {
             assert_eq!(h.command, CMD_BLOCK_STATUS);
-            assert!(l.structured && l.base_allocation);
+            assert!(l.structured && l.meta_contexts > 0);
             assert!(length > 0);
             let end = offset.checked_add(u64::from(length)).expect("no overflow");
             assert!(end <= l.size_bytes);
