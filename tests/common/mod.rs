@@ -427,6 +427,15 @@ pub struct SnapModel {
     pub may_be_zero: Vec<bool>,
 }
 
+/// A window point the model saw appear during an operation: it holds the
+/// model's state from just before or just after that operation.
+#[derive(Clone, Debug)]
+pub struct PointModel {
+    pub before: Vec<u32>,
+    pub after: Vec<u32>,
+    pub may_be_zero: Vec<bool>,
+}
+
 /// A device of 128 zones of 64 blocks (32 MiB of 4 KiB blocks), with 64
 /// OOB bytes per block (`oob`) or none: the scenario tests' volume.
 pub fn volume_config(oob: bool) -> SimConfig {
@@ -511,8 +520,11 @@ pub struct Coverage {
     pub snapshot_diffs: u64,
     /// Reverts answered.
     pub reverts: u64,
-    /// Window points the core had taken, summed at each cut.
+    /// Window points the core had taken, summed at each cut; points the
+    /// model saw appear, and their blocks checked.
     pub window_points: u64,
+    pub window_points_seen: u64,
+    pub window_point_blocks_checked: u64,
     /// Blocks snapshots kept after the volume replaced them (summed at
     /// each cut).
     pub snapshot_versions: u64,
@@ -532,6 +544,8 @@ impl Coverage {
         self.snapshot_diffs += other.snapshot_diffs;
         self.reverts += other.reverts;
         self.window_points += other.window_points;
+        self.window_points_seen += other.window_points_seen;
+        self.window_point_blocks_checked += other.window_point_blocks_checked;
         self.snapshot_versions += other.snapshot_versions;
     }
 }
@@ -627,6 +641,12 @@ pub struct Rig {
     /// The wall clock of a volume with a protection window (see
     /// [`Rig::with_window`]): 100 ms pass per operation.
     clock: Option<Arc<AtomicU64>>,
+    /// Window points seen appearing during an operation, by id (a name
+    /// comes back when a point is dropped and another taken in the same
+    /// second); and those first seen after a mount (their operation is
+    /// unknown).
+    points: BTreeMap<u32, PointModel>,
+    unknown_points: Vec<u32>,
 }
 
 impl Rig {
@@ -692,6 +712,8 @@ impl Rig {
             snaps: Vec::new(),
             next_snap: 0,
             clock: None,
+            points: BTreeMap::new(),
+            unknown_points: Vec::new(),
         }
     }
 
@@ -710,7 +732,11 @@ impl Rig {
         if let Some(clock) = &self.clock {
             clock.fetch_add(100_000_000, Ordering::SeqCst);
         }
+        let before = self.clock.is_some().then(|| self.latest_versions());
         let result = self.run(op);
+        if let (Some(before), Ok(())) = (before, &result) {
+            self.note_points(before);
+        }
         if let Some(t) = trace_lba() {
             let hit = match op {
                 Op::Write { lba, blocks }
@@ -1056,6 +1082,13 @@ impl Rig {
                 let j = r.next_u64().is_multiple_of(2).then(|| pick(&mut r));
                 self.check_diff(i, j)
             }
+            _ if !self.points.is_empty() && r.next_u64().is_multiple_of(2) => {
+                let k = (r.next_u64() % self.points.len() as u64) as usize;
+                let id = *self.points.keys().nth(k).expect("k < len");
+                let lba = r.next_u64() % self.blocks;
+                let n = (1 + r.next_u64() % 16).min(self.blocks - lba) as u32;
+                self.check_point(id, lba, n)
+            }
             _ if !live.is_empty() => {
                 let i = pick(&mut r);
                 let lba = r.next_u64() % self.blocks;
@@ -1064,6 +1097,67 @@ impl Rig {
             }
             _ => Ok(()),
         }
+    }
+
+    fn latest_versions(&self) -> Vec<u32> {
+        (0..self.blocks).map(|l| self.model.latest(l)).collect()
+    }
+
+    /// Records the window points that appeared during the operation that
+    /// ran from state `before` to now, and forgets those gone.
+    fn note_points(&mut self, before: Vec<u32>) {
+        let found: Vec<u32> = self
+            .ftl
+            .as_ref()
+            .expect("mounted")
+            .snapshots()
+            .into_iter()
+            .filter(|s| s.is_point())
+            .map(|s| s.id)
+            .collect();
+        self.points.retain(|id, _| found.contains(id));
+        self.unknown_points.retain(|id| found.contains(id));
+        let after = self.latest_versions();
+        for id in found {
+            if !self.points.contains_key(&id) && !self.unknown_points.contains(&id) {
+                let p = PointModel {
+                    before: before.clone(),
+                    after: after.clone(),
+                    may_be_zero: vec![false; self.blocks as usize],
+                };
+                self.points.insert(id, p);
+                self.coverage.window_points_seen += 1;
+            }
+        }
+    }
+
+    /// Reads blocks `lba..+n` of window point `id` and checks each holds
+    /// its version from before or after the operation the point appeared
+    /// in. A point dropped meanwhile is forgotten.
+    fn check_point(&mut self, id: u32, lba: u64, n: u32) -> Result<(), IoError> {
+        let ftl = self.ftl.as_mut().expect("mounted");
+        let data = match ftl.read_snapshot(id, lba, n) {
+            Err(IoError::Snapshot(_)) => {
+                self.points.remove(&id);
+                return Ok(());
+            }
+            other => other?,
+        };
+        let p = &self.points[&id];
+        for (k, block) in data.chunks(self.bs).enumerate() {
+            let l = (lba + k as u64) as usize;
+            let (_, got) =
+                decode_any(block).unwrap_or_else(|e| panic!("point {id} block {l}: {e}"));
+            let zero_ok = p.may_be_zero[l] && got == 0;
+            assert!(
+                got == p.before[l] || got == p.after[l] || zero_ok,
+                "point {id} block {l} read version {got}, it holds {} or {}",
+                p.before[l],
+                p.after[l]
+            );
+        }
+        self.coverage.window_point_blocks_checked += u64::from(n);
+        Ok(())
     }
 
     /// Reads blocks `lba..+n` of model snapshot `i` and checks them.
@@ -1280,7 +1374,17 @@ impl Rig {
                 s.may_be_zero[l] |= a & attr_bits::NON_PERSISTENT != 0;
             }
         }
+        for p in self.points.values_mut() {
+            for (l, &a) in self.model.attrs().iter().enumerate() {
+                p.may_be_zero[l] |= a & attr_bits::NON_PERSISTENT != 0;
+            }
+        }
         self.resolve_snapshots(&ftl);
+        for s in ftl.snapshots().into_iter().filter(|s| s.is_point()) {
+            if !self.points.contains_key(&s.id) && !self.unknown_points.contains(&s.id) {
+                self.unknown_points.push(s.id);
+            }
+        }
         for lba in 0..self.blocks {
             let data = ftl
                 .read(lba, 1)
@@ -1296,6 +1400,16 @@ impl Rig {
         }
         self.ftl = Some(ftl);
         self.set_clock();
+        let ids: Vec<u32> = self.points.keys().copied().collect();
+        for id in ids {
+            let mut lba = 0;
+            while lba < self.blocks {
+                let n = (self.blocks - lba).min(64) as u32;
+                self.check_point(id, lba, n)
+                    .unwrap_or_else(|e| panic!("point read after recovery: {e}"));
+                lba += u64::from(n);
+            }
+        }
         for i in 0..self.snaps.len() {
             let blocks = self.blocks;
             let mut lba = 0;
