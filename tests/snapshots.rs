@@ -148,19 +148,27 @@ fn deleting_every_snapshot_gives_the_space_back() {
         for lba in 0..256 {
             write(&mut ftl, lba, 2);
         }
+        // A clone keeps one old block live: the snapshot does not alone
+        // hold it.
+        ftl.snapshot_create("second").unwrap();
+        ftl.clone_ranges(&[(0, 300, 1)]).unwrap();
+        write(&mut ftl, 0, 3);
         ftl.flush().unwrap();
         let s = ftl.stats();
-        assert_eq!((s.live_blocks, s.snapshot_versions), (512, 256));
+        assert_eq!((s.live_blocks, s.snapshot_versions), (513, 257));
+        assert_eq!(s.snapshot_retained_blocks, 256);
+        ftl.snapshot_delete("second").unwrap();
         ftl.snapshot_delete("base").unwrap();
         ftl.settle().unwrap();
         let s = ftl.stats();
         assert_eq!(
             (s.live_blocks, s.snapshot_versions, s.snapshots),
-            (256, 0, 0)
+            (257, 0, 0)
         );
-        assert_eq!(s.snapshot_versions_released, 256);
+        assert_eq!(s.snapshot_retained_blocks, 0);
+        assert_eq!(s.snapshot_versions_released, 257);
         let ftl = remount_both_ways(ftl, |ftl| {
-            assert_eq!(ftl.stats().live_blocks, 256);
+            assert_eq!(ftl.stats().live_blocks, 257);
             assert_eq!(holds(ftl, None, 7), Some((7, 2)));
         });
         let mut dev = ftl.shutdown().unwrap();

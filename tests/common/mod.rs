@@ -1367,6 +1367,9 @@ impl Rig {
                 self.model.describe(t)
             );
         }
+        // The maps' counts (live blocks per zone, shared references, the
+        // history's share of them) agree with the maps themselves.
+        ftl.ftl().mapping().assert_consistent();
         self.resolve_attrs(&mut ftl);
         self.model.crash();
         for s in &mut self.snaps {

@@ -181,7 +181,10 @@ impl Mapping {
         }
         for (lba, seq, v) in m.history.entries() {
             match v.value {
-                Some(id) if m.shared.is_live(id) => *counted.entry(id).or_default() += 1,
+                Some(id) if m.shared.is_live(id) => {
+                    *counted.entry(id).or_default() += 1;
+                    m.shared.add_kept(id);
+                }
                 Some(id) => {
                     return Err(format!(
                         "the version of block {lba} replaced at seq {seq} names shared entry {id}, which does not exist"
@@ -453,6 +456,19 @@ impl Mapping {
             && self.history.needed(self.history.birth(lba), Seq::MAX)
     }
 
+    /// Whether the block of shared entry `id` is held only by kept
+    /// versions: no live block names it.
+    pub fn kept_only(&self, id: SharedId) -> bool {
+        self.shared.kept_only(id)
+    }
+
+    /// Blocks only the snapshots hold (no live block names them): the
+    /// space deleting every snapshot would give back. O(shared entries).
+    pub fn retained_blocks(&self) -> u64 {
+        let ids = self.shared_entries().map(|(id, ..)| id);
+        ids.filter(|&id| self.kept_only(id)).count() as u64
+    }
+
     /// History entries and shared entries a change may still take.
     pub fn history_room(&self) -> u64 {
         self.history.room().min(u64::from(self.shared.free()))
@@ -523,6 +539,7 @@ impl Mapping {
                         })
                     }
                 };
+                self.shared.add_kept(id);
                 self.history.keep(lba, seq, Some(id), birth);
             } else {
                 self.release_value(raw);
@@ -727,6 +744,7 @@ impl Mapping {
     fn release_kept(&mut self, freed: Vec<Option<SharedId>>) -> u64 {
         let n = freed.len() as u64;
         for id in freed.into_iter().flatten() {
+            self.shared.drop_kept(id);
             self.release_value(self.shared_value(id));
         }
         n
@@ -780,16 +798,21 @@ impl Mapping {
                 *refs.entry(id).or_default() += 1;
             }
         }
+        let mut kept: std::collections::HashMap<SharedId, u32> = Default::default();
         for (_, _, v) in self.history.entries() {
             if let Some(id) = v.value {
                 *refs.entry(id).or_default() += 1;
+                *kept.entry(id).or_default() += 1;
             }
         }
         for (id, _, n, _) in self.shared_entries() {
+            let refs = refs.get(&id).copied().unwrap_or(0);
+            assert_eq!(refs, n, "shared entry {id}'s count");
+            let kept = kept.get(&id).copied().unwrap_or(0);
             assert_eq!(
-                refs.get(&id).copied().unwrap_or(0),
-                n,
-                "shared entry {id}'s count"
+                self.kept_only(id),
+                kept != 0 && kept == n && kept < u32::from(u16::MAX),
+                "shared entry {id}: {kept} of {n} references kept"
             );
         }
     }
@@ -856,6 +879,38 @@ mod tests {
         m.unmap(41, 1);
         assert_eq!((m.live_blocks(), m.shared_blocks()), (1, 0));
         assert!(!m.is_live(Ppa(3)));
+        m.assert_consistent();
+    }
+
+    #[test]
+    fn a_block_only_snapshots_hold_is_kept_only() {
+        let mut m = mapping();
+        m.map_direct(1, Ppa(1), 0, 1).unwrap();
+        m.map_direct(2, Ppa(2), 0, 2).unwrap();
+        m.clone_block(2, 3, 3).unwrap();
+        m.snapshot_create(0, "s", 4, 0);
+        m.map_direct(1, Ppa(5), 0, 5).unwrap(); // block 1's old block: kept only
+        m.map_direct(2, Ppa(6), 0, 6).unwrap(); // 2's old block: 3 still names it
+        let kept: Vec<SharedId> = m
+            .history()
+            .entries()
+            .filter_map(|(_, _, v)| v.value)
+            .collect();
+        assert_eq!(kept.len(), 2);
+        let only: Vec<bool> = kept.iter().map(|&id| m.kept_only(id)).collect();
+        assert_eq!(only, [true, false]);
+        m.assert_consistent();
+        m.unmap(3, 7); // now only the history names it
+        assert!(m.kept_only(kept[1]));
+        m.assert_consistent();
+        // A revert names the kept blocks from the live map again.
+        m.snapshot_create(1, "undo", 8, 0);
+        m.revert_to(4, 1, 9).unwrap();
+        assert!(!m.kept_only(kept[0]) && !m.kept_only(kept[1]));
+        m.assert_consistent();
+        m.snapshot_delete(0, 10).unwrap();
+        m.snapshot_delete(1, 11).unwrap();
+        m.sweep_all();
         m.assert_consistent();
     }
 

@@ -34,6 +34,10 @@ pub struct SharedTable {
     refs: Vec<u16>,
     /// Reference counts of `BIG` or more.
     big_refs: HashMap<SharedId, u32>,
+    /// Of `refs`, those the snapshot history holds (saturating at `BIG`,
+    /// which then means "unknown, some"): an entry all of whose references
+    /// are kept versions holds a block no live block names.
+    kept: Vec<u16>,
     /// Data CRC per entry (tags in band; empty otherwise).
     crc: Vec<u32>,
     keeps_crc: bool,
@@ -56,6 +60,7 @@ impl SharedTable {
             ppa: Vec::new(),
             refs: Vec::new(),
             big_refs: HashMap::new(),
+            kept: Vec::new(),
             crc: Vec::new(),
             keeps_crc,
             free_head: NO_ID,
@@ -133,6 +138,7 @@ impl SharedTable {
             assert!(id < self.capacity, "free chain lost an entry");
             self.ppa.push(0);
             self.refs.push(0);
+            self.kept.push(0);
             if self.keeps_crc {
                 self.crc.push(0);
             }
@@ -150,6 +156,7 @@ impl SharedTable {
         self.ppa[i] = ppa.0;
         // A live entry with no reference yet: `add_ref` follows at once.
         self.refs[i] = 0;
+        self.kept[i] = 0;
         if self.keeps_crc {
             self.crc[i] = crc;
         }
@@ -160,6 +167,26 @@ impl SharedTable {
     fn list(&mut self, ppa: Ppa, id: SharedId) {
         let zone = ppa.zone(self.zone_capacity_blocks);
         self.by_zone.entry(zone).or_default().push(id);
+    }
+
+    /// One of `id`'s references is (now) held by the snapshot history.
+    pub fn add_kept(&mut self, id: SharedId) {
+        let k = &mut self.kept[id as usize];
+        *k = k.saturating_add(1);
+    }
+
+    /// The history dropped one of `id`'s references (before `drop_ref`).
+    pub fn drop_kept(&mut self, id: SharedId) {
+        let k = &mut self.kept[id as usize];
+        if *k != BIG {
+            *k = k.checked_sub(1).expect("a kept reference was counted");
+        }
+    }
+
+    /// Whether only the history names `id`'s block: no live block does.
+    pub fn kept_only(&self, id: SharedId) -> bool {
+        let k = self.kept.get(id as usize).copied().unwrap_or(0);
+        k != 0 && k != BIG && u32::from(k) == self.refs(id)
     }
 
     /// One more L2P entry names `id`.
@@ -294,6 +321,7 @@ impl SharedTable {
             for free in next..=id {
                 t.ppa.push(t.free_head);
                 t.refs.push(0);
+                t.kept.push(0);
                 if keeps_crc {
                     t.crc.push(0);
                 }
@@ -316,7 +344,10 @@ impl SharedTable {
 
     /// Heap bytes the table holds.
     pub fn memory_bytes(&self) -> u64 {
-        let arrays = self.ppa.capacity() * 4 + self.refs.capacity() * 2 + self.crc.capacity() * 4;
+        let arrays = self.ppa.capacity() * 4
+            + self.refs.capacity() * 2
+            + self.kept.capacity() * 2
+            + self.crc.capacity() * 4;
         let lists: usize = self
             .by_zone
             .values()

@@ -108,6 +108,9 @@ pub struct FtlStats {
     pub snapshots: u64,
     /// Replaced versions the snapshots keep (some of them "unmapped").
     pub snapshot_versions: u64,
+    /// Blocks only snapshots hold (no live block names them): what
+    /// deleting every snapshot gives back, in blocks.
+    pub snapshot_retained_blocks: u64,
     /// Bytes of the snapshot books (part of map_memory_bytes).
     pub snapshot_memory_bytes: u64,
     /// Versions the snapshots may still keep before writes that replace
@@ -146,6 +149,11 @@ impl FtlStats {
         self.snapshots = history.snapshots().len() as u64;
         self.snapshot_versions = history.entry_count();
         self.snapshot_memory_bytes = history.memory_bytes();
+        self.snapshot_retained_blocks = if history.keeps_versions() || history.entry_count() > 0 {
+            mapping.retained_blocks()
+        } else {
+            0
+        };
         let points = history.snapshots().iter().filter(|s| s.is_point());
         self.window_points = points.clone().count() as u64;
         self.window_oldest_ns = points.map(|s| s.wall_ns).next().unwrap_or(0);
