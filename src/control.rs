@@ -1,9 +1,9 @@
 //! The control protocol of `zftl serve`: JSON lines over a Unix socket,
 //! one reply line per request line, in order. It carries what NBD cannot:
 //! range operations (clone, move, delete, merge, attributes, and vectors
-//! of them as one atomic unit), snapshots (create, delete, list, read, and
-//! the blocks that changed between two), the FTL's statistics and its
-//! attribute ranges. Every field, unit, error kind and limit: `docs/control.md`.
+//! of them as one atomic unit), snapshots (create, delete, list, read,
+//! the blocks that changed between two, and a revert of the volume to
+//! one), the FTL's statistics and its attribute ranges. Every field, unit, error kind and limit: `docs/control.md`.
 //!
 //! This module is the protocol without the socket, so that it can be
 //! tested and fuzzed on its own: [`parse_line`] turns one line into a
@@ -32,8 +32,8 @@ use zftl_core::addr::Lba;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range::{attr_bits, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
 use zftl_core::{
-    join_runs, Attribute, Backend, Driver, FtlStats, IoError, MergePolicy, RangeOp,
-    Request as CoreRequest, MAX_EXTENT_QUERY_BLOCKS,
+    join_runs, snapshot_data, snapshot_revert_request, Attribute, Backend, Driver, FtlStats,
+    IoError, MergePolicy, RangeOp, Request as CoreRequest, MAX_EXTENT_QUERY_BLOCKS,
 };
 
 use crate::handle::{Handle, InlineHandle};
@@ -151,11 +151,14 @@ pub enum OpName {
     /// The runs of blocks that differ between snapshot `since` and
     /// snapshot `until` (absent: the live volume), a page at a time.
     SnapshotDiff,
+    /// Make the live volume what snapshot `to` holds, first taking a
+    /// snapshot of the state it leaves (`undo`).
+    SnapshotRevert,
 }
 
 impl OpName {
     /// Every operation, for tests and documentation.
-    pub const ALL: [OpName; 14] = [
+    pub const ALL: [OpName; 15] = [
         OpName::Ping,
         OpName::Stats,
         OpName::Attrs,
@@ -170,6 +173,7 @@ impl OpName {
         OpName::Snapshots,
         OpName::SnapshotRead,
         OpName::SnapshotDiff,
+        OpName::SnapshotRevert,
     ];
 
     /// The name as the protocol spells it.
@@ -189,6 +193,7 @@ impl OpName {
             OpName::Snapshots => "snapshots",
             OpName::SnapshotRead => "snapshot_read",
             OpName::SnapshotDiff => "snapshot_diff",
+            OpName::SnapshotRevert => "snapshot_revert",
         }
     }
 
@@ -540,6 +545,12 @@ pub struct WireRequest {
     /// `snapshot_diff`: the name of the other (absent: the live volume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
+    /// `snapshot_revert`: the name of the snapshot to revert to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// `snapshot_revert`: the name of the undo snapshot (absent: `undo-ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo: Option<String>,
 }
 
 impl WireRequest {
@@ -561,6 +572,8 @@ impl WireRequest {
             lba: None,
             since: None,
             until: None,
+            to: None,
+            undo: None,
         }
     }
 
@@ -591,6 +604,8 @@ impl WireRequest {
             lba: None,
             since: None,
             until: None,
+            to: None,
+            undo: None,
         }
     }
 
@@ -648,6 +663,16 @@ impl WireRequest {
             blocks,
             max,
             ..WireRequest::bare(id, OpName::SnapshotDiff)
+        }
+    }
+
+    /// A `snapshot_revert` of the live volume to snapshot `to`, its undo
+    /// snapshot named `undo` (`None`: `undo-ID`).
+    pub fn snapshot_revert(id: Option<Id>, to: &str, undo: Option<&str>) -> WireRequest {
+        WireRequest {
+            to: Some(to.to_string()),
+            undo: undo.map(str::to_string),
+            ..WireRequest::bare(id, OpName::SnapshotRevert)
         }
     }
 
@@ -714,7 +739,8 @@ pub enum ErrorKind {
     /// Snapshots hold the space a write needs.
     SnapshotSpace,
     /// A snapshot request was refused (no such snapshot, name taken or
-    /// malformed, too many snapshots, a volume that cannot take them).
+    /// malformed or starting with `@`, too many snapshots, a volume that
+    /// cannot take them).
     Snapshot,
 }
 
@@ -903,15 +929,26 @@ pub enum Command {
         /// At most this many runs (1 to [`MAX_DIFF_RUNS_PER_REPLY`]).
         max: u64,
     },
+    /// Make the live volume what snapshot `to` holds, first taking a
+    /// snapshot named `undo` (`None`: `undo-ID`) of the state it leaves.
+    SnapshotRevert {
+        /// The name of the snapshot to revert to.
+        to: String,
+        /// The undo snapshot's name.
+        undo: Option<String>,
+    },
 }
 
 impl Command {
     /// Whether the command changes the volume (refused by a read-only
-    /// server): range operations, snapshot creates and deletes.
+    /// server): range operations, snapshot creates, deletes and reverts.
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Command::Range { .. } | Command::SnapshotCreate { .. } | Command::SnapshotDelete { .. }
+            Command::Range { .. }
+                | Command::SnapshotCreate { .. }
+                | Command::SnapshotDelete { .. }
+                | Command::SnapshotRevert { .. }
         )
     }
 }
@@ -1008,6 +1045,10 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
         extra("since", wire.since.is_some())?;
         extra("until", wire.until.is_some())?;
     }
+    if op != OpName::SnapshotRevert {
+        extra("to", wire.to.is_some())?;
+        extra("undo", wire.undo.is_some())?;
+    }
     let named = matches!(
         op,
         OpName::SnapshotCreate | OpName::SnapshotDelete | OpName::SnapshotRead
@@ -1027,7 +1068,8 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
         | OpName::SnapshotDelete
         | OpName::Snapshots
         | OpName::SnapshotRead
-        | OpName::SnapshotDiff => {
+        | OpName::SnapshotDiff
+        | OpName::SnapshotRevert => {
             let own = wire.as_op();
             for (name, present) in own.fields_present() {
                 let takes_blocks = matches!(op, OpName::SnapshotRead | OpName::SnapshotDiff);
@@ -1048,6 +1090,10 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
             name: wire.name.clone().ok_or_else(|| need("name"))?,
         }),
         OpName::Snapshots => Ok(Command::Snapshots),
+        OpName::SnapshotRevert => Ok(Command::SnapshotRevert {
+            to: wire.to.clone().ok_or_else(|| need("to"))?,
+            undo: wire.undo.clone(),
+        }),
         OpName::SnapshotRead => {
             let name = wire.name.clone().ok_or_else(|| need("name"))?;
             let lba = wire.lba.ok_or_else(|| need("lba"))?;
@@ -1380,13 +1426,16 @@ pub fn attrs_body(all: &[(Lba, u64, u8)], from: Lba, max: u64) -> Map<String, Va
     object(json!({"op": "attrs", "ranges": ranges, "next": next}))
 }
 
-/// A snapshot as the replies show it: `id`, `name`, `epoch`, `create_seq`,
-/// `wall_ns` (ns since the Unix epoch, 0 when none was recorded) and
-/// `created`, that time in RFC 3339 UTC (null when none was recorded).
+/// A snapshot as the replies show it: `id`, `name`, `kind` (`"point"`
+/// for a point of the protection window, which the FTL takes and drops
+/// itself, `"snapshot"` for a user's), `epoch`, `create_seq`, `wall_ns`
+/// (ns since the Unix epoch, 0 when none was recorded) and `created`,
+/// that time in RFC 3339 UTC (null when none was recorded).
 pub fn snapshot_value(s: &Snapshot) -> Value {
     json!({
         "id": s.id,
         "name": s.name,
+        "kind": if s.is_point() { "point" } else { "snapshot" },
         "epoch": s.epoch,
         "create_seq": s.create_seq,
         "wall_ns": s.wall_ns,
@@ -1397,6 +1446,17 @@ pub fn snapshot_value(s: &Snapshot) -> Value {
 /// The body of the `snapshot_create` reply: the snapshot taken.
 pub fn snapshot_create_body(taken: &Snapshot) -> Map<String, Value> {
     object(json!({"op": "snapshot_create", "snapshot": snapshot_value(taken)}))
+}
+
+/// The body of the `snapshot_revert` reply: `to`, the snapshot the
+/// volume was reverted to, and `undo`, the snapshot taken of the state it
+/// left (a revert to it undoes this one).
+pub fn snapshot_revert_body(to: &Snapshot, undo: &Snapshot) -> Map<String, Value> {
+    object(json!({
+        "op": "snapshot_revert",
+        "to": snapshot_value(to),
+        "undo": snapshot_value(undo),
+    }))
 }
 
 /// The body of the `snapshot_delete` reply.
@@ -1543,6 +1603,11 @@ pub trait Target {
     fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError>;
     /// The live snapshots, oldest first.
     fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError>;
+    /// Makes the live volume what snapshot `to` holds, first taking a
+    /// snapshot named `undo` (`None`: `undo-ID`) of the state it leaves;
+    /// returns that undo snapshot once the revert is durable
+    /// (`Request::SnapshotRevert`).
+    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError>;
     /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds them.
     fn read_snapshot(
         &mut self,
@@ -1623,6 +1688,22 @@ pub fn execute<T: Target + ?Sized>(
             blocks,
             max,
         } => snapshot_diff(target, &since, until.as_deref(), lba, blocks, max),
+        Command::SnapshotRevert { to, undo } => {
+            let list = target.snapshots()?;
+            let Some(snapshot) = list.into_iter().find(|s| s.name == to) else {
+                return Err(IoError::Snapshot(SnapshotError::NoSuchName(to)).into());
+            };
+            let undone = target
+                .snapshot_revert(snapshot.id, undo.as_deref())
+                .map_err(|e| match e {
+                    // Deleted between the lookup and the revert.
+                    IoError::Snapshot(SnapshotError::NoSuchId(id)) if id == snapshot.id => {
+                        IoError::Snapshot(SnapshotError::NoSuchName(to.clone()))
+                    }
+                    other => other,
+                })?;
+            Ok(snapshot_revert_body(&snapshot, &undone))
+        }
     }
 }
 
@@ -1729,6 +1810,10 @@ impl<B: Backend> Target for Driver<B> {
     fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
         Ok(Driver::snapshots(self))
     }
+    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
+    }
     fn read_snapshot(
         &mut self,
         snapshot: SnapshotId,
@@ -1773,6 +1858,10 @@ impl<B: Backend + Send + 'static> Target for Handle<B> {
     fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
         Handle::snapshots(self)
     }
+    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
+    }
     fn read_snapshot(
         &mut self,
         snapshot: SnapshotId,
@@ -1816,6 +1905,10 @@ impl<B: Backend> Target for InlineHandle<B> {
     }
     fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
         InlineHandle::snapshots(self)
+    }
+    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError> {
+        self.call(snapshot_revert_request(to, undo))
+            .map(snapshot_data)
     }
     fn read_snapshot(
         &mut self,
@@ -2421,6 +2514,57 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_revert_parses() {
+        let r = ok(r#"{"id":5,"op":"snapshot_revert","to":"@2026-11-27T10:00:01Z"}"#);
+        assert_eq!(r.id, Some(Id::Number(5)));
+        assert_eq!(
+            r.command,
+            Command::SnapshotRevert {
+                to: "@2026-11-27T10:00:01Z".into(),
+                undo: None
+            }
+        );
+        assert!(r.command.writes());
+        assert_eq!(
+            ok(r#"{"op":"snapshot_revert","to":"a","undo":"before-revert"}"#).command,
+            Command::SnapshotRevert {
+                to: "a".into(),
+                undo: Some("before-revert".into())
+            }
+        );
+        for line in [
+            r#"{"op":"snapshot_revert"}"#,
+            r#"{"op":"snapshot_revert","undo":"u"}"#,
+            r#"{"op":"snapshot_revert","to":null}"#,
+            r#"{"op":"snapshot_revert","to":3}"#,
+            r#"{"op":"snapshot_revert","to":"a","undo":["u"]}"#,
+            r#"{"op":"snapshot_revert","to":"a","name":"a"}"#,
+            r#"{"op":"snapshot_revert","to":"a","lba":0}"#,
+            r#"{"op":"snapshot_revert","to":"a","blocks":1}"#,
+            r#"{"op":"snapshot_revert","to":"a","since":"b"}"#,
+            r#"{"op":"snapshot_create","name":"a","to":"b"}"#,
+            r#"{"op":"snapshot_create","name":"a","undo":"b"}"#,
+            r#"{"op":"vector","ops":[{"op":"snapshot_revert","to":"a"}]}"#,
+        ] {
+            let r = err(line);
+            assert_eq!(r.error.kind, ErrorKind::Parse, "{line}: {r:?}");
+        }
+        let m = err(r#"{"op":"snapshot_revert","undo":"u"}"#).error.message;
+        assert!(m.contains("`snapshot_revert` needs `to`"), "{m}");
+        let m = err(r#"{"op":"snapshots","to":"a"}"#).error.message;
+        assert!(m.contains("`snapshots` takes no `to` field"), "{m}");
+        for r in [
+            WireRequest::snapshot_revert(None, "a", None),
+            WireRequest::snapshot_revert(Some(Id::Text("r".into())), "@x", Some("u")),
+        ] {
+            let line = r.to_line();
+            let back: WireRequest = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+            assert_eq!(ok(&line).command, convert(&r).unwrap());
+        }
+    }
+
+    #[test]
     fn snapshot_diff_parses() {
         let d = ok(r#"{"id":4,"op":"snapshot_diff","since":"a"}"#).command;
         assert_eq!(
@@ -2516,6 +2660,42 @@ mod tests {
     }
 
     #[test]
+    fn a_full_snapshot_list_fits_a_reply_line() {
+        // 4096 snapshots (the most a volume holds) with the longest JSON
+        // each: 63 bytes of control characters (6 bytes escaped) and the
+        // widest numbers.
+        let list: Vec<Snapshot> = (0..4096u32)
+            .map(|i| Snapshot {
+                id: u32::MAX - i,
+                name: "\u{1}".repeat(63),
+                epoch: u32::MAX,
+                create_seq: u64::MAX,
+                wall_ns: u64::MAX,
+                parent: zftl_core::history::LIVE_VOLUME,
+            })
+            .collect();
+        let stats = FtlStats {
+            snapshot_versions: u64::MAX,
+            snapshot_memory_bytes: u64::MAX,
+            ..FtlStats::default()
+        };
+        let line = ok_line(
+            Some(&Id::Text("i".repeat(MAX_ID_BYTES))),
+            snapshots_body(&list, &stats),
+        );
+        // docs/control.md gives it as at most about 2.1 MiB.
+        assert!(line.len() <= (22 << 20) / 10, "{} bytes", line.len());
+        let back = parse_reply(line.as_bytes()).unwrap().result.unwrap();
+        assert_eq!(back["snapshots"].as_array().unwrap().len(), 4096);
+        // A revert's reply is two snapshots.
+        let body = snapshot_revert_body(&list[0], &list[1]);
+        let line = ok_line(None, body);
+        assert!(line.len() < 2048, "{} bytes", line.len());
+        let back = parse_reply(line.as_bytes()).unwrap().result.unwrap();
+        assert_eq!(back["undo"]["id"], u32::MAX - 1);
+    }
+
+    #[test]
     fn snapshot_errors_map_to_the_snapshot_kinds() {
         let e = ControlError::from(IoError::Snapshot(SnapshotError::NameTaken("a".into())));
         assert_eq!(e.kind, ErrorKind::Snapshot);
@@ -2561,9 +2741,14 @@ mod tests {
         let v = snapshot_value(&s);
         assert_eq!(
             v,
-            json!({"id": 3, "name": "n", "epoch": 4, "create_seq": 99,
+            json!({"id": 3, "name": "n", "kind": "snapshot", "epoch": 4, "create_seq": 99,
                    "wall_ns": 1_798_761_600_123_456_789u64, "created": "2027-01-01T00:00:00Z"})
         );
+        let point = snapshot_value(&Snapshot {
+            name: "@2027-01-01T00:00:00Z".into(),
+            ..s.clone()
+        });
+        assert_eq!(point["kind"], "point");
         let none = snapshot_value(&Snapshot {
             wall_ns: 0,
             ..s.clone()

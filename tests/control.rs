@@ -501,6 +501,191 @@ fn snapshot_requests_run_on_a_driver_a_handle_and_an_inline_handle() {
     h.shutdown().unwrap();
 }
 
+/// `snapshot_revert` on any target formatted with tags in band: the
+/// volume goes back to a snapshot, the undo snapshot (named or `undo-ID`)
+/// takes it forward again, and refusals change nothing.
+fn revert_script<T: Target>(
+    t: &mut T,
+    write: &mut dyn FnMut(&mut T, u64, u8),
+    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
+    bs: usize,
+) {
+    let block = |b: u8| vec![b; bs];
+    write(t, 0, 1);
+    write(t, 1, 2);
+    request(t, r#"{"op":"snapshot_create","name":"a"}"#).unwrap();
+    // Since "a": 0 rewritten, 1 deleted, 2 written where nothing was.
+    write(t, 0, 9);
+    request(t, r#"{"op":"delete","ranges":[{"lba":1,"blocks":1}]}"#).unwrap();
+    write(t, 2, 3);
+    let after = |t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>| {
+        (0..3).map(|lba| read(t, lba)).collect::<Vec<_>>()
+    };
+    let later = vec![block(9), block(0), block(3)];
+    assert_eq!(after(t, read), later);
+
+    let r = request(
+        t,
+        r#"{"id":1,"op":"snapshot_revert","to":"a","undo":"before-revert"}"#,
+    )
+    .unwrap();
+    assert_eq!(r["op"], "snapshot_revert");
+    assert_eq!(
+        (&r["to"]["name"], &r["to"]["kind"]),
+        (&"a".into(), &"snapshot".into())
+    );
+    let undo = &r["undo"];
+    assert_eq!(undo["name"], "before-revert");
+    assert_eq!(undo["kind"], "snapshot");
+    assert!(undo["created"].as_str().unwrap().ends_with('Z'));
+    assert!(undo["create_seq"].as_u64() > r["to"]["create_seq"].as_u64());
+    assert_eq!(after(t, read), vec![block(1), block(2), block(0)]);
+    // Nothing changed since "a" now.
+    let d = request(t, r#"{"op":"snapshot_diff","since":"a"}"#).unwrap();
+    assert_eq!(d["changed_blocks"], 0);
+
+    // Refused: nothing changes, no undo snapshot is left.
+    for (line, kind) in [
+        (r#"{"op":"snapshot_revert","to":"nope"}"#, "snapshot"),
+        (
+            r#"{"op":"snapshot_revert","to":"a","undo":"a"}"#,
+            "snapshot",
+        ),
+        (
+            r#"{"op":"snapshot_revert","to":"a","undo":"@2026-11-27T10:00:00Z"}"#,
+            "snapshot",
+        ),
+        (r#"{"op":"snapshot_revert","to":"a","undo":""}"#, "snapshot"),
+        (r#"{"op":"snapshot_revert","undo":"x"}"#, "parse"),
+    ] {
+        assert_eq!(request(t, line), Err(kind.into()), "{line}");
+    }
+    assert_eq!(after(t, read), vec![block(1), block(2), block(0)]);
+
+    // Undo the revert: the default undo name is undo-ID.
+    let r = request(t, r#"{"op":"snapshot_revert","to":"before-revert"}"#).unwrap();
+    let id = r["undo"]["id"].as_u64().unwrap();
+    assert_eq!(r["undo"]["name"], format!("undo-{id}"));
+    assert_eq!(after(t, read), later);
+    let list = request(t, r#"{"op":"snapshots"}"#).unwrap();
+    let names: Vec<&str> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "before-revert", format!("undo-{id}").as_str()]);
+    let stats = request(t, r#"{"op":"stats"}"#).unwrap();
+    assert_eq!(stats["stats"]["snapshot_reverts"], 2);
+    assert_eq!(stats["stats"]["snapshot_revert_blocks"], 6);
+}
+
+#[test]
+fn snapshot_revert_runs_on_a_driver_a_handle_and_an_inline_handle() {
+    let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    revert_script(
+        &mut d,
+        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
+        &mut |d, lba| d.read(lba, 1).unwrap(),
+        bs,
+    );
+    // A remount keeps the reverted volume and the undo snapshots.
+    let mut d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
+    assert_eq!(d.read(0, 1).unwrap(), vec![9; bs]);
+    assert_eq!(d.snapshots().len(), 3);
+    let dev = d.shutdown().unwrap();
+
+    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
+    let mut t = h.clone();
+    revert_script(
+        &mut t,
+        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
+        &mut |h, lba| h.read(lba, 1).unwrap(),
+        bs,
+    );
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
+    let mut t = h.clone();
+    revert_script(
+        &mut t,
+        &mut |h, lba, b| {
+            h.call(zftl::core::Request::Write {
+                lba,
+                data: vec![b; bs],
+                fua: false,
+            })
+            .unwrap();
+        },
+        &mut |h, lba| match h
+            .call(zftl::core::Request::Read {
+                lba,
+                block_count: 1,
+            })
+            .unwrap()
+        {
+            zftl::core::ReplyData::Read(d) => d,
+            other => panic!("{other:?}"),
+        },
+        bs,
+    );
+    drop(t);
+    h.shutdown().unwrap();
+}
+
+/// The protection window's points are listed with kind `point` and
+/// revert like any snapshot (a wall clock of the test's own times them).
+#[test]
+fn points_are_listed_as_points_and_revert_by_name() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const SEC: u64 = 1_000_000_000;
+    // 2026-01-01T00:00:00Z.
+    let clock = Arc::new(AtomicU64::new(1_767_225_600 * SEC));
+    let cfg = FtlConfig {
+        protect_window_secs: Some(3600),
+        ..FtlConfig::default()
+    };
+    let mut d = Driver::format(sim(), &FormatOptions::default(), cfg).unwrap();
+    let c = clock.clone();
+    d.set_wall_clock(move || c.load(Ordering::SeqCst));
+    let bs = d.block_size();
+    // 3.5 s apart (the interval of a 1 h window): a point after each.
+    for b in 1..=2u8 {
+        d.write(0, &vec![b; bs]).unwrap();
+        for _ in 0..20 {
+            clock.fetch_add(SEC / 5, Ordering::SeqCst);
+            d.settle().unwrap();
+        }
+    }
+    d.write(0, &vec![3; bs]).unwrap();
+    let list = request(&mut d, r#"{"op":"snapshots"}"#).unwrap();
+    let points: Vec<(&str, &str)> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        points,
+        [
+            ("@2026-01-01T00:00:00Z", "point"),
+            ("@2026-01-01T00:00:04Z", "point")
+        ]
+    );
+    let r = request(
+        &mut d,
+        r#"{"op":"snapshot_revert","to":"@2026-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    assert_eq!(r["to"]["kind"], "point");
+    assert_eq!(r["undo"]["kind"], "snapshot");
+    assert_eq!(d.read(0, 1).unwrap(), vec![1; bs]);
+    d.shutdown().unwrap();
+}
+
 #[test]
 fn snapshot_requests_on_a_volume_with_tags_in_oob() {
     let oob = SimConfig {

@@ -6,8 +6,12 @@
 # byte for byte as it was while the live volume reads the new data, and
 # `zftl snapshot diff --server` listing exactly the blocks changed since;
 # then a clean restart and a kill -9 + restart that both keep the
-# snapshots and their diffs, a delete, and the image checked clean
-# afterwards.
+# snapshots and their diffs; then a protection window (`zftl serve
+# --protect`) taking points between rounds of NBD writes on the real wall
+# clock, `zftl view --at` naming an export that reads a point's data with
+# nbdcopy and qemu-io, `zftl revert --to TIME --server` making the volume
+# what it held then (and the undo snapshot taking it back), points kept
+# across a kill -9; a delete, and the image checked clean afterwards.
 #
 #   tests/snapshot_cli.sh             # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10998 tests/snapshot_cli.sh
@@ -63,8 +67,9 @@ CTL="$IMAGE.control"
 "$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
 "$ZFTL" format --image "$IMAGE" >/dev/null || die "format failed"
 
+# start_server [FLAGS...]: zftl serve on the image with these extra flags.
 start_server() {
-    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >>"$WORK/serve.log" 2>&1 &
+    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" "$@" >>"$WORK/serve.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 600); do
         if nbdinfo --size "$URI" >/dev/null 2>&1 \
@@ -221,12 +226,115 @@ snap_is second "$WORK/second16.bin" "after kill -9 and a restart"
 diff_is "after kill -9 and a restart" "2048:256" second
 diff_is "after kill -9 and a restart" "0:256 $DEL:256" first second
 diff_is "after kill -9 and a restart" "0:256 $DEL:256 2048:256" first
-if "$ZFTL" snapshot list --server "$CTL" | grep -qE "^ +[0-9]+ +second "; then
+if "$ZFTL" snapshot list --server "$CTL" | grep -qE "^ +[0-9]+ +snapshot +second "; then
     pass "both snapshots are listed after kill -9"
 else
     "$ZFTL" snapshot list --server "$CTL"
     fail "snapshot list after kill -9"
 fi
+
+say "protection window: points between NBD writes, zftl view --at, zftl revert --to"
+stop_server || fail "SIGTERM before the window"
+# 10m: a point at most every max(1 s, 600 s / 1024) = 1 s while the volume
+# changes (1h would take one every 3.5 s), so rounds 1.2 s apart each get
+# their own point, named by its second.
+start_server --protect 10m
+if grep -q "protect=10m (a point at most every 1.0 s" "$WORK/serve.log"; then
+    pass "zftl serve --protect 10m logs its window"
+else
+    tail -5 "$WORK/serve.log"
+    fail "no protect=10m in the start-up line"
+fi
+for r in 1 2 3 4; do
+    head -c "$MIB" /dev/zero | tr '\0' "\\$(printf '%o' $((0xa0 + r)))" >"$WORK/round$r.bin"
+    qemu-io -f raw "$URI" -c "write -P 0xa$r 0 1M" -c "flush" >/dev/null 2>&1 || fail "qemu-io round $r"
+    [ "$r" -lt 4 ] && sleep 1.2
+done
+"$ZFTL" snapshot list --server "$CTL" >"$WORK/points.txt"
+"$ZFTL" snapshot list --server "$CTL" --json >"$WORK/points.json"
+cat "$WORK/points.txt"
+# The points, oldest first, as their times (the names less the @).
+mapfile -t POINTS < <(sed -n 's/^ *[0-9][0-9]* *point *@\([0-9TZ:-]*\) .*/\1/p' "$WORK/points.txt")
+if [ "${#POINTS[@]}" -ge 3 ] && grep -q '"kind": "point"' "$WORK/points.json"; then
+    pass "zftl snapshot list --server shows ${#POINTS[@]} points (kind point): ${POINTS[*]}"
+else
+    fail "fewer than 3 points after 4 rounds 1.2 s apart (${#POINTS[@]})"
+fi
+# mib0_is URI FILE WHAT: the first MiB of URI (a read-only view for -r)
+# equals FILE, read with nbdcopy and checked with qemu-io's pattern.
+mib0_is() {
+    local uri=$1 want=$2 what=$3 pattern
+    pattern=$(od -An -tx1 -N1 "$want" | tr -d ' ')
+    rm -f "$WORK/mib0.bin"
+    # head stops reading after a MiB; nbdcopy's broken pipe is no failure.
+    (set +o pipefail; nbdcopy "$uri" - 2>/dev/null | head -c "$MIB" >"$WORK/mib0.bin")
+    if cmp -s "$WORK/mib0.bin" "$want" \
+        && qemu-io -r -f raw "$uri" -c "read -P 0x$pattern 0 1M" 2>&1 | grep -q "^read 1048576/1048576"; then
+        pass "$what: nbdcopy and qemu-io read 0x$pattern in MiB 0 of $uri"
+    else
+        fail "$what: MiB 0 of $uri is not 0x$pattern"
+    fi
+}
+# The first point holds round 1, the second round 2 (each point comes
+# right after its round's write, before the next round).
+if "$ZFTL" view --at "${POINTS[1]:-none}" --server "$CTL" --json >"$WORK/view.json"; then
+    VIEW_URI=$(sed -n 's/^ *"uri": "\(.*\)",\{0,1\}$/\1/p' "$WORK/view.json")
+    if grep -q "\"export\": \"zftl@@${POINTS[1]:-}\"" "$WORK/view.json" \
+        && [ "$VIEW_URI" = "nbd://127.0.0.1:$PORT/zftl@@${POINTS[1]:-}" ]; then
+        pass "zftl view --at ${POINTS[1]:-} names export zftl@@${POINTS[1]:-} and its URI"
+    else
+        cat "$WORK/view.json"
+        fail "zftl view export/uri"
+    fi
+    mib0_is "$VIEW_URI" "$WORK/round2.bin" "the view of the second point"
+else
+    fail "zftl view --at ${POINTS[1]:-none}"
+fi
+"$ZFTL" view --at "-1s" --server "$CTL" >"$WORK/view.txt" \
+    && grep -q "^export: *zftl@@" "$WORK/view.txt" && pass "zftl view --at -1s names a point's export" \
+    || { cat "$WORK/view.txt"; fail "zftl view --at -1s"; }
+mib0_is "$URI" "$WORK/round4.bin" "before the revert, the live volume"
+if "$ZFTL" revert --to "${POINTS[0]:-none}" --server "$CTL" >"$WORK/revert.txt" 2>&1 \
+    && grep -q "^reverted server $CTL to point \"@${POINTS[0]:-}\"" "$WORK/revert.txt"; then
+    pass "zftl revert --to ${POINTS[0]:-} --server"
+else
+    cat "$WORK/revert.txt"
+    fail "zftl revert --to ${POINTS[0]:-none} --server"
+fi
+cat "$WORK/revert.txt"
+mib0_is "$URI" "$WORK/round1.bin" "after the revert to the first point, the live volume"
+UNDO=$(sed -n 's/^undo snapshot: *"\([^"]*\)".*/\1/p' "$WORK/revert.txt")
+mib0_is "nbd://127.0.0.1:$PORT/zftl@$UNDO" "$WORK/round4.bin" "the undo snapshot's view"
+rc=0
+"$ZFTL" revert --to -1d --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
+cat "$WORK/err.txt"
+if [ "$rc" = 1 ] && [ ! -s "$WORK/err.out" ] \
+    && grep -q "^zftl: error: --to -1d: nothing reaches back to .*the oldest reachable time is " "$WORK/err.txt"; then
+    pass "a revert to a day ago: exit 1, naming the oldest reachable time"
+else
+    fail "revert --to -1d (exit $rc)"
+fi
+kill -KILL "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null
+SERVER_PID=
+start_server --protect 10m
+mib0_is "$URI" "$WORK/round1.bin" "after kill -9 and a restart, the reverted volume"
+if "$ZFTL" revert --to "$UNDO" --server "$CTL" >/dev/null; then
+    pass "zftl revert --to $UNDO --server (undo the revert)"
+else
+    fail "revert to the undo snapshot"
+fi
+mib0_is "$URI" "$WORK/round4.bin" "after undoing the revert, the live volume"
+"$ZFTL" snapshot list --server "$CTL" >"$WORK/points2.txt"
+kept=0
+for t in "${POINTS[@]}"; do grep -q " point *@$t " "$WORK/points2.txt" && kept=$((kept + 1)); done
+if [ "${#POINTS[@]}" -gt 0 ] && [ "$kept" = "${#POINTS[@]}" ]; then
+    pass "the $kept points are kept across kill -9"
+else
+    cat "$WORK/points2.txt"
+    fail "points after kill -9 ($kept of ${#POINTS[@]})"
+fi
+mib0_is "nbd://127.0.0.1:$PORT/zftl@@${POINTS[0]:-}" "$WORK/round1.bin" "after kill -9, the first point's view"
 
 say "delete, then the image on its own"
 "$ZFTL" snapshot delete first --server "$CTL" >/dev/null && pass "zftl snapshot delete first --server" \

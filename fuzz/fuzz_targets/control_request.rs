@@ -72,6 +72,10 @@ fuzz_target!(|data: &[u8]| {
                     zftl::control::snapshot_create_body(&snapshot(name))
                 }
                 Command::SnapshotDelete { name } => zftl::control::snapshot_delete_body(name),
+                Command::SnapshotRevert { to, undo } => zftl::control::snapshot_revert_body(
+                    &snapshot(to),
+                    &snapshot(undo.as_deref().unwrap_or("undo-7")),
+                ),
                 Command::Snapshots => zftl::control::snapshots_body(&[], &Default::default()),
                 Command::SnapshotRead { name, lba, blocks } => {
                     assert!(*blocks >= 1);

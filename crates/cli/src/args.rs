@@ -84,6 +84,17 @@ pub enum Command {
     /// a running `zftl serve`.
     #[command(subcommand, long_about = SNAPSHOT_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
     Snapshot(SnapshotCommand),
+    /// Make the live volume what it was at a snapshot, a point of the
+    /// protection window, a time or a seq, first taking an undo snapshot
+    /// of the state it leaves; on an image, or through the control socket
+    /// of a running `zftl serve`.
+    #[command(long_about = REVERT_ABOUT, after_help = REVERT_EXAMPLES)]
+    Revert(RevertArgs),
+    /// Print the NBD export (and URI) of a running `zftl serve` that reads
+    /// the volume as it was at a snapshot, a point of the protection
+    /// window, a time or a seq.
+    #[command(long_about = VIEW_ABOUT, after_help = VIEW_EXAMPLES)]
+    View(ViewArgs),
     /// Print the zone geometry and limits of an NVMe ZNS drive (Linux only).
     ///
     /// DEVICE is the namespace's generic char device (/dev/ngXnY); it is
@@ -146,6 +157,12 @@ control socket (by default the image's path with `.control` appended;
 protocol: docs/control.md). A `zftl serve --read-only` refuses create and
 delete.
 
+Names starting with `@` are the protection window's points (`zftl serve
+--protect`): the server takes them while the volume changes and drops them
+when they leave the window; `zftl snapshot list` shows them with kind
+`point`, and they read, diff, revert and export like snapshots. `zftl
+revert --to NAME` reverts the volume to a snapshot or a point.
+
 `zftl snapshot diff A [B]` lists the blocks whose contents differ between
 snapshots A and B, or between A and the live volume without B: one line
 per run of changed blocks (LBA and length in blocks, offset and length in
@@ -165,7 +182,126 @@ Examples:
   zftl snapshot diff monday tuesday --image vol.img --json  # between two snapshots
   zftl snapshot delete before-upgrade --image vol.img
   zftl snapshot create nightly --server vol.img.control   # a running `zftl serve --image vol.img`
-  zftl snapshot list --server vol.img.control --json";
+  zftl snapshot list --server vol.img.control --json
+  zftl revert --to nightly --server vol.img.control       # the volume back to a snapshot
+  zftl view --at nightly --server vol.img.control         # its NBD export";
+
+/// WHEN, as `zftl revert --to` and `zftl view --at` take it.
+const WHEN_HELP: &str = "\
+WHEN is one of:
+  NAME                  a live snapshot or point, by name (`zftl snapshot list`);
+                        a name wins over the forms below
+  2026-11-27T10:00:01Z  a UTC time, RFC 3339 to the second (also written as a
+                        point's name, @2026-11-27T10:00:01Z): the newest
+                        snapshot or point taken at or before it
+  -90s, -5m, -2h, -1d   that long ago (units s, m, h, d; combined as -1h30m):
+                        the same, for the time now less that
+  seq:N                 the newest snapshot or point created at or before
+                        sequence number N (`create_seq` in the list)
+Times count to the second, as points are named: one taken during 10:00:01
+is at 10:00:01. Snapshots taken without a recorded time count for names
+and seq:N only. A time before the oldest snapshot or point with a time is
+an error naming the oldest reachable time; a time in the future is an
+error too (times are UTC). The command says what WHEN resolved to.";
+
+const REVERT_ABOUT: &str = "\
+Make the live volume what it was at WHEN: every block reads what it held in
+the snapshot or point WHEN resolves to. First a snapshot of the state the
+volume leaves is taken (--undo NAME, by default undo-ID), so `zftl revert
+--to undo-ID` undoes the revert. No data is copied and nothing is lost: the
+revert points each block changed since then at the version the snapshot
+keeps, in one atomic, durable step (also across a crash: the volume is as
+before or as after), at a cost that follows the blocks changed since.
+
+On a running `zftl serve` (--server SOCKET) the revert changes the volume
+under its NBD clients: a client that caches blocks (a mounted file system,
+the kernel's page cache) must be unmounted or disconnected first, as for
+any change made behind its back.
+
+Without --server the command opens the image (or --device), mounts the FTL,
+reverts and shuts down cleanly; the image must not be in use. With --server
+SOCKET it sends `snapshots` and `snapshot_revert` requests to a running
+`zftl serve` (docs/control.md). A `zftl serve --read-only` refuses it.
+
+Exit status: 0 done; 1 refused (WHEN names nothing, an undo name taken,
+no room for the versions the undo snapshot keeps, ...) or the server could
+not be reached, with one line on stderr, nothing changed; 2 bad arguments.";
+
+const REVERT_EXAMPLES: &str = "\
+Examples:
+  zftl revert --to before-upgrade --image vol.img           # a snapshot
+  zftl revert --to 2026-11-27T10:00:01Z --server vol.img.control
+  zftl revert --to -5m --server vol.img.control             # five minutes ago
+  zftl revert --to seq:1200 --undo oops --image vol.img --json
+  zftl revert --to undo-7 --image vol.img                   # undo that revert";
+
+const VIEW_ABOUT: &str = "\
+Print the NBD export of a running `zftl serve` that reads the volume as it
+was at WHEN, and its nbd:// URI: `zftl serve` exports every live snapshot and
+protection-window point read-only as EXPORT@NAME (a point's name starts with
+@, so its export reads zftl@@2026-11-27T10:00:01Z).
+
+No data is copied and nothing is activated: the view is live, for any
+client, as long as its snapshot or point exists. A point goes when it
+leaves the protection window (`zftl serve --protect`) or sooner, when a
+write needs the room it holds; reads of a view whose snapshot or point is
+gone fail with EIO.
+
+The server is found by its control socket: --server SOCKET, else the
+image's path with `.control` appended (--image, or the default image).";
+
+const VIEW_EXAMPLES: &str = "\
+Examples:
+  zftl view --at -10m --server vol.img.control
+  nbdcopy \"$(zftl view --at 2026-11-27T10:00:01Z --image vol.img --json | jq -r .uri)\" then.img
+  zftl view --at before-upgrade --json";
+
+/// `zftl revert`.
+#[derive(Debug, Args)]
+#[command(after_long_help = WHEN_HELP)]
+pub struct RevertArgs {
+    /// What to revert to: a snapshot's or point's name, a UTC time
+    /// (2026-11-27T10:00:01Z), a time ago (-5m) or seq:N (see below).
+    #[arg(long, value_name = "WHEN", allow_hyphen_values = true)]
+    pub to: String,
+    /// Name of the snapshot taken of the state the volume leaves (1 to 63
+    /// bytes, not starting with @) [default: undo-ID, ID its id].
+    #[arg(long, value_name = "NAME")]
+    pub undo: Option<String>,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+/// `zftl view`.
+#[derive(Debug, Args)]
+#[command(after_long_help = WHEN_HELP)]
+pub struct ViewArgs {
+    /// Which state to view: a snapshot's or point's name, a UTC time
+    /// (2026-11-27T10:00:01Z), a time ago (-5m) or seq:N (see below).
+    #[arg(long, value_name = "WHEN", allow_hyphen_values = true)]
+    pub at: String,
+    /// The control socket of the running `zftl serve` [default: the
+    /// image's path with `.control` appended].
+    #[arg(long, value_name = "SOCKET", conflicts_with = "image")]
+    pub server: Option<PathBuf>,
+    /// The image the running `zftl serve` serves (its control socket is
+    /// the path with `.control` appended) [default: as for `zftl` with no
+    /// subcommand].
+    #[arg(long, value_name = "PATH")]
+    pub image: Option<PathBuf>,
+}
+
+/// `zftl serve --protect`: a window's length, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Protect(pub u64);
+
+/// `1h`, `30m`, `90s`, `1h30m`, `2d`, or `off` (0).
+pub fn parse_protect(s: &str) -> Result<Protect, String> {
+    if s == "off" {
+        return Ok(Protect(0));
+    }
+    crate::when::parse_duration(s).map(Protect)
+}
 
 /// `zftl snapshot …`.
 #[derive(Debug, Subcommand)]
@@ -178,8 +314,9 @@ pub enum SnapshotCommand {
     /// through GC.
     #[command(after_help = "Example: zftl snapshot delete before-upgrade --image vol.img")]
     Delete(SnapshotNameArgs),
-    /// List the snapshots, oldest first (id, name, time created in UTC,
-    /// epoch), and the replaced blocks they keep.
+    /// List the snapshots and the protection window's points, oldest
+    /// first (id, kind, name, time created in UTC, epoch, create_seq),
+    /// and the replaced blocks they keep.
     #[command(after_help = "Example: zftl snapshot list --server vol.img.control --json")]
     List(SnapshotListArgs),
     /// Copy blocks of a snapshot into a file: --blocks N blocks from --lba,
@@ -437,7 +574,8 @@ pub struct ServeArgs {
     pub image: ImageOpt,
     /// Read the settings from this TOML file: the keys are the long flags
     /// with `_` for `-` (listen, export, read_only, insecure_no_tls, image,
-    /// tls_cert, tls_key, tls_client_ca, metrics, control) and an `[ftl]` table of
+    /// tls_cert, tls_key, tls_client_ca, metrics, control, protect = "1h")
+    /// and an `[ftl]` table of
     /// the FTL's tunables. Flags given on the command line override it;
     /// unknown keys are an error.
     #[arg(long, value_name = "FILE")]
@@ -451,7 +589,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub export: Option<String>,
     /// Export read-only: writes, trims and zeroing fail with EPERM, and
-    /// the control socket refuses range operations.
+    /// the control socket refuses range operations and snapshot creates,
+    /// deletes and reverts.
     #[arg(long)]
     pub read_only: bool,
     /// Allow a non-loopback --listen address without TLS: anyone who can
@@ -485,6 +624,18 @@ pub struct ServeArgs {
     /// No control socket (not even the default one next to the image).
     #[arg(long, conflicts_with = "control")]
     pub no_control: bool,
+    /// Keep a protection window of this length (1h, 30m, 90s, 1h30m, 2d):
+    /// while the volume changes, the server takes a point (a snapshot,
+    /// named @ + its UTC time, of every write acknowledged so far) at most
+    /// every max(1 s, DURATION / 1024), and drops points older than
+    /// DURATION. `zftl revert --to -5m` and `zftl view --at -5m` then find
+    /// the newest point at or before that time. Points give way first when
+    /// writes need room (the oldest reachable time moves up; never an
+    /// error to the client). `off` drops the points there are; without
+    /// --protect no points are taken and those on the volume are kept.
+    /// Config file: protect = "1h".
+    #[arg(long, value_name = "DURATION", value_parser = parse_protect)]
+    pub protect: Option<Protect>,
     /// Serve a simulated device held in memory (timing off) exporting MIB
     /// MiB of logical space instead of an image (the device is half as
     /// large again, at least 1 GiB, touched only as written): formatted at

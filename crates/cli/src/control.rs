@@ -68,13 +68,25 @@ pub trait Executor: Clone + Send + Sync + 'static {
 }
 
 /// The served FTL as the socket sees it: on a `--read-only` export range
-/// operations and snapshot creates and deletes are refused (`read_only`),
-/// as NBD writes are; `ping`, `stats`, `attrs`, `snapshots`,
-/// `snapshot_read` and `snapshot_diff` still answer.
+/// operations and snapshot creates, deletes and reverts are refused
+/// (`read_only`), as NBD writes are; `ping`, `stats`, `attrs`,
+/// `snapshots`, `snapshot_read` and `snapshot_diff` still answer. The
+/// `ping` reply also names the NBD export and its URI, so that a client
+/// can name a snapshot's view (`EXPORT@NAME`).
 #[derive(Clone)]
 pub struct Served<T> {
     pub target: T,
     pub read_only: bool,
+    pub export: Option<ServedExport>,
+}
+
+/// The NBD export a server serves beside its control socket.
+#[derive(Clone, Debug)]
+pub struct ServedExport {
+    /// Its name.
+    pub name: String,
+    /// `nbd://ADDR/NAME`, or `nbds://` when clients must use TLS.
+    pub uri: String,
 }
 
 impl<T: Executor> Executor for Served<T> {
@@ -83,10 +95,16 @@ impl<T: Executor> Executor for Served<T> {
             return Err(ControlError::new(
                 ErrorKind::ReadOnly,
                 "the volume is served read-only (--read-only): range operations and \
-                 snapshot creates and deletes are refused",
+                 snapshot creates, deletes and reverts are refused",
             ));
         }
-        self.target.execute(command).await
+        let ping = matches!(command, Command::Ping);
+        let mut body = self.target.execute(command).await?;
+        if let (true, Some(e)) = (ping, &self.export) {
+            body.insert("export".into(), e.name.clone().into());
+            body.insert("uri".into(), e.uri.clone().into());
+        }
+        Ok(body)
     }
 }
 

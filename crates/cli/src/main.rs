@@ -15,9 +15,12 @@ mod paths;
 mod progress;
 mod range;
 mod report;
+mod revert;
 mod serve;
 mod snapshot;
+mod view;
 mod volume;
+mod when;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -119,6 +122,8 @@ fn run(cli: &Cli) -> Result<(), CliError> {
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref(), &crc),
         Some(Command::Range(args)) => range::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Snapshot(args)) => snapshot::run(args, cli.image.as_ref(), cli.json),
+        Some(Command::Revert(args)) => revert::run(args, cli.image.as_ref(), cli.json),
+        Some(Command::View(args)) => view::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Info(args)) => {
             let report = device::info(&args.device)?;
             emit(cli.json, &report, || report.text().render())
@@ -127,9 +132,13 @@ fn run(cli: &Cli) -> Result<(), CliError> {
 }
 
 /// Whether `command` runs the FTL (or a benchmark of it), which checksums
-/// data: not `sim …` (image creation and inspection) nor `info`.
+/// data: not `sim …` (image creation and inspection), `info` nor `view`
+/// (a question to a server).
 fn checksums_data(command: Option<&Command>) -> bool {
-    !matches!(command, Some(Command::Sim(_)) | Some(Command::Info(_)))
+    !matches!(
+        command,
+        Some(Command::Sim(_)) | Some(Command::Info(_)) | Some(Command::View(_))
+    )
 }
 
 /// What the main job prints: the device, then the FTL on it.

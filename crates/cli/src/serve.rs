@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 use zftl::data_crc;
 use zftl::handle::{AsyncHandle, Handle, InlineHandle};
-use zftl_core::history::Snapshot;
+use zftl_core::history::{Snapshot, SnapshotError};
 use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
 use zftl_core::{
@@ -158,6 +158,21 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                     let id = named_snapshot(h, &name)?.id;
                     polled(h, Request::SnapshotDelete { id }).await?;
                     Ok(zftl::control::snapshot_delete_body(&name))
+                }
+                // A revert drains and flushes as a create does.
+                zftl::control::Command::SnapshotRevert { to, undo } => {
+                    let target = named_snapshot(h, &to)?;
+                    let request = zftl_core::snapshot_revert_request(target.id, undo.as_deref());
+                    let undone = polled(h, request).await.map_err(|e| match e {
+                        IoError::Snapshot(SnapshotError::NoSuchId(id)) if id == target.id => {
+                            IoError::from(SnapshotError::NoSuchName(to.clone()))
+                        }
+                        other => other,
+                    })?;
+                    Ok(zftl::control::snapshot_revert_body(
+                        &target,
+                        &zftl_core::snapshot_data(undone),
+                    ))
                 }
                 other => zftl::control::execute(&mut h.clone(), other),
             },
@@ -356,6 +371,7 @@ struct ServeFile {
     tls_client_ca: Option<PathBuf>,
     metrics: Option<SocketAddr>,
     control: Option<PathBuf>,
+    protect: Option<String>,
     ftl: Option<toml::Table>,
 }
 
@@ -368,11 +384,12 @@ fn config_error(path: &Path, reason: impl Into<String>) -> CliError {
 
 /// Reads a serve config file. Relative paths in it are relative to the
 /// file's directory.
+/// A `protect = "1h"` key sets `ftl.protect_window_secs`.
 fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| config_error(path, e.to_string()))?;
     let mut file: ServeFile =
         toml::from_str(&text).map_err(|e| config_error(path, e.message().to_string()))?;
-    let ftl = match file.ftl.take() {
+    let mut ftl = match file.ftl.take() {
         None => FtlConfig::default(),
         Some(table) => {
             let known = serde_json::to_value(FtlConfig::default())
@@ -392,6 +409,17 @@ fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
             })?
         }
     };
+    if let Some(text) = file.protect.take() {
+        if ftl.protect_window_secs.is_some() {
+            return Err(config_error(
+                path,
+                "both `protect` and `ftl.protect_window_secs` set the protection window; keep one",
+            ));
+        }
+        let window = crate::args::parse_protect(&text)
+            .map_err(|e| config_error(path, format!("protect: {e}, or \"off\"")))?;
+        ftl.protect_window_secs = Some(window.0);
+    }
     let base = path.parent().unwrap_or(Path::new(""));
     for p in [
         &mut file.image,
@@ -413,10 +441,13 @@ fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
 impl Settings {
     /// The flags over the config file (if any) over the defaults.
     pub fn from_args(args: &ServeArgs) -> Result<Settings, CliError> {
-        let (file, ftl) = match &args.config {
+        let (file, mut ftl) = match &args.config {
             Some(path) => load_serve_file(path)?,
             None => (ServeFile::default(), FtlConfig::default()),
         };
+        if let Some(window) = args.protect {
+            ftl.protect_window_secs = Some(window.0);
+        }
         let tls = tls_files(
             args.tls_cert.clone().or(file.tls_cert),
             args.tls_key.clone().or(file.tls_key),
@@ -488,7 +519,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 24] = [
+    let counters: [(&str, &str, u64); 29] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -503,6 +534,31 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "snapshot_versions_released",
             "Kept blocks that snapshot deletes released.",
             s.snapshot_versions_released,
+        ),
+        (
+            "snapshot_reverts",
+            "Reverts of the volume to a snapshot or point.",
+            s.snapshot_reverts,
+        ),
+        (
+            "snapshot_revert_blocks",
+            "Blocks reverts changed (no data copied).",
+            s.snapshot_revert_blocks,
+        ),
+        (
+            "window_points_expired",
+            "Protection-window points dropped for age.",
+            s.window_points_expired,
+        ),
+        (
+            "window_points_given_way",
+            "Protection-window points dropped early because a write or trim needed their room.",
+            s.window_points_given_way,
+        ),
+        (
+            "window_point_failures",
+            "Protection-window point creates or drops that failed.",
+            s.window_point_failures,
         ),
         (
             "host_write_blocks",
@@ -590,7 +646,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 19] = [
+    let gauges: [(&str, &str, f64); 21] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -682,9 +738,34 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Bytes of memory the snapshot books use (part of map_memory_bytes).",
             s.snapshot_memory_bytes as f64,
         ),
+        (
+            "window_points",
+            "Protection-window points held (part of snapshots).",
+            s.window_points as f64,
+        ),
+        (
+            "window_oldest_timestamp_seconds",
+            "Wall time of the oldest protection-window point, the oldest time a revert reaches, in s since the Unix epoch (0: no point).",
+            s.window_oldest_ns as f64 / 1e9,
+        ),
     ];
     for (name, help, v) in gauges {
         w.metric(&format!("zftl_ftl_{name}"), MetricKind::Gauge, help, v);
+    }
+}
+
+/// The protection window as the start-up line shows it.
+fn protect_text(window: Option<u64>) -> String {
+    match window {
+        None => "none (no points taken; those on the volume kept)".into(),
+        Some(0) => "off (points dropped)".into(),
+        Some(secs) => {
+            let every = (secs as f64 / zftl_core::MAX_WINDOW_POINTS as f64).max(1.0);
+            format!(
+                "{} (a point at most every {every:.1} s while the volume changes)",
+                crate::when::duration_text(secs)
+            )
+        }
     }
 }
 
@@ -885,6 +966,7 @@ fn serve_on<B: Backend + Send + 'static>(
             listen = %local,
             export = %settings.export,
             read_only = settings.read_only,
+            protect = %protect_text(settings.ftl.protect_window_secs),
             tls = tls.is_some(),
             client_certificates = settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             size_bytes = vol.logical_blocks() * vol.block_size() as u64,
@@ -930,6 +1012,10 @@ fn serve_on<B: Backend + Send + 'static>(
             let target = crate::control::Served {
                 target: vol.handle.clone(),
                 read_only: settings.read_only,
+                export: Some(crate::control::ServedExport {
+                    name: settings.export.clone(),
+                    uri: format!("{scheme}://{local}/{}", settings.export),
+                }),
             };
             tokio::spawn(async move { socket.serve(target, control_stopped).await })
         });
@@ -1157,6 +1243,10 @@ mod tests {
         assert!(after["zftl_ftl_mapped_blocks"] >= 4.0);
         assert!(after["zftl_ftl_free_zones"] > 0.0);
         assert!(after.contains_key("zftl_ftl_erase_count_mean"));
+        assert_eq!(after["zftl_ftl_snapshot_reverts_total"], 0.0);
+        assert_eq!(after["zftl_ftl_window_points"], 0.0);
+        assert_eq!(after["zftl_ftl_window_oldest_timestamp_seconds"], 0.0);
+        assert!(after.contains_key("zftl_ftl_window_points_given_way_total"));
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"
@@ -1301,6 +1391,54 @@ data_crc = "table16"
         assert_eq!(s.export, DEFAULT_EXPORT);
         assert!(!s.read_only && s.metrics.is_none() && s.tls.is_none());
         assert_eq!(s.ftl, FtlConfig::default());
+    }
+
+    #[test]
+    fn protect_sets_the_window_from_the_flag_or_the_file() {
+        assert_eq!(settings(&[]).unwrap().ftl.protect_window_secs, None);
+        for (flag, secs) in [
+            ("1h", 3600),
+            ("30m", 1800),
+            ("90s", 90),
+            ("1h30m", 5400),
+            ("off", 0),
+        ] {
+            let s = settings(&["--protect", flag]).unwrap();
+            assert_eq!(s.ftl.protect_window_secs, Some(secs), "{flag}");
+        }
+        for bad in ["3600", "1x", "", "0s", "1h-"] {
+            let e = serve_args(&["--protect", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("p.toml");
+        let c = cfg.to_str().unwrap();
+        std::fs::write(&cfg, "protect = \"2h\"\n").unwrap();
+        assert_eq!(
+            settings(&["--config", c]).unwrap().ftl.protect_window_secs,
+            Some(7200)
+        );
+        // The flag wins over the file.
+        let s = settings(&["--config", c, "--protect", "off"]).unwrap();
+        assert_eq!(s.ftl.protect_window_secs, Some(0));
+        std::fs::write(&cfg, "[ftl]\nprotect_window_secs = 60\n").unwrap();
+        assert_eq!(
+            settings(&["--config", c]).unwrap().ftl.protect_window_secs,
+            Some(60)
+        );
+        std::fs::write(&cfg, "protect = \"1h\"\n[ftl]\nprotect_window_secs = 60\n").unwrap();
+        let e = settings(&["--config", c]).unwrap_err();
+        assert!(e.contains("keep one") && e.contains("p.toml"), "{e}");
+        std::fs::write(&cfg, "protect = \"an hour\"\n").unwrap();
+        let e = settings(&["--config", c]).unwrap_err();
+        assert!(
+            e.contains("protect:") && e.contains("an hour") && e.contains("off"),
+            "{e}"
+        );
+        assert!(protect_text(Some(3600)).starts_with("1h (a point at most every 3.5 s"));
+        assert!(protect_text(Some(600)).starts_with("10m (a point at most every 1.0 s"));
+        assert!(protect_text(Some(0)).starts_with("off"));
+        assert!(protect_text(None).starts_with("none"));
     }
 
     #[test]

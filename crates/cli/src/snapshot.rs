@@ -72,16 +72,24 @@ impl SnapshotReport {
                     .unwrap_or(0)
                     .max("NAME".len());
                 out.push_str(&format!(
-                    "  {:>6}  {:<width$}  {:<20}  {:>8}\n",
-                    "ID", "NAME", "CREATED (UTC)", "EPOCH"
+                    "  {:>6}  {:<8}  {:<width$}  {:<20}  {:>8}  {:>12}\n",
+                    "ID", "KIND", "NAME", "CREATED (UTC)", "EPOCH", "CREATE_SEQ"
                 ));
                 for s in list {
                     out.push_str(&format!(
-                        "  {:>6}  {:<width$}  {:<20}  {:>8}\n",
+                        "  {:>6}  {:<8}  {:<width$}  {:<20}  {:>8}  {:>12}\n",
                         s["id"].to_string(),
+                        str_of(&s["kind"]),
                         str_of(&s["name"]),
                         created(s),
-                        s["epoch"].to_string()
+                        s["epoch"].to_string(),
+                        s["create_seq"].to_string()
+                    ));
+                }
+                let points = list.iter().filter(|s| s["kind"] == "point").count();
+                if points > 0 {
+                    out.push_str(&format!(
+                        "{points} of them point(s) of the protection window (kind point)\n"
                     ));
                 }
                 out

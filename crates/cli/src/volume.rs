@@ -183,6 +183,27 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
         "map_bytes_per_mapped_block",
         format!("{:.2}", s.map_bytes_per_mapped_block),
     );
+    t.section("ftl snapshots and protection window");
+    t.row("snapshots", s.snapshots);
+    t.row("snapshot_versions", s.snapshot_versions);
+    t.row("snapshot_room_versions", s.snapshot_room_versions);
+    t.bytes("snapshot_memory_bytes", s.snapshot_memory_bytes);
+    t.row("snapshot_creates", s.snapshot_creates);
+    t.row("snapshot_deletes", s.snapshot_deletes);
+    t.row("snapshot_reverts", s.snapshot_reverts);
+    t.row("snapshot_revert_blocks", s.snapshot_revert_blocks);
+    t.row("window_points", s.window_points);
+    t.row(
+        "window_oldest (UTC)",
+        if s.window_oldest_ns == 0 {
+            "-".to_string()
+        } else {
+            zftl_core::history::rfc3339_utc(s.window_oldest_ns)
+        },
+    );
+    t.row("window_points_expired", s.window_points_expired);
+    t.row("window_points_given_way", s.window_points_given_way);
+    t.row("window_point_failures", s.window_point_failures);
 }
 
 // ----- format ----------------------------------------------------------------

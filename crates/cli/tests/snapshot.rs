@@ -1,8 +1,10 @@
-//! `zftl snapshot create|delete|list|read|diff` as a user runs them: on an
-//! image, and through the control socket of a running `zftl serve`; text
-//! and `--json`; the errors (a name taken or unknown, a read-only server,
-//! bad arguments); both tag modes. Data is written and checked
-//! through the library around the runs.
+//! `zftl snapshot create|delete|list|read|diff`, `zftl revert` and `zftl
+//! view` as a user runs them: on an image, and through the control socket
+//! of a running `zftl serve`; text and `--json`; the errors (a name taken
+//! or unknown, WHEN that names nothing, a read-only server, bad
+//! arguments); both tag modes. Data is written and checked through the
+//! library around the runs (protection-window points with a clock of the
+//! test's own) and over NBD.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -791,4 +793,343 @@ fn through_a_running_server() {
         "{text}"
     );
     assert!(served.stop().success());
+}
+
+const SEC: u64 = 1_000_000_000;
+/// 2026-01-01T00:00:00Z: a time in the past for the points of the tests.
+const T0: u64 = 1_767_225_600 * SEC;
+
+/// On `path`, with a protection window of an hour timed by a clock of the
+/// test's own from T0: blocks 0..3 hold 1 and a point is taken
+/// (`@2026-01-01T00:00:00Z`), then 2 and a point (`…00:04Z`, 3.5 s being
+/// a 1 h window's interval), then 3 with no point after it. Returns the
+/// block size and the points' create_seq.
+fn window_history(path: &Path) -> (usize, Vec<u64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
+    let cfg = FtlConfig {
+        protect_window_secs: Some(3600),
+        ..FtlConfig::default()
+    };
+    let mut d = Driver::mount(dev, cfg).unwrap();
+    let clock = Arc::new(AtomicU64::new(T0));
+    let c = clock.clone();
+    d.set_wall_clock(move || c.load(Ordering::SeqCst));
+    let bs = d.block_size();
+    for b in 1..=2u8 {
+        d.write(0, &blocks(bs, &[b; 3])).unwrap();
+        for _ in 0..20 {
+            clock.fetch_add(SEC / 5, Ordering::SeqCst);
+            d.settle().unwrap();
+        }
+    }
+    d.write(0, &blocks(bs, &[3; 3])).unwrap();
+    let points: Vec<(String, u64)> = d
+        .snapshots()
+        .into_iter()
+        .map(|s| (s.name, s.create_seq))
+        .collect();
+    let names: Vec<&str> = points.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, ["@2026-01-01T00:00:00Z", "@2026-01-01T00:00:04Z"]);
+    d.shutdown().unwrap().sync().unwrap();
+    (bs, points.into_iter().map(|p| p.1).collect())
+}
+
+/// What blocks 0..3 of the image hold, as one tag each.
+fn head(path: &Path) -> Vec<u8> {
+    with_volume(path, |d| {
+        let bs = d.block_size();
+        let data = d.read(0, 3).unwrap();
+        (0..3).map(|i| data[i * bs]).collect()
+    })
+}
+
+#[test]
+fn revert_on_an_image_by_time_name_and_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "r.img", false);
+    let p = img.to_str().unwrap();
+    let (_, seqs) = window_history(&img);
+    let revert = |args: &[&str]| {
+        let mut all = vec!["revert"];
+        all.extend(args);
+        all.extend(["--image", p]);
+        zftl(dir.path(), &all)
+    };
+
+    // The list marks the points.
+    let list = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    let kinds: Vec<&str> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["point", "point"]);
+    let text = stdout(&ok(zftl(dir.path(), &["snapshot", "list", "--image", p])));
+    assert!(text.lines().nth(1).unwrap().contains("KIND"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" point ") && l.contains("@2026-01-01T00:00:04Z")),
+        "{text}"
+    );
+    assert!(text.contains("2 of them point(s)"), "{text}");
+
+    // By a time: 00:00:03 reaches back to the point of 00:00:00.
+    let r = json(revert(&["--to", "2026-01-01T00:00:03Z", "--json"]));
+    assert_eq!(r["image"], p);
+    assert_eq!(r["op"], "snapshot_revert");
+    assert_eq!(r["resolved"]["by"], "time");
+    assert_eq!(r["resolved"]["time"], "2026-01-01T00:00:03Z");
+    assert_eq!(r["to"]["name"], "@2026-01-01T00:00:00Z");
+    assert_eq!(r["to"]["kind"], "point");
+    let undo = r["undo"]["name"].as_str().unwrap().to_string();
+    assert_eq!(undo, format!("undo-{}", r["undo"]["id"]));
+    assert_eq!(r["undo"]["kind"], "snapshot");
+    assert_eq!(head(&img), [1, 1, 1]);
+
+    // By name: the undo snapshot takes the volume forward again.
+    let out = ok(revert(&["--to", &undo]));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!(
+            "reverted image {p} to snapshot \"{undo}\" (durable; no data copied)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("by name ({undo})")), "{text}");
+    assert!(
+        text.contains("undo snapshot:") && text.contains("undoes this revert"),
+        "{text}"
+    );
+    assert_eq!(head(&img), [3, 3, 3]);
+
+    // By seq, with an undo name of our own: the point of 00:00:04.
+    let r = json(revert(&[
+        "--to",
+        &format!("seq:{}", seqs[1]),
+        "--undo",
+        "mine",
+        "--json",
+    ]));
+    assert_eq!(r["resolved"]["by"], "seq");
+    assert_eq!(r["to"]["name"], "@2026-01-01T00:00:04Z");
+    assert_eq!(r["undo"]["name"], "mine");
+    assert_eq!(head(&img), [2, 2, 2]);
+    // A point's name that is no live point reads as its time.
+    let r = json(revert(&["--to", "@2026-01-01T00:00:02Z", "--json"]));
+    assert_eq!(
+        (r["resolved"]["by"].as_str(), r["to"]["name"].as_str()),
+        (Some("time"), Some("@2026-01-01T00:00:00Z"))
+    );
+    assert_eq!(head(&img), [1, 1, 1]);
+    // "mine" holds what the revert by seq left.
+    let r = json(revert(&["--to", "mine", "--json"]));
+    assert_eq!(r["to"]["name"], "mine");
+    assert_eq!(head(&img), [3, 3, 3]);
+
+    // WHEN that names nothing: exit 1, one line, nothing changed.
+    let before = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    let e = refused(revert(&["--to", "2025-12-31T23:59:59Z"]));
+    assert!(
+        e.contains("--to 2025-12-31T23:59:59Z: nothing reaches back to 2025-12-31T23:59:59Z")
+            && e.contains("the oldest reachable time is 2026-01-01T00:00:00Z"),
+        "{e}"
+    );
+    let e = refused(revert(&["--to", "-400d"]));
+    assert!(
+        e.contains("oldest reachable time is 2026-01-01T00:00:00Z"),
+        "{e}"
+    );
+    let e = refused(revert(&["--to", "2099-01-01T00:00:00Z"]));
+    assert!(e.contains("in the future"), "{e}");
+    let e = refused(revert(&["--to", "seq:0"]));
+    assert!(
+        e.contains("no snapshot or point was created at or before seq 0"),
+        "{e}"
+    );
+    for bad in ["nope", "-5x", "seq:x", "2026-01-01 00:00:00"] {
+        let e = refused(revert(&["--to", bad]));
+        assert!(
+            e.contains("no live snapshot's name") && e.contains("seq:N"),
+            "{bad}: {e}"
+        );
+    }
+    let e = refused(revert(&["--to", "mine", "--undo", "@x"]));
+    assert!(e.contains("snapshot_revert") && e.contains("'@'"), "{e}");
+    let e = refused(revert(&["--to", "mine", "--undo", "mine"]));
+    assert!(e.contains("a snapshot named \"mine\" exists"), "{e}");
+    usage(zftl(dir.path(), &["revert", "--image", p]));
+    usage(revert(&["--to", "mine", "--server", "x.sock"]));
+    let after = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--image", p, "--json"],
+    ));
+    assert_eq!(before["snapshots"], after["snapshots"]);
+    assert_eq!(head(&img), [3, 3, 3]);
+
+    let help = stdout(&ok(zftl(dir.path(), &["revert", "--help"])));
+    assert!(
+        help.contains("WHEN is one of") && help.contains("-5m") && help.contains("seq:N"),
+        "{help}"
+    );
+    let help = stdout(&ok(zftl(dir.path(), &["view", "--help"])));
+    assert!(
+        help.contains("No data is copied") && help.contains("EXPORT@NAME"),
+        "{help}"
+    );
+}
+
+/// Reads `blocks` blocks from 0 of export `name` at `uri`'s server.
+fn nbd_read(uri: &str, name: &str, bytes: u32) -> Vec<u8> {
+    let addr = uri
+        .strip_prefix("nbd://")
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("{uri}"))
+        .to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let mut c = zftl_nbd::client::Client::greet(stream).await.unwrap();
+        c.go(name, &[]).await.unwrap();
+        let data = c.read(0, bytes).await.unwrap();
+        c.disconnect().await.unwrap();
+        data
+    })
+}
+
+#[test]
+fn revert_and_view_through_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "v.img", false);
+    let p = img.to_str().unwrap();
+    let (bs, _) = window_history(&img);
+    let three = 3 * bs as u32;
+    let served = Served::start(&img, &[]);
+    let sock = served.socket.to_str().unwrap().to_string();
+    let s = sock.as_str();
+
+    // The view of 00:00:05 is the point of 00:00:04, exported as
+    // zftl@@2026-01-01T00:00:04Z; the server says where.
+    let v = json(zftl(
+        dir.path(),
+        &[
+            "view",
+            "--at",
+            "2026-01-01T00:00:05Z",
+            "--server",
+            s,
+            "--json",
+        ],
+    ));
+    assert_eq!(v["server"], s);
+    assert_eq!(v["op"], "view");
+    assert_eq!(v["resolved"]["snapshot"]["name"], "@2026-01-01T00:00:04Z");
+    assert_eq!(v["export"], "zftl@@2026-01-01T00:00:04Z");
+    let uri = v["uri"].as_str().unwrap();
+    assert!(
+        uri.starts_with("nbd://127.0.0.1:")
+            && uri.ends_with("/zftl@@2026-01-01T00:00:04Z")
+            && !uri.starts_with("nbd://127.0.0.1:0/"),
+        "{uri}"
+    );
+    assert_eq!(
+        nbd_read(uri, "zftl@@2026-01-01T00:00:04Z", three),
+        blocks(bs, &[2, 2, 2])
+    );
+    assert_eq!(nbd_read(uri, "zftl", three), blocks(bs, &[3, 3, 3]));
+    // The same through --image (its default socket), as text.
+    let text = stdout(&ok(zftl(
+        dir.path(),
+        &["view", "--at", "@2026-01-01T00:00:00Z", "--image", p],
+    )));
+    assert!(
+        text.starts_with(&format!(
+            "read-only view of point \"@2026-01-01T00:00:00Z\" (taken 2026-01-01T00:00:00Z) on server {s}"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("export:   zftl@@2026-01-01T00:00:00Z"),
+        "{text}"
+    );
+    assert!(text.contains("uri:      nbd://127.0.0.1:"), "{text}");
+    let e = refused(zftl(dir.path(), &["view", "--at", "-400d", "--server", s]));
+    assert!(
+        e.contains("--at -400d") && e.contains("oldest reachable time is 2026-01-01T00:00:00Z"),
+        "{e}"
+    );
+
+    // A revert through the server: the live export reads the point.
+    let r = json(zftl(
+        dir.path(),
+        &[
+            "revert",
+            "--to",
+            "2026-01-01T00:00:01Z",
+            "--server",
+            s,
+            "--json",
+        ],
+    ));
+    assert_eq!(r["server"], s);
+    assert_eq!(r["to"]["name"], "@2026-01-01T00:00:00Z");
+    let undo = r["undo"]["name"].as_str().unwrap().to_string();
+    assert_eq!(nbd_read(uri, "zftl", three), blocks(bs, &[1, 1, 1]));
+    // The undo snapshot is a view too, of what the volume left.
+    let v = json(zftl(
+        dir.path(),
+        &["view", "--at", &undo, "--server", s, "--json"],
+    ));
+    let export = v["export"].as_str().unwrap();
+    assert_eq!(export, format!("zftl@{undo}"));
+    assert_eq!(nbd_read(uri, export, three), blocks(bs, &[3, 3, 3]));
+    let e = refused(zftl(dir.path(), &["revert", "--to", "nope", "--server", s]));
+    assert!(
+        e.contains("--to nope") && e.contains("no live snapshot's name"),
+        "{e}"
+    );
+    let stats = json(zftl(
+        dir.path(),
+        &["snapshot", "list", "--server", s, "--json"],
+    ));
+    assert_eq!(stats["snapshots"].as_array().unwrap().len(), 3);
+    assert!(served.stop().success());
+    assert_eq!(head(&img), [1, 1, 1]);
+
+    // A read-only server refuses a revert and still names views; it logs
+    // its window setting at start.
+    let served = Served::start(&img, &["--read-only", "--protect", "1h"]);
+    let e = refused(zftl(dir.path(), &["revert", "--to", &undo, "--server", s]));
+    assert!(e.contains("read_only") && e.contains("reverts"), "{e}");
+    json(zftl(
+        dir.path(),
+        &["view", "--at", &undo, "--server", s, "--json"],
+    ));
+    assert!(
+        served
+            .log_text()
+            .contains("protect=1h (a point at most every 3.5 s"),
+        "{}",
+        served.log_text()
+    );
+    assert!(served.stop().success());
+    assert_eq!(head(&img), [1, 1, 1]);
+
+    // No server: the socket does not answer.
+    let e = refused(zftl(dir.path(), &["view", "--at", &undo, "--image", p]));
+    assert!(
+        e.contains("cannot connect") && e.contains(".control"),
+        "{e}"
+    );
 }
