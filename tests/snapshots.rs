@@ -803,3 +803,22 @@ fn the_window_gives_way_before_a_write_fails() {
         assert_eq!(holds(&mut ftl, Some("keep"), 0), Some((0, 3)));
     });
 }
+
+/// A snapshot's wall time survives a crash before any checkpoint recorded
+/// it: its create vector logs it (a Clock note), for the undo snapshot of
+/// a revert too.
+#[test]
+fn a_snapshot_keeps_its_time_through_a_crash() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        write(&mut ftl, 1, 1);
+        let s = ftl.snapshot_create("t").unwrap();
+        write(&mut ftl, 1, 2);
+        let undo = ftl.snapshot_revert("t", None).unwrap();
+        assert!(s.wall_ns > 0 && undo.wall_ns >= s.wall_ns);
+        let dev = ftl.into_backend();
+        let ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+        let times: Vec<u64> = ftl.snapshots().iter().map(|s| s.wall_ns).collect();
+        assert_eq!(times, [s.wall_ns, undo.wall_ns]);
+    });
+}

@@ -61,6 +61,7 @@ pub mod note_kind {
     pub const SNAPSHOT_CREATE: u8 = 15;
     pub const SNAPSHOT_NAME: u8 = 16;
     pub const SNAPSHOT_DELETE: u8 = 17;
+    pub const CLOCK: u8 = 18;
     pub const REVERT: u8 = 20;
 }
 
@@ -171,6 +172,9 @@ pub enum Note {
     },
     /// Snapshot `id` is deleted at this seq.
     SnapshotDelete { seq: Seq, id: u32 },
+    /// The wall time (ns since the Unix epoch) of the SnapshotCreate of
+    /// its vector, after the name notes.
+    Clock { seq: Seq, wall_ns: u64 },
     /// The live volume becomes what it was at `to_seq` (the create seq of a
     /// live snapshot), its changes taking seq `seq + 1`. Last in the vector
     /// of the SnapshotCreate that keeps the state it leaves.
@@ -271,6 +275,7 @@ impl Note {
             | Note::SnapshotCreate { seq, .. }
             | Note::SnapshotName { seq, .. }
             | Note::SnapshotDelete { seq, .. }
+            | Note::Clock { seq, .. }
             | Note::Revert { seq, .. } => seq,
         }
     }
@@ -374,6 +379,7 @@ impl Note {
                 u64::from_le_bytes(get_bytes::<8>(&bytes, 12)),
             ),
             Note::SnapshotDelete { seq, id } => raw(SNAPSHOT_DELETE, 0, seq, u64::from(id), 0),
+            Note::Clock { seq, wall_ns } => raw(CLOCK, 0, seq, wall_ns, 0),
             Note::Revert { seq, to_seq } => raw(REVERT, 0, seq, to_seq, 0),
         }
     }
@@ -596,6 +602,14 @@ impl Note {
                 Note::SnapshotDelete {
                     seq: r.seq,
                     id: low32("id (b)", r.b)?,
+                }
+            }
+            CLOCK => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                zero(NOTE, "c", r.c)?;
+                Note::Clock {
+                    seq: r.seq,
+                    wall_ns: r.b,
                 }
             }
             REVERT => {
@@ -1075,6 +1089,7 @@ pub(crate) mod tests {
             (any::<u64>(), any::<[u8; SNAPSHOT_NAME_NOTE_BYTES]>())
                 .prop_map(|(seq, bytes)| Note::SnapshotName { seq, bytes }),
             (any::<u64>(), any::<u32>()).prop_map(|(seq, id)| Note::SnapshotDelete { seq, id }),
+            (any::<u64>(), any::<u64>()).prop_map(|(seq, wall_ns)| Note::Clock { seq, wall_ns }),
             (1..u64::MAX, any::<u64>()).prop_map(|(seq, t)| Note::Revert {
                 seq,
                 to_seq: t % seq

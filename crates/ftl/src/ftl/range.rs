@@ -747,21 +747,29 @@ impl Ftl {
     /// A snapshot change's notes at `seq`.
     fn snapshot_notes(&self, seq: Seq, change: &SnapshotChange) -> Vec<Note> {
         match change {
-            SnapshotChange::Create { name, .. } => {
+            SnapshotChange::Create { name, wall_ns } => {
                 let id = self.mapping.history().next_id();
                 let mut notes = note::snapshot_create_notes(seq, id, LIVE_VOLUME, name);
+                notes.push(Note::Clock {
+                    seq,
+                    wall_ns: *wall_ns,
+                });
                 // One atomic unit: a torn name never reaches replay.
                 let note_count = notes.len() as u32;
                 notes.insert(0, Note::VectorBegin { seq, note_count });
                 notes
             }
             SnapshotChange::Delete { id } => vec![Note::SnapshotDelete { seq, id: *id }],
-            SnapshotChange::Revert { to, undo, .. } => {
+            SnapshotChange::Revert { to, undo, wall_ns } => {
                 let history = self.mapping.history();
                 let id = history.next_id();
                 let name = undo_name(&self.mapping, undo);
                 let to_seq = history.by_id(*to).expect("checked").create_seq;
                 let mut notes = note::snapshot_create_notes(seq, id, LIVE_VOLUME, &name);
+                notes.push(Note::Clock {
+                    seq,
+                    wall_ns: *wall_ns,
+                });
                 notes.push(Note::Revert { seq, to_seq });
                 let note_count = notes.len() as u32;
                 notes.insert(0, Note::VectorBegin { seq, note_count });

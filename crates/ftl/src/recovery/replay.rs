@@ -39,6 +39,8 @@ pub(super) enum Event {
         id: SnapshotId,
         parent: SnapshotId,
         name: String,
+        /// Its wall time (0: the log has none, an older build wrote it).
+        wall_ns: u64,
         revert_to: Option<Seq>,
     },
 }
@@ -94,6 +96,7 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
             | Note::Pin { .. }
             | Note::SnapshotCreate { .. }
             | Note::SnapshotName { .. }
+            | Note::Clock { .. }
             | Note::Revert { .. } => {
                 return Err(MountError::Damaged(format!(
                     "{n:?} outside a range-operation vector"
@@ -112,7 +115,8 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
 }
 
 /// The event of a snapshot create's notes (a SnapshotCreate note, then
-/// its name's notes, then for a revert a Revert note).
+/// its name's notes, its Clock note (logs of older builds have none),
+/// then for a revert a Revert note).
 fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
     let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
     let Some((
@@ -131,6 +135,10 @@ fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
         Some((&Note::Revert { to_seq, .. }, names)) => (Some(to_seq), names),
         _ => (None, rest),
     };
+    let (wall_ns, rest) = match rest.split_last() {
+        Some((&Note::Clock { wall_ns, .. }, names)) => (wall_ns, names),
+        _ => (0, rest),
+    };
     let names: Vec<[u8; 20]> = rest
         .iter()
         .map(|n| match n {
@@ -144,6 +152,7 @@ fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
         id,
         parent,
         name,
+        wall_ns,
         revert_to,
     })
 }
@@ -443,9 +452,10 @@ impl Rebuild {
                     id,
                     parent,
                     name,
+                    wall_ns,
                     revert_to,
                 } => {
-                    self.snapshot_create(*seq, *id, *parent, name)?;
+                    self.snapshot_create(*seq, *id, *parent, name, *wall_ns)?;
                     if let Some(to_seq) = revert_to {
                         self.revert(*seq, *to_seq)?;
                     }
@@ -562,6 +572,7 @@ impl Rebuild {
             | Note::Attr { .. }
             | Note::SnapshotCreate { .. }
             | Note::SnapshotName { .. }
+            | Note::Clock { .. }
             | Note::Revert { .. } => unreachable!("grouped into vectors"),
         }
         Ok(())
@@ -573,6 +584,7 @@ impl Rebuild {
         id: SnapshotId,
         parent: SnapshotId,
         name: &str,
+        wall_ns: u64,
     ) -> Result<(), MountError> {
         let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
         let history = self.mapping.history();
@@ -589,7 +601,7 @@ impl Rebuild {
         {
             return Err(damaged("created before the newest snapshot".into()));
         }
-        self.mapping.snapshot_create(id, name, seq, 0);
+        self.mapping.snapshot_create(id, name, seq, wall_ns);
         Ok(())
     }
 
