@@ -37,6 +37,7 @@ mod recovery;
 pub mod shape;
 mod snapshot;
 mod throughput;
+mod timetravel;
 mod wa;
 mod workload;
 mod zns;
