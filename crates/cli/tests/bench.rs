@@ -536,6 +536,8 @@ fn snapshot_reports_latency_blocks_mount_memory_and_wa() {
         "1",
         "--wa-interval",
         "0.02",
+        "--parts",
+        "latency,many,wa",
     ]);
     let modes = v["modes"].as_array().expect("modes");
     let names: Vec<&str> = modes
@@ -616,12 +618,152 @@ fn snapshot_reports_latency_blocks_mount_memory_and_wa() {
 }
 
 #[test]
+fn snapshot_reports_revert_diff_views_and_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image_dir = dir.path().to_str().expect("utf-8 path");
+    let v = json(&[
+        "bench",
+        "snapshot",
+        "--json",
+        "--rounds",
+        "2",
+        "--parts",
+        "revert,diff,views,window",
+        "--revert-device-mib",
+        "256",
+        "--revert-base-mib",
+        "16",
+        "--revert-written-mib",
+        "8",
+        "--diff-volume-mib",
+        "64",
+        "--image-dir",
+        image_dir,
+        "--view-mib",
+        "16,32",
+        "--view-reads",
+        "64",
+        "--window-secs",
+        "60",
+        "--window-device-mib",
+        "256",
+        "--window-write-mib",
+        "64",
+        "--window-rounds",
+        "2",
+        "--window-wa-rate",
+        "1000",
+        "--wa-zone-blocks",
+        "16",
+        "--wa-overwrites",
+        "1",
+    ]);
+    for m in v["modes"].as_array().expect("modes") {
+        let mode = m["tag_mode"].as_str().unwrap();
+        for skipped in ["latency", "many", "wa"] {
+            assert!(m[skipped].is_null(), "{mode}: {skipped} was not asked for");
+        }
+        let r = &m["revert"];
+        let changed = num(r, "changed_blocks");
+        // 2048 random writes over 4096 blocks change about 1 - e^-1/2 of
+        // them (1612).
+        assert!(changed > 1400.0 && changed < 1800.0, "{mode}: {r}");
+        for what in ["revert", "undo"] {
+            let c = &r[what];
+            assert_eq!(c["ms"]["rounds"].as_array().unwrap().len(), 2, "{c}");
+            for (key, want) in [
+                ("revert_blocks", Some(changed)),
+                ("host_write_blocks", Some(0.0)),
+                ("data_blocks", Some(0.0)),
+                ("meta_blocks", None),
+            ] {
+                let per_round = c[key].as_array().expect(key);
+                assert_eq!(per_round.len(), 2);
+                for n in per_round {
+                    let n = n.as_f64().unwrap();
+                    match want {
+                        Some(want) => assert_eq!(n, want, "{mode} {what} {key}: {c}"),
+                        // Durable: the revert's vector is logged.
+                        None => assert!(n >= 1.0, "{mode} {what} {key}: {c}"),
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            num(r, "host_write_blocks_before"),
+            num(r, "host_write_blocks_after")
+        );
+        let d = &m["diff"];
+        // 1 % of a 64 MiB volume's 16384 blocks.
+        assert_eq!(num(d, "changed_blocks"), 164.0, "{mode}: {d}");
+        let runs = num(d, "runs");
+        assert!((1.0..=164.0).contains(&runs), "{mode}: {d}");
+        assert_eq!(num(d, "kept_versions"), 164.0, "{mode}: {d}");
+        for key in ["between_ms", "since_ms"] {
+            assert_eq!(d[key]["rounds"].as_array().unwrap().len(), 2, "{d}");
+            assert!(num(&d[key], "min") > 0.0, "{d}");
+        }
+        let views = m["views"].as_array().expect("views");
+        let sizes: Vec<f64> = views.iter().map(|c| num(c, "data_bytes")).collect();
+        assert_eq!(sizes, [16.0 * 1048576.0, 32.0 * 1048576.0]);
+        for c in views {
+            assert_eq!(num(c, "reads_per_round"), 64.0);
+            for key in ["create_ms", "first_read_us", "view_read_us", "live_read_us"] {
+                assert_eq!(c[key]["rounds"].as_array().unwrap().len(), 2, "{c}");
+                assert!(num(&c[key], "min") > 0.0, "{mode} {key}: {c}");
+            }
+            assert!(num(c, "first_read_ms_per_gib") > 0.0, "{c}");
+        }
+        let w = &m["window"];
+        assert!(w["off"]["window_secs"].is_null(), "{w}");
+        assert_eq!(num(&w["on"], "window_secs"), 60.0, "{w}");
+        for (side, taken) in [("off", false), ("on", true)] {
+            let run = &w[side];
+            assert!(num(&run["host_writes_per_virtual_s"], "min") > 0.0, "{run}");
+            let points = run["points"].as_array().expect("points");
+            assert_eq!(points.len(), 2);
+            for p in points {
+                // 16384 writes take more than a second of virtual time:
+                // the window (a point a second at most) takes some.
+                assert_eq!(num(p, "taken") > 0.0, taken, "{mode} {side}: {p}");
+            }
+        }
+        assert_eq!(
+            w["on_over_off_virtual"]["rounds"].as_array().unwrap().len(),
+            2
+        );
+        let wa = &m["window_wa"];
+        assert_eq!(num(&wa["off"]["window"]["points"], "taken"), 0.0, "{wa}");
+        assert!(
+            num(&wa["on"]["window"]["points"], "taken") > 0.0,
+            "{mode}: {wa}"
+        );
+        assert_eq!(num(&wa["on"]["window"], "clock_ns_per_host_write"), 1e6);
+        for side in ["off", "on"] {
+            // The write buffer (4096 blocks) holds much of this small
+            // volume's hot part, so WA may be below 1; it is not 0.
+            assert!(num(&wa[side], "wa") > 0.0, "{wa}");
+            assert!(wa[side]["stopped"].is_null(), "{wa}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the image is deleted"
+    );
+}
+
+#[test]
 fn snapshot_rejects_bad_arguments() {
     for args in [
         ["--rounds", "0"],
         ["--device-mib", "100"],
         ["--many", "1"],
         ["--wa-used", "1.5"],
+        ["--diff-changed", "0"],
+        ["--revert-device-mib", "100"],
+        ["--view-mib", "0"],
+        ["--window-wa-rate", "0"],
     ] {
         let mut all = vec!["bench", "snapshot"];
         all.extend_from_slice(&args);

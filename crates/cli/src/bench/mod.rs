@@ -22,7 +22,8 @@
 //!   double-write journaling, memory per shared block;
 //! - `snapshot`: snapshot create/delete latency and metadata blocks, with
 //!   much written and with many snapshots live, mount time, memory per
-//!   kept block, and write amplification with snapshots live.
+//!   kept block, and write amplification with snapshots live; revert,
+//!   changed blocks, views and the protection window's cost.
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
@@ -37,6 +38,7 @@ mod recovery;
 pub mod shape;
 mod snapshot;
 mod throughput;
+mod timetravel;
 mod wa;
 mod workload;
 mod zns;
@@ -95,13 +97,16 @@ pub enum BenchCommand {
     /// queue depth, for random and sequential writes and random reads; 4
     /// KiB read and write latency percentiles, idle and during GC.
     Media(media::MediaArgs),
-    /// Snapshots on the in-memory simulator (timing off): create and
-    /// delete latency and the media blocks they write after 4 MiB and 4
-    /// GiB written, with one and with 4096 live snapshots, mount time with
-    /// one and with many, memory per kept block, and the write
-    /// amplification of a hot/cold workload with 0, 1 and 4 live
-    /// snapshots taken at intervals; tags in OOB and in band. Every round
-    /// is printed.
+    /// Snapshots on the simulator: create and delete latency and the
+    /// media blocks they write after 4 MiB and 4 GiB written, with one and
+    /// with 4096 live snapshots, mount time with one and with many, memory
+    /// per kept block, and the write amplification of a hot/cold workload
+    /// with 0, 1 and 4 live snapshots taken at intervals; a revert after 1
+    /// GiB written and its undo, the blocks changed between two snapshots
+    /// of a 16 GiB volume, a view's first read and view against live
+    /// reads, and random writes and WA with a protection window against
+    /// none; tags in OOB and in band. Every round is printed; `--parts`
+    /// picks the measurements.
     Snapshot(snapshot::SnapshotArgs),
 }
 

@@ -195,7 +195,10 @@ fn ms(d: Duration) -> f64 {
 /// fewest erase blocks per LUN that hold `logical_blocks` at the default
 /// over-provisioning beside the GC reserve, the open zones and the
 /// metadata ring; and its layout.
-fn device_for(logical_blocks: u64, in_band: bool) -> Result<(SimConfig, Layout), BenchError> {
+pub(super) fn device_for(
+    logical_blocks: u64,
+    in_band: bool,
+) -> Result<(SimConfig, Layout), BenchError> {
     let base = SimConfig {
         endurance_erases: u32::MAX,
         ..SimConfig::default()
@@ -229,7 +232,7 @@ fn device_for(logical_blocks: u64, in_band: bool) -> Result<(SimConfig, Layout),
 /// Disk an image of `cfg` may take with zero data: its tables, OOB bytes
 /// (tags in OOB), the metadata ring and in-band zone summaries, with room
 /// to spare.
-fn disk_estimate(cfg: &SimConfig, layout: &Layout, in_band: bool) -> u64 {
+pub(super) fn disk_estimate(cfg: &SimConfig, layout: &Layout, in_band: bool) -> u64 {
     let pages = cfg.page_count();
     let zone_bytes = cfg.zone_capacity_blocks() * u64::from(cfg.page_size_bytes);
     let oob = if in_band {
@@ -250,7 +253,7 @@ fn disk_estimate(cfg: &SimConfig, layout: &Layout, in_band: bool) -> u64 {
 }
 
 /// Free bytes of the file system holding `dir`.
-fn free_bytes(dir: &Path) -> Result<u64, BenchError> {
+pub(super) fn free_bytes(dir: &Path) -> Result<u64, BenchError> {
     let st = rustix::fs::statvfs(dir).map_err(|e| {
         BenchError::Args(format!(
             "cannot stat the file system of {}: {e}",
@@ -261,7 +264,7 @@ fn free_bytes(dir: &Path) -> Result<u64, BenchError> {
 }
 
 /// Deletes the image when the run ends, however it ends.
-struct ImageFile(PathBuf);
+pub(super) struct ImageFile(pub(super) PathBuf);
 
 impl Drop for ImageFile {
     fn drop(&mut self) {
@@ -465,7 +468,10 @@ fn allocated_bytes(path: &Path) -> u64 {
 }
 
 /// Writes every logical block once with zeros, in large writes, and flushes.
-fn fill_zeros<B: Backend>(drv: &mut Driver<B>, logical_blocks: u64) -> Result<(), BenchError> {
+pub(super) fn fill_zeros<B: Backend>(
+    drv: &mut Driver<B>,
+    logical_blocks: u64,
+) -> Result<(), BenchError> {
     let bs = drv.block_size();
     let bar = progress(logical_blocks, "fill");
     let (mut next, mut in_flight, mut id) = (0u64, 0usize, 1u64 << 62);

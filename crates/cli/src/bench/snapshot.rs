@@ -13,11 +13,17 @@
 //!   4 live snapshots taken at intervals (each new one created before the
 //!   oldest past the count is deleted; with 0 the same intervals end in a
 //!   flush, the barrier a create brings), and the metadata blocks per host
-//!   write.
+//!   write; and the same workload with a protection window against none,
+//!   the simulator's timing on and the window's clock its virtual time;
+//! - revert, changed blocks, views and the protection window's cost
+//!   (`timetravel.rs`).
 //!
-//! Every round is printed with the minimum and the median.
+//! Every round is printed with the minimum and the median. `--parts`
+//! picks the measurements.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
@@ -27,6 +33,7 @@ use zftl_sim::{SimConfig, SimDevice};
 
 use super::pipe::Pipeline;
 use super::range::Rounds;
+use super::timetravel::{self, PointCounts, TimeArgs};
 use super::workload::{AddressGen, WorkloadKind, WorkloadSpec};
 use super::{plan, progress, ratio, round, wa, BenchError, SpaceArgs, TagMode};
 use crate::report::Text;
@@ -104,6 +111,37 @@ pub struct SnapshotArgs {
     /// Seed of the address stream and of the formats.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// The measurements to run, in this order for each tag mode.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PART,..",
+        value_delimiter = ',',
+        default_value = "latency,many,wa,revert,diff,views,window"
+    )]
+    pub parts: Vec<Part>,
+    #[command(flatten)]
+    pub time: TimeArgs,
+}
+
+/// `--parts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// Create and delete after much and little written.
+    Latency,
+    /// Many live snapshots: create, delete, mount, memory.
+    Many,
+    /// Hot/cold WA with 0, 1, 4 live snapshots.
+    Wa,
+    /// Revert after data written since a snapshot, and its undo.
+    Revert,
+    /// Changed blocks between two snapshots of a large volume.
+    Diff,
+    /// A view's first read after its create, and view against live reads.
+    Views,
+    /// Random-write throughput and hot/cold WA with a protection window
+    /// against none.
+    Window,
 }
 
 /// `--tags`.
@@ -227,6 +265,18 @@ pub struct Many {
     pub map_memory_bytes: u64,
 }
 
+/// The protection window of a WA case (`--parts window`).
+#[derive(Debug, Serialize)]
+pub struct WaWindow {
+    pub window_secs: Option<u64>,
+    /// The volume's clock advances this much per host write admitted
+    /// (`--window-wa-rate`), fill included.
+    pub clock_ns_per_host_write: u64,
+    /// Simulated time of the overwrites.
+    pub simulated_s: f64,
+    pub points: PointCounts,
+}
+
 #[derive(Debug, Serialize)]
 pub struct WaCase {
     pub live: usize,
@@ -249,6 +299,9 @@ pub struct WaCase {
     /// Set when a write or create was refused and the case stopped there.
     pub stopped: Option<String>,
     pub elapsed_s: f64,
+    /// The window cases only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WaWindow>,
 }
 
 #[derive(Debug, Serialize)]
@@ -265,13 +318,33 @@ pub struct WaReport {
     pub cases: Vec<WaCase>,
 }
 
+/// `--parts window`: the hot/cold workload of the WA cases (no snapshot,
+/// nothing at the intervals), without and with a protection window, the
+/// volume's clock advancing with the host writes.
+#[derive(Debug, Serialize)]
+pub struct WaWindowReport {
+    pub logical_blocks: u64,
+    pub used_blocks: u64,
+    pub op_actual: f64,
+    pub off: WaCase,
+    pub on: WaCase,
+    /// on.wa ÷ off.wa.
+    pub wa_ratio: f64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct ModeReport {
     pub tag_mode: &'static str,
-    pub logical_blocks: u64,
-    pub latency: Latency,
-    pub many: Many,
-    pub wa: WaReport,
+    /// The volume of the latency measurements (none when not run).
+    pub logical_blocks: Option<u64>,
+    pub latency: Option<Latency>,
+    pub many: Option<Many>,
+    pub wa: Option<WaReport>,
+    pub revert: Option<timetravel::RevertReport>,
+    pub diff: Option<timetravel::DiffReport>,
+    pub views: Option<Vec<timetravel::ViewCase>>,
+    pub window: Option<timetravel::WindowReport>,
+    pub window_wa: Option<WaWindowReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -322,17 +395,41 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
     }
     let spec = hotcold(args);
     spec.validate().map_err(BenchError::Args)?;
+    args.time.validate()?;
+    if args.parts.is_empty() {
+        return Err(BenchError::Args("--parts lists no measurement".into()));
+    }
     let mut modes = Vec::new();
     for mode in args.tags.modes() {
-        let (logical_blocks, latency) = latency(args, ftl, mode)?;
-        let many = many(args, ftl, mode)?;
-        let wa = write_amplification(args, ftl, mode)?;
+        let on = |p: Part| args.parts.contains(&p);
+        let (logical_blocks, latency) = match on(Part::Latency) {
+            true => latency(args, ftl, mode).map(|(l, r)| (Some(l), Some(r)))?,
+            false => (None, None),
+        };
+        let (t, seed) = (&args.time, args.seed);
         modes.push(ModeReport {
             tag_mode: mode.name(),
             logical_blocks,
             latency,
-            many,
-            wa,
+            many: on(Part::Many).then(|| many(args, ftl, mode)).transpose()?,
+            wa: on(Part::Wa)
+                .then(|| write_amplification(args, ftl, mode))
+                .transpose()?,
+            revert: on(Part::Revert)
+                .then(|| timetravel::revert(t, args.rounds, ftl, mode, seed))
+                .transpose()?,
+            diff: on(Part::Diff)
+                .then(|| timetravel::diff(t, args.rounds, ftl, mode, seed))
+                .transpose()?,
+            views: on(Part::Views)
+                .then(|| timetravel::views(t, args.rounds, ftl, mode, seed))
+                .transpose()?,
+            window: on(Part::Window)
+                .then(|| timetravel::window(t, ftl, mode, seed))
+                .transpose()?,
+            window_wa: on(Part::Window)
+                .then(|| window_wa(args, ftl, mode))
+                .transpose()?,
         });
     }
     Ok(SnapshotReport {
@@ -685,11 +782,11 @@ fn hotcold(args: &SnapshotArgs) -> WorkloadSpec {
     }
 }
 
-fn write_amplification(
+/// The WA cases' device, its plan, the used blocks and the interval.
+fn wa_space(
     args: &SnapshotArgs,
-    ftl: &FtlConfig,
     mode: TagMode,
-) -> Result<WaReport, BenchError> {
+) -> Result<(SpaceArgs, super::Plan, u64, u64), BenchError> {
     let space = SpaceArgs {
         zones: args.wa_zones,
         zone_blocks: args.wa_zone_blocks,
@@ -702,10 +799,25 @@ fn write_amplification(
     let plan = plan(&space, args.wa_op)?;
     let used = ((args.wa_used * plan.logical_blocks as f64).round() as u64).max(1);
     let interval = ((args.wa_interval * used as f64).round() as u64).max(1);
+    Ok((space, plan, used, interval))
+}
+
+fn write_amplification(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<WaReport, BenchError> {
+    let (space, plan, used, interval) = wa_space(args, mode)?;
     let cases = args
         .wa_live
         .iter()
-        .map(|&live| wa_case(args, ftl, &space, &plan, (used, interval), live))
+        .map(|&live| {
+            let setup = WaSetup {
+                live: Some(live),
+                window: None,
+            };
+            wa_case(args, ftl, &space, &plan, (used, interval), setup)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(WaReport {
         logical_blocks: plan.logical_blocks,
@@ -720,29 +832,105 @@ fn write_amplification(
     })
 }
 
+/// `--parts window`: the WA workload without and with a protection
+/// window.
+fn window_wa(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+) -> Result<WaWindowReport, BenchError> {
+    let (space, plan, used, interval) = wa_space(args, mode)?;
+    let case = |window| {
+        let setup = WaSetup {
+            live: None,
+            window: Some(window),
+        };
+        wa_case(args, ftl, &space, &plan, (used, interval), setup)
+    };
+    let off = case(None)?;
+    let on = case(Some(args.time.window_secs))?;
+    Ok(WaWindowReport {
+        logical_blocks: plan.logical_blocks,
+        used_blocks: used,
+        op_actual: round(plan.op_actual(), 4),
+        wa_ratio: round(ratio(on.wa, off.wa), 4),
+        off,
+        on,
+    })
+}
+
+/// What a WA case does beside the workload.
+#[derive(Clone, Copy)]
+struct WaSetup {
+    /// At each interval's end: take a snapshot, keeping at most this many
+    /// live (`Some(0)`: a flush instead); `None`: nothing.
+    live: Option<usize>,
+    /// `Some(window)`: `FtlConfig::protect_window_secs = window`, and the
+    /// volume's wall clock advancing `--window-wa-rate`'s step per host
+    /// write (the simulator's timing stays off, as in the other cases).
+    window: Option<Option<u64>>,
+}
+
 /// `bench wa`'s steps (format, fill, hot/cold overwrites, flush and
-/// settle, counter deltas over the overwrites) with a snapshot taken every
-/// `interval` host writes, at most `live` kept.
+/// settle, counter deltas over the overwrites) with what `setup` says at
+/// every `interval` host writes.
 fn wa_case(
     args: &SnapshotArgs,
     ftl: &FtlConfig,
     space: &SpaceArgs,
     plan: &super::Plan,
     (used, interval): (u64, u64),
-    live: usize,
+    setup: WaSetup,
 ) -> Result<WaCase, BenchError> {
     let config = FtlConfig {
         gc_policy: space.policy,
         temperature_streams: true,
+        protect_window_secs: setup.window.flatten(),
         ..ftl.clone()
     };
     let mut drv = wa::format(plan, space, config)?;
+    // Host writes submitted: the clock of the window cases.
+    let submitted = Arc::new(AtomicU64::new(0));
+    let step_ns = (1e9 / args.time.window_wa_rate).round() as u64;
+    let wall_at = |writes: u64| timetravel::wall_ns_now().saturating_add(writes * step_ns);
+    if setup.window.is_some() {
+        let (count, base) = (Arc::clone(&submitted), wall_at(0));
+        drv.set_wall_clock(move || base.saturating_add(count.load(Ordering::Relaxed) * step_ns));
+    }
+    let count = |lba: u64| {
+        submitted.fetch_add(1, Ordering::Relaxed);
+        lba
+    };
+    let live = setup.live.unwrap_or(0);
+    let label = match (setup.live, setup.window) {
+        (Some(live), _) => format!("{live} live"),
+        (None, Some(Some(_))) => "window on".to_string(),
+        (None, _) => "window off".to_string(),
+    };
     let mut pipe = Pipeline::new(space.queue_depth, drv.block_size());
-    wa::fill(&mut drv, &mut pipe, used)?;
+    // `wa::fill`'s fill, counted.
+    let bar = progress(used, "fill");
+    let mut next = 0u64;
+    let mut fill_tick = |d: u64| {
+        bar.set_position(d);
+        true
+    };
+    pipe.write(
+        &mut drv,
+        used,
+        &mut || {
+            next += 1;
+            count(next - 1)
+        },
+        &mut fill_tick,
+    )?;
+    drv.flush()?;
+    bar.finish_and_clear();
     let mut addresses = AddressGen::new(&hotcold(args), used, space.seed);
     let base = drv.stats();
+    let writes_at_base = submitted.load(Ordering::Relaxed);
     let total = (args.wa_overwrites * used as f64).round() as u64;
-    let bar = progress(total, &format!("{live} live"));
+    let bar = progress(total, &label);
     let started = Instant::now();
     let (mut done, mut flushes, mut taken) = (0u64, 0u64, 0u64);
     let mut names = VecDeque::new();
@@ -754,7 +942,7 @@ fn wa_case(
             bar.set_position(done + d);
             true
         };
-        if let Err(e) = pipe.write(&mut drv, n, &mut || addresses.next_lba(), &mut tick) {
+        if let Err(e) = pipe.write(&mut drv, n, &mut || count(addresses.next_lba()), &mut tick) {
             stopped = Some(format!("a write after {done} host writes failed: {e}"));
             break;
         }
@@ -765,7 +953,9 @@ fn wa_case(
         if done == total {
             break;
         }
-        let step = if live == 0 {
+        let step = if setup.live.is_none() {
+            Ok(())
+        } else if live == 0 {
             flushes += 1;
             drv.flush()
         } else {
@@ -797,6 +987,16 @@ fn wa_case(
     let host_writes = end.host_write_blocks - base.host_write_blocks;
     let media_writes = end.media_write_blocks - base.media_write_blocks;
     let meta_writes = end.meta_write_blocks - base.meta_write_blocks;
+    let window = setup.window.map(|window_secs| {
+        let writes = submitted.load(Ordering::Relaxed);
+        let now = wall_at(writes);
+        WaWindow {
+            window_secs,
+            clock_ns_per_host_write: step_ns,
+            simulated_s: round(((writes - writes_at_base) * step_ns) as f64 / 1e9, 3),
+            points: PointCounts::between(&base, &end, now),
+        }
+    });
     Ok(WaCase {
         live,
         host_writes,
@@ -813,6 +1013,7 @@ fn wa_case(
         min_room_versions: if min_room == u64::MAX { 0 } else { min_room },
         stopped,
         elapsed_s: round(elapsed_s, 3),
+        window,
     })
 }
 
@@ -831,113 +1032,158 @@ impl SnapshotReport {
     pub fn text(&self) -> String {
         let mut t = Text::default();
         t.line(format!(
-            "snapshots on a {} simulated device in memory (timing off), {} rounds; µs and ms are wall time",
-            crate::report::human_bytes(self.device_bytes),
+            "snapshots on the simulator, {} rounds; µs and ms are wall time unless said",
             self.rounds
         ));
         for m in &self.modes {
             let tag = m.tag_mode;
-            for (label, a) in [("small", &m.latency.small), ("large", &m.latency.large)] {
-                let written = crate::report::human_bytes(a.written_bytes);
-                for (live, cd) in [("none", &a.none_live), ("one", &a.one_live)] {
-                    t.section(&format!(
-                        "tags {tag}: create and delete after {written} written ({label}), {live} other live"
-                    ));
-                    t.row("create_us", show(&cd.create.us));
-                    t.row("create_blocks", blocks(&cd.create));
-                    t.row("delete_us", show(&cd.delete.us));
-                    t.row("delete_blocks", blocks(&cd.delete));
-                }
+            if let Some(l) = &m.latency {
+                latency_text(tag, l, &mut t);
             }
-            t.section(&format!("tags {tag}: large ÷ small"));
-            for (live, r) in [
-                ("none_live", &m.latency.none_live_ratio),
-                ("one_live", &m.latency.one_live_ratio),
-            ] {
-                t.row(&format!("{live}_create_ratio"), show(&r.create));
-                t.row(&format!("{live}_delete_ratio"), show(&r.delete));
+            if let Some(many) = &m.many {
+                many_text(tag, many, &mut t);
             }
-            let many = &m.many;
-            let cases = std::iter::once(&many.one).chain(many.many.as_ref());
-            for w in cases {
+            if let Some(w) = &m.wa {
                 t.section(&format!(
-                    "tags {tag}: {} live snapshots ({} kept versions)",
-                    w.live_before, w.kept_versions
+                    "tags {tag}: hot/cold WA ({} of {} logical blocks used, OP {}, {}, {} × used, a snapshot every {} writes)",
+                    w.used_blocks, w.logical_blocks, w.op_actual, w.policy, w.overwrites, w.interval_blocks
                 ));
-                t.row("create_us", show(&w.create.us));
-                t.row("create_blocks", blocks(&w.create));
-                t.row("delete_us", show(&w.delete.us));
-                t.row("delete_blocks", blocks(&w.delete));
-                t.row("mount_ms", show(&w.mount_ms));
-            }
-            t.section(&format!("tags {tag}: many ÷ one"));
-            t.row("asked", many.asked);
-            t.row("built", many.built);
-            if let Some(why) = &many.refused {
-                t.row("refused", why);
-            }
-            t.row("build_s", many.build_s);
-            t.row(
-                "create_ratio",
-                format!(
-                    "median {} min {}",
-                    many.create_ratio_median, many.create_ratio_min
-                ),
-            );
-            t.row(
-                "delete_ratio",
-                format!(
-                    "median {} min {}",
-                    many.delete_ratio_median, many.delete_ratio_min
-                ),
-            );
-            t.row(
-                "mount_ratio",
-                format!(
-                    "median {} min {}",
-                    many.mount_ratio_median, many.mount_ratio_min
-                ),
-            );
-            t.row(
-                "memory_bytes_per_kept_block",
-                many.memory_bytes_per_kept_block,
-            );
-            t.row("snapshot_versions", many.snapshot_versions);
-            t.row("room_versions", many.room_versions);
-            let w = &m.wa;
-            t.section(&format!(
-                "tags {tag}: hot/cold WA ({} of {} logical blocks used, OP {}, {}, {} × used, a snapshot every {} writes)",
-                w.used_blocks, w.logical_blocks, w.op_actual, w.policy, w.overwrites, w.interval_blocks
-            ));
-            for c in &w.cases {
-                let key = format!("{}_live", c.live);
-                t.row(
-                    &format!("{key}_wa"),
-                    format!(
-                        "{} (gc {} meta {} pad {} of {} host)",
-                        c.wa, c.gc_copies, c.meta_writes, c.pad_blocks, c.host_writes
-                    ),
-                );
-                t.row(
-                    &format!("{key}_meta_per_host_write"),
-                    c.meta_blocks_per_host_write,
-                );
-                t.row(
-                    &format!("{key}_snapshots"),
-                    format!(
-                        "creates {} deletes {} flushes {} max kept {} min room {}",
-                        c.creates,
-                        c.deletes,
-                        c.interval_flushes,
-                        c.max_kept_versions,
-                        c.min_room_versions
-                    ),
-                );
-                if let Some(why) = &c.stopped {
-                    t.row(&format!("{key}_stopped"), why);
+                for c in &w.cases {
+                    wa_case_text(&format!("{}_live", c.live), c, &mut t);
                 }
+            }
+            if let Some(r) = &m.revert {
+                timetravel::revert_text(tag, r, &mut t);
+            }
+            if let Some(d) = &m.diff {
+                timetravel::diff_text(tag, d, &mut t);
+            }
+            if let Some(v) = &m.views {
+                timetravel::views_text(tag, v, &mut t);
+            }
+            if let Some(w) = &m.window {
+                timetravel::window_text(tag, w, &mut t);
+            }
+            if let Some(w) = &m.window_wa {
+                t.section(&format!(
+                    "tags {tag}: hot/cold WA, window {} s against none ({} of {} logical blocks used, OP {}, the clock {} ns per host write)",
+                    w.on.window.as_ref().and_then(|x| x.window_secs).unwrap_or(0),
+                    w.used_blocks,
+                    w.logical_blocks,
+                    w.op_actual,
+                    w.on.window.as_ref().map_or(0, |x| x.clock_ns_per_host_write)
+                ));
+                wa_case_text("off", &w.off, &mut t);
+                wa_case_text("on", &w.on, &mut t);
+                t.row("wa_ratio", w.wa_ratio);
             }
         }
         t.render()
+    }
+}
+
+fn latency_text(tag: &str, l: &Latency, t: &mut Text) {
+    for (label, a) in [("small", &l.small), ("large", &l.large)] {
+        let written = crate::report::human_bytes(a.written_bytes);
+        for (live, cd) in [("none", &a.none_live), ("one", &a.one_live)] {
+            t.section(&format!(
+                "tags {tag}: create and delete after {written} written ({label}), {live} other live"
+            ));
+            t.row("create_us", show(&cd.create.us));
+            t.row("create_blocks", blocks(&cd.create));
+            t.row("delete_us", show(&cd.delete.us));
+            t.row("delete_blocks", blocks(&cd.delete));
+        }
+    }
+    t.section(&format!("tags {tag}: large ÷ small"));
+    for (live, r) in [
+        ("none_live", &l.none_live_ratio),
+        ("one_live", &l.one_live_ratio),
+    ] {
+        t.row(&format!("{live}_create_ratio"), show(&r.create));
+        t.row(&format!("{live}_delete_ratio"), show(&r.delete));
+    }
+}
+
+fn many_text(tag: &str, many: &Many, t: &mut Text) {
+    let cases = std::iter::once(&many.one).chain(many.many.as_ref());
+    for w in cases {
+        t.section(&format!(
+            "tags {tag}: {} live snapshots ({} kept versions)",
+            w.live_before, w.kept_versions
+        ));
+        t.row("create_us", show(&w.create.us));
+        t.row("create_blocks", blocks(&w.create));
+        t.row("delete_us", show(&w.delete.us));
+        t.row("delete_blocks", blocks(&w.delete));
+        t.row("mount_ms", show(&w.mount_ms));
+    }
+    t.section(&format!("tags {tag}: many ÷ one"));
+    t.row("asked", many.asked);
+    t.row("built", many.built);
+    if let Some(why) = &many.refused {
+        t.row("refused", why);
+    }
+    t.row("build_s", many.build_s);
+    t.row(
+        "create_ratio",
+        format!(
+            "median {} min {}",
+            many.create_ratio_median, many.create_ratio_min
+        ),
+    );
+    t.row(
+        "delete_ratio",
+        format!(
+            "median {} min {}",
+            many.delete_ratio_median, many.delete_ratio_min
+        ),
+    );
+    t.row(
+        "mount_ratio",
+        format!(
+            "median {} min {}",
+            many.mount_ratio_median, many.mount_ratio_min
+        ),
+    );
+    t.row(
+        "memory_bytes_per_kept_block",
+        many.memory_bytes_per_kept_block,
+    );
+    t.row("snapshot_versions", many.snapshot_versions);
+    t.row("room_versions", many.room_versions);
+}
+
+fn wa_case_text(key: &str, c: &WaCase, t: &mut Text) {
+    t.row(
+        &format!("{key}_wa"),
+        format!(
+            "{} (gc {} meta {} pad {} of {} host)",
+            c.wa, c.gc_copies, c.meta_writes, c.pad_blocks, c.host_writes
+        ),
+    );
+    t.row(
+        &format!("{key}_meta_per_host_write"),
+        c.meta_blocks_per_host_write,
+    );
+    t.row(
+        &format!("{key}_snapshots"),
+        format!(
+            "creates {} deletes {} flushes {} max kept {} min room {}",
+            c.creates, c.deletes, c.interval_flushes, c.max_kept_versions, c.min_room_versions
+        ),
+    );
+    if let Some(w) = &c.window {
+        let p = &w.points;
+        t.row(
+            &format!("{key}_window"),
+            format!(
+                "{} s simulated: points taken {} given way {} expired {} failed {}, {} held spanning {} s, {} kept",
+                w.simulated_s, p.taken, p.given_way, p.expired, p.failures, p.held, p.span_s, p.kept_versions
+            ),
+        );
+    }
+    if let Some(why) = &c.stopped {
+        t.row(&format!("{key}_stopped"), why);
     }
 }
