@@ -2,7 +2,8 @@
 //! window"): while the volume changes, the core takes a *point* (a
 //! snapshot named `@` + its wall time) at most once per interval, drops
 //! the points older than the window, and drops the oldest point sooner
-//! when a write or trim finds no room: the window gives way first.
+//! when the kept versions crowd the spare space or a write or trim finds
+//! no room: the window gives way first.
 
 use super::range::SnapshotChange;
 use super::Ftl;
@@ -64,11 +65,17 @@ impl Ftl {
         }
         let now = self.window.wall_ns;
         let window_ns = window_secs.saturating_mul(NS_PER_SEC);
+        let crowded = self.window_crowded();
         let (oldest, newest) = self.mapping.history().points();
         if let Some(p) = oldest {
+            let id = p.id;
             if window_secs == 0 || p.wall_ns.saturating_add(window_ns) < now {
-                let id = p.id;
                 self.stats.window_points_expired += 1;
+                self.queue_point_change(SnapshotChange::Delete { id });
+                return;
+            }
+            if crowded {
+                self.stats.window_points_given_way += 1;
                 self.queue_point_change(SnapshotChange::Delete { id });
                 return;
             }
@@ -88,6 +95,17 @@ impl Ftl {
         }
         self.window.changes_at_point = self.window.changes;
         self.queue_point_change(SnapshotChange::Create { name, wall_ns: now });
+    }
+
+    /// Whether the kept versions take more than half of what they may
+    /// use: of the media the logical size leaves free, or of the
+    /// history's room. The window then gives way before writes find no
+    /// room: a window that filled the over-provisioning would leave GC
+    /// no dead blocks to work with.
+    fn window_crowded(&self) -> bool {
+        let kept = self.mapping.history().entry_count();
+        let spare = self.usable_blocks.saturating_sub(self.max_mapped_blocks);
+        kept > spare / 2 || self.history_room() < kept
     }
 
     /// A write or trim found no room while window points hold some: drops
