@@ -17,17 +17,20 @@ fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
 }
 
 /// Tags in OOB (`oob`) or in band.
-fn format(oob: bool) -> Driver<SimDevice> {
+fn format_options(oob: bool) -> FormatOptions {
     let tag_placement = if oob {
         TagPlacement::Auto
     } else {
         TagPlacement::InBand
     };
-    let opts = FormatOptions {
+    FormatOptions {
         tag_placement,
         ..FormatOptions::default()
-    };
-    format_with(oob, opts)
+    }
+}
+
+fn format(oob: bool) -> Driver<SimDevice> {
+    format_with(oob, format_options(oob))
 }
 
 fn both_modes(test: impl Fn(bool)) {
@@ -664,15 +667,7 @@ fn bad_reverts_get_typed_errors() {
 }
 
 fn format_window(oob: bool, window_secs: u64, clock: &Arc<AtomicU64>) -> Driver<SimDevice> {
-    let tag_placement = if oob {
-        TagPlacement::Auto
-    } else {
-        TagPlacement::InBand
-    };
-    let opts = FormatOptions {
-        tag_placement,
-        ..FormatOptions::default()
-    };
+    let opts = format_options(oob);
     let cfg = FtlConfig {
         protect_window_secs: Some(window_secs),
         ..FtlConfig::default()
