@@ -29,7 +29,6 @@ use crate::addr::{Epoch, Seq};
 pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
 use crate::note::{chunk_payload_bytes, LogBlock};
-use std::collections::HashMap;
 
 const STRUCTURE: &str = "checkpoint";
 
@@ -978,11 +977,16 @@ fn decode_snapshot_table(
         if !(1..=MAX_SNAPSHOT_NAME_BYTES).contains(&name_len) {
             return Err(bad("snapshot name_len", name_len as u64, "1 ..= 63"));
         }
-        crate::codec::zero_bytes(
-            "checkpoint snapshot table",
-            "snapshot name padding",
-            &field[name_len..],
-        )?;
+        // The padding is checked as a whole (one OR over it); the byte at
+        // fault is looked for only when it is not all zero.
+        let padding = &field[name_len..];
+        if padding.iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            crate::codec::zero_bytes(
+                "checkpoint snapshot table",
+                "snapshot name padding",
+                padding,
+            )?;
+        }
         let name = std::str::from_utf8(&field[..name_len])
             .map_err(|_| bad("snapshot name", id.into(), "valid UTF-8"))?;
         if id >= next_id {
@@ -1089,10 +1093,15 @@ fn decode_history(payload: &[u8], h: &Header) -> Result<Vec<HistoryRecord>, Form
     crate::codec::need(S, payload, 8)?;
     let count = get_u64(payload, 0);
     payload_fits(S, payload, 8, count, HISTORY_RECORD_BYTES)?;
-    let mut r = Reader::new(payload, 8);
     let mut out: Vec<HistoryRecord> = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let (lba, kill_seq, value, birth) = (r.u64(), r.u64(), r.u32(), r.u32());
+    for record in payload[8..].chunks_exact(HISTORY_RECORD_BYTES) {
+        let record: &[u8; HISTORY_RECORD_BYTES] = record.try_into().expect("an exact chunk");
+        let (lba, kill_seq, value, birth) = (
+            get_u64(record, 0),
+            get_u64(record, 8),
+            get_u32(record, 16),
+            get_u32(record, 20),
+        );
         if out
             .last()
             .is_some_and(|p| (lba, kill_seq) <= (p.lba, p.kill_seq))
@@ -1164,19 +1173,14 @@ fn decode_sweeps(payload: &[u8], h: &Header) -> Result<Vec<(Seq, Seq)>, FormatEr
 /// device at hand, which tells shared values from addresses).
 fn check_shared(image: &CheckpointImage, bounds: Option<Bounds>) -> Result<(), FormatError> {
     let bad = |what: String| Err(FormatError::SharedTable(what));
-    let mut refs: HashMap<u32, u32> = HashMap::with_capacity(image.shared.len());
-    let mut ppas = std::collections::HashSet::with_capacity(image.shared.len());
     let mut previous = None;
     for e in &image.shared {
         if previous.is_some_and(|p| e.id <= p) {
             return bad(format!("entry {} out of order", e.id));
         }
         previous = Some(e.id);
-        if e.refs == 0 || !ppas.insert(e.ppa) {
-            return bad(format!(
-                "entry {} has no references or a block named twice",
-                e.id
-            ));
+        if e.refs == 0 {
+            return bad(format!("entry {} has no references", e.id));
         }
         if let Some(b) = bounds {
             let id_room = u64::from(u32::MAX) - b.physical_blocks;
@@ -1187,14 +1191,37 @@ fn check_shared(image: &CheckpointImage, bounds: Option<Bounds>) -> Result<(), F
                 ));
             }
         }
-        refs.insert(e.id, 0);
     }
+    let mut ppas: Vec<u32> = image.shared.iter().map(|e| e.ppa).collect();
+    ppas.sort_unstable();
+    if let Some(w) = ppas.windows(2).find(|w| w[0] == w[1]) {
+        return bad(format!("block {} named by two entries", w[0]));
+    }
+    // The ids increase strictly (checked above), so an id's entry is found
+    // by its offset from the first when they are dense, else by a binary
+    // search; `refs` counts by entry.
+    let len = image.shared.len();
+    let first = image.shared.first().map_or(0, |e| e.id);
+    let dense = image
+        .shared
+        .last()
+        .is_none_or(|e| (e.id - first) as usize + 1 == len);
+    let index = |id: u32| -> Option<usize> {
+        if dense {
+            id.checked_sub(first)
+                .map(|i| i as usize)
+                .filter(|&i| i < len)
+        } else {
+            image.shared.binary_search_by_key(&id, |e| e.id).ok()
+        }
+    };
+    let mut refs = vec![0u32; len];
     // A history entry holds a reference of its own (format.md, "Snapshots
     // and time"): refs counts them with the leaf entries.
     for h in &image.history {
         if let Some(id) = h.value {
-            match refs.get_mut(&id) {
-                Some(n) => *n = n.saturating_add(1),
+            match index(id) {
+                Some(i) => refs[i] = refs[i].saturating_add(1),
                 None => {
                     return bad(format!(
                     "history entry (lba {}, kill seq {}) names entry {id}, which the table lacks",
@@ -1211,17 +1238,17 @@ fn check_shared(image: &CheckpointImage, bounds: Option<Bounds>) -> Result<(), F
             .filter(|&&v| v != UNMAPPED && u64::from(v) >= b.physical_blocks)
         {
             let id = v - b.physical_blocks as u32;
-            match refs.get_mut(&id) {
-                Some(n) => *n += 1,
+            match index(id) {
+                Some(i) => refs[i] = refs[i].saturating_add(1),
                 None => return bad(format!("a leaf names entry {id}, which the table lacks")),
             }
         }
     }
-    for e in &image.shared {
-        if refs[&e.id] != e.refs {
+    for (e, &held) in image.shared.iter().zip(&refs) {
+        if held != e.refs {
             return bad(format!(
-                "entry {} records {} references, the leaves and the history hold {}",
-                e.id, e.refs, refs[&e.id]
+                "entry {} records {} references, the leaves and the history hold {held}",
+                e.id, e.refs
             ));
         }
     }
@@ -1867,6 +1894,67 @@ mod tests {
         // An empty section is never written, so it is refused.
         let b = with_sections(&small_image(), &[(4, 0, sweeps_payload(0, &[]))]);
         assert!(CheckpointImage::decode(&b, 800).is_err());
+    }
+
+    #[test]
+    fn shared_entries_are_found_with_sparse_and_dense_ids() {
+        // Leaf entries 9, 10, 11 of leaf 1 name the entries `ids` (800
+        // physical blocks), one reference each, blocks 40, 41, 42.
+        let image_with = |ids: [u32; 3], named: [u32; 3]| {
+            let mut image = small_image();
+            for (i, id) in named.into_iter().enumerate() {
+                image.leaves[0].1[9 + i] = 800 + id;
+            }
+            image.crcs = Some(vec![1, 2, 3, 4, 5]);
+            image.shared = (0..3)
+                .map(|i| SharedRecord {
+                    id: ids[i],
+                    ppa: 40 + i as u32,
+                    refs: 1,
+                    crc: 0,
+                })
+                .collect();
+            image
+        };
+        let unchecked = |x: CheckpointImage| x.encode_unchecked();
+        for ids in [[3, 5, 9], [3, 4, 5]] {
+            let image = image_with(ids, ids);
+            assert_eq!(
+                CheckpointImage::decode(&image.encode(), 800),
+                Ok(image.clone())
+            );
+        }
+        // A leaf naming an id the table lacks: between, below or past the
+        // ids, sparse or dense.
+        for (ids, named) in [
+            ([3, 5, 9], [3, 4, 9]),
+            ([3, 5, 9], [2, 5, 9]),
+            ([3, 5, 9], [3, 5, 10]),
+            ([3, 4, 5], [2, 4, 5]),
+            ([3, 4, 5], [3, 4, 6]),
+        ] {
+            assert!(
+                matches!(
+                    CheckpointImage::decode(&unchecked(image_with(ids, named)), 800),
+                    Err(FormatError::SharedTable(_))
+                ),
+                "ids {ids:?}, leaves name {named:?}"
+            );
+        }
+        // Two entries naming one block.
+        let mut wrong = image_with([3, 5, 9], [3, 5, 9]);
+        wrong.shared[2].ppa = 40;
+        assert!(matches!(
+            CheckpointImage::decode(&unchecked(wrong), 800),
+            Err(FormatError::SharedTable(_))
+        ));
+        // A count that disagrees with the leaves, in the middle of the table.
+        let mut wrong = image_with([3, 5, 9], [3, 5, 9]);
+        wrong.shared[1].refs = 2;
+        assert!(matches!(
+            CheckpointImage::decode(&unchecked(wrong), 800),
+            Err(FormatError::SharedTable(_))
+        ));
     }
 
     #[test]

@@ -193,6 +193,42 @@ struct Sweep {
     to: Seq,
 }
 
+/// [`History`]'s kept versions by `(lba, kill seq)`.
+type Entries = BTreeMap<(Lba, Seq), Version>;
+/// The same keys by `(kill seq, lba)`.
+type ByKill = BTreeSet<(Seq, Lba)>;
+
+/// The ordered entries and their index by kill seq, built in bulk from
+/// records sorted by `(lba, kill seq)` (as a checkpoint stores them): a
+/// sorted input is checked in one pass and loaded without a search per
+/// key. Records out of order are sorted first; a key given twice is an
+/// error.
+fn bulk_entries(records: &[HistoryRecord]) -> Result<(Entries, ByKill), String> {
+    let key = |e: &HistoryRecord| (e.lba, e.kill_seq);
+    let mut sorted: Vec<((Lba, Seq), Version)> = records
+        .iter()
+        .map(|e| {
+            let version = Version {
+                value: e.value,
+                birth: e.birth,
+            };
+            (key(e), version)
+        })
+        .collect();
+    if !sorted.is_sorted_by(|a, b| a.0 < b.0) {
+        sorted.sort_unstable_by_key(|&(k, _)| k);
+        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+            let (lba, seq) = w[0].0;
+            return Err(format!("block {lba} replaced twice at seq {seq}"));
+        }
+    }
+    let mut kills: Vec<(Seq, Lba)> = sorted.iter().map(|&((l, q), _)| (q, l)).collect();
+    kills.sort_unstable();
+    // Both inputs are sorted and free of repeats: `from_iter` finds them
+    // sorted in one pass and builds each tree leaf by leaf.
+    Ok((sorted.into_iter().collect(), kills.into_iter().collect()))
+}
+
 /// The snapshot books. See the module documentation.
 #[derive(Clone, Debug)]
 pub struct History {
@@ -242,6 +278,8 @@ impl History {
     ) -> Result<History, String> {
         let mut h = History::new(capacity, epoch);
         h.next_id = next_id;
+        h.snapshots.reserve_exact(snapshots.len());
+        h.names.reserve(snapshots.len());
         for s in snapshots {
             if s.deleting {
                 return Err(format!("snapshot {} is marked deleting", s.id));
@@ -267,9 +305,7 @@ impl History {
                 entries.len()
             ));
         }
-        for e in entries {
-            h.insert(e.lba, e.kill_seq, e.value, e.birth);
-        }
+        (h.entries, h.by_kill) = bulk_entries(entries)?;
         h.sweeps.extend(sweeps.iter().map(|&(from, to)| Sweep {
             next: (from + 1, 0),
             to,
@@ -712,6 +748,72 @@ mod tests {
         }
         assert_eq!(total, 300);
         assert_eq!(h.entry_count(), 0);
+    }
+
+    #[test]
+    fn from_checkpoint_loads_records_in_any_order_and_refuses_repeats() {
+        let record = |lba, kill_seq, value| HistoryRecord {
+            lba,
+            kill_seq,
+            value,
+            birth: 1,
+        };
+        let snapshot = SnapshotRecord {
+            id: 0,
+            epoch: 1,
+            create_seq: 10,
+            wall_ns: 0,
+            parent: LIVE_VOLUME,
+            deleting: false,
+            name: "a".into(),
+        };
+        let load = |entries: &[HistoryRecord]| {
+            History::from_checkpoint(
+                100,
+                2,
+                std::slice::from_ref(&snapshot),
+                1,
+                &[],
+                entries,
+                &[],
+            )
+        };
+        let sorted = [
+            record(3, 12, Some(1)),
+            record(3, 15, Some(2)),
+            record(4, 11, None),
+            record(9, 13, Some(3)),
+        ];
+        let mut shuffled = sorted;
+        shuffled.reverse();
+        shuffled.swap(0, 2);
+        for entries in [&sorted[..], &shuffled[..]] {
+            let h = load(entries).unwrap();
+            let kept: Vec<_> = h.entries().map(|(l, q, v)| (l, q, v.value)).collect();
+            assert_eq!(
+                kept,
+                vec![
+                    (3, 12, Some(1)),
+                    (3, 15, Some(2)),
+                    (4, 11, None),
+                    (9, 13, Some(3))
+                ]
+            );
+            let by_kill: Vec<_> = h.by_kill.iter().copied().collect();
+            assert_eq!(by_kill, vec![(11, 4), (12, 3), (13, 9), (15, 3)]);
+            assert_eq!(h.version_at(3, 10, 1), Some(Some(1)));
+            assert_eq!(h.entry_count(), 4);
+        }
+        let mut repeated = sorted.to_vec();
+        repeated.push(record(3, 15, Some(7)));
+        assert!(
+            load(&repeated).is_err(),
+            "one block replaced twice at one seq"
+        );
+        assert!(
+            History::from_checkpoint(3, 2, &[], 1, &[], &sorted, &[]).is_err(),
+            "more entries than the bound"
+        );
     }
 
     #[test]

@@ -162,7 +162,11 @@ impl Mapping {
         }
         // The liveness claims come from the unpacked leaves the checkpoint
         // decoded, not from the packed map: one plain load per entry.
-        let mut counted: std::collections::HashMap<SharedId, u32> = Default::default();
+        // References are counted by id: `from_entries` took the ids in
+        // increasing order below the table's capacity, and a live id is
+        // one of them.
+        let ids = shared.last().map_or(0, |&(id, ..)| id as usize + 1);
+        let mut counted = vec![0u32; ids];
         for (lba, raw) in leaf_entries(leaves) {
             match m.target_of(Ppa(raw)) {
                 Target::Direct(ppa) => m.take_checked(ppa).map_err(|_| {
@@ -171,7 +175,7 @@ impl Mapping {
                         ppa.0
                     )
                 })?,
-                Target::Shared(id) if m.shared.is_live(id) => *counted.entry(id).or_default() += 1,
+                Target::Shared(id) if m.shared.is_live(id) => counted[id as usize] += 1,
                 Target::Shared(id) => {
                     return Err(format!(
                         "block {lba} names shared entry {id}, which does not exist"
@@ -182,7 +186,7 @@ impl Mapping {
         for (lba, seq, v) in m.history.entries() {
             match v.value {
                 Some(id) if m.shared.is_live(id) => {
-                    *counted.entry(id).or_default() += 1;
+                    counted[id as usize] += 1;
                     m.shared.add_kept(id);
                 }
                 Some(id) => {
@@ -194,7 +198,7 @@ impl Mapping {
             }
         }
         for &(id, _, refs, _) in shared {
-            let held = counted.get(&id).copied().unwrap_or(0);
+            let held = counted[id as usize];
             if held != refs {
                 return Err(format!(
                     "shared entry {id} records {refs} references, the map holds {held}"
