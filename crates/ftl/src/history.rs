@@ -321,6 +321,7 @@ impl History {
     }
 
     /// Whether replaced versions may be needed: a snapshot is live.
+    #[inline]
     pub fn keeps_versions(&self) -> bool {
         !self.snapshots.is_empty()
     }
@@ -470,6 +471,7 @@ impl History {
 
     /// A change of epoch `self.epoch()` gave `lba` new contents. Births are
     /// kept from the first create until the books are empty again.
+    #[inline]
     pub fn born(&mut self, lba: Lba) {
         if !self.is_idle() {
             self.births.set(lba, self.epoch);
@@ -631,6 +633,7 @@ impl History {
     }
 
     /// No snapshot, kept version or sweep: births are not needed.
+    #[inline]
     pub fn is_idle(&self) -> bool {
         self.snapshots.is_empty() && self.entries.is_empty() && self.sweeps.is_empty()
     }

@@ -518,16 +518,24 @@ impl Mapping {
     /// `old` (a map value and its CRC, or unmapped; the CRC is only known
     /// while a snapshot is live): keeps that version if a snapshot needs
     /// it, else drops what it held. The one place a version ends.
+    #[inline]
     fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
         if !self.history.keeps_versions() {
             // No snapshot: nothing is kept (the write path without
-            // snapshots costs no birth lookup).
+            // snapshots costs no birth lookup, and no call: this part is
+            // inlined into the write path).
             if let Some((raw, _)) = old {
                 self.release_value(raw);
             }
             self.history.born(lba);
             return;
         }
+        self.retire_kept(lba, old, seq);
+    }
+
+    /// [`Self::retire`] while a snapshot is live.
+    #[inline(never)]
+    fn retire_kept(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
         let birth = self.history.birth(lba);
         // An unmapped version is never kept: `History::version_at` tells
         // it from the births.
