@@ -145,7 +145,9 @@ impl Volume for Dummy {
             // NBD has no range operations: the server never sends one.
             Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
             // Nor snapshot changes.
-            r @ (Request::SnapshotCreate { .. } | Request::SnapshotDelete { .. }) => {
+            r @ (Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::SnapshotRevert { .. }) => {
                 panic!("the NBD server sent {r:?}")
             }
         };
