@@ -80,7 +80,7 @@ use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
-    changed_runs, diff_requests, join_runs, snapshot_create_request, snapshot_data,
+    changed_runs, diff_requests, diff_volume, join_runs, snapshot_create_request, snapshot_data,
     snapshot_revert_request,
 };
 use zftl_core::{
@@ -522,11 +522,7 @@ impl<B: Send + 'static> Handle<B> {
         until: Option<&str>,
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         let (since, until) = diff_ids(self.snapshots()?, since, until)?;
-        let mut runs = Vec::new();
-        for request in diff_requests(since, until, self.logical_blocks()) {
-            join_runs(&mut runs, self.call(request).map(changed_runs)?);
-        }
-        Ok(runs)
+        diff_volume(since, until, self.logical_blocks(), |r| self.call(r))
     }
 
     /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds
@@ -1506,11 +1502,7 @@ impl<B: Backend> InlineHandle<B> {
         until: Option<&str>,
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         let (since, until) = diff_ids(self.snapshots()?, since, until)?;
-        let mut runs = Vec::new();
-        for request in diff_requests(since, until, self.logical_blocks()) {
-            join_runs(&mut runs, self.call(request).map(changed_runs)?);
-        }
-        Ok(runs)
+        diff_volume(since, until, self.logical_blocks(), |r| self.call(r))
     }
 
     /// See [`Handle::read_snapshot`].

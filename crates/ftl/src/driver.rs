@@ -385,11 +385,8 @@ impl<B: Backend> Driver<B> {
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         let since = self.snapshot_named(since)?.id;
         let until = until.map(|n| self.snapshot_named(n)).transpose()?;
-        let mut runs = Vec::new();
-        for request in diff_requests(since, until.map(|s| s.id), self.logical_blocks()) {
-            join_runs(&mut runs, changed_runs(self.call(request)?));
-        }
-        Ok(runs)
+        let blocks = self.logical_blocks();
+        diff_volume(since, until.map(|s| s.id), blocks, |r| self.call(r))
     }
 
     /// Reads blocks as snapshot `snapshot` holds them.
@@ -509,6 +506,23 @@ pub fn snapshot_data(reply: ReplyData) -> Snapshot {
         ReplyData::Snapshot(s) => s,
         other => unreachable!("snapshot change answered with {other:?}"),
     }
+}
+
+/// Every run of blocks that differs between snapshot `since` and `until`
+/// (`None`: the live volume) on a volume of `logical_blocks`, asking
+/// `call` the [`diff_requests`] in turn (a blocking caller's whole-volume
+/// diff).
+pub fn diff_volume(
+    since: SnapshotId,
+    until: Option<SnapshotId>,
+    logical_blocks: u64,
+    mut call: impl FnMut(Request) -> Result<ReplyData, IoError>,
+) -> Result<Vec<(Lba, u64)>, IoError> {
+    let mut runs = Vec::new();
+    for request in diff_requests(since, until, logical_blocks) {
+        join_runs(&mut runs, changed_runs(call(request)?));
+    }
+    Ok(runs)
 }
 
 /// The runs of a `Request::Changed` answer.

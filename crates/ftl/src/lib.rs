@@ -46,7 +46,7 @@ pub use backend::{
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};
 pub use driver::{
-    changed_runs, diff_requests, join_runs, snapshot_create_request, snapshot_data,
+    changed_runs, diff_requests, diff_volume, join_runs, snapshot_create_request, snapshot_data,
     snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError};
