@@ -742,11 +742,14 @@ pub enum ErrorKind {
     /// malformed or starting with `@`, too many snapshots, a volume that
     /// cannot take them).
     Snapshot,
+    /// A fork request was refused (no such fork, name taken or malformed,
+    /// too many forks, a window point as its base, no room for its map).
+    Fork,
 }
 
 impl ErrorKind {
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::Parse,
         ErrorKind::UnknownOp,
         ErrorKind::TooLong,
@@ -766,6 +769,7 @@ impl ErrorKind {
         ErrorKind::DeviceGone,
         ErrorKind::SnapshotSpace,
         ErrorKind::Snapshot,
+        ErrorKind::Fork,
     ];
 
     /// The name as the protocol spells it.
@@ -788,6 +792,7 @@ impl ErrorKind {
             ErrorKind::SharingFull => "sharing_full",
             ErrorKind::SnapshotSpace => "snapshot_space",
             ErrorKind::Snapshot => "snapshot",
+            ErrorKind::Fork => "fork",
             ErrorKind::AttributeTableFull => "attribute_table_full",
             ErrorKind::DeviceGone => "device_gone",
         }
@@ -854,6 +859,7 @@ impl From<&IoError> for ControlError {
             IoError::DeviceGone => (ErrorKind::DeviceGone, None),
             IoError::SnapshotSpace => (ErrorKind::SnapshotSpace, None),
             IoError::Snapshot(_) => (ErrorKind::Snapshot, None),
+            IoError::Fork(_) => (ErrorKind::Fork, None),
         };
         ControlError {
             kind,

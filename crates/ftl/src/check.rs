@@ -288,7 +288,7 @@ fn check_summaries<B: Backend>(
                 continue;
             }
             let lba = Lba::from(lba);
-            let direct = lba < r.mapping.logical_blocks()
+            let direct = lba < r.mapping.space_blocks()
                 && r.mapping.target(lba) == Some(Target::Direct(ppa));
             // A block the summary names may since have become shared.
             if !direct && r.mapping.find_shared(ppa).is_none() {

@@ -82,6 +82,9 @@ pub const SNAPSHOT_FLAG_DELETING: u32 = 1;
 /// A snapshot's `parent` when it was taken of the live volume.
 pub const PARENT_LIVE_VOLUME: u32 = u32::MAX;
 
+use crate::fork::space_blocks;
+pub use crate::fork::ForkRecord;
+
 /// Section kinds of checkpoint version 3 (docs/format.md, "Snapshots and
 /// time"). Never reuse a code; a reader refuses a kind it does not know.
 pub mod section_kind {
@@ -89,7 +92,15 @@ pub mod section_kind {
     pub const BIRTHS: u32 = 2;
     pub const HISTORY: u32 = 3;
     pub const SWEEPS: u32 = 4;
+    // 5 and 6 are kept for the clock and window sections.
+    pub const FORKS: u32 = 7;
 }
+
+/// Bytes of one fork record in the fork section.
+pub const FORK_RECORD_BYTES: usize = 96;
+/// Bytes of one diverged leaf in the fork section: leaf index, 1024 bits.
+pub const FORK_LEAF_BYTES: usize = 4 + LEAF_ENTRIES / 8;
+const _: () = assert!(FORK_RECORD_BYTES == 4 + 4 + 4 + 4 + 8 + 8 + 1 + MAX_SNAPSHOT_NAME_BYTES);
 /// Bytes of one shared-table entry.
 pub const SHARED_ENTRY_BYTES: usize = 16;
 /// Bytes of one attribute range.
@@ -251,6 +262,10 @@ pub struct CheckpointImage {
     /// Kill-seq ranges `(from, to)` a delete or window move has not swept
     /// yet, by `from`, disjoint (version 3).
     pub sweeps: Vec<(Seq, Seq)>,
+    /// The live forks, by slot, with their diverged leaves (version 3).
+    pub forks: Vec<ForkRecord>,
+    /// The id the next fork create gets (version 3).
+    pub next_fork_id: u32,
 }
 
 /// A fresh, all-unmapped leaf.
@@ -314,6 +329,8 @@ impl CheckpointImage {
             || !self.births.is_empty()
             || !self.history.is_empty()
             || !self.sweeps.is_empty()
+            || !self.forks.is_empty()
+            || self.next_fork_id > 0
     }
 
     /// The sections this image writes, `(kind, payload)` in kind order: a
@@ -381,7 +398,41 @@ impl CheckpointImage {
             }
             out.push((section_kind::SWEEPS, w.bytes));
         }
+        if !self.forks.is_empty() || self.next_fork_id > 0 {
+            out.push((section_kind::FORKS, self.encode_forks()));
+        }
         out
+    }
+
+    /// Section 7: `u32 count, u32 next_id`, `count` 96-byte records, then
+    /// each record's diverged leaves in record order.
+    fn encode_forks(&self) -> Vec<u8> {
+        let leaves: usize = self.forks.iter().map(|f| f.diverged.len()).sum();
+        let bytes = 8 + self.forks.len() * FORK_RECORD_BYTES + leaves * FORK_LEAF_BYTES;
+        let mut w = Writer::with_capacity(bytes);
+        w.u32(u32::try_from(self.forks.len()).expect("forks fit u32"));
+        w.u32(self.next_fork_id);
+        for r in &self.forks {
+            let f = &r.fork;
+            let name = f.name.as_bytes();
+            assert!((1..=MAX_SNAPSHOT_NAME_BYTES).contains(&name.len()));
+            w.u32(f.id);
+            w.u32(f.slot);
+            w.u32(f.base);
+            w.u32(u32::try_from(r.diverged.len()).expect("leaves fit u32"));
+            w.u64(f.create_seq);
+            w.u64(f.wall_ns);
+            w.u8(name.len() as u8);
+            w.bytes.extend_from_slice(name);
+            w.bytes
+                .resize(w.bytes.len() + MAX_SNAPSHOT_NAME_BYTES - name.len(), 0);
+        }
+        for (index, words) in self.forks.iter().flat_map(|r| &r.diverged) {
+            w.u32(*index);
+            words.iter().for_each(|&word| w.u64(word));
+        }
+        assert_eq!(w.bytes.len(), bytes);
+        w.bytes
     }
 
     /// The stream in checkpoint format `version` (1, 2 or 3) without the
@@ -646,11 +697,11 @@ fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
     if h.zone_count == 0 {
         return Err(range("zone_count", 0, "at least 1"));
     }
-    if u64::from(h.leaf_count) > leaves_for(h.logical_blocks) {
+    if u64::from(h.leaf_count) > leaves_for(space_blocks(h.logical_blocks, h.crc_table)) {
         return Err(range(
             "leaf_count",
             h.leaf_count.into(),
-            "at most ceil(logical_blocks / 1024)",
+            "at most ceil(logical_blocks × (1 + fork slots) / 1024)",
         ));
     }
     Ok(h)
@@ -721,11 +772,12 @@ fn decode_leaf(
     if let Some(previous) = previous.filter(|&p| index <= p) {
         return Err(FormatError::LeafOrder { previous, index });
     }
-    if u64::from(index) >= leaves_for(h.logical_blocks) {
+    let space = space_blocks(h.logical_blocks, h.crc_table);
+    if u64::from(index) >= leaves_for(space) {
         return Err(range(
             "leaf_index",
             index.into(),
-            "below ceil(logical_blocks / 1024)",
+            "below ceil(logical_blocks × (1 + fork slots) / 1024)",
         ));
     }
     let first_lba = u64::from(index) * LEAF_ENTRIES as u64;
@@ -735,11 +787,11 @@ fn decode_leaf(
         if ppa == UNMAPPED {
             continue;
         }
-        if first_lba + i as u64 >= h.logical_blocks {
+        if first_lba + i as u64 >= space {
             return Err(range(
                 "leaf entry lba",
                 first_lba + i as u64,
-                "mapped entries lie below logical_blocks",
+                "mapped entries lie below logical_blocks × (1 + fork slots)",
             ));
         }
         // Shared values (version 2) are checked against the shared table.
@@ -785,6 +837,8 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         births: Vec::new(),
         history: Vec::new(),
         sweeps: Vec::new(),
+        forks: Vec::new(),
+        next_fork_id: 0,
     };
     let counted = image.mapped_blocks();
     if counted != h.mapped_blocks {
@@ -825,6 +879,8 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         births: sections.births,
         history: sections.history,
         sweeps: sections.sweeps,
+        forks: sections.forks,
+        next_fork_id: sections.next_fork_id,
         ..image
     };
     check_shared(&image, bounds)?;
@@ -840,6 +896,8 @@ struct Sections {
     births: Vec<Leaf>,
     history: Vec<HistoryRecord>,
     sweeps: Vec<(Seq, Seq)>,
+    forks: Vec<ForkRecord>,
+    next_fork_id: u32,
 }
 
 fn section_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
@@ -859,11 +917,13 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
     for _ in 0..h.section_count {
         crate::codec::need("checkpoint section header", rest, SECTION_HEADER_BYTES)?;
         let kind = get_u32(rest, 0);
-        if !(section_kind::SNAPSHOTS..=section_kind::SWEEPS).contains(&kind) {
+        let known = (section_kind::SNAPSHOTS..=section_kind::SWEEPS).contains(&kind)
+            || kind == section_kind::FORKS;
+        if !known {
             return Err(section_range(
                 "kind",
                 kind.into(),
-                "a section kind this build knows (1 ..= 4); a newer zftl wrote it, and skipping it could lose state",
+                "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
             ));
         }
         if kind <= previous {
@@ -893,6 +953,7 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
             section_kind::BIRTHS => out.births = decode_births(payload, h)?,
             section_kind::HISTORY => out.history = decode_history(payload, h)?,
             section_kind::SWEEPS => out.sweeps = decode_sweeps(payload, h)?,
+            section_kind::FORKS => (out.forks, out.next_fork_id) = decode_forks(payload, h)?,
             _ => unreachable!("section kind {kind} checked above"),
         }
         rest = &rest[end..];
@@ -935,6 +996,105 @@ fn payload_fits(
         ));
     }
     Ok(())
+}
+
+/// Section 7: `u32 count, u32 next_id`, `count` 96-byte fork records,
+/// then each record's diverged leaves, in record order.
+fn decode_forks(payload: &[u8], h: &Header) -> Result<(Vec<ForkRecord>, u32), FormatError> {
+    const S: &str = "checkpoint fork table (payload size implied by its counts)";
+    crate::codec::need(S, payload, 8)?;
+    let (count, next_id) = (get_u32(payload, 0), get_u32(payload, 4));
+    let bad = |field, value: u64, rule| section_range(field, value, rule);
+    if count == 0 && next_id == 0 {
+        return Err(bad(
+            "fork table",
+            0,
+            "written only with a fork or a next id above 0",
+        ));
+    }
+    if count as usize > crate::fork::MAX_FORKS {
+        return Err(bad("fork count", count.into(), "at most MAX_FORKS (15)"));
+    }
+    let records_end = 8 + count as usize * FORK_RECORD_BYTES;
+    crate::codec::need(S, payload, records_end)?;
+    let mut out: Vec<ForkRecord> = Vec::with_capacity(count as usize);
+    let mut leaf_counts = Vec::with_capacity(count as usize);
+    for record in payload[8..records_end].chunks_exact(FORK_RECORD_BYTES) {
+        let mut r = Reader::new(record, 0);
+        let (id, slot, base, leaves) = (r.u32(), r.u32(), r.u32(), r.u32());
+        let (create_seq, wall_ns) = (r.u64(), r.u64());
+        let name_len = usize::from(r.u8());
+        let field = &record[r.pos()..];
+        if !(1..=MAX_SNAPSHOT_NAME_BYTES).contains(&name_len) {
+            return Err(bad("fork name_len", name_len as u64, "1 ..= 63"));
+        }
+        crate::codec::zero_bytes(
+            "checkpoint fork table",
+            "fork name padding",
+            &field[name_len..],
+        )?;
+        let name = std::str::from_utf8(&field[..name_len])
+            .map_err(|_| bad("fork name", id.into(), "valid UTF-8"))?;
+        if create_seq >= h.next_seq {
+            return Err(bad(
+                "fork create seq",
+                create_seq,
+                "below the checkpoint's next seq",
+            ));
+        }
+        let volume = h.logical_blocks;
+        let fork = crate::fork::Fork {
+            id,
+            name: name.to_string(),
+            base,
+            slot,
+            lba_offset: volume.saturating_mul(u64::from(slot) + 1),
+            block_count: volume,
+            create_seq,
+            wall_ns,
+        };
+        leaf_counts.push(u64::from(leaves));
+        out.push(ForkRecord {
+            fork,
+            diverged: Vec::new(),
+        });
+    }
+    let total: u64 = leaf_counts.iter().sum();
+    let implied = total
+        .checked_mul(FORK_LEAF_BYTES as u64)
+        .and_then(|n| n.checked_add(records_end as u64));
+    if implied != Some(payload.len() as u64) {
+        return Err(FormatError::Length {
+            structure: S,
+            expected: implied.unwrap_or(u64::MAX),
+            actual: payload.len() as u64,
+        });
+    }
+    let leaves_per_region = leaves_for(h.logical_blocks);
+    let mut r = Reader::new(payload, records_end);
+    for (record, &n) in out.iter_mut().zip(&leaf_counts) {
+        for _ in 0..n {
+            let index = r.u32();
+            let mut words = [0u64; LEAF_ENTRIES / 64];
+            words.iter_mut().for_each(|w| *w = r.u64());
+            if u64::from(index) >= leaves_per_region {
+                return Err(bad(
+                    "fork diverged leaf",
+                    index.into(),
+                    "inside the fork's region",
+                ));
+            }
+            if record.diverged.last().is_some_and(|&(p, _)| index <= p) {
+                return Err(bad(
+                    "fork diverged leaf",
+                    index.into(),
+                    "strictly increasing",
+                ));
+            }
+            record.diverged.push((index, words));
+        }
+    }
+    Ok((out, next_id))
 }
 
 /// Section 1: `u32 count, u32 next_id`, then `count` 96-byte records.
@@ -1395,6 +1555,8 @@ mod tests {
             births: Vec::new(),
             history: Vec::new(),
             sweeps: Vec::new(),
+            forks: Vec::new(),
+            next_fork_id: 0,
         }
     }
 
@@ -1674,7 +1836,7 @@ mod tests {
                 zones: zones[..zone_count as usize].to_vec(),
                 leaves, crcs: None, shared: Vec::new(), attrs: Vec::new(), clean: false,
                 snapshots: Vec::new(), next_snapshot_id: 0, births: Vec::new(),
-                history: Vec::new(), sweeps: Vec::new(),
+                history: Vec::new(), sweeps: Vec::new(), forks: Vec::new(), next_fork_id: 0,
             };
             if let Some(parts) = snap {
                 add_snapshot_state(&mut image, parts, physical);
@@ -1790,6 +1952,63 @@ mod tests {
     }
 
     #[test]
+    fn the_fork_section_round_trips_and_is_checked() {
+        let mut image = small_image();
+        let mut bits = [0u64; LEAF_ENTRIES / 64];
+        bits[3] = 0b101;
+        let fork = |id: u32, slot: u32, name: &str| crate::fork::Fork {
+            id,
+            name: name.to_string(),
+            base: 0,
+            slot,
+            lba_offset: 1500 * (u64::from(slot) + 1),
+            block_count: 1500,
+            create_seq: 900 + u64::from(id),
+            wall_ns: 77,
+        };
+        image.forks = vec![
+            ForkRecord {
+                fork: fork(1, 0, "dev"),
+                diverged: vec![(0, bits), (1, bits)],
+            },
+            ForkRecord {
+                fork: fork(4, 2, "test"),
+                diverged: Vec::new(),
+            },
+        ];
+        image.next_fork_id = 5;
+        // A fork's block mapped in its region (slot 0: blocks 1500..3000).
+        let mut leaf = empty_leaf();
+        leaf[1] = 6;
+        image.leaves.push((2, leaf));
+        if let Some(crcs) = &mut image.crcs {
+            crcs.push(0xabcd);
+        }
+        let b = image.encode();
+        assert_eq!(CheckpointImage::decode(&b, 800), Ok(image.clone()));
+        // A diverged leaf past the region, and a count past MAX_FORKS.
+        let mut past = image.clone();
+        past.forks[0].diverged[1].0 = 2;
+        let e = CheckpointImage::decode(&past.encode_version(CHECKPOINT_VERSION), 800);
+        assert!(
+            matches!(
+                e,
+                Err(FormatError::OutOfRange {
+                    field: "fork diverged leaf",
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let mut many = b.clone();
+        let at =
+            b.len() - CHECKPOINT_TRAILER_BYTES - (8 + 2 * FORK_RECORD_BYTES + 2 * FORK_LEAF_BYTES);
+        crate::codec::put_u32(&mut many, at, 16);
+        reseal(&mut many);
+        assert!(CheckpointImage::decode(&many, 800).is_err());
+    }
+
+    #[test]
     fn unknown_section_kind_is_refused() {
         // Kinds 5 (clock) and 6 (window) are not built yet: refused, not skipped.
         for kind in [0, 5, 6, 16, u32::MAX] {
@@ -1799,7 +2018,7 @@ mod tests {
                 Err(section_range(
                     "kind",
                     kind.into(),
-                    "a section kind this build knows (1 ..= 4); a newer zftl wrote it, and skipping it could lose state",
+                    "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
                 )),
                 "kind {kind}"
             );

@@ -22,6 +22,7 @@
 use crate::addr::Lba;
 use crate::backend::{Backend, Completion, DeviceError, SubmitError};
 use crate::error::IoError;
+use crate::fork::{Fork, ForkError};
 use crate::ftl::{Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use crate::history::{Snapshot, SnapshotError, SnapshotId};
 use crate::range::{self, RangeOp};
@@ -344,6 +345,26 @@ impl<B: Backend> Driver<B> {
             .map(snapshot_data)
     }
 
+    /// Creates a writable fork named `fork` of the snapshot named
+    /// `snapshot`; returns it once durable. O(1): nothing is copied, and
+    /// the snapshot never changes. Read, write and trim its blocks with
+    /// the ordinary calls at [`Fork::lba_offset`] + block.
+    pub fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        let base = self.snapshot_named(snapshot)?.id;
+        self.call(fork_create_request(base, fork)).map(fork_data)
+    }
+
+    /// Deletes the fork named `name`; returns once durable.
+    pub fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
+        let id = fork_named(&self.forks(), name)?.id;
+        self.call(Request::ForkDelete { id }).map(drop)
+    }
+
+    /// The live forks.
+    pub fn forks(&self) -> Vec<Fork> {
+        self.ftl.mapping().forks().iter().cloned().collect()
+    }
+
     /// The live snapshots, oldest first.
     pub fn snapshots(&self) -> Vec<Snapshot> {
         self.ftl.mapping().history().snapshots().to_vec()
@@ -465,6 +486,30 @@ pub fn snapshot_create_request(name: &str) -> Request {
 
 /// A `Request::SnapshotRevert` to snapshot `to`, its undo snapshot named
 /// `undo` (default `undo-ID`) and stamped with the wall time now.
+/// The request that creates a fork named `name` of snapshot `snapshot`,
+/// stamped with the wall time now.
+pub fn fork_create_request(snapshot: SnapshotId, name: &str) -> Request {
+    Request::ForkCreate {
+        snapshot,
+        name: name.to_string(),
+        wall_ns: wall_ns_now(),
+    }
+}
+
+/// The fork a fork create answered with.
+pub fn fork_data(reply: ReplyData) -> Fork {
+    match reply {
+        ReplyData::Fork(f) => f,
+        other => unreachable!("fork create answered with {other:?}"),
+    }
+}
+
+/// The live fork named `name` among `forks`.
+pub fn fork_named(forks: &[Fork], name: &str) -> Result<Fork, IoError> {
+    let found = forks.iter().find(|f| f.name == name).cloned();
+    found.ok_or_else(|| ForkError::NoSuchName(name.to_string()).into())
+}
+
 pub fn snapshot_revert_request(to: SnapshotId, undo: Option<&str>) -> Request {
     Request::SnapshotRevert {
         to,

@@ -59,6 +59,8 @@ pub enum IoError {
     DeviceGone,
     #[error("snapshot: {0}")]
     Snapshot(#[from] crate::history::SnapshotError),
+    #[error("fork: {0}")]
+    Fork(#[from] crate::fork::ForkError),
     #[error("no space left on the media: snapshots hold the space (delete a snapshot to free it)")]
     SnapshotSpace,
 }

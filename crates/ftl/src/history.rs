@@ -152,6 +152,8 @@ pub enum SnapshotError {
     TooMany(usize),
     #[error("snapshot names starting with '@' are the protection window's; {0:?} given")]
     ReservedName(String),
+    #[error("snapshot {snapshot:?} is the base of fork {fork:?}; delete the fork first")]
+    HasForks { snapshot: String, fork: String },
 }
 
 /// Birth epochs, in leaves that exist only where a birth is not 0.

@@ -166,6 +166,10 @@ pub struct L2p {
     leaf_mapped_entries: Vec<u16>,
     mapped_blocks: u64,
     leaf_count: u32,
+    /// Leaves below this index are the eager part ([`Self::sparse`]).
+    eager_leaves: u32,
+    /// Allocated leaves at or past `eager_leaves`.
+    far_leaf_count: u32,
 }
 
 impl L2p {
@@ -179,7 +183,14 @@ impl L2p {
     /// The top level is allocated now (bounded by the logical size); leaves
     /// come later. At most `u32::MAX` leaves (2^42 blocks).
     pub fn with_format(logical_blocks: u64, format: EntryFormat) -> L2p {
-        let slots = leaf_slots(logical_blocks);
+        L2p::sparse(logical_blocks, logical_blocks, format)
+    }
+
+    /// An empty map of `logical_blocks` blocks whose top level is allocated
+    /// now only for the first `eager_blocks` and grows as blocks past them
+    /// are mapped (the fork regions past the volume, see [`crate::fork`]).
+    pub fn sparse(logical_blocks: u64, eager_blocks: u64, format: EntryFormat) -> L2p {
+        let slots = leaf_slots(eager_blocks.min(logical_blocks));
         let slots_usize = usize::try_from(slots).expect("top level fits in memory");
         L2p {
             logical_blocks,
@@ -188,6 +199,8 @@ impl L2p {
             leaf_mapped_entries: vec![0; slots_usize],
             mapped_blocks: 0,
             leaf_count: 0,
+            eager_leaves: slots,
+            far_leaf_count: 0,
         }
     }
 
@@ -201,9 +214,20 @@ impl L2p {
         leaves: &[(u32, Box<Leaf>)],
         crcs: &[u32],
     ) -> Result<L2p, L2pError> {
-        let mut map = L2p::with_format(logical_blocks, format);
-        let slots = map.leaves.len() as u32;
-        let mut seen = vec![false; slots as usize];
+        L2p::from_leaves_sparse(logical_blocks, logical_blocks, format, leaves, crcs)
+    }
+
+    /// [`Self::from_leaves`] into a map built as [`Self::sparse`] builds it.
+    pub fn from_leaves_sparse(
+        logical_blocks: u64,
+        eager_blocks: u64,
+        format: EntryFormat,
+        leaves: &[(u32, Box<Leaf>)],
+        crcs: &[u32],
+    ) -> Result<L2p, L2pError> {
+        let mut map = L2p::sparse(logical_blocks, eager_blocks, format);
+        let slots = u32::try_from(leaf_slots(logical_blocks)).unwrap_or(u32::MAX);
+        let mut seen: Vec<u32> = Vec::with_capacity(leaves.len());
         let mut mapped = 0u64;
         for (leaf, entries) in leaves {
             let leaf = *leaf;
@@ -214,13 +238,16 @@ impl L2p {
                     logical_blocks,
                 });
             }
-            if seen[leaf as usize] {
-                return Err(L2pError::DuplicateLeaf { leaf });
-            }
             map.check_leaf(leaf, entries)?;
             let in_leaf = entries.iter().filter(|&&raw| raw != UNMAPPED).count() as u64;
-            seen[leaf as usize] = in_leaf > 0; // an empty leaf is dropped
+            if in_leaf > 0 {
+                seen.push(leaf); // an empty leaf is dropped
+            }
             mapped += in_leaf;
+        }
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(L2pError::DuplicateLeaf { leaf: w[0] });
         }
         if format.keeps_crc && crcs.len() as u64 != mapped {
             return Err(L2pError::CrcCount {
@@ -262,7 +289,15 @@ impl L2p {
 
     fn raw(&self, lba: Lba) -> Option<u64> {
         let (leaf, slot) = self.split(lba);
-        Some(self.format.read(self.leaves[leaf].as_ref()?, slot))
+        Some(self.format.read(self.leaves.get(leaf)?.as_ref()?, slot))
+    }
+
+    /// Grows the top level to hold leaf `leaf`.
+    fn reach(&mut self, leaf: usize) {
+        if leaf >= self.leaves.len() {
+            self.leaves.resize_with(leaf + 1, || None);
+            self.leaf_mapped_entries.resize(leaf + 1, 0);
+        }
     }
 
     /// Maps `lba` to `ppa` with data CRC `crc` (dropped when the format
@@ -276,9 +311,10 @@ impl L2p {
             f.physical_blocks
         );
         let (leaf, slot) = self.split(lba);
+        self.reach(leaf);
         if self.leaves[leaf].is_none() {
             self.leaves[leaf] = Some(f.empty_leaf());
-            self.leaf_count += 1;
+            self.count_leaf(leaf, true);
         }
         let words = self.leaves[leaf].as_mut().expect("leaf just ensured");
         let old = f.ppa_of(f.read(words, slot));
@@ -295,14 +331,14 @@ impl L2p {
     pub fn unmap(&mut self, lba: Lba) -> Option<Ppa> {
         let f = self.format;
         let (leaf, slot) = self.split(lba);
-        let words = self.leaves[leaf].as_mut()?;
+        let words = self.leaves.get_mut(leaf)?.as_mut()?;
         let old = f.ppa_of(f.read(words, slot))?;
         f.write(words, slot, f.none());
         self.mapped_blocks -= 1;
         self.leaf_mapped_entries[leaf] -= 1;
         if self.leaf_mapped_entries[leaf] == 0 {
             self.leaves[leaf] = None;
-            self.leaf_count -= 1;
+            self.count_leaf(leaf, false);
         }
         Some(old)
     }
@@ -315,6 +351,28 @@ impl L2p {
     /// Allocated leaves.
     pub fn leaf_count(&self) -> u32 {
         self.leaf_count
+    }
+
+    /// Allocated leaves past the eager part of a [`Self::sparse`] map.
+    pub fn far_leaf_count(&self) -> u32 {
+        self.far_leaf_count
+    }
+
+    /// Whether the leaf holding `lba` is allocated.
+    pub fn has_leaf(&self, lba: Lba) -> bool {
+        let (leaf, _) = self.split(lba);
+        self.leaves.get(leaf).is_some_and(Option::is_some)
+    }
+
+    fn count_leaf(&mut self, leaf: usize, allocated: bool) {
+        let far = u32::from(leaf as u64 >= u64::from(self.eager_leaves));
+        if allocated {
+            self.leaf_count += 1;
+            self.far_leaf_count += far;
+        } else {
+            self.leaf_count -= 1;
+            self.far_leaf_count -= far;
+        }
     }
 
     /// Heap and inline bytes the map holds: the struct, the top level (at its
@@ -422,7 +480,11 @@ impl L2p {
         leaf_may: impl Fn(u16) -> bool,
         want_mapped: bool,
     ) -> Option<Lba> {
-        let end = end.min(self.logical_blocks);
+        let mut end = end.min(self.logical_blocks);
+        if want_mapped {
+            // Nothing is mapped past the top level's reach.
+            end = end.min(self.leaves.len() as u64 * LEAF_BLOCKS);
+        }
         if from >= end {
             return None;
         }
@@ -430,7 +492,7 @@ impl L2p {
         let (first_leaf, first_slot) = self.split(from);
         let last_leaf = ((end - 1) / LEAF_BLOCKS) as usize;
         for leaf in first_leaf..=last_leaf {
-            if !leaf_may(self.leaf_mapped_entries[leaf]) {
+            if !leaf_may(self.leaf_mapped_entries.get(leaf).copied().unwrap_or(0)) {
                 continue;
             }
             let start = if leaf == first_leaf { first_slot } else { 0 };
@@ -439,7 +501,7 @@ impl L2p {
             } else {
                 LEAF_ENTRIES
             };
-            let found = match &self.leaves[leaf] {
+            let found = match self.leaves.get(leaf).and_then(Option::as_ref) {
                 None => Some(start),
                 Some(words) => (start..stop)
                     .find(|&slot| f.ppa_of(f.read(words, slot)).is_some() == want_mapped),
@@ -509,10 +571,11 @@ impl L2p {
             };
             f.write(&mut words, slot, value);
         }
+        self.reach(leaf as usize);
         self.leaf_mapped_entries[leaf as usize] = mapped as u16;
         self.leaves[leaf as usize] = Some(words);
         self.mapped_blocks += mapped as u64;
-        self.leaf_count += 1;
+        self.count_leaf(leaf as usize, true);
     }
 }
 

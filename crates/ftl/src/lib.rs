@@ -20,6 +20,7 @@ pub mod codec;
 pub mod config;
 mod driver;
 pub mod error;
+pub mod fork;
 mod ftl;
 pub mod history;
 pub mod l2p;
@@ -46,10 +47,11 @@ pub use backend::{
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, TagPlacement};
 pub use driver::{
-    changed_runs, diff_requests, diff_volume, join_runs, snapshot_create_request, snapshot_data,
-    snapshot_revert_request, Driver,
+    changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
+    join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError};
+pub use fork::{Fork, ForkError, ForkId};
 pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
 };

@@ -14,6 +14,7 @@
 
 use crate::addr::{Epoch, Lba, Ppa, Seq};
 use crate::backend::ZoneId;
+use crate::fork::{self, Fork, ForkId, Forks};
 use crate::history::{History, SnapshotError, SnapshotId};
 use crate::l2p::{leaf_entries, EntryFormat, L2p, Leaf};
 use crate::p2l::P2l;
@@ -96,6 +97,10 @@ pub struct Mapping {
     /// Snapshots and the replaced versions they keep (each kept block
     /// holds one reference to a shared entry).
     history: History,
+    /// The volume's size: the map's logical space past it holds the forks.
+    volume_blocks: u64,
+    /// Writable forks of snapshots, each in a region past the volume.
+    forks: Forks,
 }
 
 impl Mapping {
@@ -110,8 +115,10 @@ impl Mapping {
     ) -> Mapping {
         let physical = physical_of(zone_count, zone_capacity_blocks);
         let (format, capacity) = map_format(physical, keeps_crc);
+        let slots = fork::slot_count(logical_blocks, keeps_crc);
+        let space = fork::space_blocks(logical_blocks, keeps_crc);
         Mapping {
-            l2p: L2p::with_format(logical_blocks, format),
+            l2p: L2p::sparse(space, logical_blocks, format),
             p2l: P2l::new(physical),
             shared: SharedTable::new(capacity, keeps_crc, zone_capacity_blocks),
             zone_valid: vec![0; zone_count as usize],
@@ -119,6 +126,8 @@ impl Mapping {
             physical_blocks: physical,
             zone_capacity_blocks,
             history: History::new(u64::from(capacity), 1),
+            volume_blocks: logical_blocks,
+            forks: Forks::new(logical_blocks, slots),
         }
     }
 
@@ -126,7 +135,8 @@ impl Mapping {
     /// CRCs (in band), shared entries `(id, block, refs, crc)` and history
     /// (built by `history`, given the bound on its entries); every
     /// reference count and liveness claim is checked against the leaves and
-    /// the history.
+    /// the history, and every block mapped past the volume lies in a live
+    /// fork of `forks` (built by `forks`, given the volume's fork slots).
     #[allow(clippy::too_many_arguments)]
     pub fn from_checkpoint(
         logical_blocks: u64,
@@ -137,12 +147,29 @@ impl Mapping {
         crcs: &[u32],
         shared: &[(SharedId, Ppa, u32, u32)],
         history: impl FnOnce(u64) -> Result<History, String>,
+        forks: impl FnOnce(usize) -> Result<Forks, String>,
     ) -> Result<Mapping, String> {
         let mut m = Mapping::new(logical_blocks, zone_count, zone_capacity_blocks, keeps_crc);
         m.history = history(u64::from(m.shared.capacity()))?;
+        let forks = forks(fork::slot_count(logical_blocks, keeps_crc))?;
+        for f in forks.iter() {
+            if m.history.by_id(f.base).is_none() {
+                return Err(format!(
+                    "fork {:?} of snapshot {}, which does not exist",
+                    f.name, f.base
+                ));
+            }
+        }
+        m.forks = forks;
         let format = m.l2p.format();
-        m.l2p =
-            L2p::from_leaves(logical_blocks, format, leaves, crcs).map_err(|e| e.to_string())?;
+        let space = m.l2p.logical_blocks();
+        m.l2p = L2p::from_leaves_sparse(space, logical_blocks, format, leaves, crcs)
+            .map_err(|e| e.to_string())?;
+        if let Some(lba) = m.outside_forks() {
+            return Err(format!(
+                "block {lba} is mapped past the volume, outside every fork"
+            ));
+        }
         let capacity = m.shared.capacity();
         m.shared = SharedTable::from_entries(
             capacity,
@@ -210,9 +237,28 @@ impl Mapping {
 
     // ----- lookups ------------------------------------------------------
 
-    /// Size of the logical space, in blocks.
+    /// Size of the volume, in blocks.
     pub fn logical_blocks(&self) -> u64 {
+        self.volume_blocks
+    }
+
+    /// Size of the map's logical space, in blocks: the volume, then the
+    /// fork regions.
+    pub fn space_blocks(&self) -> u64 {
         self.l2p.logical_blocks()
+    }
+
+    /// The first block mapped past the volume outside every live fork.
+    fn outside_forks(&self) -> Option<Lba> {
+        let space = self.space_blocks();
+        let mut at = self.volume_blocks;
+        while let Some(lba) = self.l2p.next_mapped_before(at, space) {
+            match self.forks.at(lba) {
+                None => return Some(lba),
+                Some(f) => at = f.lba_offset + f.block_count,
+            }
+        }
+        None
     }
 
     /// Physical blocks of the device.
@@ -333,7 +379,7 @@ impl Mapping {
     /// Who holds live block `ppa`: the direct owner `hint` (the LBA its tag
     /// or summary names) if its entry names the block, else a shared entry.
     pub fn owner(&self, ppa: Ppa, hint: Option<Lba>) -> Option<Owner> {
-        let hinted = hint.filter(|&l| l < self.logical_blocks());
+        let hinted = hint.filter(|&l| l < self.space_blocks());
         if let Some(lba) = hinted {
             if self.target(lba) == Some(Target::Direct(ppa)) {
                 return Some(Owner::Direct(lba));
@@ -398,6 +444,7 @@ impl Mapping {
             + self.p2l.memory_bytes()
             + self.shared.memory_bytes()
             + self.history.memory_bytes()
+            + self.forks.memory_bytes()
             + 4 * self.zone_valid.capacity() as u64
     }
 
@@ -409,6 +456,78 @@ impl Mapping {
     /// The snapshot books.
     pub fn history(&self) -> &History {
         &self.history
+    }
+
+    /// The writable forks.
+    pub fn forks(&self) -> &Forks {
+        &self.forks
+    }
+
+    /// Map leaves the forks' regions hold.
+    pub fn fork_leaf_count(&self) -> u64 {
+        u64::from(self.l2p.far_leaf_count())
+    }
+
+    /// Whether mapping `lba` (in a fork's region) would take a new map leaf.
+    pub fn takes_leaf(&self, lba: Lba) -> bool {
+        !self.l2p.has_leaf(lba)
+    }
+
+    /// `lba` of the map's logical space as a live read sees it: in a fork's
+    /// region, a block the fork has not changed reads as its base snapshot
+    /// holds it.
+    pub fn resolve_live(&self, lba: Lba) -> Option<Resolved> {
+        if lba < self.volume_blocks {
+            return self.resolve(lba);
+        }
+        let own = self.resolve(lba);
+        if own.is_some() || self.forks.diverged(lba) {
+            return own;
+        }
+        let fork = self.forks.at(lba)?;
+        let base = self.history.by_id(fork.base).expect("a fork's base lives");
+        let resolved = self.resolve_at(lba - fork.lba_offset, base.create_seq, base.epoch)?;
+        // Its tag names the volume's block, not this one.
+        Some(Resolved {
+            shared: true,
+            ..resolved
+        })
+    }
+
+    /// Creates fork `id` named `name` of snapshot `base` by the change of
+    /// seq `seq` (checked by the caller): O(1), nothing is copied.
+    pub fn fork_create(
+        &mut self,
+        id: ForkId,
+        name: &str,
+        base: SnapshotId,
+        seq: Seq,
+        wall_ns: u64,
+    ) -> Fork {
+        assert!(
+            self.history.by_id(base).is_some(),
+            "fork of a snapshot that is gone"
+        );
+        self.forks.create(id, name, base, seq, wall_ns)
+    }
+
+    /// Deletes fork `id`: unmaps its region (its blocks come back through
+    /// GC); returns the blocks unmapped. Costs the blocks it mapped.
+    pub fn fork_delete(&mut self, id: ForkId) -> Result<u64, crate::fork::ForkError> {
+        let fork = self
+            .forks
+            .by_id(id)
+            .ok_or(crate::fork::ForkError::NoSuchId(id))?;
+        let (start, end) = (fork.lba_offset, fork.lba_offset + fork.block_count);
+        let mut unmapped = 0;
+        let mut at = start;
+        while let Some(lba) = self.l2p.next_mapped_before(at, end) {
+            self.forget(lba);
+            unmapped += 1;
+            at = lba + 1;
+        }
+        self.forks.delete(id)?;
+        Ok(unmapped)
     }
 
     /// `lba` as the snapshot of create seq `create_seq` and epoch `epoch`
@@ -456,6 +575,7 @@ impl Mapping {
     /// history entry, and a direct block a shared entry.
     pub fn keeps_on_change(&self, lba: Lba) -> bool {
         self.history.keeps_versions()
+            && lba < self.volume_blocks
             && self.l2p.get(lba).is_some()
             && self.history.needed(self.history.birth(lba), Seq::MAX)
     }
@@ -520,6 +640,10 @@ impl Mapping {
     /// it, else drops what it held. The one place a version ends.
     #[inline]
     fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
+        if lba >= self.volume_blocks {
+            self.retire_forked(lba, old);
+            return;
+        }
         if !self.history.keeps_versions() {
             // No snapshot: nothing is kept (the write path without
             // snapshots costs no birth lookup, and no call: this part is
@@ -531,6 +655,16 @@ impl Mapping {
             return;
         }
         self.retire_kept(lba, old, seq);
+    }
+
+    /// [`Self::retire`] in a fork's region: no snapshot keeps its versions,
+    /// and the block no longer reads as the fork's base holds it.
+    #[cold]
+    fn retire_forked(&mut self, lba: Lba, old: Option<(Ppa, u32)>) {
+        if let Some((raw, _)) = old {
+            self.release_value(raw);
+        }
+        self.forks.mark(lba);
     }
 
     /// [`Self::retire`] while a snapshot is live.
@@ -595,6 +729,10 @@ impl Mapping {
     pub fn unmap(&mut self, lba: Lba, seq: Seq) -> bool {
         let old = self.l2p.get_with_crc(lba);
         if old.is_none() {
+            if lba >= self.volume_blocks {
+                // A fork's trim hides its base's block.
+                self.forks.mark(lba);
+            }
             return false;
         }
         self.l2p.unmap(lba);
@@ -737,7 +875,21 @@ impl Mapping {
     /// Drops snapshot `id` by the change of seq `seq`; what it alone kept
     /// is released by [`Self::sweep_step`].
     pub fn snapshot_delete(&mut self, id: SnapshotId, seq: Seq) -> Result<(), SnapshotError> {
+        self.check_snapshot_delete(id)?;
         self.history.delete(id, seq)
+    }
+
+    /// Whether snapshot `id` may be deleted: it lives and no fork is made
+    /// from it.
+    pub fn check_snapshot_delete(&self, id: SnapshotId) -> Result<(), SnapshotError> {
+        let snapshot = self.history.by_id(id).ok_or(SnapshotError::NoSuchId(id))?;
+        match self.forks.of_base(id) {
+            Some(f) => Err(SnapshotError::HasForks {
+                snapshot: snapshot.name.clone(),
+                fork: f.name.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Releases up to `budget` kept versions no live snapshot needs any
@@ -787,6 +939,18 @@ impl Mapping {
 
     /// Checks the counts against the map (tests, and after a rebuild).
     pub fn assert_consistent(&self) {
+        assert_eq!(
+            self.outside_forks(),
+            None,
+            "a block mapped outside the forks"
+        );
+        for f in self.forks.iter() {
+            assert!(
+                self.history.by_id(f.base).is_some(),
+                "fork {} lost its base",
+                f.id
+            );
+        }
         let mut valid = vec![0u32; self.zone_valid.len()];
         let mut live = 0u64;
         for ppa in self.p2l.live() {
@@ -844,6 +1008,10 @@ mod tests {
 
     fn no_history(capacity: u64) -> Result<History, String> {
         Ok(History::new(capacity, 1))
+    }
+
+    fn no_forks(slots: usize) -> Result<Forks, String> {
+        Ok(Forks::new(3000, slots))
     }
 
     fn mapping() -> Mapping {
@@ -984,18 +1152,30 @@ mod tests {
         let leaves: Vec<_> = m.leaves().collect();
         let crcs: Vec<_> = m.crcs().collect();
         let shared: Vec<_> = m.shared_entries().collect();
-        let copy = Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &shared, no_history)
-            .unwrap();
+        let copy = Mapping::from_checkpoint(
+            3000, 4, 8, true, &leaves, &crcs, &shared, no_history, no_forks,
+        )
+        .unwrap();
         assert_eq!(copy.resolve(2500), m.resolve(2500));
         assert_eq!(copy.live_blocks(), 2);
         copy.assert_consistent();
         let mut wrong = shared.clone();
         wrong[0].2 = 3;
-        assert!(
-            Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &wrong, no_history).is_err()
-        );
-        assert!(
-            Mapping::from_checkpoint(3000, 4, 8, true, &leaves, &crcs, &[], no_history).is_err()
-        );
+        assert!(Mapping::from_checkpoint(
+            3000, 4, 8, true, &leaves, &crcs, &wrong, no_history, no_forks
+        )
+        .is_err());
+        assert!(Mapping::from_checkpoint(
+            3000,
+            4,
+            8,
+            true,
+            &leaves,
+            &crcs,
+            &[],
+            no_history,
+            no_forks
+        )
+        .is_err());
     }
 }

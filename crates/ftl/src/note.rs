@@ -63,6 +63,8 @@ pub mod note_kind {
     pub const SNAPSHOT_DELETE: u8 = 17;
     pub const CLOCK: u8 = 18;
     pub const REVERT: u8 = 20;
+    pub const FORK_CREATE: u8 = 22;
+    pub const FORK_DELETE: u8 = 23;
 }
 
 /// Name bytes one SnapshotName note carries (4 in `a`, 8 in `b`, 8 in `c`).
@@ -179,6 +181,17 @@ pub enum Note {
     /// live snapshot), its changes taking seq `seq + 1`. Last in the vector
     /// of the SnapshotCreate that keeps the state it leaves.
     Revert { seq: Seq, to_seq: Seq },
+    /// Fork `id` of snapshot `base` is created at this seq. Like a
+    /// SnapshotCreate, its `name_len` (1 ..= 63) name bytes follow in
+    /// SnapshotName notes of the same vector, then its Clock note.
+    ForkCreate {
+        seq: Seq,
+        name_len: u32,
+        id: u32,
+        base: u32,
+    },
+    /// Fork `id` is deleted at this seq: its region is unmapped.
+    ForkDelete { seq: Seq, id: u32 },
 }
 
 /// The notes of a snapshot create: SnapshotCreate, then
@@ -276,7 +289,9 @@ impl Note {
             | Note::SnapshotName { seq, .. }
             | Note::SnapshotDelete { seq, .. }
             | Note::Clock { seq, .. }
-            | Note::Revert { seq, .. } => seq,
+            | Note::Revert { seq, .. }
+            | Note::ForkCreate { seq, .. }
+            | Note::ForkDelete { seq, .. } => seq,
         }
     }
 
@@ -381,6 +396,13 @@ impl Note {
             Note::SnapshotDelete { seq, id } => raw(SNAPSHOT_DELETE, 0, seq, u64::from(id), 0),
             Note::Clock { seq, wall_ns } => raw(CLOCK, 0, seq, wall_ns, 0),
             Note::Revert { seq, to_seq } => raw(REVERT, 0, seq, to_seq, 0),
+            Note::ForkCreate {
+                seq,
+                name_len,
+                id,
+                base,
+            } => raw(FORK_CREATE, name_len, seq, u64::from(id), u64::from(base)),
+            Note::ForkDelete { seq, id } => raw(FORK_DELETE, 0, seq, u64::from(id), 0),
         }
     }
 
@@ -621,6 +643,25 @@ impl Note {
                 Note::Revert {
                     seq: r.seq,
                     to_seq: r.b,
+                }
+            }
+            FORK_CREATE => {
+                if !(1..=MAX_SNAPSHOT_NAME_BYTES as u32).contains(&r.a) {
+                    return Err(out_of_range("name_len (a)", u64::from(r.a), "1 ..= 63"));
+                }
+                Note::ForkCreate {
+                    seq: r.seq,
+                    name_len: r.a,
+                    id: low32("id (b)", r.b)?,
+                    base: low32("base (c)", r.c)?,
+                }
+            }
+            FORK_DELETE => {
+                zero(NOTE, "a", u64::from(r.a))?;
+                zero(NOTE, "c", r.c)?;
+                Note::ForkDelete {
+                    seq: r.seq,
+                    id: low32("id (b)", r.b)?,
                 }
             }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
@@ -1094,6 +1135,19 @@ pub(crate) mod tests {
                 seq,
                 to_seq: t % seq
             }),
+            (
+                any::<u64>(),
+                1..=MAX_SNAPSHOT_NAME_BYTES as u32,
+                any::<u32>(),
+                any::<u32>()
+            )
+                .prop_map(|(seq, name_len, id, base)| Note::ForkCreate {
+                    seq,
+                    name_len,
+                    id,
+                    base
+                }),
+            (any::<u64>(), any::<u32>()).prop_map(|(seq, id)| Note::ForkDelete { seq, id }),
         ]
     }
 

@@ -93,6 +93,13 @@ pub struct FtlStats {
     /// Reverts since mount, and the blocks they changed (no data copied).
     pub snapshot_reverts: u64,
     pub snapshot_revert_blocks: u64,
+    /// Forks created and deleted since mount, and the blocks the deletes
+    /// unmapped.
+    pub fork_creates: u64,
+    pub fork_deletes: u64,
+    pub fork_delete_blocks: u64,
+    /// Live forks.
+    pub forks: u64,
     /// Protection-window points dropped for age, dropped because a write
     /// or trim needed their room, and point changes that failed.
     pub window_points_expired: u64,
@@ -148,6 +155,7 @@ impl FtlStats {
         let history = mapping.history();
         self.snapshots = history.snapshots().len() as u64;
         self.snapshot_versions = history.entry_count();
+        self.forks = mapping.forks().iter().count() as u64;
         self.snapshot_memory_bytes = history.memory_bytes();
         self.snapshot_retained_blocks = if history.keeps_versions() || history.entry_count() > 0 {
             mapping.retained_blocks()

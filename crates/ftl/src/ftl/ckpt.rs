@@ -66,7 +66,30 @@ impl Ftl {
             bytes += layout::births_bytes(logical);
             bytes += 24 * history.entry_count() + 16 * history.pending_sweeps().count() as u64;
         }
+        if !self.mapping.forks().is_empty() || self.mapping.forks().next_id() > 0 {
+            bytes += self.fork_checkpoint_bytes();
+        }
         bytes
+    }
+
+    /// What the forks add to a checkpoint at most: their section, their
+    /// map leaves, and a leaf for each leaf a buffered fork write may take.
+    fn fork_checkpoint_bytes(&self) -> u64 {
+        use crate::checkpoint::{FORK_LEAF_BYTES, FORK_RECORD_BYTES, LEAF_BYTES};
+        let forks = self.mapping.forks();
+        let records = forks.records();
+        let diverged: u64 = records.iter().map(|r| r.diverged.len() as u64).sum();
+        let leaves = self.mapping.fork_leaf_count() + self.fork_leaves_pending.len() as u64;
+        16 + 8
+            + FORK_RECORD_BYTES as u64 * records.len() as u64
+            + FORK_LEAF_BYTES as u64 * diverged
+            + (LEAF_BYTES as u64 + 4) * leaves
+    }
+
+    /// Checkpoint bytes the metadata log's budget has left past the bound.
+    pub(super) fn checkpoint_room_bytes(&self) -> u64 {
+        let budget = crate::layout::checkpoint_budget_bytes(&self.geo, self.layout.meta_zone_count);
+        budget.saturating_sub(self.checkpoint_bytes_bound())
     }
 
     /// Kept versions the next checkpoint still has room for, in the
@@ -218,6 +241,8 @@ impl Ftl {
             })
             .collect();
         CheckpointImage {
+            forks: self.mapping.forks().records(),
+            next_fork_id: self.mapping.forks().next_id(),
             snapshots,
             next_snapshot_id: history.next_id(),
             births: history.birth_leaves(),

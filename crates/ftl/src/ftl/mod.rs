@@ -172,6 +172,9 @@ pub struct Ftl {
     zone_appends: Vec<u32>,
     buffer: WriteBuffer,
     buffered_new: u64,
+    /// Map leaves of fork regions that buffered writes will take when they
+    /// land (bounded by the buffer: cleared whenever it is empty).
+    fork_leaves_pending: std::collections::HashSet<u64>,
     max_mapped_blocks: u64,
     /// Blocks the data zones hold, less the GC reserve and open lanes:
     /// kept versions may fill the room the logical size leaves, up to
@@ -333,6 +336,7 @@ impl Ftl {
             ranges: RangeState::new(),
             zones: p.zones,
             buffered_new: 0,
+            fork_leaves_pending: Default::default(),
             gc_reserve_zones: p.gc_reserve_zones,
             next_seq: p.next_seq,
             epoch,
@@ -533,6 +537,8 @@ impl Ftl {
                 | Request::SnapshotCreate { .. }
                 | Request::SnapshotDelete { .. }
                 | Request::SnapshotRevert { .. }
+                | Request::ForkCreate { .. }
+                | Request::ForkDelete { .. }
         );
         if vector && self.ranges.queue_full() {
             return Err(IoError::Busy);
@@ -552,6 +558,21 @@ impl Ftl {
             }
             Request::SnapshotRevert { to, undo, wall_ns } => {
                 self.start_snapshot(id, SnapshotChange::Revert { to, undo, wall_ns })
+            }
+            Request::ForkCreate {
+                snapshot,
+                name,
+                wall_ns,
+            } => self.start_snapshot(
+                id,
+                SnapshotChange::ForkCreate {
+                    base: snapshot,
+                    name,
+                    wall_ns,
+                },
+            ),
+            Request::ForkDelete { id: fork } => {
+                self.start_snapshot(id, SnapshotChange::ForkDelete { id: fork })
             }
             Request::Write { lba, data, fua } => self.start_write(id, lba, data, None, fua),
             Request::WriteSummed { lba, blocks, fua } => {
@@ -881,10 +902,10 @@ impl Ftl {
             });
         }
         let logical_blocks = self.layout.logical_blocks;
-        if lba
+        let outside = lba
             .checked_add(block_count)
-            .is_none_or(|end| end > logical_blocks)
-        {
+            .is_none_or(|end| end > logical_blocks);
+        if outside && !self.mapping.forks().holds_range(lba, block_count) {
             return Err(IoError::OutOfRange {
                 lba,
                 block_count,

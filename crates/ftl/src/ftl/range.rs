@@ -8,6 +8,7 @@ use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome};
 use crate::error::IoError;
+use crate::fork::{ForkError, ForkId};
 use crate::history::{SnapshotError, SnapshotId, LIVE_VOLUME};
 use crate::mapping::Target;
 use crate::note::{self, Note};
@@ -117,6 +118,18 @@ pub(super) enum SnapshotChange {
         undo: Option<String>,
         wall_ns: u64,
     },
+    /// A fork of snapshot `base`: nothing to wait for (the snapshot is on
+    /// the media), one vector of notes.
+    ForkCreate {
+        base: SnapshotId,
+        name: String,
+        wall_ns: u64,
+    },
+    /// Its range is the fork's region: the writes to it in the buffer land
+    /// first, later ones wait and then fail.
+    ForkDelete {
+        id: ForkId,
+    },
 }
 
 impl SnapshotChange {
@@ -220,9 +233,16 @@ fn check_snapshot_change(
             Ok(0)
         }
         SnapshotChange::Delete { id } => {
-            if history.by_id(*id).is_none() {
-                return Err(SnapshotError::NoSuchId(*id).into());
-            }
+            mapping.check_snapshot_delete(*id)?;
+            Ok(0)
+        }
+        SnapshotChange::ForkCreate { base, name, .. } => {
+            check_fork_base(mapping, *base)?;
+            mapping.forks().check_create(name)?;
+            Ok(0)
+        }
+        SnapshotChange::ForkDelete { id } => {
+            mapping.forks().by_id(*id).ok_or(ForkError::NoSuchId(*id))?;
             Ok(0)
         }
         SnapshotChange::Revert { to, undo, .. } => {
@@ -237,6 +257,20 @@ fn check_snapshot_change(
             Ok(kept)
         }
     }
+}
+
+/// A fork's base: a live snapshot, not a window point (the window drops
+/// those).
+fn check_fork_base(mapping: &crate::mapping::Mapping, base: SnapshotId) -> Result<(), IoError> {
+    let snapshot = mapping
+        .history()
+        .by_id(base)
+        .ok_or(SnapshotError::NoSuchId(base))?;
+    if snapshot.is_point() {
+        let snapshot = snapshot.name.clone();
+        return Err(ForkError::BaseIsPoint { snapshot }.into());
+    }
+    Ok(())
 }
 
 fn overlaps((a, n): (Lba, u64), (b, m): (Lba, u64)) -> bool {
@@ -276,6 +310,10 @@ impl Ftl {
             | SnapshotChange::Revert {
                 undo: Some(name), ..
             } => self.mapping.history().check_user_create(name)?,
+            SnapshotChange::ForkCreate { base, name, .. } => {
+                check_fork_base(&self.mapping, *base)?;
+                self.mapping.forks().check_create(name)?;
+            }
             _ => {}
         }
         self.ranges.queue.push_back(Queued {
@@ -435,6 +473,11 @@ impl Ftl {
                     .is_some_and(SnapshotChange::takes_snapshot)
                 {
                     ranges.push((0, self.layout.logical_blocks));
+                }
+                if let Some(SnapshotChange::ForkDelete { id }) = &snapshot {
+                    if let Some(f) = self.mapping.forks().by_id(*id) {
+                        ranges.push((f.lba_offset, f.block_count));
+                    }
                 }
                 ranges.sort_unstable();
                 ranges.dedup();
@@ -733,6 +776,10 @@ impl Ftl {
                 let taken = self.mapping.history().snapshots().last().cloned();
                 ReplyData::Snapshot(taken.expect("the snapshot just created"))
             }
+            Some(SnapshotChange::ForkCreate { name, .. }) => {
+                let fork = self.mapping.forks().by_name(name).cloned();
+                ReplyData::Fork(fork.expect("the fork just created"))
+            }
             _ => ReplyData::Done,
         };
         self.add_log_waiter(a.id, reply);
@@ -760,6 +807,31 @@ impl Ftl {
                 notes
             }
             SnapshotChange::Delete { id } => vec![Note::SnapshotDelete { seq, id: *id }],
+            SnapshotChange::ForkCreate {
+                base,
+                name,
+                wall_ns,
+            } => {
+                let id = self.mapping.forks().next_id();
+                let mut notes = note::snapshot_create_notes(seq, id, *base, name);
+                let Note::SnapshotCreate { name_len, .. } = notes[0] else {
+                    unreachable!("a create's notes start with its create")
+                };
+                notes[0] = Note::ForkCreate {
+                    seq,
+                    name_len,
+                    id,
+                    base: *base,
+                };
+                notes.push(Note::Clock {
+                    seq,
+                    wall_ns: *wall_ns,
+                });
+                let note_count = notes.len() as u32;
+                notes.insert(0, Note::VectorBegin { seq, note_count });
+                notes
+            }
+            SnapshotChange::ForkDelete { id } => vec![Note::ForkDelete { seq, id: *id }],
             SnapshotChange::Revert { to, undo, wall_ns } => {
                 let history = self.mapping.history();
                 let id = history.next_id();
@@ -792,6 +864,23 @@ impl Ftl {
                     .snapshot_delete(*id, seq)
                     .expect("snapshot checked before its notes");
                 self.stats.snapshot_deletes += 1;
+            }
+            SnapshotChange::ForkCreate {
+                base,
+                name,
+                wall_ns,
+            } => {
+                let id = self.mapping.forks().next_id();
+                self.mapping.fork_create(id, name, *base, seq, *wall_ns);
+                self.stats.fork_creates += 1;
+            }
+            SnapshotChange::ForkDelete { id } => {
+                let blocks = self
+                    .mapping
+                    .fork_delete(*id)
+                    .expect("fork checked before its notes");
+                self.stats.fork_deletes += 1;
+                self.stats.fork_delete_blocks += blocks;
             }
             SnapshotChange::Revert { to, undo, wall_ns } => {
                 let target = self.mapping.history().by_id(*to).expect("checked");

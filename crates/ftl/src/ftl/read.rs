@@ -56,10 +56,23 @@ const READ_LOOKUP_BATCH_BLOCKS: usize = 256;
 
 impl Ftl {
     pub(super) fn extents(&self, lba: Lba, block_count: u32) -> Result<ReplyData, IoError> {
-        self.check_map_query(lba, block_count)?;
+        let in_fork = self
+            .mapping
+            .forks()
+            .holds_range(lba, u64::from(block_count));
+        if !in_fork {
+            self.check_map_query(lba, block_count)?;
+        } else if block_count > MAX_EXTENT_QUERY_BLOCKS {
+            self.check_map_query(0, block_count)?;
+        }
         let mut runs: Vec<Extent> = Vec::new();
         for l in lba..lba + u64::from(block_count) {
-            let mapped = self.mapping.get(l).is_some() || self.buffer.lookup(l).is_some();
+            let on_media = if in_fork {
+                self.mapping.resolve_live(l).is_some()
+            } else {
+                self.mapping.get(l).is_some()
+            };
+            let mapped = on_media || self.buffer.lookup(l).is_some();
             match runs.last_mut() {
                 Some(run) if run.mapped == mapped => run.block_count += 1,
                 _ => runs.push(Extent {
@@ -142,6 +155,14 @@ impl Ftl {
         self.check_range(lba, u64::from(block_count))?;
         let at = match snapshot {
             None => None,
+            Some(_) if lba >= self.layout.logical_blocks => {
+                // A snapshot is of the volume, not of its forks.
+                return Err(IoError::OutOfRange {
+                    lba,
+                    block_count: u64::from(block_count),
+                    logical_blocks: self.layout.logical_blocks,
+                });
+            }
             Some(s) => {
                 let found = self.mapping.history().by_id(s);
                 let snap = found.ok_or(SnapshotError::NoSuchId(s))?;
@@ -173,6 +194,10 @@ impl Ftl {
                 }
                 let blocks = lba..lba + u64::from(block_count);
                 match snapshot {
+                    None if lba >= self.layout.logical_blocks => {
+                        // A fork: the blocks it has not changed are its base's.
+                        lookups.extend(blocks.map(|l| self.mapping.resolve_live(l)))
+                    }
                     None => lookups.extend(blocks.map(|l| self.mapping.resolve(l))),
                     Some((_, c, e)) => {
                         lookups.extend(blocks.map(|l| self.mapping.resolve_at(l, c, e)))

@@ -602,7 +602,7 @@ impl Ftl {
         let job = self.jobs.iter().find(|j| j.victim == ppa.zone(cap))?;
         let off = ppa.offset_blocks(cap) as usize;
         let direct = |lba: Lba| {
-            lba < self.layout.logical_blocks
+            lba < self.mapping.space_blocks()
                 && self.mapping.target(lba) == Some(crate::mapping::Target::Direct(ppa))
         };
         // Entries made since the job started are not in its table.

@@ -3,6 +3,7 @@
 
 use crate::addr::Lba;
 use crate::error::IoError;
+use crate::fork::{Fork, ForkId};
 use crate::history::{Snapshot, SnapshotId};
 use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
@@ -94,6 +95,21 @@ pub enum Request {
         lba: Lba,
         block_count: u32,
     },
+    /// Creates a writable fork named `name` of snapshot `snapshot`
+    /// (docs/design.md, "Views, changed blocks and forks"): O(1), nothing
+    /// is copied, and the snapshot never changes. Answered with the fork
+    /// once durable. Its blocks are read, written and trimmed with the
+    /// ordinary requests at `Fork::lba_offset + block`.
+    ForkCreate {
+        snapshot: SnapshotId,
+        name: String,
+        wall_ns: u64,
+    },
+    /// Deletes fork `id`: its region is unmapped once the writes to it
+    /// in the buffer are on the media; its space comes back through GC.
+    ForkDelete {
+        id: ForkId,
+    },
 }
 
 /// What a finished request returns.
@@ -105,6 +121,8 @@ pub enum ReplyData {
     /// Answer to `Request::SnapshotCreate` (the snapshot taken) and
     /// `Request::SnapshotRevert` (the undo snapshot).
     Snapshot(Snapshot),
+    /// Answer to `Request::ForkCreate`.
+    Fork(Fork),
     /// Answer to `Request::Changed`: the changed runs `(lba, block_count)`,
     /// in order, none touching the next.
     Changed(Vec<(Lba, u64)>),

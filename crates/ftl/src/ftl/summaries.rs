@@ -226,7 +226,7 @@ impl Ftl {
             let lba = lbas.get(off as usize).copied().unwrap_or(NO_LBA);
             in_table
                 || (lba != NO_LBA
-                    && u64::from(lba) < self.layout.logical_blocks
+                    && u64::from(lba) < self.mapping.space_blocks()
                     && self.mapping.target(u64::from(lba))
                         == Some(crate::mapping::Target::Direct(ppa)))
         })

@@ -88,6 +88,11 @@ impl Ftl {
                 self.hold(super::range::Held::Write(w));
                 continue;
             }
+            if let Err(e) = self.fork_lives(lba, count) {
+                // Its fork was deleted while it waited.
+                self.replies.push_back(Reply { id, result: Err(e) });
+                continue;
+            }
             // A vector it waited behind may have made the range immutable.
             if let Some(at) = self.attrs.first_immutable(lba, count) {
                 self.replies.push_back(Reply {
@@ -122,6 +127,12 @@ impl Ftl {
                 }
                 self.replies.push_back(Reply { id, result: Err(e) });
                 continue;
+            }
+            if lba >= self.layout.logical_blocks {
+                if let Err(e) = self.room_for_fork_leaves(lba, &facts) {
+                    self.replies.push_back(Reply { id, result: Err(e) });
+                    continue;
+                }
             }
             let WaitingWrite { data, crcs, .. } = w;
             let crcs = match &crcs {
@@ -188,6 +199,46 @@ impl Ftl {
                 IoError::NoSpace
             });
         }
+        Ok(())
+    }
+
+    /// A request past the volume lies in a live fork (it was checked at
+    /// its start; a fork delete may have run while it waited).
+    pub(super) fn fork_lives(&self, lba: Lba, count: u64) -> Result<(), IoError> {
+        let past = lba >= self.layout.logical_blocks;
+        if past && !self.mapping.forks().holds_range(lba, count) {
+            return Err(IoError::OutOfRange {
+                lba,
+                block_count: count,
+                logical_blocks: self.layout.logical_blocks,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the next checkpoint has room for the map leaves a fork write
+    /// at `lba` (its blocks' admission `facts`) may take; takes them.
+    fn room_for_fork_leaves(
+        &mut self,
+        lba: Lba,
+        facts: &[(bool, Option<Ppa>, bool)],
+    ) -> Result<(), IoError> {
+        if self.buffer.used_slots() == 0 {
+            self.fork_leaves_pending.clear();
+        }
+        let leaf_blocks = crate::checkpoint::LEAF_ENTRIES as u64;
+        let mut leaves: Vec<u64> = (lba..)
+            .zip(facts)
+            .filter(|&(l, &(_, _, new))| new && self.mapping.takes_leaf(l))
+            .map(|(l, _)| l / leaf_blocks)
+            .filter(|leaf| !self.fork_leaves_pending.contains(leaf))
+            .collect();
+        leaves.dedup();
+        let bytes = (crate::checkpoint::LEAF_BYTES as u64 + 4) * leaves.len() as u64;
+        if bytes > 0 && bytes > self.checkpoint_room_bytes() {
+            return Err(crate::fork::ForkError::MapFull.into());
+        }
+        self.fork_leaves_pending.extend(leaves);
         Ok(())
     }
 
@@ -266,6 +317,7 @@ impl Ftl {
         if self.read_only {
             return Err(self.refusal());
         }
+        self.fork_lives(lba, u64::from(block_count))?;
         if let Some(at) = self.attrs.first_immutable(lba, u64::from(block_count)) {
             return Err(IoError::Immutable { lba: at });
         }

@@ -43,6 +43,14 @@ pub(super) enum Event {
         wall_ns: u64,
         revert_to: Option<Seq>,
     },
+    /// A ForkCreate note, its name and its Clock note.
+    ForkCreate {
+        seq: Seq,
+        id: u32,
+        base: SnapshotId,
+        name: String,
+        wall_ns: u64,
+    },
 }
 
 impl Event {
@@ -51,7 +59,8 @@ impl Event {
             Event::Note(n) => n.seq(),
             Event::Vector { seq, .. }
             | Event::Tag { seq, .. }
-            | Event::SnapshotCreate { seq, .. } => *seq,
+            | Event::SnapshotCreate { seq, .. }
+            | Event::ForkCreate { seq, .. } => *seq,
         }
     }
 }
@@ -84,7 +93,8 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
                         stray.seq()
                     )));
                 }
-                if let Some(&Note::SnapshotCreate { .. }) = body.first() {
+                if let Some(&Note::SnapshotCreate { .. } | &Note::ForkCreate { .. }) = body.first()
+                {
                     events.push(snapshot_create(seq, &body)?);
                     continue;
                 }
@@ -97,7 +107,8 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
             | Note::SnapshotCreate { .. }
             | Note::SnapshotName { .. }
             | Note::Clock { .. }
-            | Note::Revert { .. } => {
+            | Note::Revert { .. }
+            | Note::ForkCreate { .. } => {
                 return Err(MountError::Damaged(format!(
                     "{n:?} outside a range-operation vector"
                 )));
@@ -116,20 +127,27 @@ pub(super) fn group_vectors(notes: Vec<Note>) -> Result<Vec<Event>, MountError> 
 
 /// The event of a snapshot create's notes (a SnapshotCreate note, then
 /// its name's notes, its Clock note (logs of older builds have none),
-/// then for a revert a Revert note).
+/// then for a revert a Revert note), or of a fork create's (a ForkCreate
+/// note, its name's notes and its Clock note).
 fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
     let damaged = |what: String| MountError::Damaged(format!("snapshot create {seq}: {what}"));
-    let Some((
-        &Note::SnapshotCreate {
-            name_len,
-            id,
-            parent,
-            ..
-        },
-        rest,
-    )) = body.split_first()
-    else {
-        unreachable!("called on a create's notes")
+    let (name_len, id, parent, fork, rest) = match body.split_first() {
+        Some((
+            &Note::SnapshotCreate {
+                name_len,
+                id,
+                parent,
+                ..
+            },
+            rest,
+        )) => (name_len, id, parent, false, rest),
+        Some((
+            &Note::ForkCreate {
+                name_len, id, base, ..
+            },
+            rest,
+        )) => (name_len, id, base, true, rest),
+        _ => unreachable!("called on a create's notes"),
     };
     let (revert_to, rest) = match rest.split_last() {
         Some((&Note::Revert { to_seq, .. }, names)) => (Some(to_seq), names),
@@ -147,6 +165,18 @@ fn snapshot_create(seq: Seq, body: &[Note]) -> Result<Event, MountError> {
         })
         .collect::<Result<_, _>>()?;
     let name = note::snapshot_name(name_len, &names).map_err(|e| damaged(e.to_string()))?;
+    if fork {
+        if revert_to.is_some() {
+            return Err(damaged("a Revert note in a fork create".into()));
+        }
+        return Ok(Event::ForkCreate {
+            seq,
+            id,
+            base: parent,
+            name,
+            wall_ns,
+        });
+    }
     Ok(Event::SnapshotCreate {
         seq,
         id,
@@ -254,6 +284,16 @@ impl Rebuild {
                     &image.sweeps,
                 )
             },
+            |slots| {
+                let records = image.forks.clone();
+                crate::fork::Forks::from_records(
+                    image.logical_blocks,
+                    slots,
+                    image.next_fork_id,
+                    records,
+                )
+                .map_err(|e| format!("forks: {e}"))
+            },
         )
         .map_err(|e| MountError::Damaged(format!("checkpoint map: {e}")))?;
         // The running FTL may have finished the checkpoint's pending
@@ -337,7 +377,8 @@ impl Rebuild {
     }
 
     fn check_lba(&self, lba: Lba) -> Result<(), MountError> {
-        if lba >= self.mapping.logical_blocks() {
+        let in_fork = || self.mapping.forks().at(lba).is_some();
+        if lba >= self.mapping.logical_blocks() && !in_fork() {
             return Err(MountError::Damaged(format!(
                 "a note or tag names block {lba}, past the logical end"
             )));
@@ -460,6 +501,13 @@ impl Rebuild {
                         self.revert(*seq, *to_seq)?;
                     }
                 }
+                Event::ForkCreate {
+                    seq,
+                    id,
+                    base,
+                    name,
+                    wall_ns,
+                } => self.fork_create(*seq, *id, *base, name, *wall_ns)?,
                 Event::Note(n) => self.note(n, g, &ppa_ok)?,
             }
         }
@@ -488,9 +536,10 @@ impl Rebuild {
                 lba,
                 block_count,
             } => {
-                let end = lba
-                    .checked_add(block_count)
-                    .filter(|&e| e <= self.mapping.logical_blocks());
+                let end = lba.checked_add(block_count).filter(|&e| {
+                    e <= self.mapping.logical_blocks()
+                        || self.mapping.forks().holds_range(lba, block_count)
+                });
                 let Some(end) = end else {
                     return Err(MountError::Damaged(format!(
                         "Trim note {lba}+{block_count} past the end"
@@ -563,7 +612,13 @@ impl Rebuild {
                 // (needing is a pure function of the snapshots).
                 self.mapping.sweep_all();
             }
+            Note::ForkDelete { seq, id } => {
+                self.mapping
+                    .fork_delete(id)
+                    .map_err(|e| MountError::Damaged(format!("ForkDelete note {seq}: {e}")))?;
+            }
             Note::VectorBegin { .. }
+            | Note::ForkCreate { .. }
             | Note::Clone { .. }
             | Note::Move { .. }
             | Note::Merge { .. }
@@ -602,6 +657,32 @@ impl Rebuild {
             return Err(damaged("created before the newest snapshot".into()));
         }
         self.mapping.snapshot_create(id, name, seq, wall_ns);
+        Ok(())
+    }
+
+    fn fork_create(
+        &mut self,
+        seq: Seq,
+        id: u32,
+        base: SnapshotId,
+        name: &str,
+        wall_ns: u64,
+    ) -> Result<(), MountError> {
+        let damaged = |what: String| MountError::Damaged(format!("fork create {seq}: {what}"));
+        let forks = self.mapping.forks();
+        if id < forks.next_id() {
+            return Err(damaged(format!(
+                "id {id} below the next id {}",
+                forks.next_id()
+            )));
+        }
+        forks
+            .check_create(name)
+            .map_err(|e| damaged(e.to_string()))?;
+        if self.mapping.history().by_id(base).is_none() {
+            return Err(damaged(format!("snapshot {base} does not exist")));
+        }
+        self.mapping.fork_create(id, name, base, seq, wall_ns);
         Ok(())
     }
 
