@@ -176,6 +176,31 @@ fn crash_torture_with_snapshots() {
     }
 }
 
+/// The snapshot torture with writable forks of the snapshots: creates,
+/// deletes, writes, trims and reads of forks mixed in; after every cut a
+/// fork whose create or delete was cut short is there or not, whole, and
+/// every block of every fork is its snapshot's or one the fork wrote.
+#[test]
+fn crash_torture_with_forks() {
+    let run = |seed: u64| {
+        let mut rig = Rig::new(seed, seed.is_multiple_of(2), seed.is_multiple_of(5));
+        rig.ranges = true;
+        rig.snapshots = true;
+        rig.forks = true;
+        rig.cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_forks", 200, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(
+            total.forks >= seeds as u64 / 2
+                && total.fork_blocks_written > 0
+                && total.fork_blocks_checked > 0,
+            "too few forks, none written or checked: {total:?}"
+        );
+    }
+}
+
 /// The snapshot torture on volumes with a 3 s protection window: the core
 /// takes and drops points (and drops them early when writes need their
 /// room) between and during the model's operations; every cut must still

@@ -155,6 +155,15 @@ impl Model {
         }
     }
 
+    /// A model whose blocks hold `versions`, durable.
+    pub fn holding(versions: &[u32]) -> Model {
+        Model {
+            committed: versions.to_vec(),
+            pending: vec![Vec::new(); versions.len()],
+            attrs: vec![0; versions.len()],
+        }
+    }
+
     pub fn immutable(&self, lba: u64, n: u64) -> Option<u64> {
         (lba..lba + n).find(|&l| self.attrs[l as usize] & attr_bits::IMMUTABLE != 0)
     }
@@ -427,6 +436,21 @@ pub struct SnapModel {
     pub may_be_zero: Vec<bool>,
 }
 
+/// A fork the model follows: its blocks as a model of their own that
+/// starts as its base snapshot held them.
+#[derive(Clone, Debug)]
+pub struct ForkModel {
+    pub name: String,
+    pub base: String,
+    pub state: SnapState,
+    pub model: Model,
+    /// Blocks a write or trim of the fork was answered for (the others
+    /// read as its base).
+    pub changed: Vec<bool>,
+    /// Blocks its base may read as zeros (see [`SnapModel::may_be_zero`]).
+    pub may_be_zero: Vec<bool>,
+}
+
 /// A window point the model saw appear during an operation: it holds the
 /// model's state from just before or just after that operation.
 #[derive(Clone, Debug)]
@@ -516,6 +540,10 @@ pub struct Coverage {
     /// Snapshots created, and snapshot blocks read and checked.
     pub snapshots: u64,
     pub snapshot_blocks_checked: u64,
+    /// Forks created, and fork blocks written and read back checked.
+    pub forks: u64,
+    pub fork_blocks_written: u64,
+    pub fork_blocks_checked: u64,
     /// Whole-volume diffs checked against the model.
     pub snapshot_diffs: u64,
     /// Reverts answered.
@@ -540,6 +568,9 @@ impl Coverage {
         self.wl_moves += other.wl_moves;
         self.host_retries += other.host_retries;
         self.snapshots += other.snapshots;
+        self.forks += other.forks;
+        self.fork_blocks_written += other.fork_blocks_written;
+        self.fork_blocks_checked += other.fork_blocks_checked;
         self.snapshot_blocks_checked += other.snapshot_blocks_checked;
         self.snapshot_diffs += other.snapshot_diffs;
         self.reverts += other.reverts;
@@ -638,6 +669,11 @@ pub struct Rig {
     pub snapshots: bool,
     pub snaps: Vec<SnapModel>,
     next_snap: u32,
+    /// Snapshot operations include fork creates, deletes, writes, trims
+    /// and reads (with `snapshots`).
+    pub forks: bool,
+    pub fork_models: Vec<ForkModel>,
+    next_fork: u32,
     /// The wall clock of a volume with a protection window (see
     /// [`Rig::with_window`]): 100 ms pass per operation.
     clock: Option<Arc<AtomicU64>>,
@@ -711,6 +747,9 @@ impl Rig {
             snapshots: false,
             snaps: Vec::new(),
             next_snap: 0,
+            forks: false,
+            fork_models: Vec::new(),
+            next_fork: 0,
             clock: None,
             points: BTreeMap::new(),
             unknown_points: Vec::new(),
@@ -890,6 +929,9 @@ impl Rig {
             Op::Flush => {
                 self.ftl().flush()?;
                 self.model.flush();
+                for f in &mut self.fork_models {
+                    f.model.flush();
+                }
                 Ok(())
             }
             Op::Vector { seed } => self.run_vector(seed),
@@ -1028,6 +1070,9 @@ impl Rig {
     /// A snapshot create (up to 3 live), delete or read of a random range.
     fn run_snapshot(&mut self, seed: u64) -> Result<(), IoError> {
         let mut r = Rng::new(seed);
+        if self.forks && r.next_u64().is_multiple_of(2) {
+            return self.run_fork(&mut r);
+        }
         let live: Vec<usize> = (0..self.snaps.len())
             .filter(|&i| self.snaps[i].state == SnapState::Exists)
             .collect();
@@ -1065,6 +1110,9 @@ impl Rig {
             0..=5 if !live.is_empty() => {
                 let i = pick(&mut r);
                 let name = self.snaps[i].name.clone();
+                if self.fork_models.iter().any(|f| f.base == name) {
+                    return Ok(()); // refused while a fork of it lives
+                }
                 match self.ftl().snapshot_delete(&name) {
                     Ok(()) => {
                         self.snaps.remove(i);
@@ -1096,6 +1144,191 @@ impl Rig {
                 self.check_snapshot(i, lba, n)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// A fork create (up to 2 live) of a live snapshot, a fork delete, or
+    /// a write, trim or read of a random range of a live fork.
+    fn run_fork(&mut self, r: &mut Rng) -> Result<(), IoError> {
+        let live: Vec<usize> = (0..self.fork_models.len())
+            .filter(|&i| self.fork_models[i].state == SnapState::Exists)
+            .collect();
+        let snaps: Vec<usize> = (0..self.snaps.len())
+            .filter(|&i| self.snaps[i].state == SnapState::Exists)
+            .collect();
+        let choice = r.next_u64() % 10;
+        if live.is_empty() || (choice == 0 && live.len() < 2) {
+            if snaps.is_empty() || live.len() >= 2 {
+                return Ok(());
+            }
+            let s = &self.snaps[snaps[(r.next_u64() % snaps.len() as u64) as usize]];
+            let (base, versions, may_be_zero) =
+                (s.name.clone(), s.versions.clone(), s.may_be_zero.clone());
+            let name = format!("f{}", self.next_fork);
+            self.next_fork += 1;
+            let result = self.ftl().fork_create(&base, &name).map(drop);
+            let state = match &result {
+                Ok(()) => {
+                    self.coverage.forks += 1;
+                    SnapState::Exists
+                }
+                Err(IoError::DeviceGone | IoError::ReadOnly) => SnapState::MaybeCreated,
+                Err(e) => panic!("fork create {name} of {base}: {e}"),
+            };
+            self.fork_models.push(ForkModel {
+                name,
+                base,
+                state,
+                model: Model::holding(&versions),
+                changed: vec![false; self.blocks as usize],
+                may_be_zero,
+            });
+            return result;
+        }
+        let i = live[(r.next_u64() % live.len() as u64) as usize];
+        let name = self.fork_models[i].name.clone();
+        let at = match self.ftl().forks().into_iter().find(|f| f.name == name) {
+            Some(f) => f.lba_offset,
+            None => panic!("fork {name} is gone"),
+        };
+        let lba = r.next_u64() % self.blocks;
+        let n = (1 + r.next_u64() % 8).min(self.blocks - lba) as u32;
+        let bs = self.bs;
+        match choice {
+            1 => match self.ftl().fork_delete(&name) {
+                Ok(()) => {
+                    self.fork_models.remove(i);
+                    Ok(())
+                }
+                Err(e @ (IoError::DeviceGone | IoError::ReadOnly)) => {
+                    self.fork_models[i].state = SnapState::MaybeDeleted;
+                    Err(e)
+                }
+                Err(e) => panic!("fork delete {name}: {e}"),
+            },
+            2..=6 => {
+                let trim = choice == 6;
+                let mut data = Vec::with_capacity(n as usize * bs);
+                for l in lba..lba + u64::from(n) {
+                    let v = if trim { 0 } else { self.version() };
+                    self.fork_models[i].model.write(l, v);
+                    data.extend(pattern(l, v, bs));
+                }
+                let result = if trim {
+                    self.ftl().trim(at + lba, n)
+                } else {
+                    self.ftl().write(at + lba, &data)
+                };
+                let f = &mut self.fork_models[i];
+                match result {
+                    Ok(()) => {
+                        f.changed[lba as usize..(lba + u64::from(n)) as usize].fill(true);
+                        self.coverage.fork_blocks_written += u64::from(n);
+                        Ok(())
+                    }
+                    Err(IoError::SnapshotSpace | IoError::NoSpace | IoError::Fork(_)) => {
+                        for l in lba..lba + u64::from(n) {
+                            f.model.unwrite(l);
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => self.check_fork(i, at, lba, n),
+        }
+    }
+
+    /// Reads blocks `lba..+n` of model fork `i` (its region at `at`) and
+    /// checks them: the latest version before any crash, one the model
+    /// allows after one (then known durable).
+    fn check_fork(&mut self, i: usize, at: u64, lba: u64, n: u32) -> Result<(), IoError> {
+        let data = self.ftl().read(at + lba, n)?;
+        let failed = self.ftl().ftl().failure().is_some();
+        self.coverage.fork_blocks_checked += u64::from(n);
+        let f = &mut self.fork_models[i];
+        for (k, block) in data.chunks(self.bs).enumerate() {
+            let l = lba + k as u64;
+            // Versions are unique: a clone's copy names its origin block.
+            let (_, got) =
+                decode_any(block).unwrap_or_else(|e| panic!("fork {} block {l}: {e}", f.name));
+            let zero_ok = got == 0 && f.may_be_zero[l as usize] && !f.changed[l as usize];
+            if failed || zero_ok {
+                assert!(
+                    zero_ok || f.model.allowed(l, got),
+                    "fork {} block {l} read {got}; model: {}",
+                    f.name,
+                    f.model.describe(l)
+                );
+            } else {
+                assert_eq!(
+                    got,
+                    f.model.latest(l),
+                    "fork {} block {l}; model: {}",
+                    f.name,
+                    f.model.describe(l)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// After a mount: forks whose create or delete a cut interrupted exist
+    /// or not as the volume says, every other one exactly there; then
+    /// every block of every fork is checked and known durable.
+    fn resolve_forks(&mut self) {
+        let found: Vec<(String, u64)> = self
+            .ftl()
+            .forks()
+            .into_iter()
+            .map(|f| (f.name, f.lba_offset))
+            .collect();
+        self.fork_models.retain_mut(|f| {
+            let there = found.iter().any(|(n, _)| *n == f.name);
+            match f.state {
+                SnapState::Exists => assert!(there, "fork {} lost by a crash", f.name),
+                SnapState::MaybeCreated | SnapState::MaybeDeleted => f.state = SnapState::Exists,
+            }
+            there
+        });
+        for (name, _) in &found {
+            assert!(
+                self.fork_models.iter().any(|f| f.name == *name),
+                "fork {name} appeared from nowhere"
+            );
+        }
+        let attrs = self.model.attrs().to_vec();
+        for f in &mut self.fork_models {
+            for (l, &a) in attrs.iter().enumerate() {
+                f.may_be_zero[l] |= a & attr_bits::NON_PERSISTENT != 0 && !f.changed[l];
+            }
+        }
+        for i in 0..self.fork_models.len() {
+            let name = self.fork_models[i].name.clone();
+            let at = found.iter().find(|(n, _)| *n == name).expect("found").1;
+            let mut lba = 0;
+            while lba < self.blocks {
+                let n = (self.blocks - lba).min(64) as u32;
+                let data = self
+                    .ftl()
+                    .read(at + lba, n)
+                    .unwrap_or_else(|e| panic!("fork {name} read after recovery: {e}"));
+                let f = &mut self.fork_models[i];
+                for (k, block) in data.chunks(self.bs).enumerate() {
+                    let l = lba + k as u64;
+                    let (_, got) =
+                        decode_any(block).unwrap_or_else(|e| panic!("fork {name} block {l}: {e}"));
+                    let zero_ok = got == 0 && f.may_be_zero[l as usize] && !f.changed[l as usize];
+                    assert!(
+                        zero_ok || f.model.allowed(l, got),
+                        "fork {name} block {l} read {got} after recovery; model: {}",
+                        f.model.describe(l)
+                    );
+                    f.model.durable(l, got);
+                }
+                self.coverage.fork_blocks_checked += u64::from(n);
+                lba += u64::from(n);
+            }
         }
     }
 
@@ -1403,6 +1636,7 @@ impl Rig {
         }
         self.ftl = Some(ftl);
         self.set_clock();
+        self.resolve_forks();
         let ids: Vec<u32> = self.points.keys().copied().collect();
         for id in ids {
             let mut lba = 0;
