@@ -97,7 +97,7 @@ fn a_fork_starts_as_its_snapshot_and_keeps_its_own_changes() {
         let check = |ftl: &mut Driver<SimDevice>| {
             let at = offset(ftl, "dev");
             for lba in 0..n {
-                let base = (lba < 200 || lba >= 208).then_some((lba, 1));
+                let base = (!(200..208).contains(&lba)).then_some((lba, 1));
                 let fork = match lba {
                     0..10 => Some((lba, 3)),
                     10..20 => None,

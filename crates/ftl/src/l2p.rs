@@ -226,7 +226,7 @@ impl L2p {
         crcs: &[u32],
     ) -> Result<L2p, L2pError> {
         let mut map = L2p::sparse(logical_blocks, eager_blocks, format);
-        let slots = u32::try_from(leaf_slots(logical_blocks)).unwrap_or(u32::MAX);
+        let slots = leaf_slots(logical_blocks);
         let mut seen: Vec<u32> = Vec::with_capacity(leaves.len());
         let mut mapped = 0u64;
         for (leaf, entries) in leaves {

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, trace, warn};
+use zftl_core::fork::ForkError;
 use zftl_core::history::{SnapshotError, SnapshotId};
 use zftl_core::{IoError, ReplyData, Request};
 
@@ -271,7 +272,10 @@ pub fn errno_of(e: &IoError) -> Errno {
         IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
             Errno::Inval
         }
-        IoError::NoSpace | IoError::SharingFull { .. } | IoError::SnapshotSpace => Errno::NoSpc,
+        IoError::NoSpace
+        | IoError::SharingFull { .. }
+        | IoError::SnapshotSpace
+        | IoError::Fork(ForkError::MapFull) => Errno::NoSpc,
         // The volume went read-only after a metadata write failure: writes
         // are refused as on a read-only export; so are writes to an
         // immutable range.
@@ -279,7 +283,8 @@ pub fn errno_of(e: &IoError) -> Errno {
         IoError::BadVector { .. }
         | IoError::MergeConflict { .. }
         | IoError::AttributeTableFull { .. }
-        | IoError::Snapshot(_) => Errno::Inval,
+        | IoError::Snapshot(_)
+        | IoError::Fork(_) => Errno::Inval,
         IoError::Busy
         | IoError::Corrupt { .. }
         | IoError::Misdirected { .. }

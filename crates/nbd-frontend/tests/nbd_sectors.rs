@@ -495,7 +495,9 @@ impl Volume for Recording {
             Request::Range { .. } => ("range", 0, 0),
             Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
+            | Request::SnapshotRevert { .. }
+            | Request::ForkCreate { .. }
+            | Request::ForkDelete { .. } => ("snapshot", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)

@@ -147,7 +147,9 @@ impl Volume for Dummy {
             // Nor snapshot changes.
             r @ (Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::SnapshotRevert { .. }) => {
+            | Request::SnapshotRevert { .. }
+            | Request::ForkCreate { .. }
+            | Request::ForkDelete { .. }) => {
                 panic!("the NBD server sent {r:?}")
             }
         };
