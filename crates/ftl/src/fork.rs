@@ -118,6 +118,8 @@ pub fn check_name(name: &str) -> Result<(), ForkError> {
 #[derive(Clone, Debug, Default)]
 struct Diverged {
     leaves: Vec<Option<Box<[u64; LEAF_WORDS]>>>,
+    /// Allocated leaves.
+    leaf_count: u64,
 }
 
 impl Diverged {
@@ -134,7 +136,10 @@ impl Diverged {
         if self.leaves.len() <= leaf {
             self.leaves.resize_with(leaf + 1, || None);
         }
-        let l = self.leaves[leaf].get_or_insert_with(|| Box::new([0; LEAF_WORDS]));
+        let l = self.leaves[leaf].get_or_insert_with(|| {
+            self.leaf_count += 1;
+            Box::new([0; LEAF_WORDS])
+        });
         l[word] |= 1 << bit;
     }
 
@@ -144,8 +149,7 @@ impl Diverged {
     }
 
     fn memory_bytes(&self) -> u64 {
-        let leaves = self.iter().count() as u64;
-        (self.leaves.len() * 8) as u64 + leaves * (LEAF_WORDS as u64 * 8)
+        (self.leaves.len() * 8) as u64 + self.leaf_count * (LEAF_WORDS as u64 * 8)
     }
 }
 
@@ -374,6 +378,12 @@ impl Forks {
                 diverged: d.iter().map(|(i, w)| (i, *w)).collect(),
             })
             .collect()
+    }
+
+    /// Leaves of diverged bits the forks hold (a checkpoint records each).
+    pub fn diverged_leaf_count(&self) -> u64 {
+        let leaves = self.slots.iter().flatten();
+        leaves.map(|(_, d)| d.leaf_count).sum()
     }
 
     /// Bytes the diverged bits take.

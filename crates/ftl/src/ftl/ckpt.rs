@@ -77,11 +77,10 @@ impl Ftl {
     fn fork_checkpoint_bytes(&self) -> u64 {
         use crate::checkpoint::{FORK_LEAF_BYTES, FORK_RECORD_BYTES, LEAF_BYTES};
         let forks = self.mapping.forks();
-        let records = forks.records();
-        let diverged: u64 = records.iter().map(|r| r.diverged.len() as u64).sum();
+        let diverged = forks.diverged_leaf_count();
         let leaves = self.mapping.fork_leaf_count() + self.fork_leaves_pending.len() as u64;
         16 + 8
-            + FORK_RECORD_BYTES as u64 * records.len() as u64
+            + FORK_RECORD_BYTES as u64 * forks.iter().count() as u64
             + FORK_LEAF_BYTES as u64 * diverged
             + (LEAF_BYTES as u64 + 4) * leaves
     }
