@@ -65,6 +65,10 @@ pub struct MetaLog {
     failed: bool,
     /// Ring zones taken out after a failed write or reset.
     dead: Vec<bool>,
+    /// [`Self::free_zones`], kept up to date where its inputs change (the
+    /// committed checkpoint, a dead zone, the current zone): the FTL asks
+    /// for it on every turn.
+    free_zones: usize,
     /// Writes not yet durable as a prefix, by first log_seq: kept, completed
     /// or not, until every block before them is durable, so that a failed
     /// write and all after it can be written again elsewhere (a later write
@@ -101,7 +105,7 @@ impl MetaLog {
         assert!(!ring.is_empty() && cur < ring.len() && newest_in.len() == ring.len());
         assert!(wp_blocks <= zone_capacity_blocks && max_write_blocks > 0);
         let newest_in_len = newest_in.len();
-        MetaLog {
+        let mut log = MetaLog {
             notes_per_block: crate::note::notes_per_block(block_size),
             ring,
             cur,
@@ -124,7 +128,10 @@ impl MetaLog {
             dead: vec![false; newest_in_len],
             unsettled: BTreeMap::new(),
             superseded: BTreeSet::new(),
-        }
+            free_zones: 0,
+        };
+        log.recount_free_zones();
+        log
     }
 
     pub fn push_note(&mut self, note: Note) {
@@ -181,6 +188,7 @@ impl MetaLog {
 
     pub fn set_committed_checkpoint(&mut self, checkpoint_id: u64) {
         self.committed_checkpoint = checkpoint_id;
+        self.recount_free_zones();
     }
 
     fn reclaimable(&self, i: usize) -> bool {
@@ -190,6 +198,7 @@ impl MetaLog {
     /// Takes ring zone `i` out (found read-only or offline at mount).
     pub fn mark_dead(&mut self, i: usize) {
         self.dead[i] = true;
+        self.recount_free_zones();
         if i == self.cur {
             self.wp_blocks = self.zone_capacity_blocks;
         }
@@ -200,9 +209,21 @@ impl MetaLog {
 
     /// Ring zones the log can still fill before it must wait for a checkpoint.
     pub fn free_zones(&self) -> usize {
+        debug_assert_eq!(self.free_zones, self.count_free_zones());
+        self.free_zones
+    }
+
+    /// The ring zones other than the current one that are reclaimable. A
+    /// write changes only the current zone's `newest_in`, which this leaves
+    /// out; the other inputs call [`Self::recount_free_zones`].
+    fn count_free_zones(&self) -> usize {
         (1..self.ring.len())
             .filter(|&k| self.reclaimable((self.cur + k) % self.ring.len()))
             .count()
+    }
+
+    fn recount_free_zones(&mut self) {
+        self.free_zones = self.count_free_zones();
     }
 
     pub fn free_blocks(&self) -> u64 {
@@ -268,6 +289,7 @@ impl MetaLog {
         self.cur = self.reset_target;
         self.wp_blocks = 0;
         self.newest_in[self.cur] = None;
+        self.recount_free_zones();
     }
 
     /// The finish of a zone ended early completed. A failure changes nothing
