@@ -326,11 +326,7 @@ pub fn parse_protect(s: &str) -> Result<Protect, String> {
     if let Ok(secs) = crate::when::parse_duration(s) {
         return Ok(Protect::Secs(secs));
     }
-    let sized = s.len() > 1
-        && s.ends_with(['B', 'b'])
-        && s.starts_with(|c: char| c.is_ascii_digit())
-        && s.trim_end_matches(['B', 'b'])
-            .ends_with(|c: char| c.is_ascii_alphabetic());
+    let sized = s.ends_with(['B', 'b']) && s.starts_with(|c: char| c.is_ascii_digit());
     if !sized {
         return Err(format!(
             "`{s}` is neither a duration (90s, 30m, 1h, 1h30m, 2d) nor a size of data \
