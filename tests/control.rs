@@ -7,7 +7,7 @@ use serde_json::Value;
 use zftl::control::{
     error_line, execute, parse_line, parse_reply, reply_line, Command, Id, Target, MAX_LINE_BYTES,
 };
-use zftl::core::{Driver, FormatOptions, FtlConfig};
+use zftl::core::{Driver, FormatOptions, FtlConfig, ProtectWindow};
 use zftl::handle::{Handle, InlineHandle};
 use zftl::sim::{SimConfig, SimDevice};
 
@@ -645,7 +645,7 @@ fn points_are_listed_as_points_and_revert_by_name() {
     // 2026-01-01T00:00:00Z.
     let clock = Arc::new(AtomicU64::new(1_767_225_600 * SEC));
     let cfg = FtlConfig {
-        protect_window_secs: Some(3600),
+        protect_window: Some(ProtectWindow::Secs(3600)),
         ..FtlConfig::default()
     };
     let mut d = Driver::format(sim(), &FormatOptions::default(), cfg).unwrap();

@@ -9,7 +9,7 @@
 mod common;
 
 use common::Rig;
-use zftl::core::{FtlConfig, VictimPolicy};
+use zftl::core::{FtlConfig, ProtectWindow, VictimPolicy};
 
 fn run_seed(seed: u64) -> common::Coverage {
     let oob = seed.is_multiple_of(2);
@@ -201,7 +201,8 @@ fn crash_torture_with_forks() {
     }
 }
 
-/// The snapshot torture on volumes with a 3 s protection window: the core
+/// The snapshot torture on volumes with a protection window, of 3 s or
+/// (every other pair of seeds) of 2048 host blocks written: the core
 /// takes and drops points (and drops them early when writes need their
 /// room) between and during the model's operations; every cut must still
 /// recover the live volume and the user's snapshots exactly, and each
@@ -210,7 +211,12 @@ fn crash_torture_with_forks() {
 #[test]
 fn crash_torture_with_window() {
     let run = |seed: u64| {
-        let mut rig = Rig::with_window(seed, seed.is_multiple_of(2), 3);
+        let window = if seed % 4 < 2 {
+            ProtectWindow::Secs(3)
+        } else {
+            ProtectWindow::Blocks(2048)
+        };
+        let mut rig = Rig::with_window(seed, seed.is_multiple_of(2), window);
         rig.ranges = true;
         rig.snapshots = true;
         rig.cut_rounds(3, 1500)

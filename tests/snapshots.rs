@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, TagPlacement};
+use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ProtectWindow, TagPlacement};
 use zftl::sim::SimDevice;
 
 mod common;
@@ -666,10 +666,10 @@ fn bad_reverts_get_typed_errors() {
     assert_eq!(ftl.snapshots().len(), 1);
 }
 
-fn format_window(oob: bool, window_secs: u64, clock: &Arc<AtomicU64>) -> Driver<SimDevice> {
+fn format_window(oob: bool, window: ProtectWindow, clock: &Arc<AtomicU64>) -> Driver<SimDevice> {
     let opts = format_options(oob);
     let cfg = FtlConfig {
-        protect_window_secs: Some(window_secs),
+        protect_window: Some(window),
         ..FtlConfig::default()
     };
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
@@ -706,7 +706,7 @@ fn points(ftl: &Driver<SimDevice>) -> Vec<String> {
 fn the_protection_window_keeps_points_to_revert_to() {
     both_modes(|oob| {
         let clock = Arc::new(AtomicU64::new(T0));
-        let mut ftl = format_window(oob, 10, &clock);
+        let mut ftl = format_window(oob, ProtectWindow::Secs(10), &clock);
         for lba in 0..4 {
             write(&mut ftl, lba, 1);
         }
@@ -755,7 +755,7 @@ fn the_protection_window_keeps_points_to_revert_to() {
         // two are older than 10 s and the third is not.
         let dev = ftl.shutdown().unwrap();
         let cfg = FtlConfig {
-            protect_window_secs: Some(10),
+            protect_window: Some(ProtectWindow::Secs(10)),
             ..FtlConfig::default()
         };
         let mut ftl = Driver::mount(dev, cfg).unwrap();
@@ -776,7 +776,7 @@ fn the_protection_window_keeps_points_to_revert_to() {
 fn the_window_gives_way_before_a_write_fails() {
     both_modes(|oob| {
         let clock = Arc::new(AtomicU64::new(T0));
-        let mut ftl = format_window(oob, 3600, &clock);
+        let mut ftl = format_window(oob, ProtectWindow::Secs(3600), &clock);
         let blocks = ftl.logical_blocks();
         for round in 1..=3u32 {
             for lba in 0..blocks {
@@ -797,6 +797,186 @@ fn the_window_gives_way_before_a_write_fails() {
         assert!(points(&ftl).is_empty(), "every point gave way first");
         assert_eq!(holds(&mut ftl, Some("keep"), 0), Some((0, 3)));
     });
+}
+
+/// A range-operation vector that finds no room while window points hold
+/// some waits while the oldest points are dropped, and goes through; with
+/// a user snapshot holding the room it fails with `SnapshotSpace`, once
+/// every point gave way.
+#[test]
+fn a_vector_gives_way_to_window_points_before_it_fails() {
+    both_modes(|oob| {
+        let clock = Arc::new(AtomicU64::new(T0));
+        let mut ftl = format_window(oob, ProtectWindow::Secs(3600), &clock);
+        let blocks = ftl.logical_blocks();
+        for round in 1..=3u32 {
+            for lba in 0..blocks {
+                write(&mut ftl, lba, round);
+            }
+            pass_time(&mut ftl, &clock, 2 * SEC);
+        }
+        ftl.flush().unwrap();
+        let before = ftl.stats();
+        assert!(
+            before.window_points > 0 && before.snapshot_versions >= 2,
+            "{before:?}"
+        );
+        // Each block a vector changes may keep a version: more than the
+        // room left, less than the room without the points' versions.
+        let n = before.snapshot_room_versions + before.snapshot_versions / 2;
+        assert!(n < blocks, "{before:?}");
+        ftl.delete_ranges(&[(0, n)]).unwrap();
+        let after = ftl.stats();
+        assert!(
+            after.window_points_given_way > before.window_points_given_way,
+            "{after:?}"
+        );
+        assert_eq!(after.range_vectors_refused, 0);
+        assert_eq!(holds(&mut ftl, None, n - 1), None);
+        assert_eq!(holds(&mut ftl, None, n), Some((n, 3)));
+        // A user snapshot never gives way.
+        ftl.snapshot_create("keep").unwrap();
+        // More than the room there is with every point dropped.
+        let s = ftl.stats();
+        assert!(
+            s.snapshot_room_versions + s.snapshot_versions < blocks / 2,
+            "{s:?}"
+        );
+        let refused = ftl.delete_ranges(&[(0, blocks)]);
+        assert_eq!(refused, Err(IoError::SnapshotSpace));
+        assert!(points(&ftl).is_empty(), "every point gave way first");
+        assert_eq!(holds(&mut ftl, Some("keep"), n), Some((n, 3)));
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after the vectors");
+    });
+}
+
+/// Writes `n` blocks, one request each, from `*written` on (modulo the
+/// volume), each the version of its pass over the volume.
+fn write_blocks(ftl: &mut Driver<SimDevice>, written: &mut u64, n: u64) {
+    let blocks = ftl.logical_blocks();
+    for _ in 0..n {
+        let lba = *written % blocks;
+        write(ftl, lba, (*written / blocks) as u32 + 1);
+        *written += 1;
+    }
+}
+
+/// A window of host blocks written: a point once `max(256, N / 1024)`
+/// blocks were written since the last (and a second passed), each dropped
+/// once more than N blocks were written after it; after a remount the
+/// points from before it count as taken at the mount.
+#[test]
+fn a_window_in_blocks_written_takes_and_expires_points() {
+    both_modes(|oob| {
+        let clock = Arc::new(AtomicU64::new(T0));
+        let window = ProtectWindow::Blocks(1024);
+        let mut ftl = format_window(oob, window, &clock);
+        let tick = |ftl: &mut Driver<SimDevice>| pass_time(ftl, &clock, SEC + SEC / 5);
+        let mut written = 0;
+        write_blocks(&mut ftl, &mut written, 10);
+        tick(&mut ftl);
+        // The first change takes a point at once (it holds the first write
+        // or more: the clock was looked at as it came).
+        assert_eq!(points(&ftl).len(), 1);
+        let first = ftl.snapshots()[0].clone();
+        write_blocks(&mut ftl, &mut written, 200);
+        tick(&mut ftl);
+        assert_eq!(points(&ftl).len(), 1, "fewer than 256 blocks since");
+        let reach = ftl.stats().window_reach_blocks;
+        assert!((200..=210).contains(&reach), "{reach}");
+        let at_first = written - reach; // host blocks written before it
+        write_blocks(&mut ftl, &mut written, 70);
+        tick(&mut ftl);
+        assert_eq!(points(&ftl).len(), 2, "256 blocks since the first");
+        // Up to 1024 blocks after the first point it stays.
+        while written + 64 <= at_first + 1024 {
+            write_blocks(&mut ftl, &mut written, 64);
+            tick(&mut ftl);
+        }
+        assert_eq!(ftl.snapshots()[0].id, first.id, "{written}");
+        let kept = points(&ftl).len();
+        assert!((4..=5).contains(&kept), "{kept} points");
+        let rest = at_first + 1025 - written;
+        write_blocks(&mut ftl, &mut written, rest);
+        tick(&mut ftl);
+        let s = ftl.stats();
+        assert_ne!(ftl.snapshots()[0].id, first.id, "expired at {written}");
+        assert_eq!(s.window_points_expired, 1);
+        assert!(s.window_reach_blocks <= 1024, "{s:?}");
+        // A remount: the points recovered count as taken at the mount, so
+        // the window then reaches back further until 1024 more blocks are
+        // written.
+        let recovered = points(&ftl);
+        let dev = ftl.shutdown().unwrap();
+        let cfg = FtlConfig {
+            protect_window: Some(window),
+            ..FtlConfig::default()
+        };
+        let mut ftl = Driver::mount(dev, cfg).unwrap();
+        let c = clock.clone();
+        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        assert_eq!(points(&ftl), recovered);
+        // Fresh blocks: no version kept, nothing crowds the window.
+        let mounted_at = written;
+        while written - mounted_at + 64 <= 1024 {
+            write_blocks(&mut ftl, &mut written, 64);
+            tick(&mut ftl);
+        }
+        let now = points(&ftl);
+        assert!(
+            recovered.iter().all(|p| now.contains(p)),
+            "{recovered:?} {now:?} {:?}",
+            ftl.stats()
+        );
+        assert_eq!(ftl.stats().window_points_expired, 0);
+        assert_eq!(ftl.stats().window_reach_blocks, 1024);
+        write_blocks(&mut ftl, &mut written, 1);
+        tick(&mut ftl);
+        let now = points(&ftl);
+        assert!(recovered.iter().all(|p| !now.contains(p)), "{now:?}");
+        assert!(!now.is_empty(), "points taken since the mount stay");
+        assert_eq!(ftl.stats().window_points_expired, recovered.len() as u64);
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after the window");
+    });
+}
+
+/// The core's own requests (the window's points) never answer through
+/// the caller's replies: a caller may use every id, `u64::MAX` too.
+#[test]
+fn every_request_id_is_the_callers() {
+    let clock = Arc::new(AtomicU64::new(T0));
+    let mut ftl = format_window(false, ProtectWindow::Secs(10), &clock);
+    write(&mut ftl, 0, 1);
+    pass_time(&mut ftl, &clock, SEC);
+    assert_eq!(points(&ftl).len(), 1);
+    let bs = ftl.block_size();
+    let data = pattern(1, 1, bs);
+    let requests = [
+        zftl::core::Request::Write {
+            lba: 1,
+            data,
+            fua: true,
+        },
+        zftl::core::Request::SnapshotCreate {
+            name: "max".into(),
+            wall_ns: T0 + SEC,
+        },
+    ];
+    for request in requests {
+        ftl.try_submit(u64::MAX, request).unwrap();
+        assert!(ftl.wait_for(u64::MAX).is_ok());
+    }
+    write(&mut ftl, 2, 1);
+    pass_time(&mut ftl, &clock, 11 * SEC);
+    // Points were still taken and dropped meanwhile.
+    let s = ftl.stats();
+    assert!(
+        s.window_points_expired >= 1 && s.window_point_failures == 0,
+        "{s:?}"
+    );
+    assert!(ftl.snapshot_named("max").is_ok());
 }
 
 /// A snapshot's wall time survives a crash before any checkpoint recorded

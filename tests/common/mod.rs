@@ -15,7 +15,7 @@ use std::sync::Arc;
 use zftl::core::range::attr_bits;
 use zftl::core::{
     Activity, Attribute, Driver, FormatOptions, FtlConfig, IoError, MergePolicy, MountError,
-    RangeOp, Request, SummedBlocks, TagPlacement,
+    ProtectWindow, RangeOp, Request, SummedBlocks, TagPlacement,
 };
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice, Timing};
@@ -686,13 +686,13 @@ pub struct Rig {
 }
 
 impl Rig {
-    /// A rig whose volume has a protection window of `window_secs`: the
-    /// core takes and drops points (snapshots the model does not follow)
-    /// while the operations run, on a clock that moves 100 ms per
-    /// operation, so a seed replays the same points.
-    pub fn with_window(seed: u64, oob: bool, window_secs: u64) -> Rig {
+    /// A rig whose volume has protection window `window` (in time or in
+    /// blocks written): the core takes and drops points (snapshots the
+    /// model does not follow) while the operations run, on a clock that
+    /// moves 100 ms per operation, so a seed replays the same points.
+    pub fn with_window(seed: u64, oob: bool, window: ProtectWindow) -> Rig {
         let cfg = FtlConfig {
-            protect_window_secs: Some(window_secs),
+            protect_window: Some(window),
             ..ftl_config()
         };
         let mut rig = Rig::with_configs(seed, sim_config(seed, oob, false), cfg);

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use zftl_core::ProtectWindow;
 
 const ABOUT: &str =
     "zftl: a host-side flash translation layer for zoned flash, and its NAND simulator";
@@ -291,16 +292,51 @@ pub struct ViewArgs {
     pub image: Option<PathBuf>,
 }
 
-/// `zftl serve --protect`: a window's length, or `off`.
+/// `zftl serve --protect`: a window's length in time or in data written,
+/// or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Protect(pub u64);
+pub enum Protect {
+    /// `off`: the points there are dropped.
+    Off,
+    /// A duration, in seconds.
+    Secs(u64),
+    /// A size of data the host writes, in bytes (counted in the volume's
+    /// blocks once it is open).
+    Bytes(u64),
+}
 
-/// `1h`, `30m`, `90s`, `1h30m`, `2d`, or `off` (0).
+impl Protect {
+    /// The window on a volume of `block_size` bytes per block: a size is
+    /// rounded down to whole blocks, at least one.
+    pub fn window(self, block_size: u64) -> ProtectWindow {
+        match self {
+            Protect::Off => ProtectWindow::Secs(0),
+            Protect::Secs(secs) => ProtectWindow::Secs(secs),
+            Protect::Bytes(bytes) => ProtectWindow::Blocks((bytes / block_size.max(1)).max(1)),
+        }
+    }
+}
+
+/// `1h`, `30m`, `90s`, `1h30m`, `2d`; `500MiB`, `64GiB`, `1TB` (powers of
+/// 1024, the unit ending in `B`); or `off`.
 pub fn parse_protect(s: &str) -> Result<Protect, String> {
     if s == "off" {
-        return Ok(Protect(0));
+        return Ok(Protect::Off);
     }
-    crate::when::parse_duration(s).map(Protect)
+    if let Ok(secs) = crate::when::parse_duration(s) {
+        return Ok(Protect::Secs(secs));
+    }
+    let sized = s.ends_with(['B', 'b']) && s.starts_with(|c: char| c.is_ascii_digit());
+    if !sized {
+        return Err(format!(
+            "`{s}` is neither a duration (90s, 30m, 1h, 1h30m, 2d) nor a size of data \
+             written (500MiB, 64GiB, 1TB)"
+        ));
+    }
+    match parse_bytes(s)? {
+        0 => Err(format!("`{s}`: a window of no data; use `off`")),
+        bytes => Ok(Protect::Bytes(bytes)),
+    }
 }
 
 /// `zftl snapshot …`.
@@ -624,17 +660,22 @@ pub struct ServeArgs {
     /// No control socket (not even the default one next to the image).
     #[arg(long, conflicts_with = "control")]
     pub no_control: bool,
-    /// Keep a protection window of this length (1h, 30m, 90s, 1h30m, 2d):
-    /// while the volume changes, the server takes a point (a snapshot,
-    /// named @ + its UTC time, of every write acknowledged so far) at most
-    /// every max(1 s, DURATION / 1024), and drops points older than
-    /// DURATION. `zftl revert --to -5m` and `zftl view --at -5m` then find
-    /// the newest point at or before that time. Points give way first when
-    /// writes need room (the oldest reachable time moves up; never an
-    /// error to the client). `off` drops the points there are; without
-    /// --protect no points are taken and those on the volume are kept.
-    /// Config file: protect = "1h".
-    #[arg(long, value_name = "DURATION", value_parser = parse_protect)]
+    /// Keep a protection window of this length: a duration (1h, 30m, 90s,
+    /// 1h30m, 2d) or a size of data written (500MiB, 64GiB, 1TB). While
+    /// the volume changes, the server takes a point (a snapshot, named @ +
+    /// its UTC time, of every write acknowledged so far) at most every
+    /// max(1 s, DURATION / 1024), or every max(256 blocks, SIZE / 1024)
+    /// written and at most one a second, and drops the points older than
+    /// DURATION, or behind more than SIZE written by the host since
+    /// (trims and zeroing count for nothing; after a restart the points
+    /// from before it count as taken at the restart). `zftl revert --to
+    /// -5m` and `zftl view --at -5m` then find the newest point at or
+    /// before that time. Points give way first when writes, trims or
+    /// range operations need room (the oldest reachable point moves up;
+    /// never an error to the client). `off` drops the points there are;
+    /// without --protect no points are taken and those on the volume are
+    /// kept. Config file: protect = "1h" or protect = "64GiB".
+    #[arg(long, value_name = "DURATION|SIZE", value_parser = parse_protect)]
     pub protect: Option<Protect>,
     /// Serve a simulated device held in memory (timing off) exporting MIB
     /// MiB of logical space instead of an image (the device is half as

@@ -25,7 +25,7 @@ use zftl_core::layout::SUPER_ZONES;
 use zftl_core::superblock::Superblock;
 use zftl_core::{
     Backend, BackendExt, Driver, FormatOptions, FtlConfig, FtlStats, IoError, MountError,
-    ReplyData, Request,
+    ProtectWindow, ReplyData, Request,
 };
 use zftl_nbd::{
     check_listen_address, serve_metrics, tls_server_config, Export, ExportTable, MetricKind,
@@ -33,7 +33,7 @@ use zftl_nbd::{
 };
 use zftl_sim::SimDevice;
 
-use crate::args::{ImageOpt, ServeArgs};
+use crate::args::{ImageOpt, Protect, ServeArgs};
 use crate::error::CliError;
 use crate::{image, volume};
 
@@ -350,6 +350,10 @@ pub(crate) struct Settings {
     pub control: Option<PathBuf>,
     pub no_control: bool,
     pub ftl: FtlConfig,
+    /// `--protect SIZE` (or `protect = "64GiB"`): a window in data written,
+    /// in bytes, set in `ftl.protect_window` in blocks once the device's
+    /// block size is known (`Settings::ftl_for`).
+    pub protect_bytes: Option<u64>,
 }
 
 /// The default NBD address.
@@ -384,8 +388,9 @@ fn config_error(path: &Path, reason: impl Into<String>) -> CliError {
 
 /// Reads a serve config file. Relative paths in it are relative to the
 /// file's directory.
-/// A `protect = "1h"` key sets `ftl.protect_window_secs`.
-fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
+/// A `protect = "1h"` key sets `ftl.protect_window` (`protect = "64GiB"`:
+/// the returned size, set once the block size is known).
+fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig, Option<u64>), CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| config_error(path, e.to_string()))?;
     let mut file: ServeFile =
         toml::from_str(&text).map_err(|e| config_error(path, e.message().to_string()))?;
@@ -409,16 +414,17 @@ fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
             })?
         }
     };
+    let mut protect_bytes = None;
     if let Some(text) = file.protect.take() {
-        if ftl.protect_window_secs.is_some() {
+        if ftl.protect_window.is_some() {
             return Err(config_error(
                 path,
-                "both `protect` and `ftl.protect_window_secs` set the protection window; keep one",
+                "both `protect` and `ftl.protect_window` set the protection window; keep one",
             ));
         }
         let window = crate::args::parse_protect(&text)
             .map_err(|e| config_error(path, format!("protect: {e}, or \"off\"")))?;
-        ftl.protect_window_secs = Some(window.0);
+        (ftl.protect_window, protect_bytes) = protect_settings(window);
     }
     let base = path.parent().unwrap_or(Path::new(""));
     for p in [
@@ -435,18 +441,27 @@ fn load_serve_file(path: &Path) -> Result<(ServeFile, FtlConfig), CliError> {
             *p = base.join(&*p);
         }
     }
-    Ok((file, ftl))
+    Ok((file, ftl, protect_bytes))
+}
+
+/// `--protect`'s window: a time (or `off`) goes into the FTL's config, a
+/// size waits for the block size.
+fn protect_settings(p: Protect) -> (Option<ProtectWindow>, Option<u64>) {
+    match p {
+        Protect::Bytes(bytes) => (None, Some(bytes)),
+        other => (Some(other.window(1)), None),
+    }
 }
 
 impl Settings {
     /// The flags over the config file (if any) over the defaults.
     pub fn from_args(args: &ServeArgs) -> Result<Settings, CliError> {
-        let (file, mut ftl) = match &args.config {
+        let (file, mut ftl, mut protect_bytes) = match &args.config {
             Some(path) => load_serve_file(path)?,
-            None => (ServeFile::default(), FtlConfig::default()),
+            None => (ServeFile::default(), FtlConfig::default(), None),
         };
         if let Some(window) = args.protect {
-            ftl.protect_window_secs = Some(window.0);
+            (ftl.protect_window, protect_bytes) = protect_settings(window);
         }
         let tls = tls_files(
             args.tls_cert.clone().or(file.tls_cert),
@@ -473,7 +488,18 @@ impl Settings {
             control: args.control.clone().or(file.control),
             no_control: args.no_control,
             ftl,
+            protect_bytes,
         })
+    }
+
+    /// The FTL's config on a device of `block_size` bytes per block: a
+    /// window in data written is counted in its blocks.
+    pub fn ftl_for(&self, block_size: u32) -> FtlConfig {
+        let mut ftl = self.ftl.clone();
+        if let Some(bytes) = self.protect_bytes {
+            ftl.protect_window = Some(Protect::Bytes(bytes).window(u64::from(block_size)));
+        }
+        ftl
     }
 }
 
@@ -547,12 +573,12 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ),
         (
             "window_points_expired",
-            "Protection-window points dropped for age.",
+            "Protection-window points dropped for age (or for the blocks written since).",
             s.window_points_expired,
         ),
         (
             "window_points_given_way",
-            "Protection-window points dropped early because a write or trim needed their room.",
+            "Protection-window points dropped early because a write, trim or range operation needed their room.",
             s.window_points_given_way,
         ),
         (
@@ -646,7 +672,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 21] = [
+    let gauges: [(&str, &str, f64); 22] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -748,22 +774,40 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Wall time of the oldest protection-window point, the oldest time a revert reaches, in s since the Unix epoch (0: no point).",
             s.window_oldest_ns as f64 / 1e9,
         ),
+        (
+            "window_reach_blocks",
+            "Host blocks written since the oldest protection-window point (since the restart for a point taken before it).",
+            s.window_reach_blocks as f64,
+        ),
     ];
     for (name, help, v) in gauges {
         w.metric(&format!("zftl_ftl_{name}"), MetricKind::Gauge, help, v);
     }
 }
 
-/// The protection window as the start-up line shows it.
-fn protect_text(window: Option<u64>) -> String {
+/// The protection window as the start-up line shows it, on a volume of
+/// `block_size` bytes per block.
+fn protect_text(window: Option<ProtectWindow>, block_size: u32) -> String {
     match window {
         None => "none (no points taken; those on the volume kept)".into(),
-        Some(0) => "off (points dropped)".into(),
-        Some(secs) => {
+        Some(w) if w.is_off() => "off (points dropped)".into(),
+        Some(ProtectWindow::Secs(secs)) => {
             let every = (secs as f64 / zftl_core::MAX_WINDOW_POINTS as f64).max(1.0);
             format!(
                 "{} (a point at most every {every:.1} s while the volume changes)",
                 crate::when::duration_text(secs)
+            )
+        }
+        Some(ProtectWindow::Blocks(blocks)) => {
+            let every =
+                (blocks / zftl_core::MAX_WINDOW_POINTS).max(zftl_core::MIN_POINT_INTERVAL_BLOCKS);
+            let bytes =
+                |b: u64| crate::report::human_bytes(b.saturating_mul(u64::from(block_size)));
+            format!(
+                "{} written ({blocks} blocks; a point at most every {every} blocks ({}) written \
+                 and a second)",
+                bytes(blocks),
+                bytes(every)
             )
         }
     }
@@ -936,12 +980,14 @@ fn serve_on<B: Backend + Send + 'static>(
     ready: impl FnOnce(Bound),
 ) -> Result<B, CliError> {
     let listen = settings.listen;
-    let format = format_options(settings, dev.geometry().block_size_bytes);
+    let block_size = dev.geometry().block_size_bytes;
+    let format = format_options(settings, block_size);
+    let ftl = settings.ftl_for(block_size);
     let control = match settings.control.as_deref().filter(|_| !settings.no_control) {
         Some(p) => Some(crate::control::ControlSocket::bind(p)?),
         None => None,
     };
-    let handle = mount_or_format(path, dev, &format, settings.ftl.clone(), drive)?;
+    let handle = mount_or_format(path, dev, &format, ftl.clone(), drive)?;
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.request_blocks_limit(),
         handle,
@@ -966,7 +1012,7 @@ fn serve_on<B: Backend + Send + 'static>(
             listen = %local,
             export = %settings.export,
             read_only = settings.read_only,
-            protect = %protect_text(settings.ftl.protect_window_secs),
+            protect = %protect_text(ftl.protect_window, block_size),
             tls = tls.is_some(),
             client_certificates = settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             size_bytes = vol.logical_blocks() * vol.block_size() as u64,
@@ -1395,7 +1441,7 @@ data_crc = "table16"
 
     #[test]
     fn protect_sets_the_window_from_the_flag_or_the_file() {
-        assert_eq!(settings(&[]).unwrap().ftl.protect_window_secs, None);
+        assert_eq!(settings(&[]).unwrap().ftl.protect_window, None);
         for (flag, secs) in [
             ("1h", 3600),
             ("30m", 1800),
@@ -1404,9 +1450,41 @@ data_crc = "table16"
             ("off", 0),
         ] {
             let s = settings(&["--protect", flag]).unwrap();
-            assert_eq!(s.ftl.protect_window_secs, Some(secs), "{flag}");
+            assert_eq!(
+                s.ftl.protect_window,
+                Some(ProtectWindow::Secs(secs)),
+                "{flag}"
+            );
+            assert_eq!(s.ftl_for(4096), s.ftl, "{flag}");
         }
-        for bad in ["3600", "1x", "", "0s", "1h-"] {
+        // A size of data written: blocks of the device's size.
+        for (flag, blocks_4k) in [
+            ("64GiB", 16 << 20),
+            ("500MiB", 128_000),
+            ("1TB", 1 << 28),
+            ("2kb", 1),
+            ("100B", 1),
+        ] {
+            let s = settings(&["--protect", flag]).unwrap();
+            assert_eq!(
+                s.ftl.protect_window, None,
+                "{flag}: set once the block size is known"
+            );
+            let ftl = s.ftl_for(4096);
+            assert_eq!(
+                ftl.protect_window,
+                Some(ProtectWindow::Blocks(blocks_4k)),
+                "{flag}"
+            );
+        }
+        let s = settings(&["--protect", "64GiB"]).unwrap();
+        assert_eq!(
+            s.ftl_for(512).protect_window,
+            Some(ProtectWindow::Blocks(128 << 20))
+        );
+        for bad in [
+            "3600", "1x", "", "0s", "1h-", "0GiB", "64G", "GiB", "64XB", "1hB",
+        ] {
             let e = serve_args(&["--protect", bad]).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
         }
@@ -1415,18 +1493,38 @@ data_crc = "table16"
         let c = cfg.to_str().unwrap();
         std::fs::write(&cfg, "protect = \"2h\"\n").unwrap();
         assert_eq!(
-            settings(&["--config", c]).unwrap().ftl.protect_window_secs,
-            Some(7200)
+            settings(&["--config", c]).unwrap().ftl.protect_window,
+            Some(ProtectWindow::Secs(7200))
         );
         // The flag wins over the file.
         let s = settings(&["--config", c, "--protect", "off"]).unwrap();
-        assert_eq!(s.ftl.protect_window_secs, Some(0));
-        std::fs::write(&cfg, "[ftl]\nprotect_window_secs = 60\n").unwrap();
+        assert_eq!(s.ftl.protect_window, Some(ProtectWindow::Secs(0)));
+        std::fs::write(&cfg, "protect = \"1GiB\"\n").unwrap();
+        let s = settings(&["--config", c]).unwrap();
         assert_eq!(
-            settings(&["--config", c]).unwrap().ftl.protect_window_secs,
-            Some(60)
+            s.ftl_for(4096).protect_window,
+            Some(ProtectWindow::Blocks(1 << 18))
         );
-        std::fs::write(&cfg, "protect = \"1h\"\n[ftl]\nprotect_window_secs = 60\n").unwrap();
+        let s = settings(&["--config", c, "--protect", "1h"]).unwrap();
+        assert_eq!(
+            s.ftl_for(4096).protect_window,
+            Some(ProtectWindow::Secs(3600))
+        );
+        std::fs::write(&cfg, "[ftl]\nprotect_window = { secs = 60 }\n").unwrap();
+        assert_eq!(
+            settings(&["--config", c]).unwrap().ftl.protect_window,
+            Some(ProtectWindow::Secs(60))
+        );
+        std::fs::write(&cfg, "[ftl]\nprotect_window = { blocks = 4096 }\n").unwrap();
+        assert_eq!(
+            settings(&["--config", c]).unwrap().ftl.protect_window,
+            Some(ProtectWindow::Blocks(4096))
+        );
+        std::fs::write(
+            &cfg,
+            "protect = \"1h\"\n[ftl]\nprotect_window = { secs = 60 }\n",
+        )
+        .unwrap();
         let e = settings(&["--config", c]).unwrap_err();
         assert!(e.contains("keep one") && e.contains("p.toml"), "{e}");
         std::fs::write(&cfg, "protect = \"an hour\"\n").unwrap();
@@ -1435,10 +1533,18 @@ data_crc = "table16"
             e.contains("protect:") && e.contains("an hour") && e.contains("off"),
             "{e}"
         );
-        assert!(protect_text(Some(3600)).starts_with("1h (a point at most every 3.5 s"));
-        assert!(protect_text(Some(600)).starts_with("10m (a point at most every 1.0 s"));
-        assert!(protect_text(Some(0)).starts_with("off"));
-        assert!(protect_text(None).starts_with("none"));
+        let text = |w| protect_text(Some(w), 4096);
+        assert!(text(ProtectWindow::Secs(3600)).starts_with("1h (a point at most every 3.5 s"));
+        assert!(text(ProtectWindow::Secs(600)).starts_with("10m (a point at most every 1.0 s"));
+        assert!(text(ProtectWindow::Secs(0)).starts_with("off"));
+        assert!(text(ProtectWindow::Blocks(0)).starts_with("off"));
+        assert_eq!(
+            text(ProtectWindow::Blocks(16 << 20)),
+            "64.0 GiB written (16777216 blocks; a point at most every 16384 blocks (64.0 MiB) \
+             written and a second)"
+        );
+        assert!(text(ProtectWindow::Blocks(1000)).contains("every 256 blocks (1.0 MiB)"));
+        assert!(protect_text(None, 4096).starts_with("none"));
     }
 
     #[test]

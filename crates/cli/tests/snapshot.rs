@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use zftl_core::{Driver, FtlConfig};
+use zftl_core::{Driver, FtlConfig, ProtectWindow};
 use zftl_sim::{RuntimeOptions, SimDevice};
 
 /// How long a server gets to come up on a loaded machine.
@@ -809,7 +809,7 @@ fn window_history(path: &Path) -> (usize, Vec<u64>) {
     use std::sync::Arc;
     let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
     let cfg = FtlConfig {
-        protect_window_secs: Some(3600),
+        protect_window: Some(ProtectWindow::Secs(3600)),
         ..FtlConfig::default()
     };
     let mut d = Driver::mount(dev, cfg).unwrap();

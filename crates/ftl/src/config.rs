@@ -39,6 +39,32 @@ impl Default for FormatOptions {
     }
 }
 
+/// The length of the protection window ([`FtlConfig::protect_window`]).
+/// In a config file: `protect_window = { secs = 3600 }` or
+/// `protect_window = { blocks = 16777216 }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtectWindow {
+    /// A point is dropped once it is older than this many seconds of wall
+    /// time; points are taken at most every `max(1 s, window ÷
+    /// MAX_WINDOW_POINTS)`.
+    Secs(u64),
+    /// A point is dropped once more than this many blocks were written
+    /// by the host after it (host writes admitted; trims, zeroing and
+    /// range operations write no data and count for nothing); points are
+    /// taken at most every `max(MIN_POINT_INTERVAL_BLOCKS, window ÷
+    /// MAX_WINDOW_POINTS)` blocks written, and at most one a second
+    /// (their names are their time to the second).
+    Blocks(u64),
+}
+
+impl ProtectWindow {
+    /// Whether the window is off (its points are dropped).
+    pub fn is_off(self) -> bool {
+        matches!(self, ProtectWindow::Secs(0) | ProtectWindow::Blocks(0))
+    }
+}
+
 /// Run-time tunables of a mounted FTL.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -100,16 +126,16 @@ pub struct FtlConfig {
     /// start-up and puts the fastest here (`zftl::data_crc`), unless its
     /// config file names one (`data_crc = "crc32c"`).
     pub data_crc: Option<DataCrcImpl>,
-    /// The protection window, in seconds (docs/design.md, "Time and the
-    /// protection window"): while the volume changes the core takes a
-    /// point (a snapshot named `@` + its time, to revert to or read) at
-    /// most every `max(1 s, window ÷ MAX_WINDOW_POINTS)` and drops points
-    /// older than the window. `Some(0)`: off, the points there are
+    /// The protection window (docs/design.md, "Time and the protection
+    /// window"): while the volume changes the core takes points
+    /// (snapshots named `@` + their time, to revert to or read) and drops
+    /// those the window has left, by age or by host blocks written (see
+    /// [`ProtectWindow`]). A window of 0 is off: the points there are
     /// dropped. `None` (the default): points are neither taken nor
-    /// dropped by age. The wall time comes from the driver
-    /// ([`crate::Ftl::handle_wall_time`]). Whatever this says, a write or
-    /// trim that finds no room drops the oldest point first.
-    pub protect_window_secs: Option<u64>,
+    /// dropped. The wall time comes from the driver
+    /// ([`crate::Ftl::handle_wall_time`]). Whatever this says, a write,
+    /// trim or vector that finds no room drops the oldest point first.
+    pub protect_window: Option<ProtectWindow>,
 }
 
 impl FtlConfig {
@@ -142,7 +168,7 @@ impl Default for FtlConfig {
             static_wl_threshold: 0,
             max_request_blocks: 8192,
             data_crc: None,
-            protect_window_secs: None,
+            protect_window: None,
         }
     }
 }

@@ -45,7 +45,7 @@ pub use backend::{
     Payload, SubmitError, ZoneInfo, ZoneState,
 };
 pub use codec::FormatError;
-pub use config::{FormatOptions, FtlConfig, TagPlacement};
+pub use config::{FormatOptions, FtlConfig, ProtectWindow, TagPlacement};
 pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
     join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request, Driver,
@@ -54,6 +54,7 @@ pub use error::{IoError, MountError};
 pub use fork::{Fork, ForkError, ForkId};
 pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
+    MIN_POINT_INTERVAL_BLOCKS,
 };
 pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;

@@ -100,8 +100,9 @@ pub struct FtlStats {
     pub fork_delete_blocks: u64,
     /// Live forks.
     pub forks: u64,
-    /// Protection-window points dropped for age, dropped because a write
-    /// or trim needed their room, and point changes that failed.
+    /// Protection-window points dropped for age (or blocks written),
+    /// dropped because a write, trim or vector needed their room, and
+    /// point changes that failed.
     pub window_points_expired: u64,
     pub window_points_given_way: u64,
     pub window_point_failures: u64,
@@ -109,6 +110,10 @@ pub struct FtlStats {
     /// Unix epoch; 0: none): the oldest time a revert can reach.
     pub window_points: u64,
     pub window_oldest_ns: u64,
+    /// Host blocks written since the oldest point was taken (since the
+    /// mount for a point the mount recovered; 0: no point): how far back,
+    /// in blocks written, a revert reaches.
+    pub window_reach_blocks: u64,
     /// Kept versions that deletes released since mount.
     pub snapshot_versions_released: u64,
     /// Live snapshots.

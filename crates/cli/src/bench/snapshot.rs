@@ -28,7 +28,9 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
-use zftl_core::{Driver, FormatOptions, FtlConfig, FtlStats, IoError, TagPlacement, VictimPolicy};
+use zftl_core::{
+    Driver, FormatOptions, FtlConfig, FtlStats, IoError, ProtectWindow, TagPlacement, VictimPolicy,
+};
 use zftl_sim::{SimConfig, SimDevice};
 
 use super::pipe::Pipeline;
@@ -865,7 +867,7 @@ struct WaSetup {
     /// At each interval's end: take a snapshot, keeping at most this many
     /// live (`Some(0)`: a flush instead); `None`: nothing.
     live: Option<usize>,
-    /// `Some(window)`: `FtlConfig::protect_window_secs = window`, and the
+    /// `Some(window)`: `FtlConfig::protect_window = Secs(window)`, and the
     /// volume's wall clock advancing `--window-wa-rate`'s step per host
     /// write (the simulator's timing stays off, as in the other cases).
     window: Option<Option<u64>>,
@@ -885,7 +887,7 @@ fn wa_case(
     let config = FtlConfig {
         gc_policy: space.policy,
         temperature_streams: true,
-        protect_window_secs: setup.window.flatten(),
+        protect_window: setup.window.flatten().map(ProtectWindow::Secs),
         ..ftl.clone()
     };
     let mut drv = wa::format(plan, space, config)?;

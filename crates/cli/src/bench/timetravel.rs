@@ -31,7 +31,7 @@ use serde::Serialize;
 use zftl_core::backend::ZoneId;
 use zftl_core::{
     Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, FtlStats,
-    Geometry, SubmitError, TagPlacement, ZoneInfo,
+    Geometry, ProtectWindow, SubmitError, TagPlacement, ZoneInfo,
 };
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice, Timing};
@@ -97,7 +97,7 @@ pub struct TimeArgs {
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub view_reads: u64,
     /// Window: the protection window in seconds
-    /// (`FtlConfig::protect_window_secs`) of the volume that has one.
+    /// (`FtlConfig::protect_window`) of the volume that has one.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub window_secs: u64,
     /// Window: the simulated device (timing on, in memory), in MiB (a
@@ -175,7 +175,7 @@ impl TimeArgs {
 
 fn no_window(ftl: &FtlConfig) -> FtlConfig {
     FtlConfig {
-        protect_window_secs: None,
+        protect_window: None,
         ..ftl.clone()
     }
 }
@@ -1002,7 +1002,7 @@ impl WindowVolume {
         let sim = sim_of(args.window_device_mib, Some(Timing::default()));
         let dev = Clocked::new(SimDevice::create_memory(sim)?);
         let config = FtlConfig {
-            protect_window_secs: window_secs,
+            protect_window: window_secs.map(ProtectWindow::Secs),
             ..ftl.clone()
         };
         let mut drv = Driver::format(dev, &format_options(mode, seed, None), config)?;

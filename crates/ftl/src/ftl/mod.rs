@@ -70,7 +70,7 @@ type UnplannedRead = (u64, Lba, u32, Option<(SnapshotId, Seq, Epoch)>);
 use write::{FlushWait, WaitingWrite};
 
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
-pub use window::MAX_WINDOW_POINTS;
+pub use window::{MAX_WINDOW_POINTS, MIN_POINT_INTERVAL_BLOCKS};
 
 /// Background work in progress.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -95,6 +95,15 @@ pub(crate) struct Parts {
     pub super_wp_blocks: [u64; 2],
     pub super_dead: [bool; 2],
     pub gc_reserve_zones: u32,
+}
+
+/// Who gets the answer to a request the core runs: the caller (its id),
+/// or the core itself (the protection window's points). The core's own
+/// never reach [`Ftl::poll_reply`], so every `u64` is the caller's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReplyTo {
+    Caller(u64),
+    Core,
 }
 
 #[derive(Debug)]
@@ -149,8 +158,8 @@ enum Op {
         zone: ZoneId,
     },
     HostFlush {
-        /// Each waiter's request id and the reply it gets once durable.
-        waiters: Vec<(u64, ReplyData)>,
+        /// Each waiter and the reply it gets once durable.
+        waiters: Vec<(ReplyTo, ReplyData)>,
     },
     CkptFlush,
     /// The flush a range-operation vector waits for before its notes.
@@ -620,15 +629,20 @@ impl Ftl {
         Ok(())
     }
 
+    /// Answers `to`: a caller's request, or one of the core's own.
+    pub(super) fn deliver(&mut self, to: ReplyTo, result: Result<ReplyData, IoError>) {
+        match to {
+            ReplyTo::Caller(id) => self.replies.push_back(Reply { id, result }),
+            ReplyTo::Core => self.internal_reply(result.as_ref()),
+        }
+    }
+
+    /// The next reply to a caller's request. The core's own requests (the
+    /// protection window's points) never reply here, so every `u64` is
+    /// the caller's to use as an id.
     pub fn poll_reply(&mut self) -> Option<Reply> {
         self.plan_reads();
-        loop {
-            let reply = self.replies.pop_front()?;
-            if reply.id != window::INTERNAL_REQUEST_ID {
-                return Some(reply);
-            }
-            self.internal_reply(reply.result.is_ok());
-        }
+        self.replies.pop_front()
     }
 
     /// The next device command, or `None` when the core has nothing to issue
@@ -860,9 +874,9 @@ impl Ftl {
                     DeviceError::DeviceGone => IoError::DeviceGone,
                     source => IoError::Device { lba: 0, source },
                 });
-                for (id, data) in waiters {
+                for (to, data) in waiters {
                     let result = r.clone().map(|_| data);
-                    self.replies.push_back(Reply { id, result });
+                    self.deliver(to, result);
                 }
             }
             Op::CkptFlush => self.checkpoint_flushed(result),
@@ -989,10 +1003,7 @@ impl Ftl {
     fn fail_waiters(&mut self) {
         let error = self.refusal();
         for f in std::mem::take(&mut self.flushes) {
-            self.replies.push_back(Reply {
-                id: f.id,
-                result: Err(error.clone()),
-            });
+            self.deliver(f.to, Err(error.clone()));
         }
         for WaitingWrite { id, .. } in std::mem::take(&mut self.waiting_writes) {
             self.replies.push_back(Reply {
@@ -1033,6 +1044,7 @@ impl Ftl {
             self.geo.block_size_bytes,
         );
         s.snapshot_room_versions = self.history_room();
+        s.window_reach_blocks = self.window_reach_blocks();
         s
     }
 

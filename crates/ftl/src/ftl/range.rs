@@ -2,9 +2,9 @@
 //! operations in the core"): the queue, the hold on a vector's ranges,
 //! drain, check, pre-flush, apply in steps and commit.
 
-use super::request::{Reply, ReplyData};
+use super::request::ReplyData;
 use super::write::WaitingWrite;
-use super::{Ftl, Op};
+use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Lba, Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome};
 use crate::error::IoError;
@@ -145,6 +145,9 @@ impl SnapshotChange {
 #[derive(Debug)]
 struct Queued {
     id: u64,
+    /// One of the core's own (a window point's create or drop): its end
+    /// goes to `Ftl::internal_reply`, never to the caller's replies.
+    internal: bool,
     ops: Vec<RangeOp>,
     snapshot: Option<SnapshotChange>,
 }
@@ -152,6 +155,7 @@ struct Queued {
 #[derive(Debug)]
 struct Active {
     id: u64,
+    internal: bool,
     ops: Vec<RangeOp>,
     snapshot: Option<SnapshotChange>,
     ranges: Vec<(Lba, u64)>,
@@ -170,6 +174,10 @@ struct Active {
 pub(super) struct RangeState {
     queue: VecDeque<Queued>,
     active: Option<Active>,
+    /// A vector that found no room while window points held some: it
+    /// waits, its ranges still held, while the oldest point is dropped
+    /// and swept, then is checked again (`window_gives_way_to_vector`).
+    parked: Option<Active>,
     held: VecDeque<Held>,
 }
 
@@ -180,7 +188,7 @@ impl RangeState {
 
     /// Vectors accepted and not yet answered.
     pub(super) fn pending(&self) -> usize {
-        self.queue.len() + usize::from(self.active.is_some())
+        self.queue.len() + usize::from(self.active.is_some()) + usize::from(self.parked.is_some())
     }
 
     pub(super) fn queue_full(&self) -> bool {
@@ -188,7 +196,10 @@ impl RangeState {
     }
 
     pub(super) fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.active.is_none() && self.held.is_empty()
+        self.queue.is_empty()
+            && self.active.is_none()
+            && self.parked.is_none()
+            && self.held.is_empty()
     }
 
     pub(super) fn held_len(&self) -> usize {
@@ -197,12 +208,51 @@ impl RangeState {
 
     /// Queues a snapshot change the core makes itself (a window point's
     /// create or drop), checked when its turn comes like any other.
-    pub(super) fn queue_internal(&mut self, id: u64, change: SnapshotChange) {
-        self.queue.push_back(Queued {
-            id,
-            ops: Vec::new(),
-            snapshot: Some(change),
+    pub(super) fn queue_internal(&mut self, change: SnapshotChange) {
+        self.queue.push_back(internal(change));
+    }
+
+    /// Queues a window point's drop ahead of every vector waiting.
+    pub(super) fn queue_internal_front(&mut self, change: SnapshotChange) {
+        self.queue.push_front(internal(change));
+    }
+
+    /// Moves a drop of snapshot `id` the core queued itself to the front
+    /// of the queue; returns whether there was one.
+    pub(super) fn hurry_internal_delete(&mut self, id: SnapshotId) -> bool {
+        let at = self.queue.iter().position(|q| {
+            q.internal && matches!(q.snapshot, Some(SnapshotChange::Delete { id: d }) if d == id)
         });
+        if let Some(q) = at.and_then(|at| self.queue.remove(at)) {
+            self.queue.push_front(q);
+            return true;
+        }
+        false
+    }
+
+    /// Whether the vector at the front of the queue is one of the core's
+    /// own point drops (it may run ahead of a parked vector).
+    fn internal_delete_first(&self) -> bool {
+        self.queue.front().is_some_and(|q| {
+            q.internal && matches!(q.snapshot, Some(SnapshotChange::Delete { .. }))
+        })
+    }
+}
+
+fn reply_to(id: u64, internal: bool) -> ReplyTo {
+    if internal {
+        ReplyTo::Core
+    } else {
+        ReplyTo::Caller(id)
+    }
+}
+
+fn internal(change: SnapshotChange) -> Queued {
+    Queued {
+        id: 0,
+        internal: true,
+        ops: Vec::new(),
+        snapshot: Some(change),
     }
 }
 
@@ -290,6 +340,7 @@ impl Ftl {
         }
         self.ranges.queue.push_back(Queued {
             id,
+            internal: false,
             ops,
             snapshot: None,
         });
@@ -318,6 +369,7 @@ impl Ftl {
         }
         self.ranges.queue.push_back(Queued {
             id,
+            internal: false,
             ops: Vec::new(),
             snapshot: Some(change),
         });
@@ -347,7 +399,7 @@ impl Ftl {
     /// start, or is being checked or applied.
     pub(super) fn range_runnable(&self) -> bool {
         match &self.ranges.active {
-            None => !self.ranges.queue.is_empty(),
+            None => !self.ranges.queue.is_empty() || self.ranges.parked.is_some(),
             Some(a) => match &a.phase {
                 Phase::Check(_) | Phase::Apply(_) => true,
                 Phase::Drain => !self.buffer.holds_any(&a.ranges),
@@ -371,11 +423,10 @@ impl Ftl {
     /// (order among requests to one block is kept).
     pub(super) fn range_blocks(&self, lba: Lba, n: u64) -> bool {
         let bs = self.block_size();
-        let active = self
-            .ranges
-            .active
-            .as_ref()
-            .is_some_and(|a| a.ranges.iter().any(|&r| overlaps(r, (lba, n))));
+        let active = [&self.ranges.active, &self.ranges.parked]
+            .into_iter()
+            .flatten()
+            .any(|a| a.ranges.iter().any(|&r| overlaps(r, (lba, n))));
         active
             || self
                 .ranges
@@ -395,11 +446,10 @@ impl Ftl {
         let bs = self.block_size();
         while let Some(front) = self.ranges.held.front() {
             let r = front.range(bs);
-            let blocked = self
-                .ranges
-                .active
-                .as_ref()
-                .is_some_and(|a| a.ranges.iter().any(|&x| overlaps(x, r)));
+            let blocked = [&self.ranges.active, &self.ranges.parked]
+                .into_iter()
+                .flatten()
+                .any(|a| a.ranges.iter().any(|&x| overlaps(x, r)));
             if blocked {
                 return;
             }
@@ -434,11 +484,14 @@ impl Ftl {
         let applying = self.range_applying();
         if !applying {
             if let Some(a) = self.ranges.active.take() {
-                self.reply(a.id, Err(error.clone()));
+                self.answer(a.id, a.internal, Err(error.clone()));
             }
         }
+        if let Some(a) = self.ranges.parked.take() {
+            self.answer(a.id, a.internal, Err(error.clone()));
+        }
         for q in std::mem::take(&mut self.ranges.queue) {
-            self.reply(q.id, Err(error.clone()));
+            self.answer(q.id, q.internal, Err(error.clone()));
         }
         if applying {
             return; // the held requests wait for it to end, then fail
@@ -448,7 +501,7 @@ impl Ftl {
                 Held::Write(w) => w.id,
                 Held::Trim { id, .. } => id,
             };
-            self.reply(id, Err(error.clone()));
+            self.answer(id, false, Err(error.clone()));
         }
     }
 
@@ -458,13 +511,28 @@ impl Ftl {
         self.release_held();
         let mut budget = RANGE_STEP_BLOCKS;
         while budget > 0 {
+            if self.ranges.active.is_none()
+                && self.ranges.parked.is_some()
+                && !self.ranges.internal_delete_first()
+            {
+                if self.mapping.history().sweeping() {
+                    break; // the parked vector waits for the room
+                }
+                self.ranges.active = self.ranges.parked.take();
+            }
             if self.ranges.active.is_none() {
-                let Some(Queued { id, ops, snapshot }) = self.ranges.queue.pop_front() else {
+                let Some(Queued {
+                    id,
+                    internal,
+                    ops,
+                    snapshot,
+                }) = self.ranges.queue.pop_front()
+                else {
                     break;
                 };
                 if self.read_only {
                     let e = self.refusal();
-                    self.reply(id, Err(e));
+                    self.answer(id, internal, Err(e));
                     continue;
                 }
                 let mut ranges: Vec<(Lba, u64)> = ops.iter().flat_map(|o| o.ranges()).collect();
@@ -483,6 +551,7 @@ impl Ftl {
                 ranges.dedup();
                 self.ranges.active = Some(Active {
                     id,
+                    internal,
                     ops,
                     snapshot,
                     ranges,
@@ -499,8 +568,39 @@ impl Ftl {
         self.release_held();
     }
 
-    fn reply(&mut self, id: u64, result: Result<ReplyData, IoError>) {
-        self.replies.push_back(Reply { id, result });
+    /// Answers vector `id`: the caller, or the window for one of the
+    /// core's own.
+    fn answer(&mut self, id: u64, internal: bool, result: Result<ReplyData, IoError>) {
+        self.deliver(reply_to(id, internal), result);
+    }
+
+    /// The vector being checked found no room: `Ok` and it is parked
+    /// while window points give way, or `Err` and it fails. Only the
+    /// caller's vectors wait; the core's own fail.
+    fn no_room(&mut self, error: IoError) -> Result<(), IoError> {
+        let a = self.ranges.active.as_ref().expect("active vector");
+        let room = matches!(
+            error,
+            IoError::SnapshotSpace | IoError::Snapshot(SnapshotError::TooMany(_))
+        );
+        if !room || a.internal {
+            return Err(error);
+        }
+        // A revert never gives way with the point it goes back to.
+        let keep = match a.snapshot {
+            Some(SnapshotChange::Revert { to, .. }) => Some(to),
+            _ => None,
+        };
+        if !self.window_gives_way_to_vector(keep) {
+            return Err(error);
+        }
+        let mut a = self.ranges.active.take().expect("active vector");
+        a.phase = Phase::Drain;
+        a.pins.clear();
+        a.kept_reserved = 0;
+        a.checkpointed = false;
+        self.ranges.parked = Some(a);
+        Ok(())
     }
 
     /// Moves the active vector on; returns whether it finished (so the
@@ -519,9 +619,11 @@ impl Ftl {
                 Ok(false) => false,
                 Ok(true) => self.after_check(budget),
                 Err(e) => {
-                    let a = self.ranges.active.take().expect("active vector");
-                    self.stats.range_vectors_refused += 1;
-                    self.reply(a.id, Err(e));
+                    if let Err(e) = self.no_room(e) {
+                        let a = self.ranges.active.take().expect("active vector");
+                        self.stats.range_vectors_refused += 1;
+                        self.answer(a.id, a.internal, Err(e));
+                    }
                     true
                 }
             },
@@ -640,17 +742,21 @@ impl Ftl {
             0
         };
         if keeps && kept + buffered > room {
-            let a = self.ranges.active.take().expect("active vector");
-            self.stats.range_vectors_refused += 1;
-            self.reply(a.id, Err(IoError::SnapshotSpace));
+            a.phase = Phase::Check(c);
+            if let Err(e) = self.no_room(IoError::SnapshotSpace) {
+                let a = self.ranges.active.take().expect("active vector");
+                self.stats.range_vectors_refused += 1;
+                self.answer(a.id, a.internal, Err(e));
+            }
             return true;
         }
         if c.entries_needed > free {
             let a = self.ranges.active.take().expect("active vector");
             self.stats.range_vectors_refused += 1;
             let capacity = self.mapping.shared_capacity();
-            self.reply(
+            self.answer(
                 a.id,
+                a.internal,
                 Err(IoError::SharingFull {
                     capacity,
                     needed: c.entries_needed - free,
@@ -715,7 +821,7 @@ impl Ftl {
                 DeviceError::DeviceGone => IoError::DeviceGone,
                 source => IoError::Device { lba: 0, source },
             };
-            self.reply(a.id, Err(error));
+            self.answer(a.id, a.internal, Err(error));
             return;
         }
         if let Phase::PreFlush { issued } = &mut a.phase {
@@ -782,7 +888,7 @@ impl Ftl {
             }
             _ => ReplyData::Done,
         };
-        self.add_log_waiter(a.id, reply);
+        self.add_log_waiter(reply_to(a.id, a.internal), reply);
         true
     }
 

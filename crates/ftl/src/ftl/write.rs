@@ -3,7 +3,7 @@
 
 use super::ckpt::CkptState;
 use super::request::{Reply, ReplyData};
-use super::{Ftl, Op};
+use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Lba, Ppa};
 use crate::backend::Command;
 use crate::buffer::{BlockData, Temp};
@@ -37,7 +37,7 @@ impl WaitingWrite {
 
 #[derive(Debug)]
 pub(super) struct FlushWait {
-    pub(super) id: u64,
+    pub(super) to: ReplyTo,
     stage: FlushStage,
     /// What the reply carries once durable.
     reply: ReplyData,
@@ -356,7 +356,7 @@ impl Ftl {
     pub(super) fn add_flush(&mut self, id: u64) {
         let ticket_barrier = self.buffer.next_ticket();
         self.flushes.push(FlushWait {
-            id,
+            to: ReplyTo::Caller(id),
             stage: FlushStage::Data { ticket_barrier },
             reply: ReplyData::Done,
         });
@@ -372,9 +372,9 @@ impl Ftl {
     /// notes and a device flush after them completed. Such waiters pack
     /// their log block only while no log write is in flight, so at depth
     /// the vectors applied meanwhile share the next block (group commit).
-    pub(super) fn add_log_waiter(&mut self, id: u64, reply: ReplyData) {
+    pub(super) fn add_log_waiter(&mut self, to: ReplyTo, reply: ReplyData) {
         self.flushes.push(FlushWait {
-            id,
+            to,
             stage: FlushStage::Log {
                 log_barrier: u64::MAX,
             },
@@ -396,7 +396,7 @@ impl Ftl {
         self.flushes = waiting;
         let waiters = ready
             .into_iter()
-            .map(|f: FlushWait| (f.id, f.reply))
+            .map(|f: FlushWait| (f.to, f.reply))
             .collect();
         self.stats.flushes += 1;
         Some((Op::HostFlush { waiters }, Command::Flush))
