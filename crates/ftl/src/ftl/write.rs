@@ -120,6 +120,13 @@ impl Ftl {
                 break;
             }
             if let Err(e) = self.room_for_write(count, new_blocks) {
+                let space = matches!(e, IoError::SnapshotSpace | IoError::NoSpace);
+                if space && self.mapping.history().sweeping() {
+                    // A deleted snapshot's versions are being released: it
+                    // waits for the space they give back.
+                    self.waiting_writes.push_front(w);
+                    break;
+                }
                 if e == IoError::SnapshotSpace && self.window_gives_way() {
                     // It waits while a window point is dropped.
                     self.waiting_writes.push_front(w);
