@@ -83,6 +83,13 @@ impl<B: Backend + Send + 'static> Core<B> {
         }
     }
 
+    async fn forks(&self) -> Result<Vec<zftl_core::Fork>, IoError> {
+        match self {
+            Core::Thread(h) => h.forks().await,
+            Core::Inline(h) => h.forks(),
+        }
+    }
+
     async fn shutdown(self) -> Result<B, IoError> {
         match self {
             Core::Thread(h) => h.shutdown().await,
@@ -174,6 +181,19 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                         &zftl_core::snapshot_data(undone),
                     ))
                 }
+                // A fork create drains and flushes as a snapshot create
+                // does; a delete unmaps the fork's region.
+                zftl::control::Command::ForkCreate { snapshot, fork } => {
+                    let base = named_snapshot(h, &snapshot)?.id;
+                    let created = polled(h, zftl_core::fork_create_request(base, &fork)).await?;
+                    let created = zftl_core::fork_data(created);
+                    Ok(zftl::control::fork_create_body(&created, &h.snapshots()?))
+                }
+                zftl::control::Command::ForkDelete { fork } => {
+                    let id = zftl_core::fork_named(&h.forks()?, &fork)?.id;
+                    polled(h, Request::ForkDelete { id }).await?;
+                    Ok(zftl::control::fork_delete_body(&fork))
+                }
                 other => zftl::control::execute(&mut h.clone(), other),
             },
         }
@@ -238,6 +258,11 @@ impl<B: Backend + Send + 'static> Volume for FtlVolume<B> {
     /// by a `--read-only` server.
     fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
         self.handle.snapshots()
+    }
+    /// Each live fork is exported writable under its own name (read-only
+    /// by a `--read-only` server).
+    fn forks(&self) -> impl Future<Output = Result<Vec<zftl_core::Fork>, IoError>> + Send {
+        self.handle.forks()
     }
 }
 
@@ -519,7 +544,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 29] = [
+    let counters: [(&str, &str, u64); 32] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -544,6 +569,13 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "snapshot_revert_blocks",
             "Blocks reverts changed (no data copied).",
             s.snapshot_revert_blocks,
+        ),
+        ("fork_creates", "Forks created.", s.fork_creates),
+        ("fork_deletes", "Forks deleted.", s.fork_deletes),
+        (
+            "fork_delete_blocks",
+            "Blocks fork deletes unmapped.",
+            s.fork_delete_blocks,
         ),
         (
             "window_points_expired",
@@ -646,7 +678,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 21] = [
+    let gauges: [(&str, &str, f64); 22] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -723,6 +755,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.vectors_per_commit,
         ),
         ("snapshots", "Live snapshots.", s.snapshots as f64),
+        ("forks", "Live forks of snapshots.", s.forks as f64),
         (
             "snapshot_versions",
             "Blocks snapshots keep that the volume has replaced.",

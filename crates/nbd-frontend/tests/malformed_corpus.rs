@@ -414,6 +414,8 @@ impl Volume for Dummy {
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
             | Request::SnapshotRevert { .. }
+            | Request::ForkCreate { .. }
+            | Request::ForkDelete { .. }
             | Request::ReadSnapshot { .. }
             | Request::Changed { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);
