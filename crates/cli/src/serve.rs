@@ -1280,6 +1280,10 @@ mod tests {
         assert_eq!(after["zftl_ftl_window_points"], 0.0);
         assert_eq!(after["zftl_ftl_window_oldest_timestamp_seconds"], 0.0);
         assert!(after.contains_key("zftl_ftl_window_points_given_way_total"));
+        assert_eq!(after["zftl_ftl_forks"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_creates_total"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_deletes_total"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_delete_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"
@@ -1291,7 +1295,8 @@ mod tests {
     }
 
     /// A `--read-only` server still exports each snapshot of the image as
-    /// `EXPORT@SNAPSHOT` (views are read-only anyway), listed after the
+    /// `EXPORT@SNAPSHOT` (views are read-only anyway), and each fork
+    /// under its name, read-only, listed after the
     /// export, reading what the volume held when it was taken.
     #[test]
     fn read_only_serve_exports_snapshot_views() {
@@ -1308,6 +1313,8 @@ mod tests {
             ftl.write(0, &block(0x11)).unwrap();
             ftl.snapshot_create("before").unwrap();
             ftl.write(0, &block(0x22)).unwrap();
+            let fork = ftl.fork_create("before", "dev").unwrap();
+            ftl.write(fork.lba_offset, &block(0x33)).unwrap();
             ftl.shutdown().unwrap().sync().unwrap();
         }
         let s = settings(&[
@@ -1342,7 +1349,7 @@ mod tests {
                 let len = u32::from_be_bytes(r.data[..4].try_into().unwrap()) as usize;
                 names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
             }
-            assert_eq!(names, ["zftl", "zftl@before"]);
+            assert_eq!(names, ["zftl", "zftl@before", "dev"]);
             let mut view = connect().await;
             let info = view.go("zftl@before", &[]).await.unwrap();
             assert_ne!(info.flags & FLAG_READ_ONLY, 0);
@@ -1350,8 +1357,14 @@ mod tests {
             let mut live = connect().await;
             live.go("zftl", &[]).await.unwrap();
             assert_eq!(live.read(0, 4 * 4096).await.unwrap(), block(0x22));
+            // A fork is exported read-only by a read-only server.
+            let mut fork = connect().await;
+            let info = fork.go("dev", &[]).await.unwrap();
+            assert_ne!(info.flags & FLAG_READ_ONLY, 0);
+            assert_eq!(fork.read(0, 4 * 4096).await.unwrap(), block(0x33));
             view.disconnect().await.unwrap();
             live.disconnect().await.unwrap();
+            fork.disconnect().await.unwrap();
         });
         stop.send(()).unwrap();
         server.join().unwrap().expect("clean shutdown");
