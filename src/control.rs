@@ -3,7 +3,8 @@
 //! range operations (clone, move, delete, merge, attributes, and vectors
 //! of them as one atomic unit), snapshots (create, delete, list, read,
 //! the blocks that changed between two, and a revert of the volume to
-//! one), the FTL's statistics and its attribute ranges. Every field, unit, error kind and limit: `docs/control.md`.
+//! one), writable forks of snapshots (create, delete, list), the FTL's
+//! statistics and its attribute ranges. Every field, unit, error kind and limit: `docs/control.md`.
 //!
 //! This module is the protocol without the socket, so that it can be
 //! tested and fuzzed on its own: [`parse_line`] turns one line into a
@@ -29,6 +30,7 @@ use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{json, Map, Value};
 use zftl_core::addr::Lba;
+use zftl_core::fork::Fork;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range::{attr_bits, MAX_MERGE_SOURCES, MAX_VECTOR_OPS};
 use zftl_core::{
@@ -154,11 +156,17 @@ pub enum OpName {
     /// Make the live volume what snapshot `to` holds, first taking a
     /// snapshot of the state it leaves (`undo`).
     SnapshotRevert,
+    /// Create a writable fork named `fork` of snapshot `snapshot`.
+    ForkCreate,
+    /// Delete the fork named `fork`.
+    ForkDelete,
+    /// The live forks.
+    Forks,
 }
 
 impl OpName {
     /// Every operation, for tests and documentation.
-    pub const ALL: [OpName; 15] = [
+    pub const ALL: [OpName; 18] = [
         OpName::Ping,
         OpName::Stats,
         OpName::Attrs,
@@ -174,6 +182,9 @@ impl OpName {
         OpName::SnapshotRead,
         OpName::SnapshotDiff,
         OpName::SnapshotRevert,
+        OpName::ForkCreate,
+        OpName::ForkDelete,
+        OpName::Forks,
     ];
 
     /// The name as the protocol spells it.
@@ -194,6 +205,9 @@ impl OpName {
             OpName::SnapshotRead => "snapshot_read",
             OpName::SnapshotDiff => "snapshot_diff",
             OpName::SnapshotRevert => "snapshot_revert",
+            OpName::ForkCreate => "fork_create",
+            OpName::ForkDelete => "fork_delete",
+            OpName::Forks => "forks",
         }
     }
 
@@ -551,6 +565,12 @@ pub struct WireRequest {
     /// `snapshot_revert`: the name of the undo snapshot (absent: `undo-ID`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo: Option<String>,
+    /// `fork_create`: the name of the snapshot to fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// `fork_create`, `fork_delete`: the fork's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
 }
 
 impl WireRequest {
@@ -574,6 +594,8 @@ impl WireRequest {
             until: None,
             to: None,
             undo: None,
+            snapshot: None,
+            fork: None,
         }
     }
 
@@ -606,6 +628,8 @@ impl WireRequest {
             until: None,
             to: None,
             undo: None,
+            snapshot: None,
+            fork: None,
         }
     }
 
@@ -673,6 +697,23 @@ impl WireRequest {
             to: Some(to.to_string()),
             undo: undo.map(str::to_string),
             ..WireRequest::bare(id, OpName::SnapshotRevert)
+        }
+    }
+
+    /// A `fork_create` of a fork named `fork` of snapshot `snapshot`.
+    pub fn fork_create(id: Option<Id>, snapshot: &str, fork: &str) -> WireRequest {
+        WireRequest {
+            snapshot: Some(snapshot.to_string()),
+            fork: Some(fork.to_string()),
+            ..WireRequest::bare(id, OpName::ForkCreate)
+        }
+    }
+
+    /// A `fork_delete` of the fork named `fork`.
+    pub fn fork_delete(id: Option<Id>, fork: &str) -> WireRequest {
+        WireRequest {
+            fork: Some(fork.to_string()),
+            ..WireRequest::bare(id, OpName::ForkDelete)
         }
     }
 
@@ -943,11 +984,26 @@ pub enum Command {
         /// The undo snapshot's name.
         undo: Option<String>,
     },
+    /// Create a writable fork named `fork` of the snapshot named `snapshot`.
+    ForkCreate {
+        /// The snapshot's name.
+        snapshot: String,
+        /// The fork's name.
+        fork: String,
+    },
+    /// Delete the fork named `fork`.
+    ForkDelete {
+        /// The fork's name.
+        fork: String,
+    },
+    /// List the live forks.
+    Forks,
 }
 
 impl Command {
     /// Whether the command changes the volume (refused by a read-only
-    /// server): range operations, snapshot creates, deletes and reverts.
+    /// server): range operations, snapshot creates, deletes and reverts,
+    /// fork creates and deletes.
     pub fn writes(&self) -> bool {
         matches!(
             self,
@@ -955,6 +1011,8 @@ impl Command {
                 | Command::SnapshotCreate { .. }
                 | Command::SnapshotDelete { .. }
                 | Command::SnapshotRevert { .. }
+                | Command::ForkCreate { .. }
+                | Command::ForkDelete { .. }
         )
     }
 }
@@ -1055,6 +1113,12 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
         extra("to", wire.to.is_some())?;
         extra("undo", wire.undo.is_some())?;
     }
+    if op != OpName::ForkCreate {
+        extra("snapshot", wire.snapshot.is_some())?;
+    }
+    if op != OpName::ForkCreate && op != OpName::ForkDelete {
+        extra("fork", wire.fork.is_some())?;
+    }
     let named = matches!(
         op,
         OpName::SnapshotCreate | OpName::SnapshotDelete | OpName::SnapshotRead
@@ -1075,7 +1139,10 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
         | OpName::Snapshots
         | OpName::SnapshotRead
         | OpName::SnapshotDiff
-        | OpName::SnapshotRevert => {
+        | OpName::SnapshotRevert
+        | OpName::ForkCreate
+        | OpName::ForkDelete
+        | OpName::Forks => {
             let own = wire.as_op();
             for (name, present) in own.fields_present() {
                 let takes_blocks = matches!(op, OpName::SnapshotRead | OpName::SnapshotDiff);
@@ -1100,6 +1167,14 @@ pub fn convert(wire: &WireRequest) -> Result<Command, ControlError> {
             to: wire.to.clone().ok_or_else(|| need("to"))?,
             undo: wire.undo.clone(),
         }),
+        OpName::ForkCreate => Ok(Command::ForkCreate {
+            snapshot: wire.snapshot.clone().ok_or_else(|| need("snapshot"))?,
+            fork: wire.fork.clone().ok_or_else(|| need("fork"))?,
+        }),
+        OpName::ForkDelete => Ok(Command::ForkDelete {
+            fork: wire.fork.clone().ok_or_else(|| need("fork"))?,
+        }),
+        OpName::Forks => Ok(Command::Forks),
         OpName::SnapshotRead => {
             let name = wire.name.clone().ok_or_else(|| need("name"))?;
             let lba = wire.lba.ok_or_else(|| need("lba"))?;
@@ -1525,6 +1600,48 @@ pub fn snapshots_body(list: &[Snapshot], stats: &FtlStats) -> Map<String, Value>
     }))
 }
 
+/// A fork as the replies show it: `id`, `name`, `base` (the snapshot it
+/// started from, as `{"id", "name"}`; `name` is null if that snapshot is
+/// not among `snapshots`), `slot`, `lba_offset` (where its block 0 lies in
+/// the map's logical space), `block_count`, `create_seq`, `wall_ns` (ns
+/// since the Unix epoch, 0 when none was recorded) and `created`, that
+/// time in RFC 3339 UTC (null when none was recorded).
+pub fn fork_value(f: &Fork, snapshots: &[Snapshot]) -> Value {
+    let base_name = snapshots
+        .iter()
+        .find(|s| s.id == f.base)
+        .map(|s| s.name.clone());
+    json!({
+        "id": f.id,
+        "name": f.name,
+        "base": {"id": f.base, "name": base_name},
+        "slot": f.slot,
+        "lba_offset": f.lba_offset,
+        "block_count": f.block_count,
+        "create_seq": f.create_seq,
+        "wall_ns": f.wall_ns,
+        "created": (f.wall_ns != 0).then(|| rfc3339_utc(f.wall_ns)),
+    })
+}
+
+/// The body of the `fork_create` reply: the fork created.
+pub fn fork_create_body(created: &Fork, snapshots: &[Snapshot]) -> Map<String, Value> {
+    object(json!({"op": "fork_create", "fork": fork_value(created, snapshots)}))
+}
+
+/// The body of the `fork_delete` reply.
+pub fn fork_delete_body(name: &str) -> Map<String, Value> {
+    object(json!({"op": "fork_delete", "name": name}))
+}
+
+/// The body of the `forks` reply: the live forks in id order.
+pub fn forks_body(list: &[Fork], snapshots: &[Snapshot]) -> Map<String, Value> {
+    let mut list: Vec<&Fork> = list.iter().collect();
+    list.sort_by_key(|f| f.id);
+    let forks: Vec<Value> = list.iter().map(|f| fork_value(f, snapshots)).collect();
+    object(json!({"op": "forks", "forks": forks}))
+}
+
 pub use zftl_core::history::rfc3339_utc;
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -1631,6 +1748,13 @@ pub trait Target {
         lba: Lba,
         block_count: u32,
     ) -> Result<Vec<(Lba, u64)>, IoError>;
+    /// Creates a writable fork named `fork` of the snapshot named
+    /// `snapshot`; returns it once durable.
+    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError>;
+    /// Deletes the fork named `name`; returns once durable.
+    fn fork_delete(&mut self, name: &str) -> Result<(), IoError>;
+    /// The live forks.
+    fn forks(&mut self) -> Result<Vec<Fork>, IoError>;
 }
 
 /// Runs `command` against `target`; the reply body, or the error.
@@ -1709,6 +1833,18 @@ pub fn execute<T: Target + ?Sized>(
                     other => other,
                 })?;
             Ok(snapshot_revert_body(&snapshot, &undone))
+        }
+        Command::ForkCreate { snapshot, fork } => {
+            let created = target.fork_create(&snapshot, &fork)?;
+            Ok(fork_create_body(&created, &target.snapshots()?))
+        }
+        Command::ForkDelete { fork } => {
+            target.fork_delete(&fork)?;
+            Ok(fork_delete_body(&fork))
+        }
+        Command::Forks => {
+            let list = target.forks()?;
+            Ok(forks_body(&list, &target.snapshots()?))
         }
     }
 }
@@ -1837,6 +1973,15 @@ impl<B: Backend> Target for Driver<B> {
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         Driver::changed(self, since, until, lba, block_count)
     }
+    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        Driver::fork_create(self, snapshot, fork)
+    }
+    fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
+        Driver::fork_delete(self, name)
+    }
+    fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
+        Ok(Driver::forks(self))
+    }
 }
 
 impl<B: Backend + Send + 'static> Target for Handle<B> {
@@ -1885,6 +2030,15 @@ impl<B: Backend + Send + 'static> Target for Handle<B> {
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         Handle::changed(self, since, until, lba, block_count)
     }
+    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        Handle::fork_create(self, snapshot, fork)
+    }
+    fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
+        Handle::fork_delete(self, name)
+    }
+    fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
+        Handle::forks(self)
+    }
 }
 
 impl<B: Backend> Target for InlineHandle<B> {
@@ -1932,6 +2086,15 @@ impl<B: Backend> Target for InlineHandle<B> {
         block_count: u32,
     ) -> Result<Vec<(Lba, u64)>, IoError> {
         InlineHandle::changed(self, since, until, lba, block_count)
+    }
+    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        InlineHandle::fork_create(self, snapshot, fork)
+    }
+    fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
+        InlineHandle::fork_delete(self, name)
+    }
+    fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
+        InlineHandle::forks(self)
     }
 }
 

@@ -76,12 +76,13 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use zftl_core::addr::Lba;
+use zftl_core::fork::Fork;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
-    changed_runs, diff_requests, diff_volume, join_runs, snapshot_create_request, snapshot_data,
-    snapshot_revert_request,
+    changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
+    join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request,
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
@@ -140,6 +141,7 @@ enum Msg<B> {
     Stats(oneshot::Sender<FtlStats>),
     Attributes(oneshot::Sender<Vec<(Lba, u64, u8)>>),
     Snapshots(oneshot::Sender<Vec<Snapshot>>),
+    Forks(oneshot::Sender<Vec<Fork>>),
     Shutdown(oneshot::Sender<Result<B, IoError>>),
     IntoBackend(oneshot::Sender<B>),
 }
@@ -492,6 +494,28 @@ impl<B: Send + 'static> Handle<B> {
         reply.blocking_recv().map_err(closed)
     }
 
+    /// Creates a writable fork named `fork` of the snapshot named
+    /// `snapshot`; returns it once durable (see [`Driver::fork_create`]).
+    /// Its blocks are read, written and trimmed with the ordinary calls
+    /// at [`Fork::lba_offset`] + block.
+    pub fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        let base = named(self.snapshots()?, snapshot)?.id;
+        self.call(fork_create_request(base, fork)).map(fork_data)
+    }
+
+    /// Deletes the fork named `name`; returns once durable.
+    pub fn fork_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = fork_named(&self.forks()?, name)?.id;
+        self.call(Request::ForkDelete { id }).map(drop)
+    }
+
+    /// The live forks, taken on the driver thread.
+    pub fn forks(&self) -> Result<Vec<Fork>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Forks(answer))?;
+        reply.blocking_recv().map_err(closed)
+    }
+
     /// The runs `(lba, block_count)` of the range whose contents differ
     /// between snapshot `since` and `until` (`None`: the live volume, its
     /// buffered writes included). At most `MAX_EXTENT_QUERY_BLOCKS` blocks
@@ -820,6 +844,27 @@ impl<B: Send + 'static> AsyncHandle<B> {
         reply.await.map_err(closed)
     }
 
+    /// See [`Handle::fork_create`].
+    pub async fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        let base = named(self.snapshots().await?, snapshot)?.id;
+        self.call(fork_create_request(base, fork))
+            .await
+            .map(fork_data)
+    }
+
+    /// See [`Handle::fork_delete`].
+    pub async fn fork_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = fork_named(&self.forks().await?, name)?.id;
+        self.call(Request::ForkDelete { id }).await.map(drop)
+    }
+
+    /// See [`Handle::forks`].
+    pub async fn forks(&self) -> Result<Vec<Fork>, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.send(Msg::Forks(answer)).await?;
+        reply.await.map_err(closed)
+    }
+
     /// See [`Handle::changed`].
     pub async fn changed(
         &self,
@@ -1039,6 +1084,9 @@ impl<B: Backend> Engine<B> {
             }
             Msg::Snapshots(answer) => {
                 let _ = answer.send(self.driver.snapshots());
+            }
+            Msg::Forks(answer) => {
+                let _ = answer.send(self.driver.forks());
             }
             Msg::Shutdown(answer) => {
                 if self.ending.is_some() {
@@ -1475,6 +1523,28 @@ impl<B: Backend> InlineHandle<B> {
             .driver
             .as_ref()
             .map(Driver::snapshots)
+            .ok_or(IoError::DeviceGone)
+    }
+
+    /// See [`Handle::fork_create`].
+    pub fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+        let base = named(self.snapshots()?, snapshot)?.id;
+        self.call(fork_create_request(base, fork)).map(fork_data)
+    }
+
+    /// See [`Handle::fork_delete`].
+    pub fn fork_delete(&self, name: &str) -> Result<(), IoError> {
+        let id = fork_named(&self.forks()?, name)?.id;
+        self.call(Request::ForkDelete { id }).map(drop)
+    }
+
+    /// See [`Handle::forks`]. `DeviceGone` once shut down.
+    pub fn forks(&self) -> Result<Vec<Fork>, IoError> {
+        let state = self.lock().ok_or(IoError::DeviceGone)?;
+        state
+            .driver
+            .as_ref()
+            .map(Driver::forks)
             .ok_or(IoError::DeviceGone)
     }
 

@@ -988,3 +988,157 @@ fn snapshot_diff_pages_a_fragmented_volume() {
     assert_eq!(runs_of(&one), want);
     assert_eq!(one["changed_blocks"], 500);
 }
+
+/// Fork requests on any target formatted with tags in band: a fork
+/// listed with its base and region, written at its offset without
+/// touching the snapshot or the volume, refusals typed, and a delete.
+fn fork_script<T: Target>(
+    t: &mut T,
+    write: &mut dyn FnMut(&mut T, u64, u8),
+    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
+    bs: usize,
+) {
+    let block = |b: u8| vec![b; bs];
+    write(t, 0, 1);
+    write(t, 1, 2);
+    let s = request(t, r#"{"op":"snapshot_create","name":"base"}"#).unwrap();
+    let base_id = s["snapshot"]["id"].as_u64().unwrap();
+    write(t, 0, 7); // the volume moves on
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let c = request(
+        t,
+        r#"{"id":5,"op":"fork_create","snapshot":"base","fork":"dev"}"#,
+    )
+    .unwrap();
+    assert_eq!(c["op"], "fork_create");
+    let fork = &c["fork"];
+    assert_eq!(fork["name"], "dev");
+    assert_eq!(fork["base"]["name"], "base");
+    assert_eq!(fork["base"]["id"], base_id);
+    assert!(fork["wall_ns"].as_u64().unwrap() >= before);
+    assert!(fork["created"].as_str().unwrap().ends_with('Z'));
+    let logical = request(t, r#"{"op":"ping"}"#).unwrap()["logical_blocks"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(fork["block_count"], logical);
+    let at = fork["lba_offset"].as_u64().unwrap();
+    assert!(at >= logical, "{fork:?}");
+    for key in ["id", "slot", "create_seq"] {
+        assert!(fork[key].is_u64(), "{key}: {fork:?}");
+    }
+
+    // The fork reads the snapshot, and its writes stay its own.
+    assert_eq!(read(t, at), block(1));
+    assert_eq!(read(t, at + 1), block(2));
+    write(t, at + 1, 5);
+    assert_eq!(read(t, at + 1), block(5));
+    assert_eq!(read(t, 1), block(2));
+    assert_eq!(read(t, 0), block(7));
+    let r = request(
+        t,
+        r#"{"op":"snapshot_read","name":"base","lba":0,"blocks":2}"#,
+    )
+    .unwrap();
+    let data = zftl::control::decode_data(r["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data, [block(1), block(2)].concat());
+
+    let list = request(t, r#"{"op":"forks"}"#).unwrap();
+    assert_eq!(list["op"], "forks");
+    assert_eq!(list["forks"].as_array().unwrap().len(), 1);
+    assert_eq!(&list["forks"][0], fork);
+
+    for (line, kind) in [
+        (
+            r#"{"op":"fork_create","snapshot":"base","fork":"dev"}"#,
+            "fork",
+        ),
+        (
+            r#"{"op":"fork_create","snapshot":"base","fork":"a@b"}"#,
+            "fork",
+        ),
+        (
+            r#"{"op":"fork_create","snapshot":"base","fork":""}"#,
+            "fork",
+        ),
+        (
+            r#"{"op":"fork_create","snapshot":"nope","fork":"x"}"#,
+            "snapshot",
+        ),
+        (r#"{"op":"fork_create","fork":"x"}"#, "parse"),
+        (r#"{"op":"fork_create","snapshot":"base"}"#, "parse"),
+        (r#"{"op":"fork_delete","fork":"nope"}"#, "fork"),
+        (r#"{"op":"fork_delete","name":"dev"}"#, "parse"),
+        (r#"{"op":"forks","fork":"dev"}"#, "parse"),
+        (r#"{"op":"snapshot_delete","name":"base"}"#, "snapshot"),
+    ] {
+        assert_eq!(request(t, line), Err(kind.into()), "{line}");
+    }
+
+    let d = request(t, r#"{"op":"fork_delete","fork":"dev"}"#).unwrap();
+    assert_eq!(
+        (d["op"].as_str(), d["name"].as_str()),
+        (Some("fork_delete"), Some("dev"))
+    );
+    let list = request(t, r#"{"op":"forks"}"#).unwrap();
+    assert_eq!(list["forks"].as_array().unwrap().len(), 0);
+    let stats = request(t, r#"{"op":"stats"}"#).unwrap();
+    assert_eq!(stats["stats"]["forks"], 0);
+    assert_eq!(stats["stats"]["fork_creates"], 1);
+    assert_eq!(stats["stats"]["fork_deletes"], 1);
+    // With its fork gone, the snapshot may go.
+    request(t, r#"{"op":"snapshot_delete","name":"base"}"#).unwrap();
+}
+
+#[test]
+fn fork_requests_run_on_a_driver_a_handle_and_an_inline_handle() {
+    let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
+    let bs = d.block_size();
+    fork_script(
+        &mut d,
+        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
+        &mut |d, lba| d.read(lba, 1).unwrap(),
+        bs,
+    );
+    let dev = d.shutdown().unwrap();
+
+    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
+    let mut t = h.clone();
+    fork_script(
+        &mut t,
+        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
+        &mut |h, lba| h.read(lba, 1).unwrap(),
+        bs,
+    );
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
+    let mut t = h.clone();
+    fork_script(
+        &mut t,
+        &mut |h, lba, b| {
+            h.call(zftl::core::Request::Write {
+                lba,
+                data: vec![b; bs],
+                fua: false,
+            })
+            .unwrap();
+        },
+        &mut |h, lba| match h
+            .call(zftl::core::Request::Read {
+                lba,
+                block_count: 1,
+            })
+            .unwrap()
+        {
+            zftl::core::ReplyData::Read(d) => d,
+            other => panic!("{other:?}"),
+        },
+        bs,
+    );
+    drop(t);
+    h.shutdown().unwrap();
+}

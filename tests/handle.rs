@@ -513,3 +513,61 @@ fn handles_are_send_sync_clone() {
     check::<Handle<SimDevice>>();
     check::<AsyncHandle<SimDevice>>();
 }
+
+/// Forks through a blocking and an async handle: created from a snapshot,
+/// listed by both, written at their offset, deleted; refusals typed.
+#[test]
+fn forks_through_blocking_and_async_handles() {
+    within_timeout(|| {
+        let ftl = format(device());
+        let bs = ftl.block_size();
+        ftl.write(0, &blocks(0, 4, 1, bs)).unwrap();
+        ftl.snapshot_create("s").unwrap();
+        ftl.write(0, &blocks(0, 1, 2, bs)).unwrap();
+        let fork = ftl.fork_create("s", "blocking").unwrap();
+        assert_eq!(fork.block_count, ftl.logical_blocks());
+        assert_eq!(ftl.read(fork.lba_offset, 4).unwrap(), blocks(0, 4, 1, bs));
+        ftl.write(fork.lba_offset + 3, &blocks(3, 1, 3, bs))
+            .unwrap();
+        assert_eq!(ftl.read(3, 1).unwrap(), blocks(3, 1, 1, bs));
+        assert!(matches!(
+            ftl.fork_create("nope", "x"),
+            Err(IoError::Snapshot(_))
+        ));
+        assert!(matches!(
+            ftl.fork_create("s", "blocking"),
+            Err(IoError::Fork(_))
+        ));
+
+        let async_ftl = ftl.to_async();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let other = async_ftl.fork_create("s", "async").await.unwrap();
+            assert_ne!(other.lba_offset, fork.lba_offset);
+            let names: Vec<String> = async_ftl
+                .forks()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|f| f.name)
+                .collect();
+            assert_eq!(names.len(), 2);
+            assert!(names.contains(&"async".to_string()));
+            let data = async_ftl.read(other.lba_offset + 3, 1).await.unwrap();
+            assert_eq!(data, blocks(3, 1, 1, bs));
+            async_ftl.fork_delete("async").await.unwrap();
+            assert!(matches!(
+                async_ftl.fork_delete("async").await,
+                Err(IoError::Fork(_))
+            ));
+        });
+        let left: Vec<String> = ftl.forks().unwrap().into_iter().map(|f| f.name).collect();
+        assert_eq!(left, ["blocking"]);
+        ftl.fork_delete("blocking").unwrap();
+        assert!(ftl.forks().unwrap().is_empty());
+        ftl.snapshot_delete("s").unwrap();
+        ftl.shutdown().unwrap();
+    });
+}

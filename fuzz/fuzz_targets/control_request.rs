@@ -30,6 +30,20 @@ fn check_reply(line: &str, id: Option<&zftl::control::Id>) -> zftl::control::Par
     reply
 }
 
+/// A fork named `name` of snapshot 7 with the widest numbers.
+fn fork(name: &str) -> zftl_core::Fork {
+    zftl_core::Fork {
+        id: u32::MAX,
+        name: name.to_string(),
+        base: 7,
+        slot: u32::MAX,
+        lba_offset: u64::MAX,
+        block_count: u64::MAX,
+        create_seq: u64::MAX,
+        wall_ns: u64::MAX,
+    }
+}
+
 /// A snapshot named `name` with the widest numbers.
 fn snapshot(name: &str) -> Snapshot {
     Snapshot {
@@ -77,6 +91,12 @@ fuzz_target!(|data: &[u8]| {
                     &snapshot(undo.as_deref().unwrap_or("undo-7")),
                 ),
                 Command::Snapshots => zftl::control::snapshots_body(&[], &Default::default()),
+                Command::ForkCreate {
+                    snapshot: base,
+                    fork: name,
+                } => zftl::control::fork_create_body(&fork(name), &[snapshot(base)]),
+                Command::ForkDelete { fork: name } => zftl::control::fork_delete_body(name),
+                Command::Forks => zftl::control::forks_body(&[fork("a"), fork("b")], &[]),
                 Command::SnapshotRead { name, lba, blocks } => {
                     assert!(*blocks >= 1);
                     let data = [0xa5u8; 4096];

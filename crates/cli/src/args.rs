@@ -85,6 +85,12 @@ pub enum Command {
     /// a running `zftl serve`.
     #[command(subcommand, long_about = SNAPSHOT_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
     Snapshot(SnapshotCommand),
+    /// Writable forks of snapshots: create, delete and list volumes that
+    /// start as a snapshot holds the volume and change on their own; on
+    /// an image, or through the control socket of a running `zftl serve`
+    /// (which exports each fork writable over NBD under its name).
+    #[command(subcommand, long_about = FORK_ABOUT, after_help = FORK_EXAMPLES)]
+    Fork(ForkCommand),
     /// Make the live volume what it was at a snapshot, a point of the
     /// protection window, a time or a seq, first taking an undo snapshot
     /// of the state it leaves; on an image, or through the control socket
@@ -186,6 +192,44 @@ Examples:
   zftl snapshot list --server vol.img.control --json
   zftl revert --to nightly --server vol.img.control       # the volume back to a snapshot
   zftl view --at nightly --server vol.img.control         # its NBD export";
+
+const FORK_ABOUT: &str = "\
+Forks: writable volumes that start as a snapshot holds the volume.
+
+A fork of snapshot S is a volume of the volume's size. Creating one copies
+nothing (it costs a flush and one metadata note): a block the fork has not
+written reads as S holds it, and the fork's writes and trims change
+neither S nor the live volume. The fork's own blocks take media space like
+any block until the fork is deleted (a delete gives the space back through
+GC). S cannot be deleted while a fork of it lives. A volume holds at most
+15 forks at once (fewer on a volume too large for 15 more regions of its
+size in the map's logical space); fork names are 1 to 63 bytes without `@`
+or `/`. Points of the protection window (names starting with `@`) cannot be
+forked: take a snapshot.
+
+A running `zftl serve` exports each live fork writable over NBD under its
+own name (`nbdinfo --list nbd://127.0.0.1:10809` lists them) as soon as it
+is created; a fork's export goes with its delete, and requests of clients
+still attached to it then fail with EIO.
+
+Without --server the command opens the image (or --device), mounts the FTL,
+does its work and shuts down cleanly; the image must not be in use. With
+--server SOCKET it sends the request to a running `zftl serve` over its
+control socket (docs/control.md). A `zftl serve --read-only` refuses create
+and delete.
+
+Exit status: 0 done; 1 refused (a name taken, malformed or unknown, no such
+snapshot, too many forks, no room for the forks' map, ...) or the server
+could not be reached, with one line on stderr; 2 bad arguments.";
+
+const FORK_EXAMPLES: &str = "\
+Examples:
+  zftl fork create before-upgrade try-upgrade --image vol.img   # fork snapshot before-upgrade
+  zftl fork list --image vol.img
+  zftl fork create nightly scratch --server vol.img.control    # a running `zftl serve --image vol.img`
+  qemu-io -f raw nbd://127.0.0.1:10809/scratch                  # ... exports it writable
+  zftl fork list --server vol.img.control --json
+  zftl fork delete scratch --server vol.img.control";
 
 /// WHEN, as `zftl revert --to` and `zftl view --at` take it.
 const WHEN_HELP: &str = "\
@@ -373,6 +417,45 @@ Examples:
   zftl snapshot diff before-upgrade --image vol.img      # before-upgrade against the live volume
   zftl snapshot diff monday tuesday --server vol.img.control --json")]
     Diff(SnapshotDiffArgs),
+}
+
+/// `zftl fork …`.
+#[derive(Debug, Subcommand)]
+pub enum ForkCommand {
+    /// Create a writable fork named NAME of snapshot SNAPSHOT; prints its
+    /// id, size and time once it is durable.
+    #[command(after_help = "Example: zftl fork create before-upgrade try-upgrade --image vol.img")]
+    Create(ForkCreateArgs),
+    /// Delete the fork named NAME; its blocks come back through GC.
+    #[command(after_help = "Example: zftl fork delete try-upgrade --image vol.img")]
+    Delete(ForkNameArgs),
+    /// List the live forks (id, name, the snapshot each started from, time
+    /// created in UTC, size in blocks, and where its blocks lie in the
+    /// map's logical space).
+    #[command(after_help = "Example: zftl fork list --server vol.img.control --json")]
+    List(SnapshotListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ForkCreateArgs {
+    /// The snapshot to fork, by name (`zftl snapshot list`).
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: String,
+    /// The fork's name (1 to 63 bytes, no `@` or `/`); also its NBD
+    /// export's name on a running `zftl serve`.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub target: RangeTarget,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkNameArgs {
+    /// The fork's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub target: RangeTarget,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ mod config;
 mod control;
 mod device;
 mod error;
+mod fork;
 mod image;
 mod paths;
 mod progress;
@@ -122,6 +123,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
         Some(Command::Serve(args)) => serve::run(args, cli.image.as_ref(), &crc),
         Some(Command::Range(args)) => range::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Snapshot(args)) => snapshot::run(args, cli.image.as_ref(), cli.json),
+        Some(Command::Fork(args)) => fork::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Revert(args)) => revert::run(args, cli.image.as_ref(), cli.json),
         Some(Command::View(args)) => view::run(args, cli.image.as_ref(), cli.json),
         Some(Command::Info(args)) => {

@@ -83,6 +83,13 @@ impl<B: Backend + Send + 'static> Core<B> {
         }
     }
 
+    async fn forks(&self) -> Result<Vec<zftl_core::Fork>, IoError> {
+        match self {
+            Core::Thread(h) => h.forks().await,
+            Core::Inline(h) => h.forks(),
+        }
+    }
+
     async fn shutdown(self) -> Result<B, IoError> {
         match self {
             Core::Thread(h) => h.shutdown().await,
@@ -174,6 +181,19 @@ impl<B: Backend + Send + 'static> crate::control::Executor for Core<B> {
                         &zftl_core::snapshot_data(undone),
                     ))
                 }
+                // A fork create drains and flushes as a snapshot create
+                // does; a delete unmaps the fork's region.
+                zftl::control::Command::ForkCreate { snapshot, fork } => {
+                    let base = named_snapshot(h, &snapshot)?.id;
+                    let created = polled(h, zftl_core::fork_create_request(base, &fork)).await?;
+                    let created = zftl_core::fork_data(created);
+                    Ok(zftl::control::fork_create_body(&created, &h.snapshots()?))
+                }
+                zftl::control::Command::ForkDelete { fork } => {
+                    let id = zftl_core::fork_named(&h.forks()?, &fork)?.id;
+                    polled(h, Request::ForkDelete { id }).await?;
+                    Ok(zftl::control::fork_delete_body(&fork))
+                }
                 other => zftl::control::execute(&mut h.clone(), other),
             },
         }
@@ -238,6 +258,11 @@ impl<B: Backend + Send + 'static> Volume for FtlVolume<B> {
     /// by a `--read-only` server.
     fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
         self.handle.snapshots()
+    }
+    /// Each live fork is exported writable under its own name (read-only
+    /// by a `--read-only` server).
+    fn forks(&self) -> impl Future<Output = Result<Vec<zftl_core::Fork>, IoError>> + Send {
+        self.handle.forks()
     }
 }
 
@@ -545,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 29] = [
+    let counters: [(&str, &str, u64); 32] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -570,6 +595,13 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "snapshot_revert_blocks",
             "Blocks reverts changed (no data copied).",
             s.snapshot_revert_blocks,
+        ),
+        ("fork_creates", "Forks created.", s.fork_creates),
+        ("fork_deletes", "Forks deleted.", s.fork_deletes),
+        (
+            "fork_delete_blocks",
+            "Blocks fork deletes unmapped.",
+            s.fork_delete_blocks,
         ),
         (
             "window_points_expired",
@@ -749,6 +781,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.vectors_per_commit,
         ),
         ("snapshots", "Live snapshots.", s.snapshots as f64),
+        ("forks", "Live forks of snapshots.", s.forks as f64),
         (
             "snapshot_versions",
             "Blocks snapshots keep that the volume has replaced.",
@@ -1293,6 +1326,10 @@ mod tests {
         assert_eq!(after["zftl_ftl_window_points"], 0.0);
         assert_eq!(after["zftl_ftl_window_oldest_timestamp_seconds"], 0.0);
         assert!(after.contains_key("zftl_ftl_window_points_given_way_total"));
+        assert_eq!(after["zftl_ftl_forks"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_creates_total"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_deletes_total"], 0.0);
+        assert_eq!(after["zftl_ftl_fork_delete_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"
@@ -1304,7 +1341,8 @@ mod tests {
     }
 
     /// A `--read-only` server still exports each snapshot of the image as
-    /// `EXPORT@SNAPSHOT` (views are read-only anyway), listed after the
+    /// `EXPORT@SNAPSHOT` (views are read-only anyway), and each fork
+    /// under its name, read-only, listed after the
     /// export, reading what the volume held when it was taken.
     #[test]
     fn read_only_serve_exports_snapshot_views() {
@@ -1321,6 +1359,8 @@ mod tests {
             ftl.write(0, &block(0x11)).unwrap();
             ftl.snapshot_create("before").unwrap();
             ftl.write(0, &block(0x22)).unwrap();
+            let fork = ftl.fork_create("before", "dev").unwrap();
+            ftl.write(fork.lba_offset, &block(0x33)).unwrap();
             ftl.shutdown().unwrap().sync().unwrap();
         }
         let s = settings(&[
@@ -1355,7 +1395,7 @@ mod tests {
                 let len = u32::from_be_bytes(r.data[..4].try_into().unwrap()) as usize;
                 names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
             }
-            assert_eq!(names, ["zftl", "zftl@before"]);
+            assert_eq!(names, ["zftl", "zftl@before", "dev"]);
             let mut view = connect().await;
             let info = view.go("zftl@before", &[]).await.unwrap();
             assert_ne!(info.flags & FLAG_READ_ONLY, 0);
@@ -1363,8 +1403,14 @@ mod tests {
             let mut live = connect().await;
             live.go("zftl", &[]).await.unwrap();
             assert_eq!(live.read(0, 4 * 4096).await.unwrap(), block(0x22));
+            // A fork is exported read-only by a read-only server.
+            let mut fork = connect().await;
+            let info = fork.go("dev", &[]).await.unwrap();
+            assert_ne!(info.flags & FLAG_READ_ONLY, 0);
+            assert_eq!(fork.read(0, 4 * 4096).await.unwrap(), block(0x33));
             view.disconnect().await.unwrap();
             live.disconnect().await.unwrap();
+            fork.disconnect().await.unwrap();
         });
         stop.send(()).unwrap();
         server.join().unwrap().expect("clean shutdown");

@@ -183,7 +183,7 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
         "map_bytes_per_mapped_block",
         format!("{:.2}", s.map_bytes_per_mapped_block),
     );
-    t.section("ftl snapshots and protection window");
+    t.section("ftl snapshots, forks and protection window");
     t.row("snapshots", s.snapshots);
     t.row("snapshot_versions", s.snapshot_versions);
     t.row("snapshot_room_versions", s.snapshot_room_versions);
@@ -192,6 +192,10 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("snapshot_deletes", s.snapshot_deletes);
     t.row("snapshot_reverts", s.snapshot_reverts);
     t.row("snapshot_revert_blocks", s.snapshot_revert_blocks);
+    t.row("forks", s.forks);
+    t.row("fork_creates", s.fork_creates);
+    t.row("fork_deletes", s.fork_deletes);
+    t.row("fork_delete_blocks", s.fork_delete_blocks);
     t.row("window_points", s.window_points);
     t.row(
         "window_oldest (UTC)",

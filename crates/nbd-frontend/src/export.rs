@@ -1,11 +1,13 @@
 //! What the server exports: the [`Volume`] trait a block store implements,
-//! and the table of named exports with per-export flags, and the read-only
-//! views of each export's snapshots (`NAME@SNAPSHOT`), resolved when a
-//! client asks for them.
+//! and the table of named exports with per-export flags, the read-only
+//! views of each export's snapshots (`NAME@SNAPSHOT`) and the writable
+//! forks of its volume (under their own names), resolved when a client
+//! asks for them.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use zftl_core::fork::Fork;
 use zftl_core::history::{Snapshot, SnapshotId};
 use zftl_core::{IoError, ReplyData, Request};
 
@@ -46,6 +48,17 @@ pub trait Volume: Clone + Send + Sync + 'static {
     fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
         async { Ok(Vec::new()) }
     }
+    /// The volume's live forks. Each is served writable under its own
+    /// name beside an export of this volume; its block `b` is the
+    /// volume's block `Fork::lba_offset + b` for every request (reads,
+    /// writes, trims, zeroing, `Request::Extents`). Asked at each
+    /// `NBD_OPT_LIST`, whenever a client names a fork, and before each
+    /// request on a fork's export (a fork deleted, and its region given to
+    /// a new fork, must not take an old client's writes). The default:
+    /// none.
+    fn forks(&self) -> impl Future<Output = Result<Vec<Fork>, IoError>> + Send {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// One named export.
@@ -69,6 +82,12 @@ pub struct Export<V> {
     /// (`NAME@SNAPSHOT`); a table export may set it to serve one snapshot
     /// under a fixed name.
     pub snapshot: Option<SnapshotId>,
+    /// Serve this fork of the volume instead of the live volume: every
+    /// request names the volume's blocks from `Fork::lba_offset`, the
+    /// export has `Fork::block_count` blocks, and a request after the
+    /// fork was deleted fails with `EIO`. The server sets it on the forks
+    /// it resolves (by their names).
+    pub fork: Option<Fork>,
     /// The writes in flight, by block range (see `blocklock`).
     pub(crate) locks: Arc<BlockLocks>,
 }
@@ -89,6 +108,7 @@ impl<V: Volume> Export<V> {
             volume,
             read_only: false,
             snapshot: None,
+            fork: None,
             locks: Arc::default(),
         }
     }
@@ -107,7 +127,48 @@ impl<V: Volume> Export<V> {
             volume: self.volume.clone(),
             read_only: true,
             snapshot: Some(snapshot.id),
+            fork: None,
             locks: Arc::default(),
+        }
+    }
+
+    /// The writable export of `fork` of this export's volume, named as the
+    /// fork; `base` is the name of its snapshot, if known. Read-only if
+    /// this export is. Its writes lock their blocks (at the fork's offset)
+    /// in this export's table, so every connection to the fork orders its
+    /// read-modify-writes against the others'.
+    pub fn fork(&self, fork: &Fork, base: Option<&str>) -> Self {
+        let base = match base {
+            Some(name) => format!("{name:?}"),
+            None => format!("#{} (deleted)", fork.base),
+        };
+        Export {
+            name: fork.name.clone(),
+            description: format!(
+                "writable fork {:?} of snapshot {base} of {:?}, created {}",
+                fork.name,
+                self.name,
+                utc(fork.wall_ns)
+            ),
+            volume: self.volume.clone(),
+            read_only: self.read_only,
+            snapshot: None,
+            fork: Some(fork.clone()),
+            locks: Arc::clone(&self.locks),
+        }
+    }
+
+    /// Where the export's block 0 lies among the volume's blocks: a fork's
+    /// offset, else 0.
+    pub fn lba_offset(&self) -> u64 {
+        self.fork.as_ref().map_or(0, |f| f.lba_offset)
+    }
+
+    /// Size in blocks: a fork's, else the volume's.
+    pub fn blocks(&self) -> u64 {
+        match &self.fork {
+            Some(f) => f.block_count,
+            None => self.volume.logical_blocks(),
         }
     }
 
@@ -123,8 +184,7 @@ impl<V: Volume> Export<V> {
 
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.volume
-            .logical_blocks()
+        self.blocks()
             .saturating_mul(self.volume.block_size() as u64)
     }
 }
@@ -228,20 +288,41 @@ impl<V: Volume> ExportTable<V> {
         self.exports.iter()
     }
 
-    /// The export a client asked for by name: one of the table, or the
-    /// view `BASE@SNAPSHOT` of a live snapshot of the table export `BASE`
-    /// (a table name wins over a view of the same name). `None` for a name
-    /// that is neither, or when the volume cannot list its snapshots.
+    /// The table exports whose volumes' views and forks are exported:
+    /// those of the live volume.
+    fn bases(&self) -> impl Iterator<Item = &Arc<Export<V>>> {
+        self.exports
+            .iter()
+            .filter(|e| e.snapshot.is_none() && e.fork.is_none())
+    }
+
+    /// The export a client asked for by name: one of the table, the view
+    /// `BASE@SNAPSHOT` of a live snapshot of the table export `BASE`, or a
+    /// live fork of a table export's volume (a table name wins over a view
+    /// or fork of the same name; fork names hold no `@`). `None` for a
+    /// name that is none of these, or when the volume cannot list its
+    /// snapshots or forks.
     pub async fn resolve(&self, name: &str) -> Option<Arc<Export<V>>> {
         if let Some(e) = self.find(name) {
             return Some(e);
+        }
+        if !name.is_empty() && !name.contains(VIEW_SEPARATOR) {
+            for base in self.bases() {
+                let forks = forks_of(&base.volume).await;
+                if let Some(f) = forks.iter().find(|f| f.name == name) {
+                    let snapshots = snapshots_of(&base.volume).await;
+                    let snap = snapshots.iter().find(|s| s.id == f.base);
+                    return Some(Arc::new(base.fork(f, snap.map(|s| s.name.as_str()))));
+                }
+            }
+            return None;
         }
         for (at, _) in name.match_indices(VIEW_SEPARATOR) {
             let (base, snap) = (&name[..at], &name[at + VIEW_SEPARATOR.len_utf8()..]);
             let Some(base) = self.exports.iter().find(|e| e.name == base) else {
                 continue;
             };
-            if base.snapshot.is_some() {
+            if base.snapshot.is_some() || base.fork.is_some() {
                 continue;
             }
             let snapshots = snapshots_of(&base.volume).await;
@@ -253,20 +334,35 @@ impl<V: Volume> ExportTable<V> {
     }
 
     /// Every export of the table followed by the views of each one's live
-    /// snapshots (oldest first), for `NBD_OPT_LIST`: `(name, description)`.
+    /// snapshots (oldest first) and the forks of its volume (in id order),
+    /// for `NBD_OPT_LIST`: `(name, description)`.
     pub async fn listing(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self
             .exports
             .iter()
             .map(|e| (e.name.clone(), e.description.clone()))
             .collect();
-        for base in self.exports.iter().filter(|e| e.snapshot.is_none()) {
-            for s in snapshots_of(&base.volume).await {
-                let view = base.view(&s);
+        let mut forks_listed = std::collections::HashSet::new();
+        for base in self.bases() {
+            let snapshots = snapshots_of(&base.volume).await;
+            for s in &snapshots {
+                let view = base.view(s);
                 // A table export of the same name hides the view.
                 if self.find(&view.name).is_none() {
                     out.push((view.name, view.description));
                 }
+            }
+            let mut forks = forks_of(&base.volume).await;
+            forks.sort_by_key(|f| f.id);
+            for f in forks {
+                // A table export of the same name hides the fork; two table
+                // exports of one volume list its forks once.
+                if self.find(&f.name).is_some() || !forks_listed.insert(f.name.clone()) {
+                    continue;
+                }
+                let snap = snapshots.iter().find(|s| s.id == f.base);
+                let export = base.fork(&f, snap.map(|s| s.name.as_str()));
+                out.push((export.name, export.description));
             }
         }
         out
@@ -282,6 +378,17 @@ pub(crate) async fn snapshots_of<V: Volume>(volume: &V) -> Vec<Snapshot> {
         Ok(s) => s,
         Err(e) => {
             tracing::debug!(error = %e, "cannot list the volume's snapshots");
+            Vec::new()
+        }
+    }
+}
+
+/// The volume's forks; none (logged) when it cannot tell.
+pub(crate) async fn forks_of<V: Volume>(volume: &V) -> Vec<Fork> {
+    match volume.forks().await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot list the volume's forks");
             Vec::new()
         }
     }

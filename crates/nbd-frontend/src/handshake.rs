@@ -366,11 +366,14 @@ where
     }
 
     fn session(&mut self, export: Arc<Export<V>>) -> Session<V> {
-        // A view is built anew each time it is named: the same view is the
-        // same name and snapshot.
+        // A view or fork is built anew each time it is named: the same view
+        // is the same name and snapshot, the same fork the same name and
+        // fork id.
         let same = |m: &Arc<Export<V>>| {
+            let fork_id = |e: &Export<V>| e.fork.as_ref().map(|f| f.id);
             Arc::ptr_eq(m, &export)
                 || (m.snapshot.is_some() && m.snapshot == export.snapshot && m.name == export.name)
+                || (m.fork.is_some() && fork_id(m) == fork_id(&export) && m.name == export.name)
         };
         let contexts = match self.meta.take() {
             Some((m, contexts)) if same(&m) => contexts,
@@ -455,7 +458,10 @@ where
             let msg = format!("no export named {:?}", request.name);
             return self.error(option, REP_ERR_UNKNOWN, &msg).await;
         };
-        let snapshots = if meta::needs_snapshots(&request.queries, listing) {
+        // A fork is not the volume any snapshot was taken of: it has no
+        // `x-zftl:changed:` contexts (only `base:allocation`).
+        let snapshots = if export.fork.is_none() && meta::needs_snapshots(&request.queries, listing)
+        {
             snapshots_of(&export.volume).await
         } else {
             Vec::new()

@@ -33,6 +33,19 @@
 //! was deleted gets `EIO`, and the name is then unknown to new
 //! connections. A table export of the same name wins over a view.
 //!
+//! Each live fork of an export's volume ([`Volume::forks`]) is an export
+//! too, under the fork's own name: writable (read-only when the table
+//! export is), the fork's size, listed by `NBD_OPT_LIST` after the views
+//! (`writable fork "F" of snapshot "S" of "NAME", created TIME`), resolved
+//! like a view. Every request of it names the volume's blocks from the
+//! fork's `lba_offset` (reads, writes and their read-modify-writes, trims,
+//! zeroing, `base:allocation`); it has no `x-zftl:changed` contexts.
+//! Before each request the server checks that the fork still lives in
+//! the region it was resolved with: a connection to a deleted fork gets
+//! `EIO`, also once a new fork has taken the region, and the name is
+//! then unknown to new connections. A table export of the same name wins
+//! over a fork.
+//!
 //! Each live snapshot `S` of an export's volume is also a metadata context
 //! of the export and of its views, `x-zftl:changed:S`: `BLOCK_STATUS`
 //! flags with `STATE_CHANGED` (1) the blocks whose contents differ

@@ -6,7 +6,9 @@
 //! - `base:allocation`: holes (never written, trimmed, or zeroed without
 //!   `NO_HOLE`: `NBD_STATE_HOLE | NBD_STATE_ZERO`) and data (0), from the
 //!   volume's `Request::Extents`. A snapshot's view reports its whole range
-//!   as data (the volume maps only its live blocks).
+//!   as data (the volume maps only its live blocks). A fork's export asks
+//!   about its blocks at the fork's offset; a block the fork has not
+//!   changed is data where its snapshot maps it.
 //! - `x-zftl:changed:NAME`, one per live snapshot `NAME` of the export's
 //!   volume: [`STATE_CHANGED`] for the blocks whose contents differ between
 //!   snapshot `NAME` and the export (the live volume, or the view's own
@@ -17,7 +19,9 @@
 //!   `x-zftl:changed:` list every one and select none, as the spec asks of
 //!   an empty leaf name. The snapshot is resolved to its id when the
 //!   context is selected: if it is deleted later, `BLOCK_STATUS` fails with
-//!   `EIO` (a new snapshot of the same name is another snapshot).
+//!   `EIO` (a new snapshot of the same name is another snapshot). A
+//!   fork's export has none: it is not the volume its snapshots were
+//!   taken of, so no changed context is listed or selected on it.
 //!
 //! `base:allocation` has the id [`META_BASE_ALLOCATION_ID`]; the changed
 //! contexts of one selection get the ids after it, in the order selected.
@@ -171,6 +175,7 @@ pub(crate) async fn block_status<V: Volume>(
     for c in contexts {
         let q = Query {
             vol: &export.volume,
+            lba_offset: export.lba_offset(),
             offset,
             length,
             max,
@@ -190,6 +195,9 @@ pub(crate) async fn block_status<V: Volume>(
 /// One context's part of a BLOCK_STATUS.
 struct Query<'a, V> {
     vol: &'a V,
+    /// Where the export's block 0 lies among the volume's (a fork's
+    /// offset, else 0).
+    lba_offset: u64,
     offset: u64,
     length: u32,
     /// Most descriptors.
@@ -205,7 +213,11 @@ impl<V: Volume> Query<'_, V> {
     /// unmapped run is a hole that reads as zeros, a mapped one data.
     async fn allocation(&self) -> Result<Vec<(u32, u32)>, IoError> {
         let (lba, block_count) = status_blocks(self.offset, self.length, self.bs());
-        let runs = match self.vol.call(Request::Extents { lba, block_count }).await? {
+        let request = Request::Extents {
+            lba: lba + self.lba_offset,
+            block_count,
+        };
+        let runs = match self.vol.call(request).await? {
             ReplyData::Extents(runs) => runs,
             // A volume that cannot tell: allocated data, always correct.
             _ => return Ok(vec![(self.length, 0)]),

@@ -265,17 +265,19 @@ impl Limits {
 }
 
 /// The NBD error for a volume error. A read of a snapshot that was deleted
-/// (a view a client opened before the delete) gets `EIO`: the data is gone.
+/// (a view a client opened before the delete) gets `EIO`: the data is gone;
+/// so does any request to a fork that was deleted. A fork whose map has no
+/// more room in the metadata log gets `ENOSPC`.
 pub fn errno_of(e: &IoError) -> Errno {
     match e {
         IoError::Snapshot(SnapshotError::NoSuchId(_)) => Errno::Io,
+        IoError::Fork(ForkError::NoSuchId(_) | ForkError::NoSuchName(_)) => Errno::Io,
+        IoError::Fork(ForkError::MapFull) => Errno::NoSpc,
+        IoError::Fork(_) => Errno::Inval,
         IoError::OutOfRange { .. } | IoError::TooLarge { .. } | IoError::BufferSize { .. } => {
             Errno::Inval
         }
-        IoError::NoSpace
-        | IoError::SharingFull { .. }
-        | IoError::SnapshotSpace
-        | IoError::Fork(ForkError::MapFull) => Errno::NoSpc,
+        IoError::NoSpace | IoError::SharingFull { .. } | IoError::SnapshotSpace => Errno::NoSpc,
         // The volume went read-only after a metadata write failure: writes
         // are refused as on a read-only export; so are writes to an
         // immutable range.
@@ -283,8 +285,7 @@ pub fn errno_of(e: &IoError) -> Errno {
         IoError::BadVector { .. }
         | IoError::MergeConflict { .. }
         | IoError::AttributeTableFull { .. }
-        | IoError::Snapshot(_)
-        | IoError::Fork(_) => Errno::Inval,
+        | IoError::Snapshot(_) => Errno::Inval,
         IoError::Busy
         | IoError::Corrupt { .. }
         | IoError::Misdirected { .. }
@@ -606,8 +607,11 @@ async fn execute<V: Volume>(
         max: u64::from(vol.max_request_blocks().max(1)),
         snapshot: export.snapshot,
     };
+    // A fork's blocks lie from its offset on (see `Volume::forks`).
+    let base = export.lba_offset();
     let span = |offset: u64, length: u32| {
-        let s = Span::of(offset, u64::from(length), io.bs as u64);
+        let mut s = Span::of(offset, u64::from(length), io.bs as u64);
+        s.lba += base;
         if !s.aligned() && !matches!(op, Op::Read { .. }) {
             trace!(?op, "read-modify-write");
         }
@@ -949,18 +953,27 @@ async fn serve_request<V: Volume>(
         Op::Disc => None,
     };
     let export = &target.export;
-    let result = match op {
-        Op::BlockStatus {
-            offset,
-            length,
-            req_one,
-        } => meta::block_status(export, &target.contexts, offset, length, req_one)
-            .await
-            .map(Answer::Status),
-        op => execute(export, op, payload, tracked)
-            .await
-            .map(Answer::Data),
+    let result = match fork_lives(export).await {
+        Err(e) => Err(e),
+        Ok(()) => match op {
+            Op::BlockStatus {
+                offset,
+                length,
+                req_one,
+            } => meta::block_status(export, &target.contexts, offset, length, req_one)
+                .await
+                .map(Answer::Status),
+            op => execute(export, op, payload, tracked)
+                .await
+                .map(Answer::Data),
+        },
     };
+    // The server checked the range against the fork's size: a volume that
+    // finds it outside every fork lost the fork meanwhile.
+    let result = result.map_err(|e| match (&export.fork, e) {
+        (Some(f), IoError::OutOfRange { .. }) => ForkError::NoSuchId(f.id).into(),
+        (_, e) => e,
+    });
     let failed = result.is_err();
     let (head, data) = match result {
         Ok(Answer::Status(d)) => (replier.block_status(cookie, &d), None),
@@ -990,6 +1003,25 @@ async fn serve_request<V: Volume>(
             permits: Some(permits),
         })
         .await;
+}
+
+/// Whether the fork an export serves (if any) still lives in the region it
+/// was resolved with: a fork deleted, and its region given to a new fork,
+/// must not take the requests of a client of the old one. `NoSuchId`
+/// (`EIO`) when it is gone.
+async fn fork_lives<V: Volume>(export: &Export<V>) -> Result<(), IoError> {
+    let Some(fork) = &export.fork else {
+        return Ok(());
+    };
+    let live = export.volume.forks().await?;
+    if live
+        .iter()
+        .any(|f| f.id == fork.id && f.lba_offset == fork.lba_offset)
+    {
+        Ok(())
+    } else {
+        Err(ForkError::NoSuchId(fork.id).into())
+    }
 }
 
 /// The connection's receive buffer.

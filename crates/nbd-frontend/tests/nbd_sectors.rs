@@ -491,13 +491,13 @@ impl Volume for Recording {
             Request::Changed {
                 lba, block_count, ..
             } => ("changed", *lba, u64::from(*block_count)),
-            // The NBD server never sends range operations or snapshot changes.
+            // The NBD server never sends range operations, snapshot or fork
+            // changes.
             Request::Range { .. } => ("range", 0, 0),
             Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::SnapshotRevert { .. }
-            | Request::ForkCreate { .. }
-            | Request::ForkDelete { .. } => ("snapshot", 0, 0),
+            | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
+            Request::ForkCreate { .. } | Request::ForkDelete { .. } => ("fork", 0, 0),
         };
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)

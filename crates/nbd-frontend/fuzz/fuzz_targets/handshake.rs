@@ -12,10 +12,13 @@
 //!   (flags, STRUCTURED_REPLY, SET_META_CONTEXT base:allocation and
 //!   x-zftl:changed:s, GO "zftl") is prepended, so the rest are
 //!   transmission requests; 3 = the same but GO "ro" (the read-only
-//!   export) without structured replies.
+//!   export) without structured replies, or with bit 3 set, the
+//!   negotiation of 2 on the fork "f".
 //!
 //! The volume has one snapshot, "s": the view "zftl@s" and the context
-//! "x-zftl:changed:s" exist.
+//! "x-zftl:changed:s" exist; and one fork of it, "f", whose blocks are the
+//! volume's from `BLOCKS` on (a request reaching the volume must lie in
+//! the volume or in the fork, never across).
 #![no_main]
 
 use std::future::Future;
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zftl_core::fork::Fork;
 use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::{Extent, IoError, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use zftl_nbd::proto::*;
@@ -46,7 +50,12 @@ impl Dummy {
             "request of {count} blocks > max {MAX_REQUEST_BLOCKS}"
         );
         let end = lba.checked_add(u64::from(count)).expect("lba overflow");
-        assert!(end <= BLOCKS, "request {lba}+{count} beyond {BLOCKS}");
+        // The volume's blocks, or the fork's (from BLOCKS on).
+        let region = lba / BLOCKS;
+        assert!(
+            region <= 1 && end <= (region + 1) * BLOCKS,
+            "request {lba}+{count} beyond the volume and the fork"
+        );
     }
 
     /// A map query's range (`Extents`, `Changed`): capped by
@@ -54,9 +63,12 @@ impl Dummy {
     /// clipped to the volume like the FTL does.
     fn map_query(&self, lba: u64, count: u32) -> u64 {
         assert!(count > 0, "empty map query");
-        assert!(count <= MAX_EXTENT_QUERY_BLOCKS, "map query of {count} blocks");
-        assert!(lba < BLOCKS, "map query at {lba} beyond {BLOCKS}");
-        (lba + u64::from(count)).min(BLOCKS)
+        assert!(
+            count <= MAX_EXTENT_QUERY_BLOCKS,
+            "map query of {count} blocks"
+        );
+        assert!(lba < 2 * BLOCKS, "map query at {lba} beyond the fork");
+        (lba + u64::from(count)).min((lba / BLOCKS + 1) * BLOCKS)
     }
 }
 
@@ -119,6 +131,7 @@ impl Volume for Dummy {
                 lba,
                 block_count,
             } => {
+                assert!(lba < BLOCKS, "a changed query on the fork");
                 let end = self.map_query(lba, block_count);
                 assert!(until.is_none() || until == Some(SNAPSHOT), "{until:?}");
                 if since != SNAPSHOT {
@@ -144,7 +157,7 @@ impl Volume for Dummy {
             Request::Flush => Ok(ReplyData::Done),
             // NBD has no range operations: the server never sends one.
             Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
-            // Nor snapshot changes.
+            // Nor snapshot or fork changes.
             r @ (Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
             | Request::SnapshotRevert { .. }
@@ -163,6 +176,18 @@ impl Volume for Dummy {
             create_seq: 1,
             wall_ns: 0,
             parent: 0,
+        }]))
+    }
+    fn forks(&self) -> impl Future<Output = Result<Vec<Fork>, IoError>> + Send {
+        std::future::ready(Ok(vec![Fork {
+            id: 0,
+            name: "f".into(),
+            base: SNAPSHOT,
+            slot: 0,
+            lba_offset: BLOCKS,
+            block_count: BLOCKS,
+            create_seq: 2,
+            wall_ns: 0,
         }]))
     }
 }
@@ -191,18 +216,19 @@ fn client_bytes(data: &[u8]) -> (usize, Vec<u8>) {
     match (knobs >> 1) & 3 {
         0 => {}
         1 => b.extend_from_slice(&flags),
-        2 => {
+        2 | 3 if (knobs >> 1) & 3 == 2 || knobs & 8 != 0 => {
+            let export = if (knobs >> 1) & 3 == 2 { "zftl" } else { "f" };
             b.extend_from_slice(&flags);
             option(&mut b, OPT_STRUCTURED_REPLY, &[]);
-            let mut d = 4u32.to_be_bytes().to_vec();
-            d.extend_from_slice(b"zftl");
+            let mut d = (export.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(export.as_bytes());
             d.extend_from_slice(&2u32.to_be_bytes());
             for context in [META_BASE_ALLOCATION, "x-zftl:changed:s"] {
                 d.extend_from_slice(&(context.len() as u32).to_be_bytes());
                 d.extend_from_slice(context.as_bytes());
             }
             option(&mut b, OPT_SET_META_CONTEXT, &d);
-            go(&mut b, "zftl");
+            go(&mut b, export);
         }
         _ => {
             b.extend_from_slice(&flags);

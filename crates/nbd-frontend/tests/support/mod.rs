@@ -39,6 +39,9 @@ impl Volume for Vol {
     fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
         self.0.snapshots()
     }
+    fn forks(&self) -> impl Future<Output = Result<Vec<zftl::core::Fork>, IoError>> + Send {
+        self.0.forks()
+    }
 }
 
 pub async fn format_volume() -> Vol {
