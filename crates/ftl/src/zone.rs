@@ -15,8 +15,8 @@ use crate::addr::Seq;
 use crate::backend::ZoneId;
 
 /// A write stream: data of one temperature/origin goes to its own zones, so
-/// that zones die whole (Metis). Add variants here (e.g. snapshot-only data)
-/// and decide in [`Stream::gc_collects`] whether GC reclaims them.
+/// that zones die whole (Metis). Add variants here and decide in
+/// [`Stream::gc_collects`] whether GC reclaims them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Stream {
     /// Host writes of blocks rewritten soon after their previous write (hot).
@@ -25,6 +25,11 @@ pub enum Stream {
     HostCold,
     /// Blocks GC relocated (cold: they survived a collection).
     Gc,
+    /// Blocks GC relocated that only snapshots held (no live block named
+    /// them): they die when the snapshots holding them are deleted, not
+    /// when the host writes. The checkpoint records these zones as GC
+    /// zones; after a mount they are GC zones.
+    Kept,
     /// The metadata log writer. Its zones are normally [`ZoneKind::Meta`] and
     /// are reclaimed by checkpointing, not by GC.
     Meta,
@@ -34,7 +39,7 @@ impl Stream {
     /// Whether GC picks victims among this stream's data zones.
     pub fn gc_collects(self) -> bool {
         match self {
-            Stream::Host | Stream::HostCold | Stream::Gc => true,
+            Stream::Host | Stream::HostCold | Stream::Gc | Stream::Kept => true,
             Stream::Meta => false,
         }
     }

@@ -43,6 +43,10 @@ pub(super) enum Lane {
     Gc,
     /// Cold data static wear leveling parks on the most-worn free zones.
     WearLeveling,
+    /// Blocks GC moved that only snapshots hold: kept apart from host data,
+    /// so the zones empty when the snapshots go rather than stay mixed
+    /// with data GC would copy again.
+    Kept,
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -51,7 +55,7 @@ pub(super) enum Lane {
 
 impl Lane {
     /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
-    const BASE: u8 = 4;
+    const BASE: u8 = 5;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -59,6 +63,7 @@ impl Lane {
             Lane::HostCold => 1,
             Lane::Gc => 2,
             Lane::WearLeveling => 3,
+            Lane::Kept => 4,
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -68,11 +73,12 @@ impl Lane {
             Lane::HostHot => Stream::Host,
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
+            Lane::Kept => Stream::Kept,
         }
     }
 }
 
-/// The lanes of a mounted FTL: the four base lanes and as many extra GC
+/// The lanes of a mounted FTL: the base lanes and as many extra GC
 /// lanes as `gc_lanes` asks and the device has zone groups for.
 pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32) -> Vec<StreamState> {
     let extra = gc_lanes.min(zone_groups).clamp(1, MAX_GC_LANES) - 1;
@@ -248,6 +254,12 @@ impl Ftl {
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
             Lane::Gc => Lane::HostCold,
+            // Kept blocks are cold: with no zone of their own they go with
+            // GC's survivors (any GC zone will do).
+            Lane::Kept => {
+                let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
+                return Some((Lane::Gc, zone, room));
+            }
             // Never let leveling wedge GC: park the data with GC's instead.
             Lane::WearLeveling => {
                 let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
