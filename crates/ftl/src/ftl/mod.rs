@@ -1031,6 +1031,11 @@ impl Ftl {
         &self.mapping
     }
 
+    /// What `zone` is used for (for tools and tests).
+    pub fn zone_kind(&self, zone: ZoneId) -> Option<ZoneKind> {
+        (zone < self.geo.zone_count).then(|| self.zones.get(zone).kind())
+    }
+
     /// The range attributes: `(lba, block_count, bits)` runs, in order.
     pub fn attributes(&self) -> Vec<(Lba, u64, u8)> {
         self.attrs.iter().collect()

@@ -739,6 +739,7 @@ impl Ftl {
         self.stats.media_write_blocks += n + pad;
         self.stats.gc_copy_blocks += n;
         self.stats.wl_move_blocks += if wl { n } else { 0 };
+        self.stats.gc_kept_blocks += if lane == Lane::Kept { n } else { 0 };
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
         Some((
