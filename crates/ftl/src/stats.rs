@@ -63,8 +63,9 @@ pub struct FtlStats {
     pub data_zones: u32,
     /// Zones taken out of service (worn out, failed program or erase).
     pub retired_zones: u32,
-    /// Data zones of the kept stream written since mount (blocks GC moved
-    /// that only snapshots held; a mount counts them as GC zones).
+    /// Data zones the kept stream holds (blocks GC moved that only
+    /// snapshots held), those it took since mount: a mount makes them GC
+    /// zones.
     pub kept_zones: u32,
     /// Logical blocks mapped (a shared block counts once per owner).
     pub mapped_blocks: u64,
