@@ -122,8 +122,14 @@ impl Ftl {
             st.gc_only = false;
         }
         if st.zone.is_none() {
-            let extra = matches!(lane, Lane::Extra(_));
-            let headroom = if extra { self.base_lanes_closed() } else { 0 };
+            // The extra and kept lanes are optional: their data has a base
+            // lane to go to.
+            let optional = matches!(lane, Lane::Extra(_) | Lane::Kept);
+            let headroom = if optional {
+                self.base_lanes_closed()
+            } else {
+                0
+            };
             if !self.may_open_data_zone(headroom) {
                 return None; // busy: zones filled earlier are still draining
             }
@@ -131,7 +137,10 @@ impl Ftl {
             let from_reserve = free <= reserve;
             // An extra lane leaves the last free zone to the base lanes: with
             // it, GC can always finish a victim (less than a zone live).
-            if free == 0 || (from_reserve && host_barred) || (extra && free <= 1) {
+            // The kept lane may take it: GC's other data may follow it
+            // there (`Ftl::extra_lane_room`).
+            let last_barred = matches!(lane, Lane::Extra(_)) && free <= 1;
+            if free == 0 || (from_reserve && host_barred) || last_barred {
                 return None;
             }
             let stream = match lane {
@@ -173,8 +182,8 @@ impl Ftl {
         groups
     }
 
-    /// Base lanes other than wear leveling's that hold no zone: the open
-    /// zones an extra lane must leave them.
+    /// Base lanes other than wear leveling's and the kept lane's that hold
+    /// no zone: the open zones an extra or the kept lane must leave them.
     fn base_lanes_closed(&self) -> usize {
         [Lane::HostHot, Lane::HostCold, Lane::Gc]
             .into_iter()
@@ -255,11 +264,8 @@ impl Ftl {
             Lane::HostCold => Lane::HostHot,
             Lane::Gc => Lane::HostCold,
             // Kept blocks are cold: with no zone of their own they go with
-            // GC's survivors (any GC zone will do).
-            Lane::Kept => {
-                let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
-                return Some((Lane::Gc, zone, room));
-            }
+            // GC's survivors, or wherever those go.
+            Lane::Kept => return self.room_in(Lane::Gc, wanted, may_use_reserve),
             // Never let leveling wedge GC: park the data with GC's instead.
             Lane::WearLeveling => {
                 let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;

@@ -802,11 +802,13 @@ impl Ftl {
         }
     }
 
-    /// Room in any extra lane that holds a zone, whatever its stream: the
-    /// base lanes found no zone, and GC must not wait while an open zone
-    /// has room.
+    /// Room in any extra lane or the kept lane that holds a zone, whatever
+    /// its stream: the base lanes found no zone, and GC must not wait while
+    /// an open zone has room (the kept lane may have taken the last free
+    /// zone, which then holds what is left of the victim).
     fn extra_lane_room(&mut self, wanted: u64) -> Option<(Lane, ZoneId, u64)> {
-        let lane = self.extra_lanes().find(|&l| self.lane_zone(l).is_some())?;
+        let mut lanes = self.extra_lanes().chain([Lane::Kept]);
+        let lane = lanes.find(|&l| self.lane_zone(l).is_some())?;
         self.room_in(lane, wanted, true)
     }
 
