@@ -3,8 +3,10 @@
 //! deletes and the space they give back, GC of kept blocks, the errors,
 //! and what survives a clean remount and a power cut.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use zftl::core::zone::{Stream, ZoneKind};
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ProtectWindow, TagPlacement};
 use zftl::sim::SimDevice;
 
@@ -217,6 +219,114 @@ fn gc_moves_kept_blocks_and_a_crash_keeps_them() {
         let ftl = remount_both_ways(ftl, check);
         let mut dev = ftl.shutdown().unwrap();
         assert_check_clean(&mut dev, "after GC of kept blocks");
+    });
+}
+
+/// The data zones of the kept stream (blocks GC moved that only snapshots
+/// held).
+fn kept_zones(ftl: &Driver<SimDevice>) -> Vec<u32> {
+    let kept = ZoneKind::Data {
+        stream: Stream::Kept,
+    };
+    let zones = ftl.ftl().geometry().zone_count;
+    (0..zones)
+        .filter(|&z| ftl.ftl().zone_kind(z) == Some(kept))
+        .collect()
+}
+
+/// Zones holding a block some live LBA maps to, or a shared entry the live
+/// volume names (not only the history).
+fn zones_live_data_is_in(ftl: &Driver<SimDevice>) -> BTreeSet<u32> {
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let m = ftl.ftl().mapping();
+    let direct = (0..ftl.logical_blocks()).filter_map(|lba| ftl.ftl().lookup(lba));
+    let shared = m
+        .shared_entries()
+        .filter(|&(id, ..)| !m.kept_only(id))
+        .map(|(_, ppa, ..)| ppa);
+    direct.chain(shared).map(|ppa| ppa.zone(cap)).collect()
+}
+
+#[test]
+fn gc_moves_blocks_only_snapshots_hold_to_zones_of_their_own() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        let n = 512;
+        let span = ftl.logical_blocks() * 3 / 4 - n;
+        // The snapshot's blocks interleaved with blocks trimmed before it
+        // (no snapshot keeps them), so their zones are half dead and GC
+        // collects them.
+        for lba in 0..n {
+            write(&mut ftl, lba, 1);
+            write(&mut ftl, n + lba, 1);
+        }
+        ftl.trim(n, n as u32).unwrap();
+        ftl.snapshot_create("old").unwrap();
+        for lba in 0..n {
+            write(&mut ftl, lba, 2);
+        }
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for round in 3..7 {
+            for _ in 0..span {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                write(&mut ftl, n + x % span, round);
+            }
+        }
+        ftl.flush().unwrap();
+        ftl.settle().unwrap();
+        let s = ftl.stats();
+        assert!(s.gc_kept_blocks > 0, "GC moved no kept block: {s:?}");
+        let kept = kept_zones(&ftl);
+        assert!(!kept.is_empty(), "no kept zone: {s:?}");
+        assert_eq!(s.kept_zones as usize, kept.len());
+        // Only blocks the snapshot alone holds are in them: no live data.
+        let live = zones_live_data_is_in(&ftl);
+        assert!(
+            kept.iter().all(|z| !live.contains(z)),
+            "live data in kept zones {kept:?}"
+        );
+        let cap = ftl.ftl().geometry().zone_capacity_blocks;
+        let m = ftl.ftl().mapping();
+        let moved = m
+            .shared_entries()
+            .filter(|&(id, ppa, ..)| m.kept_only(id) && kept.contains(&ppa.zone(cap)))
+            .count();
+        assert!(moved > 0, "no kept block in a kept zone");
+        let reads = |ftl: &mut Driver<SimDevice>| {
+            for lba in 0..n {
+                assert_eq!(holds(ftl, Some("old"), lba), Some((lba, 1)), "old: {lba}");
+                assert_eq!(holds(ftl, None, lba), Some((lba, 2)), "live: {lba}");
+            }
+        };
+        reads(&mut ftl);
+        let mut ftl = remount_both_ways(ftl, |ftl| {
+            reads(ftl);
+            // The checkpoint records kept zones as GC zones.
+            assert!(kept_zones(ftl).is_empty());
+            assert_eq!(ftl.stats().kept_zones, 0);
+        });
+        // Deleting the snapshot leaves those zones without data: GC
+        // resets them without copying.
+        ftl.snapshot_delete("old").unwrap();
+        ftl.settle().unwrap();
+        let m = ftl.ftl().mapping();
+        let held: BTreeSet<u32> = m
+            .shared_entries()
+            .map(|(_, ppa, ..)| ppa.zone(cap))
+            .collect();
+        let live = zones_live_data_is_in(&ftl);
+        for &z in &kept {
+            let kind = ftl.ftl().zone_kind(z);
+            let empty = !held.contains(&z) && !live.contains(&z);
+            assert!(
+                kind == Some(ZoneKind::Free) || empty,
+                "zone {z} ({kind:?}) still holds data"
+            );
+        }
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after GC moved kept blocks to kept zones");
     });
 }
 

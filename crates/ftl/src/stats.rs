@@ -1,7 +1,7 @@
 //! Counters the FTL keeps and the figures derived from them.
 
 use crate::mapping::Mapping;
-use crate::zone::{ZoneKind, ZoneTable};
+use crate::zone::{Stream, ZoneKind, ZoneTable};
 use serde::Serialize;
 
 /// FTL statistics. Block counts are in device blocks.
@@ -19,6 +19,9 @@ pub struct FtlStats {
     pub gc_copy_blocks: u64,
     /// Of those, blocks static wear leveling moved off young zones.
     pub wl_move_blocks: u64,
+    /// Of those, blocks only snapshots held, written to the kept stream's
+    /// zones.
+    pub gc_kept_blocks: u64,
     pub meta_write_blocks: u64,
     pub pad_blocks: u64,
     /// Zone summary blocks written (tags in band; part of media writes).
@@ -60,6 +63,10 @@ pub struct FtlStats {
     pub data_zones: u32,
     /// Zones taken out of service (worn out, failed program or erase).
     pub retired_zones: u32,
+    /// Data zones the kept stream holds (blocks GC moved that only
+    /// snapshots held), those it took since mount: a mount makes them GC
+    /// zones.
+    pub kept_zones: u32,
     /// Logical blocks mapped (a shared block counts once per owner).
     pub mapped_blocks: u64,
     /// Physical blocks holding live data.
@@ -144,6 +151,15 @@ impl FtlStats {
         self.retired_zones = zones
             .iter()
             .filter(|(_, z)| z.kind() == ZoneKind::Retired)
+            .count() as u32;
+        self.kept_zones = zones
+            .iter()
+            .filter(|(_, z)| {
+                z.kind()
+                    == ZoneKind::Data {
+                        stream: Stream::Kept,
+                    }
+            })
             .count() as u32;
         self.data_zones = zones
             .iter()

@@ -43,6 +43,10 @@ pub(super) enum Lane {
     Gc,
     /// Cold data static wear leveling parks on the most-worn free zones.
     WearLeveling,
+    /// Blocks GC moved that only snapshots hold: kept apart from host data,
+    /// so the zones empty when the snapshots go rather than stay mixed
+    /// with data GC would copy again.
+    Kept,
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -51,7 +55,7 @@ pub(super) enum Lane {
 
 impl Lane {
     /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
-    const BASE: u8 = 4;
+    const BASE: u8 = 5;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -59,6 +63,7 @@ impl Lane {
             Lane::HostCold => 1,
             Lane::Gc => 2,
             Lane::WearLeveling => 3,
+            Lane::Kept => 4,
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -68,11 +73,12 @@ impl Lane {
             Lane::HostHot => Stream::Host,
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
+            Lane::Kept => Stream::Kept,
         }
     }
 }
 
-/// The lanes of a mounted FTL: the four base lanes and as many extra GC
+/// The lanes of a mounted FTL: the base lanes and as many extra GC
 /// lanes as `gc_lanes` asks and the device has zone groups for.
 pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32) -> Vec<StreamState> {
     let extra = gc_lanes.min(zone_groups).clamp(1, MAX_GC_LANES) - 1;
@@ -116,8 +122,14 @@ impl Ftl {
             st.gc_only = false;
         }
         if st.zone.is_none() {
-            let extra = matches!(lane, Lane::Extra(_));
-            let headroom = if extra { self.base_lanes_closed() } else { 0 };
+            // The extra and kept lanes are optional: their data has a base
+            // lane to go to.
+            let optional = matches!(lane, Lane::Extra(_) | Lane::Kept);
+            let headroom = if optional {
+                self.base_lanes_closed()
+            } else {
+                0
+            };
             if !self.may_open_data_zone(headroom) {
                 return None; // busy: zones filled earlier are still draining
             }
@@ -125,7 +137,10 @@ impl Ftl {
             let from_reserve = free <= reserve;
             // An extra lane leaves the last free zone to the base lanes: with
             // it, GC can always finish a victim (less than a zone live).
-            if free == 0 || (from_reserve && host_barred) || (extra && free <= 1) {
+            // The kept lane may take it: GC's other data may follow it
+            // there (`Ftl::extra_lane_room`).
+            let last_barred = matches!(lane, Lane::Extra(_)) && free <= 1;
+            if free == 0 || (from_reserve && host_barred) || last_barred {
                 return None;
             }
             let stream = match lane {
@@ -167,8 +182,8 @@ impl Ftl {
         groups
     }
 
-    /// Base lanes other than wear leveling's that hold no zone: the open
-    /// zones an extra lane must leave them.
+    /// Base lanes other than wear leveling's and the kept lane's that hold
+    /// no zone: the open zones an extra or the kept lane must leave them.
     fn base_lanes_closed(&self) -> usize {
         [Lane::HostHot, Lane::HostCold, Lane::Gc]
             .into_iter()
@@ -248,6 +263,9 @@ impl Ftl {
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
             Lane::Gc => Lane::HostCold,
+            // Kept blocks are cold: with no zone of their own they go with
+            // GC's survivors, or wherever those go.
+            Lane::Kept => return self.room_in(Lane::Gc, wanted, may_use_reserve),
             // Never let leveling wedge GC: park the data with GC's instead.
             Lane::WearLeveling => {
                 let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;

@@ -196,7 +196,7 @@ pub struct Ftl {
     next_seq: Seq,
     epoch: Epoch,
     log: MetaLog,
-    /// Open zone of each lane (indexed by `Lane::index`): the four base
+    /// Open zone of each lane (indexed by `Lane::index`): the base
     /// lanes, then the extra GC lanes (at most `lane::MAX_GC_LANES - 1`).
     lanes: Vec<StreamState>,
     /// Host blocks admitted so far: the clock temperature is measured in.
@@ -223,8 +223,9 @@ pub struct Ftl {
     host_write_failures: u32,
     /// GC jobs since the last static wear-leveling move.
     jobs_since_wl: u32,
-    /// Blocks read by GC waiting to be written, per temperature.
-    gc_queues: [VecDeque<RelocItem>; 2],
+    /// Blocks read by GC waiting to be written: per temperature, then those
+    /// only snapshots hold (`reloc::KEPT_QUEUE`).
+    gc_queues: [VecDeque<RelocItem>; 3],
     gc_in_flight: u32,
     host_appends_in_flight: u32,
     ckpt: CkptState,
@@ -1061,6 +1062,11 @@ impl Ftl {
     /// The mapping state (for tools and tests).
     pub fn mapping(&self) -> &Mapping {
         &self.mapping
+    }
+
+    /// What `zone` is used for (for tools and tests).
+    pub fn zone_kind(&self, zone: ZoneId) -> Option<ZoneKind> {
+        (zone < self.geo.zone_count).then(|| self.zones.get(zone).kind())
     }
 
     /// The range attributes: `(lba, block_count, bits)` runs, in order.

@@ -12,7 +12,7 @@ use crate::note::Note;
 use crate::shared::SharedId;
 use crate::superblock::TagMode;
 use crate::tag::{Tag, TagKind, TAG_BYTES};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 #[derive(Debug)]
 pub(super) struct RelocItem {
@@ -122,6 +122,10 @@ const GC_READ_SPAN_BLOCKS: u64 = 64;
 /// not the media, bounded GC.
 const GC_APPEND_BATCH_BLOCKS: u64 = 128;
 
+/// `Ftl::gc_queues`' queue of blocks only snapshots hold, after the two
+/// temperatures' (`Temp as usize`).
+pub(super) const KEPT_QUEUE: usize = 2;
+
 /// A collection's pace: collecting a victim with `valid` live blocks frees
 /// `capacity - valid` blocks net, so while the host appends, GC moves
 /// `valid / (capacity - valid)` blocks per host block, and a quarter more
@@ -194,7 +198,7 @@ impl Ftl {
     }
 
     pub(super) fn gc_queued(&self) -> usize {
-        self.gc_queues[0].len() + self.gc_queues[1].len()
+        self.gc_queues.iter().map(VecDeque::len).sum()
     }
 
     /// Blocks still to fill before the host reaches the reserve: the free
@@ -577,8 +581,8 @@ impl Ftl {
                     seq,
                     crc,
                 };
-                let temp = self.age_temp(self.zone_clock[first.zone(cap) as usize]);
-                self.gc_queues[temp as usize].push_back(item);
+                let queue = self.gc_queue_of(owner, first);
+                self.gc_queues[queue].push_back(item);
                 if let Some(job) = self.job_of(zone) {
                     job.pending += 1;
                 }
@@ -645,6 +649,17 @@ impl Ftl {
         }
     }
 
+    /// The GC queue a victim block of `owner` read from the span at `first`
+    /// joins: the kept queue when only snapshots hold it (and GC has
+    /// streams of its own), else that of the victim's temperature.
+    fn gc_queue_of(&self, owner: Owner, first: Ppa) -> usize {
+        let streams = self.cfg.separate_gc_stream && self.cfg.temperature_streams;
+        match owner {
+            Owner::Shared(id) if streams && self.mapping.kept_only(id) => KEPT_QUEUE,
+            _ => self.age_temp(self.zone_clock[first.zone(self.cap()) as usize]) as usize,
+        }
+    }
+
     pub(super) fn next_gc_append(&mut self) -> Option<(Op, Command)> {
         if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
             return None;
@@ -654,20 +669,24 @@ impl Ftl {
             .jobs
             .first()
             .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
-        let temp = if self.gc_queues[0].len() >= self.gc_queues[1].len() {
-            Temp::Hot
-        } else {
-            Temp::Cold
-        };
+        // The longest queue goes first (ties to the hot one).
+        let queue = (0..self.gc_queues.len())
+            .rev()
+            .max_by_key(|&q| self.gc_queues[q].len())
+            .expect("GC queues");
         // Relocated data joins the stream of its temperature: cold with cold
-        // host writes, the rest in the GC stream (survivors of a collection).
-        let lane = match (wl, self.cfg.separate_gc_stream, temp) {
+        // host writes, the rest in the GC stream (survivors of a collection);
+        // blocks only snapshots hold in a stream of their own.
+        let lane = match (wl, self.cfg.separate_gc_stream, queue) {
             (true, _, _) => Lane::WearLeveling,
             (false, false, _) => Lane::HostHot,
-            (false, true, Temp::Cold) if self.cfg.temperature_streams => Lane::HostCold,
+            (false, true, KEPT_QUEUE) => Lane::Kept,
+            (false, true, q) if q == Temp::Cold as usize && self.cfg.temperature_streams => {
+                Lane::HostCold
+            }
             (false, true, _) => Lane::Gc,
         };
-        let queued = self.gc_queues[temp as usize].len() as u64;
+        let queued = self.gc_queues[queue].len() as u64;
         // Every victim read through: the last blocks go out padded.
         let urgent = self.reading_job().is_none() && !self.gc_reads_in_flight();
         // With no read on its way (the victims are read through, or the
@@ -690,7 +709,7 @@ impl Ftl {
             return None;
         }
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
-        let items: Vec<RelocItem> = self.gc_queues[temp as usize].drain(..n as usize).collect();
+        let items: Vec<RelocItem> = self.gc_queues[queue].drain(..n as usize).collect();
         for it in &items {
             data.push(it.data.clone()); // a window of the GC read: no copy
             let t = Tag {
@@ -720,6 +739,7 @@ impl Ftl {
         self.stats.media_write_blocks += n + pad;
         self.stats.gc_copy_blocks += n;
         self.stats.wl_move_blocks += if wl { n } else { 0 };
+        self.stats.gc_kept_blocks += if lane == Lane::Kept { n } else { 0 };
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
         Some((
@@ -782,11 +802,13 @@ impl Ftl {
         }
     }
 
-    /// Room in any extra lane that holds a zone, whatever its stream: the
-    /// base lanes found no zone, and GC must not wait while an open zone
-    /// has room.
+    /// Room in any extra lane or the kept lane that holds a zone, whatever
+    /// its stream: the base lanes found no zone, and GC must not wait while
+    /// an open zone has room (the kept lane may have taken the last free
+    /// zone, which then holds what is left of the victim).
     fn extra_lane_room(&mut self, wanted: u64) -> Option<(Lane, ZoneId, u64)> {
-        let lane = self.extra_lanes().find(|&l| self.lane_zone(l).is_some())?;
+        let mut lanes = self.extra_lanes().chain([Lane::Kept]);
+        let lane = lanes.find(|&l| self.lane_zone(l).is_some())?;
         self.room_in(lane, wanted, true)
     }
 

@@ -414,7 +414,11 @@ pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
         ZoneKind::Data {
             stream: Stream::Host | Stream::HostCold,
         } => RecordKind::DataHost,
-        ZoneKind::Data { stream: Stream::Gc } => RecordKind::DataGc,
+        // Nor kept zones from GC zones: kept blocks a snapshot delete
+        // frees are dead space like any other, wherever they lie.
+        ZoneKind::Data {
+            stream: Stream::Gc | Stream::Kept,
+        } => RecordKind::DataGc,
         ZoneKind::Retired => RecordKind::Retired,
     };
     CkptZone {
