@@ -540,6 +540,12 @@ pub fn fio_job(
     Ok(job)
 }
 
+/// Seconds of CPU this thread has used.
+pub fn thread_cpu_s() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
 pub fn round(x: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (x * p).round() / p
