@@ -774,6 +774,84 @@ fn snapshot_reports_revert_diff_views_and_window() {
 }
 
 #[test]
+fn snapshot_reports_forks() {
+    let v = json(&[
+        "bench",
+        "snapshot",
+        "--json",
+        "--rounds",
+        "2",
+        "--parts",
+        "forks",
+        "--fork-mib",
+        "256,512",
+        "--fork-reads",
+        "256",
+        "--fork-write-blocks",
+        "128",
+        "--fork-writes",
+        "256",
+        "--fork-queue-depth",
+        "8",
+    ]);
+    let modes = v["modes"].as_array().expect("modes");
+    assert_eq!(modes.len(), 2, "both tag modes by default");
+    for m in modes {
+        let mode = m["tag_mode"].as_str().unwrap();
+        for skipped in ["latency", "many", "wa", "revert", "diff", "views", "window"] {
+            assert!(m[skipped].is_null(), "{mode}: {skipped} was not asked for");
+        }
+        let cases = m["forks"].as_array().expect("forks");
+        let sizes: Vec<f64> = cases.iter().map(|c| num(c, "data_bytes")).collect();
+        assert_eq!(sizes, [256.0 * 1048576.0, 512.0 * 1048576.0]);
+        for (i, c) in cases.iter().enumerate() {
+            assert!(num(c, "device_bytes") > num(c, "data_bytes"), "{c}");
+            for key in ["create", "delete"] {
+                let op = &c[key];
+                assert_eq!(op["us"]["rounds"].as_array().unwrap().len(), 2, "{op}");
+                assert!(num(&op["us"], "min") > 0.0, "{mode} {key}: {op}");
+                // One vector of notes, durable: one metadata block, no
+                // data, however much the volume holds.
+                for n in op["meta_blocks"].as_array().unwrap() {
+                    assert!(n.as_f64().unwrap() >= 1.0, "{mode} {key}: {op}");
+                }
+                for n in op["other_blocks"].as_array().unwrap() {
+                    assert_eq!(n.as_f64().unwrap(), 0.0, "{mode} {key}: {op}");
+                }
+            }
+            let ratios = c["create_ratio"]["rounds"].as_array().unwrap();
+            assert_eq!(ratios.len(), 2);
+            if i == 0 {
+                assert!(ratios.iter().all(|r| r.as_f64() == Some(1.0)), "{c}");
+            }
+            assert_eq!(c["first_read_us"]["rounds"].as_array().unwrap().len(), 2);
+            assert!(num(&c["first_read_us"], "min") > 0.0, "{c}");
+            assert_eq!(c["first_read_media_blocks"].as_array().unwrap().len(), 2);
+            assert!(num(c, "first_read_ms_per_gib") > 0.0, "{c}");
+            assert_eq!(num(c, "target_ms_per_gib"), 50.0);
+            assert_eq!(num(c, "write_blocks"), 128.0);
+            for (key, per_round) in [("reads", 256.0), ("first_writes", 64.0), ("writes", 256.0)] {
+                let vs = &c[key];
+                assert_eq!(num(vs, "requests_per_round"), per_round, "{key}: {vs}");
+                assert_eq!(num(vs, "depth"), 8.0);
+                for side in ["fork", "live"] {
+                    for rate in ["per_s", "per_cpu_s"] {
+                        let r = &vs[side][rate];
+                        assert_eq!(r["rounds"].as_array().unwrap().len(), 2, "{r}");
+                        assert!(num(r, "min") > 0.0, "{mode} {key} {side} {rate}: {r}");
+                    }
+                }
+                for ratio in ["ratio", "cpu_ratio"] {
+                    let r = &vs[ratio];
+                    assert_eq!(r["rounds"].as_array().unwrap().len(), 2, "{r}");
+                    assert!(num(r, "min") > 0.0, "{mode} {key} {ratio}: {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn snapshot_rejects_bad_arguments() {
     for args in [
         ["--rounds", "0"],
@@ -784,6 +862,8 @@ fn snapshot_rejects_bad_arguments() {
         ["--revert-device-mib", "100"],
         ["--view-mib", "0"],
         ["--window-wa-rate", "0"],
+        ["--fork-mib", "0"],
+        ["--fork-queue-depth", "0"],
     ] {
         let mut all = vec!["bench", "snapshot"];
         all.extend_from_slice(&args);

@@ -32,6 +32,7 @@ use serde::Serialize;
 use zftl_core::{Driver, FormatOptions, FtlConfig, FtlStats, IoError, TagPlacement, VictimPolicy};
 use zftl_sim::{SimConfig, SimDevice};
 
+use super::forks::{self, ForkArgs};
 use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::timetravel::{self, PointCounts, TimeArgs};
@@ -118,11 +119,13 @@ pub struct SnapshotArgs {
         value_enum,
         value_name = "PART,..",
         value_delimiter = ',',
-        default_value = "latency,many,wa,revert,diff,views,window"
+        default_value = "latency,many,wa,revert,diff,views,window,forks"
     )]
     pub parts: Vec<Part>,
     #[command(flatten)]
     pub time: TimeArgs,
+    #[command(flatten)]
+    pub fork: ForkArgs,
 }
 
 /// `--parts`.
@@ -143,6 +146,10 @@ pub enum Part {
     /// Random-write throughput and hot/cold WA with a protection window
     /// against none.
     Window,
+    /// Writable forks of a snapshot: create after little and much data,
+    /// first read, reads and writes through a fork against the live
+    /// volume.
+    Forks,
 }
 
 /// `--tags`.
@@ -395,6 +402,7 @@ pub struct ModeReport {
     pub views: Option<Vec<timetravel::ViewCase>>,
     pub window: Option<timetravel::WindowReport>,
     pub window_wa: Option<WaWindowReport>,
+    pub forks: Option<Vec<forks::ForkCase>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -446,6 +454,7 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
     let spec = hotcold(args);
     spec.validate().map_err(BenchError::Args)?;
     args.time.validate()?;
+    args.fork.validate()?;
     if args.parts.is_empty() {
         return Err(BenchError::Args("--parts lists no measurement".into()));
     }
@@ -479,6 +488,9 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
                 .transpose()?,
             window_wa: on(Part::Window)
                 .then(|| window_wa(args, ftl, mode))
+                .transpose()?,
+            forks: on(Part::Forks)
+                .then(|| forks::forks(&args.fork, args.rounds, ftl, mode, seed))
                 .transpose()?,
         });
     }
@@ -554,8 +566,8 @@ fn media(s0: &FtlStats, s1: &FtlStats) -> (u64, u64, u64) {
 }
 
 #[derive(Default)]
-struct Collect {
-    us: Vec<f64>,
+pub(super) struct Collect {
+    pub(super) us: Vec<f64>,
     meta: Vec<u64>,
     pad: Vec<u64>,
     other: Vec<u64>,
@@ -563,7 +575,7 @@ struct Collect {
 
 impl Collect {
     /// Runs `op`, timed, with the media blocks it wrote.
-    fn time(
+    pub(super) fn time(
         &mut self,
         drv: &mut Driver<SimDevice>,
         op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
@@ -579,7 +591,7 @@ impl Collect {
         Ok(())
     }
 
-    fn done(self) -> OpCost {
+    pub(super) fn done(self) -> OpCost {
         OpCost {
             us: Rounds::of(self.us),
             meta_blocks: self.meta,
@@ -1197,6 +1209,9 @@ impl SnapshotReport {
                 wa_case_text("off", &w.off, &mut t);
                 wa_case_text("on", &w.on, &mut t);
                 t.row("wa_ratio", w.wa_ratio);
+            }
+            if let Some(f) = &m.forks {
+                forks::forks_text(tag, f, &mut t);
             }
         }
         t.render()
