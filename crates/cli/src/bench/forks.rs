@@ -160,7 +160,7 @@ pub fn forks(
     let mut vols = args
         .fork_mib
         .iter()
-        .map(|&mib| Volume::new(mib, ftl, mode, seed))
+        .map(|&mib| Volume::new(args, mib, ftl, mode, seed))
         .collect::<Result<Vec<_>, _>>()?;
     // Create rounds, the volumes in turn.
     let mut rng = Rng::stream(seed, 0xf0c5);
@@ -195,9 +195,20 @@ struct Volume {
 }
 
 impl Volume {
-    fn new(mib: u64, ftl: &FtlConfig, mode: TagMode, seed: u64) -> Result<Volume, BenchError> {
+    fn new(
+        args: &ForkArgs,
+        mib: u64,
+        ftl: &FtlConfig,
+        mode: TagMode,
+        seed: u64,
+    ) -> Result<Volume, BenchError> {
         let logical = mib * MIB / u64::from(SimConfig::default().page_size_bytes);
-        let (cfg, _) = device_for(logical, mode == TagMode::InBand)?;
+        // The default over-provisioning (7 %) less two zones is too little
+        // room for the working set twice (the fork's blocks and the
+        // versions the base keeps of the live volume's): the device is
+        // sized for a quarter more than the volume, plus that.
+        let room = logical / 4 + 2 * args.fork_write_blocks.min(logical);
+        let (cfg, _) = device_for(logical + room, mode == TagMode::InBand)?;
         let device_bytes = cfg.page_count() * u64::from(cfg.page_size_bytes);
         let dev = SimDevice::create_memory(cfg)?;
         let mut drv = Driver::format(
