@@ -596,6 +596,26 @@ fn snapshot_reports_latency_blocks_mount_memory_and_wa() {
             assert!(num(&w["mount_ms"], "min") > 0.0);
         }
         assert!(num(many, "mount_ratio_median") > 0.0);
+        // One snapshot keeping what the many keep, on a volume of its own.
+        let same = &many["one_same_kept"];
+        assert_eq!(num(same, "live_before"), 1.0, "{same}");
+        assert_eq!(
+            num(same, "kept_versions"),
+            num(&many["many"], "kept_versions"),
+            "{many}"
+        );
+        assert_eq!(same["mount_ms"]["rounds"].as_array().unwrap().len(), 2);
+        assert!(num(many, "mount_same_kept_ratio_median") > 0.0, "{many}");
+        assert!(many["mount_us_per_kept_version"].is_number(), "{many}");
+        for w in [&many["one"], &many["many"], same] {
+            assert_eq!(w["mount_cpu_ms"]["rounds"].as_array().unwrap().len(), 2);
+            assert!(num(&w["mount_cpu_ms"], "min") > 0.0, "{w}");
+        }
+        assert!(num(many, "mount_cpu_ratio_median") > 0.0, "{many}");
+        assert!(
+            num(many, "mount_same_kept_cpu_ratio_median") > 0.0,
+            "{many}"
+        );
         let per = num(many, "memory_bytes_per_kept_block");
         assert!(per > 0.0 && per < 4096.0, "{mode}: {per} B per kept block");
         assert!(num(many, "room_versions") > 0.0);
@@ -754,6 +774,84 @@ fn snapshot_reports_revert_diff_views_and_window() {
 }
 
 #[test]
+fn snapshot_reports_forks() {
+    let v = json(&[
+        "bench",
+        "snapshot",
+        "--json",
+        "--rounds",
+        "2",
+        "--parts",
+        "forks",
+        "--fork-mib",
+        "256,512",
+        "--fork-reads",
+        "256",
+        "--fork-write-blocks",
+        "128",
+        "--fork-writes",
+        "256",
+        "--fork-queue-depth",
+        "8",
+    ]);
+    let modes = v["modes"].as_array().expect("modes");
+    assert_eq!(modes.len(), 2, "both tag modes by default");
+    for m in modes {
+        let mode = m["tag_mode"].as_str().unwrap();
+        for skipped in ["latency", "many", "wa", "revert", "diff", "views", "window"] {
+            assert!(m[skipped].is_null(), "{mode}: {skipped} was not asked for");
+        }
+        let cases = m["forks"].as_array().expect("forks");
+        let sizes: Vec<f64> = cases.iter().map(|c| num(c, "data_bytes")).collect();
+        assert_eq!(sizes, [256.0 * 1048576.0, 512.0 * 1048576.0]);
+        for (i, c) in cases.iter().enumerate() {
+            assert!(num(c, "device_bytes") > num(c, "data_bytes"), "{c}");
+            for key in ["create", "delete"] {
+                let op = &c[key];
+                assert_eq!(op["us"]["rounds"].as_array().unwrap().len(), 2, "{op}");
+                assert!(num(&op["us"], "min") > 0.0, "{mode} {key}: {op}");
+                // One vector of notes, durable: one metadata block, no
+                // data, however much the volume holds.
+                for n in op["meta_blocks"].as_array().unwrap() {
+                    assert!(n.as_f64().unwrap() >= 1.0, "{mode} {key}: {op}");
+                }
+                for n in op["other_blocks"].as_array().unwrap() {
+                    assert_eq!(n.as_f64().unwrap(), 0.0, "{mode} {key}: {op}");
+                }
+            }
+            let ratios = c["create_ratio"]["rounds"].as_array().unwrap();
+            assert_eq!(ratios.len(), 2);
+            if i == 0 {
+                assert!(ratios.iter().all(|r| r.as_f64() == Some(1.0)), "{c}");
+            }
+            assert_eq!(c["first_read_us"]["rounds"].as_array().unwrap().len(), 2);
+            assert!(num(&c["first_read_us"], "min") > 0.0, "{c}");
+            assert_eq!(c["first_read_media_blocks"].as_array().unwrap().len(), 2);
+            assert!(num(c, "first_read_ms_per_gib") > 0.0, "{c}");
+            assert_eq!(num(c, "target_ms_per_gib"), 50.0);
+            assert_eq!(num(c, "write_blocks"), 128.0);
+            for (key, per_round) in [("reads", 256.0), ("first_writes", 64.0), ("writes", 256.0)] {
+                let vs = &c[key];
+                assert_eq!(num(vs, "requests_per_round"), per_round, "{key}: {vs}");
+                assert_eq!(num(vs, "depth"), 8.0);
+                for side in ["fork", "live"] {
+                    for rate in ["per_s", "per_cpu_s"] {
+                        let r = &vs[side][rate];
+                        assert_eq!(r["rounds"].as_array().unwrap().len(), 2, "{r}");
+                        assert!(num(r, "min") > 0.0, "{mode} {key} {side} {rate}: {r}");
+                    }
+                }
+                for ratio in ["ratio", "cpu_ratio"] {
+                    let r = &vs[ratio];
+                    assert_eq!(r["rounds"].as_array().unwrap().len(), 2, "{r}");
+                    assert!(num(r, "min") > 0.0, "{mode} {key} {ratio}: {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn snapshot_rejects_bad_arguments() {
     for args in [
         ["--rounds", "0"],
@@ -764,6 +862,8 @@ fn snapshot_rejects_bad_arguments() {
         ["--revert-device-mib", "100"],
         ["--view-mib", "0"],
         ["--window-wa-rate", "0"],
+        ["--fork-mib", "0"],
+        ["--fork-queue-depth", "0"],
     ] {
         let mut all = vec!["bench", "snapshot"];
         all.extend_from_slice(&args);

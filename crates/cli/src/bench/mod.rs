@@ -28,6 +28,7 @@
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
+mod forks;
 mod media;
 mod nbd;
 mod pipe;
@@ -104,10 +105,11 @@ pub enum BenchCommand {
     /// with 0, 1 and 4 live snapshots taken at intervals; a revert after 1
     /// GiB written and its undo, the blocks changed between two snapshots
     /// of a 16 GiB volume, a view's first read and view against live
-    /// reads, and random writes and WA with a protection window against
-    /// none; tags in OOB and in band. Every round is printed; `--parts`
-    /// picks the measurements.
-    Snapshot(snapshot::SnapshotArgs),
+    /// reads, random writes and WA with a protection window against none,
+    /// and writable forks (create, first read, reads and writes through a
+    /// fork against the live volume); tags in OOB and in band. Every round
+    /// is printed; `--parts` picks the measurements.
+    Snapshot(Box<snapshot::SnapshotArgs>),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -538,6 +540,12 @@ pub fn fio_job(
         return Err(fail(format!("job error {err}")));
     }
     Ok(job)
+}
+
+/// Seconds of CPU this thread has used.
+pub fn thread_cpu_s() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 pub fn round(x: f64, digits: i32) -> f64 {

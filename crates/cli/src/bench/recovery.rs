@@ -48,7 +48,7 @@ use zftl_sim::{Faults, PowerCut, SimConfig, SimDevice};
 
 use super::pipe::Pipeline;
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{progress, round, BenchError, RecoveryArgs, TagMode};
+use super::{progress, round, thread_cpu_s, BenchError, RecoveryArgs, TagMode};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -179,12 +179,6 @@ pub fn run(args: &RecoveryArgs, ftl: &FtlConfig) -> Result<RecoveryReport, Bench
         mount_ms_16g_in_band: at_16g(TagMode::InBand),
         runs,
     })
-}
-
-/// Seconds of CPU this thread has used.
-fn thread_cpu_s() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 fn ms(d: Duration) -> f64 {

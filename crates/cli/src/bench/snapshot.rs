@@ -7,8 +7,9 @@
 //!   each create and delete wrote (from the FTL's counters);
 //! - create and delete latency and mount time (clean shutdown, then
 //!   `Driver::mount`) with one live snapshot and with many (`--many`),
-//!   each snapshot keeping a few blocks; memory per kept block and the
-//!   room left for kept versions;
+//!   each snapshot keeping a few blocks, and with one snapshot keeping
+//!   as many versions as the many keep (the snapshot count alone); memory
+//!   per kept block and the room left for kept versions;
 //! - write amplification of `bench wa`'s hot/cold workload with 0, 1 and
 //!   4 live snapshots taken at intervals (each new one created before the
 //!   oldest past the count is deleted; with 0 the same intervals end in a
@@ -33,11 +34,12 @@ use zftl_core::{
 };
 use zftl_sim::{SimConfig, SimDevice};
 
+use super::forks::{self, ForkArgs};
 use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::timetravel::{self, PointCounts, TimeArgs};
 use super::workload::{AddressGen, WorkloadKind, WorkloadSpec};
-use super::{plan, progress, ratio, round, wa, BenchError, SpaceArgs, TagMode};
+use super::{plan, progress, ratio, round, thread_cpu_s, wa, BenchError, SpaceArgs, TagMode};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -119,11 +121,13 @@ pub struct SnapshotArgs {
         value_enum,
         value_name = "PART,..",
         value_delimiter = ',',
-        default_value = "latency,many,wa,revert,diff,views,window"
+        default_value = "latency,many,wa,revert,diff,views,window,forks"
     )]
     pub parts: Vec<Part>,
     #[command(flatten)]
     pub time: TimeArgs,
+    #[command(flatten)]
+    pub fork: ForkArgs,
 }
 
 /// `--parts`.
@@ -144,6 +148,10 @@ pub enum Part {
     /// Random-write throughput and hot/cold WA with a protection window
     /// against none.
     Window,
+    /// Writable forks of a snapshot: create after little and much data,
+    /// first read, reads and writes through a fork against the live
+    /// volume.
+    Forks,
 }
 
 /// `--tags`.
@@ -237,6 +245,39 @@ pub struct WithLive {
     pub delete: OpCost,
     /// Clean shutdown, then `Driver::mount` timed (ms).
     pub mount_ms: Rounds,
+    /// The same mounts' CPU time on this thread (ms): what a shared
+    /// machine's other load does not add.
+    pub mount_cpu_ms: Rounds,
+}
+
+impl WithLive {
+    /// The mount rounds on wall or on CPU time.
+    fn mounts(&self, cpu: bool) -> &Rounds {
+        if cpu {
+            &self.mount_cpu_ms
+        } else {
+            &self.mount_ms
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct SameKept {
+    pub live_before: u64,
+    pub kept_versions: u64,
+    /// Clean shutdown, then `Driver::mount` timed (ms).
+    pub mount_ms: Rounds,
+    pub mount_cpu_ms: Rounds,
+}
+
+impl SameKept {
+    fn mounts(&self, cpu: bool) -> &Rounds {
+        if cpu {
+            &self.mount_cpu_ms
+        } else {
+            &self.mount_ms
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -251,6 +292,9 @@ pub struct Many {
     pub build_s: f64,
     pub one: WithLive,
     pub many: Option<WithLive>,
+    /// One snapshot keeping as many versions as `many` keeps: mount
+    /// rounds on a volume of its own (the same region written).
+    pub one_same_kept: Option<SameKept>,
     /// many ÷ one, medians and minima.
     pub create_ratio_median: f64,
     pub create_ratio_min: f64,
@@ -258,6 +302,19 @@ pub struct Many {
     pub delete_ratio_min: f64,
     pub mount_ratio_median: f64,
     pub mount_ratio_min: f64,
+    /// many ÷ `one_same_kept`: what the snapshot count alone costs a
+    /// mount, the kept versions being equal.
+    pub mount_same_kept_ratio_median: f64,
+    pub mount_same_kept_ratio_min: f64,
+    /// The mount ratios on CPU time.
+    pub mount_cpu_ratio_median: f64,
+    pub mount_cpu_ratio_min: f64,
+    pub mount_same_kept_cpu_ratio_median: f64,
+    pub mount_same_kept_cpu_ratio_min: f64,
+    /// (many − one) mount medians ÷ (many − one) kept versions, µs: wall
+    /// and CPU time.
+    pub mount_us_per_kept_version: f64,
+    pub mount_cpu_us_per_kept_version: f64,
     /// `snapshot_memory_bytes ÷ snapshot_versions` with many live.
     pub memory_bytes_per_kept_block: f64,
     pub snapshot_memory_bytes: u64,
@@ -347,6 +404,7 @@ pub struct ModeReport {
     pub views: Option<Vec<timetravel::ViewCase>>,
     pub window: Option<timetravel::WindowReport>,
     pub window_wa: Option<WaWindowReport>,
+    pub forks: Option<Vec<forks::ForkCase>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -398,6 +456,7 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
     let spec = hotcold(args);
     spec.validate().map_err(BenchError::Args)?;
     args.time.validate()?;
+    args.fork.validate()?;
     if args.parts.is_empty() {
         return Err(BenchError::Args("--parts lists no measurement".into()));
     }
@@ -431,6 +490,9 @@ pub fn run(args: &SnapshotArgs, ftl: &FtlConfig) -> Result<SnapshotReport, Bench
                 .transpose()?,
             window_wa: on(Part::Window)
                 .then(|| window_wa(args, ftl, mode))
+                .transpose()?,
+            forks: on(Part::Forks)
+                .then(|| forks::forks(&args.fork, args.rounds, ftl, mode, seed))
                 .transpose()?,
         });
     }
@@ -506,8 +568,8 @@ fn media(s0: &FtlStats, s1: &FtlStats) -> (u64, u64, u64) {
 }
 
 #[derive(Default)]
-struct Collect {
-    us: Vec<f64>,
+pub(super) struct Collect {
+    pub(super) us: Vec<f64>,
     meta: Vec<u64>,
     pad: Vec<u64>,
     other: Vec<u64>,
@@ -515,7 +577,7 @@ struct Collect {
 
 impl Collect {
     /// Runs `op`, timed, with the media blocks it wrote.
-    fn time(
+    pub(super) fn time(
         &mut self,
         drv: &mut Driver<SimDevice>,
         op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
@@ -531,7 +593,7 @@ impl Collect {
         Ok(())
     }
 
-    fn done(self) -> OpCost {
+    pub(super) fn done(self) -> OpCost {
         OpCost {
             us: Rounds::of(self.us),
             meta_blocks: self.meta,
@@ -671,21 +733,67 @@ fn with_live(
     let s = drv.stats();
     let (live_before, kept_versions) = (s.snapshots, s.snapshot_versions);
     let (create, delete) = create_delete(args, &mut drv, kept_at)?;
-    let mut mounts = Vec::new();
-    for _ in 0..args.rounds {
-        let dev = drv.shutdown()?;
-        let t = Instant::now();
-        drv = Driver::mount(dev, ftl.clone())?;
-        mounts.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let ((mount_ms, mount_cpu_ms), drv) = mounts(args, ftl, drv)?;
     let live = WithLive {
         live_before,
         kept_versions,
         create,
         delete,
-        mount_ms: Rounds::of(mounts),
+        mount_ms,
+        mount_cpu_ms,
     };
     Ok((live, drv))
+}
+
+/// `--rounds` mount rounds: clean shutdown, then `Driver::mount` timed
+/// (ms, wall and this thread's CPU); hands back the remounted volume.
+fn mounts(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mut drv: Driver<SimDevice>,
+) -> Result<((Rounds, Rounds), Driver<SimDevice>), BenchError> {
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        let dev = drv.shutdown()?;
+        let (t, c) = (Instant::now(), thread_cpu_s());
+        drv = Driver::mount(dev, ftl.clone())?;
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+        cpu.push((thread_cpu_s() - c) * 1e3);
+    }
+    Ok(((Rounds::of(wall), Rounds::of(cpu)), drv))
+}
+
+/// A volume like `many`'s (the same region written) with one snapshot
+/// keeping `versions` blocks (at most the region's), and its mount rounds.
+fn one_same_kept(
+    args: &SnapshotArgs,
+    ftl: &FtlConfig,
+    mode: TagMode,
+    region: u64,
+    versions: u64,
+) -> Result<SameKept, BenchError> {
+    let mut drv = volume(args, ftl, mode)?;
+    let mut next = 0u64;
+    let logical = drv.logical_blocks();
+    write_seq(
+        &mut drv,
+        &mut next,
+        region + args.kept_per_snapshot,
+        logical,
+    )?;
+    drv.flush()?;
+    drv.snapshot_create("live-0")?;
+    let mut cursor = 0u64;
+    write_seq(&mut drv, &mut cursor, versions.min(region), region)?;
+    drv.flush()?;
+    let s = drv.stats();
+    let ((mount_ms, mount_cpu_ms), _) = mounts(args, ftl, drv)?;
+    Ok(SameKept {
+        live_before: s.snapshots,
+        kept_versions: s.snapshot_versions,
+        mount_ms,
+        mount_cpu_ms,
+    })
 }
 
 fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, BenchError> {
@@ -747,10 +855,26 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
         (None, drv)
     };
     let s = drv.stats();
+    drop(drv);
+    let same = match &many {
+        Some(m) => Some(one_same_kept(args, ftl, mode, region, m.kept_versions)?),
+        None => None,
+    };
     let r = |m: Option<&WithLive>, f: &dyn Fn(&WithLive) -> f64| {
         m.map_or(0.0, |m| round(ratio(f(m), f(&one)), 3))
     };
     let m = many.as_ref();
+    let same_ratio = |cpu: bool, f: fn(&Rounds) -> f64| match (m, &same) {
+        (Some(m), Some(o)) => round(ratio(f(m.mounts(cpu)), f(o.mounts(cpu))), 3),
+        _ => 0.0,
+    };
+    let per_version = |cpu: bool| {
+        m.map_or(0.0, |m| {
+            let versions = m.kept_versions.saturating_sub(one.kept_versions);
+            let ms = m.mounts(cpu).median - one.mounts(cpu).median;
+            round(ratio(ms * 1e3, versions as f64), 4)
+        })
+    };
     Ok(Many {
         asked: args.many,
         built,
@@ -762,6 +886,14 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
         delete_ratio_min: r(m, &|w| w.delete.us.min),
         mount_ratio_median: r(m, &|w| w.mount_ms.median),
         mount_ratio_min: r(m, &|w| w.mount_ms.min),
+        mount_same_kept_ratio_median: same_ratio(false, |r| r.median),
+        mount_same_kept_ratio_min: same_ratio(false, |r| r.min),
+        mount_cpu_ratio_median: r(m, &|w| w.mount_cpu_ms.median),
+        mount_cpu_ratio_min: r(m, &|w| w.mount_cpu_ms.min),
+        mount_same_kept_cpu_ratio_median: same_ratio(true, |r| r.median),
+        mount_same_kept_cpu_ratio_min: same_ratio(true, |r| r.min),
+        mount_us_per_kept_version: per_version(false),
+        mount_cpu_us_per_kept_version: per_version(true),
         memory_bytes_per_kept_block: round(
             ratio(s.snapshot_memory_bytes as f64, s.snapshot_versions as f64),
             2,
@@ -772,6 +904,7 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
         map_memory_bytes: s.map_memory_bytes,
         one,
         many,
+        one_same_kept: same,
     })
 }
 
@@ -1079,6 +1212,9 @@ impl SnapshotReport {
                 wa_case_text("on", &w.on, &mut t);
                 t.row("wa_ratio", w.wa_ratio);
             }
+            if let Some(f) = &m.forks {
+                forks::forks_text(tag, f, &mut t);
+            }
         }
         t.render()
     }
@@ -1119,6 +1255,15 @@ fn many_text(tag: &str, many: &Many, t: &mut Text) {
         t.row("delete_us", show(&w.delete.us));
         t.row("delete_blocks", blocks(&w.delete));
         t.row("mount_ms", show(&w.mount_ms));
+        t.row("mount_cpu_ms", show(&w.mount_cpu_ms));
+    }
+    if let Some(o) = &many.one_same_kept {
+        t.section(&format!(
+            "tags {tag}: {} live snapshot keeping as many versions ({})",
+            o.live_before, o.kept_versions
+        ));
+        t.row("mount_ms", show(&o.mount_ms));
+        t.row("mount_cpu_ms", show(&o.mount_cpu_ms));
     }
     t.section(&format!("tags {tag}: many ÷ one"));
     t.row("asked", many.asked);
@@ -1146,6 +1291,34 @@ fn many_text(tag: &str, many: &Many, t: &mut Text) {
         format!(
             "median {} min {}",
             many.mount_ratio_median, many.mount_ratio_min
+        ),
+    );
+    t.row(
+        "mount_same_kept_ratio",
+        format!(
+            "median {} min {}",
+            many.mount_same_kept_ratio_median, many.mount_same_kept_ratio_min
+        ),
+    );
+    t.row(
+        "mount_cpu_ratio",
+        format!(
+            "median {} min {}",
+            many.mount_cpu_ratio_median, many.mount_cpu_ratio_min
+        ),
+    );
+    t.row(
+        "mount_same_kept_cpu_ratio",
+        format!(
+            "median {} min {}",
+            many.mount_same_kept_cpu_ratio_median, many.mount_same_kept_cpu_ratio_min
+        ),
+    );
+    t.row(
+        "mount_us_per_kept_version",
+        format!(
+            "{} (cpu {})",
+            many.mount_us_per_kept_version, many.mount_cpu_us_per_kept_version
         ),
     );
     t.row(

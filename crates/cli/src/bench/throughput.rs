@@ -51,7 +51,7 @@ use super::raw::{fill_device, random_reads, ShapedWriter};
 use super::shape::{Recorder, Shape};
 use super::wa::{fill, format_on};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{median, plan, progress, ratio, round, BenchError, ThroughputArgs};
+use super::{median, plan, progress, ratio, round, thread_cpu_s, BenchError, ThroughputArgs};
 use crate::report::Text;
 
 /// Blocks per raw batch between clock checks.
@@ -180,12 +180,6 @@ pub struct ThroughputReport {
     pub ftl_read_blocks: u64,
     pub ftl_read_s: f64,
     pub ftl_host_reads_per_s: f64,
-}
-
-/// Seconds of CPU this thread has used.
-fn thread_cpu_s() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// How long a measured window runs.

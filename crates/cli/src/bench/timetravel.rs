@@ -51,7 +51,7 @@ const MIB_PER_BLOCK_ROW: u64 = 16;
 /// Host writes kept in flight while volumes are written (not timed).
 const QUEUE_DEPTH: usize = 8;
 /// The byte of the blocks written before a snapshot, and of those after.
-const BEFORE: u8 = 0x11;
+pub(super) const BEFORE: u8 = 0x11;
 const AFTER: u8 = 0x5a;
 /// Targets of the issue: a revert after 1 GiB written, a diff of a 16 GiB
 /// volume with 1 % changed, a view's activation per GiB of data.
@@ -173,14 +173,18 @@ impl TimeArgs {
     }
 }
 
-fn no_window(ftl: &FtlConfig) -> FtlConfig {
+pub(super) fn no_window(ftl: &FtlConfig) -> FtlConfig {
     FtlConfig {
         protect_window: None,
         ..ftl.clone()
     }
 }
 
-fn format_options(mode: TagMode, seed: u64, logical_blocks: Option<u64>) -> FormatOptions {
+pub(super) fn format_options(
+    mode: TagMode,
+    seed: u64,
+    logical_blocks: Option<u64>,
+) -> FormatOptions {
     FormatOptions {
         logical_blocks,
         tag_placement: match mode {
@@ -259,7 +263,7 @@ fn write_list<B: Backend>(
 }
 
 /// Writes blocks `0..count` of `byte`, `QUEUE_DEPTH` in flight.
-fn write_range<B: Backend>(
+pub(super) fn write_range<B: Backend>(
     drv: &mut Driver<B>,
     count: u64,
     byte: u8,
@@ -285,7 +289,7 @@ fn write_range<B: Backend>(
 }
 
 /// Checks that block `lba`'s data is all `byte`.
-fn expect_byte(data: &[u8], byte: u8, what: &str, lba: u64) -> Result<(), BenchError> {
+pub(super) fn expect_byte(data: &[u8], byte: u8, what: &str, lba: u64) -> Result<(), BenchError> {
     match data.iter().position(|&b| b != byte) {
         None => Ok(()),
         Some(at) => Err(BenchError::Check(format!(
