@@ -269,6 +269,12 @@ fn recovery_mounts_full_volumes_after_a_cut_during_gc() {
     let runs = v["runs"].as_array().expect("runs array");
     assert_eq!(runs.len(), 4, "two sizes, two tag modes");
     for r in runs {
+        // The cut lands during GC: it is armed while GC copies, and GC
+        // sends reads (the load only writes) or copies before it comes.
+        assert!(
+            num(r, "gc_reads_at_cut") + num(r, "gc_copy_blocks_at_cut") > 0.0,
+            "{r}"
+        );
         // Every round is reported; the headline is the fastest.
         let rounds = r["rounds"].as_array().expect("rounds array");
         assert_eq!(rounds.len(), 2, "{r}");

@@ -18,10 +18,11 @@
 //!    `FtlConfig`'s, or fewer when the metadata log's room calls a checkpoint first). Then
 //!    on until the data blocks since the last checkpoint come within two
 //!    sampling steps of that period: the next checkpoint is about due, the
-//!    longest roll-forward there can be. Then the power is cut, armed to
-//!    come after the next 16 device commands: inside a turn of the driver,
-//!    with GC's and the host writes' commands in flight and the write
-//!    buffer not flushed.
+//!    longest roll-forward there can be. Then on in batches of 32 writes
+//!    until GC is copying (a GC job under way and copies sent during the
+//!    batch), and the power is cut, armed to come after the next 16 device
+//!    commands: inside a turn of the driver, with GC's and the host writes'
+//!    commands in flight and the write buffer not flushed.
 //! 4. The image as the cut left it is kept aside (a sparse copy). Each of
 //!    `--rounds` rounds restores it and opens it; `Driver::mount` is timed
 //!    with the wall clock and the thread's CPU time, under a wrapper that
@@ -62,6 +63,9 @@ const FILL_DEPTH: usize = 8;
 const OVERWRITE_DEPTH: usize = 32;
 /// Host writes between two looks at the FTL's counters while they run.
 const SAMPLE_EVERY: u64 = 128;
+/// Batches of [`OVERWRITE_DEPTH`] random writes, once the next checkpoint
+/// is about due, in which GC must be found copying.
+const GC_SEARCH_BATCHES: u64 = 64;
 
 #[derive(Debug, Serialize)]
 pub struct RecoveryReport {
@@ -132,6 +136,12 @@ pub struct VolumeResult {
     pub data_blocks_between_checkpoints: u64,
     /// Device commands in flight at the cut (each landed, tore or was lost).
     pub commands_in_flight_at_cut: u64,
+    /// Blocks GC sent to be copied from the moment the cut was armed to
+    /// the cut (the last turns included; GC's reads are counted apart).
+    pub gc_copy_blocks_at_cut: u64,
+    /// Device reads sent from the moment the cut was armed to the cut:
+    /// GC's (the load only writes); each ran or was caught by the cut.
+    pub gc_reads_at_cut: u64,
     /// The fastest round's whole `Driver::mount`, the first thing done on
     /// the device after the power comes back.
     pub mount_ms: f64,
@@ -314,7 +324,10 @@ fn measure(
         faults: Faults::default(),
         ..cfg.clone()
     };
-    let device = SimDevice::create_file(&image.0, cfg)?;
+    let device = ReadCount {
+        inner: SimDevice::create_file(&image.0, cfg)?,
+        reads: 0,
+    };
 
     let started = Instant::now();
     let options = FormatOptions {
@@ -342,9 +355,10 @@ fn measure(
         seed,
     )?;
     let overwrite_s = round(started.elapsed().as_secs_f64(), 3);
-    let commands_in_flight_at_cut = cut_power(&mut drv, logical_blocks, seed)?;
+    let (commands_in_flight_at_cut, gc_copy_blocks_at_cut, gc_reads_at_cut) =
+        cut_power(&mut drv, logical_blocks, seed)?;
     // Reopening the image after a cut shows what power_on() would.
-    drop(drv.into_backend());
+    drop(drv.into_backend().inner);
     let image_disk_bytes = allocated_bytes(&image.0);
     let cut_image = ImageFile(image.0.with_extension("cut"));
     copy_sparse(&image.0, &cut_image.0)?;
@@ -409,6 +423,8 @@ fn measure(
         data_blocks_since_checkpoint: cut.data_since_checkpoint,
         data_blocks_between_checkpoints: cut.checkpoint_period,
         commands_in_flight_at_cut,
+        gc_copy_blocks_at_cut,
+        gc_reads_at_cut,
         mount_ms,
         mount_cpu_ms,
         mount_steps,
@@ -518,9 +534,10 @@ struct Cut {
 /// writes between checkpoints: the interval, or fewer when the metadata log
 /// runs short of room first), then on until the data blocks written since
 /// the last checkpoint come within two sampling steps of that period: the
-/// next checkpoint is about due. Returns with nothing flushed.
+/// next checkpoint is about due; then on in short batches until GC is
+/// copying. Returns with nothing flushed.
 fn overwrite_to_cut(
-    drv: &mut Driver<SimDevice>,
+    drv: &mut Driver<ReadCount>,
     logical_blocks: u64,
     interval: u64,
     seed: u64,
@@ -556,8 +573,8 @@ fn overwrite_to_cut(
         !ready
     })?;
     bar.finish_and_clear();
-    let end = drv.stats();
     if !ready {
+        let end = drv.stats();
         return Err(BenchError::Check(format!(
             "{done} random writes did not bring GC and two checkpoints about \
              (GC copied {} blocks, {} checkpoints)",
@@ -565,6 +582,37 @@ fn overwrite_to_cut(
             end.checkpoints - start.checkpoints
         )));
     }
+    // On in short batches until GC is copying: a job under way and copies
+    // sent during the last batch; the cut is armed right after.
+    let mut copying = false;
+    for _ in 0..GC_SEARCH_BATCHES {
+        let before = drv.stats();
+        pipe.write(
+            drv,
+            OVERWRITE_DEPTH as u64,
+            &mut || addresses.next_lba(),
+            &mut |_| true,
+        )?;
+        let after = drv.stats();
+        if after.checkpoints > before.checkpoints {
+            return Err(BenchError::Check(
+                "a checkpoint came while waiting for GC to copy: the roll-forward \
+                 would be short"
+                    .into(),
+            ));
+        }
+        if drv.ftl().activity().gc && after.gc_copy_blocks > before.gc_copy_blocks {
+            copying = true;
+            break;
+        }
+    }
+    if !copying {
+        return Err(BenchError::Check(format!(
+            "GC copied nothing in {} random writes after the checkpoint came due",
+            GC_SEARCH_BATCHES * OVERWRITE_DEPTH as u64
+        )));
+    }
+    let end = drv.stats();
     Ok(Cut {
         host_writes: end.host_write_blocks - start.host_write_blocks,
         gc_copies: end.gc_copy_blocks - start.gc_copy_blocks,
@@ -580,14 +628,17 @@ const CUT_AFTER_SUBMITS: u64 = 16;
 
 /// Arms a power cut after [`CUT_AFTER_SUBMITS`] more device commands and
 /// writes on at random until it comes; returns the commands it caught in
-/// flight.
+/// flight, and from the arming to the cut the blocks GC sent to be copied
+/// and the device reads sent (GC's: the load only writes).
 fn cut_power(
-    drv: &mut Driver<SimDevice>,
+    drv: &mut Driver<ReadCount>,
     logical_blocks: u64,
     seed: u64,
-) -> Result<u64, BenchError> {
-    let before = drv.backend().stats().commands_cut;
-    drv.backend_mut().set_faults(Faults {
+) -> Result<(u64, u64, u64), BenchError> {
+    let before = drv.backend().inner.stats().commands_cut;
+    let reads_before = drv.backend().reads;
+    let gc_before = drv.stats().gc_copy_blocks;
+    drv.backend_mut().inner.set_faults(Faults {
         seed,
         power_cut: PowerCut::AfterSubmits(CUT_AFTER_SUBMITS),
         ..Faults::default()
@@ -595,12 +646,49 @@ fn cut_power(
     let mut addresses = AddressGen::new(&WorkloadSpec::uniform(), logical_blocks, seed ^ 0xc07);
     let mut pipe = Pipeline::with_byte(OVERWRITE_DEPTH, drv.block_size(), 0);
     let outcome = pipe.write(drv, 1 << 20, &mut || addresses.next_lba(), &mut |_| true);
-    if drv.backend().is_powered() {
+    if drv.backend().inner.is_powered() {
         return Err(BenchError::Check(format!(
             "the power cut armed after {CUT_AFTER_SUBMITS} commands did not come ({outcome:?})"
         )));
     }
-    Ok(drv.backend().stats().commands_cut - before)
+    Ok((
+        drv.backend().inner.stats().commands_cut - before,
+        drv.stats().gc_copy_blocks - gc_before,
+        drv.backend().reads - reads_before,
+    ))
+}
+
+/// The simulator, counting the reads the FTL sends it.
+struct ReadCount {
+    inner: SimDevice,
+    reads: u64,
+}
+
+impl Backend for ReadCount {
+    fn geometry(&self) -> &Geometry {
+        self.inner.geometry()
+    }
+    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+        let read = matches!(command, Command::Read { .. });
+        self.inner.submit(tag, command)?;
+        self.reads += u64::from(read);
+        Ok(())
+    }
+    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        self.inner.reap(out, max)
+    }
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        self.inner.wait()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
 }
 
 /// What a device call touched, for the step split.
@@ -764,6 +852,10 @@ impl RecoveryReport {
                 ),
             );
             t.row("commands in flight at cut", r.commands_in_flight_at_cut);
+            t.row(
+                "gc copies / reads sent while the cut was armed",
+                format!("{} / {}", r.gc_copy_blocks_at_cut, r.gc_reads_at_cut),
+            );
             let each = |f: fn(&MountRound) -> f64| {
                 r.rounds
                     .iter()
