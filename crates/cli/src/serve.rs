@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 32] = [
+    let counters: [(&str, &str, u64); 33] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -654,6 +654,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.wl_move_blocks,
         ),
         (
+            "gc_kept_blocks",
+            "Of the blocks GC copied, those only snapshots held (the kept stream).",
+            s.gc_kept_blocks,
+        ),
+        (
             "meta_write_blocks",
             "Metadata blocks written.",
             s.meta_write_blocks,
@@ -704,7 +709,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 23] = [
+    let gauges: [(&str, &str, f64); 24] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -782,6 +787,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ),
         ("snapshots", "Live snapshots.", s.snapshots as f64),
         ("forks", "Live forks of snapshots.", s.forks as f64),
+        (
+            "kept_zones",
+            "Data zones the kept stream took since mount (blocks only snapshots hold).",
+            f64::from(s.kept_zones),
+        ),
         (
             "snapshot_versions",
             "Blocks snapshots keep that the volume has replaced.",
@@ -1330,6 +1340,8 @@ mod tests {
         assert_eq!(after["zftl_ftl_fork_creates_total"], 0.0);
         assert_eq!(after["zftl_ftl_fork_deletes_total"], 0.0);
         assert_eq!(after["zftl_ftl_fork_delete_blocks_total"], 0.0);
+        assert_eq!(after["zftl_ftl_gc_kept_blocks_total"], 0.0);
+        assert_eq!(after["zftl_ftl_kept_zones"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"

@@ -161,6 +161,8 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     );
     t.row("gc_copy_blocks", s.gc_copy_blocks);
     t.row("wl_move_blocks", s.wl_move_blocks);
+    t.row("gc_kept_blocks", s.gc_kept_blocks);
+    t.row("kept_zones", s.kept_zones);
     t.row("meta_write_blocks", s.meta_write_blocks);
     t.row("pad_blocks", s.pad_blocks);
     t.row("summary_write_blocks", s.summary_write_blocks);
