@@ -201,24 +201,51 @@ pub enum Note {
 /// longer than [`crate::checkpoint::MAX_SNAPSHOT_NAME_BYTES`] bytes (the
 /// caller checks user input first).
 pub fn snapshot_create_notes(seq: Seq, id: u32, parent: u32, name: &str) -> Vec<Note> {
-    let bytes = name.as_bytes();
-    assert!(
-        (1..=MAX_SNAPSHOT_NAME_BYTES).contains(&bytes.len()),
-        "snapshot name of {} bytes",
-        bytes.len()
-    );
+    let name_len = checked_name_len(name);
     let mut notes = vec![Note::SnapshotCreate {
         seq,
-        name_len: bytes.len() as u32,
+        name_len,
         id,
         parent,
     }];
-    notes.extend(bytes.chunks(SNAPSHOT_NAME_NOTE_BYTES).map(|chunk| {
-        let mut b = [0u8; SNAPSHOT_NAME_NOTE_BYTES];
-        b[..chunk.len()].copy_from_slice(chunk);
-        Note::SnapshotName { seq, bytes: b }
-    }));
+    notes.extend(name_notes(seq, name));
     notes
+}
+
+/// The notes of a fork create: ForkCreate, then its name's SnapshotName
+/// notes, as [`snapshot_create_notes`] (the caller adds the Clock note and
+/// the VectorBegin).
+pub fn fork_create_notes(seq: Seq, id: u32, base: u32, name: &str) -> Vec<Note> {
+    let name_len = checked_name_len(name);
+    let mut notes = vec![Note::ForkCreate {
+        seq,
+        name_len,
+        id,
+        base,
+    }];
+    notes.extend(name_notes(seq, name));
+    notes
+}
+
+/// A create's name length; panics if it is not 1 ..= 63 bytes.
+fn checked_name_len(name: &str) -> u32 {
+    let n = name.len();
+    assert!(
+        (1..=MAX_SNAPSHOT_NAME_BYTES).contains(&n),
+        "snapshot name of {n} bytes"
+    );
+    n as u32
+}
+
+/// `name` in SnapshotName notes of 20 bytes, the last zero padded.
+fn name_notes(seq: Seq, name: &str) -> impl Iterator<Item = Note> + '_ {
+    name.as_bytes()
+        .chunks(SNAPSHOT_NAME_NOTE_BYTES)
+        .map(move |chunk| {
+            let mut b = [0u8; SNAPSHOT_NAME_NOTE_BYTES];
+            b[..chunk.len()].copy_from_slice(chunk);
+            Note::SnapshotName { seq, bytes: b }
+        })
 }
 
 /// The name a SnapshotCreate of `name_len` bytes and its SnapshotName

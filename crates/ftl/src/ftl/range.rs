@@ -919,16 +919,7 @@ impl Ftl {
                 wall_ns,
             } => {
                 let id = self.mapping.forks().next_id();
-                let mut notes = note::snapshot_create_notes(seq, id, *base, name);
-                let Note::SnapshotCreate { name_len, .. } = notes[0] else {
-                    unreachable!("a create's notes start with its create")
-                };
-                notes[0] = Note::ForkCreate {
-                    seq,
-                    name_len,
-                    id,
-                    base: *base,
-                };
+                let mut notes = note::fork_create_notes(seq, id, *base, name);
                 notes.push(Note::Clock {
                     seq,
                     wall_ns: *wall_ns,
