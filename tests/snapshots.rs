@@ -429,6 +429,84 @@ fn churn_until_gc(ftl: &mut Driver<SimDevice>, from: u64, span: u64, copies: u64
     ftl.flush().unwrap();
 }
 
+/// With tags in OOB a create that finds no snapshot live writes its note
+/// and waits for no checkpoint, though the blocks written since the last
+/// checkpoint are known to recovery by their tags alone. GC then copies
+/// them, empties their zones and the host overwrites them (the snapshot
+/// keeps them) before any periodic checkpoint, and power is cut: the
+/// snapshot still reads them. (GC leaves their zones alone until a
+/// checkpoint covers them.)
+#[test]
+fn a_first_create_keeps_blocks_known_by_tags_alone_through_gc_and_a_cut() {
+    let config = FtlConfig {
+        checkpoint_interval_blocks: 1 << 40,
+        ..FtlConfig::default()
+    };
+    let dev = SimDevice::create_memory(sim_config(true)).unwrap();
+    let mut ftl = Driver::format(dev, &format_options(true), config).unwrap();
+    // The rest of the volume written and trimmed, then checkpointed, so GC
+    // is near; targets interleaved with fillers that die before the
+    // create, so their zones are the first GC copies from.
+    let n = 128;
+    let fillers = 7 * n;
+    let rest = n + fillers..ftl.logical_blocks() * 7 / 8;
+    for lba in rest.clone() {
+        write(&mut ftl, lba, 1);
+    }
+    for lba in rest.clone().step_by(1024) {
+        ftl.trim(lba, (rest.end - lba).min(1024) as u32).unwrap();
+    }
+    ftl.checkpoint().unwrap();
+    for lba in 0..n {
+        write(&mut ftl, lba, 1);
+        for f in 0..7 {
+            write(&mut ftl, n + 7 * lba + f, 1);
+        }
+    }
+    for lba in n..n + fillers {
+        write(&mut ftl, lba, 2);
+    }
+    ftl.flush().unwrap();
+    let at_create: Vec<_> = (0..n).map(|lba| ftl.ftl().lookup(lba)).collect();
+    let checkpoints = ftl.stats().checkpoints;
+    ftl.snapshot_create("s").unwrap();
+    assert_eq!(
+        ftl.stats().checkpoints,
+        checkpoints,
+        "the create waited for a checkpoint"
+    );
+    // Overwrites of the rest until GC has moved every target.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut version = 2;
+    while (0..n).any(|lba| ftl.ftl().lookup(lba) == at_create[lba as usize]) {
+        for _ in 0..64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            write(&mut ftl, rest.start + x % (rest.end - rest.start), version);
+        }
+        version += 1;
+        assert!(version < 1000, "GC did not move the targets");
+    }
+    for lba in 0..n {
+        write(&mut ftl, lba, 3);
+    }
+    ftl.flush().unwrap();
+    let check = |ftl: &mut Driver<SimDevice>| {
+        for lba in 0..n {
+            assert_eq!(holds(ftl, Some("s"), lba), Some((lba, 1)), "s: {lba}");
+            assert_eq!(holds(ftl, None, lba), Some((lba, 3)), "live: {lba}");
+        }
+    };
+    check(&mut ftl);
+    let mut dev = ftl.into_backend();
+    assert_check_clean(&mut dev, "after a cut");
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    check(&mut ftl);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after the remount");
+}
+
 /// ioSnap (Subramanian's dissertation) Fig 3.3: write 10, 20, 30;
 /// snapshot; write 10, 40, 60, 70; force cleaning; the snapshot still
 /// returns the old 10.

@@ -241,6 +241,12 @@ pub struct Ftl {
     /// stops at, so nothing irreversible (a victim's reset) may rest on a
     /// note written until a checkpoint makes them reachable.
     first_checkpoint_pending: bool,
+    /// A snapshot create with tags in OOB found the history idle at this
+    /// seq: blocks written before it since the committed checkpoint are
+    /// known to recovery by their tags alone, so GC resets none of their
+    /// zones until a checkpoint captured after it commits
+    /// (`reloc::reset_fenced`).
+    tag_only_fence: Option<Seq>,
     capture_next_seq: Seq,
     /// Range-operation vectors: the queue and the one being run.
     ranges: RangeState,
@@ -341,6 +347,7 @@ impl Ftl {
             attrs: p.attrs,
             committed_next_seq: p.next_seq,
             first_checkpoint_pending: true,
+            tag_only_fence: None,
             capture_next_seq: p.next_seq,
             clean_requested: false,
             ranges: RangeState::new(),

@@ -164,9 +164,6 @@ struct Active {
     /// Versions its changes may keep for snapshots, set aside from the
     /// check until it is applied.
     kept_reserved: u64,
-    /// It waited for a checkpoint captured after its drain (a create on a
-    /// volume with tags in OOB whose history was idle).
-    checkpointed: bool,
 }
 
 /// Range-operation state of the core.
@@ -558,7 +555,6 @@ impl Ftl {
                     phase: Phase::Drain,
                     pins: Vec::new(),
                     kept_reserved: 0,
-                    checkpointed: false,
                 });
             }
             if !self.step_vector(&mut budget) {
@@ -598,7 +594,6 @@ impl Ftl {
         a.phase = Phase::Drain;
         a.pins.clear();
         a.kept_reserved = 0;
-        a.checkpointed = false;
         self.ranges.parked = Some(a);
         Ok(())
     }
@@ -768,24 +763,7 @@ impl Ftl {
         let too_many_pins = !c.pins.is_empty()
             && c.pins.len() as u64 > self.log.free_blocks() / 4 * notes_per_block;
         let next_seq = self.next_seq;
-        let tags_only = self.tag_mode == TagMode::Oob && self.mapping.history().is_idle();
         let a = self.ranges.active.as_mut().expect("active vector");
-        let create = matches!(a.snapshot, Some(SnapshotChange::Create { .. }));
-        if create && tags_only && !a.checkpointed {
-            // With tags in OOB, a block written since the last checkpoint
-            // is known to recovery by its tag alone, which GC's copy and
-            // reset may take away before a kill the snapshot needs is
-            // replayed. While the books are kept every write and copy is
-            // logged as in band; a checkpoint taken since the last seq was
-            // handed out covers every block before (the drain left none
-            // in flight).
-            a.checkpointed = true;
-            a.phase = Phase::AwaitCheckpoint {
-                target: next_seq.saturating_sub(1),
-            };
-            self.ckpt_requested = true;
-            return false;
-        }
         if too_many_pins {
             // After a checkpoint the blocks need no pins.
             a.phase = Phase::AwaitCheckpoint { target: next_seq };
@@ -849,6 +827,9 @@ impl Ftl {
         let notes = match a.snapshot.clone() {
             None => range::vector_notes(seq, &a.ops, &a.pins),
             Some(change) => {
+                if matches!(change, SnapshotChange::Create { .. }) {
+                    self.fence_tag_only_zones(seq);
+                }
                 let notes = self.snapshot_notes(seq, &change);
                 self.apply_snapshot(seq, &change);
                 notes

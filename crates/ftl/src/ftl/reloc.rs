@@ -241,8 +241,46 @@ impl Ftl {
         self.gc_urgent() || self.spare_blocks() < self.gc_start_blocks()
     }
 
+    /// Called as a snapshot create of seq `seq` applies. With tags in OOB
+    /// and the history idle, the blocks written since the committed
+    /// checkpoint are known to recovery by their tags alone: once the
+    /// books are kept, a kill replayed after GC had copied such a block and
+    /// reset its zone would find no version to keep (the copy's tag is
+    /// below its own zone's reset). From here on every change is noted
+    /// (`notes_every_change`), so only those zones need their tags until a
+    /// checkpoint covers them: GC takes no victim among them and resets
+    /// none of them until then (the create itself waits for nothing).
+    pub(super) fn fence_tag_only_zones(&mut self, seq: Seq) {
+        if self.tag_mode == TagMode::Oob && self.mapping.history().is_idle() {
+            self.tag_only_fence = Some(seq);
+        }
+    }
+
+    /// Whether the fence is up: no checkpoint captured after it committed.
+    fn tag_only_fence_up(&self) -> bool {
+        self.tag_only_fence
+            .is_some_and(|fence| self.committed_next_seq <= fence)
+    }
+
+    /// Zone `z` may hold a block known only by its tag while the fence is
+    /// up (written since the committed checkpoint, as the range check's
+    /// pins judge "young"); conservative for zones written after the fence.
+    fn reset_fenced(&self, z: ZoneId) -> bool {
+        self.tag_only_fence_up() && self.zones.get(z).last_write_seq() >= self.committed_next_seq
+    }
+
+    /// GC wants a zone the fence holds: bring the checkpoint that lifts it
+    /// forward (one at a time; a checkpoint captured before the fence
+    /// leaves it up and the next turn asks again).
+    fn request_fence_checkpoint(&mut self) {
+        if self.tag_only_fence_up() && matches!(self.ckpt, super::ckpt::CkptState::Idle) {
+            self.ckpt_requested = true;
+        }
+    }
+
     fn excluded(&self, z: ZoneId) -> bool {
-        self.lanes.iter().any(|st| st.zone == Some(z))
+        self.reset_fenced(z)
+            || self.lanes.iter().any(|st| st.zone == Some(z))
             || self.closing.iter().any(|j| j.victim == z)
             || self.jobs.iter().any(|j| j.victim == z)
             || self.zone_appends[z as usize] > 0
@@ -263,6 +301,7 @@ impl Ftl {
             self.jobs_since_wl = 0;
             (z, JobPurpose::StaticWl)
         } else if self.gc_needed() {
+            self.request_fence_checkpoint();
             // In band a zone full of live data still has fewer valid blocks
             // than its capacity (the summary): collecting it frees nothing.
             let data_cap = self.data_cap();
@@ -913,14 +952,28 @@ impl Ftl {
         }
         // A job is copied once its victim is read through and every block
         // read from it has been copied (its appends completed).
-        let copied = self.jobs.iter().position(|j| {
+        let copied = |j: &GcJob| {
             matches!(j.phase, JobPhase::Copying)
                 && j.scan_offset >= self.zones.get(j.victim).write_pointer_blocks()
                 && j.reads_in_flight == 0
                 && j.retries.is_empty()
                 && j.pending == 0
-        });
-        let Some(i) = copied else { return };
+        };
+        // A job started before the fence went up may hold a fenced victim:
+        // its note waits (the note, not only the reset, ends the tags'
+        // worth to replay).
+        let fenced = self
+            .jobs
+            .iter()
+            .any(|j| copied(j) && self.reset_fenced(j.victim));
+        let ready = self
+            .jobs
+            .iter()
+            .position(|j| copied(j) && !self.reset_fenced(j.victim));
+        if fenced {
+            self.request_fence_checkpoint();
+        }
+        let Some(i) = ready else { return };
         let victim = self.jobs[i].victim;
         let job = &mut self.jobs[i];
         job.unreadable.retain(|&p| self.mapping.is_live(p));
