@@ -125,6 +125,81 @@ fn sim() -> SimDevice {
     SimDevice::create_memory(SimConfig::small_for_tests()).unwrap()
 }
 
+/// Blocks in and out of each kind of target, through its own calls.
+trait Blocks: Target {
+    /// Writes `data`, whole blocks, from `lba`.
+    fn put_data(&mut self, lba: u64, data: Vec<u8>);
+    /// Reads the block at `lba`.
+    fn get(&mut self, lba: u64) -> Vec<u8>;
+    /// Writes one block of `byte`s at `lba`.
+    fn put(&mut self, lba: u64, byte: u8) {
+        let bs = Target::block_size(self);
+        self.put_data(lba, vec![byte; bs]);
+    }
+}
+
+/// `Blocks` for targets with their own `write(lba, data)` and
+/// `read(lba, blocks)`.
+macro_rules! blocks_by_write_and_read {
+    ($($target:ty),*) => {$(
+        impl Blocks for $target {
+            fn put_data(&mut self, lba: u64, data: Vec<u8>) {
+                self.write(lba, &data).unwrap();
+            }
+            fn get(&mut self, lba: u64) -> Vec<u8> {
+                self.read(lba, 1).unwrap()
+            }
+        }
+    )*};
+}
+blocks_by_write_and_read!(Driver<SimDevice>, Handle<SimDevice>);
+
+impl Blocks for InlineHandle<SimDevice> {
+    fn put_data(&mut self, lba: u64, data: Vec<u8>) {
+        self.call(zftl::core::Request::Write {
+            lba,
+            data,
+            fua: false,
+        })
+        .unwrap();
+    }
+    fn get(&mut self, lba: u64) -> Vec<u8> {
+        match self
+            .call(zftl::core::Request::Read {
+                lba,
+                block_count: 1,
+            })
+            .unwrap()
+        {
+            zftl::core::ReplyData::Read(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Runs `on_handle` on a `Handle` formatted with `opts` on `dev`, then
+/// `on_inline` on an `InlineHandle` formatted anew on the same device,
+/// each through a clone of the handle and with its block size, and shuts
+/// both down.
+fn on_handles(
+    dev: SimDevice,
+    opts: &FormatOptions,
+    on_handle: fn(&mut Handle<SimDevice>, usize),
+    on_inline: fn(&mut InlineHandle<SimDevice>, usize),
+) {
+    let h = Handle::format(dev, opts, FtlConfig::default()).unwrap();
+    let mut t = h.clone();
+    on_handle(&mut t, h.block_size());
+    drop(t);
+    let dev = h.shutdown().unwrap();
+
+    let h = InlineHandle::new(Driver::format(dev, opts, FtlConfig::default()).unwrap());
+    let mut t = h.clone();
+    on_inline(&mut t, h.block_size());
+    drop(t);
+    h.shutdown().unwrap();
+}
+
 /// Runs one request line against `t` and returns the reply a client reads.
 fn request<T: Target>(t: &mut T, line: &str) -> Result<serde_json::Map<String, Value>, String> {
     let parsed = parse_line(line.as_bytes()).map_err(|r| r.error.kind.to_string())?;
@@ -135,8 +210,9 @@ fn request<T: Target>(t: &mut T, line: &str) -> Result<serde_json::Map<String, V
     reply.result.map_err(|e| e.kind)
 }
 
-/// The same script on any target: data written beforehand through `write`.
-fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs: usize) {
+/// The same script on any target of `bs`-byte blocks: data written
+/// beforehand (`written_script`).
+fn script<T: Blocks>(t: &mut T, bs: usize) {
     let ping = request(t, r#"{"id":1,"op":"ping"}"#).unwrap();
     assert_eq!(ping["block_size"], bs as u64);
     assert_eq!(ping["protocol"], 1);
@@ -156,10 +232,10 @@ fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs
         (Some("clone"), Some(2), Some(8))
     );
     for i in 0..4 {
-        assert_eq!(read(t, 100 + i), read(t, i));
-        assert_eq!(read(t, 200 + i), read(t, 4 + i));
+        assert_eq!(t.get(100 + i), t.get(i));
+        assert_eq!(t.get(200 + i), t.get(4 + i));
     }
-    assert_ne!(read(t, 100), vec![0; bs]);
+    assert_ne!(t.get(100), vec![0; bs]);
 
     let stats = request(t, r#"{"op":"stats"}"#).unwrap();
     assert_eq!(stats["stats"]["range_clones"], 2);
@@ -182,7 +258,7 @@ fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs
         Err("immutable".into())
     );
     // An atomic vector whose last operation fails changes nothing.
-    let before = read(t, 0);
+    let before = t.get(0);
     assert_eq!(
         request(
             t,
@@ -190,7 +266,7 @@ fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs
         ),
         Err("immutable".into())
     );
-    assert_eq!(read(t, 0), before);
+    assert_eq!(t.get(0), before);
     let attrs = request(t, r#"{"op":"attrs"}"#).unwrap();
     assert_eq!(
         attrs["ranges"],
@@ -248,10 +324,10 @@ fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs
         format!(r#"{{"op":"merge","sources":[400,500],"dst":0,"blocks":4,"policy":"{policy}"}}"#)
     };
     assert_eq!(request(t, &merge("fail")), Err("merge_conflict".into()));
-    let want_400 = read(t, 401);
+    let want_400 = t.get(401);
     request(t, &merge("first-wins")).unwrap();
-    assert_eq!(read(t, 1), want_400);
-    assert_eq!(read(t, 0), read(t, 200));
+    assert_eq!(t.get(1), want_400);
+    assert_eq!(t.get(0), t.get(200));
 
     // Clear and list again.
     request(
@@ -266,19 +342,20 @@ fn script<T: Target>(t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>, bs
         r#"{"op":"move","ranges":[{"src":100,"dst":300,"blocks":4}]}"#,
     )
     .unwrap();
-    assert_eq!(read(t, 100), vec![0; bs]);
+    assert_eq!(t.get(100), vec![0; bs]);
 }
 
-fn write_blocks(bs: usize) -> Vec<u8> {
-    (0..8u8).flat_map(|i| vec![i + 1; bs]).collect()
+/// `script` after 8 blocks written from 0, block i holding i + 1.
+fn written_script<T: Blocks>(t: &mut T, bs: usize) {
+    t.put_data(0, (0..8u8).flat_map(|i| vec![i + 1; bs]).collect());
+    script(t, bs);
 }
 
 #[test]
 fn requests_run_on_a_driver() {
     let mut d = Driver::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
     let bs = d.block_size();
-    d.write(0, &write_blocks(bs)).unwrap();
-    script(&mut d, &mut |d, lba| d.read(lba, 1).unwrap(), bs);
+    written_script(&mut d, bs);
     // A clean remount keeps what the control requests did.
     let want = d.read(1, 1).unwrap();
     let mut d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
@@ -291,51 +368,23 @@ fn requests_run_on_a_driver() {
 
 #[test]
 fn requests_run_on_a_handle_and_an_inline_handle() {
-    let h = Handle::format(sim(), &FormatOptions::default(), FtlConfig::default()).unwrap();
-    let bs = h.block_size();
-    h.write(0, &write_blocks(bs)).unwrap();
-    let mut t = h.clone();
-    script(&mut t, &mut |h, lba| h.read(lba, 1).unwrap(), bs);
-    drop(t);
-    let dev = h.shutdown().unwrap();
-
-    let d = Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).unwrap();
-    let h = InlineHandle::new(d);
-    h.call(zftl::core::Request::Write {
-        lba: 0,
-        data: write_blocks(bs),
-        fua: false,
-    })
-    .unwrap();
-    let mut t = h.clone();
-    let read = |h: &mut InlineHandle<SimDevice>, lba| match h
-        .call(zftl::core::Request::Read {
-            lba,
-            block_count: 1,
-        })
-        .unwrap()
-    {
-        zftl::core::ReplyData::Read(d) => d,
-        other => panic!("{other:?}"),
-    };
-    script(&mut t, &mut { read }, bs);
+    on_handles(
+        sim(),
+        &FormatOptions::default(),
+        written_script,
+        written_script,
+    );
     assert!(matches!(
         parse_line(br#"{"op":"stats"}"#).unwrap().command,
         Command::Stats
     ));
-    h.shutdown().unwrap();
 }
 
-/// Snapshot requests on any target formatted with tags in band; `write`
-/// writes one block of `byte`s, `read` reads one block.
-fn snapshot_script<T: Target>(
-    t: &mut T,
-    write: &mut dyn FnMut(&mut T, u64, u8),
-    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
-    bs: usize,
-) {
-    write(t, 0, 1);
-    write(t, 1, 2);
+/// Snapshot requests on any target of `bs`-byte blocks formatted with
+/// tags in band.
+fn snapshot_script<T: Blocks>(t: &mut T, bs: usize) {
+    t.put(0, 1);
+    t.put(1, 2);
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -350,7 +399,7 @@ fn snapshot_script<T: Target>(
         assert!(first[key].is_u64(), "{key}: {c:?}");
     }
     // Replace block 0 and trim block 1: the snapshot keeps both.
-    write(t, 0, 9);
+    t.put(0, 9);
     request(t, r#"{"op":"delete","ranges":[{"lba":1,"blocks":1}]}"#).unwrap();
     let second = request(t, r#"{"op":"snapshot_create","name":"second"}"#).unwrap();
     assert!(second["snapshot"]["id"].as_u64() > first["id"].as_u64());
@@ -396,7 +445,7 @@ fn snapshot_script<T: Target>(
     let data = zftl::control::decode_data(r["data"].as_str().unwrap()).unwrap();
     assert_eq!(&data[..bs], &vec![9; bs][..]);
     assert_eq!(&data[bs..], &vec![0; bs][..]);
-    assert_eq!(read(t, 0), vec![9; bs]);
+    assert_eq!(t.get(0), vec![9; bs]);
     assert_eq!(
         request(
             t,
@@ -450,79 +499,31 @@ fn in_band() -> FormatOptions {
 fn snapshot_requests_run_on_a_driver_a_handle_and_an_inline_handle() {
     let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
     let bs = d.block_size();
-    snapshot_script(
-        &mut d,
-        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
-        &mut |d, lba| d.read(lba, 1).unwrap(),
-        bs,
-    );
+    snapshot_script(&mut d, bs);
     // What the requests did survives a clean remount.
     let d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
     let names: Vec<String> = d.snapshots().into_iter().map(|s| s.name).collect();
     assert_eq!(names, ["second"]);
     let dev = d.shutdown().unwrap();
 
-    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
-    let mut t = h.clone();
-    snapshot_script(
-        &mut t,
-        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
-        &mut |h, lba| h.read(lba, 1).unwrap(),
-        bs,
-    );
-    drop(t);
-    let dev = h.shutdown().unwrap();
-
-    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
-    let mut t = h.clone();
-    snapshot_script(
-        &mut t,
-        &mut |h, lba, b| {
-            h.call(zftl::core::Request::Write {
-                lba,
-                data: vec![b; bs],
-                fua: false,
-            })
-            .unwrap();
-        },
-        &mut |h, lba| match h
-            .call(zftl::core::Request::Read {
-                lba,
-                block_count: 1,
-            })
-            .unwrap()
-        {
-            zftl::core::ReplyData::Read(d) => d,
-            other => panic!("{other:?}"),
-        },
-        bs,
-    );
-    drop(t);
-    h.shutdown().unwrap();
+    on_handles(dev, &in_band(), snapshot_script, snapshot_script);
 }
 
 /// `snapshot_revert` on any target formatted with tags in band: the
 /// volume goes back to a snapshot, the undo snapshot (named or `undo-ID`)
 /// takes it forward again, and refusals change nothing.
-fn revert_script<T: Target>(
-    t: &mut T,
-    write: &mut dyn FnMut(&mut T, u64, u8),
-    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
-    bs: usize,
-) {
+fn revert_script<T: Blocks>(t: &mut T, bs: usize) {
     let block = |b: u8| vec![b; bs];
-    write(t, 0, 1);
-    write(t, 1, 2);
+    t.put(0, 1);
+    t.put(1, 2);
     request(t, r#"{"op":"snapshot_create","name":"a"}"#).unwrap();
     // Since "a": 0 rewritten, 1 deleted, 2 written where nothing was.
-    write(t, 0, 9);
+    t.put(0, 9);
     request(t, r#"{"op":"delete","ranges":[{"lba":1,"blocks":1}]}"#).unwrap();
-    write(t, 2, 3);
-    let after = |t: &mut T, read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>| {
-        (0..3).map(|lba| read(t, lba)).collect::<Vec<_>>()
-    };
+    t.put(2, 3);
+    let after = |t: &mut T| (0..3).map(|lba| t.get(lba)).collect::<Vec<_>>();
     let later = vec![block(9), block(0), block(3)];
-    assert_eq!(after(t, read), later);
+    assert_eq!(after(t), later);
 
     let r = request(
         t,
@@ -539,7 +540,7 @@ fn revert_script<T: Target>(
     assert_eq!(undo["kind"], "snapshot");
     assert!(undo["created"].as_str().unwrap().ends_with('Z'));
     assert!(undo["create_seq"].as_u64() > r["to"]["create_seq"].as_u64());
-    assert_eq!(after(t, read), vec![block(1), block(2), block(0)]);
+    assert_eq!(after(t), vec![block(1), block(2), block(0)]);
     // Nothing changed since "a" now.
     let d = request(t, r#"{"op":"snapshot_diff","since":"a"}"#).unwrap();
     assert_eq!(d["changed_blocks"], 0);
@@ -560,13 +561,13 @@ fn revert_script<T: Target>(
     ] {
         assert_eq!(request(t, line), Err(kind.into()), "{line}");
     }
-    assert_eq!(after(t, read), vec![block(1), block(2), block(0)]);
+    assert_eq!(after(t), vec![block(1), block(2), block(0)]);
 
     // Undo the revert: the default undo name is undo-ID.
     let r = request(t, r#"{"op":"snapshot_revert","to":"before-revert"}"#).unwrap();
     let id = r["undo"]["id"].as_u64().unwrap();
     assert_eq!(r["undo"]["name"], format!("undo-{id}"));
-    assert_eq!(after(t, read), later);
+    assert_eq!(after(t), later);
     let list = request(t, r#"{"op":"snapshots"}"#).unwrap();
     let names: Vec<&str> = list["snapshots"]
         .as_array()
@@ -584,55 +585,14 @@ fn revert_script<T: Target>(
 fn snapshot_revert_runs_on_a_driver_a_handle_and_an_inline_handle() {
     let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
     let bs = d.block_size();
-    revert_script(
-        &mut d,
-        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
-        &mut |d, lba| d.read(lba, 1).unwrap(),
-        bs,
-    );
+    revert_script(&mut d, bs);
     // A remount keeps the reverted volume and the undo snapshots.
     let mut d = Driver::mount(d.shutdown().unwrap(), FtlConfig::default()).unwrap();
     assert_eq!(d.read(0, 1).unwrap(), vec![9; bs]);
     assert_eq!(d.snapshots().len(), 3);
     let dev = d.shutdown().unwrap();
 
-    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
-    let mut t = h.clone();
-    revert_script(
-        &mut t,
-        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
-        &mut |h, lba| h.read(lba, 1).unwrap(),
-        bs,
-    );
-    drop(t);
-    let dev = h.shutdown().unwrap();
-
-    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
-    let mut t = h.clone();
-    revert_script(
-        &mut t,
-        &mut |h, lba, b| {
-            h.call(zftl::core::Request::Write {
-                lba,
-                data: vec![b; bs],
-                fua: false,
-            })
-            .unwrap();
-        },
-        &mut |h, lba| match h
-            .call(zftl::core::Request::Read {
-                lba,
-                block_count: 1,
-            })
-            .unwrap()
-        {
-            zftl::core::ReplyData::Read(d) => d,
-            other => panic!("{other:?}"),
-        },
-        bs,
-    );
-    drop(t);
-    h.shutdown().unwrap();
+    on_handles(dev, &in_band(), revert_script, revert_script);
 }
 
 /// The protection window's points are listed with kind `point` and
@@ -791,14 +751,13 @@ fn diff_pages<T: Target>(t: &mut T, fields: &str, max: u64) -> (Vec<(u64, u64)>,
 }
 
 /// `snapshot_diff` on any target of more than two diff windows' blocks;
-/// `write` writes one block of `byte`s.
-fn diff_script<T: Target>(t: &mut T, write: &mut dyn FnMut(&mut T, u64, u8)) {
+fn diff_script<T: Blocks>(t: &mut T) {
     let w = zftl::control::DIFF_WINDOW_BLOCKS;
     let ping = request(t, r#"{"op":"ping"}"#).unwrap();
     let logical = ping["logical_blocks"].as_u64().unwrap();
     assert!(logical > 2 * w + 10, "{logical} blocks");
     for lba in 0..5 {
-        write(t, lba, 1);
+        t.put(lba, 1);
     }
     request(t, r#"{"op":"snapshot_create","name":"a"}"#).unwrap();
     let d = request(t, r#"{"id":5,"op":"snapshot_diff","since":"a"}"#).unwrap();
@@ -818,12 +777,12 @@ fn diff_script<T: Target>(t: &mut T, write: &mut dyn FnMut(&mut T, u64, u8)) {
 
     // Blocks 1 and 2 rewritten, 3 trimmed, 10 written, and a run across
     // the boundary of the FTL queries (w - 1, w): one run in the reply.
-    write(t, 1, 2);
-    write(t, 2, 2);
+    t.put(1, 2);
+    t.put(2, 2);
     request(t, r#"{"op":"delete","ranges":[{"lba":3,"blocks":1}]}"#).unwrap();
-    write(t, 10, 2);
-    write(t, w - 1, 2);
-    write(t, w, 2);
+    t.put(10, 2);
+    t.put(w - 1, 2);
+    t.put(w, 2);
     let want = vec![(1, 3), (10, 1), (w - 1, 2)];
     let d = request(t, r#"{"op":"snapshot_diff","since":"a"}"#).unwrap();
     assert_eq!(runs_of(&d), want);
@@ -831,7 +790,7 @@ fn diff_script<T: Target>(t: &mut T, write: &mut dyn FnMut(&mut T, u64, u8)) {
     assert_eq!(d["next_lba"], Value::Null);
 
     request(t, r#"{"op":"snapshot_create","name":"b"}"#).unwrap();
-    write(t, 30, 3);
+    t.put(30, 3);
     for fields in [r#""since":"a","until":"b""#, r#""since":"b","until":"a""#] {
         let d = request(t, &format!(r#"{{"op":"snapshot_diff",{fields}}}"#)).unwrap();
         assert_eq!(runs_of(&d), want, "{fields}");
@@ -939,28 +898,9 @@ fn wide() -> FormatOptions {
 #[test]
 fn snapshot_diff_runs_on_a_driver_a_handle_and_an_inline_handle() {
     let mut d = Driver::format(sim(), &wide(), FtlConfig::default()).unwrap();
-    let bs = d.block_size();
-    diff_script(&mut d, &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap());
+    diff_script(&mut d);
     let dev = d.shutdown().unwrap();
-
-    let h = Handle::format(dev, &wide(), FtlConfig::default()).unwrap();
-    let mut t = h.clone();
-    diff_script(&mut t, &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap());
-    drop(t);
-    let dev = h.shutdown().unwrap();
-
-    let h = InlineHandle::new(Driver::format(dev, &wide(), FtlConfig::default()).unwrap());
-    let mut t = h.clone();
-    diff_script(&mut t, &mut |h, lba, b| {
-        h.call(zftl::core::Request::Write {
-            lba,
-            data: vec![b; bs],
-            fua: false,
-        })
-        .unwrap();
-    });
-    drop(t);
-    h.shutdown().unwrap();
+    on_handles(dev, &wide(), |t, _| diff_script(t), |t, _| diff_script(t));
 }
 
 #[test]
@@ -992,18 +932,13 @@ fn snapshot_diff_pages_a_fragmented_volume() {
 /// Fork requests on any target formatted with tags in band: a fork
 /// listed with its base and region, written at its offset without
 /// touching the snapshot or the volume, refusals typed, and a delete.
-fn fork_script<T: Target>(
-    t: &mut T,
-    write: &mut dyn FnMut(&mut T, u64, u8),
-    read: &mut dyn FnMut(&mut T, u64) -> Vec<u8>,
-    bs: usize,
-) {
+fn fork_script<T: Blocks>(t: &mut T, bs: usize) {
     let block = |b: u8| vec![b; bs];
-    write(t, 0, 1);
-    write(t, 1, 2);
+    t.put(0, 1);
+    t.put(1, 2);
     let s = request(t, r#"{"op":"snapshot_create","name":"base"}"#).unwrap();
     let base_id = s["snapshot"]["id"].as_u64().unwrap();
-    write(t, 0, 7); // the volume moves on
+    t.put(0, 7); // the volume moves on
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -1031,12 +966,12 @@ fn fork_script<T: Target>(
     }
 
     // The fork reads the snapshot, and its writes stay its own.
-    assert_eq!(read(t, at), block(1));
-    assert_eq!(read(t, at + 1), block(2));
-    write(t, at + 1, 5);
-    assert_eq!(read(t, at + 1), block(5));
-    assert_eq!(read(t, 1), block(2));
-    assert_eq!(read(t, 0), block(7));
+    assert_eq!(t.get(at), block(1));
+    assert_eq!(t.get(at + 1), block(2));
+    t.put(at + 1, 5);
+    assert_eq!(t.get(at + 1), block(5));
+    assert_eq!(t.get(1), block(2));
+    assert_eq!(t.get(0), block(7));
     let r = request(
         t,
         r#"{"op":"snapshot_read","name":"base","lba":0,"blocks":2}"#,
@@ -1096,49 +1031,8 @@ fn fork_script<T: Target>(
 fn fork_requests_run_on_a_driver_a_handle_and_an_inline_handle() {
     let mut d = Driver::format(sim(), &in_band(), FtlConfig::default()).unwrap();
     let bs = d.block_size();
-    fork_script(
-        &mut d,
-        &mut |d, lba, b| d.write(lba, &vec![b; bs]).unwrap(),
-        &mut |d, lba| d.read(lba, 1).unwrap(),
-        bs,
-    );
+    fork_script(&mut d, bs);
     let dev = d.shutdown().unwrap();
 
-    let h = Handle::format(dev, &in_band(), FtlConfig::default()).unwrap();
-    let mut t = h.clone();
-    fork_script(
-        &mut t,
-        &mut |h, lba, b| h.write(lba, &vec![b; bs]).unwrap(),
-        &mut |h, lba| h.read(lba, 1).unwrap(),
-        bs,
-    );
-    drop(t);
-    let dev = h.shutdown().unwrap();
-
-    let h = InlineHandle::new(Driver::format(dev, &in_band(), FtlConfig::default()).unwrap());
-    let mut t = h.clone();
-    fork_script(
-        &mut t,
-        &mut |h, lba, b| {
-            h.call(zftl::core::Request::Write {
-                lba,
-                data: vec![b; bs],
-                fua: false,
-            })
-            .unwrap();
-        },
-        &mut |h, lba| match h
-            .call(zftl::core::Request::Read {
-                lba,
-                block_count: 1,
-            })
-            .unwrap()
-        {
-            zftl::core::ReplyData::Read(d) => d,
-            other => panic!("{other:?}"),
-        },
-        bs,
-    );
-    drop(t);
-    h.shutdown().unwrap();
+    on_handles(dev, &in_band(), fork_script, fork_script);
 }

@@ -12,80 +12,19 @@
 #   tests/fork_cli.sh             # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10997 tests/fork_cli.sh
 #
-# Builds target/release/zftl if ZFTL is not given. Exit status 0 only if
-# every step passed; each step prints PASS or FAIL.
+# Builds target/release/zftl if ZFTL is not given; serves on a free port
+# of 127.0.0.1 unless PORT is given (tests/lib.sh). Each step prints PASS
+# or FAIL, the last line "=== summary: N passed, N failed"; exit status 0
+# only if every step passed.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PORT=${PORT:-10931}
-BASE_URI="nbd://127.0.0.1:$PORT"
-URI="$BASE_URI/zftl"
-FAILED=0
-PASSED=0
-
-say() { printf '\n=== %s\n' "$*"; }
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-die() { echo "fork_cli.sh: $*" >&2; exit 2; }
-
-# ----- the clients, from Debian packages -------------------------------------
-need=(nbdinfo nbdcopy qemu-io)
-missing=0
-for t in "${need[@]}"; do command -v "$t" >/dev/null || missing=1; done
-if [ "$missing" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "nbdcopy/nbdinfo/qemu-io are missing and installing them needs root"
-    say "installing libnbd-bin qemu-utils"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed"
-    apt-get install -y -qq libnbd-bin qemu-utils >/dev/null \
-        || die "apt-get install libnbd-bin qemu-utils failed"
-    for t in "${need[@]}"; do command -v "$t" >/dev/null || die "$t still missing after install"; done
-fi
-
-if [ -z "${ZFTL:-}" ]; then
-    say "building zftl (release)"
-    (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
-    ZFTL="$ROOT/target/release/zftl"
-fi
-[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
-
-WORK=$(mktemp -d /tmp/zftl-fork-cli.XXXXXX)
-SERVER_PID=
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-IMAGE="$WORK/dev.img"
-CTL="$IMAGE.control"
-# 512 MiB device (8 channels x 2 LUNs x 32 blocks x 256 pages of 4 KiB),
-# tags in OOB (the default).
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
-"$ZFTL" format --image "$IMAGE" >/dev/null || die "format failed"
-
-start_server() {
-    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" "$@" >>"$WORK/serve.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 1 600); do
-        if nbdinfo --size "$URI" >/dev/null 2>&1 \
-            && "$ZFTL" fork list --server "$CTL" >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.log"; die "server exited"; }
-        sleep 0.1
-    done
-    cat "$WORK/serve.log"
-    die "server did not come up on port $PORT with control socket $CTL"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID"
-    local rc=0
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
-    return "$rc"
-}
+need_tools "libnbd-bin qemu-utils" nbdinfo nbdcopy qemu-io
+# 512 MiB device, tags in OOB (the default); start_server waits for the
+# control socket too.
+make_image "$IMAGE" 32 format
+READY_PROBE=(fork list)
 
 MIB=$((1 << 20))
 DATA_MIB=16
@@ -115,13 +54,8 @@ head -c $((DATA_MIB * MIB)) /dev/urandom >"$WORK/in.bin"
 nbdcopy "$WORK/in.bin" "$URI" && pass "nbdcopy wrote $DATA_MIB MiB" || fail "nbdcopy in"
 "$ZFTL" snapshot create base --server "$CTL" >/dev/null && pass "zftl snapshot create base --server" \
     || fail "snapshot create"
-if qemu-io -f raw "$URI" -c "write -P 0x77 0 1M" -c "flush" >"$WORK/qio.txt" 2>&1 \
-    && ! grep -qiE "fail|error" "$WORK/qio.txt"; then
-    pass "qemu-io overwrote the live volume's first MiB"
-else
-    cat "$WORK/qio.txt"
-    fail "qemu-io overwrite"
-fi
+qemu_io_ok "qemu-io overwrote the live volume's first MiB" "$URI" \
+    -c "write -P 0x77 0 1M" -c "flush"
 # What the live volume holds now.
 cp "$WORK/in.bin" "$WORK/live.bin"
 head -c "$MIB" /dev/zero | tr '\0' '\167' | dd of="$WORK/live.bin" conv=notrunc status=none
@@ -152,14 +86,9 @@ fi
 reads_as "$BASE_URI/dev" "$WORK/in.bin" "the fork reads as the snapshot holds the volume"
 
 say "qemu-io writes to the fork; the snapshot and the live volume do not change"
-if qemu-io -f raw "$BASE_URI/dev" -c "write -P 0x33 2M 1M" -c "write -P 0x44 8389120 512" -c "flush" \
-        -c "read -P 0x33 2M 1M" -c "read -P 0x44 8389120 512" >"$WORK/qio.txt" 2>&1 \
-    && ! grep -qiE "fail|error|mismatch" "$WORK/qio.txt"; then
-    pass "qemu-io wrote 1 MiB and a 512-byte sector to the fork and read them back"
-else
-    cat "$WORK/qio.txt"
-    fail "qemu-io on the fork"
-fi
+qemu_io_ok "qemu-io wrote 1 MiB and a 512-byte sector to the fork and read them back" "$BASE_URI/dev" \
+    -c "write -P 0x33 2M 1M" -c "write -P 0x44 8389120 512" -c "flush" \
+    -c "read -P 0x33 2M 1M" -c "read -P 0x44 8389120 512"
 cp "$WORK/in.bin" "$WORK/fork.bin"
 head -c "$MIB" /dev/zero | tr '\0' '\063' | dd of="$WORK/fork.bin" bs=1M seek=2 conv=notrunc status=none
 head -c 512 /dev/zero | tr '\0' '\104' \
@@ -176,15 +105,9 @@ else
 fi
 
 say "error cases"
-rc=0
-"$ZFTL" fork create nope x --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
-cat "$WORK/err.txt"
-if [ "$rc" = 1 ] && [ "$(wc -l <"$WORK/err.txt")" = 1 ] && [ ! -s "$WORK/err.out" ] \
-    && grep -q "^zftl: error: server $CTL: fork_create: .*no snapshot named \"nope\"" "$WORK/err.txt"; then
-    pass "a fork of an unknown snapshot: exit 1, one line naming it"
-else
-    fail "fork of an unknown snapshot (exit $rc)"
-fi
+refused 1 "a fork of an unknown snapshot: exit 1, one line naming it" \
+    "^zftl: error: server $CTL: fork_create: .*no snapshot named \"nope\"" \
+    fork create nope x --server "$CTL"
 rc=0
 "$ZFTL" snapshot delete base --server "$CTL" >/dev/null 2>"$WORK/err.txt" || rc=$?
 cat "$WORK/err.txt"
@@ -217,12 +140,6 @@ else
     cat "$WORK/final.json"
     fail "final list"
 fi
-if "$ZFTL" check --image "$IMAGE" >"$WORK/check.txt" 2>&1; then
-    pass "zftl check: clean"
-else
-    tail -20 "$WORK/check.txt"
-    fail "zftl check"
-fi
+check_image
 
-say "summary: $PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+finish

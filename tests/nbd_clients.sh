@@ -13,74 +13,17 @@
 #   tests/nbd_clients.sh            # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10999 tests/nbd_clients.sh
 #
-# Builds target/release/zftl if ZFTL is not given. Exit status 0 only if
-# every step passed; each step prints PASS or FAIL.
+# Builds target/release/zftl if ZFTL is not given; serves on a free port
+# of 127.0.0.1 unless PORT is given (tests/lib.sh). Each step prints PASS
+# or FAIL, the last line "=== summary: N passed, N failed"; exit status 0
+# only if every step passed.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PORT=${PORT:-10909}
-URI="nbd://127.0.0.1:$PORT/zftl"
-FAILED=0
-PASSED=0
-
-say() { printf '\n=== %s\n' "$*"; }
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-die() { echo "nbd_clients.sh: $*" >&2; exit 2; }
-
-# ----- the clients, from Debian packages -------------------------------------
-need=(nbdinfo nbdcopy qemu-io fio nbdkit)
-missing=0
-for t in "${need[@]}"; do command -v "$t" >/dev/null || missing=1; done
-if [ "$missing" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "the NBD clients are missing and installing them needs root"
-    say "installing libnbd-bin qemu-utils fio nbdkit"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed"
-    apt-get install -y -qq libnbd-bin qemu-utils fio nbdkit >/dev/null \
-        || die "apt-get install libnbd-bin qemu-utils fio nbdkit failed"
-    for t in "${need[@]}"; do command -v "$t" >/dev/null || die "$t still missing after install"; done
-fi
-
-# ----- the server ------------------------------------------------------------
-if [ -z "${ZFTL:-}" ]; then
-    say "building zftl (release)"
-    (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
-    ZFTL="$ROOT/target/release/zftl"
-fi
-[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
-
-WORK=$(mktemp -d /tmp/zftl-nbd-clients.XXXXXX)
-SERVER_PID=
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-IMAGE="$WORK/dev.img"
-# 512 MiB device (8 channels x 2 LUNs x 32 blocks x 256 pages of 4 KiB).
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
-
-start_server() {
-    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >>"$WORK/serve.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 1 600); do
-        if nbdinfo --size "$URI" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.log"; die "server exited"; }
-        sleep 0.1
-    done
-    cat "$WORK/serve.log"
-    die "server did not come up on port $PORT"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID"
-    local rc=0
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
-    return "$rc"
-}
+need_tools "libnbd-bin qemu-utils fio nbdkit" nbdinfo nbdcopy qemu-io fio nbdkit
+# 512 MiB device.
+make_image "$IMAGE" 32
 
 start_server
 SIZE=$(nbdinfo --size "$URI")
@@ -96,7 +39,7 @@ for want in "can_flush: true" "can_fua: true" "can_trim: true" "can_zero: true" 
     grep -q "$want" "$WORK/info.txt" || { echo "missing: $want"; ok=0; }
 done
 [ "$ok" = 1 ] && pass "nbdinfo shows the negotiated features" || fail "nbdinfo features"
-if nbdinfo --list "nbd://127.0.0.1:$PORT" | tee "$WORK/list.txt" | grep -q 'export="zftl"'; then
+if nbdinfo --list "$BASE_URI" | tee "$WORK/list.txt" | grep -q 'export="zftl"'; then
     pass "nbdinfo --list lists the zftl export"
 else
     fail "nbdinfo --list"
@@ -115,43 +58,34 @@ fi
 
 # ----- qemu-io patterns ------------------------------------------------------
 say "qemu-io patterns"
-QIO=(qemu-io -f raw "$URI")
-if "${QIO[@]}" -c "write -P 0xab 100M 1M" -c "read -P 0xab 100M 1M" \
+# qio ARGS...: qemu-io on the export as it is served now.
+qio() { qemu-io -f raw "$URI" "$@"; }
+qemu_io_ok "qemu-io writes, reads, zeroes and discards patterns" "$URI" \
+    -c "write -P 0xab 100M 1M" -c "read -P 0xab 100M 1M" \
     -c "write -P 0xcd -f 101M 64k" -c "read -P 0xcd 101M 64k" \
     -c "write -z 100M 256k" -c "read -P 0 100M 256k" -c "read -P 0xab 105119744 768k" \
     -c "discard 102M 1M" -c "read -P 0 102M 1M" -c "flush" \
     -c "aio_write -P 0x11 110M 64k" -c "aio_write -P 0x22 111M 64k" -c "aio_flush" \
-    -c "read -P 0x11 110M 64k" -c "read -P 0x22 111M 64k" >"$WORK/qio.txt" 2>&1 \
-    && ! grep -qiE "fail|error|mismatch" "$WORK/qio.txt"; then
-    pass "qemu-io writes, reads, zeroes and discards patterns"
-else
-    cat "$WORK/qio.txt"
-    fail "qemu-io patterns"
-fi
+    -c "read -P 0x11 110M 64k" -c "read -P 0x22 111M 64k"
 # qemu aligns a 4097-byte read to the advertised 512-byte minimum block
 # size itself; the server's own EINVAL for requests not aligned to 512 is
 # covered by the Rust tests (crates/nbd-frontend/tests/nbd_sectors.rs).
-if "${QIO[@]}" -c "read 0 4097" 2>&1 | grep -q "read 4097/4097 bytes"; then
+if qio -c "read 0 4097" 2>&1 | grep -q "read 4097/4097 bytes"; then
     pass "qemu-io: an unaligned 4097-byte read works (qemu aligns it to the advertised block size)"
 else
     fail "qemu-io unaligned read"
 fi
 # 512-byte sectors inside and across 4 KiB blocks, their neighbours intact.
 S=$((112 << 20))
-if "${QIO[@]}" -c "write -P 0x61 $S 16k" -c "write -P 0x62 $((S + 512)) 512" \
+qemu_io_ok "qemu-io: 512-byte writes, zeroes and discards inside and across 4 KiB blocks" "$URI" \
+    -c "write -P 0x61 $S 16k" -c "write -P 0x62 $((S + 512)) 512" \
     -c "write -P 0x63 $((S + 3584)) 1024" -c "write -z $((S + 8192 + 1536)) 512" \
     -c "discard $((S + 12288 + 512)) 3072" -c "flush" \
     -c "read -P 0x61 $S 512" -c "read -P 0x62 $((S + 512)) 512" \
     -c "read -P 0x61 $((S + 1024)) 2560" -c "read -P 0x63 $((S + 3584)) 1024" \
     -c "read -P 0x61 $((S + 4608)) 5120" -c "read -P 0 $((S + 9728)) 512" \
     -c "read -P 0x61 $((S + 10240)) 2560" -c "read -P 0 $((S + 12800)) 3072" \
-    -c "read -P 0x61 $((S + 15872)) 512" >"$WORK/qio512.txt" 2>&1 \
-    && ! grep -qiE "fail|error|mismatch" "$WORK/qio512.txt"; then
-    pass "qemu-io: 512-byte writes, zeroes and discards inside and across 4 KiB blocks"
-else
-    cat "$WORK/qio512.txt"
-    fail "qemu-io 512-byte sectors"
-fi
+    -c "read -P 0x61 $((S + 15872)) 512"
 
 # ----- fio nbd engine, verify=crc32c ------------------------------------------
 say "fio nbd engine"
@@ -190,15 +124,10 @@ say "block status (base:allocation): holes after discard"
 # without unmap (qemu sends NO_HOLE: written as data) and 64k at 123.5M
 # zeroed with unmap (a hole).
 Z_DATA=$((123 << 20)) Z_HOLE=$(((123 << 20) + (512 << 10)))
-if "${QIO[@]}" -c "write -P 0x5a 120M 4M" -c "discard 121M 1M" \
+qemu_io_ok "qemu-io writes, discards and zeroes 120M..124M" "$URI" \
+    -c "write -P 0x5a 120M 4M" -c "discard 121M 1M" \
     -c "write -z $Z_DATA 64k" -c "write -z -u $Z_HOLE 64k" \
-    -c "read -P 0 121M 1M" -c "read -P 0x5a 122M 1M" -c "read -P 0 $Z_HOLE 64k" \
-    >"$WORK/qio-map.txt" 2>&1 && ! grep -qiE "fail|error|mismatch" "$WORK/qio-map.txt"; then
-    pass "qemu-io writes, discards and zeroes 120M..124M"
-else
-    cat "$WORK/qio-map.txt"
-    fail "qemu-io before the map"
-fi
+    -c "read -P 0 121M 1M" -c "read -P 0x5a 122M 1M" -c "read -P 0 $Z_HOLE 64k"
 # covered FILE START END TYPE: lines "offset length type description" of
 # type TYPE cover [START, END) (nbdinfo --map lists extents in order).
 covered() {
@@ -251,8 +180,7 @@ stop_server || fail "second SIGTERM"
 say "snapshot views (nbdcopy from zftl@before)"
 # Snapshots need tags in band: a second, smaller image formatted so.
 IMAGE="$WORK/snap.img"
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 8 >/dev/null || die "sim create (snapshots) failed"
-"$ZFTL" format --image "$IMAGE" --tag-placement in-band >/dev/null || die "format --tag-placement in-band failed"
+make_image "$IMAGE" 8 format --tag-placement in-band
 start_server
 SNAP_BYTES=$((16 << 20))
 head -c $SNAP_BYTES /dev/urandom >"$WORK/before.bin"
@@ -265,7 +193,7 @@ if nbdcopy "$WORK/before.bin" "$URI" \
 else
     fail "write, zftl snapshot create --server, overwrite"
 fi
-if nbdinfo --list "nbd://127.0.0.1:$PORT" | tee "$WORK/snaplist.txt" | grep -q 'export="zftl@before"'; then
+if nbdinfo --list "$BASE_URI" | tee "$WORK/snaplist.txt" | grep -q 'export="zftl@before"'; then
     pass "nbdinfo --list lists the view zftl@before"
 else
     cat "$WORK/snaplist.txt"
@@ -306,7 +234,7 @@ M=$((1 << 20))
 # at 20 MiB (never written before), and 1 MiB at 30 MiB written then
 # discarded (never written before either: unchanged).
 if "$ZFTL" snapshot create base --server "$IMAGE.control" >/dev/null \
-    && "${QIO[@]}" -c "write -P 0x31 $((2 * M)) 1M" -c "write -P 0x32 $((9 * M)) 64k" \
+    && qio -c "write -P 0x31 $((2 * M)) 1M" -c "write -P 0x32 $((9 * M)) 64k" \
         -c "write -P 0x33 $((12 * M + 512)) 512" -c "write -P 0x34 $((20 * M)) 128k" \
         -c "write -P 0x35 $((30 * M)) 1M" -c "discard $((30 * M)) 1M" >"$WORK/qio-changed.txt" 2>&1 \
     && ! grep -qiE "fail|error|mismatch" "$WORK/qio-changed.txt"; then
@@ -369,7 +297,7 @@ fi
 
 if "$ZFTL" snapshot delete before --server "$IMAGE.control" >/dev/null \
     && ! nbdinfo "$VIEW" >"$WORK/gone.txt" 2>&1 \
-    && ! nbdinfo --list "nbd://127.0.0.1:$PORT" | grep -q 'zftl@before'; then
+    && ! nbdinfo --list "$BASE_URI" | grep -q 'zftl@before'; then
     pass "after zftl snapshot delete the view is gone ($(head -c 120 "$WORK/gone.txt" | tr '\n' ' '))"
 else
     cat "$WORK/gone.txt"
@@ -377,5 +305,4 @@ else
 fi
 stop_server || fail "SIGTERM (snapshot image)"
 
-say "summary: $PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+finish

@@ -19,46 +19,35 @@
 #   tests/nbd_fs.sh                        # as root (mount, loop, FUSE)
 #   ZFTL=path/to/zftl PORT=10998 tests/nbd_fs.sh
 #
-# Installs libnbd-bin (nbdfuse, nbdinfo) and e2fsprogs with apt-get when
-# they are missing. Uses $ZFTL, default target/release/zftl (built if
-# absent). The last line is "N passed, N failed"; exit status 0 only if
-# nothing failed.
+# Installs libnbd-bin (nbdfuse, nbdinfo), e2fsprogs and fuse3 with apt-get
+# when they are missing. Builds target/release/zftl if ZFTL is not given;
+# serves on a free port of 127.0.0.1 unless PORT is given (tests/lib.sh).
+# The last line is "=== summary: N passed, N failed"; exit status 0 only
+# if nothing failed.
 set -euo pipefail
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PASSED=0
-FAILED=0
-WORK=
-SERVER_PID=
 FUSE_PID=
-MNT=
-FUSEDIR=
+MNT="$WORK/mnt"
+FUSEDIR="$WORK/fuse"
+DISK="$FUSEDIR/disk"
 SNAP_FUSE_PID=
-SNAPMNT=
-SNAPDIR=
+SNAPMNT="$WORK/snapmnt"
+SNAPDIR="$WORK/snapfuse"
 WRITER_PID=
 
-say() { printf '\n=== %s\n' "$*"; }
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-die() {
-    echo "nbd_fs.sh: fatal: $*" >&2
-    FAILED=$((FAILED + 1))
-    exit 2
-}
-
-# ----- cleanup: mounts first (innermost first), then processes ----------------
-cleanup() {
-    local rc=$?
-    set +e
+# At exit, before the server is killed: the mounts (innermost first),
+# then the processes.
+cleanup_extra() {
     if [ -n "$WRITER_PID" ]; then
         kill -TERM "$WRITER_PID" 2>/dev/null
         wait "$WRITER_PID" 2>/dev/null
     fi
-    [ -n "$MNT" ] && fsfreeze -u "$MNT" 2>/dev/null
+    fsfreeze -u "$MNT" 2>/dev/null
     local m
     for m in "$SNAPMNT" "$MNT" "$SNAPDIR" "$FUSEDIR"; do
-        if [ -n "$m" ] && mountpoint -q "$m" 2>/dev/null; then
+        if mountpoint -q "$m" 2>/dev/null; then
             timeout 30 umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
         fi
     done
@@ -68,143 +57,23 @@ cleanup() {
             wait "$m" 2>/dev/null
         fi
     done
-    if [ -n "$SERVER_PID" ]; then
-        kill -KILL "$SERVER_PID" 2>/dev/null
-        wait "$SERVER_PID" 2>/dev/null
-    fi
-    if [ -n "$WORK" ] && [ -d "$WORK" ]; then
-        if [ "$rc" != 0 ] || [ "$FAILED" != 0 ]; then
-            echo "--- last lines of the last server's log"
-            tail -n 30 "$WORK/serve.try.log" 2>/dev/null
-        fi
-        # Never rm -rf through a mount that could not be taken down.
-        if ! grep -q " $WORK/" /proc/mounts; then rm -rf "$WORK"; fi
-    fi
-    if [ "$rc" != 0 ] && [ "$FAILED" = 0 ]; then
-        echo "nbd_fs.sh: aborted (exit status $rc)" >&2
-        FAILED=1
-    fi
-    echo
-    echo "$PASSED passed, $FAILED failed"
-    if [ "$FAILED" != 0 ] && [ "$rc" = 0 ]; then rc=1; fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # ----- tools, from Debian packages --------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (mount, loop devices, FUSE)"
-need=(nbdfuse nbdinfo mkfs.ext4 e2fsck dumpe2fs sha256sum mountpoint timeout fsfreeze)
-missing=()
-for t in "${need[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
-if [ "${#missing[@]}" != 0 ]; then
-    say "installing libnbd-bin e2fsprogs fuse3 (missing: ${missing[*]})"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed"
-    apt-get install -y -qq libnbd-bin e2fsprogs fuse3 >/dev/null \
-        || die "apt-get install libnbd-bin e2fsprogs fuse3 failed"
-    for t in "${need[@]}"; do
-        command -v "$t" >/dev/null || die "$t still missing after apt-get install"
-    done
-fi
+need_tools "libnbd-bin e2fsprogs fuse3" \
+    nbdfuse nbdinfo mkfs.ext4 e2fsck dumpe2fs sha256sum mountpoint timeout fsfreeze
 [ -e /dev/fuse ] || die "/dev/fuse is missing: FUSE is not available on this machine"
 
-# ----- the server binary ------------------------------------------------------
-if [ -z "${ZFTL:-}" ]; then
-    ZFTL="$ROOT/target/release/zftl"
-    if [ ! -x "$ZFTL" ]; then
-        say "building zftl (release)"
-        (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
-    fi
-fi
-[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
-
-WORK=$(mktemp -d /tmp/zftl-nbd-fs.XXXXXX)
-MNT="$WORK/mnt"
-FUSEDIR="$WORK/fuse"
-DISK="$FUSEDIR/disk"
-SNAPMNT="$WORK/snapmnt"
-SNAPDIR="$WORK/snapfuse"
-IMAGE="$WORK/img"
-CTL="$IMAGE.control"
 mkdir -p "$MNT" "$FUSEDIR" "$SNAPMNT" "$SNAPDIR"
-
-# A free port on 127.0.0.1, below the kernel's ephemeral range (so no
-# outgoing connection holds it), that no socket uses now. A server that
-# still loses a race for it is restarted on another port (start_server).
-port_free() {
-    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 1
-    if command -v ss >/dev/null; then
-        [ -z "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ] || return 1
-    fi
-}
-FIXED_PORT=${PORT:-}
-pick_port() {
-    if [ -n "$FIXED_PORT" ]; then PORT=$FIXED_PORT; return 0; fi
-    local lo p
-    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-    [ "$lo" -gt 11000 ] || lo=32768
-    for _ in $(seq 1 200); do
-        p=$((10000 + RANDOM % (lo - 10000)))
-        if port_free "$p"; then PORT=$p; return 0; fi
-    done
-    die "no free port found"
-}
-pick_port
-URI="nbd://127.0.0.1:$PORT"
 echo "zftl: $ZFTL; work dir: $WORK"
 
 # 1 GiB simulated device (8 channels x 2 LUNs x 64 blocks x 256 pages of 4 KiB).
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 64 >/dev/null || die "zftl sim create failed"
+make_image "$IMAGE" 64
 
-# The phase-1 server also logs each request that covers part of a 4 KiB
-# block (a read-modify-write), at trace level: they are counted.
+# The phase-1 and phase-4 servers also log each request that covers part
+# of a 4 KiB block (a read-modify-write), at trace level: they are counted.
 SERVE_LOG=info
-start_server() {
-    local attempt
-    for attempt in 1 2 3 4 5; do
-        port_free "$PORT" || pick_port
-        URI="nbd://127.0.0.1:$PORT"
-        : >"$WORK/serve.try.log"
-        RUST_LOG=$SERVE_LOG "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >"$WORK/serve.try.log" 2>&1 &
-        SERVER_PID=$!
-        for _ in $(seq 1 600); do
-            if nbdinfo --size "$URI" >/dev/null 2>&1; then
-                cat "$WORK/serve.try.log" >>"$WORK/serve.log"
-                echo "zftl serve (pid $SERVER_PID) on $URI"
-                return 0
-            fi
-            kill -0 "$SERVER_PID" 2>/dev/null || break
-            sleep 0.1
-        done
-        cat "$WORK/serve.try.log" >>"$WORK/serve.log"
-        if kill -0 "$SERVER_PID" 2>/dev/null; then die "zftl serve did not come up on port $PORT"; fi
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=
-        if grep -q "Address already in use" "$WORK/serve.try.log" && [ -z "$FIXED_PORT" ]; then
-            echo "port $PORT was taken: trying another one"
-            pick_port
-            continue
-        fi
-        die "zftl serve exited at start"
-    done
-    die "zftl serve could not get a port"
-}
-
-# SIGTERM: drain, flush, checkpoint; exit status 0 expected.
-stop_server() {
-    local rc=0
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
-    return "$rc"
-}
-
-kill9_server() {
-    kill -KILL "$SERVER_PID"
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-}
 
 # nbdfuse exposes the export as $DISK. It passes the kernel's requests
 # through as they come (mkfs.ext4 writes 1 KiB at offset 1 KiB, the loop
@@ -214,7 +83,7 @@ kill9_server() {
 # FLUSH. `attach_snapshot NAME` exposes the read-only export zftl@NAME as
 # $SNAPDIR/disk the same way (nbdfuse -r).
 attach() { attach_at "$FUSEDIR" FUSE_PID "$URI"; }
-attach_snapshot() { attach_at "$SNAPDIR" SNAP_FUSE_PID "$URI/zftl@$1" -r; }
+attach_snapshot() { attach_at "$SNAPDIR" SNAP_FUSE_PID "$BASE_URI/zftl@$1" -r; }
 attach_at() {
     local dir=$1 pidvar=$2 uri=$3 pid up=0
     shift 3
@@ -460,3 +329,4 @@ if umount_fs; then pass "unmount (1 KiB blocks)"; else die "umount failed"; fi
 if fsck_clean; then pass "e2fsck -fn clean after kill -9 (1 KiB blocks)"; else fail "e2fsck -fn after kill -9 (1 KiB blocks)"; fi
 detach
 if stop_server; then pass "zftl serve exits 0 on SIGTERM at the end"; else fail "final SIGTERM"; fi
+finish

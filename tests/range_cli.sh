@@ -10,77 +10,18 @@
 #   tests/range_cli.sh             # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10999 tests/range_cli.sh
 #
-# Builds target/release/zftl if ZFTL is not given. Exit status 0 only if
-# every step passed; each step prints PASS or FAIL.
+# Builds target/release/zftl if ZFTL is not given; serves on a free port
+# of 127.0.0.1 unless PORT is given (tests/lib.sh). Each step prints PASS
+# or FAIL, the last line "=== summary: N passed, N failed"; exit status 0
+# only if every step passed.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PORT=${PORT:-10919}
-URI="nbd://127.0.0.1:$PORT/zftl"
-FAILED=0
-PASSED=0
-
-say() { printf '\n=== %s\n' "$*"; }
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-die() { echo "range_cli.sh: $*" >&2; exit 2; }
-
-# ----- the clients, from Debian packages -------------------------------------
-need=(nbdinfo nbdcopy qemu-io)
-missing=0
-for t in "${need[@]}"; do command -v "$t" >/dev/null || missing=1; done
-if [ "$missing" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "nbdcopy/nbdinfo/qemu-io are missing and installing them needs root"
-    say "installing libnbd-bin qemu-utils"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed"
-    apt-get install -y -qq libnbd-bin qemu-utils >/dev/null \
-        || die "apt-get install libnbd-bin qemu-utils failed"
-    for t in "${need[@]}"; do command -v "$t" >/dev/null || die "$t still missing after install"; done
-fi
-
-if [ -z "${ZFTL:-}" ]; then
-    say "building zftl (release)"
-    (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
-    ZFTL="$ROOT/target/release/zftl"
-fi
-[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
-
-WORK=$(mktemp -d /tmp/zftl-range-cli.XXXXXX)
-SERVER_PID=
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-IMAGE="$WORK/dev.img"
-CTL="$IMAGE.control"
-# 512 MiB device (8 channels x 2 LUNs x 32 blocks x 256 pages of 4 KiB).
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
-
-start_server() {
-    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" >>"$WORK/serve.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 1 600); do
-        if nbdinfo --size "$URI" >/dev/null 2>&1 \
-            && "$ZFTL" range attrs --server "$CTL" >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.log"; die "server exited"; }
-        sleep 0.1
-    done
-    cat "$WORK/serve.log"
-    die "server did not come up on port $PORT with control socket $CTL"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID"
-    local rc=0
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
-    return "$rc"
-}
+need_tools "libnbd-bin qemu-utils" nbdinfo nbdcopy qemu-io
+# 512 MiB device; start_server waits for the control socket too.
+make_image "$IMAGE" 32
+READY_PROBE=(range attrs)
 
 BS=4096
 MIB=$((1 << 20))
@@ -127,13 +68,8 @@ else
     fail "zftl range clone --server"
 fi
 # Break the sharing on the source side only, and delete a MiB of it.
-if qemu-io -f raw "$URI" -c "write -P 0x77 0 1M" -c "flush" >"$WORK/qio.txt" 2>&1 \
-    && ! grep -qiE "fail|error" "$WORK/qio.txt"; then
-    pass "qemu-io overwrote the source's first MiB"
-else
-    cat "$WORK/qio.txt"
-    fail "qemu-io overwrite"
-fi
+qemu_io_ok "qemu-io overwrote the source's first MiB" "$URI" \
+    -c "write -P 0x77 0 1M" -c "flush"
 if "$ZFTL" range delete "$DEL:256" --server "$CTL" >/dev/null; then
     pass "zftl range delete $DEL:256 --server"
 else
@@ -143,15 +79,9 @@ check "live"
 
 say "error case: a clone into an immutable range"
 "$ZFTL" range attr immutable "$DST:$BLOCKS" --server "$CTL" >/dev/null || fail "attr immutable"
-rc=0
-"$ZFTL" range clone "$SRC:$((DST + 10)):1" --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
-cat "$WORK/err.txt"
-if [ "$rc" = 1 ] && [ "$(wc -l <"$WORK/err.txt")" = 1 ] && [ ! -s "$WORK/err.out" ] \
-    && grep -q "^zftl: error: server $CTL: clone: block $((DST + 10)) is in an immutable range" "$WORK/err.txt"; then
-    pass "clone into an immutable range: exit 1, one line naming the block"
-else
-    fail "clone into an immutable range (exit $rc)"
-fi
+refused 1 "clone into an immutable range: exit 1, one line naming the block" \
+    "^zftl: error: server $CTL: clone: block $((DST + 10)) is in an immutable range" \
+    range clone "$SRC:$((DST + 10)):1" --server "$CTL"
 if qemu-io -f raw "$URI" -c "write -P 0x55 $((DST * BS)) 4k" >"$WORK/qio-imm.txt" 2>&1; then :; fi
 if grep -qi "Operation not permitted" "$WORK/qio-imm.txt"; then
     pass "an NBD write into the immutable range fails with EPERM"
@@ -174,9 +104,7 @@ fi
 say "kill -9 and restart"
 # One more acknowledged operation since the last checkpoint: a second clone.
 "$ZFTL" range clone "$SRC:$((DST + BLOCKS)):256" --server "$CTL" >/dev/null || fail "second clone"
-kill -KILL "$SERVER_PID"
-wait "$SERVER_PID" 2>/dev/null
-SERVER_PID=
+kill9_server
 [ -S "$CTL" ] && pass "kill -9 leaves a stale control socket" || fail "no stale socket after kill -9"
 start_server
 pass "the restart replaced the stale control socket"
@@ -188,5 +116,4 @@ else
 fi
 stop_server || fail "final SIGTERM"
 
-say "summary: $PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+finish

@@ -16,80 +16,19 @@
 #   tests/snapshot_cli.sh             # as root: installs the clients with apt-get
 #   ZFTL=path/to/zftl PORT=10998 tests/snapshot_cli.sh
 #
-# Builds target/release/zftl if ZFTL is not given. Exit status 0 only if
-# every step passed; each step prints PASS or FAIL.
+# Builds target/release/zftl if ZFTL is not given; serves on a free port
+# of 127.0.0.1 unless PORT is given (tests/lib.sh). Each step prints PASS
+# or FAIL, the last line "=== summary: N passed, N failed"; exit status 0
+# only if every step passed.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PORT=${PORT:-10929}
-URI="nbd://127.0.0.1:$PORT/zftl"
-FAILED=0
-PASSED=0
-
-say() { printf '\n=== %s\n' "$*"; }
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-die() { echo "snapshot_cli.sh: $*" >&2; exit 2; }
-
-# ----- the clients, from Debian packages -------------------------------------
-need=(nbdinfo nbdcopy qemu-io)
-missing=0
-for t in "${need[@]}"; do command -v "$t" >/dev/null || missing=1; done
-if [ "$missing" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "nbdcopy/nbdinfo/qemu-io are missing and installing them needs root"
-    say "installing libnbd-bin qemu-utils"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "apt-get update failed"
-    apt-get install -y -qq libnbd-bin qemu-utils >/dev/null \
-        || die "apt-get install libnbd-bin qemu-utils failed"
-    for t in "${need[@]}"; do command -v "$t" >/dev/null || die "$t still missing after install"; done
-fi
-
-if [ -z "${ZFTL:-}" ]; then
-    say "building zftl (release)"
-    (cd "$ROOT" && cargo build --release -q -p zftl-cli) || die "cargo build failed"
-    ZFTL="$ROOT/target/release/zftl"
-fi
-[ -x "$ZFTL" ] || die "no zftl binary at $ZFTL"
-
-WORK=$(mktemp -d /tmp/zftl-snapshot-cli.XXXXXX)
-SERVER_PID=
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-IMAGE="$WORK/dev.img"
-CTL="$IMAGE.control"
-# 512 MiB device (8 channels x 2 LUNs x 32 blocks x 256 pages of 4 KiB),
-# tags in OOB (the default).
-"$ZFTL" sim create "$IMAGE" --blocks-per-lun 32 >/dev/null || die "sim create failed"
-"$ZFTL" format --image "$IMAGE" >/dev/null || die "format failed"
-
-# start_server [FLAGS...]: zftl serve on the image with these extra flags.
-start_server() {
-    "$ZFTL" serve --image "$IMAGE" --listen "127.0.0.1:$PORT" "$@" >>"$WORK/serve.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 1 600); do
-        if nbdinfo --size "$URI" >/dev/null 2>&1 \
-            && "$ZFTL" snapshot list --server "$CTL" >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.log"; die "server exited"; }
-        sleep 0.1
-    done
-    cat "$WORK/serve.log"
-    die "server did not come up on port $PORT with control socket $CTL"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID"
-    local rc=0
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
-    return "$rc"
-}
+need_tools "libnbd-bin qemu-utils" nbdinfo nbdcopy qemu-io
+# 512 MiB device, tags in OOB (the default); start_server [FLAGS...] waits
+# for the control socket too.
+make_image "$IMAGE" 32 format
+READY_PROBE=(snapshot list)
 
 BS=4096
 MIB=$((1 << 20))
@@ -161,13 +100,8 @@ else
     cat "$WORK/create.json"
     fail "zftl snapshot create --server"
 fi
-if qemu-io -f raw "$URI" -c "write -P 0x77 0 1M" -c "flush" >"$WORK/qio.txt" 2>&1 \
-    && ! grep -qiE "fail|error" "$WORK/qio.txt"; then
-    pass "qemu-io overwrote the first MiB"
-else
-    cat "$WORK/qio.txt"
-    fail "qemu-io overwrite"
-fi
+qemu_io_ok "qemu-io overwrote the first MiB" "$URI" \
+    -c "write -P 0x77 0 1M" -c "flush"
 "$ZFTL" range delete "$DEL:256" --server "$CTL" >/dev/null || fail "zftl range delete --server"
 live_is "live"
 snap_is first "$WORK/in.bin" "live"
@@ -183,24 +117,12 @@ else
 fi
 
 say "error cases: a name taken, an unknown name"
-rc=0
-"$ZFTL" snapshot create first --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
-cat "$WORK/err.txt"
-if [ "$rc" = 1 ] && [ "$(wc -l <"$WORK/err.txt")" = 1 ] && [ ! -s "$WORK/err.out" ] \
-    && grep -q "^zftl: error: server $CTL: snapshot_create: .*a snapshot named \"first\" exists" "$WORK/err.txt"; then
-    pass "a second snapshot named first: exit 1, one line naming it"
-else
-    fail "duplicate snapshot name (exit $rc)"
-fi
-rc=0
-"$ZFTL" snapshot diff first nope --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
-cat "$WORK/err.txt"
-if [ "$rc" = 1 ] && [ ! -s "$WORK/err.out" ] \
-    && grep -q "^zftl: error: server $CTL: snapshot_diff: .*no snapshot named \"nope\"" "$WORK/err.txt"; then
-    pass "a diff against an unknown snapshot: exit 1, one line naming it"
-else
-    fail "diff against an unknown snapshot (exit $rc)"
-fi
+refused 1 "a second snapshot named first: exit 1, one line naming it" \
+    "^zftl: error: server $CTL: snapshot_create: .*a snapshot named \"first\" exists" \
+    snapshot create first --server "$CTL"
+refused - "a diff against an unknown snapshot: exit 1, one line naming it" \
+    "^zftl: error: server $CTL: snapshot_diff: .*no snapshot named \"nope\"" \
+    snapshot diff first nope --server "$CTL"
 
 say "clean restart"
 if stop_server; then pass "zftl serve exits 0 on SIGTERM"; else fail "exit status on SIGTERM"; fi
@@ -216,9 +138,7 @@ say "kill -9 and restart"
 head -c $((DATA_MIB * MIB)) "$WORK/out.bin" >"$WORK/second16.bin"
 "$ZFTL" snapshot create second --server "$CTL" >/dev/null || fail "snapshot create second"
 qemu-io -f raw "$URI" -c "write -P 0x55 $((8 * MIB)) 1M" -c "flush" >/dev/null 2>&1 || fail "qemu-io 0x55"
-kill -KILL "$SERVER_PID"
-wait "$SERVER_PID" 2>/dev/null
-SERVER_PID=
+kill9_server
 start_server
 snap_is first "$WORK/in.bin" "after kill -9 and a restart"
 snap_is second "$WORK/second16.bin" "after kill -9 and a restart"
@@ -280,7 +200,7 @@ mib0_is() {
 if "$ZFTL" view --at "${POINTS[1]:-none}" --server "$CTL" --json >"$WORK/view.json"; then
     VIEW_URI=$(sed -n 's/^ *"uri": "\(.*\)",\{0,1\}$/\1/p' "$WORK/view.json")
     if grep -q "\"export\": \"zftl@@${POINTS[1]:-}\"" "$WORK/view.json" \
-        && [ "$VIEW_URI" = "nbd://127.0.0.1:$PORT/zftl@@${POINTS[1]:-}" ]; then
+        && [ "$VIEW_URI" = "$BASE_URI/zftl@@${POINTS[1]:-}" ]; then
         pass "zftl view --at ${POINTS[1]:-} names export zftl@@${POINTS[1]:-} and its URI"
     else
         cat "$WORK/view.json"
@@ -304,19 +224,11 @@ fi
 cat "$WORK/revert.txt"
 mib0_is "$URI" "$WORK/round1.bin" "after the revert to the first point, the live volume"
 UNDO=$(sed -n 's/^undo snapshot: *"\([^"]*\)".*/\1/p' "$WORK/revert.txt")
-mib0_is "nbd://127.0.0.1:$PORT/zftl@$UNDO" "$WORK/round4.bin" "the undo snapshot's view"
-rc=0
-"$ZFTL" revert --to -1d --server "$CTL" >"$WORK/err.out" 2>"$WORK/err.txt" || rc=$?
-cat "$WORK/err.txt"
-if [ "$rc" = 1 ] && [ ! -s "$WORK/err.out" ] \
-    && grep -q "^zftl: error: --to -1d: nothing reaches back to .*the oldest reachable time is " "$WORK/err.txt"; then
-    pass "a revert to a day ago: exit 1, naming the oldest reachable time"
-else
-    fail "revert --to -1d (exit $rc)"
-fi
-kill -KILL "$SERVER_PID"
-wait "$SERVER_PID" 2>/dev/null
-SERVER_PID=
+mib0_is "$BASE_URI/zftl@$UNDO" "$WORK/round4.bin" "the undo snapshot's view"
+refused - "a revert to a day ago: exit 1, naming the oldest reachable time" \
+    "^zftl: error: --to -1d: nothing reaches back to .*the oldest reachable time is " \
+    revert --to -1d --server "$CTL"
+kill9_server
 start_server --protect 10m
 mib0_is "$URI" "$WORK/round1.bin" "after kill -9 and a restart, the reverted volume"
 if "$ZFTL" revert --to "$UNDO" --server "$CTL" >/dev/null; then
@@ -334,7 +246,7 @@ else
     cat "$WORK/points2.txt"
     fail "points after kill -9 ($kept of ${#POINTS[@]})"
 fi
-mib0_is "nbd://127.0.0.1:$PORT/zftl@@${POINTS[0]:-}" "$WORK/round1.bin" "after kill -9, the first point's view"
+mib0_is "$BASE_URI/zftl@@${POINTS[0]:-}" "$WORK/round1.bin" "after kill -9, the first point's view"
 
 say "delete, then the image on its own"
 "$ZFTL" snapshot delete first --server "$CTL" >/dev/null && pass "zftl snapshot delete first --server" \
@@ -347,12 +259,6 @@ else
     cat "$WORK/final.json"
     fail "final list"
 fi
-if "$ZFTL" check --image "$IMAGE" >"$WORK/check.txt" 2>&1; then
-    pass "zftl check: clean"
-else
-    tail -20 "$WORK/check.txt"
-    fail "zftl check"
-fi
+check_image
 
-say "summary: $PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+finish

@@ -8,14 +8,15 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::{Served, START_WITHIN};
+
 const MAX_LINE_BYTES: usize = 1 << 20;
-/// How long a server gets to come up on a loaded machine.
-const START_WITHIN: Duration = Duration::from_secs(120);
 
 fn zftl(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zftl"))
@@ -24,107 +25,9 @@ fn zftl(args: &[&str]) -> Output {
         .expect("run zftl")
 }
 
+/// A small unformatted image (`zftl serve` formats it).
 fn small_image(dir: &Path) -> PathBuf {
-    let img = dir.join("c.img");
-    let out = zftl(&[
-        "sim",
-        "create",
-        img.to_str().unwrap(),
-        "--channels",
-        "2",
-        "--luns-per-channel",
-        "2",
-        "--blocks-per-lun",
-        "32",
-        "--pages-per-block",
-        "16",
-        "--zone-width",
-        "2",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    img
-}
-
-/// `zftl serve` on an image, with its NBD listener on a free port.
-struct Served {
-    child: Option<Child>,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Served {
-    fn start(image: &Path, extra: &[&str]) -> Served {
-        let log = image.with_extension(format!("log{}", std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_zftl"))
-            .args(["serve", "--image", image.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn zftl serve");
-        let mut socket = image.as_os_str().to_owned();
-        socket.push(".control");
-        let mut s = Served {
-            child: Some(child),
-            socket: PathBuf::from(socket),
-            log,
-        };
-        if let Some(i) = extra.iter().position(|a| *a == "--control") {
-            s.socket = PathBuf::from(extra[i + 1]);
-        }
-        s.wait_up();
-        s
-    }
-
-    fn wait_up(&mut self) {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(mut c) = Conn::open(&self.socket) {
-                if c.request(r#"{"id":0,"op":"ping"}"#)["ok"] == true {
-                    return;
-                }
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("zftl serve exited ({status}): {}", self.log_text());
-            }
-            assert!(t0.elapsed() < START_WITHIN, "not up: {}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM and the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        child.wait().unwrap()
-    }
-
-    /// SIGKILL, as a crash.
-    fn kill(mut self) {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    common::sim_image(dir, "c.img", "32", "16", &[])
 }
 
 /// A client connection.

@@ -6,72 +6,15 @@
 //! send the same control requests (`tests/fork_cli.sh` runs them against
 //! a live `zftl serve` with real NBD clients).
 
-use std::path::{Path, PathBuf};
-
-use serde_json::Value;
-use zftl_core::{Driver, FtlConfig};
-use zftl_sim::{RuntimeOptions, SimDevice};
-
 mod common;
-use common::{json, ok, refused, stdout, usage, zftl};
-
-/// A formatted image of 64 zones of 32 blocks (4 KiB); tags in band
-/// unless `oob`.
-fn image(dir: &Path, oob: bool) -> PathBuf {
-    let path = dir.join(if oob { "oob.img" } else { "band.img" });
-    let p = path.to_str().unwrap();
-    ok(zftl(
-        dir,
-        &[
-            "sim",
-            "create",
-            p,
-            "--channels",
-            "2",
-            "--luns-per-channel",
-            "2",
-            "--blocks-per-lun",
-            "32",
-            "--pages-per-block",
-            "16",
-            "--zone-width",
-            "2",
-            "--oob",
-            if oob { "64" } else { "16" },
-        ],
-    ));
-    let mut format = vec!["format", "--image", p];
-    if !oob {
-        format.extend(["--tag-placement", "in-band"]);
-    }
-    ok(zftl(dir, &format));
-    path
-}
-
-/// Mounts the image in this process, runs `f`, shuts down cleanly.
-fn with_volume<R>(path: &Path, f: impl FnOnce(&mut Driver<SimDevice>) -> R) -> R {
-    let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
-    let mut d = Driver::mount(dev, FtlConfig::default()).unwrap();
-    let r = f(&mut d);
-    d.shutdown().unwrap().sync().unwrap();
-    r
-}
-
-fn names(list: &Value) -> Vec<String> {
-    list["forks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap().to_string())
-        .collect()
-}
+use common::{json, names, ok, refused, stdout, tagged_image, usage, with_volume, zftl};
 
 #[test]
 fn fork_create_list_delete_on_an_image() {
     for oob in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path();
-        let path = image(home, oob);
+        let path = tagged_image(home, if oob { "oob.img" } else { "band.img" }, oob);
         let p = path.to_str().unwrap();
         let bs = with_volume(&path, |d| {
             let bs = d.block_size();
@@ -115,7 +58,7 @@ fn fork_create_list_delete_on_an_image() {
         });
 
         let list = json(zftl(home, &["fork", "list", "--image", p, "--json"]));
-        assert_eq!(names(&list), ["dev", "qa"]);
+        assert_eq!(names(&list, "forks"), ["dev", "qa"]);
         let text = stdout(&ok(zftl(home, &["fork", "list", "--image", p])));
         assert!(
             text.starts_with(&format!("forks on image {p}: 2\n")),
@@ -163,7 +106,7 @@ fn fork_create_list_delete_on_an_image() {
         let out = stdout(&ok(zftl(home, &["fork", "delete", "dev", "--image", p])));
         assert!(out.starts_with("fork \"dev\" deleted on image"), "{out}");
         let list = json(zftl(home, &["fork", "list", "--image", p, "--json"]));
-        assert_eq!(names(&list), ["qa"]);
+        assert_eq!(names(&list, "forks"), ["qa"]);
         ok(zftl(home, &["fork", "delete", "qa", "--image", p]));
         let text = stdout(&ok(zftl(home, &["fork", "list", "--image", p])));
         assert_eq!(text, format!("forks on image {p}: 0\n"));

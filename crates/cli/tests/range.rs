@@ -6,54 +6,21 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use zftl_core::{Driver, FtlConfig};
-use zftl_sim::{RuntimeOptions, SimDevice};
+use zftl_core::Driver;
+use zftl_sim::SimDevice;
 
 mod common;
-use common::{json, ok, refused, stdout, usage, zftl};
+use common::{blocks, formatted_image, json, ok, refused, stdout, usage, with_volume, zftl};
 
-/// A formatted image of 64 zones of 32 blocks (4 KiB, tags in OOB).
+/// A formatted image of 64 zones of 32 blocks (4 KiB, 16 bytes of OOB,
+/// the default tag placement).
 fn image(dir: &Path) -> PathBuf {
-    let path = dir.join("r.img");
-    let p = path.to_str().unwrap();
-    ok(zftl(
-        dir,
-        &[
-            "sim",
-            "create",
-            p,
-            "--channels",
-            "2",
-            "--luns-per-channel",
-            "2",
-            "--blocks-per-lun",
-            "32",
-            "--pages-per-block",
-            "16",
-            "--zone-width",
-            "2",
-            "--oob",
-            "16",
-        ],
-    ));
-    ok(zftl(dir, &["format", "--image", p]));
-    path
+    formatted_image(dir, "r.img", "16", &[]).0
 }
 
-/// Mounts the image in this process, runs `f`, shuts down cleanly.
-fn with_volume<R>(path: &Path, f: impl FnOnce(&mut Driver<SimDevice>) -> R) -> R {
-    let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
-    let mut d = Driver::mount(dev, FtlConfig::default()).unwrap();
-    let r = f(&mut d);
-    d.shutdown().unwrap().sync().unwrap();
-    r
-}
-
-/// Block `lba` holds `tag` in every byte.
+/// Block `lba + i` holds `tags[i]` in every byte.
 fn fill(d: &mut Driver<SimDevice>, lba: u64, tags: &[u8]) {
-    let bs = d.block_size();
-    let data: Vec<u8> = tags.iter().flat_map(|&t| vec![t; bs]).collect();
-    d.write(lba, &data).unwrap();
+    d.write(lba, &blocks(d.block_size(), tags)).unwrap();
 }
 
 /// The tag byte of each block from `lba` (0 for zeros), checking each

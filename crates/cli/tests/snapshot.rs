@@ -6,84 +6,22 @@
 //! library around the runs (protection-window points with a clock of the
 //! test's own) and over NBD.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use serde_json::Value;
 use zftl_core::{Driver, FtlConfig, ProtectWindow};
 use zftl_sim::{RuntimeOptions, SimDevice};
 
-/// How long a server gets to come up on a loaded machine.
-const START_WITHIN: Duration = Duration::from_secs(120);
-
 mod common;
-use common::{json, ok, refused, stdout, usage, zftl};
-
-/// A formatted image of 64 zones of 32 blocks (4 KiB); tags in band
-/// unless `oob`.
-fn image(dir: &Path, name: &str, oob: bool) -> PathBuf {
-    let path = dir.join(name);
-    let p = path.to_str().unwrap();
-    ok(zftl(
-        dir,
-        &[
-            "sim",
-            "create",
-            p,
-            "--channels",
-            "2",
-            "--luns-per-channel",
-            "2",
-            "--blocks-per-lun",
-            "32",
-            "--pages-per-block",
-            "16",
-            "--zone-width",
-            "2",
-            "--oob",
-            if oob { "64" } else { "16" },
-        ],
-    ));
-    let mut format = vec!["format", "--image", p];
-    if !oob {
-        format.extend(["--tag-placement", "in-band"]);
-    }
-    let out = ok(zftl(dir, &format));
-    let want = if oob { "oob" } else { "in-band" };
-    assert!(stdout(&out).contains(want), "{}", stdout(&out));
-    path
-}
-
-/// Mounts the image in this process, runs `f`, shuts down cleanly.
-fn with_volume<R>(path: &Path, f: impl FnOnce(&mut Driver<SimDevice>) -> R) -> R {
-    let dev = SimDevice::open_file(path, RuntimeOptions::default()).unwrap();
-    let mut d = Driver::mount(dev, FtlConfig::default()).unwrap();
-    let r = f(&mut d);
-    d.shutdown().unwrap().sync().unwrap();
-    r
-}
-
-/// `tags.len()` blocks from `lba`, block i holding `tags[i]` in every byte.
-fn blocks(bs: usize, tags: &[u8]) -> Vec<u8> {
-    tags.iter().flat_map(|&t| vec![t; bs]).collect()
-}
-
-fn names(list: &Value) -> Vec<String> {
-    list["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_string())
-        .collect()
-}
+use common::{
+    blocks, json, names, ok, refused, sim_image, stdout, tagged_image, usage, with_volume, zftl,
+    Served,
+};
 
 #[test]
 fn create_list_read_delete_on_an_image() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "s.img", false);
+    let img = tagged_image(dir.path(), "s.img", false);
     let p = img.to_str().unwrap();
     let bs = with_volume(&img, |d| {
         let bs = d.block_size();
@@ -134,7 +72,7 @@ fn create_list_read_delete_on_an_image() {
     ));
     assert_eq!(list["image"], p);
     assert_eq!(list["op"], "snapshots");
-    assert_eq!(names(&list), ["first", "second"]);
+    assert_eq!(names(&list, "snapshots"), ["first", "second"]);
     assert_eq!(&list["snapshots"][1], s);
     assert!(list["snapshots"][0]["id"].as_u64() < s["id"].as_u64());
     // The two blocks the volume replaced after "first" are kept for it.
@@ -252,7 +190,7 @@ fn create_list_read_delete_on_an_image() {
 #[test]
 fn reads_larger_than_one_request_are_split() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "big.img", false);
+    let img = tagged_image(dir.path(), "big.img", false);
     let p = img.to_str().unwrap();
     // 600 blocks of 4 KiB: more than one 1 MiB snapshot_read (256 blocks).
     let n = 600u64;
@@ -287,7 +225,7 @@ fn reads_larger_than_one_request_are_split() {
 #[test]
 fn errors_are_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "e.img", false);
+    let img = tagged_image(dir.path(), "e.img", false);
     let p = img.to_str().unwrap();
     ok(zftl(dir.path(), &["snapshot", "create", "a", "--image", p]));
 
@@ -359,10 +297,10 @@ fn errors_are_one_clear_line() {
         dir.path(),
         &["snapshot", "list", "--image", p, "--json"],
     ));
-    assert_eq!(names(&list), ["a"]);
+    assert_eq!(names(&list, "snapshots"), ["a"]);
 
     // A volume with tags in OOB takes snapshots too.
-    let oob = image(dir.path(), "oob.img", true);
+    let oob = tagged_image(dir.path(), "oob.img", true);
     let q = oob.to_str().unwrap();
     json(zftl(
         dir.path(),
@@ -372,7 +310,7 @@ fn errors_are_one_clear_line() {
         dir.path(),
         &["snapshot", "list", "--image", q, "--json"],
     ));
-    assert_eq!(names(&list), ["a"]);
+    assert_eq!(names(&list, "snapshots"), ["a"]);
     assert_eq!(list["snapshot_versions"], 0);
 }
 
@@ -389,7 +327,7 @@ fn runs(diff: &Value) -> Vec<(u64, u64)> {
 #[test]
 fn diff_on_an_image() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "d.img", false);
+    let img = tagged_image(dir.path(), "d.img", false);
     let p = img.to_str().unwrap();
     let diff = |args: &[&str]| {
         let mut all = vec!["snapshot", "diff"];
@@ -515,26 +453,8 @@ fn diff_of_more_runs_than_one_reply_holds() {
     // 33000 runs (every other block written after the snapshot): more than
     // one snapshot_diff reply lists (32768), so the CLI joins two pages.
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("wide.img");
+    let img = sim_image(dir.path(), "wide.img", "64", "256", &[]);
     let p = img.to_str().unwrap();
-    ok(zftl(
-        dir.path(),
-        &[
-            "sim",
-            "create",
-            p,
-            "--channels",
-            "2",
-            "--luns-per-channel",
-            "2",
-            "--blocks-per-lun",
-            "64",
-            "--pages-per-block",
-            "256",
-            "--zone-width",
-            "2",
-        ],
-    ));
     // Thin: more logical blocks than the media holds, of which half are
     // written.
     ok(zftl(
@@ -565,85 +485,10 @@ fn diff_of_more_runs_than_one_reply_holds() {
     );
 }
 
-/// `zftl serve` on an image, with its NBD listener on a free port.
-struct Served {
-    child: Option<Child>,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Served {
-    fn start(image: &Path, extra: &[&str]) -> Served {
-        let log = image.with_extension(format!("log{}", std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_zftl"))
-            .args(["serve", "--image", image.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn zftl serve");
-        let mut socket = image.as_os_str().to_owned();
-        socket.push(".control");
-        let s = Served {
-            child: Some(child),
-            socket: PathBuf::from(socket),
-            log,
-        };
-        s.wait_up()
-    }
-
-    fn wait_up(mut self) -> Served {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(s) = UnixStream::connect(&self.socket) {
-                s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-                let mut w = s.try_clone().unwrap();
-                w.write_all(b"{\"id\":0,\"op\":\"ping\"}\n").unwrap();
-                let mut line = String::new();
-                if BufReader::new(s).read_line(&mut line).is_ok() && line.contains("\"ok\":true") {
-                    return self;
-                }
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("zftl serve exited ({status}): {}", self.log_text());
-            }
-            assert!(t0.elapsed() < START_WITHIN, "not up: {}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM (a clean shutdown) and the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        child.wait().unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[test]
 fn through_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "srv.img", false);
+    let img = tagged_image(dir.path(), "srv.img", false);
     let p = img.to_str().unwrap();
     let bs = with_volume(&img, |d| {
         let bs = d.block_size();
@@ -681,7 +526,7 @@ fn through_a_running_server() {
         &["snapshot", "list", "--server", s, "--json"],
     ));
     assert_eq!(list["server"], s);
-    assert_eq!(names(&list), ["live"]);
+    assert_eq!(names(&list, "snapshots"), ["live"]);
     assert!(list["snapshot_versions"].as_u64().unwrap() >= 2, "{list}");
     let text = stdout(&ok(zftl(dir.path(), &["snapshot", "list", "--server", s])));
     assert!(
@@ -740,7 +585,7 @@ fn through_a_running_server() {
         dir.path(),
         &["snapshot", "list", "--image", p, "--json"],
     ));
-    assert_eq!(names(&list), ["kept"]);
+    assert_eq!(names(&list, "snapshots"), ["kept"]);
     with_volume(&img, |d| {
         assert_eq!(d.read(0, 3).unwrap(), blocks(bs, &[0, 0, 7]));
     });
@@ -761,7 +606,7 @@ fn through_a_running_server() {
         dir.path(),
         &["snapshot", "list", "--server", s, "--json"],
     ));
-    assert_eq!(names(&list), ["kept"]);
+    assert_eq!(names(&list, "snapshots"), ["kept"]);
     let out = dir.path().join("kept.bin");
     ok(zftl(
         dir.path(),
@@ -848,7 +693,7 @@ fn head(path: &Path) -> Vec<u8> {
 #[test]
 fn revert_on_an_image_by_time_name_and_seq() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "r.img", false);
+    let img = tagged_image(dir.path(), "r.img", false);
     let p = img.to_str().unwrap();
     let (_, seqs) = window_history(&img);
     let revert = |args: &[&str]| {
@@ -1011,7 +856,7 @@ fn nbd_read(uri: &str, name: &str, bytes: u32) -> Vec<u8> {
 #[test]
 fn revert_and_view_through_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "v.img", false);
+    let img = tagged_image(dir.path(), "v.img", false);
     let p = img.to_str().unwrap();
     let (bs, _) = window_history(&img);
     let three = 3 * bs as u32;
