@@ -950,6 +950,13 @@ impl Ftl {
         if self.closing.len() >= CLOSING_JOBS {
             return;
         }
+        // What a mount changed without a note (non-persistent ranges
+        // dropped after a crash) only its checkpoint records: a ZoneReset
+        // note before that commits would be replayed against shared
+        // entries the next mount's replay still holds.
+        if self.first_checkpoint_pending {
+            return;
+        }
         // A job is copied once its victim is read through and every block
         // read from it has been copied (its appends completed).
         let copied = |j: &GcJob| {
