@@ -6,8 +6,8 @@
 
 use zftl::core::fork::ForkError;
 use zftl::core::history::SnapshotError;
-use zftl::core::{Driver, Extent, FormatOptions, FtlConfig, IoError, TagPlacement};
-use zftl::sim::SimDevice;
+use zftl::core::{Driver, Extent, FormatOptions, FtlConfig, IoError, Request, TagPlacement};
+use zftl::sim::{SimConfig, SimDevice, Timing};
 
 mod common;
 use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
@@ -327,4 +327,118 @@ fn bad_fork_requests_get_typed_errors() {
         }
     }
     assert_eq!(ftl.forks().len(), n);
+}
+
+/// `Request::InFork` reaches its fork only while that fork lives: after a
+/// delete, and a new fork taking the same region, a request for the old
+/// one gets `NoSuchId` and leaves the new fork alone; so does a write that
+/// was waiting behind the delete when the new fork was created.
+#[test]
+fn requests_for_a_deleted_fork_never_reach_the_fork_that_takes_its_region() {
+    both_modes(|oob| {
+        // Timing on: the delete waits for the writes it drains in virtual
+        // time, so requests arrive while it is under way.
+        let cfg = SimConfig {
+            timing: Some(Timing::default()),
+            ..sim_config(oob)
+        };
+        let tag_placement = if oob {
+            TagPlacement::Auto
+        } else {
+            TagPlacement::InBand
+        };
+        let opts = FormatOptions {
+            tag_placement,
+            ..FormatOptions::default()
+        };
+        let dev = SimDevice::create_memory(cfg).unwrap();
+        let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+        let bs = ftl.block_size();
+        write_as(&mut ftl, 0, 0, 1);
+        ftl.snapshot_create("s").unwrap();
+        let a = ftl.fork_create("s", "a").unwrap();
+        let in_a = |request: Request| Request::InFork {
+            fork: a.id,
+            request: Box::new(request),
+        };
+        let write = |lba: u64, version: u32| Request::Write {
+            lba,
+            data: pattern(lba, version, bs),
+            fua: false,
+        };
+        ftl.call(in_a(write(a.lba_offset + 1, 2))).unwrap();
+        assert_eq!(
+            holds(&mut ftl, a.lba_offset + 1),
+            Some((a.lba_offset + 1, 2))
+        );
+        // Outside its region, and requests that are not block I/O.
+        for bad in [
+            in_a(write(a.lba_offset + a.block_count, 2)),
+            in_a(write(0, 2)),
+            in_a(Request::SnapshotDelete { id: a.base }),
+            in_a(in_a(Request::Flush)),
+        ] {
+            let e = ftl.call(bad).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    IoError::OutOfRange { .. } | IoError::Fork(ForkError::NotBlockIo)
+                ),
+                "{e:?}"
+            );
+        }
+        // The delete under way (one turn of the loop), writes to A's region
+        // held behind it, and a create of B, which takes A's region.
+        for lba in 8..16 {
+            ftl.submit(in_a(write(a.lba_offset + lba, 2))).unwrap();
+        }
+        let delete = ftl.submit(Request::ForkDelete { id: a.id }).unwrap();
+        ftl.turn_nowait().unwrap();
+        assert_eq!(
+            ftl.forks().len(),
+            1,
+            "the delete did not wait for A's writes"
+        );
+        let late = ftl.submit(in_a(write(a.lba_offset + 2, 3))).unwrap();
+        let plain = ftl.submit(write(a.lba_offset + 3, 3)).unwrap();
+        let create = ftl
+            .submit(Request::ForkCreate {
+                snapshot: a.base,
+                name: "b".into(),
+                wall_ns: 0,
+            })
+            .unwrap();
+        ftl.wait_for(delete).unwrap();
+        let b = match ftl.wait_for(create).unwrap() {
+            zftl::core::ReplyData::Fork(f) => f,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(b.lba_offset, a.lba_offset, "B did not take A's region");
+        let e = ftl.wait_for(late).unwrap_err();
+        assert!(
+            matches!(e, IoError::Fork(ForkError::NoSuchId(id)) if id == a.id),
+            "{e:?}"
+        );
+        // The plain write named the region, not the fork: refused too
+        // (it waited behind the delete).
+        assert!(ftl.wait_for(plain).is_err());
+        let e = ftl.call(in_a(write(a.lba_offset + 1, 4))).unwrap_err();
+        assert!(matches!(e, IoError::Fork(ForkError::NoSuchId(_))), "{e:?}");
+        // B is its snapshot's, untouched by A's requests.
+        for lba in 1..4 {
+            assert_eq!(holds(&mut ftl, b.lba_offset + lba), None, "b: {lba}");
+        }
+        assert_eq!(holds(&mut ftl, b.lba_offset), Some((0, 1)));
+        let in_b = Request::InFork {
+            fork: b.id,
+            request: Box::new(write(b.lba_offset + 2, 5)),
+        };
+        ftl.call(in_b).unwrap();
+        assert_eq!(
+            holds(&mut ftl, b.lba_offset + 2),
+            Some((b.lba_offset + 2, 5))
+        );
+        let mut dev = ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, "after fork requests");
+    });
 }

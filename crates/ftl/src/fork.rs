@@ -67,6 +67,8 @@ pub enum ForkError {
     BaseIsPoint { snapshot: String },
     #[error("the metadata log has no room for more of the forks' map; delete a fork")]
     MapFull,
+    #[error("only reads, writes, trims, write-zeroes, extents and flushes go to a fork")]
+    NotBlockIo,
 }
 
 /// One live fork.

@@ -40,9 +40,9 @@
 //! like a view. Every request of it names the volume's blocks from the
 //! fork's `lba_offset` (reads, writes and their read-modify-writes, trims,
 //! zeroing, `base:allocation`); it has no `x-zftl:changed` contexts.
-//! Before each request the server checks that the fork still lives in
-//! the region it was resolved with: a connection to a deleted fork gets
-//! `EIO`, also once a new fork has taken the region, and the name is
+//! Each request goes to the volume as `Request::InFork`, taken only while
+//! the fork it was resolved with lives: a connection to a deleted fork
+//! gets `EIO`, also once a new fork has taken the region, and the name is
 //! then unknown to new connections. A table export of the same name wins
 //! over a fork.
 //!

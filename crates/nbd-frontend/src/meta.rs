@@ -176,6 +176,7 @@ pub(crate) async fn block_status<V: Volume>(
         let q = Query {
             vol: &export.volume,
             lba_offset: export.lba_offset(),
+            fork: export.fork.as_ref().map(|f| f.id),
             offset,
             length,
             max,
@@ -198,6 +199,9 @@ struct Query<'a, V> {
     /// Where the export's block 0 lies among the volume's (a fork's
     /// offset, else 0).
     lba_offset: u64,
+    /// The fork it serves, if any: block status asks through
+    /// `Request::InFork`.
+    fork: Option<zftl_core::fork::ForkId>,
     offset: u64,
     length: u32,
     /// Most descriptors.
@@ -213,10 +217,13 @@ impl<V: Volume> Query<'_, V> {
     /// unmapped run is a hole that reads as zeros, a mapped one data.
     async fn allocation(&self) -> Result<Vec<(u32, u32)>, IoError> {
         let (lba, block_count) = status_blocks(self.offset, self.length, self.bs());
-        let request = Request::Extents {
-            lba: lba + self.lba_offset,
-            block_count,
-        };
+        let request = crate::transmission::in_fork(
+            self.fork,
+            Request::Extents {
+                lba: lba + self.lba_offset,
+                block_count,
+            },
+        );
         let runs = match self.vol.call(request).await? {
             ReplyData::Extents(runs) => runs,
             // A volume that cannot tell: allocated data, always correct.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, trace, warn};
-use zftl_core::fork::ForkError;
+use zftl_core::fork::{ForkError, ForkId};
 use zftl_core::history::{SnapshotError, SnapshotId};
 use zftl_core::{IoError, ReplyData, Request};
 
@@ -439,9 +439,15 @@ struct Blocks<'a, V> {
     max: u64,
     /// Reads are of this snapshot (a view), not of the live volume.
     snapshot: Option<SnapshotId>,
+    /// The fork the export serves: its requests go as `Request::InFork`.
+    fork: Option<ForkId>,
 }
 
 impl<V: Volume> Blocks<'_, V> {
+    async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
+        self.vol.call(in_fork(self.fork, request)).await
+    }
+
     async fn read(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, IoError> {
         if blocks <= self.max {
             return self.read_one(lba, blocks).await;
@@ -466,7 +472,7 @@ impl<V: Volume> Blocks<'_, V> {
                 block_count,
             },
         };
-        match self.vol.call(request).await? {
+        match self.call(request).await? {
             ReplyData::Read(data) if data.len() == expected_bytes => Ok(data),
             ReplyData::Read(data) => Err(IoError::BufferSize {
                 expected_bytes,
@@ -482,19 +488,18 @@ impl<V: Volume> Blocks<'_, V> {
     async fn write(&self, lba: u64, data: Vec<u8>, fua: bool) -> Result<(), IoError> {
         let blocks = (data.len() / self.bs) as u64;
         if blocks <= self.max {
-            self.vol.call(Request::Write { lba, data, fua }).await?;
+            self.call(Request::Write { lba, data, fua }).await?;
             return Ok(());
         }
         for (l, n) in pieces(lba, blocks, self.max) {
             let at = ((l - lba) as usize) * self.bs;
             let piece = data[at..at + n as usize * self.bs].to_vec();
-            self.vol
-                .call(Request::Write {
-                    lba: l,
-                    data: piece,
-                    fua,
-                })
-                .await?;
+            self.call(Request::Write {
+                lba: l,
+                data: piece,
+                fua,
+            })
+            .await?;
         }
         Ok(())
     }
@@ -502,12 +507,11 @@ impl<V: Volume> Blocks<'_, V> {
     async fn trim(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
         for (l, n) in pieces(lba, blocks, self.max) {
             let block_count = n as u32;
-            self.vol
-                .call(Request::Trim {
-                    lba: l,
-                    block_count,
-                })
-                .await?;
+            self.call(Request::Trim {
+                lba: l,
+                block_count,
+            })
+            .await?;
         }
         Ok(())
     }
@@ -530,10 +534,10 @@ impl<V: Volume> Blocks<'_, V> {
                     fua: piece_fua,
                 }
             };
-            self.vol.call(request).await?;
+            self.call(request).await?;
         }
         if fua && !single {
-            self.vol.call(Request::Flush).await?;
+            self.call(Request::Flush).await?;
         }
         Ok(())
     }
@@ -601,11 +605,13 @@ async fn execute<V: Volume>(
     tracked: usize,
 ) -> Result<Option<Vec<u8>>, IoError> {
     let vol = &export.volume;
+    let fork = export.fork.as_ref().map(|f| f.id);
     let io = Blocks {
         vol,
         bs: vol.block_size(),
         max: u64::from(vol.max_request_blocks().max(1)),
         snapshot: export.snapshot,
+        fork,
     };
     // A fork's blocks lie from its offset on (see `Volume::forks`).
     let base = export.lba_offset();
@@ -648,7 +654,7 @@ async fn execute<V: Volume>(
         }
         // Nothing of a snapshot is ever written: nothing to make durable.
         Op::Flush if export.snapshot.is_some() => Ok(None),
-        Op::Flush => vol.call(Request::Flush).await.map(|_| None),
+        Op::Flush => io.call(Request::Flush).await.map(|_| None),
         Op::Trim {
             offset,
             length,
@@ -660,7 +666,7 @@ async fn execute<V: Volume>(
             let (lba, n) = s.whole();
             io.trim(lba, n).await?;
             if fua {
-                vol.call(Request::Flush).await?;
+                io.call(Request::Flush).await?;
             }
             Ok(None)
         }
@@ -679,7 +685,7 @@ async fn execute<V: Volume>(
                 let (lba, n) = s.whole();
                 io.zero(lba, n, no_hole, false).await?;
                 if fua {
-                    vol.call(Request::Flush).await?;
+                    io.call(Request::Flush).await?;
                 }
             }
             Ok(None)
@@ -953,27 +959,18 @@ async fn serve_request<V: Volume>(
         Op::Disc => None,
     };
     let export = &target.export;
-    let result = match fork_lives(export).await {
-        Err(e) => Err(e),
-        Ok(()) => match op {
-            Op::BlockStatus {
-                offset,
-                length,
-                req_one,
-            } => meta::block_status(export, &target.contexts, offset, length, req_one)
-                .await
-                .map(Answer::Status),
-            op => execute(export, op, payload, tracked)
-                .await
-                .map(Answer::Data),
-        },
+    let result = match op {
+        Op::BlockStatus {
+            offset,
+            length,
+            req_one,
+        } => meta::block_status(export, &target.contexts, offset, length, req_one)
+            .await
+            .map(Answer::Status),
+        op => execute(export, op, payload, tracked)
+            .await
+            .map(Answer::Data),
     };
-    // The server checked the range against the fork's size: a volume that
-    // finds it outside every fork lost the fork meanwhile.
-    let result = result.map_err(|e| match (&export.fork, e) {
-        (Some(f), IoError::OutOfRange { .. }) => ForkError::NoSuchId(f.id).into(),
-        (_, e) => e,
-    });
     let failed = result.is_err();
     let (head, data) = match result {
         Ok(Answer::Status(d)) => (replier.block_status(cookie, &d), None),
@@ -1005,22 +1002,16 @@ async fn serve_request<V: Volume>(
         .await;
 }
 
-/// Whether the fork an export serves (if any) still lives in the region it
-/// was resolved with: a fork deleted, and its region given to a new fork,
-/// must not take the requests of a client of the old one. `NoSuchId`
-/// (`EIO`) when it is gone.
-async fn fork_lives<V: Volume>(export: &Export<V>) -> Result<(), IoError> {
-    let Some(fork) = &export.fork else {
-        return Ok(());
-    };
-    let live = export.volume.forks().await?;
-    if live
-        .iter()
-        .any(|f| f.id == fork.id && f.lba_offset == fork.lba_offset)
-    {
-        Ok(())
-    } else {
-        Err(ForkError::NoSuchId(fork.id).into())
+/// `request` for the export's fork, if it serves one: the volume takes it
+/// only while that fork lives (`NoSuchId`, `EIO`, once it is deleted, even
+/// if a new fork took its region), not per request by a lookup here.
+pub(crate) fn in_fork(fork: Option<ForkId>, request: Request) -> Request {
+    match fork {
+        Some(fork) => Request::InFork {
+            fork,
+            request: Box::new(request),
+        },
+        None => request,
     }
 }
 

@@ -416,6 +416,7 @@ impl Volume for Dummy {
             | Request::SnapshotRevert { .. }
             | Request::ForkCreate { .. }
             | Request::ForkDelete { .. }
+            | Request::InFork { .. }
             | Request::ReadSnapshot { .. }
             | Request::Changed { .. } => {
                 self.bad.fetch_add(1, Ordering::SeqCst);

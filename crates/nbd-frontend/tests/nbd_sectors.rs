@@ -473,34 +473,41 @@ impl Volume for Recording {
         self.inner.max_request_blocks()
     }
     fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send {
-        let entry = match &request {
-            Request::Read { lba, block_count } => ("read", *lba, u64::from(*block_count)),
-            Request::Write { lba, data, .. } => ("write", *lba, (data.len() / BS) as u64),
-            Request::WriteSummed { lba, blocks, .. } => {
-                ("write", *lba, (blocks.data().len() / BS) as u64)
-            }
-            Request::Trim { lba, block_count } => ("trim", *lba, u64::from(*block_count)),
-            Request::WriteZeroes {
-                lba, block_count, ..
-            } => ("zero", *lba, u64::from(*block_count)),
-            Request::Extents { lba, block_count } => ("extents", *lba, u64::from(*block_count)),
-            Request::Flush => ("flush", 0, 0),
-            Request::ReadSnapshot {
-                lba, block_count, ..
-            } => ("read_snapshot", *lba, u64::from(*block_count)),
-            Request::Changed {
-                lba, block_count, ..
-            } => ("changed", *lba, u64::from(*block_count)),
-            // The NBD server never sends range operations, snapshot or fork
-            // changes.
-            Request::Range { .. } => ("range", 0, 0),
-            Request::SnapshotCreate { .. }
-            | Request::SnapshotDelete { .. }
-            | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
-            Request::ForkCreate { .. } | Request::ForkDelete { .. } => ("fork", 0, 0),
-        };
+        let entry = logged(&request);
         self.log.lock().unwrap().push(entry);
         self.inner.call(request)
+    }
+}
+
+/// What the log records of `request`.
+fn logged(request: &Request) -> Logged {
+    match request {
+        Request::Read { lba, block_count } => ("read", *lba, u64::from(*block_count)),
+        Request::Write { lba, data, .. } => ("write", *lba, (data.len() / BS) as u64),
+        Request::WriteSummed { lba, blocks, .. } => {
+            ("write", *lba, (blocks.data().len() / BS) as u64)
+        }
+        Request::Trim { lba, block_count } => ("trim", *lba, u64::from(*block_count)),
+        Request::WriteZeroes {
+            lba, block_count, ..
+        } => ("zero", *lba, u64::from(*block_count)),
+        Request::Extents { lba, block_count } => ("extents", *lba, u64::from(*block_count)),
+        Request::Flush => ("flush", 0, 0),
+        Request::ReadSnapshot {
+            lba, block_count, ..
+        } => ("read_snapshot", *lba, u64::from(*block_count)),
+        Request::Changed {
+            lba, block_count, ..
+        } => ("changed", *lba, u64::from(*block_count)),
+        // The NBD server never sends range operations, snapshot or fork
+        // changes.
+        Request::Range { .. } => ("range", 0, 0),
+        Request::SnapshotCreate { .. }
+        | Request::SnapshotDelete { .. }
+        | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
+        Request::ForkCreate { .. } | Request::ForkDelete { .. } => ("fork", 0, 0),
+        // A fork export's requests: logged as what they carry.
+        Request::InFork { request, .. } => logged(request),
     }
 }
 

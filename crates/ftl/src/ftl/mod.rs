@@ -528,6 +528,15 @@ impl Ftl {
     /// is looked up at the next [`Self::poll_command`] or
     /// [`Self::poll_reply`], with the reads that arrived alongside it.
     pub fn handle_request(&mut self, id: u64, request: Request) -> Result<(), IoError> {
+        if let Request::InFork { fork, request } = request {
+            return match self.check_in_fork(fork, &request) {
+                Ok(()) => self.handle_request(id, *request),
+                Err(e) => {
+                    self.replies.push_back(Reply { id, result: Err(e) });
+                    Ok(())
+                }
+            };
+        }
         self.advanced_then_read = false;
         let pending = self.reads.len()
             + self.whole_reads
@@ -617,6 +626,7 @@ impl Ftl {
                 lba,
                 block_count,
             } => self.changed(since, until, lba, block_count).map(Some),
+            Request::InFork { .. } => unreachable!("taken at the top"),
         };
         if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {
             // Nothing changed: the caller sends it again once a window
@@ -635,6 +645,47 @@ impl Ftl {
             Err(e) => self.replies.push_back(Reply { id, result: Err(e) }),
         }
         Ok(())
+    }
+
+    /// Whether `request` may go to fork `fork`: the fork lives and the
+    /// request is block I/O inside its region.
+    fn check_in_fork(&self, fork: crate::fork::ForkId, request: &Request) -> Result<(), IoError> {
+        use crate::fork::ForkError;
+        let f = self
+            .mapping
+            .forks()
+            .by_id(fork)
+            .ok_or(ForkError::NoSuchId(fork))?;
+        let (lba, count) = match request {
+            Request::Read { lba, block_count }
+            | Request::Trim { lba, block_count }
+            | Request::WriteZeroes {
+                lba, block_count, ..
+            }
+            | Request::Extents { lba, block_count } => (*lba, u64::from(*block_count)),
+            Request::Write { lba, data, .. } => {
+                (*lba, (data.len() / self.block_size().max(1)) as u64)
+            }
+            Request::WriteSummed { lba, blocks, .. } => (
+                *lba,
+                (blocks.data().len() / self.block_size().max(1)) as u64,
+            ),
+            Request::Flush => return Ok(()),
+            _ => return Err(ForkError::NotBlockIo.into()),
+        };
+        let inside = lba >= f.lba_offset
+            && lba
+                .checked_add(count)
+                .is_some_and(|end| end <= f.lba_offset + f.block_count);
+        if inside {
+            Ok(())
+        } else {
+            Err(IoError::OutOfRange {
+                lba,
+                block_count: count,
+                logical_blocks: f.lba_offset + f.block_count,
+            })
+        }
     }
 
     /// Answers `to`: a caller's request, or one of the core's own.

@@ -2,7 +2,7 @@
 //! operations in the core"): the queue, the hold on a vector's ranges,
 //! drain, check, pre-flush, apply in steps and commit.
 
-use super::request::ReplyData;
+use super::request::{Reply, ReplyData};
 use super::write::WaitingWrite;
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Lba, Ppa, Seq};
@@ -470,6 +470,35 @@ impl Ftl {
                     let result = self.apply_trim(lba, block_count, zeroes);
                     self.answer_trim(id, result, fua);
                 }
+            }
+        }
+    }
+
+    /// Fork `fork`, whose region is `region`, is being deleted: the writes
+    /// and trims still waiting for the region get `NoSuchId` now, so none
+    /// is admitted into a fork created there later.
+    fn refuse_waiting_in(&mut self, region: (Lba, u64), fork: ForkId) {
+        let bs = self.block_size();
+        let gone = || Err(IoError::Fork(ForkError::NoSuchId(fork)));
+        for h in std::mem::take(&mut self.ranges.held) {
+            if !overlaps(h.range(bs), region) {
+                self.ranges.held.push_back(h);
+                continue;
+            }
+            let id = match h {
+                Held::Write(w) => w.id,
+                Held::Trim { id, .. } => id,
+            };
+            self.replies.push_back(Reply { id, result: gone() });
+        }
+        for w in std::mem::take(&mut self.waiting_writes) {
+            if overlaps((w.lba, w.block_count(bs)), region) {
+                self.replies.push_back(Reply {
+                    id: w.id,
+                    result: gone(),
+                });
+            } else {
+                self.waiting_writes.push_back(w);
             }
         }
     }
@@ -953,6 +982,9 @@ impl Ftl {
                 self.stats.fork_creates += 1;
             }
             SnapshotChange::ForkDelete { id } => {
+                let fork = self.mapping.forks().by_id(*id).expect("fork checked");
+                let region = (fork.lba_offset, fork.block_count);
+                self.refuse_waiting_in(region, *id);
                 let blocks = self
                     .mapping
                     .fork_delete(*id)

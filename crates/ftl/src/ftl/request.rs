@@ -110,6 +110,16 @@ pub enum Request {
     ForkDelete {
         id: ForkId,
     },
+    /// `request` (a Read, Write, WriteSummed, Trim, WriteZeroes, Extents or
+    /// Flush) for fork `fork`, its LBAs in the fork's region
+    /// (`Fork::lba_offset + block`), taken only while that fork lives: once
+    /// it is deleted its callers get `ForkError::NoSuchId`, also after a new
+    /// fork took its region. (The plain request reaches whichever fork
+    /// holds the region when it is admitted.)
+    InFork {
+        fork: ForkId,
+        request: Box<Request>,
+    },
 }
 
 /// What a finished request returns.
