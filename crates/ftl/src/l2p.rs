@@ -124,6 +124,7 @@ impl EntryFormat {
         (raw >> self.ppa_bits) as u32
     }
 
+    #[inline]
     fn read(self, words: &[u64], slot: usize) -> u64 {
         let bit = slot * self.width_bits() as usize;
         let (i, off) = (bit / 64, bit % 64);
@@ -303,6 +304,12 @@ impl L2p {
     /// Maps `lba` to `ppa` with data CRC `crc` (dropped when the format
     /// keeps none); returns the address it replaced.
     pub fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Option<Ppa> {
+        self.replace(lba, ppa, crc).map(|(old, _)| old)
+    }
+
+    /// [`Self::set`], returning the address it replaced with its data CRC
+    /// (0 when the format keeps none): one lookup of the entry.
+    pub fn replace(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Option<(Ppa, u32)> {
         assert!(!ppa.is_none(), "set() with Ppa::NONE; use unmap()");
         let f = self.format;
         assert!(
@@ -317,8 +324,9 @@ impl L2p {
             self.count_leaf(leaf, true);
         }
         let words = self.leaves[leaf].as_mut().expect("leaf just ensured");
-        let old = f.ppa_of(f.read(words, slot));
+        let raw = f.read(words, slot);
         f.write(words, slot, f.pack(ppa, crc));
+        let old = f.ppa_of(raw).map(|old| (old, f.crc_of(raw)));
         if old.is_none() {
             self.leaf_mapped_entries[leaf] += 1;
             self.mapped_blocks += 1;
