@@ -62,25 +62,36 @@ pub struct EntryFormat {
     keeps_crc: bool,
     /// Addresses at or above this are past the device.
     physical_blocks: u32,
+    /// Bits per entry (1..=64), their mask, and the all-ones address
+    /// (unmapped): derived from the fields above once, for the lookups.
+    width: u32,
+    mask: u64,
+    none: u64,
 }
 
 impl EntryFormat {
     /// Plain `u32` addresses, no CRC (tools and tests).
-    pub const PLAIN: EntryFormat = EntryFormat {
-        ppa_bits: 32,
-        keeps_crc: false,
-        physical_blocks: u32::MAX,
-    };
+    pub const PLAIN: EntryFormat = EntryFormat::new(32, false, u32::MAX);
+
+    /// `ppa_bits` is 1..=32.
+    const fn new(ppa_bits: u32, keeps_crc: bool, physical_blocks: u32) -> EntryFormat {
+        assert!(ppa_bits >= 1 && ppa_bits <= 32);
+        let width = ppa_bits + if keeps_crc { 32 } else { 0 };
+        EntryFormat {
+            ppa_bits,
+            keeps_crc,
+            physical_blocks,
+            width,
+            mask: u64::MAX >> (64 - width),
+            none: (1u64 << ppa_bits) - 1,
+        }
+    }
 
     /// The narrowest format for a device of `physical_blocks`: addresses
     /// `0..physical_blocks` and the all-ones "unmapped" must fit.
     pub fn for_device(physical_blocks: u32, keeps_crc: bool) -> EntryFormat {
         let ppa_bits = (u32::BITS - physical_blocks.leading_zeros()).max(1);
-        EntryFormat {
-            ppa_bits,
-            keeps_crc,
-            physical_blocks,
-        }
+        EntryFormat::new(ppa_bits, keeps_crc, physical_blocks)
     }
 
     /// Bits of an entry that hold the address (or map value).
@@ -90,7 +101,7 @@ impl EntryFormat {
 
     /// Bits per entry (at most 64).
     pub fn width_bits(self) -> u32 {
-        self.ppa_bits + if self.keeps_crc { 32 } else { 0 }
+        self.width
     }
 
     /// Whether entries carry the data CRC.
@@ -98,12 +109,9 @@ impl EntryFormat {
         self.keeps_crc
     }
 
+    #[inline]
     fn none(self) -> u64 {
-        (1u64 << self.ppa_bits) - 1
-    }
-
-    fn mask(self) -> u64 {
-        u64::MAX >> (64 - self.width_bits())
+        self.none
     }
 
     fn words_per_leaf(self) -> usize {
@@ -112,37 +120,50 @@ impl EntryFormat {
 
     fn pack(self, ppa: Ppa, crc: u32) -> u64 {
         let crc = if self.keeps_crc { u64::from(crc) } else { 0 };
-        u64::from(ppa.0) | crc << self.ppa_bits
+        u64::from(ppa.0) | crc.wrapping_shl(self.ppa_bits) // ppa_bits <= 32
     }
 
+    #[inline]
     fn ppa_of(self, raw: u64) -> Option<Ppa> {
         let ppa = raw & self.none();
         (ppa != self.none()).then_some(Ppa(ppa as u32))
     }
 
+    #[inline]
     fn crc_of(self, raw: u64) -> u32 {
-        (raw >> self.ppa_bits) as u32
+        raw.wrapping_shr(self.ppa_bits) as u32 // ppa_bits <= 32
     }
 
+    /// The entry of `slot` (below [`LEAF_ENTRIES`]) in a leaf's `words`.
+    #[inline]
     fn read(self, words: &[u64], slot: usize) -> u64 {
-        let bit = slot * self.width_bits() as usize;
-        let (i, off) = (bit / 64, bit % 64);
+        debug_assert!(slot < LEAF_ENTRIES);
+        // slot < LEAF_ENTRIES and width <= 64: the product cannot wrap;
+        // the shifts stay within 0..64 (`off` > 0 when the entry spills).
+        let w = self.width as usize;
+        let bit = slot.wrapping_mul(w);
+        let (i, off) = (bit / 64, (bit % 64) as u32);
         let mut v = words[i] >> off;
-        if off + self.width_bits() as usize > 64 {
-            v |= words[i + 1] << (64 - off);
+        if off as usize + w > 64 {
+            v |= words[i + 1].wrapping_shl(64 - off);
         }
-        v & self.mask()
+        v & self.mask
     }
 
+    /// Sets the entry of `slot` (below [`LEAF_ENTRIES`]) in `words`.
+    #[inline]
     fn write(self, words: &mut [u64], slot: usize, value: u64) {
-        let w = self.width_bits() as usize;
-        let bit = slot * w;
-        let (i, off) = (bit / 64, bit % 64);
-        let mask = self.mask();
+        debug_assert!(slot < LEAF_ENTRIES);
+        // As in `read`: no product wraps, every shift is within 0..64.
+        let w = self.width as usize;
+        let bit = slot.wrapping_mul(w);
+        let (i, off) = (bit / 64, (bit % 64) as u32);
+        let mask = self.mask;
         words[i] = words[i] & !(mask << off) | (value & mask) << off;
-        if off + w > 64 {
+        if off as usize + w > 64 {
             let spill = 64 - off;
-            words[i + 1] = words[i + 1] & !(mask >> spill) | (value & mask) >> spill;
+            let (m, v) = (mask.wrapping_shr(spill), (value & mask).wrapping_shr(spill));
+            words[i + 1] = words[i + 1] & !m | v;
         }
     }
 
@@ -303,6 +324,12 @@ impl L2p {
     /// Maps `lba` to `ppa` with data CRC `crc` (dropped when the format
     /// keeps none); returns the address it replaced.
     pub fn set(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Option<Ppa> {
+        self.replace(lba, ppa, crc).map(|(old, _)| old)
+    }
+
+    /// [`Self::set`], returning the address it replaced with its data CRC
+    /// (0 when the format keeps none): one lookup of the entry.
+    pub fn replace(&mut self, lba: Lba, ppa: Ppa, crc: u32) -> Option<(Ppa, u32)> {
         assert!(!ppa.is_none(), "set() with Ppa::NONE; use unmap()");
         let f = self.format;
         assert!(
@@ -317,8 +344,9 @@ impl L2p {
             self.count_leaf(leaf, true);
         }
         let words = self.leaves[leaf].as_mut().expect("leaf just ensured");
-        let old = f.ppa_of(f.read(words, slot));
+        let raw = f.read(words, slot);
         f.write(words, slot, f.pack(ppa, crc));
+        let old = f.ppa_of(raw).map(|old| (old, f.crc_of(raw)));
         if old.is_none() {
             self.leaf_mapped_entries[leaf] += 1;
             self.mapped_blocks += 1;
@@ -616,6 +644,36 @@ mod tests {
         assert_eq!(map.unmap(10), None);
         assert_eq!(map.unmap(4999), None);
         assert_eq!(map.mapped_blocks(), 0);
+    }
+
+    #[test]
+    fn every_width_packs_every_slot_apart() {
+        for ppa_bits in 1..=32u32 {
+            for keeps_crc in [false, true] {
+                let physical = (1u64 << ppa_bits) - 1;
+                let f = EntryFormat::for_device(physical as u32, keeps_crc);
+                assert_eq!(f.address_bits(), ppa_bits);
+                let mut words = f.empty_leaf();
+                let value = |slot: usize| {
+                    let ppa = Ppa((slot as u64 * 0x9E37_79B9 % physical) as u32);
+                    f.pack(ppa, 0xA5A5_0000 ^ slot as u32)
+                };
+                for slot in 0..LEAF_ENTRIES {
+                    assert_eq!(f.ppa_of(f.read(&words, slot)), None);
+                    f.write(&mut words, slot, value(slot));
+                }
+                for slot in 0..LEAF_ENTRIES {
+                    let raw = f.read(&words, slot);
+                    assert_eq!(raw, value(slot), "{ppa_bits} bits, slot {slot}");
+                    let want = if keeps_crc {
+                        0xA5A5_0000 ^ slot as u32
+                    } else {
+                        0
+                    };
+                    assert_eq!(f.crc_of(raw), want);
+                }
+            }
+        }
     }
 
     #[test]

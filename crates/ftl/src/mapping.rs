@@ -316,7 +316,9 @@ impl Mapping {
             Some(Target::Direct(ppa)) => (Some(ppa), false),
             Some(Target::Shared(id)) => (Some(self.shared.ppa(id)), self.shared.refs(id) > 1),
         };
-        (at, takes || self.keeps_on_change(lba))
+        // Without a snapshot nothing is kept: no call, no second lookup.
+        let kept = self.history.keeps_versions() && self.keeps_on_change(lba);
+        (at, takes || kept)
     }
 
     /// The first mapped LBA in `from..end` (unmapped leaves are skipped
@@ -635,8 +637,7 @@ impl Mapping {
     }
 
     /// The change of seq `seq` replaced `lba`'s contents, which were
-    /// `old` (a map value and its CRC, or unmapped; the CRC is only known
-    /// while a snapshot is live): keeps that version if a snapshot needs
+    /// `old` (a map value and its CRC, or unmapped): keeps that version if a snapshot needs
     /// it, else drops what it held. The one place a version ends.
     #[inline]
     fn retire(&mut self, lba: Lba, old: Option<(Ppa, u32)>, seq: Seq) {
@@ -700,29 +701,20 @@ impl Mapping {
     /// recovery reports damage).
     pub fn map_direct(&mut self, lba: Lba, ppa: Ppa, crc: u32, seq: Seq) -> Result<(), Owner> {
         assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
-        if self.target(lba) == Some(Target::Direct(ppa)) {
-            self.l2p.set(lba, ppa, crc);
-            return Ok(());
-        }
         if self.p2l.is_valid(ppa) {
+            // A live block: only `lba`'s own entry may name it again.
+            if self.target(lba) == Some(Target::Direct(ppa)) {
+                self.l2p.set(lba, ppa, crc);
+                return Ok(());
+            }
             return Err(self.owner(ppa, None).unwrap_or(Owner::Direct(u64::MAX)));
         }
-        let old = self.set_entry(lba, ppa, crc);
+        // No entry names a block that is not live: the entry changes (one
+        // lookup of it, the old value and CRC read as the new one goes in).
+        let old = self.l2p.replace(lba, ppa, crc);
         self.retire(lba, old, seq);
         self.take_block(ppa);
         Ok(())
-    }
-
-    /// Sets `lba`'s entry to map value `value`; returns the old value and,
-    /// when a snapshot may keep it, its CRC (the hot path without
-    /// snapshots looks the entry up once).
-    fn set_entry(&mut self, lba: Lba, value: Ppa, crc: u32) -> Option<(Ppa, u32)> {
-        if !self.history.keeps_versions() {
-            return self.l2p.set(lba, value, crc).map(|old| (old, 0));
-        }
-        let old = self.l2p.get_with_crc(lba);
-        self.l2p.set(lba, value, crc);
-        old
     }
 
     /// Unmaps `lba` by the change of seq `seq`; whether it was mapped.
@@ -812,7 +804,7 @@ impl Mapping {
         if self.l2p.get(lba) == Some(value) {
             return;
         }
-        let old = self.set_entry(lba, value, crc);
+        let old = self.l2p.replace(lba, value, crc);
         self.shared.add_ref(id);
         self.retire(lba, old, seq);
     }

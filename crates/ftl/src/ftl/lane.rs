@@ -253,8 +253,17 @@ impl Ftl {
         wanted: u64,
         may_use_reserve: bool,
     ) -> Option<(Lane, ZoneId, u64)> {
+        let mut lane = lane;
         if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
             return Some((lane, zone, room));
+        }
+        if lane == Lane::Kept {
+            // Kept blocks are cold: with no zone of their own they go with
+            // GC's survivors, or wherever those go.
+            lane = Lane::Gc;
+            if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
+                return Some((lane, zone, room));
+            }
         }
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
@@ -262,10 +271,8 @@ impl Ftl {
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
-            Lane::Gc => Lane::HostCold,
-            // Kept blocks are cold: with no zone of their own they go with
-            // GC's survivors, or wherever those go.
-            Lane::Kept => return self.room_in(Lane::Gc, wanted, may_use_reserve),
+            // (The kept lane became GC's above.)
+            Lane::Gc | Lane::Kept => Lane::HostCold,
             // Never let leveling wedge GC: park the data with GC's instead.
             Lane::WearLeveling => {
                 let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;
