@@ -574,6 +574,30 @@ impl Collect {
         Ok(())
     }
 
+    /// As [`Self::time`] on a volume with nothing to flush or settle:
+    /// the counters are read first, then the volume flushed and settled
+    /// (writing nothing), then `op` timed. The reading walks the snapshot
+    /// list and the shared table, so right before `op` it would leave
+    /// `op` to run in caches it filled in proportion to the snapshots
+    /// live; the flush and the settle touch what any request does.
+    pub(super) fn time_settled(
+        &mut self,
+        drv: &mut Driver<SimDevice>,
+        op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
+    ) -> Result<(), BenchError> {
+        let s0 = drv.stats();
+        drv.flush()?;
+        drv.settle()?;
+        let t = Instant::now();
+        op(drv)?;
+        self.us.push(t.elapsed().as_secs_f64() * 1e6);
+        let (meta, pad, other) = media(&s0, &drv.stats());
+        self.meta.push(meta);
+        self.pad.push(pad);
+        self.other.push(other);
+        Ok(())
+    }
+
     pub(super) fn done(self) -> OpCost {
         OpCost {
             us: Rounds::of(self.us),
@@ -584,9 +608,10 @@ impl Collect {
     }
 }
 
-/// One round on a flushed volume: create a snapshot (timed), overwrite
-/// `--kept-per-snapshot` blocks at `kept_at` and flush (so it keeps them),
-/// delete it (timed), settle (its sweep).
+/// One round on a flushed volume: create a snapshot (timed, see
+/// [`Collect::time_settled`]), overwrite `--kept-per-snapshot` blocks at
+/// `kept_at` and flush (so it keeps them), delete it (timed), settle (its
+/// sweep).
 fn one_round(
     args: &SnapshotArgs,
     drv: &mut Driver<SimDevice>,
@@ -597,12 +622,12 @@ fn one_round(
     drv.flush()?;
     drv.settle()?;
     let name = format!("bench-{r}");
-    create.time(drv, |d| d.snapshot_create(&name).map(drop))?;
+    create.time_settled(drv, |d| d.snapshot_create(&name).map(drop))?;
     let mut next = kept_at;
     write_seq(drv, &mut next, args.kept_per_snapshot, u64::MAX)?;
     drv.flush()?;
     drv.settle()?;
-    delete.time(drv, |d| d.snapshot_delete(&name))?;
+    delete.time_settled(drv, |d| d.snapshot_delete(&name))?;
     drv.settle()?;
     Ok(())
 }
