@@ -16,7 +16,8 @@
 use crate::addr::{Epoch, Lba, Seq};
 use crate::checkpoint::{HistoryRecord, SnapshotRecord, LEAF_ENTRIES};
 use crate::shared::SharedId;
-use std::collections::hash_map::Entry;
+use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry as HashEntry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 
@@ -320,8 +321,8 @@ impl NameIndex {
     /// Adds `id`, named `name` (no live snapshot has that name).
     fn insert(&mut self, name: &str, id: SnapshotId) {
         match self.first.entry((self.hash)(name)) {
-            Entry::Occupied(_) => self.more.push(id),
-            Entry::Vacant(slot) => {
+            HashEntry::Occupied(_) => self.more.push(id),
+            HashEntry::Vacant(slot) => {
                 slot.insert(id);
             }
         }
@@ -349,6 +350,21 @@ impl NameIndex {
             }
         }
     }
+}
+
+/// [`History::needed`] over `snapshots` (by id, so by create seq and by
+/// epoch).
+fn needed_by(snapshots: &[Snapshot], birth: Epoch, kill_seq: Seq) -> bool {
+    // The newest snapshot created before the kill decides (it has the
+    // largest epoch among those that qualify). Most kills come after the
+    // newest snapshot: no search for those.
+    match snapshots.last() {
+        None => return false,
+        Some(newest) if newest.create_seq < kill_seq => return birth <= newest.epoch,
+        Some(_) => {}
+    }
+    let before = snapshots.partition_point(|s| s.create_seq < kill_seq);
+    before > 0 && birth <= snapshots[before - 1].epoch
 }
 
 /// The snapshot books. See the module documentation.
@@ -493,16 +509,7 @@ impl History {
     /// Whether a version born in `birth` and killed at `kill_seq` is needed
     /// by a live snapshot: one has `birth <= e_s` and `c_s < kill_seq`.
     pub fn needed(&self, birth: Epoch, kill_seq: Seq) -> bool {
-        // Snapshots are by epoch: the newest one created before the kill
-        // decides (it has the largest epoch among those that qualify).
-        // Most kills come after the newest snapshot: no search for those.
-        match self.snapshots.last() {
-            None => return false,
-            Some(newest) if newest.create_seq < kill_seq => return birth <= newest.epoch,
-            Some(_) => {}
-        }
-        let before = self.snapshots.partition_point(|s| s.create_seq < kill_seq);
-        before > 0 && birth <= self.snapshots[before - 1].epoch
+        needed_by(&self.snapshots, birth, kill_seq)
     }
 
     /// The version of `lba` at the snapshot of create seq `create_seq`
@@ -732,8 +739,15 @@ impl History {
                     break;
                 }
                 *budget -= 1;
-                if !self.needed(self.entries[&(lba, q)].birth, q) {
-                    freed.push((q, lba));
+                // One search finds the entry and, when freed, removes it.
+                // Sweeps may overlap (a delete of an older snapshot after
+                // a newer one's, before the newer one's sweep ran): an
+                // entry an earlier sweep of this step freed is gone.
+                let Entry::Occupied(entry) = self.entries.entry((lba, q)) else {
+                    continue;
+                };
+                if !needed_by(&self.snapshots, entry.get().birth, q) {
+                    freed.push((q, lba, entry.remove().value));
                 }
             }
             match resume {
@@ -746,15 +760,13 @@ impl History {
                 break;
             }
         }
-        // Sweeps may overlap (a delete of an older snapshot after a newer
-        // one's, before the newer one's sweep ran): an entry once.
-        freed.sort_unstable();
-        freed.dedup();
+        // Released in kill-seq order, whatever the order of the sweeps.
+        freed.sort_unstable_by_key(|&(q, lba, _)| (q, lba));
         let values = freed
             .into_iter()
-            .map(|(q, lba)| {
+            .map(|(q, lba, value)| {
                 self.by_kill.remove(&(q, lba));
-                self.entries.remove(&(lba, q)).expect("listed").value
+                value
             })
             .collect();
         self.drop_births_if_idle();
