@@ -16,7 +16,10 @@
 use crate::addr::{Epoch, Lba, Seq};
 use crate::checkpoint::{HistoryRecord, SnapshotRecord, LEAF_ENTRIES};
 use crate::shared::SharedId;
+use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry as HashEntry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
 
 /// A snapshot's id: handed out in increasing order, never reused.
 pub type SnapshotId = u32;
@@ -231,6 +234,139 @@ fn bulk_entries(records: &[HistoryRecord]) -> Result<(Entries, ByKill), String> 
     Ok((sorted.into_iter().collect(), kills.into_iter().collect()))
 }
 
+/// 64-bit FNV-1a of a snapshot name, its bits mixed at the end so that
+/// the low ones (which pick a bucket) and the high ones (which the table's
+/// control bytes take) both depend on every byte.
+fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name.as_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
+}
+
+/// Hashes a [`name_hash`] key as itself.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHash;
+
+impl BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The live snapshots' ids by name, keyed by a hash of the name
+/// ([`name_hash`]): a name is stored once, in its [`Snapshot`], and
+/// compared there on a lookup. Bounded by [`MAX_SNAPSHOTS`] like the list.
+#[derive(Clone, Debug)]
+struct NameIndex {
+    /// A name's hash → the id of the live snapshot of that name, or of the
+    /// first of several whose names share the hash.
+    first: HashMap<u64, SnapshotId, KeyHash>,
+    /// The others of those (two names with one 64-bit hash: rare).
+    more: Vec<SnapshotId>,
+    hash: fn(&str) -> u64,
+}
+
+impl Default for NameIndex {
+    fn default() -> NameIndex {
+        NameIndex::with_hash(name_hash)
+    }
+}
+
+impl NameIndex {
+    fn with_hash(hash: fn(&str) -> u64) -> NameIndex {
+        NameIndex {
+            first: HashMap::default(),
+            more: Vec::new(),
+            hash,
+        }
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.first.reserve(n);
+    }
+
+    /// The id of the snapshot named `name`; `named(id)` gives a live id's
+    /// name.
+    fn get<'a>(&self, name: &str, named: impl Fn(SnapshotId) -> &'a str) -> Option<SnapshotId> {
+        let id = *self.first.get(&(self.hash)(name))?;
+        if named(id) == name {
+            return Some(id);
+        }
+        self.more.iter().copied().find(|&m| named(m) == name)
+    }
+
+    /// Adds `id`, named `name` (no live snapshot has that name).
+    fn insert(&mut self, name: &str, id: SnapshotId) {
+        match self.first.entry((self.hash)(name)) {
+            HashEntry::Occupied(_) => self.more.push(id),
+            HashEntry::Vacant(slot) => {
+                slot.insert(id);
+            }
+        }
+    }
+
+    /// Drops `id`, named `name`; `named` gives the names of the ids still
+    /// live.
+    fn remove<'a>(&mut self, name: &str, id: SnapshotId, named: impl Fn(SnapshotId) -> &'a str) {
+        if let Some(i) = self.more.iter().position(|&m| m == id) {
+            self.more.swap_remove(i);
+            return;
+        }
+        let key = (self.hash)(name);
+        if self.first.get(&key) != Some(&id) {
+            return;
+        }
+        let hash = self.hash;
+        match self.more.iter().position(|&m| hash(named(m)) == key) {
+            Some(i) => {
+                let next = self.more.swap_remove(i);
+                self.first.insert(key, next);
+            }
+            None => {
+                self.first.remove(&key);
+            }
+        }
+    }
+}
+
+/// [`History::needed`] over `snapshots` (by id, so by create seq and by
+/// epoch).
+fn needed_by(snapshots: &[Snapshot], birth: Epoch, kill_seq: Seq) -> bool {
+    // The newest snapshot created before the kill decides (it has the
+    // largest epoch among those that qualify). Most kills come after the
+    // newest snapshot: no search for those.
+    match snapshots.last() {
+        None => return false,
+        Some(newest) if newest.create_seq < kill_seq => return birth <= newest.epoch,
+        Some(_) => {}
+    }
+    let before = snapshots.partition_point(|s| s.create_seq < kill_seq);
+    before > 0 && birth <= snapshots[before - 1].epoch
+}
+
 /// The snapshot books. See the module documentation.
 #[derive(Clone, Debug)]
 pub struct History {
@@ -239,7 +375,7 @@ pub struct History {
     /// Live snapshots, by id (so by create seq and by epoch too).
     snapshots: Vec<Snapshot>,
     /// The live snapshots' ids by name.
-    names: HashMap<String, SnapshotId>,
+    names: NameIndex,
     next_id: SnapshotId,
     births: Births,
     entries: BTreeMap<(Lba, Seq), Version>,
@@ -258,7 +394,7 @@ impl History {
         History {
             epoch: epoch.max(1),
             snapshots: Vec::new(),
-            names: HashMap::new(),
+            names: NameIndex::default(),
             next_id: 0,
             births: Births::default(),
             entries: BTreeMap::new(),
@@ -286,9 +422,13 @@ impl History {
             if s.deleting {
                 return Err(format!("snapshot {} is marked deleting", s.id));
             }
-            if h.names.insert(s.name.clone(), s.id).is_some() {
+            if h.by_name(&s.name).is_some() {
                 return Err(format!("two snapshots are named {:?}", s.name));
             }
+            if h.snapshots.last().is_some_and(|p| p.id >= s.id) {
+                return Err(format!("snapshot {} out of id order", s.id));
+            }
+            h.names.insert(&s.name, s.id);
             h.snapshots.push(Snapshot {
                 id: s.id,
                 name: s.name.clone(),
@@ -339,7 +479,9 @@ impl History {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
-        self.names.get(name).and_then(|&id| self.by_id(id))
+        let named = |id| self.by_id(id).map_or("", |s| s.name.as_str());
+        let id = self.names.get(name, named)?;
+        self.by_id(id)
     }
 
     pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
@@ -367,10 +509,7 @@ impl History {
     /// Whether a version born in `birth` and killed at `kill_seq` is needed
     /// by a live snapshot: one has `birth <= e_s` and `c_s < kill_seq`.
     pub fn needed(&self, birth: Epoch, kill_seq: Seq) -> bool {
-        // Snapshots are by epoch: the newest one created before the kill
-        // decides (it has the largest epoch among those that qualify).
-        let before = self.snapshots.partition_point(|s| s.create_seq < kill_seq);
-        before > 0 && birth <= self.snapshots[before - 1].epoch
+        needed_by(&self.snapshots, birth, kill_seq)
     }
 
     /// The version of `lba` at the snapshot of create seq `create_seq`
@@ -541,7 +680,7 @@ impl History {
                 .is_none_or(|s| s.create_seq < create_seq),
             "snapshot created out of seq order"
         );
-        self.names.insert(name.to_string(), id);
+        self.names.insert(name, id);
         // Replay knows a point's time from its name.
         let wall_ns = match point_time_ns(name) {
             Some(t) if wall_ns == 0 => t,
@@ -567,7 +706,12 @@ impl History {
             .binary_search_by_key(&id, |s| s.id)
             .map_err(|_| SnapshotError::NoSuchId(id))?;
         let s = self.snapshots.remove(i);
-        self.names.remove(&s.name);
+        let snapshots = &self.snapshots;
+        let named = |id| {
+            let i = snapshots.binary_search_by_key(&id, |s| s.id);
+            i.map_or("", |i| snapshots[i].name.as_str())
+        };
+        self.names.remove(&s.name, s.id, named);
         // Older kills never needed it; newer ones it needed, the next
         // snapshot needs too.
         let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);
@@ -595,8 +739,15 @@ impl History {
                     break;
                 }
                 *budget -= 1;
-                if !self.needed(self.entries[&(lba, q)].birth, q) {
-                    freed.push((q, lba));
+                // One search finds the entry and, when freed, removes it.
+                // Sweeps may overlap (a delete of an older snapshot after
+                // a newer one's, before the newer one's sweep ran): an
+                // entry an earlier sweep of this step freed is gone.
+                let Entry::Occupied(entry) = self.entries.entry((lba, q)) else {
+                    continue;
+                };
+                if !needed_by(&self.snapshots, entry.get().birth, q) {
+                    freed.push((q, lba, entry.remove().value));
                 }
             }
             match resume {
@@ -609,15 +760,13 @@ impl History {
                 break;
             }
         }
-        // Sweeps may overlap (a delete of an older snapshot after a newer
-        // one's, before the newer one's sweep ran): an entry once.
-        freed.sort_unstable();
-        freed.dedup();
+        // Released in kill-seq order, whatever the order of the sweeps.
+        freed.sort_unstable_by_key(|&(q, lba, _)| (q, lba));
         let values = freed
             .into_iter()
-            .map(|(q, lba)| {
+            .map(|(q, lba, value)| {
                 self.by_kill.remove(&(q, lba));
-                self.entries.remove(&(lba, q)).expect("listed").value
+                value
             })
             .collect();
         self.drop_births_if_idle();
@@ -818,6 +967,53 @@ mod tests {
         assert!(
             History::from_checkpoint(3, 2, &[], 1, &[], &sorted, &[]).is_err(),
             "more entries than the bound"
+        );
+    }
+
+    #[test]
+    fn names_that_share_a_hash_are_told_apart() {
+        let names = ["a", "b", "c", "d"];
+        let named = |id: SnapshotId| names.get(id as usize).copied().unwrap_or("");
+        // Every name hashes alike: all but the first go to `more`.
+        let mut index = NameIndex::with_hash(|_| 7);
+        for (id, name) in names.iter().enumerate() {
+            index.insert(name, id as SnapshotId);
+        }
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(index.get(name, named), Some(id as SnapshotId));
+        }
+        assert_eq!(index.get("e", named), None);
+        // Dropping the first promotes another of its hash.
+        index.remove("a", 0, named);
+        assert_eq!(index.get("a", named), None);
+        for (id, name) in names.iter().enumerate().skip(1) {
+            assert_eq!(index.get(name, named), Some(id as SnapshotId));
+        }
+        index.remove("c", 2, named);
+        index.remove("b", 1, named);
+        assert_eq!(index.get("d", named), Some(3));
+        assert_eq!((index.get("b", named), index.get("c", named)), (None, None));
+        index.remove("d", 3, named);
+        assert!(index.first.is_empty() && index.more.is_empty());
+    }
+
+    #[test]
+    fn names_are_found_after_creates_and_deletes() {
+        let mut h = History::new(10, 1);
+        for id in 0..300u32 {
+            h.create(id, &format!("s{id}"), u64::from(id) + 1, 0);
+        }
+        for id in (0..300u32).step_by(3) {
+            h.delete(id, 1000 + u64::from(id)).unwrap();
+        }
+        for id in 0..300u32 {
+            let found = h.by_name(&format!("s{id}")).map(|s| s.id);
+            assert_eq!(found, (id % 3 != 0).then_some(id), "s{id}");
+        }
+        assert_eq!(h.check_create("s3"), Ok(()));
+        assert_eq!(
+            h.check_create("s4"),
+            Err(SnapshotError::NameTaken("s4".into()))
         );
     }
 

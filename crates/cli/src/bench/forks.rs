@@ -36,8 +36,8 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::recovery::device_for;
 use super::snapshot::{Collect, OpCost};
-use super::timetravel::{expect_byte, format_options, no_window, write_range, BEFORE};
-use super::{progress, ratio, round, thread_cpu_s, BenchError, TagMode};
+use super::timetravel::{self, expect_byte, format_options, no_window, write_range, BEFORE};
+use super::{progress, ratio, round, show, thread_cpu_s, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
 const MIB: u64 = 1 << 20;
@@ -445,10 +445,6 @@ fn versus(
 
 // ----- text ------------------------------------------------------------
 
-fn show(r: &Rounds) -> String {
-    format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds)
-}
-
 fn versus_text(key: &str, v: &Versus, t: &mut Text) {
     t.row(
         &format!("{key}_fork_per_s"),
@@ -487,21 +483,16 @@ pub fn forks_text(tag: &str, cases: &[ForkCase], t: &mut Text) {
         );
         t.row("create_over_first_volume", show(&c.create_ratio));
         t.row("delete_us", show(&c.delete.us));
-        t.row("first_read_us", show(&c.first_read_us));
-        t.row(
-            "first_read_media_blocks",
-            format!("{:?}", c.first_read_media_blocks),
-        );
-        t.row(
-            "first_read_ms_per_gib",
-            format!(
-                "{} (target {}: {} of it)",
-                c.first_read_ms_per_gib, c.target_ms_per_gib, c.over_target
-            ),
-        );
-        t.row(
-            "create_and_first_read_ms_per_gib",
-            show(&c.create_and_first_read_ms_per_gib),
+        timetravel::activation_text(
+            timetravel::Activation {
+                first_read_us: &c.first_read_us,
+                first_read_media_blocks: &c.first_read_media_blocks,
+                first_read_ms_per_gib: c.first_read_ms_per_gib,
+                target_ms_per_gib: c.target_ms_per_gib,
+                over_target: c.over_target,
+                create_and_first_read_ms_per_gib: &c.create_and_first_read_ms_per_gib,
+            },
+            t,
         );
         t.row(
             "reads",

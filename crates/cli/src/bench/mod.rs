@@ -548,6 +548,12 @@ pub fn thread_cpu_s() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
+/// A measurement's rounds as the text reports print them: the minimum,
+/// the median and every round.
+pub fn show(r: &range::Rounds) -> String {
+    format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds)
+}
+
 pub fn round(x: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (x * p).round() / p

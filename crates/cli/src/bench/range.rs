@@ -26,7 +26,7 @@ use zftl_core::{
 };
 use zftl_sim::{SimConfig, SimDevice, Timing};
 
-use super::{median, ratio, round, BenchError};
+use super::{median, ratio, round, show, BenchError};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -533,7 +533,6 @@ impl RangeReport {
             crate::report::human_bytes(self.device_bytes),
             self.tag_mode
         ));
-        let show = |r: &Rounds| format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds);
         t.section("durable single-block moves");
         for m in &self.moves {
             t.row(

@@ -39,7 +39,7 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::timetravel::{self, PointCounts, TimeArgs};
 use super::workload::{AddressGen, WorkloadKind, WorkloadSpec};
-use super::{plan, progress, ratio, round, thread_cpu_s, wa, BenchError, SpaceArgs, TagMode};
+use super::{plan, progress, ratio, round, show, thread_cpu_s, wa, BenchError, SpaceArgs, TagMode};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -250,17 +250,6 @@ pub struct WithLive {
     pub mount_cpu_ms: Rounds,
 }
 
-impl WithLive {
-    /// The mount rounds on wall or on CPU time.
-    fn mounts(&self, cpu: bool) -> &Rounds {
-        if cpu {
-            &self.mount_cpu_ms
-        } else {
-            &self.mount_ms
-        }
-    }
-}
-
 #[derive(Debug, Serialize)]
 pub struct SameKept {
     pub live_before: u64,
@@ -270,14 +259,19 @@ pub struct SameKept {
     pub mount_cpu_ms: Rounds,
 }
 
-impl SameKept {
-    fn mounts(&self, cpu: bool) -> &Rounds {
-        if cpu {
-            &self.mount_cpu_ms
-        } else {
-            &self.mount_ms
-        }
-    }
+/// Per-round ratios of the many-snapshot volume's rounds to the other
+/// volumes' rounds run beside them.
+#[derive(Debug, Serialize)]
+pub struct ManyRatios {
+    /// many ÷ one.
+    pub create: Rounds,
+    pub delete: Rounds,
+    pub mount: Rounds,
+    pub mount_cpu: Rounds,
+    /// many ÷ `one_same_kept`: what the snapshot count alone costs a
+    /// mount, the kept versions being equal.
+    pub mount_same_kept: Rounds,
+    pub mount_same_kept_cpu: Rounds,
 }
 
 #[derive(Debug, Serialize)]
@@ -295,22 +289,9 @@ pub struct Many {
     /// One snapshot keeping as many versions as `many` keeps: mount
     /// rounds on a volume of its own (the same region written).
     pub one_same_kept: Option<SameKept>,
-    /// many ÷ one, medians and minima.
-    pub create_ratio_median: f64,
-    pub create_ratio_min: f64,
-    pub delete_ratio_median: f64,
-    pub delete_ratio_min: f64,
-    pub mount_ratio_median: f64,
-    pub mount_ratio_min: f64,
-    /// many ÷ `one_same_kept`: what the snapshot count alone costs a
-    /// mount, the kept versions being equal.
-    pub mount_same_kept_ratio_median: f64,
-    pub mount_same_kept_ratio_min: f64,
-    /// The mount ratios on CPU time.
-    pub mount_cpu_ratio_median: f64,
-    pub mount_cpu_ratio_min: f64,
-    pub mount_same_kept_cpu_ratio_median: f64,
-    pub mount_same_kept_cpu_ratio_min: f64,
+    /// The rounds ran in turn on the volumes (which goes first
+    /// alternates); ratios per round. None when `many` was not built.
+    pub ratios: Option<ManyRatios>,
     /// (many − one) mount medians ÷ (many − one) kept versions, µs: wall
     /// and CPU time.
     pub mount_us_per_kept_version: f64,
@@ -593,6 +574,30 @@ impl Collect {
         Ok(())
     }
 
+    /// As [`Self::time`] on a volume with nothing to flush or settle:
+    /// the counters are read first, then the volume flushed and settled
+    /// (writing nothing), then `op` timed. The reading walks the snapshot
+    /// list and the shared table, so right before `op` it would leave
+    /// `op` to run in caches it filled in proportion to the snapshots
+    /// live; the flush and the settle touch what any request does.
+    pub(super) fn time_settled(
+        &mut self,
+        drv: &mut Driver<SimDevice>,
+        op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
+    ) -> Result<(), BenchError> {
+        let s0 = drv.stats();
+        drv.flush()?;
+        drv.settle()?;
+        let t = Instant::now();
+        op(drv)?;
+        self.us.push(t.elapsed().as_secs_f64() * 1e6);
+        let (meta, pad, other) = media(&s0, &drv.stats());
+        self.meta.push(meta);
+        self.pad.push(pad);
+        self.other.push(other);
+        Ok(())
+    }
+
     pub(super) fn done(self) -> OpCost {
         OpCost {
             us: Rounds::of(self.us),
@@ -603,9 +608,10 @@ impl Collect {
     }
 }
 
-/// One round on a flushed volume: create a snapshot (timed), overwrite
-/// `--kept-per-snapshot` blocks at `kept_at` and flush (so it keeps them),
-/// delete it (timed), settle (its sweep).
+/// One round on a flushed volume: create a snapshot (timed, see
+/// [`Collect::time_settled`]), overwrite `--kept-per-snapshot` blocks at
+/// `kept_at` and flush (so it keeps them), delete it (timed), settle (its
+/// sweep).
 fn one_round(
     args: &SnapshotArgs,
     drv: &mut Driver<SimDevice>,
@@ -616,27 +622,14 @@ fn one_round(
     drv.flush()?;
     drv.settle()?;
     let name = format!("bench-{r}");
-    create.time(drv, |d| d.snapshot_create(&name).map(drop))?;
+    create.time_settled(drv, |d| d.snapshot_create(&name).map(drop))?;
     let mut next = kept_at;
     write_seq(drv, &mut next, args.kept_per_snapshot, u64::MAX)?;
     drv.flush()?;
     drv.settle()?;
-    delete.time(drv, |d| d.snapshot_delete(&name))?;
+    delete.time_settled(drv, |d| d.snapshot_delete(&name))?;
     drv.settle()?;
     Ok(())
-}
-
-/// `--rounds` rounds of [`one_round`].
-fn create_delete(
-    args: &SnapshotArgs,
-    drv: &mut Driver<SimDevice>,
-    kept_at: u64,
-) -> Result<(OpCost, OpCost), BenchError> {
-    let (mut create, mut delete) = (Collect::default(), Collect::default());
-    for r in 0..args.rounds {
-        one_round(args, drv, kept_at, r, (&mut create, &mut delete))?;
-    }
-    Ok((create.done(), delete.done()))
 }
 
 /// `--rounds` rounds on the small and the large volume in turn (which goes
@@ -722,59 +715,32 @@ fn latency(
     Ok((logical, latency))
 }
 
-/// Create/delete rounds and mount rounds with the snapshots live now;
-/// hands back the remounted volume.
-fn with_live(
-    args: &SnapshotArgs,
+/// Clean shutdown of the volume in `slot`, then `Driver::mount` timed:
+/// (wall ms, this thread's CPU ms).
+fn mount_round(
     ftl: &FtlConfig,
-    mut drv: Driver<SimDevice>,
-    kept_at: u64,
-) -> Result<(WithLive, Driver<SimDevice>), BenchError> {
-    let s = drv.stats();
-    let (live_before, kept_versions) = (s.snapshots, s.snapshot_versions);
-    let (create, delete) = create_delete(args, &mut drv, kept_at)?;
-    let ((mount_ms, mount_cpu_ms), drv) = mounts(args, ftl, drv)?;
-    let live = WithLive {
-        live_before,
-        kept_versions,
-        create,
-        delete,
-        mount_ms,
-        mount_cpu_ms,
-    };
-    Ok((live, drv))
+    slot: &mut Option<Driver<SimDevice>>,
+) -> Result<(f64, f64), BenchError> {
+    let dev = slot.take().expect("a mounted volume").shutdown()?;
+    let (t, c) = (Instant::now(), thread_cpu_s());
+    let drv = Driver::mount(dev, ftl.clone())?;
+    let wall = t.elapsed().as_secs_f64() * 1e3;
+    let cpu = (thread_cpu_s() - c) * 1e3;
+    *slot = Some(drv);
+    Ok((wall, cpu))
 }
 
-/// `--rounds` mount rounds: clean shutdown, then `Driver::mount` timed
-/// (ms, wall and this thread's CPU); hands back the remounted volume.
-fn mounts(
-    args: &SnapshotArgs,
-    ftl: &FtlConfig,
-    mut drv: Driver<SimDevice>,
-) -> Result<((Rounds, Rounds), Driver<SimDevice>), BenchError> {
-    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
-    for _ in 0..args.rounds {
-        let dev = drv.shutdown()?;
-        let (t, c) = (Instant::now(), thread_cpu_s());
-        drv = Driver::mount(dev, ftl.clone())?;
-        wall.push(t.elapsed().as_secs_f64() * 1e3);
-        cpu.push((thread_cpu_s() - c) * 1e3);
-    }
-    Ok(((Rounds::of(wall), Rounds::of(cpu)), drv))
-}
-
-/// A volume like `many`'s (the same region written) with one snapshot
-/// keeping `versions` blocks (at most the region's), and its mount rounds.
-fn one_same_kept(
+/// A volume of `--device-mib` with `region + --kept-per-snapshot` blocks
+/// written and flushed, and snapshot `live-0` taken of it.
+fn many_base(
     args: &SnapshotArgs,
     ftl: &FtlConfig,
     mode: TagMode,
     region: u64,
-    versions: u64,
-) -> Result<SameKept, BenchError> {
+) -> Result<Driver<SimDevice>, BenchError> {
     let mut drv = volume(args, ftl, mode)?;
-    let mut next = 0u64;
     let logical = drv.logical_blocks();
+    let mut next = 0u64;
     write_seq(
         &mut drv,
         &mut next,
@@ -783,45 +749,19 @@ fn one_same_kept(
     )?;
     drv.flush()?;
     drv.snapshot_create("live-0")?;
-    let mut cursor = 0u64;
-    write_seq(&mut drv, &mut cursor, versions.min(region), region)?;
-    drv.flush()?;
-    let s = drv.stats();
-    let ((mount_ms, mount_cpu_ms), _) = mounts(args, ftl, drv)?;
-    Ok(SameKept {
-        live_before: s.snapshots,
-        kept_versions: s.snapshot_versions,
-        mount_ms,
-        mount_cpu_ms,
-    })
+    Ok(drv)
 }
 
-fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, BenchError> {
-    let mut drv = volume(args, ftl, mode)?;
-    let logical = drv.logical_blocks();
-    // The region the snapshots' kept blocks come from, written once; the
-    // create/delete rounds overwrite the blocks just past it.
-    let region = (args.many * args.kept_per_snapshot).min(logical / 2);
-    let rounds_at = region;
-    let mut next = 0u64;
-    write_seq(
-        &mut drv,
-        &mut next,
-        region + args.kept_per_snapshot,
-        logical,
-    )?;
-    drv.flush()?;
-    let mut cursor = 0u64;
-    let mut keep = |drv: &mut Driver<SimDevice>| -> Result<(), BenchError> {
-        write_seq(drv, &mut cursor, args.kept_per_snapshot, region)?;
-        drv.flush()?;
-        Ok(())
-    };
-    drv.snapshot_create("live-0")?;
-    keep(&mut drv)?;
-    let (one, back) = with_live(args, ftl, drv, rounds_at)?;
-    drv = back;
-    let started = Instant::now();
+/// Snapshots `live-1` on, each followed by `--kept-per-snapshot` blocks
+/// overwritten within `region` (from `cursor` on) and a flush, until
+/// `--many` − 1 are live or a create or write is refused: (live, why
+/// it stopped early).
+fn build_many(
+    args: &SnapshotArgs,
+    drv: &mut Driver<SimDevice>,
+    region: u64,
+    cursor: &mut u64,
+) -> Result<(u64, Option<String>), BenchError> {
     let bar = progress(args.many - 1, "snapshots");
     let mut built = 1u64;
     let mut refused = None;
@@ -837,7 +777,9 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
                 break;
             }
         }
-        if let Err(e) = keep(&mut drv) {
+        let kept = write_seq(drv, cursor, args.kept_per_snapshot, region)
+            .and_then(|()| drv.flush().map_err(BenchError::from));
+        if let Err(e) = kept {
             refused = Some(format!(
                 "the writes after create {built} failed: {e} (room for {} more kept versions)",
                 drv.stats().snapshot_room_versions
@@ -847,31 +789,144 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
         bar.set_position(built);
     }
     bar.finish_and_clear();
+    Ok((built, refused))
+}
+
+/// Wall and CPU ms of a volume's mount rounds.
+#[derive(Default)]
+struct MountTimes {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl MountTimes {
+    fn push(&mut self, (wall, cpu): (f64, f64)) {
+        self.wall.push(wall);
+        self.cpu.push(cpu);
+    }
+}
+
+/// `a[i] ÷ b[i]` per round.
+fn per_round(a: &[f64], b: &[f64]) -> Rounds {
+    Rounds::of(a.iter().zip(b).map(|(a, b)| ratio(*a, *b)).collect())
+}
+
+fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, BenchError> {
+    // The region the snapshots' kept blocks come from, written once; the
+    // create/delete rounds overwrite the blocks just past it.
+    let probe = volume(args, ftl, mode)?;
+    let region = (args.many * args.kept_per_snapshot).min(probe.logical_blocks() / 2);
+    drop(probe);
+    let rounds_at = region;
+    let kept = args.kept_per_snapshot;
+
+    // One snapshot live, keeping `kept` blocks.
+    let mut one = many_base(args, ftl, mode, region)?;
+    let mut cursor = 0u64;
+    write_seq(&mut one, &mut cursor, kept, region)?;
+    one.flush()?;
+
+    // `--many` − 1 live, each keeping `kept`.
+    let mut many = many_base(args, ftl, mode, region)?;
+    let mut cursor = 0u64;
+    write_seq(&mut many, &mut cursor, kept, region)?;
+    many.flush()?;
+    let started = Instant::now();
+    let (built, refused) = build_many(args, &mut many, region, &mut cursor)?;
     let build_s = started.elapsed().as_secs_f64();
-    let (many, drv) = if built > 1 {
-        let (m, d) = with_live(args, ftl, drv, rounds_at)?;
-        (Some(m), d)
+    let (s_one, s_many) = (one.stats(), many.stats());
+
+    // One live keeping as many versions as the many keep.
+    let same = if built > 1 {
+        let mut drv = many_base(args, ftl, mode, region)?;
+        let mut cursor = 0u64;
+        let versions = s_many.snapshot_versions.min(region);
+        write_seq(&mut drv, &mut cursor, versions, region)?;
+        drv.flush()?;
+        Some(drv)
     } else {
-        (None, drv)
+        None
     };
-    let s = drv.stats();
-    drop(drv);
-    let same = match &many {
-        Some(m) => Some(one_same_kept(args, ftl, mode, region, m.kept_versions)?),
-        None => None,
+    let s_same = same.as_ref().map(Driver::stats);
+
+    // Create/delete rounds on `one` and `many` in turn.
+    let mut cd = [
+        (Collect::default(), Collect::default()),
+        (Collect::default(), Collect::default()),
+    ];
+    for r in 0..args.rounds {
+        let [c_one, c_many] = &mut cd;
+        let turn = |drv: &mut Driver<SimDevice>, (c, d): &mut (Collect, Collect)| {
+            one_round(args, drv, rounds_at, r, (c, d))
+        };
+        if built <= 1 {
+            turn(&mut one, c_one)?;
+        } else if r % 2 == 0 {
+            turn(&mut one, c_one)?;
+            turn(&mut many, c_many)?;
+        } else {
+            turn(&mut many, c_many)?;
+            turn(&mut one, c_one)?;
+        }
+    }
+
+    // Mount rounds on the three volumes in turn, the first rotating.
+    let mut slots = [Some(one), (built > 1).then_some(many), same];
+    let mut times = [
+        MountTimes::default(),
+        MountTimes::default(),
+        MountTimes::default(),
+    ];
+    for r in 0..args.rounds {
+        for k in 0..3 {
+            let v = (r + k) % 3;
+            if slots[v].is_some() {
+                times[v].push(mount_round(ftl, &mut slots[v])?);
+            }
+        }
+    }
+    let [slot_one, slot_many, _] = slots;
+    let [t_one, t_many, t_same] = times;
+    let s = slot_many
+        .as_ref()
+        .unwrap_or_else(|| slot_one.as_ref().expect("mounted"))
+        .stats();
+
+    let [(c1, d1), (cm, dm)] = cd;
+    let ratios = (built > 1).then(|| ManyRatios {
+        create: per_round(&cm.us, &c1.us),
+        delete: per_round(&dm.us, &d1.us),
+        mount: per_round(&t_many.wall, &t_one.wall),
+        mount_cpu: per_round(&t_many.cpu, &t_one.cpu),
+        mount_same_kept: per_round(&t_many.wall, &t_same.wall),
+        mount_same_kept_cpu: per_round(&t_many.cpu, &t_same.cpu),
+    });
+    let one = WithLive {
+        live_before: s_one.snapshots,
+        kept_versions: s_one.snapshot_versions,
+        create: c1.done(),
+        delete: d1.done(),
+        mount_ms: Rounds::of(t_one.wall),
+        mount_cpu_ms: Rounds::of(t_one.cpu),
     };
-    let r = |m: Option<&WithLive>, f: &dyn Fn(&WithLive) -> f64| {
-        m.map_or(0.0, |m| round(ratio(f(m), f(&one)), 3))
-    };
-    let m = many.as_ref();
-    let same_ratio = |cpu: bool, f: fn(&Rounds) -> f64| match (m, &same) {
-        (Some(m), Some(o)) => round(ratio(f(m.mounts(cpu)), f(o.mounts(cpu))), 3),
-        _ => 0.0,
-    };
-    let per_version = |cpu: bool| {
-        m.map_or(0.0, |m| {
+    let many = (built > 1).then(|| WithLive {
+        live_before: s_many.snapshots,
+        kept_versions: s_many.snapshot_versions,
+        create: cm.done(),
+        delete: dm.done(),
+        mount_ms: Rounds::of(t_many.wall),
+        mount_cpu_ms: Rounds::of(t_many.cpu),
+    });
+    let same = s_same.map(|s| SameKept {
+        live_before: s.snapshots,
+        kept_versions: s.snapshot_versions,
+        mount_ms: Rounds::of(t_same.wall),
+        mount_cpu_ms: Rounds::of(t_same.cpu),
+    });
+    let per_version = |of: fn(&WithLive) -> &Rounds| {
+        many.as_ref().map_or(0.0, |m| {
             let versions = m.kept_versions.saturating_sub(one.kept_versions);
-            let ms = m.mounts(cpu).median - one.mounts(cpu).median;
+            let ms = of(m).median - of(&one).median;
             round(ratio(ms * 1e3, versions as f64), 4)
         })
     };
@@ -880,20 +935,9 @@ fn many(args: &SnapshotArgs, ftl: &FtlConfig, mode: TagMode) -> Result<Many, Ben
         built,
         refused,
         build_s: round(build_s, 3),
-        create_ratio_median: r(m, &|w| w.create.us.median),
-        create_ratio_min: r(m, &|w| w.create.us.min),
-        delete_ratio_median: r(m, &|w| w.delete.us.median),
-        delete_ratio_min: r(m, &|w| w.delete.us.min),
-        mount_ratio_median: r(m, &|w| w.mount_ms.median),
-        mount_ratio_min: r(m, &|w| w.mount_ms.min),
-        mount_same_kept_ratio_median: same_ratio(false, |r| r.median),
-        mount_same_kept_ratio_min: same_ratio(false, |r| r.min),
-        mount_cpu_ratio_median: r(m, &|w| w.mount_cpu_ms.median),
-        mount_cpu_ratio_min: r(m, &|w| w.mount_cpu_ms.min),
-        mount_same_kept_cpu_ratio_median: same_ratio(true, |r| r.median),
-        mount_same_kept_cpu_ratio_min: same_ratio(true, |r| r.min),
-        mount_us_per_kept_version: per_version(false),
-        mount_cpu_us_per_kept_version: per_version(true),
+        ratios,
+        mount_us_per_kept_version: per_version(|w| &w.mount_ms),
+        mount_cpu_us_per_kept_version: per_version(|w| &w.mount_cpu_ms),
         memory_bytes_per_kept_block: round(
             ratio(s.snapshot_memory_bytes as f64, s.snapshot_versions as f64),
             2,
@@ -1152,10 +1196,6 @@ fn wa_case(
     })
 }
 
-fn show(r: &Rounds) -> String {
-    format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds)
-}
-
 fn blocks(c: &OpCost) -> String {
     format!(
         "meta {:?} pad {:?} other {:?}",
@@ -1272,48 +1312,14 @@ fn many_text(tag: &str, many: &Many, t: &mut Text) {
         t.row("refused", why);
     }
     t.row("build_s", many.build_s);
-    t.row(
-        "create_ratio",
-        format!(
-            "median {} min {}",
-            many.create_ratio_median, many.create_ratio_min
-        ),
-    );
-    t.row(
-        "delete_ratio",
-        format!(
-            "median {} min {}",
-            many.delete_ratio_median, many.delete_ratio_min
-        ),
-    );
-    t.row(
-        "mount_ratio",
-        format!(
-            "median {} min {}",
-            many.mount_ratio_median, many.mount_ratio_min
-        ),
-    );
-    t.row(
-        "mount_same_kept_ratio",
-        format!(
-            "median {} min {}",
-            many.mount_same_kept_ratio_median, many.mount_same_kept_ratio_min
-        ),
-    );
-    t.row(
-        "mount_cpu_ratio",
-        format!(
-            "median {} min {}",
-            many.mount_cpu_ratio_median, many.mount_cpu_ratio_min
-        ),
-    );
-    t.row(
-        "mount_same_kept_cpu_ratio",
-        format!(
-            "median {} min {}",
-            many.mount_same_kept_cpu_ratio_median, many.mount_same_kept_cpu_ratio_min
-        ),
-    );
+    if let Some(r) = &many.ratios {
+        t.row("create_ratio", show(&r.create));
+        t.row("delete_ratio", show(&r.delete));
+        t.row("mount_ratio", show(&r.mount));
+        t.row("mount_cpu_ratio", show(&r.mount_cpu));
+        t.row("mount_same_kept_ratio", show(&r.mount_same_kept));
+        t.row("mount_same_kept_cpu_ratio", show(&r.mount_same_kept_cpu));
+    }
     t.row(
         "mount_us_per_kept_version",
         format!(

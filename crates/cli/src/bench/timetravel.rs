@@ -40,7 +40,7 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::recovery::{device_for, disk_estimate, fill_zeros, free_bytes, ImageFile};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{median, progress, ratio, round, BenchError, TagMode};
+use super::{median, progress, ratio, round, show, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
 const MIB: u64 = 1 << 20;
@@ -1135,10 +1135,6 @@ pub fn window(
 
 // ----- text ------------------------------------------------------------
 
-fn show(r: &Rounds) -> String {
-    format!("min {} median {} rounds {:?}", r.min, r.median, r.rounds)
-}
-
 pub fn revert_text(tag: &str, r: &RevertReport, t: &mut Text) {
     t.section(&format!(
         "tags {tag}: revert after {} written since T ({} changed blocks of a {} base, {} device)",
@@ -1200,6 +1196,36 @@ pub fn diff_text(tag: &str, d: &DiffReport, t: &mut Text) {
     t.bytes("image_disk_bytes", d.image_disk_bytes);
 }
 
+/// What a view's and a fork's first read after the create report.
+pub struct Activation<'a> {
+    pub first_read_us: &'a Rounds,
+    pub first_read_media_blocks: &'a [u64],
+    pub first_read_ms_per_gib: f64,
+    pub target_ms_per_gib: f64,
+    pub over_target: f64,
+    pub create_and_first_read_ms_per_gib: &'a Rounds,
+}
+
+/// The text rows of an [`Activation`].
+pub fn activation_text(a: Activation<'_>, t: &mut Text) {
+    t.row("first_read_us", show(a.first_read_us));
+    t.row(
+        "first_read_media_blocks",
+        format!("{:?}", a.first_read_media_blocks),
+    );
+    t.row(
+        "first_read_ms_per_gib",
+        format!(
+            "{} (target {}: {} of it)",
+            a.first_read_ms_per_gib, a.target_ms_per_gib, a.over_target
+        ),
+    );
+    t.row(
+        "create_and_first_read_ms_per_gib",
+        show(a.create_and_first_read_ms_per_gib),
+    );
+}
+
 pub fn views_text(tag: &str, cases: &[ViewCase], t: &mut Text) {
     for c in cases {
         t.section(&format!(
@@ -1207,21 +1233,16 @@ pub fn views_text(tag: &str, cases: &[ViewCase], t: &mut Text) {
             human_bytes(c.data_bytes)
         ));
         t.row("create_ms", show(&c.create_ms));
-        t.row("first_read_us", show(&c.first_read_us));
-        t.row(
-            "first_read_media_blocks",
-            format!("{:?}", c.first_read_media_blocks),
-        );
-        t.row(
-            "first_read_ms_per_gib",
-            format!(
-                "{} (target {}: {} of it)",
-                c.first_read_ms_per_gib, c.target_ms_per_gib, c.over_target
-            ),
-        );
-        t.row(
-            "create_and_first_read_ms_per_gib",
-            show(&c.create_and_first_read_ms_per_gib),
+        activation_text(
+            Activation {
+                first_read_us: &c.first_read_us,
+                first_read_media_blocks: &c.first_read_media_blocks,
+                first_read_ms_per_gib: c.first_read_ms_per_gib,
+                target_ms_per_gib: c.target_ms_per_gib,
+                over_target: c.over_target,
+                create_and_first_read_ms_per_gib: &c.create_and_first_read_ms_per_gib,
+            },
+            t,
         );
         t.row("view_read_us", show(&c.view_read_us));
         t.row("live_read_us", show(&c.live_read_us));
