@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use zftl_core::{Backend, BackendExt, Command};
+use zftl_core::{Backend, BackendExt, Command, ReadPriority};
 use zftl_sim::{NandScheduling, SimConfig, SimDevice, Timing};
 
 fn timed() -> SimDevice {
@@ -155,6 +155,7 @@ fn read(zone: u32, offset: u64) -> Command {
         zone,
         offset_blocks: offset,
         block_count: 1,
+        priority: ReadPriority::Host,
     }
 }
 
@@ -384,6 +385,7 @@ fn reads_of_different_commands_take_turns_page_by_page() {
                 zone: 0,
                 offset_blocks: 0,
                 block_count: 16,
+                priority: ReadPriority::Host,
             },
         )
         .expect("big read");
@@ -420,6 +422,7 @@ fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
             zone: 0,
             offset_blocks: 0,
             block_count: 16,
+            priority: ReadPriority::Host,
         };
         d.submit(1, big).expect("read");
         d.submit(2, Command::Reset { zone: 0 }).expect("reset");
@@ -445,5 +448,119 @@ fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
             }
             other => panic!("read: {other:?}"),
         }
+    }
+}
+
+fn background_read(zone: u32, offset: u64) -> Command {
+    Command::Read {
+        zone,
+        offset_blocks: offset,
+        block_count: 1,
+        priority: ReadPriority::Background,
+    }
+}
+
+/// Zone 0 holds 32 blocks (even offsets on LUN 0). Background one-block
+/// reads of LUN 0 (tags 1..=`background`), then host one-block reads of it
+/// (tags 101..=100 + `host`), all submitted at once; returns the
+/// completion times after the write, by tag in that order, and the device.
+fn background_then_host_reads(
+    scheduling: NandScheduling,
+    background: u64,
+    host: u64,
+) -> (Vec<u64>, SimDevice) {
+    let mut d = timed_with(scheduling);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+        .expect("write");
+    let t0 = d.clock_ns();
+    let mut tags = Vec::new();
+    for i in 1..=background {
+        d.submit(i, background_read(0, 2 * (i % 16)))
+            .expect("background read");
+        tags.push(i);
+    }
+    for i in 1..=host {
+        d.submit(100 + i, read(0, 2 * (i % 16))).expect("host read");
+        tags.push(100 + i);
+    }
+    let (at, _) = completion_times(&mut d, &tags);
+    (at.iter().map(|a| a - t0).collect(), d)
+}
+
+#[test]
+fn host_reads_go_ahead_of_background_reads_queued_before_them() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    // Fifo: one after another in the order submitted.
+    let (at, d) = background_then_host_reads(NandScheduling::Fifo, 8, 1);
+    assert_eq!(at, (1..=9).map(|n| n * r).collect::<Vec<_>>());
+    assert_eq!(d.stats().host_reads_first, 0);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // The first background read is running; the host read goes next,
+        // the other seven background reads after it.
+        let (at, d) = background_then_host_reads(scheduling, 8, 1);
+        let mut expect = vec![r];
+        expect.extend((3..=9).map(|n| n * r));
+        expect.push(2 * r);
+        assert_eq!(at, expect, "{scheduling:?}");
+        assert_eq!(d.stats().host_reads_first, 1, "{scheduling:?}");
+    }
+}
+
+#[test]
+fn a_background_read_lets_at_most_max_reads_ahead_host_reads_pass() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    let ahead = u64::from(t.max_reads_ahead);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // Two background reads: the first runs, the second waits; then
+        // twice `max_reads_ahead` host reads. The first `max_reads_ahead`
+        // of them pass the waiting background read, in the order
+        // submitted; the rest follow it.
+        let (at, mut d) = background_then_host_reads(scheduling, 2, 2 * ahead);
+        assert_eq!(at[0], r);
+        assert_eq!(
+            at[1],
+            (2 + ahead) * r,
+            "{scheduling:?}: the background read"
+        );
+        for h in 1..=2 * ahead {
+            let expect = if h <= ahead { 1 + h } else { 2 + h } * r;
+            assert_eq!(at[1 + h as usize], expect, "{scheduling:?}: host read {h}");
+        }
+        assert_eq!(d.stats().host_reads_first, ahead);
+        let (data, _) = d.read_blocks(0, 0, 32).expect("read back");
+        assert_eq!(data, blocks(d.geometry(), 0, 0, 32, 3));
+    }
+}
+
+#[test]
+fn background_reads_do_not_pass_host_reads() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+            .expect("write");
+        let t0 = d.clock_ns();
+        // A 16-block host read: 8 pages on LUN 0; then a one-block
+        // background read there. Reads of one kind take turns, but a
+        // background read waits for the host read's pages.
+        d.submit(
+            1,
+            Command::Read {
+                zone: 0,
+                offset_blocks: 0,
+                block_count: 16,
+                priority: ReadPriority::Host,
+            },
+        )
+        .expect("host read");
+        d.submit(2, background_read(0, 2)).expect("background read");
+        let (at, _) = completion_times(&mut d, &[1, 2]);
+        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        assert_eq!(at, [8 * r, 9 * r], "{scheduling:?}");
     }
 }
