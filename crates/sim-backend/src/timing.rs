@@ -41,10 +41,13 @@ struct Slot {
     op: Op,
     start_ns: u64,
     end_ns: u64,
-    /// A program or erase: reads that run right before it, between it and
-    /// the operation before it, or inside its suspensions. A background
-    /// read: host reads queued after it that run before it.
+    /// A program or erase: background reads that run right before it,
+    /// between it and the operation before it. A background read: host
+    /// reads queued after it that run before it.
     reads_ahead: u32,
+    /// A program or erase: host reads that run right before it or inside
+    /// its suspensions.
+    host_ahead: u32,
     /// Suspensions this program or erase took.
     suspends: u32,
     /// The part of a program or erase before it was suspended (its end is
@@ -183,6 +186,7 @@ impl Scheduler {
                 start_ns: start,
                 end_ns: finish,
                 reads_ahead: 0,
+                host_ahead: 0,
                 suspends: 0,
                 head: false,
                 turn: 0,
@@ -193,25 +197,34 @@ impl Scheduler {
 
     /// A read on a LUN with operations queued, when reads may pass: it
     /// goes after the operation running, right before the first program or
-    /// erase not started that has not let `max_reads_ahead` reads run right
-    /// before it. Among the reads not started queued there, a host read
-    /// (`Op::Read`) goes before the background ones that have not let
-    /// `max_reads_ahead` host reads run before them; reads of the same kind
-    /// of different commands take turns page by page (its command's `n`th
-    /// page read on the LUN goes after the others' `n`th ones, before their
-    /// later ones). With `Suspend`, if that puts it right behind a program
-    /// or erase running, it suspends that operation if it may take one more
-    /// suspension and one more read. So reads run before the programs and
-    /// erases queued, in groups of at most `max_reads_ahead` between two of
-    /// them, every program, erase and background read starts in bounded
-    /// time, and a one-page host read waits for at most one page of each
-    /// other host read command queued there, and for background reads only
-    /// when they have let `max_reads_ahead` host reads pass. Returns the
-    /// read's end.
+    /// erase not started that has not let `max_reads_ahead` reads of its
+    /// kind (host or background) run right before it. Among the reads not
+    /// started queued there, a host read (`Op::Read`) goes before the
+    /// background ones that have not let `max_reads_ahead` host reads run
+    /// before them; reads of one kind of different commands take turns
+    /// page by page (its command's `n`th page read on the LUN goes after
+    /// the others' `n`th ones, before their later ones). With `Suspend`, a
+    /// host read that this puts right behind a program or erase running
+    /// suspends that operation if it may take one more suspension and one
+    /// more host read; background reads never suspend. So reads run before
+    /// the programs and erases queued, in groups of at most
+    /// `max_reads_ahead` of each kind between two of them, every program,
+    /// erase and background read starts in bounded time, and a one-page
+    /// host read waits for at most one page of each other host read
+    /// command queued there, and for background reads only when they have
+    /// let `max_reads_ahead` host reads pass. Returns the read's end.
     fn queue_read_ahead(&mut self, cmd: u64, lun: usize, op: Op, t: &Timing, now_ns: u64) -> u64 {
         let q = &mut self.lun_ops[lun];
         let max = t.max_reads_ahead;
-        let passable = |s: &Slot| s.op.is_read() || s.reads_ahead < max;
+        let host = op == Op::Read;
+        let passable = |s: &Slot| {
+            s.op.is_read()
+                || if host {
+                    s.host_ahead < max
+                } else {
+                    s.reads_ahead < max
+                }
+        };
         // The first program or erase not started, past the reads queued
         // and the programs and erases that let their share of reads ahead.
         let mut at = q
@@ -226,7 +239,7 @@ impl Scheduler {
         let goes_before = |s: &Slot| {
             s.op.is_read()
                 && s.start_ns > now_ns
-                && if op == Op::Read && s.op == Op::BackgroundRead {
+                && if host && s.op == Op::BackgroundRead {
                     s.reads_ahead < max
                 } else {
                     s.op == op && s.turn > turn
@@ -243,6 +256,7 @@ impl Scheduler {
         }
         let running = q[0];
         let suspend = t.scheduling == NandScheduling::Suspend
+            && host
             && at == 1
             && !running.op.is_read()
             && !running.head
@@ -267,7 +281,7 @@ impl Scheduler {
                 end_ns: read_end
                     .saturating_add(t.resume_ns)
                     .saturating_add(remaining),
-                reads_ahead: running.reads_ahead + 1,
+                host_ahead: running.host_ahead + 1,
                 suspends: running.suspends + 1,
                 head: false,
                 ..running
@@ -292,9 +306,14 @@ impl Scheduler {
                 self.reads_passed += 1;
             }
             // The program or erase right after its group of reads lets one
-            // more read ahead.
+            // more read of its kind ahead.
             if let Some(next) = q.range_mut(at + 1..).find(|s| !s.op.is_read()) {
-                next.reads_ahead = next.reads_ahead.saturating_add(1);
+                let n = if host {
+                    &mut next.host_ahead
+                } else {
+                    &mut next.reads_ahead
+                };
+                *n = n.saturating_add(1);
             }
             (read_end, at + 1)
         };
@@ -490,6 +509,7 @@ fn read_slot(cmd: u64, op: Op, start_ns: u64, end_ns: u64, turn: u32) -> Slot {
         start_ns,
         end_ns,
         reads_ahead: 0,
+        host_ahead: 0,
         suspends: 0,
         head: false,
         turn,

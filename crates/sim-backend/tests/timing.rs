@@ -564,3 +564,80 @@ fn background_reads_do_not_pass_host_reads() {
         assert_eq!(at, [8 * r, 9 * r], "{scheduling:?}");
     }
 }
+
+#[test]
+fn background_reads_do_not_suspend_a_program() {
+    let t = Timing::default();
+    let (mut d, t0) = program_then(NandScheduling::Suspend);
+    d.submit(1, background_read(0, 0)).expect("background read");
+    let (at, order) = completion_times(&mut d, &[0, 1]);
+    assert_eq!(at, [t0 + t.program_ns, t0 + t.program_ns + t.read_ns]);
+    assert_eq!(order, [0, 1]);
+    assert_eq!(d.stats().suspensions, 0);
+}
+
+#[test]
+fn a_program_lets_max_reads_ahead_of_each_kind_run_before_it() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    let ahead = u64::from(t.max_reads_ahead);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // One program running on LUN 0, two queued; 50 µs in, twice
+        // `max_reads_ahead` background reads, then a host read.
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 2, 3), vec![])
+            .expect("first write");
+        let t0 = d.clock_ns();
+        d.submit(0, write(0, 2, 2, &g)).expect("submit");
+        d.submit(1000, write(0, 4, 2, &g)).expect("submit");
+        d.submit(1001, write(0, 6, 2, &g)).expect("submit");
+        d.advance_clock_to(t0 + 50_000);
+        let mut tags = vec![0, 1000, 1001];
+        for i in 1..=2 * ahead {
+            // Block 0 is written; the others are in the writes queued.
+            d.submit(i, background_read(0, 0)).expect("background read");
+            tags.push(i);
+        }
+        d.submit(500, read(0, 0)).expect("host read");
+        tags.push(500);
+        let (at, order) = completion_times(&mut d, &tags);
+        // The first `max_reads_ahead` background reads fill the second
+        // program's share, the rest the third's (background reads do not
+        // suspend the running one); the host read still goes before the
+        // second program, and before the background reads there: after
+        // the running program, or with `Suspend` inside it.
+        let first_end = t0 + t.program_ns;
+        let (host_end, running_end, lead, suspensions) = match scheduling {
+            NandScheduling::Suspend => {
+                let moved = first_end + t.suspend_ns + r + t.resume_ns;
+                (t0 + 50_000 + t.suspend_ns + r, moved, moved, 1)
+            }
+            _ => (first_end + r, first_end, first_end + r, 0),
+        };
+        let second_end = lead + ahead * r + t.program_ns;
+        let third_end = second_end + ahead * r + t.program_ns;
+        assert_eq!(
+            at[..3],
+            [running_end, second_end, third_end],
+            "{scheduling:?}"
+        );
+        for i in 1..=2 * ahead {
+            let expect = if i <= ahead {
+                lead + i * r
+            } else {
+                second_end + (i - ahead) * r
+            };
+            assert_eq!(
+                at[2 + i as usize],
+                expect,
+                "{scheduling:?}: background read {i}"
+            );
+        }
+        assert_eq!(at[tags.len() - 1], host_end, "{scheduling:?}: host read");
+        let writes: Vec<u64> = order.into_iter().filter(|&t| t == 0 || t >= 1000).collect();
+        assert_eq!(writes, [0, 1000, 1001], "programs in order");
+        assert_eq!(d.stats().host_reads_first, 1);
+        assert_eq!(d.stats().suspensions, suspensions);
+    }
+}
