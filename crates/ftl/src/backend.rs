@@ -195,6 +195,18 @@ pub struct ZoneInfo {
     pub capacity_blocks: u64,
 }
 
+/// Whom a read serves. The simulator's `read-priority` and `suspend`
+/// scheduling serve host reads ahead of background ones queued on the same
+/// LUN (bounded, docs/sim.md); a device without such a queue ignores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReadPriority {
+    /// A read a host request waits for (the default).
+    #[default]
+    Host,
+    /// A read of the FTL's own: GC's copies and zone summaries.
+    Background,
+}
+
 /// A device command. Buffers are owned by the command while it is in flight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -203,6 +215,9 @@ pub enum Command {
         zone: ZoneId,
         offset_blocks: u64,
         block_count: u32,
+        /// Whom the read serves; a device that orders its queue may serve
+        /// host reads first, others ignore it.
+        priority: ReadPriority,
     },
     /// Write at the write pointer. `oob` is empty or exactly
     /// `block_count * oob_size_bytes` (empty writes zeros).
@@ -457,6 +472,7 @@ pub trait BackendExt: Backend {
             zone,
             offset_blocks,
             block_count,
+            priority: ReadPriority::Host,
         })? {
             Outcome::Read { data, oob } => Ok((data, oob)),
             other => panic!("read completed as {other:?}"),

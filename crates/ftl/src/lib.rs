@@ -42,7 +42,7 @@ pub mod zone;
 
 pub use backend::{
     Backend, BackendExt, Command, Completion, DeviceError, Geometry, GeometryError, Outcome,
-    Payload, SubmitError, ZoneInfo, ZoneState,
+    Payload, ReadPriority, SubmitError, ZoneInfo, ZoneState,
 };
 pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, ProtectWindow, TagPlacement};

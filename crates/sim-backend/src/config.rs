@@ -72,10 +72,13 @@ pub struct Timing {
     /// `Suspend` only: what resuming a suspended program or erase adds to
     /// it after the reads it let through.
     pub resume_ns: u64,
-    /// `ReadPriority` and `Suspend`: reads that may start ahead of one
-    /// program or erase after it was queued, by jumping its place in the
-    /// queue or by suspending it; further reads queue behind it. This
-    /// bounds how long reads can hold a program or erase back (docs/sim.md).
+    /// `ReadPriority` and `Suspend`: host reads, and as many background
+    /// reads, that may start ahead of one program or erase after it was
+    /// queued, by jumping its place in the queue or (host reads) by
+    /// suspending it; further reads of that kind queue behind it. Also the
+    /// host reads that may start ahead of one background read queued
+    /// before them. This bounds how long reads can hold a program or erase
+    /// back, and host reads a background read (docs/sim.md).
     pub max_reads_ahead: u32,
     /// `Suspend` only: suspensions one program or erase may take.
     pub max_suspends: u32,
@@ -93,14 +96,16 @@ pub enum NandScheduling {
     #[default]
     Fifo,
     /// A read starts before the programs and erases queued, not yet
-    /// started, on its LUN, but waits for the operation running; reads of
-    /// different commands take turns page by page. Bounded by
-    /// `Timing::max_reads_ahead`.
+    /// started, on its LUN, but waits for the operation running; a host
+    /// read (`ReadPriority::Host`) also before the background reads not
+    /// started; reads of one kind of different commands take turns page by
+    /// page. Bounded by `Timing::max_reads_ahead`.
     ReadPriority,
-    /// As `ReadPriority`, and a read arriving while a program or erase runs
-    /// suspends it: the read starts `suspend_ns` later, and the suspended
-    /// operation resumes after the reads queued by then, `resume_ns` longer.
-    /// Bounded by `Timing::max_suspends` and `Timing::max_reads_ahead`.
+    /// As `ReadPriority`, and a host read arriving while a program or erase
+    /// runs suspends it: the read starts `suspend_ns` later, and the
+    /// suspended operation resumes after the reads queued by then,
+    /// `resume_ns` longer. Background reads do not suspend. Bounded by
+    /// `Timing::max_suspends` and `Timing::max_reads_ahead`.
     Suspend,
 }
 

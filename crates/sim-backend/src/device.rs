@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use zftl_core::backend::ZoneId;
 use zftl_core::{
-    Backend, Command, Completion, DeviceError, Geometry, SubmitError, ZoneInfo, ZoneState,
+    Backend, Command, Completion, DeviceError, Geometry, ReadPriority, SubmitError, ZoneInfo,
+    ZoneState,
 };
 
 use crate::config::{Faults, RuntimeOptions, SimConfig};
@@ -367,6 +368,7 @@ impl SimDevice {
         s.busy_ns_total = self.sched.busy_ns_total;
         s.reads_passed = self.sched.reads_passed;
         s.suspensions = self.sched.suspensions;
+        s.host_reads_first = self.sched.host_reads_first;
         s
     }
 
@@ -488,10 +490,15 @@ impl SimDevice {
                 zone,
                 offset_blocks,
                 block_count,
+                priority,
             } => {
+                let op = match priority {
+                    ReadPriority::Host => Op::Read,
+                    ReadPriority::Background => Op::BackgroundRead,
+                };
                 for b in *offset_blocks..offset_blocks + u64::from(*block_count) {
                     let (lun, _, _) = self.layout.locate(*zone, b);
-                    finish = finish.max(self.sched.queue(seq, lun, Op::Read, now));
+                    finish = finish.max(self.sched.queue(seq, lun, op, now));
                 }
             }
             Command::Write {
@@ -531,6 +538,7 @@ impl SimDevice {
             zone,
             offset_blocks,
             block_count,
+            ..
         } = command
         {
             let held = match self.zones.state(*zone) {

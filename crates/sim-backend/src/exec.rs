@@ -28,6 +28,7 @@ impl SimDevice {
                 zone,
                 offset_blocks,
                 block_count,
+                ..
             } => {
                 let count = u64::from(*block_count);
                 if count > u64::from(g.max_transfer_blocks) {
@@ -125,6 +126,7 @@ impl SimDevice {
                 zone,
                 offset_blocks,
                 block_count,
+                ..
             } => {
                 self.stats.host_reads += 1;
                 self.read(zone, offset_blocks, block_count)

@@ -59,6 +59,10 @@ pub struct SimStats {
     pub reads_passed: u64,
     /// Programs and erases suspended for a read (`NandScheduling::Suspend`).
     pub suspensions: u64,
+    /// Host page reads (`ReadPriority::Host`) that went ahead of a
+    /// background read queued on their LUN before them
+    /// (`NandScheduling::ReadPriority`, `Suspend`).
+    pub host_reads_first: u64,
 }
 
 impl SimStats {

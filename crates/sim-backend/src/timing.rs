@@ -5,8 +5,9 @@
 //! With `NandScheduling::Fifo` a LUN runs its operations in the order they
 //! were queued, so an operation's times are fixed when it is queued. With
 //! `ReadPriority` and `Suspend` a read may start before programs and
-//! erases queued earlier (or suspend the one running), which moves their
-//! ends, and the finish of their commands, later; never earlier. The
+//! erases queued earlier (or suspend the one running), and a host read
+//! before background reads queued earlier, which moves their ends, and
+//! the finish of their commands, later; never earlier. The
 //! scheduler keeps each LUN's operations that have not ended, in the order
 //! the LUN runs them, and each command's current finish; the device asks
 //! for a command's finish again before it executes it (docs/sim.md).
@@ -18,9 +19,18 @@ use crate::config::{NandScheduling, Timing};
 /// The kind of NAND operation a command queues on a LUN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
+    /// A page read of a host read (`ReadPriority::Host`).
     Read,
+    /// A page read of a background read (`ReadPriority::Background`).
+    BackgroundRead,
     Program,
     Erase,
+}
+
+impl Op {
+    fn is_read(self) -> bool {
+        matches!(self, Op::Read | Op::BackgroundRead)
+    }
 }
 
 /// One operation, or the part before a suspension of one, on a LUN.
@@ -31,9 +41,13 @@ struct Slot {
     op: Op,
     start_ns: u64,
     end_ns: u64,
-    /// Reads that run right before this program or erase, between it and
-    /// the operation before it, or inside its suspensions.
+    /// A program or erase: background reads that run right before it,
+    /// between it and the operation before it. A background read: host
+    /// reads queued after it that run before it.
     reads_ahead: u32,
+    /// A program or erase: host reads that run right before it or inside
+    /// its suspensions.
+    host_ahead: u32,
     /// Suspensions this program or erase took.
     suspends: u32,
     /// The part of a program or erase before it was suspended (its end is
@@ -92,6 +106,8 @@ pub(crate) struct Scheduler {
     pub reads_passed: u64,
     /// Programs and erases suspended for a read.
     pub suspensions: u64,
+    /// Host page reads that went ahead of a background read queued before.
+    pub host_reads_first: u64,
     /// Scratch: commands whose operations moved, and their new ends.
     moved: Vec<(u64, u64)>,
 }
@@ -113,6 +129,7 @@ impl Scheduler {
             lun_busy_ns: vec![0; luns],
             reads_passed: 0,
             suspensions: 0,
+            host_reads_first: 0,
             moved: Vec::new(),
         }
     }
@@ -144,12 +161,12 @@ impl Scheduler {
             while q.front().is_some_and(|s| s.end_ns <= now_ns) {
                 q.pop_front();
             }
-            if op == Op::Read && !q.is_empty() {
-                return self.queue_read_ahead(cmd, lun, &t, now_ns);
+            if op.is_read() && !q.is_empty() {
+                return self.queue_read_ahead(cmd, lun, op, &t, now_ns);
             }
         }
         let cost = match op {
-            Op::Read => t.read_ns,
+            Op::Read | Op::BackgroundRead => t.read_ns,
             Op::Program => t.program_ns,
             Op::Erase => t.erase_ns,
         };
@@ -169,6 +186,7 @@ impl Scheduler {
                 start_ns: start,
                 end_ns: finish,
                 reads_ahead: 0,
+                host_ahead: 0,
                 suspends: 0,
                 head: false,
                 turn: 0,
@@ -179,37 +197,76 @@ impl Scheduler {
 
     /// A read on a LUN with operations queued, when reads may pass: it
     /// goes after the operation running, right before the first program or
-    /// erase not started that has not let `max_reads_ahead` reads run right
-    /// before it; among the reads queued there, reads of different commands
-    /// take turns page by page (its command's `n`th page read on the LUN
-    /// goes after the others' `n`th ones, before their later ones). With
-    /// `Suspend` it suspends the program or erase running if that may take
-    /// one more suspension and one more read. So reads run before the
-    /// programs and erases queued, in groups of at most `max_reads_ahead`
-    /// between two of them, every program and erase starts in bounded time,
-    /// and a one-page read waits for at most one page of each other read
-    /// command queued there. Returns the read's end.
-    fn queue_read_ahead(&mut self, cmd: u64, lun: usize, t: &Timing, now_ns: u64) -> u64 {
+    /// erase not started that has not let `max_reads_ahead` reads of its
+    /// kind (host or background) run right before it. Among the reads not
+    /// started queued there, a host read (`Op::Read`) goes before the
+    /// background ones that have not let `max_reads_ahead` host reads run
+    /// before them; reads of one kind of different commands take turns
+    /// page by page (its command's `n`th page read on the LUN goes after
+    /// the others' `n`th ones, before their later ones). With `Suspend`, a
+    /// host read that this puts right behind a program or erase running
+    /// suspends that operation if it may take one more suspension and one
+    /// more host read; background reads never suspend. So reads run before
+    /// the programs and erases queued, in groups of at most
+    /// `max_reads_ahead` of each kind between two of them, every program,
+    /// erase and background read starts in bounded time, and a one-page
+    /// host read waits for at most one page of each other host read
+    /// command queued there, and for background reads only when they have
+    /// let `max_reads_ahead` host reads pass. Returns the read's end.
+    fn queue_read_ahead(&mut self, cmd: u64, lun: usize, op: Op, t: &Timing, now_ns: u64) -> u64 {
         let q = &mut self.lun_ops[lun];
-        let passable = |s: &Slot| s.op == Op::Read || s.reads_ahead < t.max_reads_ahead;
+        let max = t.max_reads_ahead;
+        let host = op == Op::Read;
+        let passable = |s: &Slot| {
+            s.op.is_read()
+                || if host {
+                    s.host_ahead < max
+                } else {
+                    s.reads_ahead < max
+                }
+        };
         // The first program or erase not started, past the reads queued
         // and the programs and erases that let their share of reads ahead.
         let mut at = q
             .iter()
-            .position(|s| s.start_ns > now_ns && s.op != Op::Read)
+            .position(|s| s.start_ns > now_ns && !s.op.is_read())
             .unwrap_or(q.len());
-        while at < q.len() && (q[at].op == Op::Read || !passable(&q[at])) {
+        while at < q.len() && (q[at].op.is_read() || !passable(&q[at])) {
             at += 1;
+        }
+        // Back past the reads not started that it goes before.
+        let turn = q.iter().filter(|s| s.cmd == cmd && s.op.is_read()).count() as u32;
+        let goes_before = |s: &Slot| {
+            s.op.is_read()
+                && s.start_ns > now_ns
+                && if host && s.op == Op::BackgroundRead {
+                    s.reads_ahead < max
+                } else {
+                    s.op == op && s.turn > turn
+                }
+        };
+        let mut background_passed = false;
+        while at > 0 && goes_before(&q[at - 1]) {
+            at -= 1;
+            if q[at].op != op {
+                // A host read ahead of a background one.
+                q[at].reads_ahead += 1;
+                background_passed = true;
+            }
         }
         let running = q[0];
         let suspend = t.scheduling == NandScheduling::Suspend
+            && host
             && at == 1
-            && running.op != Op::Read
+            && !running.op.is_read()
             && !running.head
             && running.start_ns <= now_ns
             && running.suspends < t.max_suspends
             && passable(&running)
             && now_ns.saturating_add(t.suspend_ns) < running.end_ns;
+        if background_passed {
+            self.host_reads_first += 1;
+        }
         let (read_end, resume_at) = if suspend {
             // The running operation stops at `now + suspend_ns`, the read
             // runs, then the operation resumes: what remained of it plus
@@ -224,39 +281,39 @@ impl Scheduler {
                 end_ns: read_end
                     .saturating_add(t.resume_ns)
                     .saturating_add(remaining),
-                reads_ahead: running.reads_ahead + 1,
+                host_ahead: running.host_ahead + 1,
                 suspends: running.suspends + 1,
                 head: false,
                 ..running
             };
-            q.insert(1, read_slot(cmd, read_start, read_end, 0));
+            q.insert(1, read_slot(cmd, op, read_start, read_end, 0));
             q.insert(2, tail);
             self.suspensions += 1;
+            if background_passed {
+                self.reads_passed += 1;
+            }
             self.moved.push((running.cmd, tail.end_ns));
             (read_end, 3)
         } else {
-            let not_started = |s: &Slot| s.op == Op::Read && s.start_ns > now_ns;
-            let turn = q
-                .iter()
-                .filter(|s| s.cmd == cmd && s.op == Op::Read)
-                .count() as u32;
-            while at > 0 && not_started(&q[at - 1]) && q[at - 1].turn > turn {
-                at -= 1;
-            }
             let start = if at == 0 {
                 now_ns
             } else {
                 q[at - 1].end_ns.max(now_ns)
             };
             let read_end = start.saturating_add(t.read_ns);
-            q.insert(at, read_slot(cmd, start, read_end, turn));
+            q.insert(at, read_slot(cmd, op, start, read_end, turn));
             if at + 1 < q.len() {
                 self.reads_passed += 1;
             }
             // The program or erase right after its group of reads lets one
-            // more read ahead.
-            if let Some(next) = q.range_mut(at + 1..).find(|s| s.op != Op::Read) {
-                next.reads_ahead = next.reads_ahead.saturating_add(1);
+            // more read of its kind ahead.
+            if let Some(next) = q.range_mut(at + 1..).find(|s| !s.op.is_read()) {
+                let n = if host {
+                    &mut next.host_ahead
+                } else {
+                    &mut next.reads_ahead
+                };
+                *n = n.saturating_add(1);
             }
             (read_end, at + 1)
         };
@@ -445,13 +502,14 @@ impl Scheduler {
     }
 }
 
-fn read_slot(cmd: u64, start_ns: u64, end_ns: u64, turn: u32) -> Slot {
+fn read_slot(cmd: u64, op: Op, start_ns: u64, end_ns: u64, turn: u32) -> Slot {
     Slot {
         cmd,
-        op: Op::Read,
+        op,
         start_ns,
         end_ns,
         reads_ahead: 0,
+        host_ahead: 0,
         suspends: 0,
         head: false,
         turn,

@@ -3,7 +3,9 @@
 mod common;
 
 use common::*;
-use zftl_core::{Backend, BackendExt, Command, DeviceError, Outcome, SubmitError, ZoneState};
+use zftl_core::{
+    Backend, BackendExt, Command, DeviceError, Outcome, ReadPriority, SubmitError, ZoneState,
+};
 use zftl_sim::{SimConfig, SimDevice};
 
 fn dev() -> SimDevice {
@@ -231,6 +233,7 @@ fn shuffled_completions_are_a_seeded_permutation() {
                     zone: 0,
                     offset_blocks: 0,
                     block_count: 1,
+                    priority: ReadPriority::Host,
                 },
             )
             .expect("submit");

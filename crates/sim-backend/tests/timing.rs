@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use zftl_core::{Backend, BackendExt, Command};
+use zftl_core::{Backend, BackendExt, Command, ReadPriority};
 use zftl_sim::{NandScheduling, SimConfig, SimDevice, Timing};
 
 fn timed() -> SimDevice {
@@ -155,6 +155,7 @@ fn read(zone: u32, offset: u64) -> Command {
         zone,
         offset_blocks: offset,
         block_count: 1,
+        priority: ReadPriority::Host,
     }
 }
 
@@ -384,6 +385,7 @@ fn reads_of_different_commands_take_turns_page_by_page() {
                 zone: 0,
                 offset_blocks: 0,
                 block_count: 16,
+                priority: ReadPriority::Host,
             },
         )
         .expect("big read");
@@ -420,6 +422,7 @@ fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
             zone: 0,
             offset_blocks: 0,
             block_count: 16,
+            priority: ReadPriority::Host,
         };
         d.submit(1, big).expect("read");
         d.submit(2, Command::Reset { zone: 0 }).expect("reset");
@@ -445,5 +448,196 @@ fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
             }
             other => panic!("read: {other:?}"),
         }
+    }
+}
+
+fn background_read(zone: u32, offset: u64) -> Command {
+    Command::Read {
+        zone,
+        offset_blocks: offset,
+        block_count: 1,
+        priority: ReadPriority::Background,
+    }
+}
+
+/// Zone 0 holds 32 blocks (even offsets on LUN 0). Background one-block
+/// reads of LUN 0 (tags 1..=`background`), then host one-block reads of it
+/// (tags 101..=100 + `host`), all submitted at once; returns the
+/// completion times after the write, by tag in that order, and the device.
+fn background_then_host_reads(
+    scheduling: NandScheduling,
+    background: u64,
+    host: u64,
+) -> (Vec<u64>, SimDevice) {
+    let mut d = timed_with(scheduling);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+        .expect("write");
+    let t0 = d.clock_ns();
+    let mut tags = Vec::new();
+    for i in 1..=background {
+        d.submit(i, background_read(0, 2 * (i % 16)))
+            .expect("background read");
+        tags.push(i);
+    }
+    for i in 1..=host {
+        d.submit(100 + i, read(0, 2 * (i % 16))).expect("host read");
+        tags.push(100 + i);
+    }
+    let (at, _) = completion_times(&mut d, &tags);
+    (at.iter().map(|a| a - t0).collect(), d)
+}
+
+#[test]
+fn host_reads_go_ahead_of_background_reads_queued_before_them() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    // Fifo: one after another in the order submitted.
+    let (at, d) = background_then_host_reads(NandScheduling::Fifo, 8, 1);
+    assert_eq!(at, (1..=9).map(|n| n * r).collect::<Vec<_>>());
+    assert_eq!(d.stats().host_reads_first, 0);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // The first background read is running; the host read goes next,
+        // the other seven background reads after it.
+        let (at, d) = background_then_host_reads(scheduling, 8, 1);
+        let mut expect = vec![r];
+        expect.extend((3..=9).map(|n| n * r));
+        expect.push(2 * r);
+        assert_eq!(at, expect, "{scheduling:?}");
+        assert_eq!(d.stats().host_reads_first, 1, "{scheduling:?}");
+    }
+}
+
+#[test]
+fn a_background_read_lets_at_most_max_reads_ahead_host_reads_pass() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    let ahead = u64::from(t.max_reads_ahead);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // Two background reads: the first runs, the second waits; then
+        // twice `max_reads_ahead` host reads. The first `max_reads_ahead`
+        // of them pass the waiting background read, in the order
+        // submitted; the rest follow it.
+        let (at, mut d) = background_then_host_reads(scheduling, 2, 2 * ahead);
+        assert_eq!(at[0], r);
+        assert_eq!(
+            at[1],
+            (2 + ahead) * r,
+            "{scheduling:?}: the background read"
+        );
+        for h in 1..=2 * ahead {
+            let expect = if h <= ahead { 1 + h } else { 2 + h } * r;
+            assert_eq!(at[1 + h as usize], expect, "{scheduling:?}: host read {h}");
+        }
+        assert_eq!(d.stats().host_reads_first, ahead);
+        let (data, _) = d.read_blocks(0, 0, 32).expect("read back");
+        assert_eq!(data, blocks(d.geometry(), 0, 0, 32, 3));
+    }
+}
+
+#[test]
+fn background_reads_do_not_pass_host_reads() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+            .expect("write");
+        let t0 = d.clock_ns();
+        // A 16-block host read: 8 pages on LUN 0; then a one-block
+        // background read there. Reads of one kind take turns, but a
+        // background read waits for the host read's pages.
+        d.submit(
+            1,
+            Command::Read {
+                zone: 0,
+                offset_blocks: 0,
+                block_count: 16,
+                priority: ReadPriority::Host,
+            },
+        )
+        .expect("host read");
+        d.submit(2, background_read(0, 2)).expect("background read");
+        let (at, _) = completion_times(&mut d, &[1, 2]);
+        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        assert_eq!(at, [8 * r, 9 * r], "{scheduling:?}");
+    }
+}
+
+#[test]
+fn background_reads_do_not_suspend_a_program() {
+    let t = Timing::default();
+    let (mut d, t0) = program_then(NandScheduling::Suspend);
+    d.submit(1, background_read(0, 0)).expect("background read");
+    let (at, order) = completion_times(&mut d, &[0, 1]);
+    assert_eq!(at, [t0 + t.program_ns, t0 + t.program_ns + t.read_ns]);
+    assert_eq!(order, [0, 1]);
+    assert_eq!(d.stats().suspensions, 0);
+}
+
+#[test]
+fn a_program_lets_max_reads_ahead_of_each_kind_run_before_it() {
+    let t = Timing::default();
+    let r = t.read_ns;
+    let ahead = u64::from(t.max_reads_ahead);
+    for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
+        // One program running on LUN 0, two queued; 50 µs in, twice
+        // `max_reads_ahead` background reads, then a host read.
+        let mut d = timed_with(scheduling);
+        let g = d.geometry().clone();
+        d.write_blocks(0, 0, blocks(&g, 0, 0, 2, 3), vec![])
+            .expect("first write");
+        let t0 = d.clock_ns();
+        d.submit(0, write(0, 2, 2, &g)).expect("submit");
+        d.submit(1000, write(0, 4, 2, &g)).expect("submit");
+        d.submit(1001, write(0, 6, 2, &g)).expect("submit");
+        d.advance_clock_to(t0 + 50_000);
+        let mut tags = vec![0, 1000, 1001];
+        for i in 1..=2 * ahead {
+            // Block 0 is written; the others are in the writes queued.
+            d.submit(i, background_read(0, 0)).expect("background read");
+            tags.push(i);
+        }
+        d.submit(500, read(0, 0)).expect("host read");
+        tags.push(500);
+        let (at, order) = completion_times(&mut d, &tags);
+        // The first `max_reads_ahead` background reads fill the second
+        // program's share, the rest the third's (background reads do not
+        // suspend the running one); the host read still goes before the
+        // second program, and before the background reads there: after
+        // the running program, or with `Suspend` inside it.
+        let first_end = t0 + t.program_ns;
+        let (host_end, running_end, lead, suspensions) = match scheduling {
+            NandScheduling::Suspend => {
+                let moved = first_end + t.suspend_ns + r + t.resume_ns;
+                (t0 + 50_000 + t.suspend_ns + r, moved, moved, 1)
+            }
+            _ => (first_end + r, first_end, first_end + r, 0),
+        };
+        let second_end = lead + ahead * r + t.program_ns;
+        let third_end = second_end + ahead * r + t.program_ns;
+        assert_eq!(
+            at[..3],
+            [running_end, second_end, third_end],
+            "{scheduling:?}"
+        );
+        for i in 1..=2 * ahead {
+            let expect = if i <= ahead {
+                lead + i * r
+            } else {
+                second_end + (i - ahead) * r
+            };
+            assert_eq!(
+                at[2 + i as usize],
+                expect,
+                "{scheduling:?}: background read {i}"
+            );
+        }
+        assert_eq!(at[tags.len() - 1], host_end, "{scheduling:?}: host read");
+        let writes: Vec<u64> = order.into_iter().filter(|&t| t == 0 || t >= 1000).collect();
+        assert_eq!(writes, [0, 1000, 1001], "programs in order");
+        assert_eq!(d.stats().host_reads_first, 1);
+        assert_eq!(d.stats().suspensions, suspensions);
     }
 }

@@ -596,10 +596,13 @@ impl ZonedBlockDevice {
             }
         }
         match command {
+            // `priority` is not passed on: the zoned block device has no
+            // per-command read priority the FTL could use.
             Command::Read {
                 zone,
                 offset_blocks,
                 block_count,
+                priority: _,
             } => self.submit_read(tag, zone, offset_blocks, block_count),
             Command::Write {
                 zone,

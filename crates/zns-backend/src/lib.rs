@@ -997,10 +997,13 @@ impl ZnsDevice {
             ))
         };
         match command {
+            // `priority` is not passed on: an NVMe read has no priority
+            // field (NVMe arbitrates between submission queues, not commands).
             Command::Read {
                 zone,
                 offset_blocks,
                 block_count,
+                priority: _,
             } => {
                 let n = u64::from(block_count);
                 if block_count > g.max_transfer_blocks {

@@ -7,8 +7,9 @@
 //! zones 4 LUNs wide, 4 KiB pages) with the default timing (read 25 µs,
 //! program 200 µs, erase 1.5 ms per LUN operation; each LUN does one
 //! operation at a time, in the order they were queued, or with
-//! `--nand-scheduling read-priority` reads first, or with `suspend` reads
-//! first and suspending the program or erase running). The FTL has the
+//! `--nand-scheduling read-priority` reads first, host reads before GC's,
+//! or with `suspend` as well host reads suspending the program or erase
+//! running). The FTL has the
 //! default format (7 % over-provisioning) and configuration. It is filled
 //! sequentially and overwritten at random (`--warmup`), so GC runs at
 //! steady state. Then:
@@ -94,9 +95,10 @@ pub struct MediaArgs {
     pub svg: Option<PathBuf>,
     /// How each LUN orders its queued operations (`Timing::scheduling`):
     /// `fifo` in the order queued; `read-priority` a read goes before
-    /// queued programs and erases; `suspend` also suspends the program or
-    /// erase running; with `Timing`'s default suspend and resume times and
-    /// bounds (docs/sim.md; the report's `timing` shows them).
+    /// queued programs and erases, a host read also before GC's reads;
+    /// `suspend` a host read also suspends the program or erase running;
+    /// with `Timing`'s default suspend and resume times and bounds
+    /// (docs/sim.md; the report's `timing` shows them).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = Scheduling::Fifo)]
     pub nand_scheduling: Scheduling,
 }

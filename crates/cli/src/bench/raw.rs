@@ -7,7 +7,7 @@
 
 use zftl_core::backend::{Geometry, ZoneId};
 use zftl_core::payload::{BlockData, Payload};
-use zftl_core::{Backend, Command, Completion, Outcome, SubmitError};
+use zftl_core::{Backend, Command, Completion, Outcome, ReadPriority, SubmitError};
 
 use super::shape::WriteCmd;
 use zftl_sim::rng::Rng;
@@ -230,6 +230,7 @@ pub fn random_reads<B: Backend>(
                     zone,
                     offset_blocks,
                     block_count: 1,
+                    priority: ReadPriority::Host,
                 },
             );
             submitted += 1;

@@ -38,8 +38,8 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::{
-    Backend, Command, Completion, DeviceError, Geometry, Outcome, SubmitError, ZoneId, ZoneInfo,
-    ZoneState,
+    Backend, Command, Completion, DeviceError, Geometry, Outcome, ReadPriority, SubmitError,
+    ZoneId, ZoneInfo, ZoneState,
 };
 use crate::payload::{BlockData, Payload};
 
@@ -376,8 +376,9 @@ fn describe_cmd(cmd: &Command) -> String {
             zone,
             offset_blocks,
             block_count,
+            priority,
         } => {
-            format!("Read(zone {zone}, offset {offset_blocks}, {block_count} blocks)")
+            format!("Read(zone {zone}, offset {offset_blocks}, {block_count} blocks, {priority:?})")
         }
         Command::Write {
             zone,
@@ -851,6 +852,7 @@ impl<B: Backend> Dev<B> {
             zone,
             offset_blocks: offset,
             block_count: c32(n),
+            priority: ReadPriority::Host,
         };
         let what = describe_cmd(&cmd);
         let o = self.exec_ok(cmd)?;
@@ -934,6 +936,7 @@ impl<B: Backend> Dev<B> {
             zone,
             offset_blocks: offset,
             block_count: c32(n),
+            priority: ReadPriority::Host,
         };
         let what = describe_cmd(&cmd);
         let (data, oob) = match self.exec(cmd)? {
@@ -1374,6 +1377,13 @@ fn case_many_in_flight<H: Harness>(h: &mut H) -> Result<(), Failure> {
                 zone: z,
                 offset_blocks: offset,
                 block_count: c32(n),
+                // Both kinds: a device that serves host reads first must
+                // still return what every read asked for.
+                priority: if i % 4 < 2 {
+                    ReadPriority::Host
+                } else {
+                    ReadPriority::Background
+                },
             };
             (cmd, Planned::Read { zone: z, offset, n })
         };
@@ -1442,6 +1452,7 @@ fn case_queue_full_is_busy<H: Harness>(h: &mut H) -> Result<(), Failure> {
         zone: z,
         offset_blocks: 0,
         block_count: 1,
+        priority: ReadPriority::Host,
     };
     for _ in 0..qd {
         d.submit(read())?;
@@ -1627,6 +1638,7 @@ fn case_fill_to_capacity<H: Harness>(h: &mut H) -> Result<(), Failure> {
             zone: z,
             offset_blocks: offset,
             block_count: c32(n),
+            priority: ReadPriority::Host,
         };
         let expected = format!("OutOfRange(zone {z}, offset {offset}, {n} blocks)");
         d.exec_err(cmd, &expected, out_of_range(z, offset, n))?;
@@ -1872,6 +1884,7 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
             zone: nz,
             offset_blocks: 0,
             block_count: 1,
+            priority: ReadPriority::Host,
         },
         Command::Write {
             zone: nz,
@@ -1901,6 +1914,7 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
             zone: z,
             offset_blocks: offset,
             block_count: c32(n),
+            priority: ReadPriority::Host,
         };
         d.exec_err(
             cmd,
@@ -1917,6 +1931,7 @@ fn case_error_kinds<H: Harness>(h: &mut H) -> Result<(), Failure> {
             zone: z,
             offset_blocks: 0,
             block_count: c32(n),
+            priority: ReadPriority::Host,
         };
         let (pred, expected): (Pred, _) = if n <= cap {
             (
@@ -2211,6 +2226,7 @@ fn case_power_cut<H: Harness>(h: &mut H) -> Result<(), Failure> {
                     zone: z,
                     offset_blocks: off,
                     block_count: 1,
+                    priority: ReadPriority::Host,
                 };
                 let what =
                     format!("round {round}: zone {z} offset {off} (written after the flush)");
@@ -2315,6 +2331,7 @@ fn case_reads_of_unwritten<H: Harness>(h: &mut H) -> Result<(), Failure> {
                 zone: z,
                 offset_blocks: written - 1,
                 block_count: 2,
+                priority: ReadPriority::Host,
             };
             let what = describe_cmd(&cmd);
             if let Ok(o) = d.exec(cmd)? {
@@ -2465,6 +2482,7 @@ mod tests {
                     zone,
                     offset_blocks: off,
                     block_count,
+                    ..
                 } => {
                     let z = self.zone(zone)?;
                     let n = u64::from(block_count);

@@ -4,7 +4,7 @@
 use super::request::{Extent, Reply, ReplyData, MAX_EXTENT_QUERY_BLOCKS};
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa};
-use crate::backend::{Command, DeviceError, Outcome, HOST_ATTEMPTS};
+use crate::backend::{Command, DeviceError, Outcome, ReadPriority, HOST_ATTEMPTS};
 use crate::error::IoError;
 use crate::history::{SnapshotError, SnapshotId};
 use crate::mapping::Resolved;
@@ -356,6 +356,7 @@ impl Ftl {
             zone: part.ppa.zone(cap),
             offset_blocks: part.ppa.offset_blocks(cap),
             block_count: part.count,
+            priority: ReadPriority::Host,
         };
         Some((Op::HostRead(part), cmd))
     }

@@ -5,7 +5,7 @@ use super::lane::Lane;
 use super::read::READ_ATTEMPTS;
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
-use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
+use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::buffer::{BlockData, Temp};
 use crate::mapping::Owner;
 use crate::note::Note;
@@ -548,6 +548,7 @@ impl Ftl {
             zone,
             offset_blocks: ppa.offset_blocks(cap),
             block_count: count,
+            priority: ReadPriority::Background,
         };
         (
             Op::GcRead {

@@ -5,7 +5,7 @@
 
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa};
-use crate::backend::{Command, DeviceError, Outcome, ZoneId};
+use crate::backend::{Command, DeviceError, Outcome, ReadPriority, ZoneId};
 use crate::summary::{self, NO_LBA};
 use crate::superblock::TagMode;
 use crate::zone::ZoneUse;
@@ -182,6 +182,7 @@ impl Ftl {
             zone,
             offset_blocks: self.data_cap() + first,
             block_count: count,
+            priority: ReadPriority::Background,
         };
         (cmd, count)
     }
