@@ -119,8 +119,7 @@ pub struct ForkCase {
     /// Data written (every block of the volume) before the base snapshot.
     pub data_bytes: u64,
     pub device_bytes: u64,
-    /// The base snapshot's create (with tags in OOB, the volume's first
-    /// snapshot waits for a checkpoint), ms.
+    /// The base snapshot's create (the volume's first snapshot), ms.
     pub base_create_ms: f64,
     /// Each round's fork create and delete: µs and media blocks by kind.
     pub create: OpCost,

@@ -195,8 +195,8 @@ pub struct CreateDelete {
 pub struct AfterWritten {
     /// Host bytes written to the volume before these rounds.
     pub written_bytes: u64,
-    /// No other snapshot live: each create is the volume's first (with
-    /// tags in OOB it waits for a checkpoint), each delete its last.
+    /// No other snapshot live: each create is the volume's first, each
+    /// delete its last.
     pub none_live: CreateDelete,
     /// One other snapshot live (keeping `--kept-per-snapshot` blocks).
     pub one_live: CreateDelete,
