@@ -13,6 +13,11 @@ mod common;
 use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
 
 fn format(oob: bool) -> Driver<SimDevice> {
+    format_on(oob, sim_config(oob))
+}
+
+/// Formats a simulator of `cfg` with tags in OOB (`oob`) or in band.
+fn format_on(oob: bool, cfg: SimConfig) -> Driver<SimDevice> {
     let tag_placement = if oob {
         TagPlacement::Auto
     } else {
@@ -22,7 +27,7 @@ fn format(oob: bool) -> Driver<SimDevice> {
         tag_placement,
         ..FormatOptions::default()
     };
-    let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
+    let dev = SimDevice::create_memory(cfg).unwrap();
     Driver::format(dev, &opts, FtlConfig::default()).unwrap()
 }
 
@@ -342,17 +347,7 @@ fn requests_for_a_deleted_fork_never_reach_the_fork_that_takes_its_region() {
             timing: Some(Timing::default()),
             ..sim_config(oob)
         };
-        let tag_placement = if oob {
-            TagPlacement::Auto
-        } else {
-            TagPlacement::InBand
-        };
-        let opts = FormatOptions {
-            tag_placement,
-            ..FormatOptions::default()
-        };
-        let dev = SimDevice::create_memory(cfg).unwrap();
-        let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+        let mut ftl = format_on(oob, cfg);
         let bs = ftl.block_size();
         write_as(&mut ftl, 0, 0, 1);
         ftl.snapshot_create("s").unwrap();
