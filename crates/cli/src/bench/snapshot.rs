@@ -564,14 +564,7 @@ impl Collect {
         op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
     ) -> Result<(), BenchError> {
         let s0 = drv.stats();
-        let t = Instant::now();
-        op(drv)?;
-        self.us.push(t.elapsed().as_secs_f64() * 1e6);
-        let (meta, pad, other) = media(&s0, &drv.stats());
-        self.meta.push(meta);
-        self.pad.push(pad);
-        self.other.push(other);
-        Ok(())
+        self.timed(drv, &s0, op)
     }
 
     /// As [`Self::time`] on a volume with nothing to flush or settle:
@@ -588,10 +581,20 @@ impl Collect {
         let s0 = drv.stats();
         drv.flush()?;
         drv.settle()?;
+        self.timed(drv, &s0, op)
+    }
+
+    /// Times `op` and records the media blocks written since `s0`.
+    fn timed(
+        &mut self,
+        drv: &mut Driver<SimDevice>,
+        s0: &FtlStats,
+        op: impl FnOnce(&mut Driver<SimDevice>) -> Result<(), IoError>,
+    ) -> Result<(), BenchError> {
         let t = Instant::now();
         op(drv)?;
         self.us.push(t.elapsed().as_secs_f64() * 1e6);
-        let (meta, pad, other) = media(&s0, &drv.stats());
+        let (meta, pad, other) = media(s0, &drv.stats());
         self.meta.push(meta);
         self.pad.push(pad);
         self.other.push(other);
