@@ -83,7 +83,36 @@ impl Volume for Dummy {
         MAX_REQUEST_BLOCKS
     }
     fn call(&self, request: Request) -> impl Future<Output = Result<ReplyData, IoError>> + Send {
-        let reply = match request {
+        std::future::ready(self.answer(request))
+    }
+    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
+        std::future::ready(Ok(vec![Snapshot {
+            id: SNAPSHOT,
+            name: "s".into(),
+            epoch: 1,
+            create_seq: 1,
+            wall_ns: 0,
+            parent: 0,
+        }]))
+    }
+    fn forks(&self) -> impl Future<Output = Result<Vec<Fork>, IoError>> + Send {
+        std::future::ready(Ok(vec![Fork {
+            id: 0,
+            name: "f".into(),
+            base: SNAPSHOT,
+            slot: 0,
+            lba_offset: BLOCKS,
+            block_count: BLOCKS,
+            create_seq: 2,
+            wall_ns: 0,
+        }]))
+    }
+}
+
+impl Dummy {
+    /// What the volume answers to `request`.
+    fn answer(&self, request: Request) -> Result<ReplyData, IoError> {
+        match request {
             Request::Read { lba, block_count } => {
                 self.range(lba, block_count);
                 // Some block reads fail, so error replies are exercised.
@@ -154,6 +183,11 @@ impl Volume for Dummy {
                 self.range(lba, block_count);
                 Ok(ReplyData::Read(vec![0x5a; block_count as usize * self.bs]))
             }
+            // A fork export's requests name the fork the server resolved.
+            Request::InFork { fork, request } => {
+                assert_eq!(fork, 0, "a request for a fork never listed");
+                self.answer(*request)
+            }
             Request::Flush => Ok(ReplyData::Done),
             // NBD has no range operations: the server never sends one.
             Request::Range { ops } => panic!("the NBD server sent range operations: {ops:?}"),
@@ -165,30 +199,7 @@ impl Volume for Dummy {
             | Request::ForkDelete { .. }) => {
                 panic!("the NBD server sent {r:?}")
             }
-        };
-        std::future::ready(reply)
-    }
-    fn snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, IoError>> + Send {
-        std::future::ready(Ok(vec![Snapshot {
-            id: SNAPSHOT,
-            name: "s".into(),
-            epoch: 1,
-            create_seq: 1,
-            wall_ns: 0,
-            parent: 0,
-        }]))
-    }
-    fn forks(&self) -> impl Future<Output = Result<Vec<Fork>, IoError>> + Send {
-        std::future::ready(Ok(vec![Fork {
-            id: 0,
-            name: "f".into(),
-            base: SNAPSHOT,
-            slot: 0,
-            lba_offset: BLOCKS,
-            block_count: BLOCKS,
-            create_seq: 2,
-            wall_ns: 0,
-        }]))
+        }
     }
 }
 
