@@ -372,26 +372,9 @@ fn reads_of_different_commands_take_turns_page_by_page() {
         NandScheduling::ReadPriority,
         NandScheduling::Suspend,
     ] {
-        let mut d = timed_with(scheduling);
-        let g = d.geometry().clone();
-        // Zone 0: 32 blocks, 16 pages on each of LUNs 0 and 1.
-        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
-            .expect("write");
-        let t0 = d.clock_ns();
         // 16 blocks: 8 page reads on each LUN; then one block on LUN 0.
-        d.submit(
-            1,
-            Command::Read {
-                zone: 0,
-                offset_blocks: 0,
-                block_count: 16,
-                priority: ReadPriority::Host,
-            },
-        )
-        .expect("big read");
-        d.submit(2, read(0, 2)).expect("small read");
-        let (at, _) = completion_times(&mut d, &[1, 2]);
-        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        let (mut d, at) = big_host_read_then(scheduling, read(0, 2));
+        let g = d.geometry().clone();
         if scheduling == NandScheduling::Fifo {
             assert_eq!(at, [8 * t.read_ns, 9 * t.read_ns]);
         } else {
@@ -449,6 +432,30 @@ fn a_reset_queued_after_a_read_waits_for_it_even_when_the_read_moves() {
             other => panic!("read: {other:?}"),
         }
     }
+}
+
+/// Zone 0 holds 32 blocks, 16 pages on each of LUNs 0 and 1. A 16-block
+/// host read of it (tag 1), then `then` (tag 2), submitted at once;
+/// returns the device and their completion times after the write.
+fn big_host_read_then(scheduling: NandScheduling, then: Command) -> (SimDevice, Vec<u64>) {
+    let mut d = timed_with(scheduling);
+    let g = d.geometry().clone();
+    d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
+        .expect("write");
+    let t0 = d.clock_ns();
+    d.submit(
+        1,
+        Command::Read {
+            zone: 0,
+            offset_blocks: 0,
+            block_count: 16,
+            priority: ReadPriority::Host,
+        },
+    )
+    .expect("big read");
+    d.submit(2, then).expect("second command");
+    let (at, _) = completion_times(&mut d, &[1, 2]);
+    (d, at.iter().map(|a| a - t0).collect())
 }
 
 fn background_read(zone: u32, offset: u64) -> Command {
@@ -540,27 +547,10 @@ fn background_reads_do_not_pass_host_reads() {
     let t = Timing::default();
     let r = t.read_ns;
     for scheduling in [NandScheduling::ReadPriority, NandScheduling::Suspend] {
-        let mut d = timed_with(scheduling);
-        let g = d.geometry().clone();
-        d.write_blocks(0, 0, blocks(&g, 0, 0, 32, 3), vec![])
-            .expect("write");
-        let t0 = d.clock_ns();
         // A 16-block host read: 8 pages on LUN 0; then a one-block
         // background read there. Reads of one kind take turns, but a
         // background read waits for the host read's pages.
-        d.submit(
-            1,
-            Command::Read {
-                zone: 0,
-                offset_blocks: 0,
-                block_count: 16,
-                priority: ReadPriority::Host,
-            },
-        )
-        .expect("host read");
-        d.submit(2, background_read(0, 2)).expect("background read");
-        let (at, _) = completion_times(&mut d, &[1, 2]);
-        let at: Vec<u64> = at.iter().map(|a| a - t0).collect();
+        let (_, at) = big_host_read_then(scheduling, background_read(0, 2));
         assert_eq!(at, [8 * r, 9 * r], "{scheduling:?}");
     }
 }
