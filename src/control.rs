@@ -901,6 +901,9 @@ impl From<&IoError> for ControlError {
             IoError::SnapshotSpace => (ErrorKind::SnapshotSpace, None),
             IoError::Snapshot(_) => (ErrorKind::Snapshot, None),
             IoError::Fork(_) => (ErrorKind::Fork, None),
+            // The channel sends no request of the physical segment, which
+            // is an embedding API only.
+            IoError::Nameless(_) => (ErrorKind::Io, None),
         };
         ControlError {
             kind,

@@ -140,6 +140,8 @@ pub enum ZoneKind {
     Retired = 5,
     /// Data zone no longer written (full or finished).
     DataClosed = 6,
+    /// Nameless data (format.md §11).
+    DataNameless = 7,
 }
 
 impl ZoneKind {
@@ -156,6 +158,7 @@ impl ZoneKind {
             4 => ZoneKind::DataGc,
             5 => ZoneKind::Retired,
             6 => ZoneKind::DataClosed,
+            7 => ZoneKind::DataNameless,
             _ => return None,
         })
     }

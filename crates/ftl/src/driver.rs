@@ -25,6 +25,7 @@ use crate::error::IoError;
 use crate::fork::{Fork, ForkError};
 use crate::ftl::{Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use crate::history::{Snapshot, SnapshotError, SnapshotId};
+use crate::nameless::NamelessAddr;
 use crate::range::{self, RangeOp};
 use crate::stats::FtlStats;
 use std::collections::VecDeque;
@@ -254,6 +255,75 @@ impl<B: Backend> Driver<B> {
             lba,
             data: data.to_vec(),
             fua: true,
+        })
+        .map(drop)
+    }
+
+    /// Metadata bytes every nameless block carries.
+    pub fn nameless_md_bytes(&self) -> usize {
+        self.ftl.nameless_md_bytes()
+    }
+
+    /// Writes whole blocks to the physical segment, each with
+    /// [`Self::nameless_md_bytes`] of `md`; returns their addresses. They
+    /// are durable after the next flush.
+    pub fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError> {
+        self.nameless_call(Vec::new(), data, md, false)
+    }
+
+    /// [`Self::nameless_write`], durable when this returns.
+    pub fn nameless_write_fua(
+        &mut self,
+        data: &[u8],
+        md: &[u8],
+    ) -> Result<Vec<NamelessAddr>, IoError> {
+        self.nameless_call(Vec::new(), data, md, true)
+    }
+
+    /// Writes blocks that replace (free) `old`, one address per block: a
+    /// power cut keeps each new block and the free of the one it replaces,
+    /// or neither.
+    pub fn nameless_overwrite(
+        &mut self,
+        old: &[NamelessAddr],
+        data: &[u8],
+        md: &[u8],
+    ) -> Result<Vec<NamelessAddr>, IoError> {
+        self.nameless_call(old.to_vec(), data, md, false)
+    }
+
+    fn nameless_call(
+        &mut self,
+        old: Vec<NamelessAddr>,
+        data: &[u8],
+        md: &[u8],
+        fua: bool,
+    ) -> Result<Vec<NamelessAddr>, IoError> {
+        let (data, md) = (data.to_vec(), md.to_vec());
+        let request = if old.is_empty() {
+            Request::NamelessWrite { data, md, fua }
+        } else {
+            Request::NamelessOverwrite { old, data, md, fua }
+        };
+        match self.call(request)? {
+            ReplyData::Addrs(addrs) => Ok(addrs),
+            other => panic!("nameless write answered {other:?}"),
+        }
+    }
+
+    /// Reads a block of the physical segment: its data and metadata.
+    pub fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError> {
+        match self.call(Request::NamelessRead { addr })? {
+            ReplyData::NamelessBlock { data, md } => Ok((data, md)),
+            other => panic!("nameless read answered {other:?}"),
+        }
+    }
+
+    /// Frees blocks of the physical segment (all or none); durable after
+    /// the next flush.
+    pub fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
+        self.call(Request::NamelessFree {
+            addrs: addrs.to_vec(),
         })
         .map(drop)
     }

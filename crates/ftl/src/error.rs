@@ -3,6 +3,7 @@
 
 use crate::addr::Lba;
 use crate::backend::{DeviceError, ZoneId};
+use crate::nameless::NamelessAddr;
 
 /// Why a host request failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +64,8 @@ pub enum IoError {
     Fork(#[from] crate::fork::ForkError),
     #[error("no space left on the media: snapshots hold the space (delete a snapshot to free it)")]
     SnapshotSpace,
+    #[error("nameless: {0}")]
+    Nameless(#[from] NamelessError),
 }
 
 /// Why format or mount failed.
@@ -83,5 +86,41 @@ pub enum MountError {
     Format {
         step: &'static str,
         source: crate::codec::FormatError,
+    },
+}
+
+/// Why a request of the physical segment (nameless writes) failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NamelessError {
+    #[error("this volume has no physical segment: nameless writes need tags in OOB with {needed_oob_bytes} bytes of OOB per block ({oob_bytes} here)")]
+    Unsupported {
+        needed_oob_bytes: usize,
+        oob_bytes: usize,
+    },
+    #[error("address {:#018x} lies outside the physical segment", .addr.to_u64())]
+    OutOfSegment { addr: NamelessAddr },
+    #[error("address {:#018x} holds no live block (never written, or freed)", .addr.to_u64())]
+    NotLive { addr: NamelessAddr },
+    #[error("address {:#018x} is stale: its zone has been rewritten since (generation {zone_generation})", .addr.to_u64())]
+    Stale {
+        addr: NamelessAddr,
+        zone_generation: u32,
+    },
+    #[error("{actual} addresses where {expected} (one per block) were expected")]
+    AddressCount { expected: usize, actual: usize },
+    #[error("address {:#018x} is named twice in one request", .addr.to_u64())]
+    Duplicate { addr: NamelessAddr },
+    #[error("metadata of {actual_bytes} bytes where {expected_bytes} were expected")]
+    MetadataSize {
+        expected_bytes: usize,
+        actual_bytes: usize,
+    },
+    #[error("address {:#018x} (zone {zone}, offset {offset_blocks}): checksum mismatch, expected {expected_crc:#010x}, found {actual_crc:#010x}", .addr.to_u64())]
+    Corrupt {
+        addr: NamelessAddr,
+        zone: ZoneId,
+        offset_blocks: u64,
+        expected_crc: u32,
+        actual_crc: u32,
     },
 }

@@ -27,6 +27,7 @@ pub mod l2p;
 pub mod layout;
 mod log;
 pub mod mapping;
+pub mod nameless;
 pub mod note;
 pub mod p2l;
 pub mod payload;
@@ -50,7 +51,8 @@ pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
     join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request, Driver,
 };
-pub use error::{IoError, MountError};
+pub use error::{IoError, MountError, NamelessError};
+pub use nameless::NamelessAddr;
 pub use fork::{Fork, ForkError, ForkId};
 pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,

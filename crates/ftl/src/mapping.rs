@@ -92,6 +92,9 @@ pub struct Mapping {
     zone_valid: Vec<u32>,
     /// Sum of `zone_valid`.
     live_blocks: u64,
+    /// Live blocks of the physical segment (nameless writes): no entry
+    /// names them, their validity bit is the record.
+    nameless_blocks: u64,
     physical_blocks: u32,
     zone_capacity_blocks: u64,
     /// Snapshots and the replaced versions they keep (each kept block
@@ -123,6 +126,7 @@ impl Mapping {
             shared: SharedTable::new(capacity, keeps_crc, zone_capacity_blocks),
             zone_valid: vec![0; zone_count as usize],
             live_blocks: 0,
+            nameless_blocks: 0,
             physical_blocks: physical,
             zone_capacity_blocks,
             history: History::new(u64::from(capacity), 1),
@@ -340,6 +344,33 @@ impl Mapping {
     /// Live physical blocks on the device.
     pub fn live_blocks(&self) -> u64 {
         self.live_blocks
+    }
+
+    /// Live blocks of the physical segment (nameless writes).
+    pub fn nameless_blocks(&self) -> u64 {
+        self.nameless_blocks
+    }
+
+    /// A nameless block at `ppa` became live (its write completed, or
+    /// replay met it). `Err` when something already holds the block:
+    /// recovery reports damage.
+    pub fn nameless_set(&mut self, ppa: Ppa) -> Result<(), ()> {
+        assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
+        self.take_checked(ppa)?;
+        self.nameless_blocks += 1;
+        Ok(())
+    }
+
+    /// The nameless block at `ppa` was freed or overwritten; whether it
+    /// was live. The caller knows `ppa` lies in a nameless zone, where no
+    /// entry names a block.
+    pub fn nameless_clear(&mut self, ppa: Ppa) -> bool {
+        if ppa.0 >= self.physical_blocks || !self.p2l.is_valid(ppa) {
+            return false;
+        }
+        self.release_block(ppa);
+        self.nameless_blocks -= 1;
+        true
     }
 
     /// Mapped logical blocks.
@@ -956,9 +987,9 @@ impl Mapping {
             .filter(|(_, t)| matches!(t, Target::Direct(_)))
             .count() as u64;
         assert_eq!(
-            direct + self.shared_blocks(),
+            direct + self.shared_blocks() + self.nameless_blocks,
             live,
-            "live blocks are not the direct entries and shared entries"
+            "live blocks are not the direct entries, shared entries and nameless blocks"
         );
         let mut refs: std::collections::HashMap<SharedId, u32> = Default::default();
         for (_, t) in self.iter() {

@@ -65,7 +65,12 @@ pub mod note_kind {
     pub const REVERT: u8 = 20;
     pub const FORK_CREATE: u8 = 22;
     pub const FORK_DELETE: u8 = 23;
+    pub const NAMELESS_ZONE: u8 = 24;
+    pub const NAMELESS_FREE: u8 = 27;
 }
+
+/// `NamelessZone`'s kind: a zone of nameless writes.
+pub const NAMELESS_ZONE_KIND_DATA: u8 = 7;
 
 /// Name bytes one SnapshotName note carries (4 in `a`, 8 in `b`, 8 in `c`).
 pub const SNAPSHOT_NAME_NOTE_BYTES: usize = 20;
@@ -192,6 +197,15 @@ pub enum Note {
     },
     /// Fork `id` is deleted at this seq: its region is unmapped.
     ForkDelete { seq: Seq, id: u32 },
+    /// Zone `zone` was opened for nameless data of generation `generation`.
+    NamelessZone {
+        seq: Seq,
+        zone: ZoneId,
+        generation: u32,
+        kind: u8,
+    },
+    /// The nameless block at `ppa`, of generation `birth_gen`, was freed.
+    NamelessFree { seq: Seq, ppa: Ppa, birth_gen: u32 },
 }
 
 /// The notes of a snapshot create: SnapshotCreate, then
@@ -318,7 +332,9 @@ impl Note {
             | Note::Clock { seq, .. }
             | Note::Revert { seq, .. }
             | Note::ForkCreate { seq, .. }
-            | Note::ForkDelete { seq, .. } => seq,
+            | Note::ForkDelete { seq, .. }
+            | Note::NamelessZone { seq, .. }
+            | Note::NamelessFree { seq, .. } => seq,
         }
     }
 
@@ -430,6 +446,17 @@ impl Note {
                 base,
             } => raw(FORK_CREATE, name_len, seq, u64::from(id), u64::from(base)),
             Note::ForkDelete { seq, id } => raw(FORK_DELETE, 0, seq, u64::from(id), 0),
+            Note::NamelessZone {
+                seq,
+                zone,
+                generation,
+                kind,
+            } => raw(NAMELESS_ZONE, zone, seq, u64::from(generation), u64::from(kind)),
+            Note::NamelessFree {
+                seq,
+                ppa,
+                birth_gen,
+            } => raw(NAMELESS_FREE, ppa.0, seq, u64::from(birth_gen), 0),
         }
     }
 
@@ -691,6 +718,17 @@ impl Note {
                     id: low32("id (b)", r.b)?,
                 }
             }
+            NAMELESS_ZONE => Note::NamelessZone {
+                seq: r.seq,
+                zone: r.a,
+                generation: low32("generation (b)", r.b)?,
+                kind: low32("kind (c)", r.c)? as u8,
+            },
+            NAMELESS_FREE => Note::NamelessFree {
+                seq: r.seq,
+                ppa: Ppa(r.a),
+                birth_gen: low32("birth gen (b)", r.b)?,
+            },
             kind => return Err(FormatError::UnknownNoteKind { kind }),
         };
         Ok(note)

@@ -56,8 +56,14 @@ pub struct FtlStats {
     pub range_pins: u64,
     /// Log packs that carried vectors' replies (group commits).
     pub range_commits: u64,
+    /// Blocks of the physical segment written (nameless writes and
+    /// overwrites), read, and freed (by frees and overwrites) since mount.
+    pub nameless_write_blocks: u64,
+    pub nameless_read_blocks: u64,
+    pub nameless_free_blocks: u64,
     // Derived by `fill_from`.
-    /// media_write_blocks ÷ host_write_blocks (0 before any host write).
+    /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
+    /// (0 before any write).
     pub write_amplification: f64,
     pub free_zones: u32,
     pub data_zones: u32,
@@ -71,6 +77,10 @@ pub struct FtlStats {
     pub mapped_blocks: u64,
     /// Physical blocks holding live data.
     pub live_blocks: u64,
+    /// Of those, blocks of the physical segment (nameless writes), and the
+    /// zones that hold them.
+    pub nameless_live_blocks: u64,
+    pub nameless_zones: u32,
     /// Physical blocks named by more than one logical block, or by one
     /// whose tag names another (moved): reached through the shared table.
     pub shared_blocks: u64,
@@ -146,7 +156,10 @@ impl FtlStats {
         pending_summary_bytes: u64,
         block_size_bytes: u32,
     ) {
-        self.write_amplification = ratio(self.media_write_blocks, self.host_write_blocks);
+        self.write_amplification = ratio(
+            self.media_write_blocks,
+            self.host_write_blocks + self.nameless_write_blocks,
+        );
         self.free_zones = zones.free_count();
         self.retired_zones = zones
             .iter()
@@ -167,6 +180,16 @@ impl FtlStats {
             .count() as u32;
         self.mapped_blocks = mapping.mapped_blocks();
         self.live_blocks = mapping.live_blocks();
+        self.nameless_live_blocks = mapping.nameless_blocks();
+        self.nameless_zones = zones
+            .iter()
+            .filter(|(_, z)| {
+                z.kind()
+                    == ZoneKind::Data {
+                        stream: Stream::Nameless,
+                    }
+            })
+            .count() as u32;
         self.shared_blocks = mapping.shared_blocks();
         self.shared_refs = mapping.shared_refs();
         self.shared_memory_bytes = mapping.shared_memory_bytes();

@@ -33,6 +33,10 @@ pub enum Stream {
     /// The metadata log writer. Its zones are normally [`ZoneKind::Meta`] and
     /// are reclaimed by checkpointing, not by GC.
     Meta,
+    /// Nameless writes (the physical segment): a block stays at the address
+    /// it was given, so GC never copies these zones; one is reset once
+    /// nothing in it is live.
+    Nameless,
 }
 
 impl Stream {
@@ -40,7 +44,7 @@ impl Stream {
     pub fn gc_collects(self) -> bool {
         match self {
             Stream::Host | Stream::HostCold | Stream::Gc | Stream::Kept => true,
-            Stream::Meta => false,
+            Stream::Meta | Stream::Nameless => false,
         }
     }
 }
@@ -505,6 +509,27 @@ impl ZoneTable {
             mean_erases: mean,
             stddev_erases: variance.sqrt(),
         }
+    }
+
+    /// A Full nameless zone with nothing live, not `exclude`d, least worn
+    /// first: resetting it frees a zone and copies nothing. O(zones).
+    pub fn pick_empty_nameless(
+        &self,
+        valid: impl Fn(ZoneId) -> u64,
+        exclude: impl Fn(ZoneId) -> bool,
+    ) -> Option<ZoneId> {
+        self.iter()
+            .filter(|&(z, zone)| {
+                zone.kind
+                    == ZoneKind::Data {
+                        stream: Stream::Nameless,
+                    }
+                    && zone.state == ZoneUse::Full
+                    && valid(z) == 0
+                    && !exclude(z)
+            })
+            .min_by_key(|&(_, zone)| zone.erase_count)
+            .map(|(z, _)| z)
     }
 
     /// Static wear leveling: the Full data zone (collected streams, not

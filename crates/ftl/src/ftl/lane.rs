@@ -47,6 +47,8 @@ pub(super) enum Lane {
     /// so the zones empty when the snapshots go rather than stay mixed
     /// with data GC would copy again.
     Kept,
+    /// Nameless writes: the physical segment's blocks.
+    Nameless,
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -55,7 +57,7 @@ pub(super) enum Lane {
 
 impl Lane {
     /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
-    const BASE: u8 = 5;
+    const BASE: u8 = 6;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -64,6 +66,7 @@ impl Lane {
             Lane::Gc => 2,
             Lane::WearLeveling => 3,
             Lane::Kept => 4,
+            Lane::Nameless => 5,
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -74,6 +77,7 @@ impl Lane {
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
+            Lane::Nameless => Stream::Nameless,
         }
     }
 }
@@ -150,7 +154,7 @@ impl Ftl {
             let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
-                _ if !self.gc_wide() => self.zones.take_free(kind)?,
+                _ if !self.gc_wide() || lane == Lane::Nameless => self.zones.take_free(kind)?,
                 _ => {
                     let groups = self.open_zone_groups();
                     let g = self.geo.zone_groups.max(1);
@@ -159,7 +163,11 @@ impl Ftl {
                 }
             };
             self.zone_clock[z as usize] = 0;
-            self.summary_opened(z);
+            if lane == Lane::Nameless {
+                self.nameless_zone_opened(z);
+            } else {
+                self.summary_opened(z);
+            }
             let st = self.lane_mut(lane);
             st.zone = Some(z);
             st.allocated_blocks = 0;
@@ -267,7 +275,8 @@ impl Ftl {
         }
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
-            Lane::Extra(_) => return None,
+            // Nameless blocks go to nameless zones only.
+            Lane::Extra(_) | Lane::Nameless => return None,
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
@@ -576,7 +585,13 @@ impl Ftl {
             .iter()
             .chain(&self.closing)
             .any(|j| j.victim == zone);
-        if !self.retire_queue.contains(&zone) && !victim {
+        // Nameless blocks keep their addresses: their zone is retired once
+        // nothing in it is live (GC resets it then, and the reset fails).
+        let nameless = self.zones.get(zone).kind()
+            == ZoneKind::Data {
+                stream: Stream::Nameless,
+            };
+        if !self.retire_queue.contains(&zone) && !victim && !nameless {
             self.retire_queue.push_back(zone);
         }
     }

@@ -28,6 +28,7 @@
 mod ckpt;
 mod lane;
 mod meta;
+mod nameless;
 mod range;
 mod read;
 mod reloc;
@@ -164,6 +165,8 @@ enum Op {
     CkptFlush,
     /// The flush a range-operation vector waits for before its notes.
     RangeFlush,
+    NamelessAppend(nameless::NamelessAppend),
+    NamelessRead(nameless::NamelessRead),
 }
 
 /// The FTL core. See the module documentation.
@@ -306,6 +309,8 @@ pub struct Ftl {
     space_exhausted: bool,
     now_ns: u64,
     window: window::WindowState,
+    /// The physical segment (nameless writes).
+    nameless: nameless::NamelessState,
     stats: FtlStats,
 }
 
@@ -323,6 +328,8 @@ impl Ftl {
         let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
         let max_commands = p.config.max_inflight_commands.max(1) as usize;
         let max_reads = p.config.max_host_requests.max(1) as usize;
+        let nameless_supported =
+            nameless::segment_supported(p.tag_mode, p.geometry.oob_size_bytes as usize);
         let usable = data_zones.saturating_sub(set_aside) * data_cap;
         Ftl {
             buffer: WriteBuffer::new(
@@ -402,6 +409,11 @@ impl Ftl {
             space_exhausted: false,
             now_ns: 0,
             window: window::WindowState::default(),
+            nameless: nameless::NamelessState::new(
+                zone_count as u32,
+                nameless_supported,
+                max_reads,
+            ),
             stats: FtlStats::default(),
         }
     }
@@ -480,6 +492,7 @@ impl Ftl {
             && self.buffer.used_slots() == 0
             && self.checkpoint_idle()
             && self.ranges.is_idle()
+            && self.nameless.is_idle()
     }
 
     /// What background work is under way (tests use it to aim power cuts).
@@ -544,7 +557,8 @@ impl Ftl {
             + self.waiting_writes.len()
             + self.flushes.len()
             + self.ranges.pending()
-            + self.ranges.held_len();
+            + self.ranges.held_len()
+            + self.nameless.pending_requests();
         if pending >= self.cfg.max_host_requests as usize {
             return Err(IoError::Busy);
         }
@@ -627,6 +641,25 @@ impl Ftl {
                 block_count,
             } => self.changed(since, until, lba, block_count).map(Some),
             Request::InFork { .. } => unreachable!("taken at the top"),
+            Request::NamelessWrite { data, md, fua } => self
+                .start_nameless_write(id, data, md, Vec::new(), fua)
+                .map(|()| None),
+            Request::NamelessOverwrite { old, data, md, fua } => {
+                if old.is_empty() {
+                    Err(crate::error::NamelessError::AddressCount {
+                        expected: data.len() / self.block_size().max(1),
+                        actual: 0,
+                    }
+                    .into())
+                } else {
+                    self.start_nameless_write(id, data, md, old, fua)
+                        .map(|()| None)
+                }
+            }
+            Request::NamelessRead { addr } => self.start_nameless_read(id, addr).map(|()| None),
+            Request::NamelessFree { addrs } => {
+                self.nameless_free(addrs).map(|()| Some(ReplyData::Done))
+            }
         };
         if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {
             // Nothing changed: the caller sends it again once a window
@@ -761,17 +794,20 @@ impl Ftl {
             .or_else(|| self.next_range_command())
             .or_else(|| self.next_flush_command())
             .or_else(|| self.next_read_command())
+            .or_else(|| self.next_nameless_read())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_summary_command())
             .or_else(|| self.next_finish_command())
             .or_else(|| self.next_gc_append())
             .or_else(|| self.next_host_append())
+            .or_else(|| self.next_nameless_append())
     }
 
     /// Work is pending, nothing is in flight and nothing can be issued:
     /// no completion will ever change that.
     fn stalled(&self) -> bool {
         let pending = self.buffer.queued() > 0
+            || self.nameless.queued_blocks() > 0
             || self.gc_queued() > 0
             || !self.flushes.is_empty()
             || !self.waiting_writes.is_empty()
@@ -878,6 +914,13 @@ impl Ftl {
                 count,
                 attempts,
             } => self.gc_read_done(ppa, count, attempts + 1, result),
+            Op::NamelessAppend(a) => self.nameless_append_done(a, result),
+            Op::NamelessRead(r) => {
+                self.nameless_read_done(r, result);
+                if !self.read_only {
+                    return;
+                }
+            }
             Op::LogWrite {
                 first_log_seq,
                 count,

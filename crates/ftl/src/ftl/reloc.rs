@@ -307,9 +307,14 @@ impl Ftl {
             let data_cap = self.data_cap();
             let valid = |z: ZoneId| self.mapping.valid_blocks(z);
             let ex = |z: ZoneId| self.excluded(z) || valid(z) >= data_cap;
+            // A nameless zone with nothing live costs no copy: first.
             let z = self
                 .zones
-                .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)?;
+                .pick_empty_nameless(valid, |z| self.excluded(z))
+                .or_else(|| {
+                    self.zones
+                        .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)
+                })?;
             self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
             (z, JobPurpose::Gc)
         } else {

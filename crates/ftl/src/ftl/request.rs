@@ -5,6 +5,7 @@ use crate::addr::Lba;
 use crate::error::IoError;
 use crate::fork::{Fork, ForkId};
 use crate::history::{Snapshot, SnapshotId};
+use crate::nameless::NamelessAddr;
 use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
 
@@ -120,6 +121,30 @@ pub enum Request {
         fork: ForkId,
         request: Box<Request>,
     },
+    /// Writes whole blocks to the physical segment (docs/design.md,
+    /// "Nameless space"): the FTL picks where each goes and answers with
+    /// its address ([`ReplyData::Addrs`]). `md` holds
+    /// [`Ftl::nameless_md_bytes`](crate::Ftl::nameless_md_bytes) bytes per
+    /// block, stored with it. `fua`: reply only once the blocks are
+    /// durable (else a later flush makes them so).
+    NamelessWrite {
+        data: Vec<u8>,
+        md: Vec<u8>,
+        fua: bool,
+    },
+    /// A `NamelessWrite` whose block `i` replaces (frees) `old[i]`: a power
+    /// cut keeps both the new block and the free, or neither.
+    NamelessOverwrite {
+        old: Vec<NamelessAddr>,
+        data: Vec<u8>,
+        md: Vec<u8>,
+        fua: bool,
+    },
+    /// Reads one block of the physical segment and its metadata
+    /// ([`ReplyData::NamelessBlock`]).
+    NamelessRead { addr: NamelessAddr },
+    /// Frees blocks of the physical segment; durable at the next flush.
+    NamelessFree { addrs: Vec<NamelessAddr> },
 }
 
 /// What a finished request returns.
@@ -136,6 +161,11 @@ pub enum ReplyData {
     /// Answer to `Request::Changed`: the changed runs `(lba, block_count)`,
     /// in order, none touching the next.
     Changed(Vec<(Lba, u64)>),
+    /// Answer to `Request::NamelessWrite` and `NamelessOverwrite`: each
+    /// block's address, in order.
+    Addrs(Vec<NamelessAddr>),
+    /// Answer to `Request::NamelessRead`.
+    NamelessBlock { data: Vec<u8>, md: Vec<u8> },
     Done,
 }
 

@@ -419,6 +419,9 @@ pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
         ZoneKind::Data {
             stream: Stream::Gc | Stream::Kept,
         } => RecordKind::DataGc,
+        ZoneKind::Data {
+            stream: Stream::Nameless,
+        } => RecordKind::DataNameless,
         ZoneKind::Retired => RecordKind::Retired,
     };
     CkptZone {

@@ -9,6 +9,7 @@ use crate::error::MountError;
 use crate::history::{History, SnapshotId, LIVE_VOLUME};
 use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
+use crate::nameless::NamelessAddr;
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
@@ -31,6 +32,14 @@ pub(super) enum Event {
         lba: Lba,
         ppa: Ppa,
         crc: u32,
+    },
+    /// (OOB mode) a nameless block's tag: its birth generation and the
+    /// address it replaced.
+    NamelessTag {
+        seq: Seq,
+        ppa: Ppa,
+        birth_gen: u32,
+        link: NamelessAddr,
     },
     /// A SnapshotCreate note and its name, and the Revert note that may
     /// end its vector (the target seq).
@@ -59,6 +68,7 @@ impl Event {
             Event::Note(n) => n.seq(),
             Event::Vector { seq, .. }
             | Event::Tag { seq, .. }
+            | Event::NamelessTag { seq, .. }
             | Event::SnapshotCreate { seq, .. }
             | Event::ForkCreate { seq, .. } => *seq,
         }
@@ -244,6 +254,10 @@ pub(super) struct Rebuild {
     /// (an entry is checked against the map when used).
     pub(super) reset_zones: Vec<bool>,
     pub(super) in_reset_zones: BTreeMap<Ppa, Lba>,
+    /// Per zone: the generation of its nameless data (0: never), and
+    /// whether it holds nameless data now.
+    pub(super) nameless_gens: Vec<u32>,
+    pub(super) nameless_now: Vec<bool>,
 }
 
 impl Rebuild {
@@ -373,6 +387,8 @@ impl Rebuild {
             versions: HashMap::new(),
             reset_zones: is_reset,
             in_reset_zones,
+            nameless_gens: vec![0; g.zone_count as usize],
+            nameless_now: vec![false; g.zone_count as usize],
         }
     }
 
@@ -454,6 +470,87 @@ impl Rebuild {
         Ok(())
     }
 
+    /// A NamelessZone note: the zone, free then, takes nameless data of
+    /// the next generation.
+    fn nameless_zone(
+        &mut self,
+        seq: Seq,
+        zone: ZoneId,
+        generation: u32,
+        kind: u8,
+        g: &Geometry,
+    ) -> Result<(), MountError> {
+        let z = zone as usize;
+        let fits = zone < g.zone_count
+            && kind == note::NAMELESS_ZONE_KIND_DATA
+            && !self.nameless_now[z]
+            && Some(generation) == self.nameless_gens[z].checked_add(1);
+        if !fits {
+            return Err(MountError::Damaged(format!(
+                "NamelessZone note {seq}: zone {zone} kind {kind} generation {generation} \
+                 (the zone's is {}, holding nameless data: {})",
+                self.nameless_gens.get(z).copied().unwrap_or(0),
+                self.nameless_now.get(z).copied().unwrap_or(false)
+            )));
+        }
+        self.nameless_gens[z] = generation;
+        self.nameless_now[z] = true;
+        Ok(())
+    }
+
+    /// A nameless block's tag: live, unless its zone's NamelessZone note
+    /// did not survive (no reply carried its generation); frees what it
+    /// replaced.
+    fn nameless_tag(
+        &mut self,
+        ppa: Ppa,
+        birth_gen: u32,
+        link: NamelessAddr,
+    ) -> Result<(), MountError> {
+        let z = ppa.zone(self.zone_capacity_blocks) as usize;
+        if !self.nameless_now[z] || birth_gen != self.nameless_gens[z] {
+            return Ok(());
+        }
+        self.mapping.nameless_set(ppa).map_err(|()| {
+            MountError::Damaged(format!("nameless block {} is held twice", ppa.0))
+        })?;
+        if !link.is_none() {
+            self.nameless_free(link.ppa(), link.generation());
+        }
+        Ok(())
+    }
+
+    /// Frees the nameless block at `ppa` of generation `birth_gen` if it
+    /// is live: the running core logged only frees of live blocks, but a
+    /// block whose tag a later reset erased is not live here.
+    fn nameless_free(&mut self, ppa: Ppa, birth_gen: u32) {
+        let cap = self.zone_capacity_blocks;
+        let z = ppa.zone(cap) as usize;
+        let in_segment = u64::from(ppa.0) < u64::from(self.mapping.physical_blocks())
+            && self.nameless_now[z]
+            && self.nameless_gens[z] == birth_gen;
+        if in_segment {
+            self.mapping.nameless_clear(ppa);
+        }
+    }
+
+    /// A ZoneReset note of a nameless zone: GC resets one only once nothing
+    /// in it is live.
+    fn nameless_zone_reset(&mut self, zone: ZoneId) -> Result<(), MountError> {
+        let z = zone as usize;
+        if !self.nameless_now[z] {
+            return Ok(());
+        }
+        let live = self.mapping.valid_blocks(zone);
+        if live > 0 {
+            return Err(MountError::Damaged(format!(
+                "nameless zone {zone} is reset with {live} live blocks"
+            )));
+        }
+        self.nameless_now[z] = false;
+        Ok(())
+    }
+
     /// After a crash the non-persistent ranges read as zeros: unmaps them;
     /// returns the blocks that held data.
     pub(super) fn drop_non_persistent(&mut self) -> u64 {
@@ -487,6 +584,12 @@ impl Rebuild {
                     self.check_lba(*lba)?;
                     self.set_version(*lba, *ppa, *crc, *seq)?;
                 }
+                Event::NamelessTag {
+                    ppa,
+                    birth_gen,
+                    link,
+                    ..
+                } => self.nameless_tag(*ppa, *birth_gen, *link)?,
                 Event::Vector { seq, pins, ops } => self.vector(*seq, pins, ops, &ppa_ok)?,
                 Event::SnapshotCreate {
                     seq,
@@ -602,6 +705,17 @@ impl Rebuild {
                 }
                 self.erase_counts.insert(zone, erase_count);
                 self.zone_reset(zone)?;
+                self.nameless_zone_reset(zone)?;
+            }
+            Note::NamelessZone {
+                seq,
+                zone,
+                generation,
+                kind,
+            } => self.nameless_zone(seq, zone, generation, kind, g)?,
+            Note::NamelessFree { ppa, birth_gen, .. } => {
+                ppa_ok(ppa, "NamelessFree note")?;
+                self.nameless_free(ppa, birth_gen);
             }
             Note::ZoneRetire { zone, .. } => self.retired.push(zone),
             Note::SnapshotDelete { seq, id } => {

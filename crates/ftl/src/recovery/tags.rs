@@ -9,7 +9,8 @@ use crate::backend::{Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneSta
 use crate::checkpoint::CheckpointImage;
 use crate::error::MountError;
 use crate::layout::Layout;
-use crate::tag::{DataCrcImpl, Tag, TagKind, TAG_BYTES};
+use crate::nameless::{decode_any_tag, AnyTag, NamelessTagKind};
+use crate::tag::{DataCrcImpl, TagKind};
 use crate::zone::ZoneUse;
 use std::collections::HashMap;
 
@@ -97,10 +98,26 @@ fn collect_tags(scan: &ZoneScan, first: u64, data: &[u8], oob: &[u8], out: &mut 
     let bs = g.block_size_bytes as usize;
     let ob = g.oob_size_bytes as usize;
     for i in 0..data.len() / bs {
-        let Ok(Some(tag)) = Tag::decode(&oob[i * ob..i * ob + TAG_BYTES]) else {
-            continue;
-        };
         let block = &data[i * bs..(i + 1) * bs];
+        let tag = match decode_any_tag(&oob[i * ob..(i + 1) * ob]) {
+            Ok(Some(AnyTag::Block(tag))) => tag,
+            Ok(Some(AnyTag::Nameless(tag, _))) => {
+                // Moved and staged copies never count (format.md §11).
+                if tag.kind == NamelessTagKind::Data
+                    && tag.seq >= scan.min_seq
+                    && scan.crc.checksum(block) == tag.data_crc
+                {
+                    out.push(Event::NamelessTag {
+                        seq: tag.seq,
+                        ppa: Ppa::new(scan.zone, first + i as u64, g.zone_capacity_blocks),
+                        birth_gen: tag.birth_gen,
+                        link: tag.link,
+                    });
+                }
+                continue;
+            }
+            _ => continue,
+        };
         if tag.kind != TagKind::HostData
             || tag.seq < scan.min_seq
             || scan.crc.checksum(block) != tag.data_crc

@@ -65,7 +65,9 @@ impl Rebuild {
                 if rep.state != ZoneState::Full && rep.state != ZoneState::ReadOnly {
                     finish.push(z);
                 }
-                let stream = if rec.kind == RecordKind::DataGc {
+                let stream = if self.nameless_now[z as usize] {
+                    Stream::Nameless
+                } else if rec.kind == RecordKind::DataGc {
                     Stream::Gc
                 } else {
                     Stream::Host
