@@ -27,6 +27,7 @@ pub mod l2p;
 pub mod layout;
 mod log;
 pub mod mapping;
+pub mod nameless;
 pub mod note;
 pub mod p2l;
 pub mod payload;
@@ -56,6 +57,7 @@ pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
     MIN_POINT_INTERVAL_BLOCKS,
 };
+pub use nameless::NamelessAddr;
 pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;
 pub use tag::SummedBlocks;
