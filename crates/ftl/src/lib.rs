@@ -52,12 +52,12 @@ pub use driver::{
     join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError, NamelessError};
-pub use nameless::NamelessAddr;
 pub use fork::{Fork, ForkError, ForkId};
 pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
     MIN_POINT_INTERVAL_BLOCKS,
 };
+pub use nameless::NamelessAddr;
 pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;
 pub use tag::SummedBlocks;

@@ -1,125 +1,1246 @@
-//! Nameless-space encodings (docs/format.md §11). Placeholder of the
-//! address and tag codec until the full codec lands.
+//! The on-media encodings of the nameless space (docs/format.md §11):
+//! the address a client holds ([`NamelessAddr`]), the nameless tag kinds
+//! 5–7 with the associated metadata after them in OOB ([`NamelessTag`]),
+//! the md block that carries the metadata when it lives in the log
+//! placement ([`MdBlock`]), where the metadata goes ([`MdPlacement`]), and
+//! the checkpoint's nameless state ([`NamelessImage`], sections 16–23).
+//! The notes (kinds 24–31) are in [`crate::note`].
+//!
+//! Every decoder here follows the conventions of format.md Part 1: it
+//! never panics on any input, checks reserved fields to be zero and returns
+//! a typed [`FormatError`] naming the structure and the field.
 
 use crate::addr::{Ppa, Seq};
-use crate::codec::{check_crc, get_u32, get_u64, get_u8, is_erased, need, FormatError};
-use crate::tag::{Tag, TAG_BYTES};
+use crate::backend::ZoneId;
+pub use crate::codec::FormatError;
+use crate::codec::{
+    aligned, get_u16, get_u32, get_u64, get_u8, is_erased, need, put_u32, put_u64, put_u8, zero,
+    zero_bytes, Reader, Writer,
+};
+use crate::tag::{Tag, TAG_BYTES, TAG_VERSION};
 
-/// A block's address in the physical segment.
+// ---- address ----------------------------------------------------------------
+
+/// The address of a nameless block as a client holds it: a u64 (stored
+/// little-endian) with the block's [`Ppa`] in bits 0..32 and its birth
+/// generation (>= 1) in bits 32..64. [`NamelessAddr::NONE`] (`u64::MAX`)
+/// means "none" in the fields that allow it. The value is opaque to the
+/// client; it is valid only on the volume that returned it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NamelessAddr(u64);
 
 impl NamelessAddr {
+    /// "No address" (`u64::MAX`).
     pub const NONE: NamelessAddr = NamelessAddr(u64::MAX);
 
+    /// The address of `ppa` born in `generation`. Panics (a bug) on
+    /// [`Ppa::NONE`] or generation 0.
     pub fn new(ppa: Ppa, generation: u32) -> NamelessAddr {
-        assert!(!ppa.is_none() && generation >= 1, "{ppa:?} gen {generation}");
-        NamelessAddr(u64::from(ppa.0) | u64::from(generation) << 32)
+        assert!(!ppa.is_none(), "a nameless address of Ppa::NONE");
+        assert!(generation >= 1, "a nameless address of generation 0");
+        NamelessAddr(u64::from(generation) << 32 | u64::from(ppa.0))
     }
+
+    /// The block's physical address (bits 0..32).
     pub fn ppa(self) -> Ppa {
         Ppa(self.0 as u32)
     }
+
+    /// The block's birth generation (bits 32..64).
     pub fn generation(self) -> u32 {
         (self.0 >> 32) as u32
     }
+
     pub fn is_none(self) -> bool {
         self == NamelessAddr::NONE
     }
+
+    /// True for an address [`NamelessAddr::new`] can make: not none, its
+    /// Ppa not [`Ppa::NONE`] and its generation at least 1. Any u64 is a
+    /// `NamelessAddr` ([`NamelessAddr::from_u64`]); the fields that hold
+    /// one on the media accept only well-formed ones (or none where the
+    /// format allows it).
+    pub fn is_well_formed(self) -> bool {
+        !self.ppa().is_none() && self.generation() >= 1
+    }
+
     pub fn to_le_bytes(self) -> [u8; 8] {
         self.0.to_le_bytes()
     }
+
     pub fn from_le_bytes(b: [u8; 8]) -> NamelessAddr {
         NamelessAddr(u64::from_le_bytes(b))
     }
+
     pub fn to_u64(self) -> u64 {
         self.0
     }
+
     pub fn from_u64(v: u64) -> NamelessAddr {
         NamelessAddr(v)
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+impl std::fmt::Display for NamelessAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_none() {
+            write!(f, "none")
+        } else {
+            write!(f, "{}@{}", self.ppa().0, self.generation())
+        }
+    }
+}
+
+/// `v` as an address field that must hold a well-formed address
+/// (`none_ok`: or none), else an `OutOfRange` error on `field`.
+pub(crate) fn addr_field(
+    structure: &'static str,
+    field: &'static str,
+    v: u64,
+    none_ok: bool,
+) -> Result<NamelessAddr, FormatError> {
+    let a = NamelessAddr::from_u64(v);
+    if a.is_well_formed() || (none_ok && a.is_none()) {
+        return Ok(a);
+    }
+    Err(FormatError::OutOfRange {
+        structure,
+        field,
+        value: v,
+        rule: if none_ok {
+            "none (u64::MAX), or a ppa other than Ppa::NONE in bits 0..32 and a generation >= 1 in bits 32..64"
+        } else {
+            "a ppa other than Ppa::NONE in bits 0..32 and a generation >= 1 in bits 32..64"
+        },
+    })
+}
+
+// ---- metadata size and placement ---------------------------------------------
+
+/// Smallest and largest associated metadata per block, in bytes.
+pub const MIN_MD_BYTES: usize = 4;
+pub const MAX_MD_BYTES: usize = 64;
+
+/// True when `n` bytes of associated metadata per block are allowed:
+/// 4 ..= 64, a multiple of 4.
+pub fn valid_md_bytes(n: usize) -> bool {
+    (MIN_MD_BYTES..=MAX_MD_BYTES).contains(&n) && n.is_multiple_of(4)
+}
+
+/// Where a volume keeps the associated metadata of its nameless blocks
+/// (checkpoint section 16; it never changes for a volume).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MdPlacement {
+    /// After the nameless tag in the block's OOB, covered by its CRC.
+    Oob = 1,
+    /// In NamelessWrite / NamelessMd notes and in md blocks in the zone.
+    Log = 2,
+}
+
+impl MdPlacement {
+    /// OOB when tags are in OOB and the OOB holds the tag and the md
+    /// (`oob_size_bytes >= 32 + md_bytes`); the log otherwise.
+    pub fn for_device(tag_mode_is_oob: bool, oob_size_bytes: usize, md_bytes: usize) -> Self {
+        if tag_mode_is_oob && oob_size_bytes >= TAG_BYTES + md_bytes {
+            MdPlacement::Oob
+        } else {
+            MdPlacement::Log
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<MdPlacement> {
+        match code {
+            1 => Some(MdPlacement::Oob),
+            2 => Some(MdPlacement::Log),
+            _ => None,
+        }
+    }
+}
+
+// ---- nameless tag (kinds 5-7) --------------------------------------------------
+
+const TAG: &str = "nameless tag";
+
+/// What a nameless block holds (tag kinds 5–7; 1–4 are [`crate::tag::TagKind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NamelessTagKind {
+    /// Nameless data: a write, an overwrite, a gap fill or an in-place
+    /// rewrite of a live block. `link`: the address it replaced, or none.
     Data = 5,
+    /// A migration's copy. `link`: the address it was moved from.
     Moved = 6,
+    /// An in-place collection's staged copy in the scratch zone. `link`:
+    /// its home address, whose generation is `birth_gen`.
     Staged = 7,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+impl NamelessTagKind {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<NamelessTagKind> {
+        Some(match code {
+            5 => NamelessTagKind::Data,
+            6 => NamelessTagKind::Moved,
+            7 => NamelessTagKind::Staged,
+            _ => return None,
+        })
+    }
+}
+
+const T_KIND_OFF: usize = 0;
+const T_VERSION_OFF: usize = T_KIND_OFF + 1;
+const T_MD_WORDS_OFF: usize = T_VERSION_OFF + 1;
+const T_RESERVED_OFF: usize = T_MD_WORDS_OFF + 1;
+const T_BIRTH_GEN_OFF: usize = T_RESERVED_OFF + 1;
+const T_LINK_OFF: usize = T_BIRTH_GEN_OFF + 4;
+const T_SEQ_OFF: usize = T_LINK_OFF + 8;
+const T_DATA_CRC_OFF: usize = T_SEQ_OFF + 8;
+const T_TAG_CRC_OFF: usize = T_DATA_CRC_OFF + 4;
+const _: () = assert!(T_TAG_CRC_OFF + 4 == TAG_BYTES && T_TAG_CRC_OFF == 28);
+const _: () = assert!(aligned(T_LINK_OFF, 8) && aligned(T_SEQ_OFF, 8) && T_BIRTH_GEN_OFF == 4);
+
+/// Most md bytes a nameless tag can carry after it (`md_words` is a u8).
+pub const MAX_TAG_MD_BYTES: usize = 4 * 255;
+
+/// A decoded nameless tag (docs/format.md §11, "Tag kinds 5–7").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NamelessTag {
     pub kind: NamelessTagKind,
+    /// The generation of the block's address (>= 1).
     pub birth_gen: u32,
+    /// Kind 5: the address this write replaced, or none; kind 6: the
+    /// address the block was moved from; kind 7: its home address
+    /// (generation `birth_gen`).
     pub link: NamelessAddr,
+    /// Seq of the write that made the data (kept by moves, stages, rewrites).
     pub seq: Seq,
+    /// CRC32C of the block's data.
     pub data_crc: u32,
 }
 
+/// CRC of a nameless tag: CRC32C of its bytes 0..28 followed by the md.
+fn nameless_tag_crc(head: &[u8], md: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&head[..T_TAG_CRC_OFF]), md)
+}
+
+fn tag_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
+    FormatError::OutOfRange {
+        structure: TAG,
+        field,
+        value,
+        rule,
+    }
+}
+
 impl NamelessTag {
-    pub fn encode(&self, md: &[u8], out: &mut [u8]) {
-        assert!(md.len() % 4 == 0 && md.len() <= 4 * 255);
-        let out = &mut out[..TAG_BYTES + md.len()];
-        out[0] = self.kind as u8;
-        out[1] = 1;
-        out[2] = (md.len() / 4) as u8;
-        out[3] = 0;
-        out[4..8].copy_from_slice(&self.birth_gen.to_le_bytes());
-        out[8..16].copy_from_slice(&self.link.0.to_le_bytes());
-        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        out[24..28].copy_from_slice(&self.data_crc.to_le_bytes());
-        out[32..].copy_from_slice(md);
-        let mut crc = crc32c::crc32c(&out[..28]);
-        crc = crc32c::crc32c_append(crc, md);
-        out[28..32].copy_from_slice(&crc.to_le_bytes());
+    /// Checks the field rules decode enforces (birth_gen, link); `Err`
+    /// names the first one broken.
+    fn check(&self) -> Result<(), FormatError> {
+        if self.birth_gen == 0 {
+            return Err(tag_range("birth_gen", 0, "at least 1"));
+        }
+        let link = self.link.to_u64();
+        match self.kind {
+            NamelessTagKind::Data => {
+                addr_field(TAG, "link", link, true)?;
+            }
+            NamelessTagKind::Moved => {
+                addr_field(TAG, "link", link, false)?;
+            }
+            NamelessTagKind::Staged => {
+                addr_field(TAG, "link", link, false)?;
+                if self.link.generation() != self.birth_gen {
+                    return Err(tag_range(
+                        "link",
+                        link,
+                        "a staged tag's home address has generation birth_gen",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
+    /// Writes the 32-byte tag, then `md`, into `out[..32 + md.len()]`; the
+    /// rest of `out` is untouched. Panics (a bug) if `md.len()` is not a
+    /// multiple of 4 or above [`MAX_TAG_MD_BYTES`], if `out` is too short,
+    /// or if the tag breaks a rule decode checks (birth_gen 0, a link that
+    /// does not fit the kind).
+    pub fn encode(&self, md: &[u8], out: &mut [u8]) {
+        assert!(
+            md.len().is_multiple_of(4) && md.len() <= MAX_TAG_MD_BYTES,
+            "nameless tag md of {} bytes",
+            md.len()
+        );
+        let end = TAG_BYTES + md.len();
+        assert!(
+            out.len() >= end,
+            "nameless tag buffer of {} bytes",
+            out.len()
+        );
+        if let Err(e) = self.check() {
+            panic!("nameless tag {self:?} does not encode: {e}");
+        }
+        let out = &mut out[..end];
+        put_u8(out, T_KIND_OFF, self.kind.code());
+        put_u8(out, T_VERSION_OFF, TAG_VERSION);
+        put_u8(out, T_MD_WORDS_OFF, (md.len() / 4) as u8);
+        put_u8(out, T_RESERVED_OFF, 0);
+        put_u32(out, T_BIRTH_GEN_OFF, self.birth_gen);
+        put_u64(out, T_LINK_OFF, self.link.to_u64());
+        put_u64(out, T_SEQ_OFF, self.seq);
+        put_u32(out, T_DATA_CRC_OFF, self.data_crc);
+        out[TAG_BYTES..].copy_from_slice(md);
+        let crc = nameless_tag_crc(out, md);
+        put_u32(out, T_TAG_CRC_OFF, crc);
+    }
+
+    /// Decodes the nameless tag at the start of a block's OOB bytes (the
+    /// whole OOB area: its length is the device's `oob_size_bytes`).
+    /// `Ok(None)` when the first 32 bytes are erased (all 0x00 or 0xFF).
+    /// Otherwise the tag and its md (`4 × md_words` bytes after it), checked
+    /// in the order of format.md §11: version, `32 + 4 × md_words <=
+    /// oob.len()` (else `Length`), tag_crc, kind (5–7; another is
+    /// `UnknownTagKind`), reserved zero, `birth_gen >= 1`, the link (kinds
+    /// 6 and 7 have one; kind 7's carries `birth_gen`; a link is none or a
+    /// well-formed address). Bytes past the md are not looked at.
     pub fn decode(oob: &[u8]) -> Result<Option<(NamelessTag, &[u8])>, FormatError> {
-        need("nameless tag", oob, TAG_BYTES)?;
+        need(TAG, oob, TAG_BYTES)?;
         if is_erased(&oob[..TAG_BYTES]) {
             return Ok(None);
         }
-        let words = usize::from(get_u8(oob, 2));
-        let end = TAG_BYTES + 4 * words;
-        need("nameless tag", oob, end)?;
-        let md = &oob[TAG_BYTES..end];
-        let stored = get_u32(oob, 28);
-        let computed = crc32c::crc32c_append(crc32c::crc32c(&oob[..28]), md);
+        let version = get_u8(oob, T_VERSION_OFF);
+        if version != TAG_VERSION {
+            return Err(tag_version_error(version));
+        }
+        let md_len = 4 * usize::from(get_u8(oob, T_MD_WORDS_OFF));
+        need(
+            "nameless tag (32 + 4 × md_words bytes of OOB)",
+            oob,
+            TAG_BYTES + md_len,
+        )?;
+        let md = &oob[TAG_BYTES..TAG_BYTES + md_len];
+        let stored = get_u32(oob, T_TAG_CRC_OFF);
+        let computed = nameless_tag_crc(oob, md);
         if stored != computed {
             return Err(FormatError::BadCrc {
-                structure: "nameless tag",
+                structure: TAG,
                 stored,
                 computed,
             });
         }
-        let _ = check_crc;
-        let kind = match get_u8(oob, 0) {
-            5 => NamelessTagKind::Data,
-            6 => NamelessTagKind::Moved,
-            7 => NamelessTagKind::Staged,
-            k => return Err(FormatError::UnknownTagKind { kind: k }),
+        let code = get_u8(oob, T_KIND_OFF);
+        let kind =
+            NamelessTagKind::from_code(code).ok_or(FormatError::UnknownTagKind { kind: code })?;
+        zero(TAG, "reserved (byte 3)", get_u8(oob, T_RESERVED_OFF).into())?;
+        let tag = NamelessTag {
+            kind,
+            birth_gen: get_u32(oob, T_BIRTH_GEN_OFF),
+            link: NamelessAddr::from_u64(get_u64(oob, T_LINK_OFF)),
+            seq: get_u64(oob, T_SEQ_OFF),
+            data_crc: get_u32(oob, T_DATA_CRC_OFF),
         };
-        Ok(Some((
-            NamelessTag {
-                kind,
-                birth_gen: get_u32(oob, 4),
-                link: NamelessAddr(get_u64(oob, 8)),
-                seq: get_u64(oob, 16),
-                data_crc: get_u32(oob, 24),
-            },
-            md,
-        )))
+        tag.check()?;
+        Ok(Some((tag, md)))
     }
 }
 
+fn tag_version_error(version: u8) -> FormatError {
+    let (found, supported) = (u32::from(version), u32::from(TAG_VERSION));
+    if found > supported {
+        FormatError::NewerVersion {
+            structure: TAG,
+            found,
+            supported,
+        }
+    } else {
+        FormatError::BadVersion {
+            structure: TAG,
+            found,
+            supported,
+        }
+    }
+}
+
+/// Either kind of tag, for code that scans a block's OOB without knowing
+/// its zone's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnyTag<'a> {
+    /// Tag kinds 1–4 ([`Tag`]).
     Block(Tag),
+    /// Tag kinds 5–7 and the md after it.
     Nameless(NamelessTag, &'a [u8]),
 }
 
+/// Decodes whichever tag is at the start of `oob` (the block's whole OOB
+/// area): kinds 5–7 as [`NamelessTag::decode`], anything else as
+/// [`Tag::decode`] (which refuses a kind it does not know). `Ok(None)` when
+/// the first 32 bytes are erased.
 pub fn decode_any_tag(oob: &[u8]) -> Result<Option<AnyTag<'_>>, FormatError> {
-    need("tag", oob, TAG_BYTES)?;
-    if (5..=7).contains(&oob[0]) {
-        return Ok(NamelessTag::decode(oob)?.map(|(t, md)| AnyTag::Nameless(t, md)));
+    need(TAG, oob, TAG_BYTES)?;
+    if NamelessTagKind::from_code(oob[T_KIND_OFF]).is_some() {
+        Ok(NamelessTag::decode(oob)?.map(|(t, md)| AnyTag::Nameless(t, md)))
+    } else {
+        Ok(Tag::decode(oob)?.map(AnyTag::Block))
     }
-    Ok(Tag::decode(oob)?.map(AnyTag::Block))
+}
+
+// ---- md block (placement log) ---------------------------------------------------
+
+const MD_BLOCK: &str = "nameless md block";
+
+/// "ZFNM" as bytes Z F N M.
+pub const MD_MAGIC: [u8; 4] = *b"ZFNM";
+/// Md block format version written by this build.
+pub const MD_VERSION: u16 = 1;
+/// Md blocks after each full group of data blocks.
+pub const MD_BLOCKS_PER_GROUP: u64 = 8;
+/// An md entry's `birth_gen` meaning "no block here" (pad, torn, lost).
+pub const NO_BLOCK_GEN: u32 = u32::MAX;
+/// Bytes of an md entry before its md (home_offset, data_crc, birth_gen).
+pub const MD_ENTRY_FIXED_BYTES: usize = 12;
+
+const M_MAGIC_OFF: usize = 0;
+const M_VERSION_OFF: usize = M_MAGIC_OFF + 4;
+const M_KIND_OFF: usize = M_VERSION_OFF + 2;
+const M_MD_WORDS_OFF: usize = M_KIND_OFF + 1;
+const M_ZONE_OFF: usize = M_MD_WORDS_OFF + 1;
+const M_GROUP_OFF: usize = M_ZONE_OFF + 4;
+const M_FIRST_ENTRY_OFF: usize = M_GROUP_OFF + 4;
+const M_ENTRY_COUNT_OFF: usize = M_FIRST_ENTRY_OFF + 4;
+const M_GROUP_DATA_OFF: usize = M_ENTRY_COUNT_OFF + 4;
+const M_CRC_OFF: usize = M_GROUP_DATA_OFF + 4;
+/// Bytes of an md block before its entries.
+pub const MD_HEADER_BYTES: usize = M_CRC_OFF + 4;
+const _: () = assert!(MD_HEADER_BYTES == 32 && M_ZONE_OFF == 8 && M_CRC_OFF == 28);
+
+/// Md entries that fit one md block: `E = (block_size - 32) / (12 +
+/// md_bytes)` (92 for 4 KiB blocks and 32-byte md).
+pub fn entries_per_md_block(block_size: usize, md_bytes: usize) -> usize {
+    block_size.saturating_sub(MD_HEADER_BYTES) / (MD_ENTRY_FIXED_BYTES + md_bytes)
+}
+
+/// Where the data blocks and md blocks of a nameless zone lie with md in
+/// the log (docs/format.md §11, "Md block"): group `k` starts at offset
+/// `k × (G + 8)`, `G = 8 × E` data blocks then their 8 md blocks; the
+/// zone's last group holds, of the `r` blocks the capacity leaves,
+/// `r - ceil(r / (E + 1))` data blocks, then `ceil(d / E)` md blocks. A
+/// group closed early holds `d < G` data blocks with its `ceil(d / E)` md
+/// blocks right after them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MdLayout {
+    /// `E`: entries per md block (>= 1).
+    pub entries_per_block: u64,
+    /// `G = 8 × E`: data blocks of a full group.
+    pub group_blocks: u64,
+    pub zone_capacity_blocks: u64,
+}
+
+impl MdLayout {
+    /// The layout for `block_size`-byte blocks and `md_bytes` of md in
+    /// zones of `zone_capacity_blocks`. Panics (a bug) if no entry fits a
+    /// block.
+    pub fn new(block_size: usize, md_bytes: usize, zone_capacity_blocks: u64) -> MdLayout {
+        let e = entries_per_md_block(block_size, md_bytes);
+        assert!(
+            e >= 1,
+            "no md entry of {md_bytes} bytes fits a {block_size}-byte block"
+        );
+        MdLayout::from_group_blocks(8 * e as u64, zone_capacity_blocks)
+    }
+
+    /// The layout for a group size `G` as the checkpoint records it (a
+    /// non-zero multiple of 8). Panics (a bug) otherwise.
+    pub fn from_group_blocks(g: u64, zone_capacity_blocks: u64) -> MdLayout {
+        assert!(g >= 8 && g.is_multiple_of(8), "md group of {g} blocks");
+        MdLayout {
+            entries_per_block: g / 8,
+            group_blocks: g,
+            zone_capacity_blocks,
+        }
+    }
+
+    /// Blocks from one group's start to the next's: `G + 8`.
+    pub fn group_stride(&self) -> u64 {
+        self.group_blocks + MD_BLOCKS_PER_GROUP
+    }
+
+    /// Offset of group `k`'s first data block.
+    pub fn group_start(&self, k: u64) -> u64 {
+        k * self.group_stride()
+    }
+
+    /// The group an offset lies in.
+    pub fn group_of(&self, offset: u64) -> u64 {
+        offset / self.group_stride()
+    }
+
+    /// Md blocks after a group of `data_blocks` data blocks: `ceil(d / E)`.
+    pub fn md_blocks_for(&self, data_blocks: u64) -> u64 {
+        data_blocks.div_ceil(self.entries_per_block)
+    }
+
+    /// Data blocks group `k` holds in a zone written full (0 past the last).
+    pub fn group_data_blocks(&self, k: u64) -> u64 {
+        let full = self.zone_capacity_blocks / self.group_stride();
+        let r = self.zone_capacity_blocks % self.group_stride();
+        match k.cmp(&full) {
+            std::cmp::Ordering::Less => self.group_blocks,
+            std::cmp::Ordering::Equal => r - r.div_ceil(self.entries_per_block + 1),
+            std::cmp::Ordering::Greater => 0,
+        }
+    }
+
+    /// Groups with at least one data block in a zone written full.
+    pub fn groups(&self) -> u64 {
+        let full = self.zone_capacity_blocks / self.group_stride();
+        full + u64::from(self.group_data_blocks(full) > 0)
+    }
+
+    /// Nameless data blocks a zone written full holds.
+    pub fn data_blocks(&self) -> u64 {
+        let full = self.zone_capacity_blocks / self.group_stride();
+        full * self.group_blocks + self.group_data_blocks(full)
+    }
+
+    /// True when a zone written full has a data block at `offset` (not an
+    /// md block, not past the capacity, not a block the last group leaves
+    /// unused).
+    pub fn is_data_offset(&self, offset: u64) -> bool {
+        offset < self.zone_capacity_blocks
+            && offset % self.group_stride() < self.group_data_blocks(self.group_of(offset))
+    }
+
+    /// The md block holding the entry of the data block at `offset` of a
+    /// group that holds `group_data_blocks` data blocks, written right
+    /// after them: `(md block offset, entry index in that block)`. `None`
+    /// when `offset` is not among the group's data blocks.
+    pub fn md_entry_of(&self, offset: u64, group_data_blocks: u64) -> Option<(u64, usize)> {
+        let k = self.group_of(offset);
+        let j = offset - self.group_start(k);
+        if j >= group_data_blocks.min(self.group_blocks) {
+            return None;
+        }
+        let block = j / self.entries_per_block;
+        let at = self.group_start(k) + group_data_blocks + block;
+        Some((at, (j % self.entries_per_block) as usize))
+    }
+}
+
+/// Data blocks group `group` of a zone of `zone_capacity_blocks` holds
+/// when written full, with `block_size`-byte blocks and `md_bytes` of md
+/// ([`MdLayout::group_data_blocks`]).
+pub fn group_data_blocks(
+    zone_capacity_blocks: u64,
+    block_size: usize,
+    md_bytes: usize,
+    group: u64,
+) -> u64 {
+    MdLayout::new(block_size, md_bytes, zone_capacity_blocks).group_data_blocks(group)
+}
+
+/// What an md block indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MdBlockKind {
+    /// The md of a group of a nameless zone.
+    Group = 1,
+    /// The staging index of an in-place collection (in the scratch zone).
+    StagingIndex = 2,
+}
+
+impl MdBlockKind {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<MdBlockKind> {
+        match code {
+            1 => Some(MdBlockKind::Group),
+            2 => Some(MdBlockKind::StagingIndex),
+            _ => None,
+        }
+    }
+}
+
+/// One md entry: a data block's home offset, data CRC, birth generation
+/// and md. An entry with `birth_gen` [`NO_BLOCK_GEN`] names no block (pad,
+/// torn, lost); its CRC and md are zero.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MdEntry {
+    pub home_offset: u32,
+    pub data_crc: u32,
+    pub birth_gen: u32,
+    pub md: Vec<u8>,
+}
+
+impl MdEntry {
+    /// The entry of a home offset that holds no block.
+    pub fn absent(home_offset: u32, md_bytes: usize) -> MdEntry {
+        MdEntry {
+            home_offset,
+            data_crc: 0,
+            birth_gen: NO_BLOCK_GEN,
+            md: vec![0; md_bytes],
+        }
+    }
+
+    pub fn is_present(&self) -> bool {
+        self.birth_gen != NO_BLOCK_GEN
+    }
+
+    /// Bytes of an encoded entry with `md_bytes` of md.
+    pub fn encoded_bytes(md_bytes: usize) -> usize {
+        MD_ENTRY_FIXED_BYTES + md_bytes
+    }
+
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.u32(self.home_offset);
+        w.u32(self.data_crc);
+        w.u32(self.birth_gen);
+        w.bytes.extend_from_slice(&self.md);
+    }
+
+    /// Reads one entry of `md_bytes` from `r` (whose length the caller
+    /// checked) and checks it: `birth_gen >= 1`; an absent entry has CRC
+    /// and md zero.
+    pub(crate) fn read<'a>(
+        structure: &'static str,
+        bytes: &'a [u8],
+        r: &mut Reader<'a>,
+        md_bytes: usize,
+    ) -> Result<MdEntry, FormatError> {
+        let (home_offset, data_crc, birth_gen) = (r.u32(), r.u32(), r.u32());
+        let at = r.pos();
+        let md = bytes[at..at + md_bytes].to_vec();
+        *r = Reader::new(bytes, at + md_bytes);
+        let e = MdEntry {
+            home_offset,
+            data_crc,
+            birth_gen,
+            md,
+        };
+        e.check(structure)?;
+        Ok(e)
+    }
+
+    fn check(&self, structure: &'static str) -> Result<(), FormatError> {
+        if self.birth_gen == 0 {
+            return Err(FormatError::OutOfRange {
+                structure,
+                field: "entry birth_gen",
+                value: 0,
+                rule: "at least 1 (u32::MAX: no block)",
+            });
+        }
+        if !self.is_present() {
+            zero(
+                structure,
+                "data_crc of an entry with no block",
+                self.data_crc.into(),
+            )?;
+            zero_bytes(structure, "md of an entry with no block", &self.md)?;
+        }
+        Ok(())
+    }
+}
+
+/// One md block (docs/format.md §11, "Md block").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MdBlock {
+    pub kind: MdBlockKind,
+    /// Md bytes per entry (the volume's `md_bytes`).
+    pub md_bytes: usize,
+    /// The zone its entries' home offsets are in (staging index: the victim).
+    pub zone: ZoneId,
+    /// Group index in the zone (staging index: in the staging run).
+    pub group: u32,
+    /// Entry index of entry 0 within its group: a multiple of `E`.
+    pub first_entry: u32,
+    /// Data blocks the group holds (staging index: blocks the group of the
+    /// run stages), 1 ..= `G`.
+    pub group_data_blocks: u32,
+    /// `min(E, group_data_blocks - first_entry)` entries. In a group's md
+    /// (kind 1) entry `i` has home offset `group × (G + 8) + first_entry + i`.
+    pub entries: Vec<MdEntry>,
+}
+
+fn md_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
+    FormatError::OutOfRange {
+        structure: MD_BLOCK,
+        field,
+        value,
+        rule,
+    }
+}
+
+impl MdBlock {
+    /// The entries of the md block of a group holding `group_data_blocks`
+    /// that starts at entry `first_entry`: `min(E, group_data_blocks -
+    /// first_entry)`.
+    pub fn entry_count(
+        block_size: usize,
+        md_bytes: usize,
+        group_data_blocks: u32,
+        first_entry: u32,
+    ) -> usize {
+        let e = entries_per_md_block(block_size, md_bytes);
+        e.min(group_data_blocks.saturating_sub(first_entry) as usize)
+    }
+
+    /// Checks the header fields and entries against the rules of decode.
+    fn check(&self, block_size: usize) -> Result<(), FormatError> {
+        if !valid_md_bytes(self.md_bytes) {
+            return Err(md_range(
+                "md_words",
+                (self.md_bytes / 4) as u64,
+                "the volume's md_bytes ÷ 4 (md_bytes 4 ..= 64, a multiple of 4)",
+            ));
+        }
+        let e = entries_per_md_block(block_size, self.md_bytes) as u64;
+        let g = 8 * e;
+        let (first, data) = (
+            u64::from(self.first_entry),
+            u64::from(self.group_data_blocks),
+        );
+        if data == 0 || data > g {
+            return Err(md_range("group_data_blocks", data, "1 ..= G (8 × E)"));
+        }
+        if !first.is_multiple_of(e) || first >= data {
+            return Err(md_range(
+                "first_entry",
+                first,
+                "a multiple of E below group_data_blocks",
+            ));
+        }
+        let count = e.min(data - first);
+        if self.entries.len() as u64 != count {
+            return Err(md_range(
+                "entry_count",
+                self.entries.len() as u64,
+                "min(E, group_data_blocks - first_entry)",
+            ));
+        }
+        for (i, entry) in self.entries.iter().enumerate() {
+            if entry.md.len() != self.md_bytes {
+                return Err(md_range(
+                    "entry md length",
+                    entry.md.len() as u64,
+                    "md_bytes",
+                ));
+            }
+            entry.check(MD_BLOCK)?;
+            if self.kind == MdBlockKind::Group {
+                let home = u64::from(self.group) * (g + MD_BLOCKS_PER_GROUP) + first + i as u64;
+                if u64::from(entry.home_offset) != home {
+                    return Err(md_range(
+                        "entry home_offset",
+                        entry.home_offset.into(),
+                        "group × (G + 8) + first_entry + the entry's index",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes into one block of `block_size` bytes (a power of two >=
+    /// 512). Panics (a bug) if the block breaks a rule decode checks;
+    /// checks its own output by decoding it.
+    pub fn encode(&self, block_size: usize) -> Vec<u8> {
+        assert!(md_block_size_ok(block_size), "md block size {block_size}");
+        if let Err(e) = self.check(block_size) {
+            panic!("md block does not encode: {e}");
+        }
+        let mut w = Writer::with_capacity(block_size);
+        w.bytes.extend_from_slice(&MD_MAGIC);
+        w.u16(MD_VERSION);
+        w.u8(self.kind.code());
+        w.u8((self.md_bytes / 4) as u8);
+        w.u32(self.zone);
+        w.u32(self.group);
+        w.u32(self.first_entry);
+        w.u32(self.entries.len() as u32);
+        w.u32(self.group_data_blocks);
+        w.u32(0);
+        self.entries.iter().for_each(|e| e.write(&mut w));
+        let mut b = w.bytes;
+        b.resize(block_size, 0);
+        let crc = crc32c::crc32c(&b);
+        put_u32(&mut b, M_CRC_OFF, crc);
+        assert_eq!(
+            MdBlock::decode(&b, self.md_bytes).as_ref(),
+            Ok(self),
+            "md block does not round-trip"
+        );
+        b
+    }
+
+    /// Decodes one whole md block of a volume with `md_bytes` of md.
+    /// Order: block size (a power of two >= 512) → erased (`Erased`) →
+    /// magic → version → CRC (of the whole block with the CRC field
+    /// zeroed) → kind → `md_words × 4 == md_bytes` → `1 <= group_data_blocks
+    /// <= G` → `first_entry` a multiple of `E` below it → `entry_count =
+    /// min(E, group_data_blocks - first_entry)` → each entry (`birth_gen >=
+    /// 1`; an absent entry's CRC and md zero; in a group's md the home
+    /// offset its position gives) → padding zero.
+    pub fn decode(bytes: &[u8], md_bytes: usize) -> Result<MdBlock, FormatError> {
+        let block_size = bytes.len();
+        if !md_block_size_ok(block_size) {
+            return Err(md_range(
+                "block size",
+                block_size as u64,
+                "a power of two >= 512",
+            ));
+        }
+        if is_erased(bytes) {
+            return Err(FormatError::Erased {
+                structure: MD_BLOCK,
+            });
+        }
+        let magic: [u8; 4] = crate::codec::get_bytes(bytes, M_MAGIC_OFF);
+        if magic != MD_MAGIC {
+            return Err(FormatError::BadMagic {
+                structure: MD_BLOCK,
+                expected: u32::from_le_bytes(MD_MAGIC).into(),
+                found: u32::from_le_bytes(magic).into(),
+            });
+        }
+        let version = get_u16(bytes, M_VERSION_OFF);
+        if version != MD_VERSION {
+            let (found, supported) = (u32::from(version), u32::from(MD_VERSION));
+            return Err(if found > supported {
+                FormatError::NewerVersion {
+                    structure: MD_BLOCK,
+                    found,
+                    supported,
+                }
+            } else {
+                FormatError::BadVersion {
+                    structure: MD_BLOCK,
+                    found,
+                    supported,
+                }
+            });
+        }
+        let stored = get_u32(bytes, M_CRC_OFF);
+        let mut crc = crc32c::crc32c(&bytes[..M_CRC_OFF]);
+        crc = crc32c::crc32c_append(crc, &[0; 4]);
+        let computed = crc32c::crc32c_append(crc, &bytes[MD_HEADER_BYTES..]);
+        if stored != computed {
+            return Err(FormatError::BadCrc {
+                structure: MD_BLOCK,
+                stored,
+                computed,
+            });
+        }
+        let code = get_u8(bytes, M_KIND_OFF);
+        let kind = MdBlockKind::from_code(code)
+            .ok_or_else(|| md_range("kind", code.into(), "1 group md, 2 staging index"))?;
+        let words = usize::from(get_u8(bytes, M_MD_WORDS_OFF));
+        if words * 4 != md_bytes || !valid_md_bytes(md_bytes) {
+            return Err(md_range(
+                "md_words",
+                words as u64,
+                "the volume's md_bytes ÷ 4 (md_bytes 4 ..= 64, a multiple of 4)",
+            ));
+        }
+        let entry_bytes = MdEntry::encoded_bytes(md_bytes);
+        let count = get_u32(bytes, M_ENTRY_COUNT_OFF) as usize;
+        let e = entries_per_md_block(block_size, md_bytes);
+        if count > e {
+            return Err(md_range(
+                "entry_count",
+                count as u64,
+                "at most E = (block_size - 32) / (12 + md_bytes)",
+            ));
+        }
+        let end = MD_HEADER_BYTES + count * entry_bytes;
+        let mut r = Reader::new(bytes, MD_HEADER_BYTES);
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            entries.push(MdEntry::read(MD_BLOCK, bytes, &mut r, md_bytes)?);
+        }
+        zero_bytes(MD_BLOCK, "padding after the entries", &bytes[end..])?;
+        let block = MdBlock {
+            kind,
+            md_bytes,
+            zone: get_u32(bytes, M_ZONE_OFF),
+            group: get_u32(bytes, M_GROUP_OFF),
+            first_entry: get_u32(bytes, M_FIRST_ENTRY_OFF),
+            group_data_blocks: get_u32(bytes, M_GROUP_DATA_OFF),
+            entries,
+        };
+        block.check(block_size)?;
+        Ok(block)
+    }
+}
+
+fn md_block_size_ok(block_size: usize) -> bool {
+    block_size.is_power_of_two()
+        && block_size >= crate::note::MIN_LOG_BLOCK_BYTES
+        && u32::try_from(block_size).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::seal_crc;
+    use crate::tag::TagKind;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    #[test]
+    fn addr_bit_layout() {
+        let a = NamelessAddr::new(Ppa(0x0102_0304), 0x0A0B_0C0D);
+        assert_eq!(a.to_u64(), 0x0A0B_0C0D_0102_0304);
+        assert_eq!(
+            a.to_le_bytes(),
+            [0x04, 0x03, 0x02, 0x01, 0x0D, 0x0C, 0x0B, 0x0A]
+        );
+        assert_eq!((a.ppa(), a.generation()), (Ppa(0x0102_0304), 0x0A0B_0C0D));
+        assert_eq!(NamelessAddr::from_le_bytes(a.to_le_bytes()), a);
+        assert_eq!(NamelessAddr::from_u64(a.to_u64()), a);
+        assert!(!a.is_none() && a.is_well_formed());
+        assert_eq!(NamelessAddr::NONE.to_u64(), u64::MAX);
+        assert!(NamelessAddr::NONE.is_none() && !NamelessAddr::NONE.is_well_formed());
+        assert!(!NamelessAddr::from_u64(7).is_well_formed()); // generation 0
+        assert!(!NamelessAddr::from_u64(1 << 32 | u64::from(u32::MAX)).is_well_formed());
+        // Ordered as the u64 (generation first), as section 20 sorts them.
+        assert!(NamelessAddr::new(Ppa(9), 1) < NamelessAddr::new(Ppa(1), 2));
+        assert_eq!(NamelessAddr::new(Ppa(5), 3).to_string(), "5@3");
+    }
+
+    #[test]
+    #[should_panic(expected = "Ppa::NONE")]
+    fn addr_of_ppa_none_is_a_bug() {
+        NamelessAddr::new(Ppa::NONE, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "generation 0")]
+    fn addr_of_generation_0_is_a_bug() {
+        NamelessAddr::new(Ppa(1), 0);
+    }
+
+    #[test]
+    fn md_sizes_and_placement() {
+        let ok: Vec<usize> = (0..=80).filter(|&n| valid_md_bytes(n)).collect();
+        assert_eq!(ok, (1..=16).map(|w| 4 * w).collect::<Vec<_>>());
+        assert_eq!(MdPlacement::for_device(true, 64, 32), MdPlacement::Oob);
+        assert_eq!(MdPlacement::for_device(true, 64, 36), MdPlacement::Log);
+        assert_eq!(MdPlacement::for_device(true, 32, 4), MdPlacement::Log);
+        assert_eq!(MdPlacement::for_device(false, 128, 4), MdPlacement::Log);
+        for p in [MdPlacement::Oob, MdPlacement::Log] {
+            assert_eq!(MdPlacement::from_code(p.code()), Some(p));
+        }
+        assert_eq!((MdPlacement::Oob.code(), MdPlacement::Log.code()), (1, 2));
+        assert_eq!(MdPlacement::from_code(0), None);
+    }
+
+    fn sample_tag() -> NamelessTag {
+        NamelessTag {
+            kind: NamelessTagKind::Moved,
+            birth_gen: 3,
+            link: NamelessAddr::new(Ppa(77), 2),
+            seq: 0x1122_3344_5566,
+            data_crc: 0xAABB_CCDD,
+        }
+    }
+
+    #[test]
+    fn tag_layout_is_documented() {
+        let t = sample_tag();
+        let md: Vec<u8> = (1..=32).collect();
+        let mut oob = [0xEEu8; 80];
+        t.encode(&md, &mut oob);
+        assert_eq!(&oob[..4], &[6, 1, 8, 0]);
+        assert_eq!(&oob[4..8], &3u32.to_le_bytes());
+        assert_eq!(&oob[8..16], &NamelessAddr::new(Ppa(77), 2).to_le_bytes());
+        assert_eq!(&oob[16..24], &0x1122_3344_5566u64.to_le_bytes());
+        assert_eq!(&oob[24..28], &0xAABB_CCDDu32.to_le_bytes());
+        let mut covered = oob[..28].to_vec();
+        covered.extend_from_slice(&md);
+        assert_eq!(&oob[28..32], &crc32c::crc32c(&covered).to_le_bytes());
+        assert_eq!(&oob[32..64], &md[..]);
+        assert!(
+            oob[64..].iter().all(|&b| b == 0xEE),
+            "past the md untouched"
+        );
+        assert_eq!(NamelessTag::decode(&oob), Ok(Some((t, &md[..]))));
+        // The md is read by md_words, not by the OOB's length.
+        assert_eq!(NamelessTag::decode(&oob[..64]), Ok(Some((t, &md[..]))));
+        assert!(matches!(
+            NamelessTag::decode(&oob[..63]),
+            Err(FormatError::Length {
+                expected: 64,
+                actual: 63,
+                ..
+            })
+        ));
+        // Placement log: no md after the tag.
+        let mut bare = [0u8; 32];
+        t.encode(&[], &mut bare);
+        assert_eq!(bare[2], 0);
+        assert_eq!(&bare[28..32], &crc32c::crc32c(&bare[..28]).to_le_bytes());
+        assert_eq!(NamelessTag::decode(&bare), Ok(Some((t, &[][..]))));
+    }
+
+    #[test]
+    fn tag_rules_are_checked() {
+        let md = [5u8; 8];
+        let decode_after = |edit: &dyn Fn(&mut [u8])| {
+            let mut oob = [0u8; 64];
+            sample_tag().encode(&md, &mut oob);
+            edit(&mut oob);
+            let crc = nameless_tag_crc(&oob, &oob[32..40]);
+            put_u32(&mut oob, T_TAG_CRC_OFF, crc);
+            NamelessTag::decode(&oob).map(|t| t.map(|(t, _)| t))
+        };
+        assert_eq!(decode_after(&|_| ()), Ok(Some(sample_tag())));
+        assert!(matches!(
+            decode_after(&|b| b[3] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        assert_eq!(
+            decode_after(&|b| b[0] = 8),
+            Err(FormatError::UnknownTagKind { kind: 8 })
+        );
+        assert!(matches!(
+            decode_after(&|b| put_u32(b, 4, 0)),
+            Err(FormatError::OutOfRange {
+                field: "birth_gen",
+                ..
+            })
+        ));
+        // Kind 6 needs a link; kind 5 may have none.
+        let none = |b: &mut [u8]| put_u64(b, 8, u64::MAX);
+        assert!(matches!(
+            decode_after(&none),
+            Err(FormatError::OutOfRange { field: "link", .. })
+        ));
+        let data = decode_after(&|b| {
+            none(b);
+            b[0] = 5;
+        });
+        assert_eq!(
+            data.map(|t| t.map(|t| (t.kind, t.link))),
+            Ok(Some((NamelessTagKind::Data, NamelessAddr::NONE)))
+        );
+        // A link of generation 0 or of Ppa::NONE is not an address.
+        for bad in [77u64, 2 << 32 | u64::from(u32::MAX)] {
+            assert!(matches!(
+                decode_after(&|b| {
+                    put_u64(b, 8, bad);
+                    b[0] = 5;
+                }),
+                Err(FormatError::OutOfRange { field: "link", .. })
+            ));
+        }
+        // Kind 7's link carries birth_gen.
+        assert!(matches!(
+            decode_after(&|b| b[0] = 7),
+            Err(FormatError::OutOfRange { field: "link", .. })
+        ));
+        let staged = decode_after(&|b| {
+            b[0] = 7;
+            put_u32(b, 4, 2);
+        });
+        assert_eq!(
+            staged.map(|t| t.map(|t| t.kind)),
+            Ok(Some(NamelessTagKind::Staged))
+        );
+        // Version before everything but erasure; newer is reported as such.
+        let mut oob = [0u8; 64];
+        sample_tag().encode(&md, &mut oob);
+        oob[1] = 2;
+        assert!(matches!(
+            NamelessTag::decode(&oob),
+            Err(FormatError::NewerVersion { found: 2, .. })
+        ));
+        oob[1] = 0;
+        assert!(matches!(
+            NamelessTag::decode(&oob),
+            Err(FormatError::BadVersion { found: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn erased_and_short_oob() {
+        assert_eq!(NamelessTag::decode(&[0xFF; 64]), Ok(None));
+        assert_eq!(NamelessTag::decode(&[0; 32]), Ok(None));
+        assert_eq!(decode_any_tag(&[0; 64]), Ok(None));
+        assert!(matches!(
+            NamelessTag::decode(&[5; 31]),
+            Err(FormatError::Length { .. })
+        ));
+        assert!(matches!(
+            decode_any_tag(&[5; 31]),
+            Err(FormatError::Length { .. })
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "md of 6 bytes")]
+    fn tag_md_not_in_words_is_a_bug() {
+        sample_tag().encode(&[0; 6], &mut [0; 64]);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not encode")]
+    fn tag_breaking_a_rule_is_a_bug() {
+        let t = NamelessTag {
+            birth_gen: 0,
+            ..sample_tag()
+        };
+        t.encode(&[], &mut [0; 32]);
+    }
+
+    #[test]
+    fn any_tag_tells_the_kinds_apart() {
+        let block = Tag {
+            kind: TagKind::HostData,
+            epoch: 1,
+            lba: 9,
+            seq: 4,
+            data_crc: 5,
+        };
+        let mut oob = [0u8; 64];
+        block.encode(&mut oob);
+        assert_eq!(decode_any_tag(&oob), Ok(Some(AnyTag::Block(block))));
+        let md = [1u8; 32];
+        sample_tag().encode(&md, &mut oob);
+        assert_eq!(
+            decode_any_tag(&oob),
+            Ok(Some(AnyTag::Nameless(sample_tag(), &md[..])))
+        );
+        // The block tag decoder refuses a nameless tag: by its CRC when md
+        // follows it (the CRC covers the md), by its kind when none does.
+        assert!(matches!(Tag::decode(&oob), Err(FormatError::BadCrc { .. })));
+        let mut bare = [0u8; 32];
+        sample_tag().encode(&[], &mut bare);
+        assert_eq!(
+            Tag::decode(&bare),
+            Err(FormatError::UnknownTagKind { kind: 6 })
+        );
+        // Kind 8 is neither: refused.
+        oob[0] = 8;
+        seal_crc(&mut oob, 28);
+        assert_eq!(
+            decode_any_tag(&oob),
+            Err(FormatError::UnknownTagKind { kind: 8 })
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_a_tag_is_detected() {
+        let md: Vec<u8> = (0..32).map(|i| i * 7).collect();
+        for t in [
+            sample_tag(),
+            NamelessTag {
+                kind: NamelessTagKind::Data,
+                link: NamelessAddr::NONE,
+                ..sample_tag()
+            },
+            NamelessTag {
+                kind: NamelessTagKind::Staged,
+                link: NamelessAddr::new(Ppa(1), 3),
+                ..sample_tag()
+            },
+        ] {
+            let mut oob = [0u8; 64];
+            t.encode(&md, &mut oob);
+            for bit in 0..64 * 8 {
+                let mut f = oob;
+                f[bit / 8] ^= 1 << (bit % 8);
+                assert!(NamelessTag::decode(&f).is_err(), "{t:?} bit {bit}");
+                assert!(decode_any_tag(&f).is_err(), "{t:?} bit {bit} (any)");
+            }
+        }
+    }
+
+    pub(crate) fn arb_addr() -> impl Strategy<Value = NamelessAddr> {
+        (0..u32::MAX, 1..=u32::MAX).prop_map(|(p, g)| NamelessAddr::new(Ppa(p), g))
+    }
+
+    fn arb_tag() -> impl Strategy<Value = NamelessTag> {
+        (
+            5u8..=7,
+            1..=u32::MAX,
+            arb_addr(),
+            any::<bool>(),
+            any::<u64>(),
+            any::<u32>(),
+        )
+            .prop_map(|(k, birth_gen, link, none, seq, data_crc)| {
+                let kind = NamelessTagKind::from_code(k).unwrap();
+                let link = match kind {
+                    NamelessTagKind::Data if none => NamelessAddr::NONE,
+                    NamelessTagKind::Staged => NamelessAddr::new(link.ppa(), birth_gen),
+                    _ => link,
+                };
+                NamelessTag {
+                    kind,
+                    birth_gen,
+                    link,
+                    seq,
+                    data_crc,
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn addr_round_trips(v in any::<u64>()) {
+            let a = NamelessAddr::from_u64(v);
+            prop_assert_eq!(NamelessAddr::from_le_bytes(a.to_le_bytes()), a);
+            prop_assert_eq!(u64::from(a.generation()) << 32 | u64::from(a.ppa().0), v);
+            if a.is_well_formed() {
+                prop_assert_eq!(NamelessAddr::new(a.ppa(), a.generation()), a);
+            }
+        }
+
+        #[test]
+        fn tags_round_trip(t in arb_tag(), words in 0usize..=16, fill in any::<u8>(), extra in 0usize..8) {
+            let md: Vec<u8> = (0..4 * words).map(|i| fill.wrapping_add(i as u8)).collect();
+            let mut oob = vec![0xEEu8; TAG_BYTES + md.len() + extra];
+            t.encode(&md, &mut oob);
+            prop_assert!(oob[TAG_BYTES + md.len()..].iter().all(|&b| b == 0xEE));
+            prop_assert_eq!(NamelessTag::decode(&oob), Ok(Some((t, &md[..]))));
+            prop_assert_eq!(decode_any_tag(&oob), Ok(Some(AnyTag::Nameless(t, &md[..]))));
+        }
+
+        #[test]
+        fn tag_bit_flips_are_detected(t in arb_tag(), words in 0usize..=16, bit in any::<usize>()) {
+            let md = vec![0x5Au8; 4 * words];
+            let mut oob = vec![0u8; TAG_BYTES + md.len()];
+            t.encode(&md, &mut oob);
+            let bit = bit % (oob.len() * 8);
+            oob[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(NamelessTag::decode(&oob).is_err());
+        }
+
+        #[test]
+        fn arbitrary_oob_never_panics(bytes in vec(any::<u8>(), 0..128), kind in 5u8..=7, words in any::<u8>()) {
+            let _ = NamelessTag::decode(&bytes);
+            let _ = decode_any_tag(&bytes);
+            if bytes.len() >= TAG_BYTES {
+                // A valid kind, version and CRC over arbitrary fields exercise the field checks.
+                let mut b = bytes;
+                b[0] = kind;
+                b[1] = TAG_VERSION;
+                b[2] = words % ((b.len() - TAG_BYTES) / 4 + 1) as u8;
+                let md_end = TAG_BYTES + 4 * usize::from(b[2]);
+                let crc = nameless_tag_crc(&b, &b[TAG_BYTES..md_end]);
+                put_u32(&mut b, T_TAG_CRC_OFF, crc);
+                let _ = NamelessTag::decode(&b);
+                let _ = decode_any_tag(&b);
+            }
+        }
+    }
 }
