@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 33] = [
+    let counters: [(&str, &str, u64); 36] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -700,6 +700,21 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Log packs that carried range-operation vectors' replies (group commits).",
             s.range_commits,
         ),
+        (
+            "nameless_write_blocks",
+            "Blocks written to the physical segment (nameless writes).",
+            s.nameless_write_blocks,
+        ),
+        (
+            "nameless_read_blocks",
+            "Blocks read from the physical segment.",
+            s.nameless_read_blocks,
+        ),
+        (
+            "nameless_free_blocks",
+            "Blocks of the physical segment freed (by frees and overwrites).",
+            s.nameless_free_blocks,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -709,7 +724,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 24] = [
+    let gauges: [(&str, &str, f64); 26] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -764,6 +779,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "live_blocks",
             "Physical blocks holding live data.",
             s.live_blocks as f64,
+        ),
+        (
+            "nameless_live_blocks",
+            "Live blocks of the physical segment (nameless writes).",
+            s.nameless_live_blocks as f64,
+        ),
+        (
+            "nameless_zones",
+            "Zones holding nameless data.",
+            f64::from(s.nameless_zones),
         ),
         (
             "shared_blocks",

@@ -154,6 +154,11 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("host_read_blocks", s.host_read_blocks);
     t.row("host_trim_blocks", s.host_trim_blocks);
     t.row("host_zero_blocks", s.host_zero_blocks);
+    t.row("nameless_write_blocks", s.nameless_write_blocks);
+    t.row("nameless_read_blocks", s.nameless_read_blocks);
+    t.row("nameless_free_blocks", s.nameless_free_blocks);
+    t.row("nameless_live_blocks", s.nameless_live_blocks);
+    t.row("nameless_zones", s.nameless_zones);
     t.row("media_write_blocks", s.media_write_blocks);
     t.row(
         "write_amplification",

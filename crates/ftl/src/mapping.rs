@@ -361,6 +361,18 @@ impl Mapping {
         Ok(())
     }
 
+    /// Validity of blocks `0..end_blocks` of `zone`, 64 to a word (bit
+    /// `i` of word `j`: offset `64 j + i`): a nameless zone's record.
+    pub fn zone_bitmap(&self, zone: ZoneId, end_blocks: u64) -> Vec<u64> {
+        let mut words = vec![0u64; end_blocks.div_ceil(64) as usize];
+        for off in 0..end_blocks {
+            if self.p2l.is_valid(Ppa::new(zone, off, self.zone_capacity_blocks)) {
+                words[(off / 64) as usize] |= 1 << (off % 64);
+            }
+        }
+        words
+    }
+
     /// The nameless block at `ppa` was freed or overwritten; whether it
     /// was live. The caller knows `ppa` lies in a nameless zone, where no
     /// entry names a block.

@@ -137,6 +137,16 @@ impl NamelessState {
     }
 }
 
+/// What a checkpoint keeps of the physical segment: every zone's
+/// generation, and the validity of each nameless zone's blocks below its
+/// write pointer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NamelessCapture {
+    pub(crate) generations: Vec<u32>,
+    /// `(zone, data_end_blocks, validity words)`, by zone.
+    pub(crate) zones: Vec<(ZoneId, u64, Vec<u64>)>,
+}
+
 /// Whether a volume of this tag mode and OOB size has the physical segment.
 pub(super) fn segment_supported(tag_mode: TagMode, oob_size_bytes: usize) -> bool {
     tag_mode == TagMode::Oob && oob_size_bytes >= TAG_BYTES + NAMELESS_MD_BYTES
@@ -146,6 +156,29 @@ impl Ftl {
     /// Metadata bytes every nameless block carries.
     pub fn nameless_md_bytes(&self) -> usize {
         NAMELESS_MD_BYTES
+    }
+
+    /// The segment's state for a checkpoint; `recorded_nameless` tells
+    /// which zones the checkpoint records as nameless (a victim whose reset
+    /// is noted goes in as free).
+    pub(super) fn nameless_capture(
+        &self,
+        recorded_nameless: impl Fn(ZoneId) -> bool,
+    ) -> NamelessCapture {
+        if self.nameless.gens.iter().all(|&g| g == 0) {
+            return NamelessCapture::default();
+        }
+        let zones = (0..self.geo.zone_count)
+            .filter(|&z| recorded_nameless(z))
+            .map(|z| {
+                let end = self.zones.get(z).write_pointer_blocks();
+                (z, end, self.mapping.zone_bitmap(z, end))
+            })
+            .collect();
+        NamelessCapture {
+            generations: self.nameless.gens.clone(),
+            zones,
+        }
     }
 
     fn nameless_supported(&self) -> Result<(), IoError> {

@@ -199,6 +199,11 @@ impl Dummy {
             | Request::ForkDelete { .. }) => {
                 panic!("the NBD server sent {r:?}")
             }
+            // Nor requests of the physical segment, an embedding API only.
+            r @ (Request::NamelessWrite { .. }
+            | Request::NamelessOverwrite { .. }
+            | Request::NamelessRead { .. }
+            | Request::NamelessFree { .. }) => panic!("the NBD server sent {r:?}"),
         }
     }
 }
