@@ -1140,6 +1140,12 @@ fn check_shared(r: &Recovered, report: &mut CheckReport) {
 
 // ----- zones ---------------------------------------------------------------
 
+fn is_nameless(kind: ZoneKind) -> bool {
+    kind == ZoneKind::Data {
+        stream: crate::zone::Stream::Nameless,
+    }
+}
+
 /// Valid counts against the map, mapped blocks below the device's write
 /// pointers in data zones, and every reverse-map entry backed by the map.
 fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut CheckReport) {
@@ -1150,8 +1156,14 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
         Target::Shared(_) => None,
     });
     let shared = r.mapping.shared_entries().map(|(_, p, ..)| (p, None));
+    // Nameless blocks: no entry names them, their bit is their record.
+    let nameless = r
+        .mapping
+        .live()
+        .filter(|p| is_nameless(r.zones.get(p.zone(cap)).kind()))
+        .map(|p| (p, None));
     let mut counted = 0u64;
-    for (ppa, lba) in direct.chain(shared) {
+    for (ppa, lba) in direct.chain(shared).chain(nameless) {
         let z = ppa.zone(cap);
         let off = ppa.offset_blocks(cap);
         live[z as usize] += 1;

@@ -96,6 +96,8 @@ pub(crate) struct Parts {
     pub super_wp_blocks: [u64; 2],
     pub super_dead: [bool; 2],
     pub gc_reserve_zones: u32,
+    /// Per zone, the generation of its nameless data.
+    pub nameless_gens: Vec<u32>,
 }
 
 /// Who gets the answer to a request the core runs: the caller (its id),
@@ -409,11 +411,7 @@ impl Ftl {
             space_exhausted: false,
             now_ns: 0,
             window: window::WindowState::default(),
-            nameless: nameless::NamelessState::new(
-                zone_count as u32,
-                nameless_supported,
-                max_reads,
-            ),
+            nameless: nameless::NamelessState::new(p.nameless_gens, nameless_supported, max_reads),
             stats: FtlStats::default(),
         }
     }

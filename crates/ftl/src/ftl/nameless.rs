@@ -94,10 +94,10 @@ pub(super) struct NamelessAppend {
 }
 
 impl NamelessState {
-    pub(super) fn new(zone_count: u32, supported: bool, max_requests: usize) -> NamelessState {
+    pub(super) fn new(gens: Vec<u32>, supported: bool, max_requests: usize) -> NamelessState {
         NamelessState {
             supported,
-            gens: vec![0; zone_count as usize],
+            gens,
             opening: Vec::new(),
             writes: Slab::new(max_requests.max(1)),
             queue: VecDeque::new(),
@@ -121,20 +121,6 @@ impl NamelessState {
         self.queued_blocks
     }
 
-    pub(super) fn pending_blocks(&self) -> u64 {
-        self.pending_blocks
-    }
-
-    /// The generation of each zone's nameless data (0: never nameless).
-    pub(super) fn generations(&self) -> &[u32] {
-        &self.gens
-    }
-
-    /// Restores the generations a checkpoint and replay rebuilt.
-    pub(super) fn set_generations(&mut self, gens: Vec<u32>) {
-        assert_eq!(gens.len(), self.gens.len(), "a generation per zone");
-        self.gens = gens;
-    }
 }
 
 /// What a checkpoint keeps of the physical segment: every zone's

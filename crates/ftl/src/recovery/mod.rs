@@ -124,6 +124,7 @@ impl<B: Backend> Driver<B> {
             super_wp_blocks: [0, 0],
             super_dead: [false, false],
             gc_reserve_zones: options.gc_reserve_zones,
+            nameless_gens: vec![0; geometry.zone_count as usize],
             geometry,
             config,
             layout,
@@ -198,6 +199,7 @@ impl<B: Backend> Driver<B> {
             next_seq,
             log,
             reports,
+            nameless_gens,
             ..
         } = r;
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
@@ -217,6 +219,7 @@ impl<B: Backend> Driver<B> {
             super_dead: [0, 1]
                 .map(|i| matches!(reports[i].state, ZoneState::ReadOnly | ZoneState::Offline)),
             gc_reserve_zones: config_reserve,
+            nameless_gens,
             uuid: sb.uuid,
             tag_mode: sb.tag_mode,
             geometry,
@@ -258,6 +261,8 @@ pub struct Recovered {
     pub non_persistent_dropped: u64,
     /// What the tag scan took data CRCs with (`zftl check` goes on with it).
     pub data_crc: DataCrcImpl,
+    /// Per zone, the generation of its nameless data (0: never nameless).
+    pub nameless_gens: Vec<u32>,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -328,6 +333,7 @@ pub fn recover_state<B: Backend>(
         finish,
         notes_replayed,
         tags_replayed,
+        nameless_gens: state.nameless_gens,
         data_crc: crc,
         log,
         reports,
