@@ -94,7 +94,20 @@ pub mod section_kind {
     pub const SWEEPS: u32 = 4;
     // 5 and 6 are kept for the clock and window sections.
     pub const FORKS: u32 = 7;
+    // 8 ..= 15 free; 16 ..= 23 the nameless space's (format.md §11).
+    pub const NAMELESS_HEADER: u32 = 16;
+    pub const ZONE_GENERATIONS: u32 = 17;
+    pub const NAMELESS_ZONES: u32 = 18;
+    pub const NAMELESS_VALIDITY: u32 = 19;
 }
+
+/// Bytes of the nameless header section.
+pub const NAMELESS_HEADER_BYTES: usize = 32;
+/// Bytes of one nameless zone record.
+pub const NAMELESS_ZONE_RECORD_BYTES: usize = 24;
+/// Md placement codes of the nameless header.
+pub const MD_PLACEMENT_OOB: u8 = 1;
+pub const MD_PLACEMENT_LOG: u8 = 2;
 
 /// Bytes of one fork record in the fork section.
 pub const FORK_RECORD_BYTES: usize = 96;
@@ -269,6 +282,44 @@ pub struct CheckpointImage {
     pub forks: Vec<ForkRecord>,
     /// The id the next fork create gets (version 3).
     pub next_fork_id: u32,
+    /// The physical segment (version 3, format.md §11).
+    pub nameless: NamelessImage,
+}
+
+/// What a checkpoint holds of the physical segment (nameless writes):
+/// sections 16–19, written only when some zone ever held nameless data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NamelessImage {
+    /// Metadata bytes per block and where they live (`MD_PLACEMENT_*`).
+    pub md_bytes: u16,
+    pub md_placement: u8,
+    /// Per zone `(gen, base_gen)`: empty when no zone ever held nameless
+    /// data, else one per zone.
+    pub generations: Vec<(u32, u32)>,
+    /// The zones of kind 7, by zone.
+    pub zones: Vec<NamelessZoneRecord>,
+}
+
+/// One nameless zone: its data end and the validity of its blocks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NamelessZoneRecord {
+    pub zone: u32,
+    /// The offset past its last data block.
+    pub data_end: u32,
+    /// `ceil(data_end / 64)` words, bit `i` of word `j`: offset `64 j + i`.
+    pub validity: Vec<u64>,
+}
+
+impl NamelessZoneRecord {
+    pub fn live_blocks(&self) -> u32 {
+        self.validity.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+impl NamelessImage {
+    pub fn is_empty(&self) -> bool {
+        self.generations.is_empty() && self.zones.is_empty()
+    }
 }
 
 /// A fresh, all-unmapped leaf.
@@ -334,6 +385,7 @@ impl CheckpointImage {
             || !self.sweeps.is_empty()
             || !self.forks.is_empty()
             || self.next_fork_id > 0
+            || !self.nameless.is_empty()
     }
 
     /// The sections this image writes, `(kind, payload)` in kind order: a
@@ -404,7 +456,54 @@ impl CheckpointImage {
         if !self.forks.is_empty() || self.next_fork_id > 0 {
             out.push((section_kind::FORKS, self.encode_forks()));
         }
+        if !self.nameless.is_empty() {
+            self.nameless_sections(&mut out);
+        }
         out
+    }
+
+    /// Sections 16–19 (format.md §11).
+    fn nameless_sections(&self, out: &mut Vec<(u32, Vec<u8>)>) {
+        let n = &self.nameless;
+        let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
+        w.u16(n.md_bytes);
+        w.u8(n.md_placement);
+        w.u8(0);
+        w.u32(0); // G: md in OOB has no md blocks
+        w.u32(0); // remap capacity: no migrations in this build
+        w.u32(0); // uncommitted capacity: no hand-over in this build
+        w.u64(0); // commit seq
+        w.u64(0);
+        out.push((section_kind::NAMELESS_HEADER, w.bytes));
+        if !n.generations.is_empty() {
+            let mut w = Writer::with_capacity(n.generations.len() * 8);
+            for &(gen, base) in &n.generations {
+                w.u32(gen);
+                w.u32(base);
+            }
+            out.push((section_kind::ZONE_GENERATIONS, w.bytes));
+        }
+        if !n.zones.is_empty() {
+            let count = u32::try_from(n.zones.len()).expect("zones fit u32");
+            let mut w = Writer::with_capacity(8 + n.zones.len() * NAMELESS_ZONE_RECORD_BYTES);
+            w.u32(count);
+            w.u32(0);
+            for z in &n.zones {
+                w.u32(z.zone);
+                w.u32(z.data_end);
+                w.u32(u32::MAX); // last_md_at: md in OOB
+                w.u32(z.live_blocks());
+                w.u32(0);
+                w.u32(0);
+            }
+            out.push((section_kind::NAMELESS_ZONES, w.bytes));
+            let words: usize = n.zones.iter().map(|z| z.validity.len()).sum();
+            let mut w = Writer::with_capacity(words * 8);
+            for z in &n.zones {
+                z.validity.iter().for_each(|&word| w.u64(word));
+            }
+            out.push((section_kind::NAMELESS_VALIDITY, w.bytes));
+        }
     }
 
     /// Section 7: `u32 count, u32 next_id`, `count` 96-byte records, then
@@ -842,6 +941,7 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         sweeps: Vec::new(),
         forks: Vec::new(),
         next_fork_id: 0,
+        nameless: NamelessImage::default(),
     };
     let counted = image.mapped_blocks();
     if counted != h.mapped_blocks {
@@ -884,9 +984,11 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         sweeps: sections.sweeps,
         forks: sections.forks,
         next_fork_id: sections.next_fork_id,
+        nameless: sections.nameless,
         ..image
     };
     check_shared(&image, bounds)?;
+    check_nameless(&image)?;
     check_attrs(&image)?;
     Ok(image)
 }
@@ -901,6 +1003,10 @@ struct Sections {
     sweeps: Vec<(Seq, Seq)>,
     forks: Vec<ForkRecord>,
     next_fork_id: u32,
+    nameless: NamelessImage,
+    /// Section 18's records, waiting for section 19: `(zone, data_end,
+    /// live_blocks)`.
+    nameless_zones: Vec<(u32, u32, u32)>,
 }
 
 fn section_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
@@ -921,12 +1027,13 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
         crate::codec::need("checkpoint section header", rest, SECTION_HEADER_BYTES)?;
         let kind = get_u32(rest, 0);
         let known = (section_kind::SNAPSHOTS..=section_kind::SWEEPS).contains(&kind)
-            || kind == section_kind::FORKS;
+            || kind == section_kind::FORKS
+            || (section_kind::NAMELESS_HEADER..=section_kind::NAMELESS_VALIDITY).contains(&kind);
         if !known {
             return Err(section_range(
                 "kind",
                 kind.into(),
-                "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
+                "a section kind this build knows (1 ..= 4, 7, 16 ..= 19); a newer zftl wrote it, and skipping it could lose state",
             ));
         }
         if kind <= previous {
@@ -957,9 +1064,35 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
             section_kind::HISTORY => out.history = decode_history(payload, h)?,
             section_kind::SWEEPS => out.sweeps = decode_sweeps(payload, h)?,
             section_kind::FORKS => (out.forks, out.next_fork_id) = decode_forks(payload, h)?,
+            section_kind::NAMELESS_HEADER => decode_nameless_header(payload, &mut out.nameless)?,
+            section_kind::ZONE_GENERATIONS => {
+                out.nameless.generations = decode_generations(payload, h)?
+            }
+            section_kind::NAMELESS_ZONES => out.nameless_zones = decode_nameless_zones(payload, h)?,
+            section_kind::NAMELESS_VALIDITY => {
+                out.nameless.zones = decode_validity(payload, &out.nameless_zones)?
+            }
             _ => unreachable!("section kind {kind} checked above"),
         }
         rest = &rest[end..];
+    }
+    let nameless_parts = [
+        out.nameless.md_bytes != 0,
+        !out.nameless.generations.is_empty(),
+    ];
+    if !out.nameless.is_empty() && !nameless_parts[0] {
+        return Err(section_range(
+            "kind",
+            section_kind::NAMELESS_HEADER.into(),
+            "nameless state comes with its header section (16)",
+        ));
+    }
+    if !out.nameless_zones.is_empty() && out.nameless.zones.is_empty() {
+        return Err(section_range(
+            "kind",
+            section_kind::NAMELESS_VALIDITY.into(),
+            "the nameless zone section (18) comes with its validity (19)",
+        ));
     }
     if !rest.is_empty() {
         return Err(FormatError::Length {
@@ -969,6 +1102,210 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
         });
     }
     Ok(out)
+}
+
+/// Section 16: md bytes, placement and capacities (this build: md in OOB,
+/// no md blocks, no remap table, no uncommitted set).
+fn decode_nameless_header(payload: &[u8], out: &mut NamelessImage) -> Result<(), FormatError> {
+    const S: &str = "checkpoint nameless header";
+    if payload.len() != NAMELESS_HEADER_BYTES {
+        return Err(FormatError::Length {
+            structure: S,
+            expected: NAMELESS_HEADER_BYTES as u64,
+            actual: payload.len() as u64,
+        });
+    }
+    let md_bytes = crate::codec::get_u16(payload, 0);
+    if !crate::nameless::valid_md_bytes(usize::from(md_bytes)) {
+        return Err(section_range("md_bytes", md_bytes.into(), "4 ..= 64, a multiple of 4"));
+    }
+    let placement = payload[2];
+    if placement != MD_PLACEMENT_OOB {
+        return Err(section_range(
+            "md placement",
+            placement.into(),
+            "1 (md in OOB): this build keeps no md in the log",
+        ));
+    }
+    zero(S, "reserved", payload[3].into())?;
+    for (field, at) in [("G", 4), ("remap capacity", 8), ("uncommitted capacity", 12)] {
+        zero(S, field, get_u32(payload, at).into())?;
+    }
+    zero(S, "commit seq", get_u64(payload, 16))?;
+    zero(S, "reserved", get_u64(payload, 24))?;
+    out.md_bytes = md_bytes;
+    out.md_placement = placement;
+    Ok(())
+}
+
+/// Section 17: `(gen, base_gen)` per zone, `base_gen <= gen`.
+fn decode_generations(payload: &[u8], h: &Header) -> Result<Vec<(u32, u32)>, FormatError> {
+    const S: &str = "checkpoint zone generations (8 bytes per zone)";
+    let expected = u64::from(h.zone_count) * 8;
+    if payload.len() as u64 != expected {
+        return Err(FormatError::Length {
+            structure: S,
+            expected,
+            actual: payload.len() as u64,
+        });
+    }
+    let gens: Vec<(u32, u32)> = payload
+        .chunks_exact(8)
+        .map(|c| (get_u32(c, 0), get_u32(c, 4)))
+        .collect();
+    if let Some(&(gen, base)) = gens.iter().find(|&&(gen, base)| base > gen) {
+        return Err(section_range(
+            "base_gen",
+            base.into(),
+            if gen == 0 { "0 for a zone never nameless" } else { "at most the zone's gen" },
+        ));
+    }
+    if gens.iter().all(|&(gen, _)| gen == 0) {
+        return Err(section_range(
+            "gen",
+            0,
+            "a section is written only when it has content",
+        ));
+    }
+    Ok(gens)
+}
+
+/// Section 18: `u32 count, u32 reserved`, 24-byte records by zone.
+fn decode_nameless_zones(payload: &[u8], h: &Header) -> Result<Vec<(u32, u32, u32)>, FormatError> {
+    const S: &str = "checkpoint nameless zones (payload size implied by its count)";
+    crate::codec::need(S, payload, 8)?;
+    let count = get_u32(payload, 0);
+    zero(S, "reserved", get_u32(payload, 4).into())?;
+    payload_fits(S, payload, 8, count.into(), NAMELESS_ZONE_RECORD_BYTES)?;
+    let mut out: Vec<(u32, u32, u32)> = Vec::with_capacity(count as usize);
+    for rec in payload[8..].chunks_exact(NAMELESS_ZONE_RECORD_BYTES) {
+        let (zone, data_end, last_md_at) = (get_u32(rec, 0), get_u32(rec, 4), get_u32(rec, 8));
+        let (live, flags) = (get_u32(rec, 12), get_u32(rec, 16));
+        if zone >= h.zone_count || out.last().is_some_and(|&(z, ..)| z >= zone) {
+            return Err(section_range(
+                "zone",
+                zone.into(),
+                "below the zone count, strictly increasing",
+            ));
+        }
+        if last_md_at != u32::MAX {
+            return Err(section_range("last_md_at", last_md_at.into(), "u32::MAX: md in OOB"));
+        }
+        if live > data_end {
+            return Err(section_range("live_blocks", live.into(), "at most data_end"));
+        }
+        zero(S, "flags", flags.into())?;
+        zero(S, "reserved", get_u32(rec, 20).into())?;
+        out.push((zone, data_end, live));
+    }
+    Ok(out)
+}
+
+/// Section 19: each zone's validity words, in section 18's order.
+fn decode_validity(
+    payload: &[u8],
+    zones: &[(u32, u32, u32)],
+) -> Result<Vec<NamelessZoneRecord>, FormatError> {
+    const S: &str = "checkpoint nameless validity (size implied by the zone records)";
+    if zones.is_empty() {
+        return Err(section_range(
+            "kind",
+            section_kind::NAMELESS_VALIDITY.into(),
+            "after the nameless zone section (18)",
+        ));
+    }
+    let words: u64 = zones.iter().map(|&(_, end, _)| u64::from(end).div_ceil(64)).sum();
+    if payload.len() as u64 != words * 8 {
+        return Err(FormatError::Length {
+            structure: S,
+            expected: words * 8,
+            actual: payload.len() as u64,
+        });
+    }
+    let mut at = 0;
+    let mut out = Vec::with_capacity(zones.len());
+    for &(zone, data_end, live) in zones {
+        let n = u64::from(data_end).div_ceil(64) as usize;
+        let validity: Vec<u64> = payload[at..at + n * 8]
+            .chunks_exact(8)
+            .map(|c| get_u64(c, 0))
+            .collect();
+        at += n * 8;
+        let tail = u64::from(data_end) % 64;
+        if tail != 0 && validity[n - 1] >> tail != 0 {
+            return Err(section_range(
+                "validity",
+                zone.into(),
+                "no bit at or past the zone's data_end",
+            ));
+        }
+        let r = NamelessZoneRecord {
+            zone,
+            data_end,
+            validity,
+        };
+        if r.live_blocks() != live {
+            return Err(section_range(
+                "live_blocks",
+                live.into(),
+                "the count of set validity bits",
+            ));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// The nameless zones are zones of kind 7 in the zone table, and no
+/// further than their write pointers; every kind-7 zone has a record; the
+/// generations cover every zone.
+fn check_nameless(image: &CheckpointImage) -> Result<(), FormatError> {
+    let n = &image.nameless;
+    if n.is_empty() {
+        if let Some(z) = image.zones.iter().position(|z| z.kind == ZoneKind::DataNameless) {
+            return Err(section_range(
+                "zone kind",
+                z as u64,
+                "a nameless zone (kind 7) needs the nameless sections",
+            ));
+        }
+        return Ok(());
+    }
+    if n.generations.len() != image.zones.len() {
+        return Err(section_range(
+            "generations",
+            n.generations.len() as u64,
+            "one per zone once any zone held nameless data",
+        ));
+    }
+    let mut records = n.zones.iter().peekable();
+    for (z, zone) in image.zones.iter().enumerate() {
+        let nameless = zone.kind == ZoneKind::DataNameless;
+        let record = records.next_if(|r| r.zone as usize == z);
+        match (nameless, record) {
+            (true, Some(r)) => {
+                if u64::from(r.data_end) > zone.write_pointer_blocks
+                    || u64::from(r.live_blocks()) != zone.valid_blocks
+                    || n.generations[z].0 == 0
+                {
+                    return Err(section_range(
+                        "nameless zone",
+                        z as u64,
+                        "data_end within the write pointer, live blocks as the zone table counts, a generation",
+                    ));
+                }
+            }
+            (false, None) => {}
+            _ => {
+                return Err(section_range(
+                    "nameless zone",
+                    z as u64,
+                    "a record exactly for each zone of kind 7",
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `payload` is `fixed + count * record` bytes, so that `count`

@@ -49,6 +49,11 @@ impl Stream {
     }
 }
 
+/// The kind of a zone of nameless data.
+pub const NAMELESS: ZoneKind = ZoneKind::Data {
+    stream: Stream::Nameless,
+};
+
 /// How many copies GC's victim choice counts for a live block of a kept
 /// zone (`Stream::Kept`). Those blocks die, with no copy, when the
 /// snapshots holding them are deleted: a kept zone with dead blocks is
@@ -256,6 +261,8 @@ pub struct ZoneTable {
     /// Free zones keyed `(erase_count, zone)`: the first is the least worn.
     free: BTreeSet<(u32, ZoneId)>,
     data_zones: u32,
+    /// Zones of kind `Data { stream: Nameless }`.
+    nameless_zones: u32,
 }
 
 impl ZoneTable {
@@ -278,6 +285,7 @@ impl ZoneTable {
             zones: vec![zone; zone_count as usize],
             free: (0..zone_count).map(|z| (0, z)).collect(),
             data_zones: 0,
+            nameless_zones: 0,
         }
     }
 
@@ -332,6 +340,11 @@ impl ZoneTable {
     }
 
     /// Zones of kind `Data` (any stream).
+    /// Zones holding nameless data (or opened for it).
+    pub fn nameless_zone_count(&self) -> u32 {
+        self.nameless_zones
+    }
+
     pub fn data_zone_count(&self) -> u32 {
         self.data_zones
     }
@@ -566,6 +579,11 @@ impl ZoneTable {
             data, self.data_zones as usize,
             "data zone count out of step"
         );
+        let nameless = self.iter().filter(|(_, zone)| zone.kind == NAMELESS).count();
+        assert_eq!(
+            nameless, self.nameless_zones as usize,
+            "nameless zone count out of step"
+        );
         for (z, zone) in self.iter() {
             assert!(
                 zone.write_pointer_blocks <= zone.capacity_blocks,
@@ -602,9 +620,12 @@ impl ZoneTable {
     fn set_kind(&mut self, z: ZoneId, kind: ZoneKind) {
         let zone = self.zone_mut(z);
         let was_data = matches!(zone.kind, ZoneKind::Data { .. });
+        let was_nameless = zone.kind == NAMELESS;
         zone.kind = kind;
         let is_data = matches!(kind, ZoneKind::Data { .. });
         self.data_zones = self.data_zones + u32::from(is_data) - u32::from(was_data);
+        self.nameless_zones =
+            self.nameless_zones + u32::from(kind == NAMELESS) - u32::from(was_nameless);
     }
 
     /// Overwrites a fresh zone with a checked record.

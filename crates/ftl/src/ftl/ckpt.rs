@@ -176,7 +176,7 @@ impl Ftl {
 
     fn checkpoint_image(&self) -> CheckpointImage {
         let noted = self.victims_noted();
-        let zones = (0..self.geo.zone_count)
+        let zones: Vec<checkpoint::ZoneRecord> = (0..self.geo.zone_count)
             .map(|z| {
                 let zone = self.zones.get(z);
                 let mut record = zone.record();
@@ -251,12 +251,15 @@ impl Ftl {
             epoch: self.epoch,
             log_seq: self.log.next_log_seq(),
             logical_blocks: self.layout.logical_blocks,
-            zones,
             leaves,
             crcs,
             shared,
             attrs,
             clean: self.clean_requested,
+            nameless: self.nameless_image(|z| {
+                zones[z as usize].kind == checkpoint::ZoneKind::DataNameless
+            }),
+            zones,
         }
     }
 

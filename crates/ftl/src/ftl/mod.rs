@@ -332,6 +332,13 @@ impl Ftl {
         let max_reads = p.config.max_host_requests.max(1) as usize;
         let nameless_supported =
             nameless::segment_supported(p.tag_mode, p.geometry.oob_size_bytes as usize);
+        let nameless_empty_zones = p
+            .zones
+            .iter()
+            .filter(|&(z, zone)| {
+                zone.kind() == crate::zone::NAMELESS && p.mapping.valid_blocks(z) == 0
+            })
+            .count() as u32;
         let usable = data_zones.saturating_sub(set_aside) * data_cap;
         Ftl {
             buffer: WriteBuffer::new(
@@ -411,7 +418,12 @@ impl Ftl {
             space_exhausted: false,
             now_ns: 0,
             window: window::WindowState::default(),
-            nameless: nameless::NamelessState::new(p.nameless_gens, nameless_supported, max_reads),
+            nameless: nameless::NamelessState::new(
+                p.nameless_gens,
+                nameless_empty_zones,
+                nameless_supported,
+                max_reads,
+            ),
             stats: FtlStats::default(),
         }
     }
@@ -838,6 +850,9 @@ impl Ftl {
             self.fail_waiters();
             return;
         }
+        if self.nameless_stalled() {
+            return;
+        }
         // Sealing also unblocks lanes that wait for the device's open
         // zone limit, with free zones left.
         let open: Vec<ZoneId> = self.lanes.iter().filter_map(|l| l.zone).collect();
@@ -1112,6 +1127,7 @@ impl Ftl {
             });
         }
         self.fail_ranges(&error);
+        self.fail_nameless_writes(&error);
         if self.device_gone {
             self.plan_reads(); // buffered and unmapped blocks still answer
             for part in std::mem::take(&mut self.read_queue) {

@@ -11,6 +11,7 @@ use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::backend::HOST_ATTEMPTS;
+use crate::checkpoint::{NamelessImage, NamelessZoneRecord};
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
 use crate::note::Note;
@@ -55,6 +56,11 @@ pub(super) struct NamelessState {
     reads: VecDeque<NamelessRead>,
     /// Reads issued and not yet answered.
     reads_in_flight: usize,
+    /// A nameless zone may hold nothing live: GC looks for one to reset.
+    maybe_empty: bool,
+    /// Nameless zones with nothing live (GC resets them): the space
+    /// account leaves them out.
+    empty_zones: u32,
 }
 
 #[derive(Debug)]
@@ -94,8 +100,15 @@ pub(super) struct NamelessAppend {
 }
 
 impl NamelessState {
-    pub(super) fn new(gens: Vec<u32>, supported: bool, max_requests: usize) -> NamelessState {
+    /// `empty_zones`: the nameless zones that hold nothing live.
+    pub(super) fn new(
+        gens: Vec<u32>,
+        empty_zones: u32,
+        supported: bool,
+        max_requests: usize,
+    ) -> NamelessState {
         NamelessState {
+            empty_zones,
             supported,
             gens,
             opening: Vec::new(),
@@ -105,6 +118,7 @@ impl NamelessState {
             pending_blocks: 0,
             reads: VecDeque::new(),
             reads_in_flight: 0,
+            maybe_empty: true,
         }
     }
 
@@ -117,20 +131,16 @@ impl NamelessState {
         self.pending_requests() == 0
     }
 
+    /// Blocks of nameless writes admitted and not yet answered: the space
+    /// account counts them with the live blocks.
+    pub(super) fn pending_blocks(&self) -> u64 {
+        self.pending_blocks
+    }
+
     pub(super) fn queued_blocks(&self) -> u64 {
         self.queued_blocks
     }
 
-}
-
-/// What a checkpoint keeps of the physical segment: every zone's
-/// generation, and the validity of each nameless zone's blocks below its
-/// write pointer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct NamelessCapture {
-    pub(crate) generations: Vec<u32>,
-    /// `(zone, data_end_blocks, validity words)`, by zone.
-    pub(crate) zones: Vec<(ZoneId, u64, Vec<u64>)>,
 }
 
 /// Whether a volume of this tag mode and OOB size has the physical segment.
@@ -144,25 +154,65 @@ impl Ftl {
         NAMELESS_MD_BYTES
     }
 
-    /// The segment's state for a checkpoint; `recorded_nameless` tells
-    /// which zones the checkpoint records as nameless (a victim whose reset
-    /// is noted goes in as free).
-    pub(super) fn nameless_capture(
-        &self,
-        recorded_nameless: impl Fn(ZoneId) -> bool,
-    ) -> NamelessCapture {
+    /// Dead blocks the nameless zones hold: GC does not collect a nameless
+    /// zone until nothing in it is live, so the space account counts them
+    /// as used (every nameless zone that holds a live block as a whole
+    /// zone: the open one's tail too). O(1).
+    pub(super) fn nameless_dead_blocks(&self) -> u64 {
+        let held = self.zones.nameless_zone_count() - self.nameless.empty_zones;
+        (u64::from(held) * self.data_cap()).saturating_sub(self.mapping.nameless_blocks())
+    }
+
+    /// A nameless zone was reset or retired (it held nothing live).
+    pub(super) fn nameless_zone_gone(&mut self) {
+        self.nameless.empty_zones -= 1;
+    }
+
+    /// The nameless block at `ppa` is freed: its zone may be empty now.
+    fn nameless_cleared(&mut self, ppa: Ppa) {
+        self.nameless.maybe_empty = true;
+        if self.mapping.valid_blocks(ppa.zone(self.cap())) == 0 {
+            self.nameless.empty_zones += 1;
+        }
+    }
+
+    /// A nameless zone with nothing live, to reset (once GC may); none
+    /// when no nameless block was freed since the last search found none.
+    pub(super) fn empty_nameless_victim(&mut self) -> Option<ZoneId> {
+        if !self.nameless.maybe_empty {
+            return None;
+        }
+        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        let found = self.zones.pick_empty_nameless(valid, |z| self.excluded(z));
+        // An excluded empty zone (a lane's, a victim's) is found again
+        // after the next free.
+        self.nameless.maybe_empty = found.is_some();
+        found
+    }
+
+    /// The segment's state for a checkpoint (sections 16–19): every
+    /// zone's generation and each nameless zone's validity. `recorded`
+    /// tells which zones the checkpoint records as nameless (a victim whose
+    /// reset is noted goes in as free).
+    pub(super) fn nameless_image(&self, recorded: impl Fn(ZoneId) -> bool) -> NamelessImage {
         if self.nameless.gens.iter().all(|&g| g == 0) {
-            return NamelessCapture::default();
+            return NamelessImage::default();
         }
         let zones = (0..self.geo.zone_count)
-            .filter(|&z| recorded_nameless(z))
+            .filter(|&z| recorded(z))
             .map(|z| {
                 let end = self.zones.get(z).write_pointer_blocks();
-                (z, end, self.mapping.zone_bitmap(z, end))
+                NamelessZoneRecord {
+                    zone: z,
+                    data_end: u32::try_from(end).expect("zone capacity fits u32"),
+                    validity: self.mapping.zone_bitmap(z, end),
+                }
             })
             .collect();
-        NamelessCapture {
-            generations: self.nameless.gens.clone(),
+        NamelessImage {
+            md_bytes: NAMELESS_MD_BYTES as u16,
+            md_placement: crate::checkpoint::MD_PLACEMENT_OOB,
+            generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
             zones,
         }
     }
@@ -254,7 +304,10 @@ impl Ftl {
         }
         // An overwrite frees as many blocks as it writes.
         let new_blocks = if old.is_empty() { n as u64 } else { 0 };
-        let used = self.mapping.live_blocks() + self.buffered_new + self.nameless.pending_blocks;
+        let used = self.mapping.live_blocks()
+            + self.buffered_new
+            + self.nameless.pending_blocks
+            + self.nameless_dead_blocks();
         if used + new_blocks > self.max_mapped_blocks {
             return Err(IoError::NoSpace);
         }
@@ -365,6 +418,7 @@ impl Ftl {
             .checked_add(1)
             .expect("zone generations outlast the zone's erases");
         self.nameless.gens[zone as usize] = generation;
+        self.nameless.empty_zones += 1;
         let seq = self.take_seq();
         self.log.push_note(Note::NamelessZone {
             seq,
@@ -421,6 +475,9 @@ impl Ftl {
             self.mapping
                 .nameless_set(ppa)
                 .unwrap_or_else(|()| panic!("nameless block {ppa:?} landed on a live block"));
+            if self.mapping.valid_blocks(a.zone) == 1 {
+                self.nameless.empty_zones -= 1;
+            }
             let w = self.nameless.writes.get_mut(a.key).expect("write in flight");
             w.addrs[a.first + i] = NamelessAddr::new(ppa, generation);
             w.needs_log |= opening;
@@ -428,6 +485,7 @@ impl Ftl {
             if let Some(old) = old {
                 if self.nameless_check(old).is_ok() && self.mapping.nameless_clear(old.ppa()) {
                     self.stats.nameless_free_blocks += 1;
+                    self.nameless_cleared(old.ppa());
                 }
             }
         }
@@ -474,11 +532,39 @@ impl Ftl {
         }
     }
 
+    /// The device has no room for the queued nameless writes and GC nothing
+    /// to collect (nameless zones that still hold a live block are never
+    /// collected): they are answered `NoSpace`, before anything else stalls.
+    pub(super) fn nameless_stalled(&mut self) -> bool {
+        if self.nameless.queue.is_empty() || self.buffer.queued() > 0 || self.gc_queued() > 0 {
+            return false;
+        }
+        self.fail_nameless_writes(&IoError::NoSpace);
+        true
+    }
+
+    /// The volume went read-only: queued writes are answered with `error`
+    /// (their blocks that landed are freed) once their appends in flight
+    /// complete.
+    pub(super) fn fail_nameless_writes(&mut self, error: &IoError) {
+        for key in std::mem::take(&mut self.nameless.queue) {
+            let w = self.nameless.writes.get_mut(key).expect("queued write");
+            w.error.get_or_insert_with(|| error.clone());
+            self.nameless_write_progress(key, 0);
+        }
+    }
+
     /// Frees live nameless blocks (checked by the caller), each with a
     /// `NamelessFree` note: durable at the next flush.
     fn nameless_release(&mut self, addrs: &[NamelessAddr]) {
         for &a in addrs {
-            if self.mapping.nameless_clear(a.ppa()) {
+            // A read-only core logs nothing more (a write it fails leaves
+            // its landed blocks live on the media after a remount).
+            if !self.mapping.nameless_clear(a.ppa()) {
+                continue;
+            }
+            self.nameless_cleared(a.ppa());
+            if !self.read_only {
                 let seq = self.take_seq();
                 self.log.push_note(Note::NamelessFree {
                     seq,

@@ -278,7 +278,7 @@ impl Ftl {
         }
     }
 
-    fn excluded(&self, z: ZoneId) -> bool {
+    pub(super) fn excluded(&self, z: ZoneId) -> bool {
         self.reset_fenced(z)
             || self.lanes.iter().any(|st| st.zone == Some(z))
             || self.closing.iter().any(|j| j.victim == z)
@@ -300,6 +300,8 @@ impl Ftl {
         } else if let Some(z) = self.wl_victim() {
             self.jobs_since_wl = 0;
             (z, JobPurpose::StaticWl)
+        } else if let Some(z) = self.empty_nameless_victim() {
+            (z, JobPurpose::Gc)
         } else if self.gc_needed() {
             self.request_fence_checkpoint();
             // In band a zone full of live data still has fewer valid blocks
@@ -307,14 +309,9 @@ impl Ftl {
             let data_cap = self.data_cap();
             let valid = |z: ZoneId| self.mapping.valid_blocks(z);
             let ex = |z: ZoneId| self.excluded(z) || valid(z) >= data_cap;
-            // A nameless zone with nothing live costs no copy: first.
             let z = self
                 .zones
-                .pick_empty_nameless(valid, |z| self.excluded(z))
-                .or_else(|| {
-                    self.zones
-                        .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)
-                })?;
+                .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)?;
             self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
             (z, JobPurpose::Gc)
         } else {
@@ -1086,6 +1083,7 @@ impl Ftl {
 
     pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
         self.closing.retain(|j| j.victim != zone);
+        let was_nameless = self.zones.get(zone).kind() == crate::zone::NAMELESS;
         match result {
             Ok(_) => {
                 self.mapping.zone_reset(zone);
@@ -1098,6 +1096,9 @@ impl Ftl {
                 self.log.push_note(Note::ZoneRetire { seq, zone });
                 self.retire_zone(zone);
             }
+        }
+        if was_nameless && self.zones.get(zone).kind() != crate::zone::NAMELESS {
+            self.nameless_zone_gone();
         }
     }
 }

@@ -199,7 +199,9 @@ impl Ftl {
         } else {
             self.max_mapped_blocks
         };
-        if self.mapping.live_blocks() + self.buffered_new + new_blocks > limit {
+        let pending =
+            self.buffered_new + self.nameless.pending_blocks() + self.nameless_dead_blocks();
+        if self.mapping.live_blocks() + pending + new_blocks > limit {
             return Err(if keeps {
                 IoError::SnapshotSpace
             } else {

@@ -328,7 +328,7 @@ impl Rebuild {
             .filter(|&(_, raw)| raw < physical)
             .map(|(lba, raw)| (lba, Ppa(raw)));
         let in_reset_zones = direct_in(&is_reset, g.zone_capacity_blocks, direct);
-        Ok(Rebuild::new(
+        let mut rebuild = Rebuild::new(
             g,
             mapping,
             attrs,
@@ -336,7 +336,42 @@ impl Rebuild {
             in_band,
             is_reset,
             in_reset_zones,
-        ))
+        );
+        rebuild.load_nameless(image)?;
+        Ok(rebuild)
+    }
+
+    /// The checkpoint's physical segment: generations, nameless zones and
+    /// their live blocks.
+    fn load_nameless(&mut self, image: &CheckpointImage) -> Result<(), MountError> {
+        let n = &image.nameless;
+        if let Some(t) = std::env::var("ZFTL_TRACE_PPA").ok().and_then(|v| v.parse::<u32>().ok()) {
+            let z = (t as u64 / self.zone_capacity_blocks) as usize;
+            eprintln!("ckpt next_seq {} zone {z} kind {:?} wp {} gen {:?} record {:?}", image.next_seq, image.zones[z].kind, image.zones[z].write_pointer_blocks, n.generations.get(z), n.zones.iter().find(|r| r.zone as usize == z));
+        }
+        if n.is_empty() {
+            return Ok(());
+        }
+        for (z, &(gen, _)) in n.generations.iter().enumerate() {
+            self.nameless_gens[z] = gen;
+        }
+        let cap = self.zone_capacity_blocks;
+        for r in &n.zones {
+            self.nameless_now[r.zone as usize] = true;
+            for off in 0..u64::from(r.data_end) {
+                if r.validity[(off / 64) as usize] >> (off % 64) & 1 == 0 {
+                    continue;
+                }
+                let ppa = Ppa::new(r.zone, off, cap);
+                self.mapping.nameless_set(ppa).map_err(|()| {
+                    MountError::Damaged(format!(
+                        "checkpoint: nameless block {} is also mapped",
+                        ppa.0
+                    ))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Replay state starting from `mapping` (the checkpoint's).
@@ -577,7 +612,21 @@ impl Rebuild {
                 Err(MountError::Damaged(format!("{what} names block {}", p.0)))
             }
         };
+        let trace: Option<u32> = std::env::var("ZFTL_TRACE_PPA").ok().and_then(|v| v.parse().ok());
         for e in events {
+            if let Some(t) = trace {
+                let hit = match e {
+                    Event::NamelessTag { ppa, link, .. } => ppa.0 == t || link.ppa().0 == t,
+                    Event::Note(Note::NamelessFree { ppa, .. }) => ppa.0 == t,
+                    Event::Note(Note::NamelessZone { zone, .. } | Note::ZoneReset { zone, .. }) => {
+                        *zone == t / self.zone_capacity_blocks as u32
+                    }
+                    _ => false,
+                };
+                if hit {
+                    eprintln!("replay {:?}", match e { Event::NamelessTag { seq, ppa, birth_gen, link } => format!("tag seq {seq} ppa {} gen {birth_gen} link {link:?}", ppa.0), Event::Note(n) => format!("{n:?}"), _ => String::new() });
+                }
+            }
             self.next_seq = self.next_seq.max(e.seq() + 1);
             match e {
                 Event::Tag { seq, lba, ppa, crc } => {
