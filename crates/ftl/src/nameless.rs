@@ -1164,6 +1164,336 @@ mod tests {
         }
     }
 
+    #[test]
+    fn md_layout_follows_the_format() {
+        assert_eq!(entries_per_md_block(4096, 32), 92);
+        assert_eq!(entries_per_md_block(512, 64), 6);
+        assert_eq!(entries_per_md_block(16, 4), 0);
+        let l = MdLayout::new(4096, 32, 1024);
+        assert_eq!(
+            (l.entries_per_block, l.group_blocks, l.group_stride()),
+            (92, 736, 744)
+        );
+        // The last group: r = 280 blocks, 280 - ceil(280 / 93) = 276 data
+        // blocks, then ceil(276 / 92) = 3 md blocks (one block unused).
+        assert_eq!(l.group_data_blocks(0), 736);
+        assert_eq!(l.group_data_blocks(1), 276);
+        assert_eq!(l.group_data_blocks(2), 0);
+        assert_eq!(group_data_blocks(1024, 4096, 32, 1), 276);
+        assert_eq!((l.groups(), l.data_blocks()), (2, 1012));
+        assert_eq!(l.md_blocks_for(276), 3);
+        let data: Vec<u64> = (0..1024).filter(|&o| l.is_data_offset(o)).collect();
+        assert_eq!(data.len(), 1012);
+        assert_eq!(data[735..737], [735, 744]);
+        assert_eq!(*data.last().unwrap(), 744 + 275);
+        assert!(!l.is_data_offset(1024));
+        // Every block of the zone is a data block, one of its md blocks or
+        // one the last group leaves unused.
+        let md = l.md_blocks_for(736) + l.md_blocks_for(276);
+        assert_eq!(1012 + md, 1023);
+        // Entries: the group's md blocks right after its data blocks.
+        assert_eq!(l.md_entry_of(0, 736), Some((736, 0)));
+        assert_eq!(l.md_entry_of(93, 736), Some((737, 1)));
+        assert_eq!(l.md_entry_of(735, 736), Some((743, 91)));
+        assert_eq!(l.md_entry_of(736, 736), None);
+        assert_eq!(l.md_entry_of(744 + 275, 276), Some((744 + 276 + 2, 91)));
+        // A group closed early after 10 blocks: its md block at offset 10.
+        assert_eq!(l.md_entry_of(9, 10), Some((10, 9)));
+        assert_eq!(l.md_entry_of(10, 10), None);
+        // A capacity that leaves one block after the full groups: no data in it.
+        let l = MdLayout::new(4096, 32, 745);
+        assert_eq!(
+            (l.groups(), l.data_blocks(), l.group_data_blocks(1)),
+            (1, 736, 0)
+        );
+    }
+
+    fn sample_md_block(kind: MdBlockKind, md_bytes: usize, block_size: usize) -> MdBlock {
+        let e = entries_per_md_block(block_size, md_bytes) as u32;
+        let (group, first, data) = (2u32, e, e + e / 2);
+        let stride = 8 * e + 8;
+        let entries = (0..MdBlock::entry_count(block_size, md_bytes, data, first))
+            .map(|i| {
+                let home = if kind == MdBlockKind::Group {
+                    group * stride + first + i as u32
+                } else {
+                    1000 - 3 * i as u32
+                };
+                if i % 5 == 3 {
+                    MdEntry::absent(home, md_bytes)
+                } else {
+                    MdEntry {
+                        home_offset: home,
+                        data_crc: 0xC0DE_0000 + i as u32,
+                        birth_gen: 1 + i as u32,
+                        md: (0..md_bytes).map(|b| (b + i) as u8).collect(),
+                    }
+                }
+            })
+            .collect();
+        MdBlock {
+            kind,
+            md_bytes,
+            zone: 17,
+            group,
+            first_entry: first,
+            group_data_blocks: data,
+            entries,
+        }
+    }
+
+    #[test]
+    fn md_block_layout_is_documented() {
+        let m = sample_md_block(MdBlockKind::Group, 32, 4096);
+        let b = m.encode(4096);
+        assert_eq!(b.len(), 4096);
+        assert_eq!(&b[..4], b"ZFNM");
+        assert_eq!(&b[4..8], &[1, 0, 1, 8]);
+        assert_eq!(&b[8..12], &17u32.to_le_bytes());
+        assert_eq!(&b[12..16], &2u32.to_le_bytes());
+        assert_eq!(&b[16..20], &92u32.to_le_bytes());
+        assert_eq!(&b[20..24], &46u32.to_le_bytes());
+        assert_eq!(&b[24..28], &138u32.to_le_bytes());
+        let mut zeroed = b.clone();
+        zeroed[28..32].fill(0);
+        assert_eq!(&b[28..32], &crc32c::crc32c(&zeroed).to_le_bytes());
+        // Entry 0 at 32: home offset 2 × 744 + 92, CRC, generation, md.
+        assert_eq!(&b[32..36], &(2u32 * 744 + 92).to_le_bytes());
+        assert_eq!(&b[36..40], &0xC0DE_0000u32.to_le_bytes());
+        assert_eq!(&b[40..44], &1u32.to_le_bytes());
+        assert_eq!(&b[44..76], &m.entries[0].md[..]);
+        // Entry 3 is absent: generation u32::MAX, CRC and md zero.
+        let e3 = 32 + 3 * 44;
+        assert_eq!(&b[e3 + 4..e3 + 12], &[0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+        assert!(b[e3 + 12..e3 + 44].iter().all(|&x| x == 0));
+        assert!(b[32 + 46 * 44..].iter().all(|&x| x == 0));
+        assert_eq!(MdBlock::decode(&b, 32), Ok(m));
+    }
+
+    #[test]
+    fn md_block_rules_are_checked() {
+        // E = 17 entries per 512-byte block with 16-byte md: G = 136; the
+        // sample is the md block of entries 17..25 of a 25-block group.
+        let m = sample_md_block(MdBlockKind::Group, 16, 512);
+        assert_eq!(
+            (m.first_entry, m.group_data_blocks, m.entries.len()),
+            (17, 25, 8)
+        );
+        let b = m.encode(512);
+        let reseal = |b: &mut Vec<u8>| {
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(b);
+            put_u32(b, M_CRC_OFF, crc);
+        };
+        let after = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut f = b.clone();
+            edit(&mut f);
+            reseal(&mut f);
+            MdBlock::decode(&f, 16)
+        };
+        assert_eq!(after(&|_| ()), Ok(m.clone()));
+        assert!(matches!(
+            MdBlock::decode(&b, 20),
+            Err(FormatError::OutOfRange {
+                field: "md_words",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| f[6] = 3),
+            Err(FormatError::OutOfRange { field: "kind", .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[0] = b'X'),
+            Err(FormatError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[4] = 2),
+            Err(FormatError::NewerVersion { .. })
+        ));
+        // first_entry not a multiple of E, or past the group's blocks.
+        assert!(matches!(
+            after(&|f| put_u32(f, 16, 11)),
+            Err(FormatError::OutOfRange {
+                field: "first_entry",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 10)),
+            Err(FormatError::OutOfRange {
+                field: "first_entry",
+                ..
+            })
+        ));
+        // group_data_blocks 0 or above G; an entry count that does not follow.
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 0)),
+            Err(FormatError::OutOfRange {
+                field: "group_data_blocks",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 137)),
+            Err(FormatError::OutOfRange {
+                field: "group_data_blocks",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 40)),
+            Err(FormatError::OutOfRange {
+                field: "entry_count",
+                ..
+            })
+        ));
+        assert!(after(&|f| put_u32(f, 20, 7)).is_err());
+        // A group's entry must sit at its home offset; a staging index's need not.
+        assert!(matches!(
+            after(&|f| put_u32(f, 32, 0)),
+            Err(FormatError::OutOfRange {
+                field: "entry home_offset",
+                ..
+            })
+        ));
+        assert!(after(&|f| {
+            put_u32(f, 32, 0);
+            f[6] = 2;
+        })
+        .is_ok());
+        assert!(matches!(
+            after(&|f| put_u32(f, 12, 3)),
+            Err(FormatError::OutOfRange {
+                field: "entry home_offset",
+                ..
+            })
+        ));
+        // Generation 0; an absent entry with a CRC or md.
+        assert!(matches!(
+            after(&|f| put_u32(f, 40, 0)),
+            Err(FormatError::OutOfRange {
+                field: "entry birth_gen",
+                ..
+            })
+        ));
+        let absent = 32 + 3 * 28;
+        assert!(matches!(
+            after(&|f| f[absent + 4] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[absent + 20] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        // Padding after the entries.
+        assert!(matches!(
+            after(&|f| f[500] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        assert_eq!(
+            MdBlock::decode(&[0xFF; 512], 16),
+            Err(FormatError::Erased {
+                structure: MD_BLOCK
+            })
+        );
+        assert!(matches!(
+            MdBlock::decode(&[1; 500], 16),
+            Err(FormatError::OutOfRange {
+                field: "block size",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_an_md_block_is_detected() {
+        for kind in [MdBlockKind::Group, MdBlockKind::StagingIndex] {
+            let b = sample_md_block(kind, 32, 512).encode(512);
+            for bit in 0..b.len() * 8 {
+                let mut f = b.clone();
+                f[bit / 8] ^= 1 << (bit % 8);
+                assert!(MdBlock::decode(&f, 32).is_err(), "{kind:?} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "md block does not encode")]
+    fn md_block_breaking_a_rule_is_a_bug() {
+        let mut m = sample_md_block(MdBlockKind::Group, 32, 512);
+        m.entries.pop();
+        m.encode(512);
+    }
+
+    fn arb_md_block() -> impl Strategy<Value = (usize, MdBlock)> {
+        (
+            9u32..=13,
+            1usize..=16,
+            any::<bool>(),
+            any::<u32>(),
+            any::<u32>(),
+        )
+            .prop_flat_map(|(shift, words, group_md, zone, group)| {
+                let (bs, md_bytes) = (1usize << shift, 4 * words);
+                let e = entries_per_md_block(bs, md_bytes) as u32;
+                (
+                    Just((bs, md_bytes, group_md, zone, group % 1000, e)),
+                    1..=8 * e,
+                )
+            })
+            .prop_flat_map(|((bs, md, group_md, zone, group, e), data)| {
+                let first = (0..data.div_ceil(e)).prop_map(move |k| k * e);
+                (
+                    Just((bs, md, group_md, zone, group, e, data)),
+                    first,
+                    any::<u64>(),
+                )
+            })
+            .prop_map(
+                |((bs, md_bytes, group_md, zone, group, e, data), first, seed)| {
+                    let kind = if group_md {
+                        MdBlockKind::Group
+                    } else {
+                        MdBlockKind::StagingIndex
+                    };
+                    let n = MdBlock::entry_count(bs, md_bytes, data, first);
+                    let entries = (0..n)
+                        .map(|i| {
+                            let x = seed.wrapping_mul(i as u64 + 1).rotate_left(i as u32);
+                            let home = if group_md {
+                                group * (8 * e + 8) + first + i as u32
+                            } else {
+                                x as u32
+                            };
+                            if x % 7 == 0 {
+                                MdEntry::absent(home, md_bytes)
+                            } else {
+                                MdEntry {
+                                    home_offset: home,
+                                    data_crc: (x >> 8) as u32,
+                                    birth_gen: ((x >> 40) as u32 % (u32::MAX - 1)) + 1,
+                                    md: (0..md_bytes).map(|b| (x >> (b % 8)) as u8).collect(),
+                                }
+                            }
+                        })
+                        .collect();
+                    (
+                        bs,
+                        MdBlock {
+                            kind,
+                            md_bytes,
+                            zone,
+                            group,
+                            first_entry: first,
+                            group_data_blocks: data,
+                            entries,
+                        },
+                    )
+                },
+            )
+    }
+
     pub(crate) fn arb_addr() -> impl Strategy<Value = NamelessAddr> {
         (0..u32::MAX, 1..=u32::MAX).prop_map(|(p, g)| NamelessAddr::new(Ppa(p), g))
     }
@@ -1223,6 +1553,34 @@ mod tests {
             let bit = bit % (oob.len() * 8);
             oob[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(NamelessTag::decode(&oob).is_err());
+        }
+
+        #[test]
+        fn md_blocks_round_trip((bs, m) in arb_md_block()) {
+            let b = m.encode(bs);
+            prop_assert_eq!(MdBlock::decode(&b, m.md_bytes), Ok(m));
+        }
+
+        #[test]
+        fn md_block_bit_flips_are_detected((bs, m) in arb_md_block(), bit in any::<usize>()) {
+            let mut b = m.encode(bs);
+            let bit = bit % (bs * 8);
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(MdBlock::decode(&b, m.md_bytes).is_err());
+        }
+
+        #[test]
+        fn arbitrary_md_blocks_never_panic(shift in 9u32..=12, fill in any::<u8>(), head in vec(any::<u8>(), 0..96), md in 0usize..80) {
+            let mut b = vec![fill; 1 << shift];
+            b[..head.len()].copy_from_slice(&head);
+            let _ = MdBlock::decode(&b, md);
+            // A valid magic, version and CRC over arbitrary fields exercise the field checks.
+            b[..4].copy_from_slice(&MD_MAGIC);
+            b[4..6].copy_from_slice(&MD_VERSION.to_le_bytes());
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b);
+            put_u32(&mut b, M_CRC_OFF, crc);
+            let _ = MdBlock::decode(&b, md);
         }
 
         #[test]
