@@ -115,6 +115,36 @@ pub(crate) fn addr_field(
     })
 }
 
+// ---- zone kinds ---------------------------------------------------------------
+
+/// The kind of a nameless zone, as a NamelessZone note names it (the
+/// checkpoint's zone kinds 7 and 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamelessZoneKind {
+    /// Nameless writes and gap fills (zone kind 7, data-nameless).
+    Data,
+    /// Migrated blocks (zone kind 8, data-nameless-moved).
+    Moved,
+}
+
+impl NamelessZoneKind {
+    /// The checkpoint zone kind code (7 or 8).
+    pub fn zone_kind_code(self) -> u8 {
+        match self {
+            NamelessZoneKind::Data => 7,
+            NamelessZoneKind::Moved => 8,
+        }
+    }
+
+    pub fn from_zone_kind_code(code: u8) -> Option<NamelessZoneKind> {
+        match code {
+            7 => Some(NamelessZoneKind::Data),
+            8 => Some(NamelessZoneKind::Moved),
+            _ => None,
+        }
+    }
+}
+
 // ---- metadata size and placement ---------------------------------------------
 
 /// Smallest and largest associated metadata per block, in bytes.

@@ -617,6 +617,20 @@ impl Rebuild {
                     .fork_delete(id)
                     .map_err(|e| MountError::Damaged(format!("ForkDelete note {seq}: {e}")))?;
             }
+            // Nameless notes (format.md §11): not replayed by this build,
+            // so a log holding one is refused rather than half applied.
+            Note::NamelessZone { .. }
+            | Note::NamelessWrite { .. }
+            | Note::NamelessMd { .. }
+            | Note::NamelessFree { .. }
+            | Note::NamelessMigrate { .. }
+            | Note::NamelessAck { .. }
+            | Note::InPlaceStaged { .. }
+            | Note::InPlaceDone { .. } => {
+                return Err(MountError::Damaged(format!(
+                    "{n:?}: nameless notes are not replayed by this build"
+                )));
+            }
             Note::VectorBegin { .. }
             | Note::ForkCreate { .. }
             | Note::Clone { .. }
