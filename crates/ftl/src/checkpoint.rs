@@ -28,7 +28,13 @@
 use crate::addr::{Epoch, Seq};
 pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
+pub use crate::nameless::NamelessImage;
+use crate::nameless::{nameless_section, SectionContext};
 use crate::note::{chunk_payload_bytes, LogBlock};
+
+/// The nameless space's section kinds (docs/format.md §11).
+const NAMELESS_SECTIONS: std::ops::RangeInclusive<u32> =
+    nameless_section::HEADER..=nameless_section::IN_PLACE_JOB;
 
 const STRUCTURE: &str = "checkpoint";
 
@@ -140,6 +146,12 @@ pub enum ZoneKind {
     Retired = 5,
     /// Data zone no longer written (full or finished).
     DataClosed = 6,
+    /// Nameless writes and gap fills (docs/format.md §11).
+    DataNameless = 7,
+    /// Migrated nameless blocks.
+    DataNamelessMoved = 8,
+    /// The scratch zone of in-place collection.
+    NamelessScratch = 9,
 }
 
 impl ZoneKind {
@@ -156,6 +168,9 @@ impl ZoneKind {
             4 => ZoneKind::DataGc,
             5 => ZoneKind::Retired,
             6 => ZoneKind::DataClosed,
+            7 => ZoneKind::DataNameless,
+            8 => ZoneKind::DataNamelessMoved,
+            9 => ZoneKind::NamelessScratch,
             _ => return None,
         })
     }
@@ -266,6 +281,9 @@ pub struct CheckpointImage {
     pub forks: Vec<ForkRecord>,
     /// The id the next fork create gets (version 3).
     pub next_fork_id: u32,
+    /// The nameless state, sections 16–23 (version 3; docs/format.md §11).
+    /// Empty by default, and then no section is written.
+    pub nameless: NamelessImage,
 }
 
 /// A fresh, all-unmapped leaf.
@@ -331,6 +349,7 @@ impl CheckpointImage {
             || !self.sweeps.is_empty()
             || !self.forks.is_empty()
             || self.next_fork_id > 0
+            || !self.nameless.is_empty()
     }
 
     /// The sections this image writes, `(kind, payload)` in kind order: a
@@ -401,6 +420,7 @@ impl CheckpointImage {
         if !self.forks.is_empty() || self.next_fork_id > 0 {
             out.push((section_kind::FORKS, self.encode_forks()));
         }
+        out.extend(self.nameless.sections());
         out
     }
 
@@ -441,7 +461,7 @@ impl CheckpointImage {
         assert!((OLDEST_CHECKPOINT_VERSION..=CHECKPOINT_VERSION).contains(&version));
         assert!(
             version >= 3 || !self.has_snapshot_state(),
-            "snapshot state needs checkpoint version 3"
+            "snapshot and nameless state need checkpoint version 3"
         );
         assert!(
             version >= 2 || (self.shared.is_empty() && self.attrs.is_empty() && !self.clean),
@@ -839,6 +859,7 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         sweeps: Vec::new(),
         forks: Vec::new(),
         next_fork_id: 0,
+        nameless: NamelessImage::default(),
     };
     let counted = image.mapped_blocks();
     if counted != h.mapped_blocks {
@@ -869,6 +890,15 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         attrs.push(a);
     }
     let sections = decode_sections(&bytes[r.pos()..bytes.len() - CHECKPOINT_TRAILER_BYTES], &h)?;
+    let zone_kinds: Vec<u8> = image.zones.iter().map(|z| z.kind.code()).collect();
+    let nameless = NamelessImage::decode(
+        &sections.nameless,
+        &SectionContext {
+            next_seq: h.next_seq,
+            zone_kinds: &zone_kinds,
+            device: bounds.map(|b| (b.physical_blocks, b.zone_capacity_blocks)),
+        },
+    )?;
     let image = CheckpointImage {
         crcs,
         shared,
@@ -881,6 +911,7 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         sweeps: sections.sweeps,
         forks: sections.forks,
         next_fork_id: sections.next_fork_id,
+        nameless,
         ..image
     };
     check_shared(&image, bounds)?;
@@ -888,9 +919,11 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
     Ok(image)
 }
 
-/// The version-3 sections' contents.
+/// The version-3 sections' contents; the nameless sections' payloads
+/// (kinds 16 ..= 23) are decoded after the walk, with the zone table.
 #[derive(Default)]
-struct Sections {
+struct Sections<'a> {
+    nameless: [Option<&'a [u8]>; 8],
     snapshots: Vec<SnapshotRecord>,
     next_snapshot_id: u32,
     births: Vec<Leaf>,
@@ -911,19 +944,20 @@ fn section_range(field: &'static str, value: u64, rule: &'static str) -> FormatE
 
 /// Walks the `h.section_count` sections in `rest` (the bytes between the
 /// attribute table and the trailer), which they must fill exactly.
-fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError> {
+fn decode_sections<'a>(mut rest: &'a [u8], h: &Header) -> Result<Sections<'a>, FormatError> {
     let mut out = Sections::default();
     let mut previous = 0;
     for _ in 0..h.section_count {
         crate::codec::need("checkpoint section header", rest, SECTION_HEADER_BYTES)?;
         let kind = get_u32(rest, 0);
         let known = (section_kind::SNAPSHOTS..=section_kind::SWEEPS).contains(&kind)
-            || kind == section_kind::FORKS;
+            || kind == section_kind::FORKS
+            || NAMELESS_SECTIONS.contains(&kind);
         if !known {
             return Err(section_range(
                 "kind",
                 kind.into(),
-                "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
+                "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
             ));
         }
         if kind <= previous {
@@ -954,6 +988,9 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
             section_kind::HISTORY => out.history = decode_history(payload, h)?,
             section_kind::SWEEPS => out.sweeps = decode_sweeps(payload, h)?,
             section_kind::FORKS => (out.forks, out.next_fork_id) = decode_forks(payload, h)?,
+            k if NAMELESS_SECTIONS.contains(&k) => {
+                out.nameless[(k - nameless_section::HEADER) as usize] = Some(payload)
+            }
             _ => unreachable!("section kind {kind} checked above"),
         }
         rest = &rest[end..];
@@ -1557,6 +1594,7 @@ mod tests {
             sweeps: Vec::new(),
             forks: Vec::new(),
             next_fork_id: 0,
+            nameless: NamelessImage::default(),
         }
     }
 
@@ -1837,6 +1875,7 @@ mod tests {
                 leaves, crcs: None, shared: Vec::new(), attrs: Vec::new(), clean: false,
                 snapshots: Vec::new(), next_snapshot_id: 0, births: Vec::new(),
                 history: Vec::new(), sweeps: Vec::new(), forks: Vec::new(), next_fork_id: 0,
+                nameless: NamelessImage::default(),
             };
             if let Some(parts) = snap {
                 add_snapshot_state(&mut image, parts, physical);
@@ -2011,14 +2050,14 @@ mod tests {
     #[test]
     fn unknown_section_kind_is_refused() {
         // Kinds 5 (clock) and 6 (window) are not built yet: refused, not skipped.
-        for kind in [0, 5, 6, 16, u32::MAX] {
+        for kind in [0, 5, 6, 24, u32::MAX] {
             let b = with_sections(&small_image(), &[(kind, 0, vec![0; 24])]);
             assert_eq!(
                 CheckpointImage::decode(&b, 800),
                 Err(section_range(
                     "kind",
                     kind.into(),
-                    "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
+                    "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
                 )),
                 "kind {kind}"
             );

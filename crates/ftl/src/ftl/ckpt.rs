@@ -257,6 +257,7 @@ impl Ftl {
             shared,
             attrs,
             clean: self.clean_requested,
+            nameless: Default::default(),
         }
     }
 
