@@ -1023,9 +1023,11 @@ pub struct NamelessImage {
 }
 
 /// Worst-case bytes the nameless sections add to a checkpoint
-/// (format.md §11): `8 × zone_count + 32 × data_zones + physical_blocks / 8
-/// + 16 × remap_capacity + 4 × uncommitted_capacity + 2 × G × (12 +
-/// md_bytes) + 1 KiB`. Not yet counted by `max_checkpoint_bytes`.
+/// (format.md §11):
+/// `8 × zone_count + 32 × data_zones + physical_blocks / 8 +
+/// 16 × remap_capacity + 4 × uncommitted_capacity +
+/// 2 × G × (12 + md_bytes) + 1 KiB`.
+/// Not yet counted by `max_checkpoint_bytes`.
 pub fn nameless_checkpoint_bytes_bound(
     zone_count: u64,
     data_zones: u64,
@@ -1099,7 +1101,11 @@ fn sized(
 /// zero and the count at least 1 (a section is written only with content).
 fn counted(structure: &'static str, payload: &[u8]) -> Result<u32, FormatError> {
     need(structure, payload, 8)?;
-    zero(SECTION, "reserved (after the count)", get_u32(payload, 4).into())?;
+    zero(
+        SECTION,
+        "reserved (after the count)",
+        get_u32(payload, 4).into(),
+    )?;
     let count = get_u32(payload, 0);
     if count == 0 {
         return Err(bad(
@@ -1120,20 +1126,20 @@ impl NamelessImage {
     pub(crate) fn sections(&self) -> Vec<(u32, Vec<u8>)> {
         use nameless_section::*;
         let mut out = Vec::new();
-        let Some(h) = self.header else {
-            assert!(self.is_empty(), "nameless state without section 16");
-            return out;
-        };
-        let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
-        w.u16(h.md_bytes);
-        w.u8(h.placement.code());
-        w.u8(0);
-        w.u32(h.group_blocks);
-        w.u32(h.remap_capacity);
-        w.u32(h.uncommitted_capacity);
-        w.u64(h.commit_seq);
-        w.u64(0);
-        out.push((HEADER, w.bytes));
+        // Without a header the other parts must be empty (decode refuses
+        // them otherwise, and `CheckpointImage::encode` checks its output).
+        if let Some(h) = self.header {
+            let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
+            w.u16(h.md_bytes);
+            w.u8(h.placement.code());
+            w.u8(0);
+            w.u32(h.group_blocks);
+            w.u32(h.remap_capacity);
+            w.u32(h.uncommitted_capacity);
+            w.u64(h.commit_seq);
+            w.u64(0);
+            out.push((HEADER, w.bytes));
+        }
         if !self.generations.is_empty() {
             let mut w = Writer::with_capacity(8 * self.generations.len());
             for &(gen, base) in &self.generations {
@@ -1152,8 +1158,11 @@ impl NamelessImage {
                 w.u32(z.data_end);
                 w.u32(z.last_md_at.unwrap_or(u32::MAX));
                 w.u32(z.live_blocks);
-                let flags = if z.md_written { ZONE_FLAG_MD_WRITTEN } else { 0 }
-                    | if z.held { ZONE_FLAG_HELD } else { 0 };
+                let flags = if z.md_written {
+                    ZONE_FLAG_MD_WRITTEN
+                } else {
+                    0
+                } | if z.held { ZONE_FLAG_HELD } else { 0 };
                 w.u32(flags);
                 w.u32(0);
             }
@@ -1308,7 +1317,13 @@ impl NamelessImage {
 }
 
 fn decode_header(p: &[u8], ctx: &SectionContext) -> Result<NamelessHeader, FormatError> {
-    sized("checkpoint nameless header (section 16)", p, 0, 1, NAMELESS_HEADER_BYTES as u64)?;
+    sized(
+        "checkpoint nameless header (section 16)",
+        p,
+        0,
+        1,
+        NAMELESS_HEADER_BYTES as u64,
+    )?;
     let mut r = Reader::new(p, 0);
     let md_bytes = r.u16();
     let placement_code = r.u8();
@@ -1319,7 +1334,11 @@ fn decode_header(p: &[u8], ctx: &SectionContext) -> Result<NamelessHeader, Forma
     let commit_seq = r.u64();
     zero(SECTION, "header reserved (bytes 24..32)", r.u64())?;
     if !valid_md_bytes(md_bytes.into()) {
-        return Err(bad("md_bytes", md_bytes.into(), "4 ..= 64, a multiple of 4"));
+        return Err(bad(
+            "md_bytes",
+            md_bytes.into(),
+            "4 ..= 64, a multiple of 4",
+        ));
     }
     let placement = MdPlacement::from_code(placement_code)
         .ok_or_else(|| bad("placement", placement_code.into(), "1 OOB, 2 log"))?;
@@ -1402,7 +1421,11 @@ fn decode_zones(
             ));
         }
         if capacity.is_some_and(|c| u64::from(data_end) > c) {
-            return Err(bad("data_end", data_end.into(), "at most the zone capacity"));
+            return Err(bad(
+                "data_end",
+                data_end.into(),
+                "at most the zone capacity",
+            ));
         }
         if let Some(l) = layout {
             if data_end > 0 && !l.is_data_offset(u64::from(data_end) - 1) {
@@ -1536,7 +1559,10 @@ fn decode_remap(
                 }
             }
             let zone = new.ppa().zone(capacity);
-            if image.generation(zone).is_none_or(|(gen, _)| new.generation() > gen) {
+            if image
+                .generation(zone)
+                .is_none_or(|(gen, _)| new.generation() > gen)
+            {
                 return Err(bad(
                     "remap new",
                     new.to_u64(),
@@ -1649,7 +1675,11 @@ fn decode_open_md(p: &[u8], image: &NamelessImage) -> Result<Vec<OpenMdRecord>, 
                 ));
             }
             if home >= u64::from(record.data_end) {
-                return Err(bad("open md home_offset", home, "below the zone's data_end"));
+                return Err(bad(
+                    "open md home_offset",
+                    home,
+                    "below the zone's data_end",
+                ));
             }
             entries.push(e);
         }
@@ -1670,7 +1700,13 @@ fn decode_job(
     image: &NamelessImage,
     ctx: &SectionContext,
 ) -> Result<InPlaceJobRecord, FormatError> {
-    sized("checkpoint in-place job (section 23)", p, 0, 1, IN_PLACE_JOB_BYTES as u64)?;
+    sized(
+        "checkpoint in-place job (section 23)",
+        p,
+        0,
+        1,
+        IN_PLACE_JOB_BYTES as u64,
+    )?;
     let mut r = Reader::new(p, 0);
     let (victim, scratch, first_scratch_offset, staged_blocks, gap_gen) =
         (r.u32(), r.u32(), r.u32(), r.u32(), r.u32());
@@ -1686,7 +1722,11 @@ fn decode_job(
             "a zone of kind 9 in the zone table",
         ));
     }
-    if gap_gen != 0 && image.generation(victim).is_none_or(|(gen, _)| gen != gap_gen) {
+    if gap_gen != 0
+        && image
+            .generation(victim)
+            .is_none_or(|(gen, _)| gen != gap_gen)
+    {
         return Err(bad(
             "gap generation",
             gap_gen.into(),
