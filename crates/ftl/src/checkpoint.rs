@@ -28,7 +28,13 @@
 use crate::addr::{Epoch, Seq};
 pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
+pub use crate::nameless::NamelessImage;
+use crate::nameless::{nameless_section, SectionContext};
 use crate::note::{chunk_payload_bytes, LogBlock};
+
+/// The nameless space's section kinds (docs/format.md §11).
+const NAMELESS_SECTIONS: std::ops::RangeInclusive<u32> =
+    nameless_section::HEADER..=nameless_section::IN_PLACE_JOB;
 
 const STRUCTURE: &str = "checkpoint";
 
@@ -94,20 +100,7 @@ pub mod section_kind {
     pub const SWEEPS: u32 = 4;
     // 5 and 6 are kept for the clock and window sections.
     pub const FORKS: u32 = 7;
-    // 8 ..= 15 free; 16 ..= 23 the nameless space's (format.md §11).
-    pub const NAMELESS_HEADER: u32 = 16;
-    pub const ZONE_GENERATIONS: u32 = 17;
-    pub const NAMELESS_ZONES: u32 = 18;
-    pub const NAMELESS_VALIDITY: u32 = 19;
 }
-
-/// Bytes of the nameless header section.
-pub const NAMELESS_HEADER_BYTES: usize = 32;
-/// Bytes of one nameless zone record.
-pub const NAMELESS_ZONE_RECORD_BYTES: usize = 24;
-/// Md placement codes of the nameless header.
-pub const MD_PLACEMENT_OOB: u8 = 1;
-pub const MD_PLACEMENT_LOG: u8 = 2;
 
 /// Bytes of one fork record in the fork section.
 pub const FORK_RECORD_BYTES: usize = 96;
@@ -153,8 +146,12 @@ pub enum ZoneKind {
     Retired = 5,
     /// Data zone no longer written (full or finished).
     DataClosed = 6,
-    /// Nameless data (format.md §11).
+    /// Nameless writes and gap fills (docs/format.md §11).
     DataNameless = 7,
+    /// Migrated nameless blocks.
+    DataNamelessMoved = 8,
+    /// The scratch zone of in-place collection.
+    NamelessScratch = 9,
 }
 
 impl ZoneKind {
@@ -172,6 +169,8 @@ impl ZoneKind {
             5 => ZoneKind::Retired,
             6 => ZoneKind::DataClosed,
             7 => ZoneKind::DataNameless,
+            8 => ZoneKind::DataNamelessMoved,
+            9 => ZoneKind::NamelessScratch,
             _ => return None,
         })
     }
@@ -282,44 +281,9 @@ pub struct CheckpointImage {
     pub forks: Vec<ForkRecord>,
     /// The id the next fork create gets (version 3).
     pub next_fork_id: u32,
-    /// The physical segment (version 3, format.md §11).
+    /// The nameless state, sections 16–23 (version 3; docs/format.md §11).
+    /// Empty by default, and then no section is written.
     pub nameless: NamelessImage,
-}
-
-/// What a checkpoint holds of the physical segment (nameless writes):
-/// sections 16–19, written only when some zone ever held nameless data.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct NamelessImage {
-    /// Metadata bytes per block and where they live (`MD_PLACEMENT_*`).
-    pub md_bytes: u16,
-    pub md_placement: u8,
-    /// Per zone `(gen, base_gen)`: empty when no zone ever held nameless
-    /// data, else one per zone.
-    pub generations: Vec<(u32, u32)>,
-    /// The zones of kind 7, by zone.
-    pub zones: Vec<NamelessZoneRecord>,
-}
-
-/// One nameless zone: its data end and the validity of its blocks.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NamelessZoneRecord {
-    pub zone: u32,
-    /// The offset past its last data block.
-    pub data_end: u32,
-    /// `ceil(data_end / 64)` words, bit `i` of word `j`: offset `64 j + i`.
-    pub validity: Vec<u64>,
-}
-
-impl NamelessZoneRecord {
-    pub fn live_blocks(&self) -> u32 {
-        self.validity.iter().map(|w| w.count_ones()).sum()
-    }
-}
-
-impl NamelessImage {
-    pub fn is_empty(&self) -> bool {
-        self.generations.is_empty() && self.zones.is_empty()
-    }
 }
 
 /// A fresh, all-unmapped leaf.
@@ -456,54 +420,8 @@ impl CheckpointImage {
         if !self.forks.is_empty() || self.next_fork_id > 0 {
             out.push((section_kind::FORKS, self.encode_forks()));
         }
-        if !self.nameless.is_empty() {
-            self.nameless_sections(&mut out);
-        }
+        out.extend(self.nameless.sections());
         out
-    }
-
-    /// Sections 16–19 (format.md §11).
-    fn nameless_sections(&self, out: &mut Vec<(u32, Vec<u8>)>) {
-        let n = &self.nameless;
-        let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
-        w.u16(n.md_bytes);
-        w.u8(n.md_placement);
-        w.u8(0);
-        w.u32(0); // G: md in OOB has no md blocks
-        w.u32(0); // remap capacity: no migrations in this build
-        w.u32(0); // uncommitted capacity: no hand-over in this build
-        w.u64(0); // commit seq
-        w.u64(0);
-        out.push((section_kind::NAMELESS_HEADER, w.bytes));
-        if !n.generations.is_empty() {
-            let mut w = Writer::with_capacity(n.generations.len() * 8);
-            for &(gen, base) in &n.generations {
-                w.u32(gen);
-                w.u32(base);
-            }
-            out.push((section_kind::ZONE_GENERATIONS, w.bytes));
-        }
-        if !n.zones.is_empty() {
-            let count = u32::try_from(n.zones.len()).expect("zones fit u32");
-            let mut w = Writer::with_capacity(8 + n.zones.len() * NAMELESS_ZONE_RECORD_BYTES);
-            w.u32(count);
-            w.u32(0);
-            for z in &n.zones {
-                w.u32(z.zone);
-                w.u32(z.data_end);
-                w.u32(u32::MAX); // last_md_at: md in OOB
-                w.u32(z.live_blocks());
-                w.u32(0);
-                w.u32(0);
-            }
-            out.push((section_kind::NAMELESS_ZONES, w.bytes));
-            let words: usize = n.zones.iter().map(|z| z.validity.len()).sum();
-            let mut w = Writer::with_capacity(words * 8);
-            for z in &n.zones {
-                z.validity.iter().for_each(|&word| w.u64(word));
-            }
-            out.push((section_kind::NAMELESS_VALIDITY, w.bytes));
-        }
     }
 
     /// Section 7: `u32 count, u32 next_id`, `count` 96-byte records, then
@@ -543,7 +461,7 @@ impl CheckpointImage {
         assert!((OLDEST_CHECKPOINT_VERSION..=CHECKPOINT_VERSION).contains(&version));
         assert!(
             version >= 3 || !self.has_snapshot_state(),
-            "snapshot state needs checkpoint version 3"
+            "snapshot and nameless state need checkpoint version 3"
         );
         assert!(
             version >= 2 || (self.shared.is_empty() && self.attrs.is_empty() && !self.clean),
@@ -972,6 +890,15 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         attrs.push(a);
     }
     let sections = decode_sections(&bytes[r.pos()..bytes.len() - CHECKPOINT_TRAILER_BYTES], &h)?;
+    let zone_kinds: Vec<u8> = image.zones.iter().map(|z| z.kind.code()).collect();
+    let nameless = NamelessImage::decode(
+        &sections.nameless,
+        &SectionContext {
+            next_seq: h.next_seq,
+            zone_kinds: &zone_kinds,
+            device: bounds.map(|b| (b.physical_blocks, b.zone_capacity_blocks)),
+        },
+    )?;
     let image = CheckpointImage {
         crcs,
         shared,
@@ -984,18 +911,19 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
         sweeps: sections.sweeps,
         forks: sections.forks,
         next_fork_id: sections.next_fork_id,
-        nameless: sections.nameless,
+        nameless,
         ..image
     };
     check_shared(&image, bounds)?;
-    check_nameless(&image)?;
     check_attrs(&image)?;
     Ok(image)
 }
 
-/// The version-3 sections' contents.
+/// The version-3 sections' contents; the nameless sections' payloads
+/// (kinds 16 ..= 23) are decoded after the walk, with the zone table.
 #[derive(Default)]
-struct Sections {
+struct Sections<'a> {
+    nameless: [Option<&'a [u8]>; 8],
     snapshots: Vec<SnapshotRecord>,
     next_snapshot_id: u32,
     births: Vec<Leaf>,
@@ -1003,10 +931,6 @@ struct Sections {
     sweeps: Vec<(Seq, Seq)>,
     forks: Vec<ForkRecord>,
     next_fork_id: u32,
-    nameless: NamelessImage,
-    /// Section 18's records, waiting for section 19: `(zone, data_end,
-    /// live_blocks)`.
-    nameless_zones: Vec<(u32, u32, u32)>,
 }
 
 fn section_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
@@ -1020,7 +944,7 @@ fn section_range(field: &'static str, value: u64, rule: &'static str) -> FormatE
 
 /// Walks the `h.section_count` sections in `rest` (the bytes between the
 /// attribute table and the trailer), which they must fill exactly.
-fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError> {
+fn decode_sections<'a>(mut rest: &'a [u8], h: &Header) -> Result<Sections<'a>, FormatError> {
     let mut out = Sections::default();
     let mut previous = 0;
     for _ in 0..h.section_count {
@@ -1028,12 +952,12 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
         let kind = get_u32(rest, 0);
         let known = (section_kind::SNAPSHOTS..=section_kind::SWEEPS).contains(&kind)
             || kind == section_kind::FORKS
-            || (section_kind::NAMELESS_HEADER..=section_kind::NAMELESS_VALIDITY).contains(&kind);
+            || NAMELESS_SECTIONS.contains(&kind);
         if !known {
             return Err(section_range(
                 "kind",
                 kind.into(),
-                "a section kind this build knows (1 ..= 4, 7, 16 ..= 19); a newer zftl wrote it, and skipping it could lose state",
+                "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
             ));
         }
         if kind <= previous {
@@ -1064,35 +988,12 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
             section_kind::HISTORY => out.history = decode_history(payload, h)?,
             section_kind::SWEEPS => out.sweeps = decode_sweeps(payload, h)?,
             section_kind::FORKS => (out.forks, out.next_fork_id) = decode_forks(payload, h)?,
-            section_kind::NAMELESS_HEADER => decode_nameless_header(payload, &mut out.nameless)?,
-            section_kind::ZONE_GENERATIONS => {
-                out.nameless.generations = decode_generations(payload, h)?
-            }
-            section_kind::NAMELESS_ZONES => out.nameless_zones = decode_nameless_zones(payload, h)?,
-            section_kind::NAMELESS_VALIDITY => {
-                out.nameless.zones = decode_validity(payload, &out.nameless_zones)?
+            k if NAMELESS_SECTIONS.contains(&k) => {
+                out.nameless[(k - nameless_section::HEADER) as usize] = Some(payload)
             }
             _ => unreachable!("section kind {kind} checked above"),
         }
         rest = &rest[end..];
-    }
-    let nameless_parts = [
-        out.nameless.md_bytes != 0,
-        !out.nameless.generations.is_empty(),
-    ];
-    if !out.nameless.is_empty() && !nameless_parts[0] {
-        return Err(section_range(
-            "kind",
-            section_kind::NAMELESS_HEADER.into(),
-            "nameless state comes with its header section (16)",
-        ));
-    }
-    if !out.nameless_zones.is_empty() && out.nameless.zones.is_empty() {
-        return Err(section_range(
-            "kind",
-            section_kind::NAMELESS_VALIDITY.into(),
-            "the nameless zone section (18) comes with its validity (19)",
-        ));
     }
     if !rest.is_empty() {
         return Err(FormatError::Length {
@@ -1102,210 +1003,6 @@ fn decode_sections(mut rest: &[u8], h: &Header) -> Result<Sections, FormatError>
         });
     }
     Ok(out)
-}
-
-/// Section 16: md bytes, placement and capacities (this build: md in OOB,
-/// no md blocks, no remap table, no uncommitted set).
-fn decode_nameless_header(payload: &[u8], out: &mut NamelessImage) -> Result<(), FormatError> {
-    const S: &str = "checkpoint nameless header";
-    if payload.len() != NAMELESS_HEADER_BYTES {
-        return Err(FormatError::Length {
-            structure: S,
-            expected: NAMELESS_HEADER_BYTES as u64,
-            actual: payload.len() as u64,
-        });
-    }
-    let md_bytes = crate::codec::get_u16(payload, 0);
-    if !crate::nameless::valid_md_bytes(usize::from(md_bytes)) {
-        return Err(section_range("md_bytes", md_bytes.into(), "4 ..= 64, a multiple of 4"));
-    }
-    let placement = payload[2];
-    if placement != MD_PLACEMENT_OOB {
-        return Err(section_range(
-            "md placement",
-            placement.into(),
-            "1 (md in OOB): this build keeps no md in the log",
-        ));
-    }
-    zero(S, "reserved", payload[3].into())?;
-    for (field, at) in [("G", 4), ("remap capacity", 8), ("uncommitted capacity", 12)] {
-        zero(S, field, get_u32(payload, at).into())?;
-    }
-    zero(S, "commit seq", get_u64(payload, 16))?;
-    zero(S, "reserved", get_u64(payload, 24))?;
-    out.md_bytes = md_bytes;
-    out.md_placement = placement;
-    Ok(())
-}
-
-/// Section 17: `(gen, base_gen)` per zone, `base_gen <= gen`.
-fn decode_generations(payload: &[u8], h: &Header) -> Result<Vec<(u32, u32)>, FormatError> {
-    const S: &str = "checkpoint zone generations (8 bytes per zone)";
-    let expected = u64::from(h.zone_count) * 8;
-    if payload.len() as u64 != expected {
-        return Err(FormatError::Length {
-            structure: S,
-            expected,
-            actual: payload.len() as u64,
-        });
-    }
-    let gens: Vec<(u32, u32)> = payload
-        .chunks_exact(8)
-        .map(|c| (get_u32(c, 0), get_u32(c, 4)))
-        .collect();
-    if let Some(&(gen, base)) = gens.iter().find(|&&(gen, base)| base > gen) {
-        return Err(section_range(
-            "base_gen",
-            base.into(),
-            if gen == 0 { "0 for a zone never nameless" } else { "at most the zone's gen" },
-        ));
-    }
-    if gens.iter().all(|&(gen, _)| gen == 0) {
-        return Err(section_range(
-            "gen",
-            0,
-            "a section is written only when it has content",
-        ));
-    }
-    Ok(gens)
-}
-
-/// Section 18: `u32 count, u32 reserved`, 24-byte records by zone.
-fn decode_nameless_zones(payload: &[u8], h: &Header) -> Result<Vec<(u32, u32, u32)>, FormatError> {
-    const S: &str = "checkpoint nameless zones (payload size implied by its count)";
-    crate::codec::need(S, payload, 8)?;
-    let count = get_u32(payload, 0);
-    zero(S, "reserved", get_u32(payload, 4).into())?;
-    payload_fits(S, payload, 8, count.into(), NAMELESS_ZONE_RECORD_BYTES)?;
-    let mut out: Vec<(u32, u32, u32)> = Vec::with_capacity(count as usize);
-    for rec in payload[8..].chunks_exact(NAMELESS_ZONE_RECORD_BYTES) {
-        let (zone, data_end, last_md_at) = (get_u32(rec, 0), get_u32(rec, 4), get_u32(rec, 8));
-        let (live, flags) = (get_u32(rec, 12), get_u32(rec, 16));
-        if zone >= h.zone_count || out.last().is_some_and(|&(z, ..)| z >= zone) {
-            return Err(section_range(
-                "zone",
-                zone.into(),
-                "below the zone count, strictly increasing",
-            ));
-        }
-        if last_md_at != u32::MAX {
-            return Err(section_range("last_md_at", last_md_at.into(), "u32::MAX: md in OOB"));
-        }
-        if live > data_end {
-            return Err(section_range("live_blocks", live.into(), "at most data_end"));
-        }
-        zero(S, "flags", flags.into())?;
-        zero(S, "reserved", get_u32(rec, 20).into())?;
-        out.push((zone, data_end, live));
-    }
-    Ok(out)
-}
-
-/// Section 19: each zone's validity words, in section 18's order.
-fn decode_validity(
-    payload: &[u8],
-    zones: &[(u32, u32, u32)],
-) -> Result<Vec<NamelessZoneRecord>, FormatError> {
-    const S: &str = "checkpoint nameless validity (size implied by the zone records)";
-    if zones.is_empty() {
-        return Err(section_range(
-            "kind",
-            section_kind::NAMELESS_VALIDITY.into(),
-            "after the nameless zone section (18)",
-        ));
-    }
-    let words: u64 = zones.iter().map(|&(_, end, _)| u64::from(end).div_ceil(64)).sum();
-    if payload.len() as u64 != words * 8 {
-        return Err(FormatError::Length {
-            structure: S,
-            expected: words * 8,
-            actual: payload.len() as u64,
-        });
-    }
-    let mut at = 0;
-    let mut out = Vec::with_capacity(zones.len());
-    for &(zone, data_end, live) in zones {
-        let n = u64::from(data_end).div_ceil(64) as usize;
-        let validity: Vec<u64> = payload[at..at + n * 8]
-            .chunks_exact(8)
-            .map(|c| get_u64(c, 0))
-            .collect();
-        at += n * 8;
-        let tail = u64::from(data_end) % 64;
-        if tail != 0 && validity[n - 1] >> tail != 0 {
-            return Err(section_range(
-                "validity",
-                zone.into(),
-                "no bit at or past the zone's data_end",
-            ));
-        }
-        let r = NamelessZoneRecord {
-            zone,
-            data_end,
-            validity,
-        };
-        if r.live_blocks() != live {
-            return Err(section_range(
-                "live_blocks",
-                live.into(),
-                "the count of set validity bits",
-            ));
-        }
-        out.push(r);
-    }
-    Ok(out)
-}
-
-/// The nameless zones are zones of kind 7 in the zone table, and no
-/// further than their write pointers; every kind-7 zone has a record; the
-/// generations cover every zone.
-fn check_nameless(image: &CheckpointImage) -> Result<(), FormatError> {
-    let n = &image.nameless;
-    if n.is_empty() {
-        if let Some(z) = image.zones.iter().position(|z| z.kind == ZoneKind::DataNameless) {
-            return Err(section_range(
-                "zone kind",
-                z as u64,
-                "a nameless zone (kind 7) needs the nameless sections",
-            ));
-        }
-        return Ok(());
-    }
-    if n.generations.len() != image.zones.len() {
-        return Err(section_range(
-            "generations",
-            n.generations.len() as u64,
-            "one per zone once any zone held nameless data",
-        ));
-    }
-    let mut records = n.zones.iter().peekable();
-    for (z, zone) in image.zones.iter().enumerate() {
-        let nameless = zone.kind == ZoneKind::DataNameless;
-        let record = records.next_if(|r| r.zone as usize == z);
-        match (nameless, record) {
-            (true, Some(r)) => {
-                if u64::from(r.data_end) > zone.write_pointer_blocks
-                    || u64::from(r.live_blocks()) != zone.valid_blocks
-                    || n.generations[z].0 == 0
-                {
-                    return Err(section_range(
-                        "nameless zone",
-                        z as u64,
-                        "data_end within the write pointer, live blocks as the zone table counts, a generation",
-                    ));
-                }
-            }
-            (false, None) => {}
-            _ => {
-                return Err(section_range(
-                    "nameless zone",
-                    z as u64,
-                    "a record exactly for each zone of kind 7",
-                ))
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Checks that `payload` is `fixed + count * record` bytes, so that `count`
@@ -1897,6 +1594,7 @@ mod tests {
             sweeps: Vec::new(),
             forks: Vec::new(),
             next_fork_id: 0,
+            nameless: NamelessImage::default(),
         }
     }
 
@@ -2177,6 +1875,7 @@ mod tests {
                 leaves, crcs: None, shared: Vec::new(), attrs: Vec::new(), clean: false,
                 snapshots: Vec::new(), next_snapshot_id: 0, births: Vec::new(),
                 history: Vec::new(), sweeps: Vec::new(), forks: Vec::new(), next_fork_id: 0,
+                nameless: NamelessImage::default(),
             };
             if let Some(parts) = snap {
                 add_snapshot_state(&mut image, parts, physical);
@@ -2351,14 +2050,14 @@ mod tests {
     #[test]
     fn unknown_section_kind_is_refused() {
         // Kinds 5 (clock) and 6 (window) are not built yet: refused, not skipped.
-        for kind in [0, 5, 6, 16, u32::MAX] {
+        for kind in [0, 5, 6, 24, u32::MAX] {
             let b = with_sections(&small_image(), &[(kind, 0, vec![0; 24])]);
             assert_eq!(
                 CheckpointImage::decode(&b, 800),
                 Err(section_range(
                     "kind",
                     kind.into(),
-                    "a section kind this build knows (1 ..= 4, 7); a newer zftl wrote it, and skipping it could lose state",
+                    "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
                 )),
                 "kind {kind}"
             );
@@ -2893,6 +2592,619 @@ mod tests {
             let bit = bit % (b.len() * 8);
             b[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(CheckpointImage::decode(&b, physical).is_err());
+        }
+    }
+}
+
+/// The nameless sections (16–23) in the checkpoint stream.
+#[cfg(test)]
+mod nameless_tests {
+    use super::*;
+    use crate::addr::Ppa;
+    use crate::nameless::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    const PHYSICAL: u32 = 800; // 8 zones of 100 blocks
+    const ZONE_BLOCKS: u32 = 100;
+
+    fn reseal(b: &mut [u8]) {
+        let n = b.len() - CHECKPOINT_TRAILER_BYTES;
+        crate::codec::seal_crc(b, n);
+    }
+
+    fn base_image() -> CheckpointImage {
+        let zones = (0..8u64)
+            .map(|z| ZoneRecord {
+                kind: match z {
+                    0 | 1 => ZoneKind::Superblock,
+                    2 => ZoneKind::Meta,
+                    3 => ZoneKind::DataNameless,
+                    4 => ZoneKind::DataNamelessMoved,
+                    5 => ZoneKind::NamelessScratch,
+                    _ => ZoneKind::DataHost,
+                },
+                state: 1,
+                erase_count: z as u32,
+                write_pointer_blocks: 90,
+                last_write_seq: z * 3,
+                valid_blocks: 0,
+            })
+            .collect();
+        CheckpointImage {
+            next_seq: 1000,
+            epoch: 1,
+            log_seq: 12,
+            logical_blocks: 1500,
+            zones,
+            leaves: Vec::new(),
+            crcs: None,
+            shared: Vec::new(),
+            attrs: Vec::new(),
+            clean: false,
+            snapshots: Vec::new(),
+            next_snapshot_id: 0,
+            births: Vec::new(),
+            history: Vec::new(),
+            sweeps: Vec::new(),
+            forks: Vec::new(),
+            next_fork_id: 0,
+            nameless: NamelessImage::default(),
+        }
+    }
+
+    fn bits(offsets: &[u32], data_end: u32) -> Vec<u64> {
+        let mut w = vec![0u64; data_end.div_ceil(64) as usize];
+        for &o in offsets {
+            w[o as usize / 64] |= 1 << (o % 64);
+        }
+        w
+    }
+
+    fn addr(ppa: u32, gen: u32) -> NamelessAddr {
+        NamelessAddr::new(Ppa(ppa), gen)
+    }
+
+    /// Every nameless section with content. Placement log: 512-byte
+    /// blocks and 32-byte md give E = 10, G = 80, groups every 88 blocks;
+    /// a 100-block zone's last group holds 10 data blocks (88..98).
+    fn nameless_image(placement: MdPlacement) -> CheckpointImage {
+        let log = placement == MdPlacement::Log;
+        let mut image = base_image();
+        let mut generations = vec![(0, 0); 8];
+        generations[3] = (5, 4);
+        generations[4] = (2, 2);
+        generations[6] = (1, 1);
+        let present = MdEntry {
+            home_offset: 88,
+            data_crc: 0xC0FFEE,
+            birth_gen: 4,
+            md: (0..32).collect(),
+        };
+        image.nameless = NamelessImage {
+            header: Some(NamelessHeader {
+                md_bytes: 32,
+                placement,
+                group_blocks: if log { 80 } else { 0 },
+                remap_capacity: 64,
+                uncommitted_capacity: 128,
+                commit_seq: 900,
+            }),
+            generations,
+            zones: vec![
+                NamelessZoneRecord {
+                    zone: 3,
+                    data_end: 90,
+                    last_md_at: None,
+                    live_blocks: 4,
+                    md_written: false,
+                    held: true,
+                    valid: bits(&[0, 5, 79, 89], 90),
+                },
+                NamelessZoneRecord {
+                    zone: 4,
+                    data_end: 10,
+                    last_md_at: log.then_some(12),
+                    live_blocks: 2,
+                    md_written: log,
+                    held: false,
+                    valid: bits(&[1, 2], 10),
+                },
+            ],
+            remap: vec![(addr(310, 3), addr(401, 2)), (addr(305, 4), addr(402, 2))],
+            uncommitted: vec![Ppa(300), Ppa(389), Ppa(401)],
+            open_md: if log {
+                vec![OpenMdRecord {
+                    zone: 3,
+                    entries: vec![present, MdEntry::absent(89, 32)],
+                }]
+            } else {
+                Vec::new()
+            },
+            job: Some(InPlaceJobRecord {
+                victim: 3,
+                scratch: 5,
+                first_scratch_offset: 7,
+                staged_blocks: 4,
+                gap_gen: 5,
+                staged_seq: 990,
+            }),
+        };
+        image
+    }
+
+    /// `(kind, payload)` of every section of a version-3 stream.
+    fn sections_of(b: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let mapped = get_u64(b, MAPPED_BLOCKS_OFF) as usize;
+        let crcs = if get_u32(b, FLAGS_OFF) & FLAG_CRC_TABLE != 0 {
+            4 * mapped
+        } else {
+            0
+        };
+        let mut at = CHECKPOINT_HEADER_BYTES
+            + get_u32(b, ZONE_COUNT_OFF) as usize * ZONE_RECORD_BYTES
+            + get_u32(b, LEAF_COUNT_OFF) as usize * LEAF_BYTES
+            + crcs
+            + get_u32(b, SHARED_ENTRIES_OFF) as usize * SHARED_ENTRY_BYTES
+            + get_u32(b, ATTR_RANGES_OFF) as usize * ATTR_RANGE_BYTES;
+        let mut out = Vec::new();
+        for _ in 0..get_u32(b, SECTION_COUNT_OFF) {
+            let (kind, n) = (get_u32(b, at), get_u64(b, at + 8) as usize);
+            assert_eq!(get_u32(b, at + 4), 0, "section flags");
+            out.push((kind, b[at + 16..at + 16 + n].to_vec()));
+            at += 16 + n;
+        }
+        assert_eq!(at + CHECKPOINT_TRAILER_BYTES, b.len());
+        out
+    }
+
+    fn u32s(p: &[u8]) -> Vec<u32> {
+        p.chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn nameless_sections_are_laid_out_as_documented() {
+        let image = nameless_image(MdPlacement::Log);
+        let b = image.encode();
+        assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
+        let sections = sections_of(&b);
+        let kinds: Vec<u32> = sections.iter().map(|s| s.0).collect();
+        assert_eq!(kinds, (16..=23).collect::<Vec<_>>());
+        let p = |k: u32| &sections[(k - 16) as usize].1[..];
+        // 16: md_bytes u16, placement u8, reserved u8, G, remap and
+        // uncommitted capacity, commit seq, reserved u64.
+        let h = p(16);
+        assert_eq!(h.len(), 32);
+        assert_eq!(&h[..4], &[32, 0, 2, 0]);
+        assert_eq!(u32s(&h[4..16]), [80, 64, 128]);
+        assert_eq!(&h[16..24], &900u64.to_le_bytes());
+        assert_eq!(&h[24..32], &[0; 8]);
+        // 17: gen, base_gen per zone.
+        let g = u32s(p(17));
+        assert_eq!(g.len(), 16);
+        assert_eq!((g[6], g[7], g[8], g[9], g[12]), (5, 4, 2, 2, 1));
+        // 18: count, reserved, 24-byte records.
+        let z = u32s(p(18));
+        assert_eq!(z, [2, 0, 3, 90, u32::MAX, 4, 2, 0, 4, 10, 12, 2, 1, 0]);
+        // 19: ceil(90 / 64) + ceil(10 / 64) words, in record order.
+        let v = p(19);
+        assert_eq!(v.len(), 3 * 8);
+        assert_eq!(&v[..8], &(1u64 | 1 << 5).to_le_bytes());
+        assert_eq!(
+            &v[8..16],
+            &(1u64 << (79 - 64) | 1 << (89 - 64)).to_le_bytes()
+        );
+        assert_eq!(&v[16..24], &0b110u64.to_le_bytes());
+        // 20: count, reserved, (old, new) u64 pairs.
+        let r = p(20);
+        assert_eq!(u32s(&r[..8]), [2, 0]);
+        assert_eq!(&r[8..16], &addr(310, 3).to_le_bytes());
+        assert_eq!(&r[16..24], &addr(401, 2).to_le_bytes());
+        assert_eq!(&r[24..32], &addr(305, 4).to_le_bytes());
+        assert_eq!(r.len(), 8 + 2 * 16);
+        // 21: count, reserved, ppas.
+        assert_eq!(u32s(p(21)), [3, 0, 300, 389, 401]);
+        // 22: zone count, reserved, then zone, entry_count and entries.
+        let o = p(22);
+        assert_eq!(u32s(&o[..16]), [1, 0, 3, 2]);
+        assert_eq!(u32s(&o[16..28]), [88, 0xC0FFEE, 4]);
+        assert_eq!(&o[28..60], &(0..32).collect::<Vec<u8>>()[..]);
+        assert_eq!(u32s(&o[60..72]), [89, 0, u32::MAX]);
+        assert_eq!(o.len(), 16 + 2 * 44);
+        // 23: victim, scratch, first offset, staged, gap gen, reserved, seq.
+        let j = p(23);
+        assert_eq!(u32s(&j[..24]), [3, 5, 7, 4, 5, 0]);
+        assert_eq!(&j[24..32], &990u64.to_le_bytes());
+        // The zone table records kinds 7, 8 and 9.
+        let zone = |z: usize| b[CHECKPOINT_HEADER_BYTES + z * ZONE_RECORD_BYTES];
+        assert_eq!((zone(3), zone(4), zone(5)), (7, 8, 9));
+    }
+
+    #[test]
+    fn nameless_sections_round_trip_in_both_placements() {
+        for placement in [MdPlacement::Oob, MdPlacement::Log] {
+            let image = nameless_image(placement);
+            let b = image.encode();
+            assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
+            // Parts left empty leave their sections out.
+            let mut sparse = image.clone();
+            sparse.nameless.remap.clear();
+            sparse.nameless.uncommitted.clear();
+            sparse.nameless.open_md.clear();
+            sparse.nameless.job = None;
+            sparse.zones[5].kind = ZoneKind::Free;
+            let b = sparse.encode();
+            let kinds: Vec<u32> = sections_of(&b).iter().map(|s| s.0).collect();
+            assert_eq!(kinds, [16, 17, 18, 19], "{placement:?}");
+            assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(sparse));
+        }
+        // A header alone: a volume with nameless settings and no data yet.
+        let mut bare = base_image();
+        for z in 3..6 {
+            bare.zones[z].kind = ZoneKind::Free;
+        }
+        bare.nameless.header = nameless_image(MdPlacement::Oob).nameless.header;
+        let b = bare.encode();
+        assert_eq!(sections_of(&b).len(), 1);
+        assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(bare));
+    }
+
+    #[test]
+    fn no_nameless_state_writes_no_section() {
+        let mut image = base_image();
+        for z in 3..6 {
+            image.zones[z].kind = ZoneKind::DataHost;
+        }
+        let b = image.encode();
+        assert_eq!(get_u32(&b, SECTION_COUNT_OFF), 0);
+        assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image));
+    }
+
+    /// `edit` applied to the Log image, written without the encoder's
+    /// self-check: what decode says.
+    fn decode_edited(
+        edit: impl FnOnce(&mut CheckpointImage),
+    ) -> Result<CheckpointImage, FormatError> {
+        let mut image = nameless_image(MdPlacement::Log);
+        edit(&mut image);
+        CheckpointImage::decode(&image.encode_unchecked(), PHYSICAL)
+    }
+
+    fn field(r: Result<CheckpointImage, FormatError>) -> String {
+        match r {
+            Err(FormatError::OutOfRange { field, .. } | FormatError::Reserved { field, .. }) => {
+                field.to_string()
+            }
+            Err(FormatError::Length { structure, .. }) => format!("length: {structure}"),
+            other => panic!("{other:?} is not a field error"),
+        }
+    }
+
+    #[test]
+    fn every_section_rule_is_checked() {
+        type Edit = Box<dyn FnOnce(&mut CheckpointImage)>;
+        let n = |f: fn(&mut NamelessImage)| -> Edit { Box::new(move |i| f(&mut i.nameless)) };
+        let header = |f: fn(&mut NamelessHeader)| -> Edit {
+            Box::new(move |i| f(i.nameless.header.as_mut().unwrap()))
+        };
+        let cases: Vec<(&str, Edit)> = vec![
+            // Section 16.
+            ("md_bytes", header(|h| h.md_bytes = 6)),
+            ("md_bytes", header(|h| h.md_bytes = 68)),
+            ("G", header(|h| h.group_blocks = 88)),
+            ("G", header(|h| h.group_blocks = 0)),
+            ("commit seq", header(|h| h.commit_seq = 1000)),
+            // Without section 16 no other nameless section, no zone of kind 7..9.
+            ("kind", n(|n| n.header = None)),
+            (
+                "zone table kind",
+                Box::new(|i| i.nameless = NamelessImage::default()),
+            ),
+            // Section 17.
+            ("base_gen", n(|n| n.generations[3] = (4, 5))),
+            (
+                "length: checkpoint zone generations (section 17)",
+                n(|n| {
+                    n.generations.pop();
+                }),
+            ),
+            // Section 18.
+            (
+                "nameless zone",
+                Box::new(|i| i.zones[3].kind = ZoneKind::DataHost),
+            ),
+            ("nameless zone", n(|n| n.zones.swap(0, 1))),
+            ("nameless zone", n(|n| n.generations[4] = (0, 0))),
+            (
+                "zone table kind",
+                Box::new(|i| i.zones[6].kind = ZoneKind::DataNameless),
+            ),
+            (
+                "data_end",
+                n(|n| {
+                    n.zones[0].data_end = 101;
+                    n.zones[0].valid = bits(&[0, 5, 79, 89], 101);
+                }),
+            ),
+            ("data_end", n(|n| n.zones[0].data_end = 85)), // past md block 84
+            ("live_blocks", n(|n| n.zones[1].live_blocks = 11)),
+            ("last_md_at", n(|n| n.zones[1].last_md_at = Some(9))),
+            ("last_md_at", n(|n| n.zones[1].last_md_at = Some(100))),
+            ("last_md_at", n(|n| n.zones[1].md_written = false)),
+            // Section 19.
+            ("live_blocks", n(|n| n.zones[0].live_blocks = 3)),
+            (
+                "validity bit",
+                n(|n| {
+                    n.zones[0].valid[1] |= 1 << 30;
+                    n.zones[0].live_blocks = 5;
+                }),
+            ),
+            (
+                "validity bit",
+                n(|n| {
+                    n.zones[0].valid[1] |= 1 << (80 - 64);
+                    n.zones[0].live_blocks = 5;
+                }),
+            ),
+            (
+                "length: checkpoint nameless validity (section 19)",
+                n(|n| n.zones[1].valid.push(0)),
+            ),
+            // Section 20.
+            ("remap old", n(|n| n.remap.swap(0, 1))),
+            (
+                "remap old",
+                n(|n| n.remap[0].0 = NamelessAddr::from_u64(310)),
+            ),
+            ("remap new", n(|n| n.remap[0].1 = n.remap[1].1)),
+            ("remap new", n(|n| n.remap[0].1 = addr(401, 3))),
+            ("remap new", n(|n| n.remap[0].1 = addr(310, 2))),
+            ("remap old", n(|n| n.remap[1].0 = addr(900, 5))),
+            // Section 21.
+            ("uncommitted ppa", n(|n| n.uncommitted.swap(0, 1))),
+            ("uncommitted ppa", n(|n| n.uncommitted[0] = Ppa(301))),
+            ("uncommitted ppa", n(|n| n.uncommitted[2] = Ppa(601))),
+            // Section 22.
+            (
+                "kind",
+                n(|n| {
+                    let h = n.header.as_mut().unwrap();
+                    h.placement = MdPlacement::Oob;
+                    h.group_blocks = 0;
+                    n.zones[1].last_md_at = None;
+                    n.zones[1].md_written = false;
+                }),
+            ),
+            ("open md home_offset", n(|n| n.open_md[0].zone = 4)), // past its data_end
+            ("open md zone", n(|n| n.open_md[0].zone = 6)),
+            (
+                "open md home_offset",
+                n(|n| n.open_md[0].entries.swap(0, 1)),
+            ),
+            (
+                "open md home_offset",
+                n(|n| n.open_md[0].entries[0].home_offset = 87),
+            ),
+            (
+                "open md home_offset",
+                n(|n| n.open_md[0].entries.push(MdEntry::absent(90, 32))),
+            ),
+            ("open md entry_count", n(|n| n.open_md[0].entries.clear())),
+            (
+                "entry birth_gen",
+                n(|n| n.open_md[0].entries[0].birth_gen = 0),
+            ),
+            (
+                "data_crc of an entry with no block",
+                n(|n| n.open_md[0].entries[1].data_crc = 1),
+            ),
+            // Section 23.
+            ("victim", n(|n| n.job.as_mut().unwrap().victim = 6)),
+            ("scratch", n(|n| n.job.as_mut().unwrap().scratch = 4)),
+            ("gap generation", n(|n| n.job.as_mut().unwrap().gap_gen = 6)),
+            (
+                "staged seq",
+                n(|n| n.job.as_mut().unwrap().staged_seq = 1000),
+            ),
+            (
+                "staged blocks",
+                n(|n| n.job.as_mut().unwrap().staged_blocks = 94),
+            ),
+        ];
+        for (i, (want, edit)) in cases.into_iter().enumerate() {
+            assert_eq!(field(decode_edited(edit)), want, "case {i}");
+        }
+        // Placement OOB has no md blocks.
+        let mut oob = nameless_image(MdPlacement::Oob);
+        oob.nameless.zones[1].md_written = true;
+        assert_eq!(
+            field(CheckpointImage::decode(&oob.encode_unchecked(), PHYSICAL)),
+            "last_md_at / flags bit 0"
+        );
+        // A gap generation of 0 needs no generation.
+        assert!(decode_edited(|i| i.nameless.job.as_mut().unwrap().gap_gen = 0).is_ok());
+    }
+
+    /// The Log image's stream with section `kind`'s payload replaced.
+    fn with_payload(kind: u32, payload: Vec<u8>) -> Vec<u8> {
+        let image = nameless_image(MdPlacement::Log);
+        let b = image.encode();
+        let mut out = b[..b.len() - CHECKPOINT_TRAILER_BYTES].to_vec();
+        let sections = sections_of(&b);
+        let first = out.len() - sections.iter().map(|(_, p)| 16 + p.len()).sum::<usize>();
+        out.truncate(first);
+        for (k, p) in sections {
+            let p = if k == kind { payload.clone() } else { p };
+            out.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            out.extend_from_slice(&p);
+        }
+        out.extend_from_slice(&[0; 4]);
+        let n = out.len() as u64;
+        crate::codec::put_u64(&mut out, STREAM_BYTES_OFF, n);
+        reseal(&mut out);
+        out
+    }
+
+    #[test]
+    fn huge_or_damaged_counts_do_not_allocate() {
+        let huge = |count: u32, rest: usize| {
+            let mut p = count.to_le_bytes().to_vec();
+            p.extend_from_slice(&[0; 4]);
+            p.resize(8 + rest, 0);
+            p
+        };
+        for kind in [18, 20, 21, 22] {
+            for payload in [huge(u32::MAX, 24), huge(1 << 30, 16), huge(3, 2)] {
+                let b = with_payload(kind, payload);
+                assert!(
+                    matches!(
+                        CheckpointImage::decode(&b, PHYSICAL),
+                        Err(FormatError::Length { .. })
+                    ),
+                    "kind {kind}"
+                );
+            }
+            // A count of 0 is never written.
+            let b = with_payload(kind, huge(0, 0));
+            assert_eq!(
+                field(CheckpointImage::decode(&b, PHYSICAL)),
+                "count",
+                "kind {kind}"
+            );
+            // The reserved word after the count.
+            let mut p = sections_of(&nameless_image(MdPlacement::Log).encode())
+                [(kind - 16) as usize]
+                .1
+                .clone();
+            p[4] = 1;
+            assert!(matches!(
+                CheckpointImage::decode(&with_payload(kind, p), PHYSICAL),
+                Err(FormatError::Reserved { .. })
+            ));
+        }
+        // An open-md zone whose entry count runs past the payload.
+        let mut p = sections_of(&nameless_image(MdPlacement::Log).encode())[6]
+            .1
+            .clone();
+        p[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            CheckpointImage::decode(&with_payload(22, p), PHYSICAL),
+            Err(FormatError::Length { .. })
+        ));
+        for kind in [16, 17, 19, 23] {
+            let b = with_payload(kind, vec![0; 7]);
+            assert!(
+                matches!(
+                    CheckpointImage::decode(&b, PHYSICAL),
+                    Err(FormatError::Length { .. })
+                ),
+                "kind {kind}"
+            );
+        }
+        // Empty 19 is never written.
+        assert_eq!(
+            field(CheckpointImage::decode(&with_payload(19, vec![]), PHYSICAL)),
+            "count"
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_the_nameless_sections_is_detected() {
+        let b = nameless_image(MdPlacement::Log).encode();
+        let sections: usize = sections_of(&b).iter().map(|(_, p)| 16 + p.len()).sum();
+        let start = b.len() - CHECKPOINT_TRAILER_BYTES - sections;
+        for bit in start * 8..b.len() * 8 {
+            let mut f = b.clone();
+            f[bit / 8] ^= 1 << (bit % 8);
+            assert!(CheckpointImage::decode(&f, PHYSICAL).is_err(), "bit {bit}");
+            if bit / 8 >= b.len() - CHECKPOINT_TRAILER_BYTES {
+                continue;
+            }
+            // Resealed (damage the CRC missed): a rule or a changed image,
+            // never a panic.
+            reseal(&mut f);
+            if let Ok(image) = CheckpointImage::decode(&f, PHYSICAL) {
+                assert_ne!(
+                    image,
+                    nameless_image(MdPlacement::Log),
+                    "bit {bit} (byte {} of the sections)",
+                    bit / 8 - start
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_bound_follows_the_format() {
+        // The formula of format.md §11.
+        let b = nameless_checkpoint_bytes_bound(8, 5, 800, 64, 128, 80, 32);
+        assert_eq!(b, 64 + 160 + 100 + 1024 + 512 + 2 * 80 * 44 + 1024);
+        // It holds what the fullest image of that volume writes: every zone
+        // of data with every bit set, the remap table and uncommitted set
+        // full, two open groups of G entries, a job.
+        let mut image = nameless_image(MdPlacement::Log);
+        let n = &mut image.nameless;
+        n.header.as_mut().unwrap().commit_seq = 0;
+        for z in &mut n.zones {
+            z.data_end = 98;
+            let data: Vec<u32> = (0..98).filter(|&o| !(80..88).contains(&o)).collect();
+            z.valid = bits(&data, 98);
+            z.live_blocks = 90;
+            z.last_md_at = None;
+            z.md_written = false;
+        }
+        let entries = |start: u32, k: u32| -> Vec<MdEntry> {
+            (0..k).map(|i| MdEntry::absent(start + i, 32)).collect()
+        };
+        n.open_md = vec![
+            OpenMdRecord {
+                zone: 3,
+                entries: entries(0, 80),
+            },
+            OpenMdRecord {
+                zone: 4,
+                entries: entries(0, 80),
+            },
+        ];
+        let mut plain = base_image();
+        (3..6).for_each(|z| plain.zones[z].kind = ZoneKind::DataHost);
+        let used = image.encode().len() - plain.encode().len();
+        let bound = nameless_checkpoint_bytes_bound(8, 2, 2 * u64::from(ZONE_BLOCKS), 2, 3, 80, 32);
+        assert!(used as u64 <= bound, "{used} > {bound}");
+    }
+
+    fn arb_payloads() -> impl Strategy<Value = Vec<(u32, Vec<u8>)>> {
+        vec((16u32..=23, vec(any::<u8>(), 0..200)), 0..4)
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_nameless_payloads_never_panic(parts in arb_payloads(), count in any::<u32>()) {
+            for (kind, mut payload) in parts {
+                if payload.len() >= 4 && kind != 16 && kind != 17 && kind != 19 && kind != 23 {
+                    payload[..4].copy_from_slice(&(count % 8).to_le_bytes());
+                }
+                let b = with_payload(kind, payload);
+                let _ = CheckpointImage::decode(&b, PHYSICAL);
+                let _ = CheckpointImage::decode(&b, 80_000);
+            }
+        }
+
+        #[test]
+        fn sealed_section_damage_never_panics(at in any::<usize>(), byte in any::<u8>(), oob in any::<bool>()) {
+            let placement = if oob { MdPlacement::Oob } else { MdPlacement::Log };
+            let mut b = nameless_image(placement).encode();
+            let sections: usize = sections_of(&b).iter().map(|(_, p)| 16 + p.len()).sum();
+            let start = b.len() - CHECKPOINT_TRAILER_BYTES - sections;
+            let i = start + at % sections;
+            b[i] = byte;
+            reseal(&mut b);
+            let _ = CheckpointImage::decode(&b, PHYSICAL);
         }
     }
 }

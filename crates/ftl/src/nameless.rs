@@ -115,6 +115,36 @@ pub(crate) fn addr_field(
     })
 }
 
+// ---- zone kinds ---------------------------------------------------------------
+
+/// The kind of a nameless zone, as a NamelessZone note names it (the
+/// checkpoint's zone kinds 7 and 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamelessZoneKind {
+    /// Nameless writes and gap fills (zone kind 7, data-nameless).
+    Data,
+    /// Migrated blocks (zone kind 8, data-nameless-moved).
+    Moved,
+}
+
+impl NamelessZoneKind {
+    /// The checkpoint zone kind code (7 or 8).
+    pub fn zone_kind_code(self) -> u8 {
+        match self {
+            NamelessZoneKind::Data => 7,
+            NamelessZoneKind::Moved => 8,
+        }
+    }
+
+    pub fn from_zone_kind_code(code: u8) -> Option<NamelessZoneKind> {
+        match code {
+            7 => Some(NamelessZoneKind::Data),
+            8 => Some(NamelessZoneKind::Moved),
+            _ => None,
+        }
+    }
+}
+
 // ---- metadata size and placement ---------------------------------------------
 
 /// Smallest and largest associated metadata per block, in bytes.
@@ -887,6 +917,847 @@ fn md_block_size_ok(block_size: usize) -> bool {
         && u32::try_from(block_size).is_ok()
 }
 
+// ---- checkpoint sections 16-23 ---------------------------------------------------
+
+/// Section kinds of the nameless state in a version-3 checkpoint.
+pub mod nameless_section {
+    pub const HEADER: u32 = 16;
+    pub const GENERATIONS: u32 = 17;
+    pub const ZONES: u32 = 18;
+    pub const VALIDITY: u32 = 19;
+    pub const REMAP: u32 = 20;
+    pub const UNCOMMITTED: u32 = 21;
+    pub const OPEN_MD: u32 = 22;
+    pub const IN_PLACE_JOB: u32 = 23;
+}
+
+/// Payload bytes of section 16.
+pub const NAMELESS_HEADER_BYTES: usize = 32;
+/// Bytes of one zone record of section 18.
+pub const NAMELESS_ZONE_RECORD_BYTES: usize = 24;
+/// Bytes of one remap entry of section 20.
+pub const REMAP_ENTRY_BYTES: usize = 16;
+/// Payload bytes of section 23.
+pub const IN_PLACE_JOB_BYTES: usize = 32;
+/// Section 18 flag: the zone's last group's md blocks are written.
+pub const ZONE_FLAG_MD_WRITTEN: u32 = 1;
+/// Section 18 flag: the zone is held by a lane.
+pub const ZONE_FLAG_HELD: u32 = 2;
+
+/// Section 16: the volume's nameless settings and its newest commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NamelessHeader {
+    /// Md bytes per block ([`valid_md_bytes`]).
+    pub md_bytes: u16,
+    pub placement: MdPlacement,
+    /// `G`, the data blocks of a full md group (placement log), else 0.
+    pub group_blocks: u32,
+    pub remap_capacity: u32,
+    pub uncommitted_capacity: u32,
+    /// Seq of the newest commit; 0: none. Below the checkpoint's next seq.
+    pub commit_seq: Seq,
+}
+
+/// One nameless zone (section 18) and its validity bitmap (section 19).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NamelessZoneRecord {
+    /// A zone of kind 7 or 8 in the zone table.
+    pub zone: ZoneId,
+    /// Offset past the zone's last data block.
+    pub data_end: u32,
+    /// Where the last group's md blocks landed when not right after its
+    /// data blocks (after a cut); `None`: regular.
+    pub last_md_at: Option<u32>,
+    /// Set bits of `valid`.
+    pub live_blocks: u32,
+    /// The last group's md blocks are written (placement log).
+    pub md_written: bool,
+    /// Held by a lane.
+    pub held: bool,
+    /// `ceil(data_end / 64)` words; bit `i` of word `j` is offset `64j + i`.
+    pub valid: Vec<u64>,
+}
+
+/// The md entries of an open zone's group whose md blocks had not been
+/// written at capture (section 22).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OpenMdRecord {
+    pub zone: ZoneId,
+    /// Entries `0 .. n` of one group, in home-offset order from its start.
+    pub entries: Vec<MdEntry>,
+}
+
+/// A pending in-place collection (section 23).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InPlaceJobRecord {
+    pub victim: ZoneId,
+    pub scratch: ZoneId,
+    pub first_scratch_offset: u32,
+    pub staged_blocks: u32,
+    /// The generation of the job's gap fills; 0: none.
+    pub gap_gen: u32,
+    /// Seq of its InPlaceStaged note.
+    pub staged_seq: Seq,
+}
+
+/// The nameless state of a checkpoint (sections 16–23). The default is
+/// empty, and an empty image writes no section, so a volume without
+/// nameless state encodes as before. A section is written only when its
+/// part is non-empty; a reader takes an absent section as empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NamelessImage {
+    /// Section 16; every other section needs it.
+    pub header: Option<NamelessHeader>,
+    /// Section 17: `(gen, base_gen)` of every zone, or empty (all zero).
+    pub generations: Vec<(u32, u32)>,
+    /// Sections 18 and 19, zones strictly increasing.
+    pub zones: Vec<NamelessZoneRecord>,
+    /// Section 20: `(old, new)`, old strictly increasing.
+    pub remap: Vec<(NamelessAddr, NamelessAddr)>,
+    /// Section 21, strictly increasing.
+    pub uncommitted: Vec<Ppa>,
+    /// Section 22 (placement log), zones strictly increasing.
+    pub open_md: Vec<OpenMdRecord>,
+    /// Section 23.
+    pub job: Option<InPlaceJobRecord>,
+}
+
+/// Worst-case bytes the nameless sections add to a checkpoint
+/// (format.md §11):
+/// `8 × zone_count + 32 × data_zones + physical_blocks / 8 +
+/// 16 × remap_capacity + 4 × uncommitted_capacity +
+/// 2 × G × (12 + md_bytes) + 1 KiB`.
+/// Not yet counted by `max_checkpoint_bytes`.
+pub fn nameless_checkpoint_bytes_bound(
+    zone_count: u64,
+    data_zones: u64,
+    physical_blocks: u64,
+    remap_capacity: u64,
+    uncommitted_capacity: u64,
+    g: u64,
+    md_bytes: u64,
+) -> u64 {
+    8 * zone_count
+        + 32 * data_zones
+        + physical_blocks / 8
+        + 16 * remap_capacity
+        + 4 * uncommitted_capacity
+        + 2 * g * (MD_ENTRY_FIXED_BYTES as u64 + md_bytes)
+        + 1024
+}
+
+/// What the checkpoint around the nameless sections says, for their rules.
+pub(crate) struct SectionContext<'a> {
+    pub next_seq: Seq,
+    /// The zone table's kinds, one per zone.
+    pub zone_kinds: &'a [u8],
+    /// With a device at hand: its physical blocks and zone capacity.
+    pub device: Option<(u64, u64)>,
+}
+
+const SECTION: &str = "checkpoint nameless section";
+
+fn bad(field: &'static str, value: u64, rule: &'static str) -> FormatError {
+    FormatError::OutOfRange {
+        structure: SECTION,
+        field,
+        value,
+        rule,
+    }
+}
+
+/// Zone table kinds (format.md §11): 7 data-nameless, 8
+/// data-nameless-moved, 9 nameless-scratch.
+const ZONE_KIND_NAMELESS: u8 = 7;
+const ZONE_KIND_NAMELESS_MOVED: u8 = 8;
+const ZONE_KIND_SCRATCH: u8 = 9;
+
+/// The group size `G` of a volume with `md_bytes` of md and some block
+/// size this format allows (a power of two in 512 ..= 65536).
+fn is_group_size(g: u32, md_bytes: usize) -> bool {
+    (9..=16).any(|shift| 8 * entries_per_md_block(1 << shift, md_bytes) as u64 == u64::from(g))
+}
+
+/// `payload.len() == fixed + count × record`, checked before allocating.
+fn sized(
+    structure: &'static str,
+    payload: &[u8],
+    fixed: u64,
+    count: u64,
+    record: u64,
+) -> Result<(), FormatError> {
+    let implied = count.checked_mul(record).and_then(|n| n.checked_add(fixed));
+    if implied != Some(payload.len() as u64) {
+        return Err(FormatError::Length {
+            structure,
+            expected: implied.unwrap_or(u64::MAX),
+            actual: payload.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A `u32 count, u32 reserved` prefix: the count, with the reserved word
+/// zero and the count at least 1 (a section is written only with content).
+fn counted(structure: &'static str, payload: &[u8]) -> Result<u32, FormatError> {
+    need(structure, payload, 8)?;
+    zero(
+        SECTION,
+        "reserved (after the count)",
+        get_u32(payload, 4).into(),
+    )?;
+    let count = get_u32(payload, 0);
+    if count == 0 {
+        return Err(bad(
+            "count",
+            0,
+            "a section is written only when it has content",
+        ));
+    }
+    Ok(count)
+}
+
+impl NamelessImage {
+    pub fn is_empty(&self) -> bool {
+        *self == NamelessImage::default()
+    }
+
+    /// The sections this image writes, `(kind, payload)` in kind order.
+    pub(crate) fn sections(&self) -> Vec<(u32, Vec<u8>)> {
+        use nameless_section::*;
+        let mut out = Vec::new();
+        // Without a header the other parts must be empty (decode refuses
+        // them otherwise, and `CheckpointImage::encode` checks its output).
+        if let Some(h) = self.header {
+            let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
+            w.u16(h.md_bytes);
+            w.u8(h.placement.code());
+            w.u8(0);
+            w.u32(h.group_blocks);
+            w.u32(h.remap_capacity);
+            w.u32(h.uncommitted_capacity);
+            w.u64(h.commit_seq);
+            w.u64(0);
+            out.push((HEADER, w.bytes));
+        }
+        if !self.generations.is_empty() {
+            let mut w = Writer::with_capacity(8 * self.generations.len());
+            for &(gen, base) in &self.generations {
+                w.u32(gen);
+                w.u32(base);
+            }
+            out.push((GENERATIONS, w.bytes));
+        }
+        if !self.zones.is_empty() {
+            let n = self.zones.len();
+            let mut w = Writer::with_capacity(8 + n * NAMELESS_ZONE_RECORD_BYTES);
+            w.u32(u32::try_from(n).expect("nameless zones fit u32"));
+            w.u32(0);
+            for z in &self.zones {
+                w.u32(z.zone);
+                w.u32(z.data_end);
+                w.u32(z.last_md_at.unwrap_or(u32::MAX));
+                w.u32(z.live_blocks);
+                let flags = if z.md_written {
+                    ZONE_FLAG_MD_WRITTEN
+                } else {
+                    0
+                } | if z.held { ZONE_FLAG_HELD } else { 0 };
+                w.u32(flags);
+                w.u32(0);
+            }
+            out.push((ZONES, w.bytes));
+            let words: usize = self.zones.iter().map(|z| z.valid.len()).sum();
+            if words > 0 {
+                let mut w = Writer::with_capacity(8 * words);
+                self.zones
+                    .iter()
+                    .flat_map(|z| &z.valid)
+                    .for_each(|&word| w.u64(word));
+                out.push((VALIDITY, w.bytes));
+            }
+        }
+        if !self.remap.is_empty() {
+            let n = self.remap.len();
+            let mut w = Writer::with_capacity(8 + n * REMAP_ENTRY_BYTES);
+            w.u32(u32::try_from(n).expect("remap entries fit u32"));
+            w.u32(0);
+            for &(old, new) in &self.remap {
+                w.u64(old.to_u64());
+                w.u64(new.to_u64());
+            }
+            out.push((REMAP, w.bytes));
+        }
+        if !self.uncommitted.is_empty() {
+            let n = self.uncommitted.len();
+            let mut w = Writer::with_capacity(8 + 4 * n);
+            w.u32(u32::try_from(n).expect("uncommitted blocks fit u32"));
+            w.u32(0);
+            self.uncommitted.iter().for_each(|p| w.u32(p.0));
+            out.push((UNCOMMITTED, w.bytes));
+        }
+        if !self.open_md.is_empty() {
+            let mut w = Writer::with_capacity(8);
+            w.u32(u32::try_from(self.open_md.len()).expect("open zones fit u32"));
+            w.u32(0);
+            for z in &self.open_md {
+                w.u32(z.zone);
+                w.u32(u32::try_from(z.entries.len()).expect("entries fit u32"));
+                z.entries.iter().for_each(|e| e.write(&mut w));
+            }
+            out.push((OPEN_MD, w.bytes));
+        }
+        if let Some(j) = self.job {
+            let mut w = Writer::with_capacity(IN_PLACE_JOB_BYTES);
+            w.u32(j.victim);
+            w.u32(j.scratch);
+            w.u32(j.first_scratch_offset);
+            w.u32(j.staged_blocks);
+            w.u32(j.gap_gen);
+            w.u32(0);
+            w.u64(j.staged_seq);
+            out.push((IN_PLACE_JOB, w.bytes));
+        }
+        out
+    }
+
+    /// Decodes sections 16–23 from their payloads (`payloads[k - 16]`,
+    /// `None` when absent) and checks every rule of format.md §11's section
+    /// table against the rest of the checkpoint (`ctx`). Each payload's
+    /// size is checked against its own counts (section 19's against
+    /// section 18's) before anything is allocated.
+    pub(crate) fn decode(
+        payloads: &[Option<&[u8]>; 8],
+        ctx: &SectionContext,
+    ) -> Result<NamelessImage, FormatError> {
+        let [header, gens, zones, validity, remap, uncommitted, open_md, job] = *payloads;
+        let nameless_kind = |k: &u8| (ZONE_KIND_NAMELESS..=ZONE_KIND_SCRATCH).contains(k);
+        let Some(header) = header else {
+            if let Some(k) = payloads.iter().position(Option::is_some) {
+                return Err(bad(
+                    "kind",
+                    k as u64 + 16,
+                    "nameless sections 17 ..= 23 only with section 16",
+                ));
+            }
+            if let Some(z) = ctx.zone_kinds.iter().position(nameless_kind) {
+                return Err(bad(
+                    "zone table kind",
+                    ctx.zone_kinds[z].into(),
+                    "nameless zone kinds 7 ..= 9 only with section 16",
+                ));
+            }
+            return Ok(NamelessImage::default());
+        };
+        let header = decode_header(header, ctx)?;
+        let mut image = NamelessImage {
+            header: Some(header),
+            ..NamelessImage::default()
+        };
+        if let Some(p) = gens {
+            image.generations = decode_generations(p, ctx)?;
+        }
+        if let Some(p) = zones {
+            image.zones = decode_zones(p, &image, ctx)?;
+        }
+        decode_validity(validity, &mut image, ctx)?;
+        let covered: Vec<ZoneId> = image.zones.iter().map(|z| z.zone).collect();
+        for (z, kind) in ctx.zone_kinds.iter().enumerate() {
+            let z = z as ZoneId;
+            let data = matches!(*kind, ZONE_KIND_NAMELESS | ZONE_KIND_NAMELESS_MOVED);
+            if data && covered.binary_search(&z).is_err() {
+                return Err(bad(
+                    "zone table kind",
+                    (*kind).into(),
+                    "every zone of kind 7 or 8 has a record in section 18",
+                ));
+            }
+        }
+        if let Some(p) = remap {
+            image.remap = decode_remap(p, &image, ctx)?;
+        }
+        if let Some(p) = uncommitted {
+            image.uncommitted = decode_uncommitted(p, &image, ctx)?;
+        }
+        if let Some(p) = open_md {
+            image.open_md = decode_open_md(p, &image)?;
+        }
+        if let Some(p) = job {
+            image.job = Some(decode_job(p, &image, ctx)?);
+        }
+        Ok(image)
+    }
+
+    /// `(gen, base_gen)` of `zone` (0, 0 when section 17 is absent).
+    fn generation(&self, zone: ZoneId) -> Option<(u32, u32)> {
+        if self.generations.is_empty() {
+            return Some((0, 0));
+        }
+        self.generations.get(zone as usize).copied()
+    }
+
+    fn zone_record(&self, zone: ZoneId) -> Option<&NamelessZoneRecord> {
+        self.zones
+            .binary_search_by_key(&zone, |z| z.zone)
+            .ok()
+            .map(|i| &self.zones[i])
+    }
+
+    /// The md layout of placement log for a zone capacity (`None`: no
+    /// device at hand, the regular groups only), or `None` for placement OOB.
+    fn layout(&self, capacity: Option<u64>) -> Option<MdLayout> {
+        let h = self.header?;
+        (h.placement == MdPlacement::Log).then(|| {
+            MdLayout::from_group_blocks(
+                h.group_blocks.into(),
+                capacity.unwrap_or(u64::from(u32::MAX)),
+            )
+        })
+    }
+}
+
+fn decode_header(p: &[u8], ctx: &SectionContext) -> Result<NamelessHeader, FormatError> {
+    sized(
+        "checkpoint nameless header (section 16)",
+        p,
+        0,
+        1,
+        NAMELESS_HEADER_BYTES as u64,
+    )?;
+    let mut r = Reader::new(p, 0);
+    let md_bytes = r.u16();
+    let placement_code = r.u8();
+    zero(SECTION, "header reserved (byte 3)", r.u8().into())?;
+    let group_blocks = r.u32();
+    let remap_capacity = r.u32();
+    let uncommitted_capacity = r.u32();
+    let commit_seq = r.u64();
+    zero(SECTION, "header reserved (bytes 24..32)", r.u64())?;
+    if !valid_md_bytes(md_bytes.into()) {
+        return Err(bad(
+            "md_bytes",
+            md_bytes.into(),
+            "4 ..= 64, a multiple of 4",
+        ));
+    }
+    let placement = MdPlacement::from_code(placement_code)
+        .ok_or_else(|| bad("placement", placement_code.into(), "1 OOB, 2 log"))?;
+    let g_ok = match placement {
+        MdPlacement::Oob => group_blocks == 0,
+        MdPlacement::Log => is_group_size(group_blocks, md_bytes.into()),
+    };
+    if !g_ok {
+        return Err(bad(
+            "G",
+            group_blocks.into(),
+            "placement OOB: 0; placement log: 8 × (block_size - 32) / (12 + md_bytes) for a block size of 512 ..= 65536",
+        ));
+    }
+    if commit_seq >= ctx.next_seq && commit_seq != 0 {
+        return Err(bad(
+            "commit seq",
+            commit_seq,
+            "0, or below the checkpoint's next seq",
+        ));
+    }
+    Ok(NamelessHeader {
+        md_bytes,
+        placement,
+        group_blocks,
+        remap_capacity,
+        uncommitted_capacity,
+        commit_seq,
+    })
+}
+
+fn decode_generations(p: &[u8], ctx: &SectionContext) -> Result<Vec<(u32, u32)>, FormatError> {
+    let zones = ctx.zone_kinds.len() as u64;
+    sized("checkpoint zone generations (section 17)", p, 0, zones, 8)?;
+    let mut r = Reader::new(p, 0);
+    let mut out = Vec::with_capacity(zones as usize);
+    for _ in 0..zones {
+        let (gen, base) = (r.u32(), r.u32());
+        if base > gen {
+            return Err(bad("base_gen", base.into(), "at most the zone's gen"));
+        }
+        out.push((gen, base));
+    }
+    Ok(out)
+}
+
+fn decode_zones(
+    p: &[u8],
+    image: &NamelessImage,
+    ctx: &SectionContext,
+) -> Result<Vec<NamelessZoneRecord>, FormatError> {
+    const S: &str = "checkpoint nameless zones (section 18)";
+    let count = counted(S, p)?;
+    sized(S, p, 8, count.into(), NAMELESS_ZONE_RECORD_BYTES as u64)?;
+    let placement = image.header.map(|h| h.placement);
+    let capacity = ctx.device.map(|d| d.1);
+    let layout = image.layout(capacity);
+    let mut r = Reader::new(p, 8);
+    let mut out: Vec<NamelessZoneRecord> = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let (zone, data_end, last_md_at, live_blocks, flags) =
+            (r.u32(), r.u32(), r.u32(), r.u32(), r.u32());
+        zero(SECTION, "zone record reserved", r.u32().into())?;
+        let kind = ctx.zone_kinds.get(zone as usize).copied();
+        if !matches!(kind, Some(ZONE_KIND_NAMELESS | ZONE_KIND_NAMELESS_MOVED)) {
+            return Err(bad(
+                "nameless zone",
+                zone.into(),
+                "a zone of kind 7 or 8 in the zone table",
+            ));
+        }
+        if out.last().is_some_and(|z| zone <= z.zone) {
+            return Err(bad("nameless zone", zone.into(), "strictly increasing"));
+        }
+        if image.generation(zone).is_none_or(|(gen, _)| gen == 0) {
+            return Err(bad(
+                "nameless zone",
+                zone.into(),
+                "a zone with a generation >= 1 in section 17",
+            ));
+        }
+        if capacity.is_some_and(|c| u64::from(data_end) > c) {
+            return Err(bad(
+                "data_end",
+                data_end.into(),
+                "at most the zone capacity",
+            ));
+        }
+        if let Some(l) = layout {
+            if data_end > 0 && !l.is_data_offset(u64::from(data_end) - 1) {
+                return Err(bad(
+                    "data_end",
+                    data_end.into(),
+                    "past a data block of the md layout (placement log)",
+                ));
+            }
+        }
+        if live_blocks > data_end {
+            return Err(bad("live_blocks", live_blocks.into(), "at most data_end"));
+        }
+        if flags & !(ZONE_FLAG_MD_WRITTEN | ZONE_FLAG_HELD) != 0 {
+            return Err(bad("zone flags", flags.into(), "bits 0 and 1 only"));
+        }
+        let md_written = flags & ZONE_FLAG_MD_WRITTEN != 0;
+        if placement == Some(MdPlacement::Oob) && (md_written || last_md_at != u32::MAX) {
+            return Err(bad(
+                "last_md_at / flags bit 0",
+                last_md_at.into(),
+                "placement OOB has no md blocks: u32::MAX and bit 0 clear",
+            ));
+        }
+        let last_md_at = (last_md_at != u32::MAX).then_some(last_md_at);
+        if let Some(at) = last_md_at {
+            if at < data_end || !md_written || capacity.is_some_and(|c| u64::from(at) >= c) {
+                return Err(bad(
+                    "last_md_at",
+                    at.into(),
+                    "at or past data_end, below the zone capacity, with flags bit 0 set",
+                ));
+            }
+        }
+        out.push(NamelessZoneRecord {
+            zone,
+            data_end,
+            last_md_at,
+            live_blocks,
+            md_written,
+            held: flags & ZONE_FLAG_HELD != 0,
+            valid: Vec::new(),
+        });
+    }
+    Ok(out)
+}
+
+fn decode_validity(
+    p: Option<&[u8]>,
+    image: &mut NamelessImage,
+    ctx: &SectionContext,
+) -> Result<(), FormatError> {
+    const S: &str = "checkpoint nameless validity (section 19)";
+    let words: u64 = image
+        .zones
+        .iter()
+        .map(|z| u64::from(z.data_end).div_ceil(64))
+        .sum();
+    let p = match p {
+        None if words == 0 => return Ok(()),
+        None => &[][..],
+        Some([]) => {
+            return Err(bad(
+                "count",
+                0,
+                "a section is written only when it has content",
+            ))
+        }
+        Some(p) => p,
+    };
+    sized(S, p, 0, words, 8)?;
+    let layout = image.layout(ctx.device.map(|d| d.1));
+    let mut r = Reader::new(p, 0);
+    for z in &mut image.zones {
+        let n = u64::from(z.data_end).div_ceil(64) as usize;
+        z.valid = (0..n).map(|_| r.u64()).collect();
+        let mut live = 0u64;
+        for (j, &word) in z.valid.iter().enumerate() {
+            live += u64::from(word.count_ones());
+            let first = 64 * j as u64;
+            let mut rest = word;
+            while rest != 0 {
+                let offset = first + u64::from(rest.trailing_zeros());
+                rest &= rest - 1;
+                if offset >= u64::from(z.data_end) {
+                    return Err(bad("validity bit", offset, "below the zone's data_end"));
+                }
+                if layout.is_some_and(|l| !l.is_data_offset(offset)) {
+                    return Err(bad(
+                        "validity bit",
+                        offset,
+                        "on a data block, not an md block (placement log)",
+                    ));
+                }
+            }
+        }
+        if live != u64::from(z.live_blocks) {
+            return Err(bad(
+                "live_blocks",
+                z.live_blocks.into(),
+                "the number of validity bits set",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn decode_remap(
+    p: &[u8],
+    image: &NamelessImage,
+    ctx: &SectionContext,
+) -> Result<Vec<(NamelessAddr, NamelessAddr)>, FormatError> {
+    const S: &str = "checkpoint remap table (section 20)";
+    let count = counted(S, p)?;
+    sized(S, p, 8, count.into(), REMAP_ENTRY_BYTES as u64)?;
+    let mut r = Reader::new(p, 8);
+    let mut out: Vec<(NamelessAddr, NamelessAddr)> = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let old = addr_field(SECTION, "remap old", r.u64(), false)?;
+        let new = addr_field(SECTION, "remap new", r.u64(), false)?;
+        if out.last().is_some_and(|&(o, _)| old <= o) {
+            return Err(bad("remap old", old.to_u64(), "strictly increasing"));
+        }
+        if old.ppa() == new.ppa() {
+            return Err(bad("remap new", new.to_u64(), "a block other than old's"));
+        }
+        if let Some((physical, capacity)) = ctx.device {
+            for (field, a) in [("remap old", old), ("remap new", new)] {
+                if u64::from(a.ppa().0) >= physical {
+                    return Err(bad(field, a.to_u64(), "a ppa below the device's blocks"));
+                }
+            }
+            let zone = new.ppa().zone(capacity);
+            if image
+                .generation(zone)
+                .is_none_or(|(gen, _)| new.generation() > gen)
+            {
+                return Err(bad(
+                    "remap new",
+                    new.to_u64(),
+                    "a generation at most its zone's gen (section 17)",
+                ));
+            }
+        }
+        out.push((old, new));
+    }
+    let mut news: Vec<u64> = out.iter().map(|(_, n)| n.to_u64()).collect();
+    news.sort_unstable();
+    if let Some(w) = news.windows(2).find(|w| w[0] == w[1]) {
+        return Err(bad("remap new", w[0], "distinct across entries"));
+    }
+    Ok(out)
+}
+
+fn decode_uncommitted(
+    p: &[u8],
+    image: &NamelessImage,
+    ctx: &SectionContext,
+) -> Result<Vec<Ppa>, FormatError> {
+    const S: &str = "checkpoint uncommitted set (section 21)";
+    let count = counted(S, p)?;
+    sized(S, p, 8, count.into(), 4)?;
+    let mut r = Reader::new(p, 8);
+    let mut out: Vec<Ppa> = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let ppa = Ppa(r.u32());
+        if ppa.is_none() || out.last().is_some_and(|&p| ppa <= p) {
+            return Err(bad(
+                "uncommitted ppa",
+                ppa.0.into(),
+                "strictly increasing, not Ppa::NONE",
+            ));
+        }
+        if let Some((_, capacity)) = ctx.device {
+            let offset = ppa.offset_blocks(capacity);
+            let live = image.zone_record(ppa.zone(capacity)).is_some_and(|z| {
+                z.valid
+                    .get((offset / 64) as usize)
+                    .is_some_and(|w| w >> (offset % 64) & 1 == 1)
+            });
+            if !live {
+                return Err(bad(
+                    "uncommitted ppa",
+                    ppa.0.into(),
+                    "a live block of a zone of section 18",
+                ));
+            }
+        }
+        out.push(ppa);
+    }
+    Ok(out)
+}
+
+fn decode_open_md(p: &[u8], image: &NamelessImage) -> Result<Vec<OpenMdRecord>, FormatError> {
+    const S: &str = "checkpoint open md (section 22)";
+    let count = counted(S, p)?;
+    let h = image.header.expect("section 16 decoded first");
+    let Some(layout) = image.layout(None) else {
+        return Err(bad("kind", 22, "open md only with placement log"));
+    };
+    let md_bytes = usize::from(h.md_bytes);
+    let entry_bytes = MdEntry::encoded_bytes(md_bytes) as u64;
+    // Each zone takes at least 8 bytes: the count cannot allocate more
+    // than the payload holds.
+    if u64::from(count) > (p.len() as u64 - 8) / 8 {
+        return Err(FormatError::Length {
+            structure: S,
+            expected: 8 + 8 * u64::from(count),
+            actual: p.len() as u64,
+        });
+    }
+    let mut out: Vec<OpenMdRecord> = Vec::with_capacity(count as usize);
+    let mut r = Reader::new(p, 8);
+    for _ in 0..count {
+        need(S, p, r.pos() + 8)?;
+        let (zone, n) = (r.u32(), r.u32());
+        let body = u64::from(n) * entry_bytes;
+        if body > (p.len() - r.pos()) as u64 {
+            return Err(FormatError::Length {
+                structure: S,
+                expected: r.pos() as u64 + body,
+                actual: p.len() as u64,
+            });
+        }
+        if out.last().is_some_and(|z| zone <= z.zone) {
+            return Err(bad("open md zone", zone.into(), "strictly increasing"));
+        }
+        let Some(record) = image.zone_record(zone) else {
+            return Err(bad("open md zone", zone.into(), "a zone of section 18"));
+        };
+        if n == 0 || u64::from(n) > layout.group_blocks {
+            return Err(bad("open md entry_count", n.into(), "1 ..= G"));
+        }
+        let mut entries: Vec<MdEntry> = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let e = MdEntry::read(SECTION, p, &mut r, md_bytes)?;
+            let start = match entries.first() {
+                None => u64::from(e.home_offset),
+                Some(first) => u64::from(first.home_offset),
+            };
+            let home = u64::from(e.home_offset);
+            if !start.is_multiple_of(layout.group_stride()) || home != start + u64::from(i) {
+                return Err(bad(
+                    "open md home_offset",
+                    home,
+                    "entries 0, 1, ... of one group, from its start",
+                ));
+            }
+            if home >= u64::from(record.data_end) {
+                return Err(bad(
+                    "open md home_offset",
+                    home,
+                    "below the zone's data_end",
+                ));
+            }
+            entries.push(e);
+        }
+        out.push(OpenMdRecord { zone, entries });
+    }
+    if r.pos() != p.len() {
+        return Err(FormatError::Length {
+            structure: S,
+            expected: r.pos() as u64,
+            actual: p.len() as u64,
+        });
+    }
+    Ok(out)
+}
+
+fn decode_job(
+    p: &[u8],
+    image: &NamelessImage,
+    ctx: &SectionContext,
+) -> Result<InPlaceJobRecord, FormatError> {
+    sized(
+        "checkpoint in-place job (section 23)",
+        p,
+        0,
+        1,
+        IN_PLACE_JOB_BYTES as u64,
+    )?;
+    let mut r = Reader::new(p, 0);
+    let (victim, scratch, first_scratch_offset, staged_blocks, gap_gen) =
+        (r.u32(), r.u32(), r.u32(), r.u32(), r.u32());
+    zero(SECTION, "in-place job reserved", r.u32().into())?;
+    let staged_seq = r.u64();
+    if image.zone_record(victim).is_none() {
+        return Err(bad("victim", victim.into(), "a zone of section 18"));
+    }
+    if ctx.zone_kinds.get(scratch as usize) != Some(&ZONE_KIND_SCRATCH) {
+        return Err(bad(
+            "scratch",
+            scratch.into(),
+            "a zone of kind 9 in the zone table",
+        ));
+    }
+    if gap_gen != 0
+        && image
+            .generation(victim)
+            .is_none_or(|(gen, _)| gen != gap_gen)
+    {
+        return Err(bad(
+            "gap generation",
+            gap_gen.into(),
+            "0, or the victim's gen (section 17)",
+        ));
+    }
+    if staged_seq >= ctx.next_seq {
+        return Err(bad(
+            "staged seq",
+            staged_seq,
+            "below the checkpoint's next seq",
+        ));
+    }
+    let end = u64::from(first_scratch_offset) + u64::from(staged_blocks);
+    if ctx.device.is_some_and(|(_, c)| end > c) {
+        return Err(bad(
+            "staged blocks",
+            staged_blocks.into(),
+            "first scratch offset + staged blocks within the zone capacity",
+        ));
+    }
+    Ok(InPlaceJobRecord {
+        victim,
+        scratch,
+        first_scratch_offset,
+        staged_blocks,
+        gap_gen,
+        staged_seq,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1164,6 +2035,336 @@ mod tests {
         }
     }
 
+    #[test]
+    fn md_layout_follows_the_format() {
+        assert_eq!(entries_per_md_block(4096, 32), 92);
+        assert_eq!(entries_per_md_block(512, 64), 6);
+        assert_eq!(entries_per_md_block(16, 4), 0);
+        let l = MdLayout::new(4096, 32, 1024);
+        assert_eq!(
+            (l.entries_per_block, l.group_blocks, l.group_stride()),
+            (92, 736, 744)
+        );
+        // The last group: r = 280 blocks, 280 - ceil(280 / 93) = 276 data
+        // blocks, then ceil(276 / 92) = 3 md blocks (one block unused).
+        assert_eq!(l.group_data_blocks(0), 736);
+        assert_eq!(l.group_data_blocks(1), 276);
+        assert_eq!(l.group_data_blocks(2), 0);
+        assert_eq!(group_data_blocks(1024, 4096, 32, 1), 276);
+        assert_eq!((l.groups(), l.data_blocks()), (2, 1012));
+        assert_eq!(l.md_blocks_for(276), 3);
+        let data: Vec<u64> = (0..1024).filter(|&o| l.is_data_offset(o)).collect();
+        assert_eq!(data.len(), 1012);
+        assert_eq!(data[735..737], [735, 744]);
+        assert_eq!(*data.last().unwrap(), 744 + 275);
+        assert!(!l.is_data_offset(1024));
+        // Every block of the zone is a data block, one of its md blocks or
+        // one the last group leaves unused.
+        let md = l.md_blocks_for(736) + l.md_blocks_for(276);
+        assert_eq!(1012 + md, 1023);
+        // Entries: the group's md blocks right after its data blocks.
+        assert_eq!(l.md_entry_of(0, 736), Some((736, 0)));
+        assert_eq!(l.md_entry_of(93, 736), Some((737, 1)));
+        assert_eq!(l.md_entry_of(735, 736), Some((743, 91)));
+        assert_eq!(l.md_entry_of(736, 736), None);
+        assert_eq!(l.md_entry_of(744 + 275, 276), Some((744 + 276 + 2, 91)));
+        // A group closed early after 10 blocks: its md block at offset 10.
+        assert_eq!(l.md_entry_of(9, 10), Some((10, 9)));
+        assert_eq!(l.md_entry_of(10, 10), None);
+        // A capacity that leaves one block after the full groups: no data in it.
+        let l = MdLayout::new(4096, 32, 745);
+        assert_eq!(
+            (l.groups(), l.data_blocks(), l.group_data_blocks(1)),
+            (1, 736, 0)
+        );
+    }
+
+    fn sample_md_block(kind: MdBlockKind, md_bytes: usize, block_size: usize) -> MdBlock {
+        let e = entries_per_md_block(block_size, md_bytes) as u32;
+        let (group, first, data) = (2u32, e, e + e / 2);
+        let stride = 8 * e + 8;
+        let entries = (0..MdBlock::entry_count(block_size, md_bytes, data, first))
+            .map(|i| {
+                let home = if kind == MdBlockKind::Group {
+                    group * stride + first + i as u32
+                } else {
+                    1000 - 3 * i as u32
+                };
+                if i % 5 == 3 {
+                    MdEntry::absent(home, md_bytes)
+                } else {
+                    MdEntry {
+                        home_offset: home,
+                        data_crc: 0xC0DE_0000 + i as u32,
+                        birth_gen: 1 + i as u32,
+                        md: (0..md_bytes).map(|b| (b + i) as u8).collect(),
+                    }
+                }
+            })
+            .collect();
+        MdBlock {
+            kind,
+            md_bytes,
+            zone: 17,
+            group,
+            first_entry: first,
+            group_data_blocks: data,
+            entries,
+        }
+    }
+
+    #[test]
+    fn md_block_layout_is_documented() {
+        let m = sample_md_block(MdBlockKind::Group, 32, 4096);
+        let b = m.encode(4096);
+        assert_eq!(b.len(), 4096);
+        assert_eq!(&b[..4], b"ZFNM");
+        assert_eq!(&b[4..8], &[1, 0, 1, 8]);
+        assert_eq!(&b[8..12], &17u32.to_le_bytes());
+        assert_eq!(&b[12..16], &2u32.to_le_bytes());
+        assert_eq!(&b[16..20], &92u32.to_le_bytes());
+        assert_eq!(&b[20..24], &46u32.to_le_bytes());
+        assert_eq!(&b[24..28], &138u32.to_le_bytes());
+        let mut zeroed = b.clone();
+        zeroed[28..32].fill(0);
+        assert_eq!(&b[28..32], &crc32c::crc32c(&zeroed).to_le_bytes());
+        // Entry 0 at 32: home offset 2 × 744 + 92, CRC, generation, md.
+        assert_eq!(&b[32..36], &(2u32 * 744 + 92).to_le_bytes());
+        assert_eq!(&b[36..40], &0xC0DE_0000u32.to_le_bytes());
+        assert_eq!(&b[40..44], &1u32.to_le_bytes());
+        assert_eq!(&b[44..76], &m.entries[0].md[..]);
+        // Entry 3 is absent: generation u32::MAX, CRC and md zero.
+        let e3 = 32 + 3 * 44;
+        assert_eq!(&b[e3 + 4..e3 + 12], &[0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+        assert!(b[e3 + 12..e3 + 44].iter().all(|&x| x == 0));
+        assert!(b[32 + 46 * 44..].iter().all(|&x| x == 0));
+        assert_eq!(MdBlock::decode(&b, 32), Ok(m));
+    }
+
+    #[test]
+    fn md_block_rules_are_checked() {
+        // E = 17 entries per 512-byte block with 16-byte md: G = 136; the
+        // sample is the md block of entries 17..25 of a 25-block group.
+        let m = sample_md_block(MdBlockKind::Group, 16, 512);
+        assert_eq!(
+            (m.first_entry, m.group_data_blocks, m.entries.len()),
+            (17, 25, 8)
+        );
+        let b = m.encode(512);
+        let reseal = |b: &mut Vec<u8>| {
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(b);
+            put_u32(b, M_CRC_OFF, crc);
+        };
+        let after = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut f = b.clone();
+            edit(&mut f);
+            reseal(&mut f);
+            MdBlock::decode(&f, 16)
+        };
+        assert_eq!(after(&|_| ()), Ok(m.clone()));
+        assert!(matches!(
+            MdBlock::decode(&b, 20),
+            Err(FormatError::OutOfRange {
+                field: "md_words",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| f[6] = 3),
+            Err(FormatError::OutOfRange { field: "kind", .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[0] = b'X'),
+            Err(FormatError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[4] = 2),
+            Err(FormatError::NewerVersion { .. })
+        ));
+        // first_entry not a multiple of E, or past the group's blocks.
+        assert!(matches!(
+            after(&|f| put_u32(f, 16, 11)),
+            Err(FormatError::OutOfRange {
+                field: "first_entry",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 10)),
+            Err(FormatError::OutOfRange {
+                field: "first_entry",
+                ..
+            })
+        ));
+        // group_data_blocks 0 or above G; an entry count that does not follow.
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 0)),
+            Err(FormatError::OutOfRange {
+                field: "group_data_blocks",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 137)),
+            Err(FormatError::OutOfRange {
+                field: "group_data_blocks",
+                ..
+            })
+        ));
+        assert!(matches!(
+            after(&|f| put_u32(f, 24, 40)),
+            Err(FormatError::OutOfRange {
+                field: "entry_count",
+                ..
+            })
+        ));
+        assert!(after(&|f| put_u32(f, 20, 7)).is_err());
+        // A group's entry must sit at its home offset; a staging index's need not.
+        assert!(matches!(
+            after(&|f| put_u32(f, 32, 0)),
+            Err(FormatError::OutOfRange {
+                field: "entry home_offset",
+                ..
+            })
+        ));
+        assert!(after(&|f| {
+            put_u32(f, 32, 0);
+            f[6] = 2;
+        })
+        .is_ok());
+        assert!(matches!(
+            after(&|f| put_u32(f, 12, 3)),
+            Err(FormatError::OutOfRange {
+                field: "entry home_offset",
+                ..
+            })
+        ));
+        // Generation 0; an absent entry with a CRC or md.
+        assert!(matches!(
+            after(&|f| put_u32(f, 40, 0)),
+            Err(FormatError::OutOfRange {
+                field: "entry birth_gen",
+                ..
+            })
+        ));
+        let absent = 32 + 3 * 28;
+        assert!(matches!(
+            after(&|f| f[absent + 4] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        assert!(matches!(
+            after(&|f| f[absent + 20] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        // Padding after the entries.
+        assert!(matches!(
+            after(&|f| f[500] = 1),
+            Err(FormatError::Reserved { .. })
+        ));
+        assert_eq!(
+            MdBlock::decode(&[0xFF; 512], 16),
+            Err(FormatError::Erased {
+                structure: MD_BLOCK
+            })
+        );
+        assert!(matches!(
+            MdBlock::decode(&[1; 500], 16),
+            Err(FormatError::OutOfRange {
+                field: "block size",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_an_md_block_is_detected() {
+        for kind in [MdBlockKind::Group, MdBlockKind::StagingIndex] {
+            let b = sample_md_block(kind, 32, 512).encode(512);
+            for bit in 0..b.len() * 8 {
+                let mut f = b.clone();
+                f[bit / 8] ^= 1 << (bit % 8);
+                assert!(MdBlock::decode(&f, 32).is_err(), "{kind:?} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "md block does not encode")]
+    fn md_block_breaking_a_rule_is_a_bug() {
+        let mut m = sample_md_block(MdBlockKind::Group, 32, 512);
+        m.entries.pop();
+        m.encode(512);
+    }
+
+    fn arb_md_block() -> impl Strategy<Value = (usize, MdBlock)> {
+        (
+            9u32..=13,
+            1usize..=16,
+            any::<bool>(),
+            any::<u32>(),
+            any::<u32>(),
+        )
+            .prop_flat_map(|(shift, words, group_md, zone, group)| {
+                let (bs, md_bytes) = (1usize << shift, 4 * words);
+                let e = entries_per_md_block(bs, md_bytes) as u32;
+                (
+                    Just((bs, md_bytes, group_md, zone, group % 1000, e)),
+                    1..=8 * e,
+                )
+            })
+            .prop_flat_map(|((bs, md, group_md, zone, group, e), data)| {
+                let first = (0..data.div_ceil(e)).prop_map(move |k| k * e);
+                (
+                    Just((bs, md, group_md, zone, group, e, data)),
+                    first,
+                    any::<u64>(),
+                )
+            })
+            .prop_map(
+                |((bs, md_bytes, group_md, zone, group, e, data), first, seed)| {
+                    let kind = if group_md {
+                        MdBlockKind::Group
+                    } else {
+                        MdBlockKind::StagingIndex
+                    };
+                    let n = MdBlock::entry_count(bs, md_bytes, data, first);
+                    let entries = (0..n)
+                        .map(|i| {
+                            let x = seed.wrapping_mul(i as u64 + 1).rotate_left(i as u32);
+                            let home = if group_md {
+                                group * (8 * e + 8) + first + i as u32
+                            } else {
+                                x as u32
+                            };
+                            if x % 7 == 0 {
+                                MdEntry::absent(home, md_bytes)
+                            } else {
+                                MdEntry {
+                                    home_offset: home,
+                                    data_crc: (x >> 8) as u32,
+                                    birth_gen: ((x >> 40) as u32 % (u32::MAX - 1)) + 1,
+                                    md: (0..md_bytes).map(|b| (x >> (b % 8)) as u8).collect(),
+                                }
+                            }
+                        })
+                        .collect();
+                    (
+                        bs,
+                        MdBlock {
+                            kind,
+                            md_bytes,
+                            zone,
+                            group,
+                            first_entry: first,
+                            group_data_blocks: data,
+                            entries,
+                        },
+                    )
+                },
+            )
+    }
+
     pub(crate) fn arb_addr() -> impl Strategy<Value = NamelessAddr> {
         (0..u32::MAX, 1..=u32::MAX).prop_map(|(p, g)| NamelessAddr::new(Ppa(p), g))
     }
@@ -1223,6 +2424,34 @@ mod tests {
             let bit = bit % (oob.len() * 8);
             oob[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(NamelessTag::decode(&oob).is_err());
+        }
+
+        #[test]
+        fn md_blocks_round_trip((bs, m) in arb_md_block()) {
+            let b = m.encode(bs);
+            prop_assert_eq!(MdBlock::decode(&b, m.md_bytes), Ok(m));
+        }
+
+        #[test]
+        fn md_block_bit_flips_are_detected((bs, m) in arb_md_block(), bit in any::<usize>()) {
+            let mut b = m.encode(bs);
+            let bit = bit % (bs * 8);
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(MdBlock::decode(&b, m.md_bytes).is_err());
+        }
+
+        #[test]
+        fn arbitrary_md_blocks_never_panic(shift in 9u32..=12, fill in any::<u8>(), head in vec(any::<u8>(), 0..96), md in 0usize..80) {
+            let mut b = vec![fill; 1 << shift];
+            b[..head.len()].copy_from_slice(&head);
+            let _ = MdBlock::decode(&b, md);
+            // A valid magic, version and CRC over arbitrary fields exercise the field checks.
+            b[..4].copy_from_slice(&MD_MAGIC);
+            b[4..6].copy_from_slice(&MD_VERSION.to_le_bytes());
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b);
+            put_u32(&mut b, M_CRC_OFF, crc);
+            let _ = MdBlock::decode(&b, md);
         }
 
         #[test]

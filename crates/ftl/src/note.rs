@@ -20,6 +20,7 @@ use crate::codec::{
     aligned, check_crc, get_bytes, get_u16, get_u32, get_u64, get_u8, is_erased, put_bytes,
     put_u16, put_u32, put_u64, put_u8, seal_crc, zero, zero_bytes,
 };
+use crate::nameless::{addr_field, valid_md_bytes, NamelessAddr, NamelessZoneKind};
 use crate::range::{attr_bits, MergePolicy};
 
 const NOTE: &str = "note";
@@ -66,11 +67,17 @@ pub mod note_kind {
     pub const FORK_CREATE: u8 = 22;
     pub const FORK_DELETE: u8 = 23;
     pub const NAMELESS_ZONE: u8 = 24;
+    pub const NAMELESS_WRITE: u8 = 25;
+    pub const NAMELESS_MD: u8 = 26;
     pub const NAMELESS_FREE: u8 = 27;
+    pub const NAMELESS_MIGRATE: u8 = 28;
+    pub const NAMELESS_ACK: u8 = 29;
+    pub const IN_PLACE_STAGED: u8 = 30;
+    pub const IN_PLACE_DONE: u8 = 31;
 }
 
-/// `NamelessZone`'s kind: a zone of nameless writes.
-pub const NAMELESS_ZONE_KIND_DATA: u8 = 7;
+/// Md bytes one NamelessMd note carries (4 in `a`, 8 in `b`, 8 in `c`).
+pub const NAMELESS_MD_NOTE_BYTES: usize = 20;
 
 /// Name bytes one SnapshotName note carries (4 in `a`, 8 in `b`, 8 in `c`).
 pub const SNAPSHOT_NAME_NOTE_BYTES: usize = 20;
@@ -197,15 +204,123 @@ pub enum Note {
     },
     /// Fork `id` is deleted at this seq: its region is unmapped.
     ForkDelete { seq: Seq, id: u32 },
-    /// Zone `zone` was opened for nameless data of generation `generation`.
+    /// `zone` is taken for nameless data of `kind` with generation
+    /// `generation` (>= 1; replay: the zone's gen + 1, the zone was free).
     NamelessZone {
         seq: Seq,
         zone: ZoneId,
         generation: u32,
-        kind: u8,
+        kind: NamelessZoneKind,
     },
-    /// The nameless block at `ppa`, of generation `birth_gen`, was freed.
+    /// A nameless block landed at `ppa` (never NONE) with birth generation
+    /// `birth_gen` (>= 1), replacing `replaced` (an overwrite) or
+    /// [`NamelessAddr::NONE`]. Md in the log only; followed by its
+    /// `ceil(md_bytes / 20)` NamelessMd notes with its seq
+    /// ([`nameless_md_notes`]), pushed together.
+    NamelessWrite {
+        seq: Seq,
+        ppa: Ppa,
+        data_crc: u32,
+        birth_gen: u32,
+        replaced: NamelessAddr,
+    },
+    /// 20 md bytes of the NamelessWrite or NamelessMigrate before it;
+    /// bytes past the volume's md_bytes are zero ([`nameless_md`]).
+    NamelessMd {
+        seq: Seq,
+        bytes: [u8; NAMELESS_MD_NOTE_BYTES],
+    },
+    /// The nameless block at `ppa` born in `birth_gen` (>= 1) is freed.
     NamelessFree { seq: Seq, ppa: Ppa, birth_gen: u32 },
+    /// A migration copied `old` to `new_ppa` (never NONE, not `old`'s
+    /// ppa), born there in `birth_gen` (>= 1); a remap entry redirects
+    /// `old` until acknowledged. With md in the log its NamelessMd notes
+    /// follow.
+    NamelessMigrate {
+        seq: Seq,
+        new_ppa: Ppa,
+        old: NamelessAddr,
+        data_crc: u32,
+        birth_gen: u32,
+    },
+    /// `commit == false`: the client acknowledged the remap entry of `old`
+    /// (a = 1); `commit == true`: a commit (a = 2), `old` is
+    /// [`NamelessAddr::NONE`].
+    NamelessAck {
+        seq: Seq,
+        commit: bool,
+        old: NamelessAddr,
+    },
+    /// An in-place collection of `victim` staged `staged_blocks` live
+    /// blocks in `scratch` from `first_scratch_offset`; gap fills take
+    /// generation `gap_gen` (0: none). `victim != scratch`.
+    InPlaceStaged {
+        seq: Seq,
+        victim: ZoneId,
+        scratch: ZoneId,
+        gap_gen: u32,
+        first_scratch_offset: u32,
+        staged_blocks: u32,
+    },
+    /// The in-place collection of `victim` is done: its erase count after
+    /// the reset, the pad blocks and gap-fill blocks it wrote.
+    InPlaceDone {
+        seq: Seq,
+        victim: ZoneId,
+        erase_count: u32,
+        pad_blocks: u32,
+        gap_fill_blocks: u32,
+    },
+}
+
+/// The NamelessMd notes of `md` (the volume's md_bytes of one block):
+/// `ceil(md.len() / 20)` notes with `seq`, the last zero padded. They
+/// follow the block's NamelessWrite or NamelessMigrate note. Panics (a
+/// bug) unless `md.len()` is a valid md size (4 ..= 64, a multiple of 4).
+pub fn nameless_md_notes(md: &[u8], seq: Seq) -> Vec<Note> {
+    assert!(
+        valid_md_bytes(md.len()),
+        "nameless md of {} bytes",
+        md.len()
+    );
+    md.chunks(NAMELESS_MD_NOTE_BYTES)
+        .map(|chunk| {
+            let mut bytes = [0u8; NAMELESS_MD_NOTE_BYTES];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            Note::NamelessMd { seq, bytes }
+        })
+        .collect()
+}
+
+/// The `md_bytes` of md a NamelessWrite's or NamelessMigrate's
+/// NamelessMd notes carry (`notes`: their bytes, in log order). `Err` when
+/// `md_bytes` is not a valid md size, when there are not exactly
+/// `ceil(md_bytes / 20)` notes, or when a byte past `md_bytes` is not zero.
+pub fn nameless_md(
+    md_bytes: usize,
+    notes: &[[u8; NAMELESS_MD_NOTE_BYTES]],
+) -> Result<Vec<u8>, FormatError> {
+    const S: &str = "nameless md notes";
+    if !valid_md_bytes(md_bytes) {
+        return Err(FormatError::OutOfRange {
+            structure: S,
+            field: "md_bytes",
+            value: md_bytes as u64,
+            rule: "4 ..= 64, a multiple of 4",
+        });
+    }
+    let count = md_bytes.div_ceil(NAMELESS_MD_NOTE_BYTES);
+    if notes.len() != count {
+        return Err(FormatError::Length {
+            structure: "nameless md notes (ceil(md_bytes / 20) after the write or migrate)",
+            expected: count as u64,
+            actual: notes.len() as u64,
+        });
+    }
+    let mut bytes: Vec<u8> = notes.iter().flatten().copied().collect();
+    zero_bytes(S, "bytes past md_bytes", &bytes[md_bytes..])?;
+    bytes.truncate(md_bytes);
+    Ok(bytes)
 }
 
 /// The notes of a snapshot create: SnapshotCreate, then
@@ -334,7 +449,13 @@ impl Note {
             | Note::ForkCreate { seq, .. }
             | Note::ForkDelete { seq, .. }
             | Note::NamelessZone { seq, .. }
-            | Note::NamelessFree { seq, .. } => seq,
+            | Note::NamelessWrite { seq, .. }
+            | Note::NamelessMd { seq, .. }
+            | Note::NamelessFree { seq, .. }
+            | Note::NamelessMigrate { seq, .. }
+            | Note::NamelessAck { seq, .. }
+            | Note::InPlaceStaged { seq, .. }
+            | Note::InPlaceDone { seq, .. } => seq,
         }
     }
 
@@ -451,12 +572,85 @@ impl Note {
                 zone,
                 generation,
                 kind,
-            } => raw(NAMELESS_ZONE, zone, seq, u64::from(generation), u64::from(kind)),
+            } => raw(
+                NAMELESS_ZONE,
+                zone,
+                seq,
+                u64::from(generation),
+                u64::from(kind.zone_kind_code()),
+            ),
+            Note::NamelessWrite {
+                seq,
+                ppa,
+                data_crc,
+                birth_gen,
+                replaced,
+            } => raw(
+                NAMELESS_WRITE,
+                ppa.0,
+                seq,
+                pair(data_crc, birth_gen),
+                replaced.to_u64(),
+            ),
+            Note::NamelessMd { seq, bytes } => raw(
+                NAMELESS_MD,
+                u32::from_le_bytes(get_bytes::<4>(&bytes, 0)),
+                seq,
+                u64::from_le_bytes(get_bytes::<8>(&bytes, 4)),
+                u64::from_le_bytes(get_bytes::<8>(&bytes, 12)),
+            ),
             Note::NamelessFree {
                 seq,
                 ppa,
                 birth_gen,
             } => raw(NAMELESS_FREE, ppa.0, seq, u64::from(birth_gen), 0),
+            Note::NamelessMigrate {
+                seq,
+                new_ppa,
+                old,
+                data_crc,
+                birth_gen,
+            } => raw(
+                NAMELESS_MIGRATE,
+                new_ppa.0,
+                seq,
+                old.to_u64(),
+                pair(data_crc, birth_gen),
+            ),
+            Note::NamelessAck { seq, commit, old } => {
+                if commit {
+                    raw(NAMELESS_ACK, ACK_COMMIT, seq, 0, 0)
+                } else {
+                    raw(NAMELESS_ACK, ACK_ENTRY, seq, old.to_u64(), 0)
+                }
+            }
+            Note::InPlaceStaged {
+                seq,
+                victim,
+                scratch,
+                gap_gen,
+                first_scratch_offset,
+                staged_blocks,
+            } => raw(
+                IN_PLACE_STAGED,
+                victim,
+                seq,
+                pair(scratch, gap_gen),
+                pair(first_scratch_offset, staged_blocks),
+            ),
+            Note::InPlaceDone {
+                seq,
+                victim,
+                erase_count,
+                pad_blocks,
+                gap_fill_blocks,
+            } => raw(
+                IN_PLACE_DONE,
+                victim,
+                seq,
+                u64::from(erase_count),
+                pair(pad_blocks, gap_fill_blocks),
+            ),
         }
     }
 
@@ -718,17 +912,124 @@ impl Note {
                     id: low32("id (b)", r.b)?,
                 }
             }
-            NAMELESS_ZONE => Note::NamelessZone {
-                seq: r.seq,
-                zone: r.a,
-                generation: low32("generation (b)", r.b)?,
-                kind: low32("kind (c)", r.c)? as u8,
-            },
-            NAMELESS_FREE => Note::NamelessFree {
-                seq: r.seq,
-                ppa: Ppa(r.a),
-                birth_gen: low32("birth gen (b)", r.b)?,
-            },
+            NAMELESS_ZONE => {
+                let generation = low32("new generation (b)", r.b)?;
+                if generation == 0 {
+                    return Err(out_of_range("new generation (b)", 0, "at least 1"));
+                }
+                let kind = u8::try_from(r.c)
+                    .ok()
+                    .and_then(NamelessZoneKind::from_zone_kind_code)
+                    .ok_or_else(|| out_of_range("zone kind (c)", r.c, "7 or 8"))?;
+                Note::NamelessZone {
+                    seq: r.seq,
+                    zone: r.a,
+                    generation,
+                    kind,
+                }
+            }
+            NAMELESS_WRITE => {
+                let (data_crc, birth_gen) = split(r.b);
+                if birth_gen == 0 {
+                    return Err(out_of_range("birth gen (b bits 32..64)", 0, "at least 1"));
+                }
+                Note::NamelessWrite {
+                    seq: r.seq,
+                    ppa: ppa("ppa (a)", r.a)?,
+                    data_crc,
+                    birth_gen,
+                    replaced: addr_field(NOTE, "replaced (c)", r.c, true)?,
+                }
+            }
+            NAMELESS_MD => {
+                let mut bytes = [0u8; NAMELESS_MD_NOTE_BYTES];
+                put_u32(&mut bytes, 0, r.a);
+                put_u64(&mut bytes, 4, r.b);
+                put_u64(&mut bytes, 12, r.c);
+                Note::NamelessMd { seq: r.seq, bytes }
+            }
+            NAMELESS_FREE => {
+                zero(NOTE, "c", r.c)?;
+                let birth_gen = low32("birth gen (b)", r.b)?;
+                if birth_gen == 0 {
+                    return Err(out_of_range("birth gen (b)", 0, "at least 1"));
+                }
+                Note::NamelessFree {
+                    seq: r.seq,
+                    ppa: ppa("ppa (a)", r.a)?,
+                    birth_gen,
+                }
+            }
+            NAMELESS_MIGRATE => {
+                let new_ppa = ppa("new ppa (a)", r.a)?;
+                let old = addr_field(NOTE, "old (b)", r.b, false)?;
+                if old.ppa() == new_ppa {
+                    return Err(out_of_range(
+                        "new ppa (a)",
+                        u64::from(r.a),
+                        "a migration moves to a different ppa",
+                    ));
+                }
+                let (data_crc, birth_gen) = split(r.c);
+                if birth_gen == 0 {
+                    return Err(out_of_range("birth gen (c bits 32..64)", 0, "at least 1"));
+                }
+                Note::NamelessMigrate {
+                    seq: r.seq,
+                    new_ppa,
+                    old,
+                    data_crc,
+                    birth_gen,
+                }
+            }
+            NAMELESS_ACK => {
+                zero(NOTE, "c", r.c)?;
+                match r.a {
+                    ACK_ENTRY => Note::NamelessAck {
+                        seq: r.seq,
+                        commit: false,
+                        old: addr_field(NOTE, "old (b)", r.b, false)?,
+                    },
+                    ACK_COMMIT => {
+                        zero(NOTE, "b", r.b)?;
+                        Note::NamelessAck {
+                            seq: r.seq,
+                            commit: true,
+                            old: NamelessAddr::NONE,
+                        }
+                    }
+                    a => return Err(out_of_range("a", a.into(), "1 (one entry) or 2 (commit)")),
+                }
+            }
+            IN_PLACE_STAGED => {
+                let (scratch, gap_gen) = split(r.b);
+                let (first_scratch_offset, staged_blocks) = split(r.c);
+                if scratch == r.a {
+                    return Err(out_of_range(
+                        "scratch zone (b bits 0..32)",
+                        scratch.into(),
+                        "a zone other than the victim",
+                    ));
+                }
+                Note::InPlaceStaged {
+                    seq: r.seq,
+                    victim: r.a,
+                    scratch,
+                    gap_gen,
+                    first_scratch_offset,
+                    staged_blocks,
+                }
+            }
+            IN_PLACE_DONE => {
+                let (pad_blocks, gap_fill_blocks) = split(r.c);
+                Note::InPlaceDone {
+                    seq: r.seq,
+                    victim: r.a,
+                    erase_count: low32("erase count (b)", r.b)?,
+                    pad_blocks,
+                    gap_fill_blocks,
+                }
+            }
             kind => return Err(FormatError::UnknownNoteKind { kind }),
         };
         Ok(note)
@@ -776,6 +1077,20 @@ fn out_of_range(field: &'static str, value: u64, rule: &'static str) -> FormatEr
         value,
         rule,
     }
+}
+
+/// A NamelessAck's `a`: one remap entry, or a commit.
+const ACK_ENTRY: u32 = 1;
+const ACK_COMMIT: u32 = 2;
+
+/// `lo` in bits 0..32 and `hi` in bits 32..64.
+fn pair(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | u64::from(hi) << 32
+}
+
+/// Bits 0..32 and bits 32..64.
+fn split(v: u64) -> (u32, u32) {
+    (v as u32, (v >> 32) as u32)
 }
 
 fn low32(field: &'static str, v: u64) -> Result<u32, FormatError> {
@@ -1213,6 +1528,115 @@ pub(crate) mod tests {
                     base
                 }),
             (any::<u64>(), any::<u32>()).prop_map(|(seq, id)| Note::ForkDelete { seq, id }),
+            arb_nameless_note(),
+        ]
+    }
+
+    fn arb_addr() -> impl Strategy<Value = NamelessAddr> {
+        (0..u32::MAX, 1..=u32::MAX).prop_map(|(p, g)| NamelessAddr::new(Ppa(p), g))
+    }
+
+    /// The nameless notes (kinds 24-31).
+    pub(crate) fn arb_nameless_note() -> impl Strategy<Value = Note> {
+        prop_oneof![
+            (any::<u64>(), any::<u32>(), 1..=u32::MAX, any::<bool>()).prop_map(
+                |(seq, zone, generation, moved)| Note::NamelessZone {
+                    seq,
+                    zone,
+                    generation,
+                    kind: if moved {
+                        NamelessZoneKind::Moved
+                    } else {
+                        NamelessZoneKind::Data
+                    },
+                }
+            ),
+            (
+                any::<u64>(),
+                arb_ppa(),
+                any::<u32>(),
+                1..=u32::MAX,
+                proptest::option::of(arb_addr())
+            )
+                .prop_map(|(seq, ppa, data_crc, birth_gen, replaced)| {
+                    Note::NamelessWrite {
+                        seq,
+                        ppa,
+                        data_crc,
+                        birth_gen,
+                        replaced: replaced.unwrap_or(NamelessAddr::NONE),
+                    }
+                }),
+            (any::<u64>(), any::<[u8; NAMELESS_MD_NOTE_BYTES]>())
+                .prop_map(|(seq, bytes)| Note::NamelessMd { seq, bytes }),
+            (any::<u64>(), arb_ppa(), 1..=u32::MAX).prop_map(|(seq, ppa, birth_gen)| {
+                Note::NamelessFree {
+                    seq,
+                    ppa,
+                    birth_gen,
+                }
+            }),
+            (
+                any::<u64>(),
+                arb_ppa(),
+                arb_addr(),
+                any::<u32>(),
+                1..=u32::MAX
+            )
+                .prop_filter("moves", |(_, p, old, _, _)| old.ppa() != *p)
+                .prop_map(|(seq, new_ppa, old, data_crc, birth_gen)| {
+                    Note::NamelessMigrate {
+                        seq,
+                        new_ppa,
+                        old,
+                        data_crc,
+                        birth_gen,
+                    }
+                }),
+            (any::<u64>(), any::<bool>(), arb_addr()).prop_map(|(seq, commit, old)| {
+                Note::NamelessAck {
+                    seq,
+                    commit,
+                    old: if commit { NamelessAddr::NONE } else { old },
+                }
+            }),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>()
+            )
+                .prop_filter("apart", |(_, v, s, ..)| v != s)
+                .prop_map(
+                    |(seq, victim, scratch, gap_gen, first_scratch_offset, staged_blocks)| {
+                        Note::InPlaceStaged {
+                            seq,
+                            victim,
+                            scratch,
+                            gap_gen,
+                            first_scratch_offset,
+                            staged_blocks,
+                        }
+                    }
+                ),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>()
+            )
+                .prop_map(|(seq, victim, erase_count, pad_blocks, gap_fill_blocks)| {
+                    Note::InPlaceDone {
+                        seq,
+                        victim,
+                        erase_count,
+                        pad_blocks,
+                        gap_fill_blocks,
+                    }
+                }),
         ]
     }
 
@@ -1547,6 +1971,386 @@ pub(crate) mod tests {
         snapshot_create_notes(1, 0, u32::MAX, &"z".repeat(64));
     }
 
+    /// `n` encoded, then `edit`ed: what decode makes of it.
+    fn decode_edited(n: Note, edit: impl Fn(&mut [u8; NOTE_BYTES])) -> Result<Note, FormatError> {
+        let mut b = [0u8; NOTE_BYTES];
+        n.encode(&mut b);
+        edit(&mut b);
+        Note::decode(&b)
+    }
+
+    fn field_of(r: Result<Note, FormatError>) -> &'static str {
+        match r {
+            Err(FormatError::OutOfRange { field, .. } | FormatError::Reserved { field, .. }) => {
+                field
+            }
+            other => panic!("{other:?} is not a field error"),
+        }
+    }
+
+    #[test]
+    fn nameless_notes_are_laid_out_as_documented() {
+        let addr = NamelessAddr::new(Ppa(0x44), 0x55);
+        // (note, kind, a, b, c) as format.md §11's table gives them.
+        let cases = [
+            (
+                Note::NamelessZone {
+                    seq: 1,
+                    zone: 9,
+                    generation: 3,
+                    kind: NamelessZoneKind::Moved,
+                },
+                24,
+                9,
+                3,
+                8,
+            ),
+            (
+                Note::NamelessWrite {
+                    seq: 2,
+                    ppa: Ppa(7),
+                    data_crc: 0xDEAD_BEEF,
+                    birth_gen: 4,
+                    replaced: addr,
+                },
+                25,
+                7,
+                0x4_DEAD_BEEF,
+                addr.to_u64(),
+            ),
+            (
+                Note::NamelessWrite {
+                    seq: 2,
+                    ppa: Ppa(7),
+                    data_crc: 1,
+                    birth_gen: 1,
+                    replaced: NamelessAddr::NONE,
+                },
+                25,
+                7,
+                1 << 32 | 1,
+                u64::MAX,
+            ),
+            (
+                Note::NamelessMd {
+                    seq: 3,
+                    bytes: std::array::from_fn(|i| i as u8 + 1),
+                },
+                26,
+                u32::from_le_bytes([1, 2, 3, 4]),
+                u64::from_le_bytes([5, 6, 7, 8, 9, 10, 11, 12]),
+                u64::from_le_bytes([13, 14, 15, 16, 17, 18, 19, 20]),
+            ),
+            (
+                Note::NamelessFree {
+                    seq: 4,
+                    ppa: Ppa(8),
+                    birth_gen: 2,
+                },
+                27,
+                8,
+                2,
+                0,
+            ),
+            (
+                Note::NamelessMigrate {
+                    seq: 5,
+                    new_ppa: Ppa(10),
+                    old: addr,
+                    data_crc: 0x1234,
+                    birth_gen: 6,
+                },
+                28,
+                10,
+                addr.to_u64(),
+                6 << 32 | 0x1234,
+            ),
+            (
+                Note::NamelessAck {
+                    seq: 6,
+                    commit: false,
+                    old: addr,
+                },
+                29,
+                1,
+                addr.to_u64(),
+                0,
+            ),
+            (
+                Note::NamelessAck {
+                    seq: 6,
+                    commit: true,
+                    old: NamelessAddr::NONE,
+                },
+                29,
+                2,
+                0,
+                0,
+            ),
+            (
+                Note::InPlaceStaged {
+                    seq: 7,
+                    victim: 11,
+                    scratch: 12,
+                    gap_gen: 13,
+                    first_scratch_offset: 14,
+                    staged_blocks: 15,
+                },
+                30,
+                11,
+                13 << 32 | 12,
+                15 << 32 | 14,
+            ),
+            (
+                Note::InPlaceDone {
+                    seq: 8,
+                    victim: 11,
+                    erase_count: 40,
+                    pad_blocks: 3,
+                    gap_fill_blocks: 5,
+                },
+                31,
+                11,
+                40,
+                5 << 32 | 3,
+            ),
+        ];
+        for (n, kind, a, b, c) in cases {
+            let mut bytes = [0u8; NOTE_BYTES];
+            n.encode(&mut bytes);
+            assert_eq!(&bytes[..4], &[kind, 0, 0, 0], "{n:?}");
+            assert_eq!(&bytes[4..8], &a.to_le_bytes(), "{n:?} a");
+            assert_eq!(&bytes[8..16], &n.seq().to_le_bytes(), "{n:?} seq");
+            assert_eq!(&bytes[16..24], &b.to_le_bytes(), "{n:?} b");
+            assert_eq!(&bytes[24..32], &c.to_le_bytes(), "{n:?} c");
+            assert_eq!(n.kind(), kind);
+            assert_eq!(Note::decode(&bytes), Ok(n));
+        }
+    }
+
+    #[test]
+    fn nameless_note_rules_are_checked() {
+        let addr = NamelessAddr::new(Ppa(0x44), 0x55);
+        let zone = Note::NamelessZone {
+            seq: 1,
+            zone: 9,
+            generation: 3,
+            kind: NamelessZoneKind::Data,
+        };
+        assert_eq!(
+            field_of(decode_edited(zone, |b| b[16..24].fill(0))),
+            "new generation (b)"
+        );
+        assert_eq!(
+            field_of(decode_edited(zone, |b| b[20] = 1)),
+            "new generation (b)"
+        );
+        for k in [0u8, 6, 9] {
+            assert_eq!(
+                field_of(decode_edited(zone, |b| b[24] = k)),
+                "zone kind (c)"
+            );
+        }
+        assert_eq!(
+            field_of(decode_edited(zone, |b| b[31] = 1)),
+            "zone kind (c)"
+        );
+        let write = Note::NamelessWrite {
+            seq: 2,
+            ppa: Ppa(7),
+            data_crc: 5,
+            birth_gen: 4,
+            replaced: addr,
+        };
+        assert_eq!(
+            field_of(decode_edited(write, |b| b[4..8].fill(0xFF))),
+            "ppa (a)"
+        );
+        assert_eq!(
+            field_of(decode_edited(write, |b| b[20..24].fill(0))),
+            "birth gen (b bits 32..64)"
+        );
+        // replaced: none, or a well-formed address.
+        assert_eq!(
+            field_of(decode_edited(write, |b| b[28..32].fill(0))),
+            "replaced (c)"
+        );
+        assert_eq!(
+            field_of(decode_edited(write, |b| b[24..28].fill(0xFF))),
+            "replaced (c)"
+        );
+        let free = Note::NamelessFree {
+            seq: 4,
+            ppa: Ppa(8),
+            birth_gen: 2,
+        };
+        assert_eq!(
+            field_of(decode_edited(free, |b| b[4..8].fill(0xFF))),
+            "ppa (a)"
+        );
+        assert_eq!(
+            field_of(decode_edited(free, |b| b[16] = 0)),
+            "birth gen (b)"
+        );
+        assert_eq!(
+            field_of(decode_edited(free, |b| b[20] = 1)),
+            "birth gen (b)"
+        );
+        assert_eq!(field_of(decode_edited(free, |b| b[24] = 1)), "c");
+        let migrate = Note::NamelessMigrate {
+            seq: 5,
+            new_ppa: Ppa(10),
+            old: addr,
+            data_crc: 1,
+            birth_gen: 6,
+        };
+        assert_eq!(
+            field_of(decode_edited(migrate, |b| b[4..8].fill(0xFF))),
+            "new ppa (a)"
+        );
+        assert_eq!(
+            field_of(decode_edited(migrate, |b| b[4] = 0x44)),
+            "new ppa (a)"
+        );
+        assert_eq!(
+            field_of(decode_edited(migrate, |b| b[16..24].fill(0xFF))),
+            "old (b)"
+        );
+        assert_eq!(
+            field_of(decode_edited(migrate, |b| b[20..24].fill(0))),
+            "old (b)"
+        );
+        assert_eq!(
+            field_of(decode_edited(migrate, |b| b[28..32].fill(0))),
+            "birth gen (c bits 32..64)"
+        );
+        let ack = Note::NamelessAck {
+            seq: 6,
+            commit: false,
+            old: addr,
+        };
+        for a in [0u8, 3] {
+            assert_eq!(field_of(decode_edited(ack, |b| b[4] = a)), "a");
+        }
+        assert_eq!(
+            field_of(decode_edited(ack, |b| b[16..24].fill(0xFF))),
+            "old (b)"
+        );
+        assert_eq!(field_of(decode_edited(ack, |b| b[24] = 1)), "c");
+        // A commit names no address.
+        assert_eq!(field_of(decode_edited(ack, |b| b[4] = 2)), "b");
+        let staged = Note::InPlaceStaged {
+            seq: 7,
+            victim: 11,
+            scratch: 12,
+            gap_gen: 0,
+            first_scratch_offset: 0,
+            staged_blocks: 0,
+        };
+        assert_eq!(
+            Note::decode(&{
+                let mut b = [0; NOTE_BYTES];
+                staged.encode(&mut b);
+                b
+            }),
+            Ok(staged)
+        );
+        assert_eq!(
+            field_of(decode_edited(staged, |b| b[16] = 11)),
+            "scratch zone (b bits 0..32)"
+        );
+        let done = Note::InPlaceDone {
+            seq: 8,
+            victim: 11,
+            erase_count: 40,
+            pad_blocks: 3,
+            gap_fill_blocks: 5,
+        };
+        assert_eq!(
+            field_of(decode_edited(done, |b| b[20] = 1)),
+            "erase count (b)"
+        );
+    }
+
+    #[test]
+    fn nameless_md_round_trips_through_notes() {
+        for md_bytes in (4usize..=64).step_by(4) {
+            let md: Vec<u8> = (0..md_bytes).map(|i| (i * 13 + 1) as u8).collect();
+            let notes = nameless_md_notes(&md, 77);
+            assert_eq!(notes.len(), md_bytes.div_ceil(20), "{md_bytes}");
+            assert!(notes.iter().all(|n| n.seq() == 77 && n.kind() == 26));
+            let read = through_bytes(&notes);
+            assert_eq!(read, notes);
+            let bytes: Vec<[u8; 20]> = read
+                .iter()
+                .map(|n| match *n {
+                    Note::NamelessMd { bytes, .. } => bytes,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(nameless_md(md_bytes, &bytes), Ok(md.clone()));
+            // One note missing or extra; a byte past md_bytes; a bad size.
+            assert!(matches!(
+                nameless_md(md_bytes, &bytes[1..]),
+                Err(FormatError::Length { .. })
+            ));
+            let mut more = bytes.clone();
+            more.push([0; 20]);
+            assert!(matches!(
+                nameless_md(md_bytes, &more),
+                Err(FormatError::Length { .. })
+            ));
+            if !md_bytes.is_multiple_of(20) {
+                let mut past = bytes.clone();
+                past.last_mut().unwrap()[19] = 1;
+                assert!(matches!(
+                    nameless_md(md_bytes, &past),
+                    Err(FormatError::Reserved { .. })
+                ));
+            }
+        }
+        assert!(nameless_md(6, &[[0; 20]]).is_err());
+        assert!(nameless_md(0, &[]).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "nameless md of 3 bytes")]
+    fn nameless_md_notes_refuse_a_bad_size() {
+        nameless_md_notes(&[1, 2, 3], 1);
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_a_nameless_log_block_is_detected() {
+        let addr = NamelessAddr::new(Ppa(3), 2);
+        let mut notes = vec![Note::NamelessWrite {
+            seq: 9,
+            ppa: Ppa(4),
+            data_crc: 1,
+            birth_gen: 2,
+            replaced: addr,
+        }];
+        notes.extend(nameless_md_notes(&[0xA5; 32], 9));
+        notes.push(Note::NamelessAck {
+            seq: 10,
+            commit: true,
+            old: NamelessAddr::NONE,
+        });
+        notes.push(Note::InPlaceStaged {
+            seq: 11,
+            victim: 5,
+            scratch: 6,
+            gap_gen: 3,
+            first_scratch_offset: 0,
+            staged_blocks: 40,
+        });
+        let b = LogBlock::Notes { log_seq: 5, notes }.encode(512);
+        for bit in 0..b.len() * 8 {
+            let mut f = b.clone();
+            f[bit / 8] ^= 1 << (bit % 8);
+            assert!(LogBlock::decode(&f).is_err(), "bit {bit} undetected");
+        }
+    }
+
     #[test]
     fn unknown_note_kind_and_reserved_bytes_are_refused() {
         let mut b = [0u8; NOTE_BYTES];
@@ -1639,6 +2443,26 @@ pub(crate) mod tests {
         #[test]
         fn arbitrary_note_bytes_never_panic(bytes in vec(any::<u8>(), 0..40)) {
             let _ = Note::decode(&bytes);
+        }
+
+        #[test]
+        fn nameless_notes_round_trip(n in arb_nameless_note()) {
+            let mut b = [0u8; NOTE_BYTES];
+            n.encode(&mut b);
+            prop_assert_eq!(Note::decode(&b), Ok(n));
+        }
+
+        #[test]
+        fn arbitrary_nameless_note_fields_never_panic(kind in 24u8..=31, body in any::<[u8; 28]>()) {
+            let mut b = [0u8; NOTE_BYTES];
+            b[0] = kind;
+            b[4..].copy_from_slice(&body);
+            if let Ok(n) = Note::decode(&b) {
+                // Whatever decodes encodes back to the same bytes.
+                let mut again = [0u8; NOTE_BYTES];
+                n.encode(&mut again);
+                prop_assert_eq!(again, b);
+            }
         }
 
         #[test]

@@ -11,7 +11,7 @@ use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::backend::HOST_ATTEMPTS;
-use crate::checkpoint::{NamelessImage, NamelessZoneRecord};
+use crate::nameless::{MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord};
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
 use crate::note::Note;
@@ -205,15 +205,26 @@ impl Ftl {
                 NamelessZoneRecord {
                     zone: z,
                     data_end: u32::try_from(end).expect("zone capacity fits u32"),
-                    validity: self.mapping.zone_bitmap(z, end),
+                    last_md_at: None,
+                    live_blocks: self.mapping.valid_blocks(z) as u32,
+                    md_written: false,
+                    held: self.lanes[Lane::Nameless.index()].zone == Some(z),
+                    valid: self.mapping.zone_bitmap(z, end),
                 }
             })
             .collect();
         NamelessImage {
-            md_bytes: NAMELESS_MD_BYTES as u16,
-            md_placement: crate::checkpoint::MD_PLACEMENT_OOB,
+            header: Some(NamelessHeader {
+                md_bytes: NAMELESS_MD_BYTES as u16,
+                placement: MdPlacement::Oob,
+                group_blocks: 0,
+                remap_capacity: 0,
+                uncommitted_capacity: 0,
+                commit_seq: 0,
+            }),
             generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
             zones,
+            ..NamelessImage::default()
         }
     }
 
@@ -424,7 +435,7 @@ impl Ftl {
             seq,
             zone,
             generation,
-            kind: crate::note::NAMELESS_ZONE_KIND_DATA,
+            kind: NamelessZoneKind::Data,
         });
         self.log.pack(true);
         let barrier = self.log.next_log_seq();

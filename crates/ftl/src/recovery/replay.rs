@@ -9,7 +9,7 @@ use crate::error::MountError;
 use crate::history::{History, SnapshotId, LIVE_VOLUME};
 use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
-use crate::nameless::NamelessAddr;
+use crate::nameless::{NamelessAddr, NamelessZoneKind};
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
@@ -359,7 +359,7 @@ impl Rebuild {
         for r in &n.zones {
             self.nameless_now[r.zone as usize] = true;
             for off in 0..u64::from(r.data_end) {
-                if r.validity[(off / 64) as usize] >> (off % 64) & 1 == 0 {
+                if r.valid[(off / 64) as usize] >> (off % 64) & 1 == 0 {
                     continue;
                 }
                 let ppa = Ppa::new(r.zone, off, cap);
@@ -512,17 +512,17 @@ impl Rebuild {
         seq: Seq,
         zone: ZoneId,
         generation: u32,
-        kind: u8,
+        kind: NamelessZoneKind,
         g: &Geometry,
     ) -> Result<(), MountError> {
         let z = zone as usize;
         let fits = zone < g.zone_count
-            && kind == note::NAMELESS_ZONE_KIND_DATA
+            && kind == NamelessZoneKind::Data
             && !self.nameless_now[z]
             && Some(generation) == self.nameless_gens[z].checked_add(1);
         if !fits {
             return Err(MountError::Damaged(format!(
-                "NamelessZone note {seq}: zone {zone} kind {kind} generation {generation} \
+                "NamelessZone note {seq}: zone {zone} kind {kind:?} generation {generation} \
                  (the zone's is {}, holding nameless data: {})",
                 self.nameless_gens.get(z).copied().unwrap_or(0),
                 self.nameless_now.get(z).copied().unwrap_or(false)
@@ -779,6 +779,19 @@ impl Rebuild {
                 self.mapping
                     .fork_delete(id)
                     .map_err(|e| MountError::Damaged(format!("ForkDelete note {seq}: {e}")))?;
+            }
+            // Nameless notes this build never writes (md in the log,
+            // migrations, in-place collection; format.md §11): a log
+            // holding one is refused rather than half applied.
+            Note::NamelessWrite { .. }
+            | Note::NamelessMd { .. }
+            | Note::NamelessMigrate { .. }
+            | Note::NamelessAck { .. }
+            | Note::InPlaceStaged { .. }
+            | Note::InPlaceDone { .. } => {
+                return Err(MountError::Damaged(format!(
+                    "{n:?}: nameless notes are not replayed by this build"
+                )));
             }
             Note::VectorBegin { .. }
             | Note::ForkCreate { .. }
