@@ -298,12 +298,6 @@ pub fn recover_state<B: Backend>(
         sb.checkpoint_offset_blocks,
     );
     let image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
-    if !image.nameless.is_empty() {
-        return Err(MountError::Damaged(
-            "the checkpoint holds nameless state (sections 16-23), which this build does not mount"
-                .into(),
-        ));
-    }
     let notes = log.roll_forward(backend)?;
     let reports = report_zones(backend, &geometry)?;
     let notes_replayed = notes.len();

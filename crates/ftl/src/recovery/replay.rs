@@ -9,7 +9,9 @@ use crate::error::MountError;
 use crate::history::{History, SnapshotId, LIVE_VOLUME};
 use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
-use crate::nameless::{NamelessAddr, NamelessZoneKind};
+use crate::checkpoint::ZoneKind as RecordKind;
+use crate::ftl::NAMELESS_MD_BYTES;
+use crate::nameless::{MdPlacement, NamelessAddr, NamelessZoneKind};
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
@@ -345,12 +347,31 @@ impl Rebuild {
     /// their live blocks.
     fn load_nameless(&mut self, image: &CheckpointImage) -> Result<(), MountError> {
         let n = &image.nameless;
-        if let Some(t) = std::env::var("ZFTL_TRACE_PPA").ok().and_then(|v| v.parse::<u32>().ok()) {
-            let z = (t as u64 / self.zone_capacity_blocks) as usize;
-            eprintln!("ckpt next_seq {} zone {z} kind {:?} wp {} gen {:?} record {:?}", image.next_seq, image.zones[z].kind, image.zones[z].write_pointer_blocks, n.generations.get(z), n.zones.iter().find(|r| r.zone as usize == z));
-        }
         if n.is_empty() {
             return Ok(());
+        }
+        let oob_md = n.header.as_ref().is_some_and(|h| {
+            h.placement == MdPlacement::Oob && usize::from(h.md_bytes) == NAMELESS_MD_BYTES
+        });
+        let moved = image.zones.iter().any(|z| {
+            matches!(
+                z.kind,
+                RecordKind::DataNamelessMoved | RecordKind::NamelessScratch
+            )
+        });
+        let unbuilt = !oob_md
+            || moved
+            || !n.remap.is_empty()
+            || !n.uncommitted.is_empty()
+            || !n.open_md.is_empty()
+            || n.job.is_some();
+        if unbuilt {
+            return Err(MountError::Unsupported(format!(
+                "the checkpoint holds nameless state this build does not mount (md in the log, \
+                 md of other than {NAMELESS_MD_BYTES} bytes, migrations, a hand-over or an \
+                 in-place collection): {:?}",
+                n.header
+            )));
         }
         for (z, &(gen, _)) in n.generations.iter().enumerate() {
             self.nameless_gens[z] = gen;
@@ -612,21 +633,7 @@ impl Rebuild {
                 Err(MountError::Damaged(format!("{what} names block {}", p.0)))
             }
         };
-        let trace: Option<u32> = std::env::var("ZFTL_TRACE_PPA").ok().and_then(|v| v.parse().ok());
         for e in events {
-            if let Some(t) = trace {
-                let hit = match e {
-                    Event::NamelessTag { ppa, link, .. } => ppa.0 == t || link.ppa().0 == t,
-                    Event::Note(Note::NamelessFree { ppa, .. }) => ppa.0 == t,
-                    Event::Note(Note::NamelessZone { zone, .. } | Note::ZoneReset { zone, .. }) => {
-                        *zone == t / self.zone_capacity_blocks as u32
-                    }
-                    _ => false,
-                };
-                if hit {
-                    eprintln!("replay {:?}", match e { Event::NamelessTag { seq, ppa, birth_gen, link } => format!("tag seq {seq} ppa {} gen {birth_gen} link {link:?}", ppa.0), Event::Note(n) => format!("{n:?}"), _ => String::new() });
-                }
-            }
             self.next_seq = self.next_seq.max(e.seq() + 1);
             match e {
                 Event::Tag { seq, lba, ppa, crc } => {
