@@ -313,11 +313,12 @@ impl NamelessRig {
                     &pattern(h.key, v, bs),
                     &md(h.key, v, mb),
                 );
-                let new = match new {
+                if matches!(new, Err(IoError::NoSpace)) {
                     // Overwrites in flight hold a block more each.
-                    Err(IoError::NoSpace) => return Ok(()),
-                    other => other?[0],
-                };
+                    self.interrupted = None;
+                    return Ok(());
+                }
+                let new = new?[0];
                 self.interrupted = None;
                 self.model.free(old);
                 let held = Held {
@@ -408,14 +409,19 @@ impl NamelessRig {
             let replaced = self.interrupted == Some(a);
             assert!(here || !h.durable || replaced, "durable block {a:?} ({h:?}) lost");
             if let Some(old) = h.replaces {
-                let o = freeing.remove(&old).expect("the replaced block");
+                let o = freeing.remove(&old).unwrap_or_else(|| panic!("{a:?} ({h:?}) replaced {old:?}, not freed: live {:?}", kept.get(&old)));
                 let old_here = self.survives(old, &o);
                 assert!(
                     here != old_here,
                     "overwrite {old:?} -> {a:?}: new {here}, old {old_here}"
                 );
                 if old_here {
-                    kept.insert(old, Held { durable: true, ..o });
+                    let o = Held {
+                        durable: true,
+                        replaces: None,
+                        ..o
+                    };
+                    kept.insert(old, o);
                 } else {
                     self.model.gone.insert(old);
                 }
@@ -432,7 +438,12 @@ impl NamelessRig {
         }
         for (a, h) in freeing {
             if self.survives(a, &h) {
-                kept.insert(a, Held { durable: true, ..h });
+                let h = Held {
+                    durable: true,
+                    replaces: None,
+                    ..h
+                };
+                kept.insert(a, h);
             } else {
                 self.model.gone.insert(a);
             }
