@@ -12,7 +12,7 @@ use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimDevice};
 
 mod common;
-use common::{ftl_config, pattern, run_seeds, sim_config, volume_config, Coverage};
+use common::{decode, ftl_config, pattern, run_seeds, sim_config, volume_config, Coverage, Model};
 
 fn format(oob: bool) -> Driver<SimDevice> {
     let tag_placement = if oob {
@@ -218,10 +218,16 @@ impl SegmentModel {
     }
 }
 
+/// Logical blocks the torture writes beside the segment (both share the
+/// media, GC and the log).
+const LOGICAL_BLOCKS: u64 = 256;
+
 struct NamelessRig {
     ftl: Option<Driver<SimDevice>>,
     cfg: FtlConfig,
     model: SegmentModel,
+    logical: Model,
+    next_version: u32,
     rng: Rng,
     next_key: u64,
     armed: bool,
@@ -250,6 +256,8 @@ impl NamelessRig {
             ftl: Some(ftl),
             cfg,
             model: SegmentModel::default(),
+            logical: Model::new(LOGICAL_BLOCKS),
+            next_version: 1,
             rng: Rng::new(seed ^ 0x5EED),
             next_key: 0,
             armed: false,
@@ -336,7 +344,7 @@ impl NamelessRig {
                 self.ftl().nameless_free(&[a])?;
                 self.model.free(a);
             }
-            75..=89 => {
+            75..=84 => {
                 let Some(a) = self.pick_live() else {
                     return Ok(());
                 };
@@ -345,9 +353,24 @@ impl NamelessRig {
                 assert_eq!(data, pattern(h.key, h.version, bs), "read of {a:?}");
                 assert_eq!(meta, md(h.key, h.version, mb), "metadata of {a:?}");
             }
+            85..=94 => {
+                let lba = self.rng.next_u64() % (LOGICAL_BLOCKS - 4);
+                let n = 1 + self.rng.next_u64() % 4;
+                let v = self.next_version;
+                self.next_version += 1;
+                let data: Vec<u8> = (lba..lba + n).flat_map(|l| pattern(l, v, bs)).collect();
+                for l in lba..lba + n {
+                    self.logical.write(l, v);
+                }
+                match self.ftl().write(lba, &data) {
+                    Err(IoError::NoSpace) => (lba..lba + n).for_each(|l| self.logical.unwrite(l)),
+                    other => other?,
+                }
+            }
             _ => {
                 self.ftl().flush()?;
                 self.model.flush();
+                self.logical.flush();
             }
         }
         Ok(())
@@ -411,8 +434,10 @@ impl NamelessRig {
             if let Some(old) = h.replaces {
                 let o = freeing.remove(&old).unwrap_or_else(|| panic!("{a:?} ({h:?}) replaced {old:?}, not freed: live {:?}", kept.get(&old)));
                 let old_here = self.survives(old, &o);
+                // Both gone: the overwrite in flight at the cut replaced
+                // the new block too.
                 assert!(
-                    here != old_here,
+                    here != old_here || (replaced && !here),
                     "overwrite {old:?} -> {a:?}: new {here}, old {old_here}"
                 );
                 if old_here {
@@ -460,6 +485,7 @@ impl NamelessRig {
         }
         self.model.live = kept;
         self.interrupted = None;
+        self.check_logical();
         let s = self.ftl().stats();
         assert!(
             s.nameless_live_blocks >= self.model.live.len() as u64,
@@ -467,6 +493,26 @@ impl NamelessRig {
             s.nameless_live_blocks,
             self.model.live.len()
         );
+    }
+
+    /// Every logical block holds a version the model allows; it is durable
+    /// from here on.
+    fn check_logical(&mut self) {
+        let bs = self.ftl().block_size();
+        let mut data = Vec::new();
+        for at in (0..LOGICAL_BLOCKS).step_by(32) {
+            data.extend(self.ftl().read(at, 32).unwrap());
+        }
+        for (l, block) in data.chunks_exact(bs).enumerate() {
+            let l = l as u64;
+            let v = decode(l, block).unwrap_or_else(|e| panic!("logical block {l}: {e}"));
+            assert!(
+                self.logical.allowed(l, v),
+                "logical block {l} holds version {v}: {}",
+                self.logical.describe(l)
+            );
+            self.logical.durable(l, v);
+        }
     }
 
     fn run(mut self, rounds: u32) -> (u64, u64) {
