@@ -453,7 +453,7 @@ const _: () = assert!(MD_HEADER_BYTES == 32 && M_ZONE_OFF == 8 && M_CRC_OFF == 2
 /// Md entries that fit one md block: `E = (block_size - 32) / (12 +
 /// md_bytes)` (92 for 4 KiB blocks and 32-byte md).
 pub fn entries_per_md_block(block_size: usize, md_bytes: usize) -> usize {
-    block_size.saturating_sub(MD_HEADER_BYTES) / (MD_ENTRY_FIXED_BYTES + md_bytes)
+    block_size.saturating_sub(MD_HEADER_BYTES) / MD_ENTRY_FIXED_BYTES.saturating_add(md_bytes)
 }
 
 /// Where the data blocks and md blocks of a nameless zone lie with md in
@@ -2040,6 +2040,7 @@ mod tests {
         assert_eq!(entries_per_md_block(4096, 32), 92);
         assert_eq!(entries_per_md_block(512, 64), 6);
         assert_eq!(entries_per_md_block(16, 4), 0);
+        assert_eq!(entries_per_md_block(4096, usize::MAX), 0);
         let l = MdLayout::new(4096, 32, 1024);
         assert_eq!(
             (l.entries_per_block, l.group_blocks, l.group_stride()),
