@@ -21,6 +21,7 @@ use crate::checkpoint;
 use crate::error::MountError;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::mapping::{Owner, Target};
+use crate::nameless::{NamelessTag, NamelessTagKind};
 use crate::note::LogBlock;
 use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
@@ -69,6 +70,9 @@ pub enum ProblemKind {
     Shared,
     /// A device error stopped part of the check.
     Device,
+    /// A live nameless block's tag, birth generation or data CRC does not
+    /// match (format.md §11).
+    Nameless,
 }
 
 /// One finding.
@@ -223,6 +227,7 @@ pub fn check_with_progress<B: Backend>(
     };
     check_log(backend, &g, &r, &zones, &mut report);
     check_mapped(backend, &g, &r, progress, &mut report);
+    check_nameless(backend, &g, &r, &mut report);
     check_shared(&r, &mut report);
     step(progress, "zones");
     check_zones(&g, &r, &zones, &mut report);
@@ -1076,6 +1081,56 @@ fn check_block(
             ProblemKind::DataCrc,
             format!("data CRC32C {actual:#010x}, expected {expected:#010x}"),
         ));
+    }
+}
+
+/// Every live block of a nameless zone: a nameless data tag of the zone's
+/// generation whose CRC matches the data.
+fn check_nameless<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    r: &Recovered,
+    report: &mut CheckReport,
+) {
+    let cap = g.zone_capacity_blocks;
+    let ob = g.oob_size_bytes as usize;
+    let live: Vec<Ppa> = r
+        .mapping
+        .live()
+        .filter(|p| is_nameless(r.zones.get(p.zone(cap)).kind()))
+        .collect();
+    for ppa in live {
+        let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
+        let here = |detail: String| Problem::new(ProblemKind::Nameless, detail).at(zone, off);
+        let (data, oob) = match read_retrying(backend, zone, off, 1) {
+            Ok(read) => read,
+            Err(DeviceError::DeviceGone) => {
+                report.problem(device_problem("reading data", &DeviceError::DeviceGone));
+                return;
+            }
+            Err(e) => {
+                report.problem(here(format!("live nameless block cannot be read: {e}")));
+                continue;
+            }
+        };
+        let generation = r.nameless_gens[zone as usize];
+        match NamelessTag::decode(oob.get(..ob).unwrap_or(&[])) {
+            Ok(Some((t, _))) if t.kind == NamelessTagKind::Data && t.birth_gen == generation => {
+                let actual = r.data_crc.checksum(&data);
+                if actual != t.data_crc {
+                    report.problem(here(format!(
+                        "data CRC32C {actual:#010x}, expected {:#010x}",
+                        t.data_crc
+                    )));
+                }
+            }
+            Ok(Some((t, _))) => report.problem(here(format!(
+                "tag of kind {:?} and generation {} on a live block of a zone of generation {generation}",
+                t.kind, t.birth_gen
+            ))),
+            Ok(None) => report.problem(here("no nameless tag (erased OOB)".into())),
+            Err(e) => report.problem(here(format!("nameless tag does not decode: {e}"))),
+        }
     }
 }
 
