@@ -69,7 +69,7 @@ impl Ftl {
         if !self.mapping.forks().is_empty() || self.mapping.forks().next_id() > 0 {
             bytes += self.fork_checkpoint_bytes();
         }
-        bytes
+        bytes + self.nameless_checkpoint_bytes()
     }
 
     /// What the forks add to a checkpoint at most: their section, their

@@ -61,6 +61,8 @@ pub(super) struct NamelessState {
     /// Nameless zones with nothing live (GC resets them): the space
     /// account leaves them out.
     empty_zones: u32,
+    /// Some zone has held nameless data: checkpoints carry the sections.
+    any_generation: bool,
 }
 
 #[derive(Debug)]
@@ -109,6 +111,7 @@ impl NamelessState {
     ) -> NamelessState {
         NamelessState {
             empty_zones,
+            any_generation: gens.iter().any(|&g| g > 0),
             supported,
             gens,
             opening: Vec::new(),
@@ -163,6 +166,18 @@ impl Ftl {
         (u64::from(held) * self.data_cap()).saturating_sub(self.mapping.nameless_blocks())
     }
 
+    /// What the nameless sections (16–19) add to a checkpoint at most:
+    /// their headers, the header, a generation per zone, and a record and
+    /// a full bitmap per nameless zone. O(1); 0 before any nameless zone.
+    pub(super) fn nameless_checkpoint_bytes(&self) -> u64 {
+        if self.zones.nameless_zone_count() == 0 && !self.nameless.any_generation {
+            return 0;
+        }
+        let zones = u64::from(self.geo.zone_count);
+        let nameless = u64::from(self.zones.nameless_zone_count());
+        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8)
+    }
+
     /// A nameless zone was reset or retired (it held nothing live).
     pub(super) fn nameless_zone_gone(&mut self) {
         self.nameless.empty_zones -= 1;
@@ -195,7 +210,7 @@ impl Ftl {
     /// tells which zones the checkpoint records as nameless (a victim whose
     /// reset is noted goes in as free).
     pub(super) fn nameless_image(&self, recorded: impl Fn(ZoneId) -> bool) -> NamelessImage {
-        if self.nameless.gens.iter().all(|&g| g == 0) {
+        if !self.nameless.any_generation {
             return NamelessImage::default();
         }
         let zones = (0..self.geo.zone_count)
@@ -429,6 +444,7 @@ impl Ftl {
             .checked_add(1)
             .expect("zone generations outlast the zone's erases");
         self.nameless.gens[zone as usize] = generation;
+        self.nameless.any_generation = true;
         self.nameless.empty_zones += 1;
         let seq = self.take_seq();
         self.log.push_note(Note::NamelessZone {
