@@ -28,6 +28,9 @@
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
+#[macro_use]
+mod forward;
+
 mod forks;
 mod media;
 mod nbd;

@@ -28,11 +28,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
-use zftl_core::backend::ZoneId;
-use zftl_core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, FtlStats,
-    Geometry, ProtectWindow, SubmitError, TagPlacement, ZoneInfo,
-};
+use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, FtlStats, ProtectWindow, TagPlacement};
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice, Timing};
 
@@ -865,24 +861,7 @@ impl<B: Backend> Clocked<B> {
 }
 
 impl<B: Backend> Backend for Clocked<B> {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        self.inner.submit(tag, command)
-    }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        self.inner.reap(out, max)
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
+    forward_backend!(inner: geometry, zone_info, submit, reap, wait, in_flight);
     fn clock_ns(&self) -> u64 {
         let t = self.inner.clock_ns();
         self.now.store(t, Ordering::Relaxed);
