@@ -36,7 +36,7 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::recovery::{device_for, disk_estimate, fill_zeros, free_bytes, ImageFile};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{median, progress, ratio, round, show, BenchError, TagMode};
+use super::{median, progress, ratio, round, show, write_shown, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
 const MIB: u64 = 1 << 20;
@@ -243,19 +243,8 @@ fn write_list<B: Backend>(
     what: &str,
 ) -> Result<(), BenchError> {
     let mut pipe = Pipeline::with_byte(QUEUE_DEPTH, drv.block_size(), byte);
-    let bar = progress(lbas.len() as u64, what);
-    let mut it = lbas.iter().copied();
-    pipe.write(
-        drv,
-        lbas.len() as u64,
-        &mut || it.next().expect("as many addresses as writes"),
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok(())
+    let count = lbas.len() as u64;
+    write_shown(drv, &mut pipe, lbas.iter().copied(), count, what)
 }
 
 /// Writes blocks `0..count` of `byte`, `QUEUE_DEPTH` in flight.
@@ -266,22 +255,7 @@ pub(super) fn write_range<B: Backend>(
     what: &str,
 ) -> Result<(), BenchError> {
     let mut pipe = Pipeline::with_byte(QUEUE_DEPTH, drv.block_size(), byte);
-    let bar = progress(count, what);
-    let mut next = 0u64;
-    pipe.write(
-        drv,
-        count,
-        &mut || {
-            next += 1;
-            next - 1
-        },
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok(())
+    write_shown(drv, &mut pipe, 0..count, count, what)
 }
 
 /// Checks that block `lba`'s data is all `byte`.
@@ -990,18 +964,8 @@ impl WindowVolume {
 
     fn write(&mut self, count: u64, depth: usize, what: &str) -> Result<(), BenchError> {
         let mut pipe = Pipeline::new(depth, self.drv.block_size());
-        let bar = progress(count, what);
-        let addresses = &mut self.addresses;
-        pipe.write(
-            &mut self.drv,
-            count,
-            &mut || addresses.next_lba(),
-            &mut |done| {
-                bar.set_position(done);
-                true
-            },
-        )?;
-        bar.finish_and_clear();
+        let lbas = std::iter::repeat_with(|| self.addresses.next_lba());
+        write_shown(&mut self.drv, &mut pipe, lbas, count, what)?;
         self.drv.flush()?;
         Ok(())
     }
