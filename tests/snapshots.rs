@@ -11,7 +11,10 @@ use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ProtectWindow, TagPl
 use zftl::sim::SimDevice;
 
 mod common;
-use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
+use common::{
+    assert_check_clean, pattern, remount_both_ways, remount_both_ways_then_clean,
+    volume_config as sim_config,
+};
 
 fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
@@ -98,9 +101,7 @@ fn a_snapshot_reads_what_was_acknowledged_before_it() {
         // Kept: 0 (write), 1 (trim), 2 (clone), 5 (move); 20 and 30 were
         // unmapped, which their births tell.
         assert_eq!(s.snapshot_versions, 4);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after snapshots");
+        remount_both_ways_then_clean(ftl, check, "after snapshots");
     });
 }
 
@@ -136,9 +137,7 @@ fn each_snapshot_keeps_its_own_version() {
             assert_eq!(ftl.stats().snapshot_versions, 2);
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after a delete");
+        remount_both_ways_then_clean(ftl, check, "after a delete");
     });
 }
 
@@ -216,9 +215,7 @@ fn gc_moves_kept_blocks_and_a_crash_keeps_them() {
             }
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after GC of kept blocks");
+        remount_both_ways_then_clean(ftl, check, "after GC of kept blocks");
     });
 }
 
@@ -535,9 +532,7 @@ fn fig_3_3_a_snapshot_outlives_cleaning() {
             assert_eq!(holds(ftl, None, 10), Some((10, 2)));
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after Fig 3.3");
+        remount_both_ways_then_clean(ftl, check, "after Fig 3.3");
     });
 }
 
@@ -585,9 +580,7 @@ fn fig_3_6_cleaning_with_a_deleted_parent_and_a_live_child() {
             assert_eq!(ftl.stats().snapshot_versions, 64);
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after Fig 3.6");
+        remount_both_ways_then_clean(ftl, check, "after Fig 3.6");
     });
 }
 
