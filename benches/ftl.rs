@@ -34,6 +34,9 @@ mod pipe;
 #[path = "../crates/cli/src/bench/raw.rs"]
 #[allow(dead_code)]
 mod raw;
+#[path = "../crates/cli/src/bench/forward.rs"]
+#[macro_use]
+mod forward;
 #[path = "../crates/cli/src/bench/shape.rs"]
 #[allow(dead_code)]
 mod shape;

@@ -23,6 +23,9 @@ use zftl::sim::{SimConfig, SimDevice};
 #[allow(dead_code)]
 #[path = "../crates/cli/src/bench/raw.rs"]
 mod raw;
+#[path = "../crates/cli/src/bench/forward.rs"]
+#[macro_use]
+mod forward;
 #[path = "../crates/cli/src/bench/shape.rs"]
 #[allow(dead_code)]
 mod shape;

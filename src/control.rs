@@ -1987,119 +1987,74 @@ impl<B: Backend> Target for Driver<B> {
     }
 }
 
-impl<B: Backend + Send + 'static> Target for Handle<B> {
-    fn block_size(&self) -> usize {
-        Handle::block_size(self)
-    }
-    fn logical_blocks(&self) -> u64 {
-        Handle::logical_blocks(self)
-    }
-    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
-        Handle::range_ops(self, ops)
-    }
-    fn stats(&mut self) -> Result<FtlStats, IoError> {
-        Handle::stats(self)
-    }
-    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
-        Handle::attributes(self)
-    }
-    fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
-        Handle::snapshot_create(self, name)
-    }
-    fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError> {
-        Handle::snapshot_delete(self, name)
-    }
-    fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
-        Handle::snapshots(self)
-    }
-    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError> {
-        self.call(snapshot_revert_request(to, undo))
-            .map(snapshot_data)
-    }
-    fn read_snapshot(
-        &mut self,
-        snapshot: SnapshotId,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<u8>, IoError> {
-        Handle::read_snapshot(self, snapshot, lba, block_count)
-    }
-    fn changed(
-        &mut self,
-        since: SnapshotId,
-        until: Option<SnapshotId>,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        Handle::changed(self, since, until, lba, block_count)
-    }
-    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
-        Handle::fork_create(self, snapshot, fork)
-    }
-    fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
-        Handle::fork_delete(self, name)
-    }
-    fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
-        Handle::forks(self)
-    }
+/// [`Target`] for a handle: each call passes to the handle's own method
+/// (a revert by id goes through its `call`).
+macro_rules! handle_target {
+    ($handle:ident, $($bound:tt)+) => {
+        impl<B: $($bound)+> Target for $handle<B> {
+            fn block_size(&self) -> usize {
+                $handle::block_size(self)
+            }
+            fn logical_blocks(&self) -> u64 {
+                $handle::logical_blocks(self)
+            }
+            fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+                $handle::range_ops(self, ops)
+            }
+            fn stats(&mut self) -> Result<FtlStats, IoError> {
+                $handle::stats(self)
+            }
+            fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+                $handle::attributes(self)
+            }
+            fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
+                $handle::snapshot_create(self, name)
+            }
+            fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError> {
+                $handle::snapshot_delete(self, name)
+            }
+            fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
+                $handle::snapshots(self)
+            }
+            fn snapshot_revert(
+                &mut self,
+                to: SnapshotId,
+                undo: Option<&str>,
+            ) -> Result<Snapshot, IoError> {
+                self.call(snapshot_revert_request(to, undo)).map(snapshot_data)
+            }
+            fn read_snapshot(
+                &mut self,
+                snapshot: SnapshotId,
+                lba: Lba,
+                block_count: u32,
+            ) -> Result<Vec<u8>, IoError> {
+                $handle::read_snapshot(self, snapshot, lba, block_count)
+            }
+            fn changed(
+                &mut self,
+                since: SnapshotId,
+                until: Option<SnapshotId>,
+                lba: Lba,
+                block_count: u32,
+            ) -> Result<Vec<(Lba, u64)>, IoError> {
+                $handle::changed(self, since, until, lba, block_count)
+            }
+            fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+                $handle::fork_create(self, snapshot, fork)
+            }
+            fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
+                $handle::fork_delete(self, name)
+            }
+            fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
+                $handle::forks(self)
+            }
+        }
+    };
 }
 
-impl<B: Backend> Target for InlineHandle<B> {
-    fn block_size(&self) -> usize {
-        InlineHandle::block_size(self)
-    }
-    fn logical_blocks(&self) -> u64 {
-        InlineHandle::logical_blocks(self)
-    }
-    fn range_ops(&mut self, ops: Vec<RangeOp>) -> Result<(), IoError> {
-        InlineHandle::range_ops(self, ops)
-    }
-    fn stats(&mut self) -> Result<FtlStats, IoError> {
-        InlineHandle::stats(self)
-    }
-    fn attributes(&mut self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
-        InlineHandle::attributes(self)
-    }
-    fn snapshot_create(&mut self, name: &str) -> Result<Snapshot, IoError> {
-        InlineHandle::snapshot_create(self, name)
-    }
-    fn snapshot_delete(&mut self, name: &str) -> Result<(), IoError> {
-        InlineHandle::snapshot_delete(self, name)
-    }
-    fn snapshots(&mut self) -> Result<Vec<Snapshot>, IoError> {
-        InlineHandle::snapshots(self)
-    }
-    fn snapshot_revert(&mut self, to: SnapshotId, undo: Option<&str>) -> Result<Snapshot, IoError> {
-        self.call(snapshot_revert_request(to, undo))
-            .map(snapshot_data)
-    }
-    fn read_snapshot(
-        &mut self,
-        snapshot: SnapshotId,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<u8>, IoError> {
-        InlineHandle::read_snapshot(self, snapshot, lba, block_count)
-    }
-    fn changed(
-        &mut self,
-        since: SnapshotId,
-        until: Option<SnapshotId>,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        InlineHandle::changed(self, since, until, lba, block_count)
-    }
-    fn fork_create(&mut self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
-        InlineHandle::fork_create(self, snapshot, fork)
-    }
-    fn fork_delete(&mut self, name: &str) -> Result<(), IoError> {
-        InlineHandle::fork_delete(self, name)
-    }
-    fn forks(&mut self) -> Result<Vec<Fork>, IoError> {
-        InlineHandle::forks(self)
-    }
-}
+handle_target!(Handle, Backend + Send + 'static);
+handle_target!(InlineHandle, Backend);
 
 // ----- the client's side ------------------------------------------------------
 

@@ -81,8 +81,8 @@ use zftl_core::history::{Snapshot, SnapshotError, SnapshotId};
 use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
-    changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
-    join_runs, snapshot_create_request, snapshot_data, snapshot_revert_request,
+    changed_runs, diff_requests, fork_create_request, fork_data, fork_named, join_runs,
+    snapshot_create_request, snapshot_data, snapshot_revert_request,
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
@@ -223,6 +223,209 @@ fn read_data(reply: ReplyData) -> Vec<u8> {
     }
 }
 
+/// The request methods of the handles, written once for the blocking
+/// ([`Handle`], [`InlineHandle`]) and the async ([`AsyncHandle`]) ones:
+/// each builds its [`Request`], hands it to `self.call` (awaited on the
+/// async handle) and maps the reply, or asks the driver thread with
+/// `self.ask`. Inside an `impl` block, `request_methods!(sync { ... })`
+/// or `request_methods!(async { ... })` lists the methods to write, each
+/// name after the docs it is to have.
+macro_rules! request_methods {
+    (sync { $($(#[$doc:meta])* $name:ident;)* }) => {
+        $(request_methods!(@ [] [] $(#[$doc])* $name);)*
+    };
+    (async { $($(#[$doc:meta])* $name:ident;)* }) => {
+        $(request_methods!(@ [async] [.await] $(#[$doc])* $name);)*
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* read) => {
+        $(#[$doc])*
+        pub $($fn)? fn read(&self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
+            self.call(Request::Read { lba, block_count })$($aw)*.map(read_data)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* write) => {
+        $(#[$doc])*
+        pub $($fn)? fn write(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+            let data = data.to_vec();
+            self.call(Request::Write { lba, data, fua: false })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* write_fua) => {
+        $(#[$doc])*
+        pub $($fn)? fn write_fua(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
+            let data = data.to_vec();
+            self.call(Request::Write { lba, data, fua: true })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* trim) => {
+        $(#[$doc])*
+        pub $($fn)? fn trim(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+            self.call(Request::Trim { lba, block_count })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* write_zeroes) => {
+        $(#[$doc])*
+        pub $($fn)? fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
+            let request = Request::WriteZeroes { lba, block_count, fua: false };
+            self.call(request)$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* flush) => {
+        $(#[$doc])*
+        pub $($fn)? fn flush(&self) -> Result<(), IoError> {
+            self.call(Request::Flush)$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* range_ops) => {
+        $(#[$doc])*
+        pub $($fn)? fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
+            self.call(Request::Range { ops })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* clone_ranges) => {
+        $(#[$doc])*
+        pub $($fn)? fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+            self.range_ops(range::clones(ranges))$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* move_ranges) => {
+        $(#[$doc])*
+        pub $($fn)? fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
+            self.range_ops(range::moves(ranges))$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* delete_ranges) => {
+        $(#[$doc])*
+        pub $($fn)? fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
+            self.range_ops(range::deletes(ranges))$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* merge) => {
+        $(#[$doc])*
+        pub $($fn)? fn merge(
+            &self,
+            sources: &[Lba],
+            dst: Lba,
+            block_count: u64,
+            policy: MergePolicy,
+        ) -> Result<(), IoError> {
+            self.range_ops(vec![range::merge(sources, dst, block_count, policy)])$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* set_attribute) => {
+        $(#[$doc])*
+        pub $($fn)? fn set_attribute(
+            &self,
+            ranges: &[(Lba, u64)],
+            attribute: Attribute,
+        ) -> Result<(), IoError> {
+            self.range_ops(range::attributes(ranges, attribute))$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* stats) => {
+        $(#[$doc])*
+        pub $($fn)? fn stats(&self) -> Result<FtlStats, IoError> {
+            self.ask(Msg::Stats)$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* attributes) => {
+        $(#[$doc])*
+        pub $($fn)? fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
+            self.ask(Msg::Attributes)$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* snapshot_create) => {
+        $(#[$doc])*
+        pub $($fn)? fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
+            self.call(snapshot_create_request(name))$($aw)*.map(snapshot_data)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* snapshot_delete) => {
+        $(#[$doc])*
+        pub $($fn)? fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
+            let id = named(self.snapshots()$($aw)*?, name)?.id;
+            self.call(Request::SnapshotDelete { id })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* snapshot_revert) => {
+        $(#[$doc])*
+        pub $($fn)? fn snapshot_revert(
+            &self,
+            to: &str,
+            undo: Option<&str>,
+        ) -> Result<Snapshot, IoError> {
+            let to = named(self.snapshots()$($aw)*?, to)?.id;
+            self.call(snapshot_revert_request(to, undo))$($aw)*.map(snapshot_data)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* snapshots) => {
+        $(#[$doc])*
+        pub $($fn)? fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
+            self.ask(Msg::Snapshots)$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* fork_create) => {
+        $(#[$doc])*
+        pub $($fn)? fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
+            let base = named(self.snapshots()$($aw)*?, snapshot)?.id;
+            self.call(fork_create_request(base, fork))$($aw)*.map(fork_data)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* fork_delete) => {
+        $(#[$doc])*
+        pub $($fn)? fn fork_delete(&self, name: &str) -> Result<(), IoError> {
+            let id = fork_named(&self.forks()$($aw)*?, name)?.id;
+            self.call(Request::ForkDelete { id })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* forks) => {
+        $(#[$doc])*
+        pub $($fn)? fn forks(&self) -> Result<Vec<Fork>, IoError> {
+            self.ask(Msg::Forks)$($aw)*
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* changed) => {
+        $(#[$doc])*
+        pub $($fn)? fn changed(
+            &self,
+            since: SnapshotId,
+            until: Option<SnapshotId>,
+            lba: Lba,
+            block_count: u32,
+        ) -> Result<Vec<(Lba, u64)>, IoError> {
+            let request = Request::Changed { since, until, lba, block_count };
+            self.call(request)$($aw)*.map(changed_runs)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* snapshot_diff) => {
+        $(#[$doc])*
+        pub $($fn)? fn snapshot_diff(
+            &self,
+            since: &str,
+            until: Option<&str>,
+        ) -> Result<Vec<(Lba, u64)>, IoError> {
+            let (since, until) = diff_ids(self.snapshots()$($aw)*?, since, until)?;
+            let mut runs = Vec::new();
+            for request in diff_requests(since, until, self.logical_blocks()) {
+                join_runs(&mut runs, self.call(request)$($aw)*.map(changed_runs)?);
+            }
+            Ok(runs)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* read_snapshot) => {
+        $(#[$doc])*
+        pub $($fn)? fn read_snapshot(
+            &self,
+            snapshot: SnapshotId,
+            lba: Lba,
+            block_count: u32,
+        ) -> Result<Vec<u8>, IoError> {
+            let request = Request::ReadSnapshot { snapshot, lba, block_count };
+            self.call(request)$($aw)*.map(read_data)
+        }
+    };
+}
+
 /// A blocking, cloneable, `Send + Sync` handle to an FTL run by a driver
 /// thread. See the [module docs](self) for errors, shutdown and drop.
 ///
@@ -344,8 +547,12 @@ impl<B: Backend + Send + 'static> Handle<B> {
 }
 
 impl<B: Send + 'static> Handle<B> {
-    fn send(&self, msg: Msg<B>) -> Result<(), IoError> {
-        self.link.tx.blocking_send(msg).map_err(closed)
+    /// Sends the driver thread the message `msg` makes of an answer's
+    /// sender, and waits for the answer.
+    fn ask<T>(&self, msg: impl FnOnce(oneshot::Sender<T>) -> Msg<B>) -> Result<T, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.link.tx.blocking_send(msg(answer)).map_err(closed)?;
+        reply.blocking_recv().map_err(closed)
     }
 
     /// Sends any [`Request`] and waits for its reply (the escape hatch for
@@ -354,216 +561,80 @@ impl<B: Send + 'static> Handle<B> {
     /// thread is short of work (see the module docs).
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         let request = self.link.sum_on_caller(request)?;
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Io { request, answer })?;
-        reply.blocking_recv().map_err(closed)?
+        self.ask(|answer| Msg::Io { request, answer })?
     }
 
-    /// Reads `block_count` blocks from `lba`.
-    pub fn read(&self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
-        self.call(Request::Read { lba, block_count }).map(read_data)
-    }
-
-    /// Writes whole blocks from `lba`; acknowledged once buffered (durable
-    /// after the next [`Self::flush`]).
-    pub fn write(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
-        self.call(Request::Write {
-            lba,
-            data: data.to_vec(),
-            fua: false,
-        })
-        .map(drop)
-    }
-
-    /// Write with force-unit-access: durable when this returns.
-    pub fn write_fua(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
-        self.call(Request::Write {
-            lba,
-            data: data.to_vec(),
-            fua: true,
-        })
-        .map(drop)
-    }
-
-    /// Persistent trim: reads return zeros.
-    pub fn trim(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
-        self.call(Request::Trim { lba, block_count }).map(drop)
-    }
-
-    /// Reads return zeros; costs a note, no data writes.
-    pub fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
-        self.call(Request::WriteZeroes {
-            lba,
-            block_count,
-            fua: false,
-        })
-        .map(drop)
-    }
-
-    /// Makes every acknowledged write, trim and zeroing durable.
-    pub fn flush(&self) -> Result<(), IoError> {
-        self.call(Request::Flush).map(drop)
-    }
-
-    /// Applies a vector of range operations as one atomic unit; returns
-    /// once it is durable (see [`zftl_core::range`]).
-    pub fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
-        self.call(Request::Range { ops }).map(drop)
-    }
-
-    /// `(src, dst, block_count)`: each `dst` range names what its `src`
-    /// names, without copying data; one atomic, durable vector.
-    pub fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::clones(ranges))
-    }
-
-    /// `(src, dst, block_count)`: each `dst` range takes what its `src`
-    /// named and `src` reads as zeros; one atomic, durable vector.
-    pub fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::moves(ranges))
-    }
-
-    /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
-    pub fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::deletes(ranges))
-    }
-
-    /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
-    pub fn merge(
-        &self,
-        sources: &[Lba],
-        dst: Lba,
-        block_count: u64,
-        policy: MergePolicy,
-    ) -> Result<(), IoError> {
-        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
-    }
-
-    /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
-    pub fn set_attribute(
-        &self,
-        ranges: &[(Lba, u64)],
-        attribute: Attribute,
-    ) -> Result<(), IoError> {
-        self.range_ops(range::attributes(ranges, attribute))
-    }
-
-    /// The core's statistics, taken on the driver thread. Still answers
-    /// after the device is gone; `DeviceGone` once the handle is closed.
-    pub fn stats(&self) -> Result<FtlStats, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Stats(answer))?;
-        reply.blocking_recv().map_err(closed)
-    }
-
-    /// The range attributes, `(lba, block_count, bits)` runs in order
-    /// (bits: [`zftl_core::range::attr_bits`]), taken on the driver thread.
-    /// Like [`Self::stats`], still answers after the device is gone.
-    pub fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Attributes(answer))?;
-        reply.blocking_recv().map_err(closed)
-    }
-
-    /// Takes a snapshot named `name` of every write acknowledged before
-    /// this call; returns it once durable (see [`Driver::snapshot_create`]).
-    pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name)).map(snapshot_data)
-    }
-
-    /// Deletes the snapshot named `name`; returns once durable.
-    pub fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = named(self.snapshots()?, name)?.id;
-        self.call(Request::SnapshotDelete { id }).map(drop)
-    }
-
-    /// Makes the live volume what the snapshot named `to` holds, first
-    /// taking a snapshot of the state it leaves (`undo`, default
-    /// `undo-ID`); returns that undo snapshot once durable (see
-    /// [`zftl_core::Driver::snapshot_revert`]).
-    pub fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
-        let to = named(self.snapshots()?, to)?.id;
-        self.call(snapshot_revert_request(to, undo))
-            .map(snapshot_data)
-    }
-
-    /// The live snapshots, oldest first, taken on the driver thread.
-    pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Snapshots(answer))?;
-        reply.blocking_recv().map_err(closed)
-    }
-
-    /// Creates a writable fork named `fork` of the snapshot named
-    /// `snapshot`; returns it once durable (see [`Driver::fork_create`]).
-    /// Its blocks are read, written and trimmed with the ordinary calls
-    /// at [`Fork::lba_offset`] + block.
-    pub fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
-        let base = named(self.snapshots()?, snapshot)?.id;
-        self.call(fork_create_request(base, fork)).map(fork_data)
-    }
-
-    /// Deletes the fork named `name`; returns once durable.
-    pub fn fork_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = fork_named(&self.forks()?, name)?.id;
-        self.call(Request::ForkDelete { id }).map(drop)
-    }
-
-    /// The live forks, taken on the driver thread.
-    pub fn forks(&self) -> Result<Vec<Fork>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Forks(answer))?;
-        reply.blocking_recv().map_err(closed)
-    }
-
-    /// The runs `(lba, block_count)` of the range whose contents differ
-    /// between snapshot `since` and `until` (`None`: the live volume, its
-    /// buffered writes included). At most `MAX_EXTENT_QUERY_BLOCKS` blocks
-    /// per call; costs what changed, not the range.
-    pub fn changed(
-        &self,
-        since: SnapshotId,
-        until: Option<SnapshotId>,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        self.call(Request::Changed {
-            since,
-            until,
-            lba,
-            block_count,
-        })
-        .map(changed_runs)
-    }
-
-    /// Every run of blocks that differs between the snapshots named
-    /// `since` and `until` (`None`: the live volume), in order. Against the
-    /// live volume each query of the volume's `MAX_EXTENT_QUERY_BLOCKS`
-    /// sees the writes answered before it.
-    pub fn snapshot_diff(
-        &self,
-        since: &str,
-        until: Option<&str>,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        let (since, until) = diff_ids(self.snapshots()?, since, until)?;
-        diff_volume(since, until, self.logical_blocks(), |r| self.call(r))
-    }
-
-    /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds
-    /// them.
-    pub fn read_snapshot(
-        &self,
-        snapshot: SnapshotId,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<u8>, IoError> {
-        self.call(Request::ReadSnapshot {
-            snapshot,
-            lba,
-            block_count,
-        })
-        .map(read_data)
-    }
+    request_methods!(sync {
+        /// Reads `block_count` blocks from `lba`.
+        read;
+        /// Writes whole blocks from `lba`; acknowledged once buffered (durable
+        /// after the next [`Self::flush`]).
+        write;
+        /// Write with force-unit-access: durable when this returns.
+        write_fua;
+        /// Persistent trim: reads return zeros.
+        trim;
+        /// Reads return zeros; costs a note, no data writes.
+        write_zeroes;
+        /// Makes every acknowledged write, trim and zeroing durable.
+        flush;
+        /// Applies a vector of range operations as one atomic unit; returns
+        /// once it is durable (see [`zftl_core::range`]).
+        range_ops;
+        /// `(src, dst, block_count)`: each `dst` range names what its `src`
+        /// names, without copying data; one atomic, durable vector.
+        clone_ranges;
+        /// `(src, dst, block_count)`: each `dst` range takes what its `src`
+        /// named and `src` reads as zeros; one atomic, durable vector.
+        move_ranges;
+        /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
+        delete_ranges;
+        /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
+        merge;
+        /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
+        set_attribute;
+        /// The core's statistics, taken on the driver thread. Still answers
+        /// after the device is gone; `DeviceGone` once the handle is closed.
+        stats;
+        /// The range attributes, `(lba, block_count, bits)` runs in order
+        /// (bits: [`zftl_core::range::attr_bits`]), taken on the driver thread.
+        /// Like [`Self::stats`], still answers after the device is gone.
+        attributes;
+        /// Takes a snapshot named `name` of every write acknowledged before
+        /// this call; returns it once durable (see [`Driver::snapshot_create`]).
+        snapshot_create;
+        /// Deletes the snapshot named `name`; returns once durable.
+        snapshot_delete;
+        /// Makes the live volume what the snapshot named `to` holds, first
+        /// taking a snapshot of the state it leaves (`undo`, default
+        /// `undo-ID`); returns that undo snapshot once durable (see
+        /// [`zftl_core::Driver::snapshot_revert`]).
+        snapshot_revert;
+        /// The live snapshots, oldest first, taken on the driver thread.
+        snapshots;
+        /// Creates a writable fork named `fork` of the snapshot named
+        /// `snapshot`; returns it once durable (see [`Driver::fork_create`]).
+        /// Its blocks are read, written and trimmed with the ordinary calls
+        /// at [`Fork::lba_offset`] + block.
+        fork_create;
+        /// Deletes the fork named `name`; returns once durable.
+        fork_delete;
+        /// The live forks, taken on the driver thread.
+        forks;
+        /// The runs `(lba, block_count)` of the range whose contents differ
+        /// between snapshot `since` and `until` (`None`: the live volume, its
+        /// buffered writes included). At most `MAX_EXTENT_QUERY_BLOCKS` blocks
+        /// per call; costs what changed, not the range.
+        changed;
+        /// Every run of blocks that differs between the snapshots named
+        /// `since` and `until` (`None`: the live volume), in order. Against the
+        /// live volume each query of the volume's `MAX_EXTENT_QUERY_BLOCKS`
+        /// sees the writes answered before it.
+        snapshot_diff;
+        /// Reads `block_count` blocks from `lba` as snapshot `snapshot` holds
+        /// them.
+        read_snapshot;
+    });
 
     /// Clean unmount: serves what is queued, flushes, writes a checkpoint,
     /// stops the driver thread and returns the backend. Other clones fail
@@ -571,9 +642,7 @@ impl<B: Send + 'static> Handle<B> {
     /// the handle is already closed or the device was lost (then the backend
     /// is dropped; use [`Self::into_backend`] to keep it).
     pub fn shutdown(self) -> Result<B, IoError> {
-        let (answer, reply) = oneshot::channel();
-        let sent = self.send(Msg::Shutdown(answer));
-        let result = sent.and_then(|()| reply.blocking_recv().map_err(closed)?);
+        let result = self.ask(Msg::Shutdown).and_then(|shut| shut);
         if let Some(thread) = self.link.shared.take_thread() {
             let _ = thread.join();
         }
@@ -586,9 +655,7 @@ impl<B: Send + 'static> Handle<B> {
     /// the device was lost; fails with `DeviceGone` when the handle is
     /// already closed.
     pub fn into_backend(self) -> Result<B, IoError> {
-        let (answer, reply) = oneshot::channel();
-        let sent = self.send(Msg::IntoBackend(answer));
-        let result = sent.and_then(|()| reply.blocking_recv().map_err(closed));
+        let result = self.ask(Msg::IntoBackend);
         if let Some(thread) = self.link.shared.take_thread() {
             let _ = thread.join();
         }
@@ -695,8 +762,12 @@ impl<B> From<AsyncHandle<B>> for Handle<B> {
 }
 
 impl<B: Send + 'static> AsyncHandle<B> {
-    async fn send(&self, msg: Msg<B>) -> Result<(), IoError> {
-        self.link.tx.send(msg).await.map_err(closed)
+    /// Sends the driver thread the message `msg` makes of an answer's
+    /// sender, and awaits the answer.
+    async fn ask<T>(&self, msg: impl FnOnce(oneshot::Sender<T>) -> Msg<B>) -> Result<T, IoError> {
+        let (answer, reply) = oneshot::channel();
+        self.link.tx.send(msg(answer)).await.map_err(closed)?;
+        reply.await.map_err(closed)
     }
 
     /// Sends any [`Request`] and awaits its reply. A write's data CRCs are
@@ -704,222 +775,65 @@ impl<B: Send + 'static> AsyncHandle<B> {
     /// of work (see the module docs).
     pub async fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         let request = self.link.sum_on_caller(request)?;
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Io { request, answer }).await?;
-        reply.await.map_err(closed)?
+        self.ask(|answer| Msg::Io { request, answer }).await?
     }
 
-    /// See [`Handle::read`].
-    pub async fn read(&self, lba: Lba, block_count: u32) -> Result<Vec<u8>, IoError> {
-        self.call(Request::Read { lba, block_count })
-            .await
-            .map(read_data)
-    }
-
-    /// See [`Handle::write`].
-    pub async fn write(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
-        self.call(Request::Write {
-            lba,
-            data: data.to_vec(),
-            fua: false,
-        })
-        .await
-        .map(drop)
-    }
-
-    /// See [`Handle::write_fua`].
-    pub async fn write_fua(&self, lba: Lba, data: &[u8]) -> Result<(), IoError> {
-        self.call(Request::Write {
-            lba,
-            data: data.to_vec(),
-            fua: true,
-        })
-        .await
-        .map(drop)
-    }
-
-    /// See [`Handle::trim`].
-    pub async fn trim(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
-        self.call(Request::Trim { lba, block_count })
-            .await
-            .map(drop)
-    }
-
-    /// See [`Handle::write_zeroes`].
-    pub async fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
-        self.call(Request::WriteZeroes {
-            lba,
-            block_count,
-            fua: false,
-        })
-        .await
-        .map(drop)
-    }
-
-    /// See [`Handle::flush`].
-    pub async fn flush(&self) -> Result<(), IoError> {
-        self.call(Request::Flush).await.map(drop)
-    }
-
-    /// See [`Handle::range_ops`].
-    pub async fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
-        self.call(Request::Range { ops }).await.map(drop)
-    }
-
-    /// See [`Handle::clone_ranges`].
-    pub async fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::clones(ranges)).await
-    }
-
-    /// See [`Handle::move_ranges`].
-    pub async fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::moves(ranges)).await
-    }
-
-    /// See [`Handle::delete_ranges`].
-    pub async fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::deletes(ranges)).await
-    }
-
-    /// See [`Handle::merge`].
-    pub async fn merge(
-        &self,
-        sources: &[Lba],
-        dst: Lba,
-        block_count: u64,
-        policy: MergePolicy,
-    ) -> Result<(), IoError> {
-        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
-            .await
-    }
-
-    /// See [`Handle::set_attribute`].
-    pub async fn set_attribute(
-        &self,
-        ranges: &[(Lba, u64)],
-        attribute: Attribute,
-    ) -> Result<(), IoError> {
-        self.range_ops(range::attributes(ranges, attribute)).await
-    }
-
-    /// See [`Handle::stats`].
-    pub async fn stats(&self) -> Result<FtlStats, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Stats(answer)).await?;
-        reply.await.map_err(closed)
-    }
-
-    /// See [`Handle::attributes`].
-    pub async fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Attributes(answer)).await?;
-        reply.await.map_err(closed)
-    }
-
-    /// See [`Handle::snapshot_create`].
-    pub async fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name))
-            .await
-            .map(snapshot_data)
-    }
-
-    /// See [`Handle::snapshot_delete`].
-    pub async fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = named(self.snapshots().await?, name)?.id;
-        self.call(Request::SnapshotDelete { id }).await.map(drop)
-    }
-
-    /// See [`Handle::snapshot_revert`].
-    pub async fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
-        let to = named(self.snapshots().await?, to)?.id;
-        self.call(snapshot_revert_request(to, undo))
-            .await
-            .map(snapshot_data)
-    }
-
-    /// See [`Handle::snapshots`].
-    pub async fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Snapshots(answer)).await?;
-        reply.await.map_err(closed)
-    }
-
-    /// See [`Handle::fork_create`].
-    pub async fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
-        let base = named(self.snapshots().await?, snapshot)?.id;
-        self.call(fork_create_request(base, fork))
-            .await
-            .map(fork_data)
-    }
-
-    /// See [`Handle::fork_delete`].
-    pub async fn fork_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = fork_named(&self.forks().await?, name)?.id;
-        self.call(Request::ForkDelete { id }).await.map(drop)
-    }
-
-    /// See [`Handle::forks`].
-    pub async fn forks(&self) -> Result<Vec<Fork>, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Forks(answer)).await?;
-        reply.await.map_err(closed)
-    }
-
-    /// See [`Handle::changed`].
-    pub async fn changed(
-        &self,
-        since: SnapshotId,
-        until: Option<SnapshotId>,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        self.call(Request::Changed {
-            since,
-            until,
-            lba,
-            block_count,
-        })
-        .await
-        .map(changed_runs)
-    }
-
-    /// See [`Handle::snapshot_diff`].
-    pub async fn snapshot_diff(
-        &self,
-        since: &str,
-        until: Option<&str>,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        let (since, until) = diff_ids(self.snapshots().await?, since, until)?;
-        let mut runs = Vec::new();
-        for request in diff_requests(since, until, self.link.shared.logical_blocks) {
-            join_runs(&mut runs, self.call(request).await.map(changed_runs)?);
-        }
-        Ok(runs)
-    }
-
-    /// See [`Handle::read_snapshot`].
-    pub async fn read_snapshot(
-        &self,
-        snapshot: SnapshotId,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<u8>, IoError> {
-        self.call(Request::ReadSnapshot {
-            snapshot,
-            lba,
-            block_count,
-        })
-        .await
-        .map(read_data)
-    }
+    request_methods!(async {
+        /// See [`Handle::read`].
+        read;
+        /// See [`Handle::write`].
+        write;
+        /// See [`Handle::write_fua`].
+        write_fua;
+        /// See [`Handle::trim`].
+        trim;
+        /// See [`Handle::write_zeroes`].
+        write_zeroes;
+        /// See [`Handle::flush`].
+        flush;
+        /// See [`Handle::range_ops`].
+        range_ops;
+        /// See [`Handle::clone_ranges`].
+        clone_ranges;
+        /// See [`Handle::move_ranges`].
+        move_ranges;
+        /// See [`Handle::delete_ranges`].
+        delete_ranges;
+        /// See [`Handle::merge`].
+        merge;
+        /// See [`Handle::set_attribute`].
+        set_attribute;
+        /// See [`Handle::stats`].
+        stats;
+        /// See [`Handle::attributes`].
+        attributes;
+        /// See [`Handle::snapshot_create`].
+        snapshot_create;
+        /// See [`Handle::snapshot_delete`].
+        snapshot_delete;
+        /// See [`Handle::snapshot_revert`].
+        snapshot_revert;
+        /// See [`Handle::snapshots`].
+        snapshots;
+        /// See [`Handle::fork_create`].
+        fork_create;
+        /// See [`Handle::fork_delete`].
+        fork_delete;
+        /// See [`Handle::forks`].
+        forks;
+        /// See [`Handle::changed`].
+        changed;
+        /// See [`Handle::snapshot_diff`].
+        snapshot_diff;
+        /// See [`Handle::read_snapshot`].
+        read_snapshot;
+    });
 
     /// See [`Handle::shutdown`]. The driver thread is not joined (that
     /// would block the executor); it has nothing left to do once the
     /// backend is handed back.
     pub async fn shutdown(self) -> Result<B, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::Shutdown(answer)).await?;
-        let result = reply.await.map_err(closed)?;
+        let result = self.ask(Msg::Shutdown).await?;
         drop(self.link.shared.take_thread());
         result
     }
@@ -927,9 +841,7 @@ impl<B: Send + 'static> AsyncHandle<B> {
     /// See [`Handle::into_backend`]; like [`Self::shutdown`] it does not
     /// join the thread.
     pub async fn into_backend(self) -> Result<B, IoError> {
-        let (answer, reply) = oneshot::channel();
-        self.send(Msg::IntoBackend(answer)).await?;
-        let result = reply.await.map_err(closed);
+        let result = self.ask(Msg::IntoBackend).await;
         drop(self.link.shared.take_thread());
         result
     }
@@ -1381,6 +1293,12 @@ impl<B: Backend> InlineHandle<B> {
         self.shared.state.lock().ok()
     }
 
+    /// `f` of the driver, under the lock; `DeviceGone` once shut down.
+    fn on_driver<T>(&self, f: impl FnOnce(&Driver<B>) -> T) -> Result<T, IoError> {
+        let state = self.lock().ok_or(IoError::DeviceGone)?;
+        state.driver.as_ref().map(f).ok_or(IoError::DeviceGone)
+    }
+
     /// Runs any [`Request`] to its reply on the calling thread.
     pub fn call(&self, request: Request) -> Result<ReplyData, IoError> {
         self.lock().ok_or(IoError::DeviceGone)?.call(request)
@@ -1435,160 +1353,68 @@ impl<B: Backend> InlineHandle<B> {
         state.poll(ticket)
     }
 
-    /// See [`Handle::range_ops`].
-    pub fn range_ops(&self, ops: Vec<RangeOp>) -> Result<(), IoError> {
-        self.call(Request::Range { ops }).map(drop)
-    }
-
-    /// `(src, dst, block_count)`: each `dst` range names what its `src`
-    /// names, without copying data; one atomic, durable vector.
-    pub fn clone_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::clones(ranges))
-    }
-
-    /// `(src, dst, block_count)`: each `dst` range takes what its `src`
-    /// named and `src` reads as zeros; one atomic, durable vector.
-    pub fn move_ranges(&self, ranges: &[(Lba, Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::moves(ranges))
-    }
-
-    /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
-    pub fn delete_ranges(&self, ranges: &[(Lba, u64)]) -> Result<(), IoError> {
-        self.range_ops(range::deletes(ranges))
-    }
-
-    /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
-    pub fn merge(
-        &self,
-        sources: &[Lba],
-        dst: Lba,
-        block_count: u64,
-        policy: MergePolicy,
-    ) -> Result<(), IoError> {
-        self.range_ops(vec![range::merge(sources, dst, block_count, policy)])
-    }
-
-    /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
-    pub fn set_attribute(
-        &self,
-        ranges: &[(Lba, u64)],
-        attribute: Attribute,
-    ) -> Result<(), IoError> {
-        self.range_ops(range::attributes(ranges, attribute))
-    }
+    request_methods!(sync {
+        /// See [`Handle::range_ops`].
+        range_ops;
+        /// `(src, dst, block_count)`: each `dst` range names what its `src`
+        /// names, without copying data; one atomic, durable vector.
+        clone_ranges;
+        /// `(src, dst, block_count)`: each `dst` range takes what its `src`
+        /// named and `src` reads as zeros; one atomic, durable vector.
+        move_ranges;
+        /// `(lba, block_count)`: a persistent trim of each range, atomic and durable.
+        delete_ranges;
+        /// Merges `sources` into `dst` (see [`RangeOp::Merge`]).
+        merge;
+        /// Sets or clears `attribute` on each `(lba, block_count)` range, atomically.
+        set_attribute;
+    });
 
     /// The core's statistics. Still answers after the device is gone;
     /// `DeviceGone` once shut down.
     pub fn stats(&self) -> Result<FtlStats, IoError> {
-        let state = self.lock().ok_or(IoError::DeviceGone)?;
-        state
-            .driver
-            .as_ref()
-            .map(Driver::stats)
-            .ok_or(IoError::DeviceGone)
+        self.on_driver(Driver::stats)
     }
 
     /// See [`Handle::attributes`].
     pub fn attributes(&self) -> Result<Vec<(Lba, u64, u8)>, IoError> {
-        let state = self.lock().ok_or(IoError::DeviceGone)?;
-        state
-            .driver
-            .as_ref()
-            .map(|d| d.ftl().attributes())
-            .ok_or(IoError::DeviceGone)
+        self.on_driver(|d| d.ftl().attributes())
     }
 
-    /// See [`Handle::snapshot_create`].
-    pub fn snapshot_create(&self, name: &str) -> Result<Snapshot, IoError> {
-        self.call(snapshot_create_request(name)).map(snapshot_data)
-    }
-
-    /// See [`Handle::snapshot_delete`].
-    pub fn snapshot_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = named(self.snapshots()?, name)?.id;
-        self.call(Request::SnapshotDelete { id }).map(drop)
-    }
-
-    /// See [`Handle::snapshot_revert`].
-    pub fn snapshot_revert(&self, to: &str, undo: Option<&str>) -> Result<Snapshot, IoError> {
-        let to = named(self.snapshots()?, to)?.id;
-        self.call(snapshot_revert_request(to, undo))
-            .map(snapshot_data)
-    }
+    request_methods!(sync {
+        /// See [`Handle::snapshot_create`].
+        snapshot_create;
+        /// See [`Handle::snapshot_delete`].
+        snapshot_delete;
+        /// See [`Handle::snapshot_revert`].
+        snapshot_revert;
+    });
 
     /// See [`Handle::snapshots`]. `DeviceGone` once shut down.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, IoError> {
-        let state = self.lock().ok_or(IoError::DeviceGone)?;
-        state
-            .driver
-            .as_ref()
-            .map(Driver::snapshots)
-            .ok_or(IoError::DeviceGone)
+        self.on_driver(Driver::snapshots)
     }
 
-    /// See [`Handle::fork_create`].
-    pub fn fork_create(&self, snapshot: &str, fork: &str) -> Result<Fork, IoError> {
-        let base = named(self.snapshots()?, snapshot)?.id;
-        self.call(fork_create_request(base, fork)).map(fork_data)
-    }
-
-    /// See [`Handle::fork_delete`].
-    pub fn fork_delete(&self, name: &str) -> Result<(), IoError> {
-        let id = fork_named(&self.forks()?, name)?.id;
-        self.call(Request::ForkDelete { id }).map(drop)
-    }
+    request_methods!(sync {
+        /// See [`Handle::fork_create`].
+        fork_create;
+        /// See [`Handle::fork_delete`].
+        fork_delete;
+    });
 
     /// See [`Handle::forks`]. `DeviceGone` once shut down.
     pub fn forks(&self) -> Result<Vec<Fork>, IoError> {
-        let state = self.lock().ok_or(IoError::DeviceGone)?;
-        state
-            .driver
-            .as_ref()
-            .map(Driver::forks)
-            .ok_or(IoError::DeviceGone)
+        self.on_driver(Driver::forks)
     }
 
-    /// See [`Handle::changed`].
-    pub fn changed(
-        &self,
-        since: SnapshotId,
-        until: Option<SnapshotId>,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        self.call(Request::Changed {
-            since,
-            until,
-            lba,
-            block_count,
-        })
-        .map(changed_runs)
-    }
-
-    /// See [`Handle::snapshot_diff`].
-    pub fn snapshot_diff(
-        &self,
-        since: &str,
-        until: Option<&str>,
-    ) -> Result<Vec<(Lba, u64)>, IoError> {
-        let (since, until) = diff_ids(self.snapshots()?, since, until)?;
-        diff_volume(since, until, self.logical_blocks(), |r| self.call(r))
-    }
-
-    /// See [`Handle::read_snapshot`].
-    pub fn read_snapshot(
-        &self,
-        snapshot: SnapshotId,
-        lba: Lba,
-        block_count: u32,
-    ) -> Result<Vec<u8>, IoError> {
-        self.call(Request::ReadSnapshot {
-            snapshot,
-            lba,
-            block_count,
-        })
-        .map(read_data)
-    }
+    request_methods!(sync {
+        /// See [`Handle::changed`].
+        changed;
+        /// See [`Handle::snapshot_diff`].
+        snapshot_diff;
+        /// See [`Handle::read_snapshot`].
+        read_snapshot;
+    });
 
     /// Clean unmount: flushes, writes a checkpoint and returns the backend.
     /// Other clones fail with [`IoError::DeviceGone`] afterwards.

@@ -294,31 +294,17 @@ fn script<T: Blocks>(t: &mut T, bs: usize) {
 
     // A merge: 400..404 cloned from 0..4, then 0..2 moved away from the
     // origin by a clone of 200..202 into 500 and a merge back.
-    request(
-        t,
-        r#"{"op":"clone","ranges":[{"src":0,"dst":400,"blocks":4}]}"#,
-    )
-    .unwrap();
-    request(
-        t,
-        r#"{"op":"clone","ranges":[{"src":200,"dst":400,"blocks":2}]}"#,
-    )
-    .unwrap();
-    request(
-        t,
-        r#"{"op":"clone","ranges":[{"src":4,"dst":401,"blocks":1}]}"#,
-    )
-    .unwrap();
-    request(
-        t,
-        r#"{"op":"clone","ranges":[{"src":0,"dst":500,"blocks":4}]}"#,
-    )
-    .unwrap();
-    request(
-        t,
-        r#"{"op":"clone","ranges":[{"src":6,"dst":501,"blocks":1}]}"#,
-    )
-    .unwrap();
+    for (src, dst, blocks) in [
+        (0, 400, 4),
+        (200, 400, 2),
+        (4, 401, 1),
+        (0, 500, 4),
+        (6, 501, 1),
+    ] {
+        let clone =
+            format!(r#"{{"op":"clone","ranges":[{{"src":{src},"dst":{dst},"blocks":{blocks}}}]}}"#);
+        request(t, &clone).unwrap();
+    }
     // Sources 400 and 500 both changed block 1 (to different data).
     let merge = |policy: &str| {
         format!(r#"{{"op":"merge","sources":[400,500],"dst":0,"blocks":4,"policy":"{policy}"}}"#)

@@ -10,7 +10,9 @@ use zftl::core::{Driver, Extent, FormatOptions, FtlConfig, IoError, Request, Tag
 use zftl::sim::{SimConfig, SimDevice, Timing};
 
 mod common;
-use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
+use common::{
+    assert_check_clean, pattern, remount_both_ways_then_clean, volume_config as sim_config,
+};
 
 fn format(oob: bool) -> Driver<SimDevice> {
     format_on(oob, sim_config(oob))
@@ -123,9 +125,7 @@ fn a_fork_starts_as_its_snapshot_and_keeps_its_own_changes() {
         check(&mut ftl);
         let s = ftl.stats();
         assert_eq!((s.forks, s.fork_creates), (1, 1));
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "with a fork");
+        remount_both_ways_then_clean(ftl, check, "with a fork");
     });
 }
 
@@ -220,9 +220,7 @@ fn gc_and_a_power_cut_keep_a_fork_its_snapshot_and_the_volume_apart() {
         dev.power_on().unwrap();
         let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after GC with a fork");
+        remount_both_ways_then_clean(ftl, check, "after GC with a fork");
     });
 }
 
@@ -272,9 +270,7 @@ fn deleting_a_fork_gives_its_space_back_and_frees_its_snapshot() {
             }
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after a fork delete");
+        remount_both_ways_then_clean(ftl, check, "after a fork delete");
     });
 }
 

@@ -11,7 +11,10 @@ use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ProtectWindow, TagPl
 use zftl::sim::SimDevice;
 
 mod common;
-use common::{assert_check_clean, pattern, remount_both_ways, volume_config as sim_config};
+use common::{
+    assert_check_clean, pattern, remount_both_ways, remount_both_ways_then_clean,
+    volume_config as sim_config,
+};
 
 fn format_with(oob: bool, opts: FormatOptions) -> Driver<SimDevice> {
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
@@ -98,9 +101,7 @@ fn a_snapshot_reads_what_was_acknowledged_before_it() {
         // Kept: 0 (write), 1 (trim), 2 (clone), 5 (move); 20 and 30 were
         // unmapped, which their births tell.
         assert_eq!(s.snapshot_versions, 4);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after snapshots");
+        remount_both_ways_then_clean(ftl, check, "after snapshots");
     });
 }
 
@@ -136,9 +137,7 @@ fn each_snapshot_keeps_its_own_version() {
             assert_eq!(ftl.stats().snapshot_versions, 2);
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after a delete");
+        remount_both_ways_then_clean(ftl, check, "after a delete");
     });
 }
 
@@ -216,9 +215,7 @@ fn gc_moves_kept_blocks_and_a_crash_keeps_them() {
             }
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after GC of kept blocks");
+        remount_both_ways_then_clean(ftl, check, "after GC of kept blocks");
     });
 }
 
@@ -535,9 +532,7 @@ fn fig_3_3_a_snapshot_outlives_cleaning() {
             assert_eq!(holds(ftl, None, 10), Some((10, 2)));
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after Fig 3.3");
+        remount_both_ways_then_clean(ftl, check, "after Fig 3.3");
     });
 }
 
@@ -585,9 +580,7 @@ fn fig_3_6_cleaning_with_a_deleted_parent_and_a_live_child() {
             assert_eq!(ftl.stats().snapshot_versions, 64);
         };
         check(&mut ftl);
-        let ftl = remount_both_ways(ftl, check);
-        let mut dev = ftl.shutdown().unwrap();
-        assert_check_clean(&mut dev, "after Fig 3.6");
+        remount_both_ways_then_clean(ftl, check, "after Fig 3.6");
     });
 }
 
@@ -863,9 +856,29 @@ fn format_window(oob: bool, window: ProtectWindow, clock: &Arc<AtomicU64>) -> Dr
     };
     let dev = SimDevice::create_memory(sim_config(oob)).unwrap();
     let mut ftl = Driver::format(dev, &opts, cfg).unwrap();
+    follow(&mut ftl, clock);
+    ftl
+}
+
+/// Mounts `dev` with `window`, its wall clock `clock`.
+fn mount_window(
+    dev: SimDevice,
+    window: ProtectWindow,
+    clock: &Arc<AtomicU64>,
+) -> Driver<SimDevice> {
+    let cfg = FtlConfig {
+        protect_window: Some(window),
+        ..FtlConfig::default()
+    };
+    let mut ftl = Driver::mount(dev, cfg).unwrap();
+    follow(&mut ftl, clock);
+    ftl
+}
+
+/// Gives `ftl` the wall clock `clock`.
+fn follow(ftl: &mut Driver<SimDevice>, clock: &Arc<AtomicU64>) {
     let c = clock.clone();
     ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
-    ftl
 }
 
 const SEC: u64 = 1_000_000_000;
@@ -933,8 +946,7 @@ fn the_protection_window_keeps_points_to_revert_to() {
         };
         at_2(&mut ftl);
         let mut ftl = remount_both_ways(ftl, at_2);
-        let c = clock.clone();
-        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        follow(&mut ftl, &clock);
         let snaps = ftl.snapshots();
         let p2 = snaps.iter().find(|s| s.name == "@2026-11-27T10:00:02Z");
         let t2 = p2.unwrap().wall_ns;
@@ -943,13 +955,7 @@ fn the_protection_window_keeps_points_to_revert_to() {
         // mount has none): 9.5 to 9.9 s after the third point, the first
         // two are older than 10 s and the third is not.
         let dev = ftl.shutdown().unwrap();
-        let cfg = FtlConfig {
-            protect_window: Some(ProtectWindow::Secs(10)),
-            ..FtlConfig::default()
-        };
-        let mut ftl = Driver::mount(dev, cfg).unwrap();
-        let c = clock.clone();
-        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        let mut ftl = mount_window(dev, ProtectWindow::Secs(10), &clock);
         clock.store(t2 + 9 * SEC + SEC / 2, Ordering::SeqCst);
         pass_time(&mut ftl, &clock, 2 * SEC / 5);
         assert_eq!(points(&ftl), ["@2026-11-27T10:00:02Z"]);
@@ -959,20 +965,28 @@ fn the_protection_window_keeps_points_to_revert_to() {
     });
 }
 
+/// A volume with a window of an hour, every block written three times two
+/// seconds apart, the window's points holding the versions they keep.
+fn window_of_overwrites(oob: bool) -> Driver<SimDevice> {
+    let clock = Arc::new(AtomicU64::new(T0));
+    let mut ftl = format_window(oob, ProtectWindow::Secs(3600), &clock);
+    let blocks = ftl.logical_blocks();
+    for round in 1..=3u32 {
+        for lba in 0..blocks {
+            write(&mut ftl, lba, round);
+        }
+        pass_time(&mut ftl, &clock, 2 * SEC);
+    }
+    ftl
+}
+
 /// When points hold the room a write needs, the oldest points are dropped
 /// and the write goes through; a user snapshot never gives way.
 #[test]
 fn the_window_gives_way_before_a_write_fails() {
     both_modes(|oob| {
-        let clock = Arc::new(AtomicU64::new(T0));
-        let mut ftl = format_window(oob, ProtectWindow::Secs(3600), &clock);
+        let mut ftl = window_of_overwrites(oob);
         let blocks = ftl.logical_blocks();
-        for round in 1..=3u32 {
-            for lba in 0..blocks {
-                write(&mut ftl, lba, round);
-            }
-            pass_time(&mut ftl, &clock, 2 * SEC);
-        }
         let stats = ftl.stats();
         assert!(stats.window_points_given_way > 0, "{stats:?}");
         assert!(!points(&ftl).is_empty());
@@ -995,15 +1009,8 @@ fn the_window_gives_way_before_a_write_fails() {
 #[test]
 fn a_vector_gives_way_to_window_points_before_it_fails() {
     both_modes(|oob| {
-        let clock = Arc::new(AtomicU64::new(T0));
-        let mut ftl = format_window(oob, ProtectWindow::Secs(3600), &clock);
+        let mut ftl = window_of_overwrites(oob);
         let blocks = ftl.logical_blocks();
-        for round in 1..=3u32 {
-            for lba in 0..blocks {
-                write(&mut ftl, lba, round);
-            }
-            pass_time(&mut ftl, &clock, 2 * SEC);
-        }
         ftl.flush().unwrap();
         let before = ftl.stats();
         assert!(
@@ -1098,13 +1105,7 @@ fn a_window_in_blocks_written_takes_and_expires_points() {
         // written.
         let recovered = points(&ftl);
         let dev = ftl.shutdown().unwrap();
-        let cfg = FtlConfig {
-            protect_window: Some(window),
-            ..FtlConfig::default()
-        };
-        let mut ftl = Driver::mount(dev, cfg).unwrap();
-        let c = clock.clone();
-        ftl.set_wall_clock(move || c.load(Ordering::SeqCst));
+        let mut ftl = mount_window(dev, window, &clock);
         assert_eq!(points(&ftl), recovered);
         // Fresh blocks: no version kept, nothing crowds the window.
         let mounted_at = written;

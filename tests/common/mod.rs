@@ -493,6 +493,18 @@ pub fn remount_both_ways(
     ftl
 }
 
+/// [`remount_both_ways`], then a clean shutdown and a check of the
+/// device that finds nothing (`when` names the point in its message).
+pub fn remount_both_ways_then_clean(
+    ftl: Driver<SimDevice>,
+    check: impl Fn(&mut Driver<SimDevice>),
+    when: &str,
+) {
+    let ftl = remount_both_ways(ftl, check);
+    let mut dev = ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, when);
+}
+
 /// Rig geometry: small zones so GC, checkpoints and log wrap happen often.
 pub fn sim_config(seed: u64, oob: bool, timing: bool) -> SimConfig {
     SimConfig {

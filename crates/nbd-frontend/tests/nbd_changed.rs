@@ -23,10 +23,9 @@ use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
 
 const BS64: u64 = BS as u64;
 
+/// [`support::client`] with structured replies.
 async fn client(addr: std::net::SocketAddr) -> Client<TcpStream> {
-    let mut c = Client::greet(TcpStream::connect(addr).await.unwrap())
-        .await
-        .unwrap();
+    let mut c = support::client(addr).await;
     c.structured_replies().await.unwrap();
     c
 }
@@ -461,16 +460,8 @@ async fn a_whole_export_map_costs_one_query_per_request() {
         other: Arc::default(),
     };
     let table = ExportTable::new(vec![Export::new("zftl", counting.clone())], None).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        Server::new(table, ServerConfig::default())
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let server = start(Server::new(table, ServerConfig::default())).await;
+    let addr = server.addr;
 
     let blocks = vol.logical_blocks();
     let mut live = client(addr).await;
@@ -519,6 +510,5 @@ async fn a_whole_export_map_costs_one_query_per_request() {
     for mut x in [live, c] {
         x.disconnect().await.unwrap();
     }
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    server.stop().await;
 }

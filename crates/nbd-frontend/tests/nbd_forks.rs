@@ -11,59 +11,12 @@
 mod support;
 
 use support::*;
-use tokio::net::TcpStream;
-use zftl_nbd::client::{Client, ClientError, ExportInfo};
+use zftl_nbd::client::ClientError;
 use zftl_nbd::proto::*;
 use zftl_nbd::{Server, ServerConfig};
 
 /// Blocks the tests write.
 const BLOCKS: usize = 16;
-
-fn fill(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed ^ (i as u8) ^ ((i >> 8) as u8))
-        .collect()
-}
-
-async fn client(addr: std::net::SocketAddr) -> Client<TcpStream> {
-    Client::greet(TcpStream::connect(addr).await.unwrap())
-        .await
-        .unwrap()
-}
-
-/// A connection in transmission on `export` (structured replies and
-/// `base:allocation`).
-async fn open(
-    addr: std::net::SocketAddr,
-    export: &str,
-) -> Result<(Client<TcpStream>, ExportInfo), ClientError> {
-    let mut c = client(addr).await;
-    c.structured_replies().await?;
-    let contexts = c.set_meta_context(export, &[META_BASE_ALLOCATION]).await?;
-    assert_eq!(contexts.len(), 1, "{export}: base:allocation selected");
-    let info = c.go(export, &[INFO_BLOCK_SIZE]).await?;
-    Ok((c, info))
-}
-
-/// `NBD_OPT_LIST`: (name, description) of each export, in order.
-async fn list(addr: std::net::SocketAddr) -> Vec<(String, String)> {
-    let mut c = client(addr).await;
-    c.send_option(OPT_LIST, &[]).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let r = c.option_reply().await.unwrap();
-        assert_eq!(r.option, OPT_LIST);
-        if r.reply_type == REP_ACK {
-            break;
-        }
-        assert_eq!(r.reply_type, REP_SERVER);
-        let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
-        let name = String::from_utf8(r.data[4..4 + len].to_vec()).unwrap();
-        let description = String::from_utf8(r.data[4 + len..].to_vec()).unwrap();
-        out.push((name, description));
-    }
-    out
-}
 
 fn names(listed: &[(String, String)]) -> Vec<&str> {
     listed.iter().map(|(n, _)| n.as_str()).collect()
@@ -87,7 +40,7 @@ async fn forks_are_writable_exports_that_come_and_go() {
     let before = fill(0x5a, len);
     let later = fill(0xa5, 4 * BS);
 
-    let (mut live, live_info) = open(addr, "zftl").await.unwrap();
+    let (mut live, live_info) = open(addr, "zftl", true).await.unwrap();
     live.write(0, &before, CMD_FLAG_FUA).await.unwrap();
     vol.0.snapshot_create("s").await.unwrap();
     live.write(0, &later, 0).await.unwrap(); // the volume moves on
@@ -104,7 +57,7 @@ async fn forks_are_writable_exports_that_come_and_go() {
     assert!(d.ends_with('Z'), "{d}");
 
     // Writable, the volume's size, the live export's block sizes.
-    let (mut f, info) = open(addr, "dev").await.unwrap();
+    let (mut f, info) = open(addr, "dev", true).await.unwrap();
     assert_eq!(info.size_bytes, live_info.size_bytes);
     assert_eq!(info.size_bytes, fork.block_count * BS as u64);
     assert_eq!(info.block_size, live_info.block_size);
@@ -150,7 +103,7 @@ async fn forks_are_writable_exports_that_come_and_go() {
     f.flush().await.unwrap();
     assert_eq!(f.read(0, model.len() as u32).await.unwrap(), model);
     // A second connection to the fork sees the same.
-    let (mut f2, _) = open(addr, "dev").await.unwrap();
+    let (mut f2, _) = open(addr, "dev", true).await.unwrap();
     assert_eq!(f2.read(0, model.len() as u32).await.unwrap(), model);
 
     // base:allocation: the snapshot's data and the fork's writes are
@@ -184,7 +137,7 @@ async fn forks_are_writable_exports_that_come_and_go() {
         live.read(40 * BS as u64, BS as u32).await.unwrap(),
         vec![0; BS]
     );
-    let (mut view, _) = open(addr, "zftl@s").await.unwrap();
+    let (mut view, _) = open(addr, "zftl@s", true).await.unwrap();
     assert_eq!(view.read(0, len as u32).await.unwrap(), before);
 
     // Past the fork's end: refused by the server, as on any export.
@@ -221,7 +174,7 @@ async fn forks_are_writable_exports_that_come_and_go() {
         .await
         .unwrap();
     assert_eq!(r.error, eio);
-    let (mut n, _) = open(addr, "next").await.unwrap();
+    let (mut n, _) = open(addr, "next", true).await.unwrap();
     assert_eq!(n.read(0, len as u32).await.unwrap(), before);
     assert_eq!(
         n.read(40 * BS as u64, BS as u32).await.unwrap(),

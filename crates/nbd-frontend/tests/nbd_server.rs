@@ -2,14 +2,15 @@
 //! TCP on 127.0.0.1 (port 0), with a real FTL on the in-memory simulator
 //! behind it.
 
+mod support;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use support::{format_volume, Vol, BS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, ReplyData, Request};
 use zftl::handle::{AsyncHandle, Handle, InlineHandle};
 use zftl::sim::{SimConfig, SimDevice};
@@ -17,32 +18,11 @@ use zftl_nbd::client::{self as nbd, Reply};
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
 
-const BS: usize = 4096;
-/// Small enough that "larger than the limit" tests are cheap.
+/// Small enough that "larger than the limit" tests are cheap (the
+/// support module's `Vol` has the same limit).
 const MAX_REQUEST_BLOCKS: u32 = 64;
 
-// ----- the volume: the FTL's async handle ------------------------------------
-
-#[derive(Clone)]
-struct Vol(AsyncHandle<SimDevice>);
-
-impl Volume for Vol {
-    fn block_size(&self) -> usize {
-        self.0.block_size()
-    }
-    fn logical_blocks(&self) -> u64 {
-        self.0.logical_blocks()
-    }
-    fn max_request_blocks(&self) -> u32 {
-        MAX_REQUEST_BLOCKS
-    }
-    fn call(
-        &self,
-        request: Request,
-    ) -> impl std::future::Future<Output = Result<ReplyData, IoError>> + Send {
-        self.0.call(request)
-    }
-}
+// ----- the volume: the FTL's async handle (support's `Vol`) or inline ------------
 
 /// The FTL driven on the server's own threads, as `zftl serve` drives it on
 /// the simulator: a buffered write is answered within the call, so its
@@ -75,31 +55,16 @@ fn ftl_config() -> FtlConfig {
     }
 }
 
-async fn format_volume() -> Vol {
-    tokio::task::spawn_blocking(|| {
-        let dev = SimDevice::create_memory(SimConfig::small_for_tests()).unwrap();
-        let h = Handle::format(dev, &FormatOptions::default(), ftl_config()).unwrap();
-        Vol(AsyncHandle::from(h))
-    })
-    .await
-    .unwrap()
-}
-
+/// A server of the support module with the volume it serves.
 struct Running<V = Vol> {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
+    server: support::Running,
     vol: V,
 }
 
 impl<V> Running<V> {
-    async fn stop(mut self) -> V {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(20), self.task)
-            .await
-            .expect("server drains and stops")
-            .unwrap()
-            .unwrap();
+    async fn stop(self) -> V {
+        self.server.stop().await;
         self.vol
     }
 }
@@ -113,21 +78,10 @@ async fn start_on<V: Volume + Clone>(vol: V, config: ServerConfig) -> Running<V>
         Some("zftl"),
     )
     .unwrap();
-    let server = Server::new(exports, config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let server = support::start(Server::new(exports, config)).await;
     Running {
-        addr,
-        stop: Some(stop),
-        task,
+        addr: server.addr,
+        server,
         vol,
     }
 }

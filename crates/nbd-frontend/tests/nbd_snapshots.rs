@@ -9,63 +9,13 @@ mod support;
 use std::future::Future;
 
 use support::*;
-use tokio::net::TcpStream;
 use zftl::core::{IoError, ReplyData, Request};
-use zftl_nbd::client::{Client, ClientError, ExportInfo};
+use zftl_nbd::client::ClientError;
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, ServerConfig, Volume};
 
 /// Blocks the tests write before and after the snapshot.
 const BLOCKS: usize = 16;
-
-fn fill(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed ^ (i as u8) ^ ((i >> 8) as u8))
-        .collect()
-}
-
-async fn client(addr: std::net::SocketAddr) -> Client<TcpStream> {
-    Client::greet(TcpStream::connect(addr).await.unwrap())
-        .await
-        .unwrap()
-}
-
-/// A connection in transmission on `export` (structured replies, and
-/// `base:allocation` when `meta`).
-async fn open(
-    addr: std::net::SocketAddr,
-    export: &str,
-    meta: bool,
-) -> Result<(Client<TcpStream>, ExportInfo), ClientError> {
-    let mut c = client(addr).await;
-    c.structured_replies().await?;
-    if meta {
-        let contexts = c.set_meta_context(export, &[META_BASE_ALLOCATION]).await?;
-        assert_eq!(contexts.len(), 1, "{export}: base:allocation selected");
-    }
-    let info = c.go(export, &[INFO_BLOCK_SIZE]).await?;
-    Ok((c, info))
-}
-
-/// `NBD_OPT_LIST`: (name, description) of each export, in order.
-async fn list(addr: std::net::SocketAddr) -> Vec<(String, String)> {
-    let mut c = client(addr).await;
-    c.send_option(OPT_LIST, &[]).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let r = c.option_reply().await.unwrap();
-        assert_eq!(r.option, OPT_LIST);
-        if r.reply_type == REP_ACK {
-            break;
-        }
-        assert_eq!(r.reply_type, REP_SERVER);
-        let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
-        let name = String::from_utf8(r.data[4..4 + len].to_vec()).unwrap();
-        let description = String::from_utf8(r.data[4 + len..].to_vec()).unwrap();
-        out.push((name, description));
-    }
-    out
-}
 
 /// The option error `name` gets at `NBD_OPT_GO` (and at `NBD_OPT_INFO`).
 async fn refused(addr: std::net::SocketAddr, name: &str) -> u32 {
@@ -278,20 +228,10 @@ async fn volumes_that_list_no_snapshots_have_no_views() {
     let vol = format_volume_in_band().await;
     vol.0.snapshot_create("s").await.unwrap();
     let table = ExportTable::new(vec![Export::new("zftl", Unlisted(vol))], None).unwrap();
-    let server = Server::new(table, ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let server = start(Server::new(table, ServerConfig::default())).await;
+    let addr = server.addr;
     let names: Vec<String> = list(addr).await.into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["zftl"]);
     assert_eq!(refused(addr, "zftl@s").await, REP_ERR_UNKNOWN);
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    server.stop().await;
 }

@@ -36,12 +36,11 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::recovery::device_for;
 use super::snapshot::{Collect, OpCost};
-use super::timetravel::{self, expect_byte, format_options, no_window, write_range, BEFORE};
+use super::timetravel::{expect_byte, format_options, no_window, write_range, Activation, BEFORE};
 use super::{progress, ratio, round, show, thread_cpu_s, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
 const MIB: u64 = 1 << 20;
-const GIB: f64 = (1u64 << 30) as f64;
 /// A fork's activation target: its first read within this per GiB of data.
 pub const FORK_TARGET_MS_PER_GIB: f64 = 50.0;
 /// The bytes the fork's writes and the live volume's writes carry.
@@ -126,17 +125,9 @@ pub struct ForkCase {
     pub delete: OpCost,
     /// create ÷ the first volume's create, per round.
     pub create_ratio: Rounds,
-    /// From the create's return to the fork's first 4 KiB read done.
-    pub first_read_us: Rounds,
-    /// Media blocks the FTL wrote while that read ran.
-    pub first_read_media_blocks: Vec<u64>,
-    /// The median first read per GiB of data, the target, and the first ÷
-    /// the target.
-    pub first_read_ms_per_gib: f64,
-    pub target_ms_per_gib: f64,
-    pub over_target: f64,
-    /// The create and the first read together, per round, per GiB.
-    pub create_and_first_read_ms_per_gib: Rounds,
+    /// The fork's first read after each create.
+    #[serde(flatten)]
+    pub activation: Activation,
     /// 4 KiB random reads of blocks unchanged since the base.
     pub reads: Versus,
     /// The writes' working set, distinct blocks.
@@ -271,7 +262,6 @@ impl Volume {
         seed: u64,
         index: usize,
     ) -> Result<ForkCase, BenchError> {
-        let gib = (self.mib * MIB) as f64 / GIB;
         let create_ratio = Rounds::of(
             self.create
                 .us
@@ -280,17 +270,16 @@ impl Volume {
                 .map(|(c, f)| ratio(*c, *f))
                 .collect(),
         );
-        let both = self
-            .create
-            .us
-            .iter()
-            .zip(&self.first_read_us)
-            .map(|(c, f)| (c + f) / 1e3 / gib)
-            .collect();
+        let create_ms: Vec<f64> = self.create.us.iter().map(|us| us / 1e3).collect();
+        let activation = Activation::new(
+            &create_ms,
+            std::mem::take(&mut self.first_read_us),
+            std::mem::take(&mut self.first_read_media),
+            self.mib * MIB,
+            FORK_TARGET_MS_PER_GIB,
+        );
         let create = std::mem::take(&mut self.create).done();
         let delete = std::mem::take(&mut self.delete).done();
-        let first = Rounds::of(std::mem::take(&mut self.first_read_us));
-        let per_gib = first.median / 1e3 / gib;
 
         // The fork the reads and writes go through.
         let drv = &mut self.drv;
@@ -364,12 +353,7 @@ impl Volume {
             create,
             delete,
             create_ratio,
-            first_read_ms_per_gib: round(per_gib, 6),
-            target_ms_per_gib: FORK_TARGET_MS_PER_GIB,
-            over_target: round(per_gib / FORK_TARGET_MS_PER_GIB, 6),
-            first_read_us: first,
-            first_read_media_blocks: self.first_read_media,
-            create_and_first_read_ms_per_gib: Rounds::of(both),
+            activation,
             reads: read,
             write_blocks: want,
             first_writes,
@@ -482,17 +466,7 @@ pub fn forks_text(tag: &str, cases: &[ForkCase], t: &mut Text) {
         );
         t.row("create_over_first_volume", show(&c.create_ratio));
         t.row("delete_us", show(&c.delete.us));
-        timetravel::activation_text(
-            timetravel::Activation {
-                first_read_us: &c.first_read_us,
-                first_read_media_blocks: &c.first_read_media_blocks,
-                first_read_ms_per_gib: c.first_read_ms_per_gib,
-                target_ms_per_gib: c.target_ms_per_gib,
-                over_target: c.over_target,
-                create_and_first_read_ms_per_gib: &c.create_and_first_read_ms_per_gib,
-            },
-            t,
-        );
+        c.activation.text(t);
         t.row(
             "reads",
             format!(

@@ -28,6 +28,9 @@
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
 
+#[macro_use]
+mod forward;
+
 mod forks;
 mod media;
 mod nbd;
@@ -392,6 +395,30 @@ fn emit<T: Serialize>(
 }
 
 /// A progress bar on stderr, hidden unless stderr is a terminal.
+/// Writes `count` blocks through `pipe` at the addresses `lbas` gives, in
+/// order, with a progress bar named `what`.
+pub fn write_shown<B: zftl_core::Backend>(
+    drv: &mut zftl_core::Driver<B>,
+    pipe: &mut pipe::Pipeline,
+    lbas: impl IntoIterator<Item = zftl_core::addr::Lba>,
+    count: u64,
+    what: &str,
+) -> Result<(), BenchError> {
+    let bar = progress(count, what);
+    let mut lbas = lbas.into_iter();
+    pipe.write(
+        drv,
+        count,
+        &mut || lbas.next().expect("as many addresses as writes"),
+        &mut |done| {
+            bar.set_position(done);
+            true
+        },
+    )?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
 pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     if !io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();

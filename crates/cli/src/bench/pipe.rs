@@ -55,23 +55,7 @@ impl Pipeline {
         next_lba: &mut dyn FnMut() -> Lba,
         tick: Tick<'_>,
     ) -> Result<u64, IoError> {
-        let block = self.block.clone();
-        self.run(
-            drv,
-            count,
-            &mut |_, done| tick(done),
-            &mut |lba_source: Option<Lba>| {
-                let lba = lba_source.unwrap_or_else(&mut *next_lba);
-                (
-                    lba,
-                    Request::Write {
-                        lba,
-                        data: block.clone(),
-                        fua: false,
-                    },
-                )
-            },
-        )
+        self.write_observed(drv, count, next_lba, &mut |_, done| tick(done))
     }
 
     /// Like [`Self::write`], with the driver handed to the tick (to sample

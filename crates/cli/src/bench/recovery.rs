@@ -42,8 +42,8 @@ use serde::Serialize;
 use zftl_core::backend::ZoneId;
 use zftl_core::layout::{Layout, OPEN_DATA_LANES, SUPER_ZONES};
 use zftl_core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry,
-    ReplyData, Request, SubmitError, TagPlacement, ZoneInfo,
+    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, ReplyData,
+    Request, SubmitError, TagPlacement, ZoneInfo,
 };
 use zftl_sim::{Faults, PowerCut, SimConfig, SimDevice};
 
@@ -665,30 +665,13 @@ struct ReadCount {
 }
 
 impl Backend for ReadCount {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
         let read = matches!(command, Command::Read { .. });
         self.inner.submit(tag, command)?;
         self.reads += u64::from(read);
         Ok(())
     }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        self.inner.reap(out, max)
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
+    forward_backend!(inner: geometry, zone_info, reap, wait, in_flight, clock_ns);
 }
 
 /// What a device call touched, for the step split.
@@ -798,9 +781,6 @@ impl<B: Backend> Clocked<B> {
 }
 
 impl<B: Backend> Backend for Clocked<B> {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
     fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
         self.timed(|d| d.zone_info(zone))
     }
@@ -814,12 +794,7 @@ impl<B: Backend> Backend for Clocked<B> {
     fn wait(&mut self) -> Result<(), DeviceError> {
         self.timed(|d| d.wait())
     }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
+    forward_backend!(inner: geometry, in_flight, clock_ns);
 }
 
 impl RecoveryReport {

@@ -9,8 +9,7 @@
 
 use std::collections::HashMap;
 
-use zftl_core::backend::ZoneId;
-use zftl_core::{Backend, Command, Completion, DeviceError, Geometry, SubmitError, ZoneInfo};
+use zftl_core::{Backend, Command, Completion, SubmitError};
 
 /// Write commands whose (blocks, parts) are kept for a replay; the counts
 /// go on past it.
@@ -182,12 +181,7 @@ impl<B: Backend> Recorder<B> {
 }
 
 impl<B: Backend> Backend for Recorder<B> {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
+    forward_backend!(inner: geometry, zone_info);
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
         let sent = self.describe(&command);
         self.inner.submit(tag, command)?;
@@ -218,13 +212,5 @@ impl<B: Backend> Backend for Recorder<B> {
         }
         n
     }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
+    forward_backend!(inner: wait, in_flight, clock_ns);
 }

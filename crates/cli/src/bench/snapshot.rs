@@ -39,7 +39,10 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::timetravel::{self, PointCounts, TimeArgs};
 use super::workload::{AddressGen, WorkloadKind, WorkloadSpec};
-use super::{plan, progress, ratio, round, show, thread_cpu_s, wa, BenchError, SpaceArgs, TagMode};
+use super::{
+    plan, progress, ratio, round, show, thread_cpu_s, wa, write_shown, BenchError, SpaceArgs,
+    TagMode,
+};
 use crate::report::Text;
 
 const MIB: u64 = 1 << 20;
@@ -522,22 +525,12 @@ fn write_seq(
     end: u64,
 ) -> Result<(), BenchError> {
     let mut pipe = Pipeline::new(QUEUE_DEPTH, drv.block_size());
-    let bar = progress(count, "write");
-    pipe.write(
-        drv,
-        count,
-        &mut || {
-            let lba = *next % end;
-            *next += 1;
-            lba
-        },
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok(())
+    let lbas = std::iter::from_fn(|| {
+        let lba = *next % end;
+        *next += 1;
+        Some(lba)
+    });
+    write_shown(drv, &mut pipe, lbas, count, "write")
 }
 
 /// Media blocks written between two readings, by kind.

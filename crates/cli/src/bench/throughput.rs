@@ -51,7 +51,9 @@ use super::raw::{fill_device, random_reads, ShapedWriter};
 use super::shape::{Recorder, Shape};
 use super::wa::{fill, format_on};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{median, plan, progress, ratio, round, thread_cpu_s, BenchError, ThroughputArgs};
+use super::{
+    median, plan, progress, ratio, round, thread_cpu_s, write_shown, BenchError, ThroughputArgs,
+};
 use crate::report::Text;
 
 /// Blocks per raw batch between clock checks.
@@ -286,20 +288,11 @@ pub fn run(args: &ThroughputArgs, ftl: &FtlConfig) -> Result<ThroughputReport, B
     );
     let warmup_host_writes = (args.warmup.max(0.0) * plan.logical_blocks as f64).round() as u64;
     drv.backend_mut().take_shape();
-    let bar = progress(warmup_host_writes, "warmup");
     let started = Instant::now();
-    pipe.write(
-        &mut drv,
-        warmup_host_writes,
-        &mut || addresses.next_lba(),
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
+    let lbas = std::iter::repeat_with(|| addresses.next_lba());
+    write_shown(&mut drv, &mut pipe, lbas, warmup_host_writes, "warmup")?;
     drv.flush()?;
     let warmup_s = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
     let mut warm_shape = drv.backend_mut().take_shape();
     if warm_shape.writes.is_empty() {
         // No warmup: the fill's appends are the shape to start from.

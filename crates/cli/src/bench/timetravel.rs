@@ -28,11 +28,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
-use zftl_core::backend::ZoneId;
-use zftl_core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, FtlStats,
-    Geometry, ProtectWindow, SubmitError, TagPlacement, ZoneInfo,
-};
+use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, FtlStats, ProtectWindow, TagPlacement};
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice, Timing};
 
@@ -40,7 +36,7 @@ use super::pipe::Pipeline;
 use super::range::Rounds;
 use super::recovery::{device_for, disk_estimate, fill_zeros, free_bytes, ImageFile};
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{median, progress, ratio, round, show, BenchError, TagMode};
+use super::{median, progress, ratio, round, show, write_shown, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
 const MIB: u64 = 1 << 20;
@@ -247,19 +243,8 @@ fn write_list<B: Backend>(
     what: &str,
 ) -> Result<(), BenchError> {
     let mut pipe = Pipeline::with_byte(QUEUE_DEPTH, drv.block_size(), byte);
-    let bar = progress(lbas.len() as u64, what);
-    let mut it = lbas.iter().copied();
-    pipe.write(
-        drv,
-        lbas.len() as u64,
-        &mut || it.next().expect("as many addresses as writes"),
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok(())
+    let count = lbas.len() as u64;
+    write_shown(drv, &mut pipe, lbas.iter().copied(), count, what)
 }
 
 /// Writes blocks `0..count` of `byte`, `QUEUE_DEPTH` in flight.
@@ -270,22 +255,7 @@ pub(super) fn write_range<B: Backend>(
     what: &str,
 ) -> Result<(), BenchError> {
     let mut pipe = Pipeline::with_byte(QUEUE_DEPTH, drv.block_size(), byte);
-    let bar = progress(count, what);
-    let mut next = 0u64;
-    pipe.write(
-        drv,
-        count,
-        &mut || {
-            next += 1;
-            next - 1
-        },
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok(())
+    write_shown(drv, &mut pipe, 0..count, count, what)
 }
 
 /// Checks that block `lba`'s data is all `byte`.
@@ -680,20 +650,9 @@ pub struct ViewCase {
     pub device_bytes: u64,
     /// The create before each view (with no other snapshot live).
     pub create_ms: Rounds,
-    /// From the create's return to the first 4 KiB read of the view done.
-    pub first_read_us: Rounds,
-    /// Media blocks the FTL wrote while that read ran (the rest of work
-    /// the create started: with tags in OOB, the checkpoint the first
-    /// snapshot waits for).
-    pub first_read_media_blocks: Vec<u64>,
-    /// The median first read per GiB of data, and it ÷ the target.
-    pub first_read_ms_per_gib: f64,
-    pub target_ms_per_gib: f64,
-    pub over_target: f64,
-    /// The create and the first read together, per round, per GiB of
-    /// data (the create is the part that grows with the data, with tags
-    /// in OOB).
-    pub create_and_first_read_ms_per_gib: Rounds,
+    /// The view's first read after each create.
+    #[serde(flatten)]
+    pub activation: Activation,
     /// 4 KiB reads per round through the view and through the live
     /// volume, of the same blocks, half of them overwritten after the
     /// snapshot (the view reads their kept versions), one at a time: the
@@ -811,24 +770,18 @@ fn view_case(
         bar.set_position(r as u64 + 1);
     }
     bar.finish_and_clear();
-    let gib = (mib * MIB) as f64 / GIB;
-    let both = create
-        .iter()
-        .zip(&first)
-        .map(|(c, f)| (c + f / 1e3) / gib)
-        .collect();
-    let first = Rounds::of(first);
-    let per_gib = first.median / 1e3 / gib;
+    let activation = Activation::new(
+        &create,
+        first,
+        first_media,
+        mib * MIB,
+        VIEW_TARGET_MS_PER_GIB,
+    );
     Ok(ViewCase {
         data_bytes: mib * MIB,
         device_bytes,
         create_ms: Rounds::of(create),
-        first_read_ms_per_gib: round(per_gib, 6),
-        target_ms_per_gib: VIEW_TARGET_MS_PER_GIB,
-        over_target: round(per_gib / VIEW_TARGET_MS_PER_GIB, 6),
-        first_read_us: first,
-        first_read_media_blocks: first_media,
-        create_and_first_read_ms_per_gib: Rounds::of(both),
+        activation,
         reads_per_round: sample.len() as u64,
         view_read_us: Rounds::of(view_us),
         live_read_us: Rounds::of(live_us),
@@ -865,24 +818,7 @@ impl<B: Backend> Clocked<B> {
 }
 
 impl<B: Backend> Backend for Clocked<B> {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        self.inner.submit(tag, command)
-    }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        self.inner.reap(out, max)
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
+    forward_backend!(inner: geometry, zone_info, submit, reap, wait, in_flight);
     fn clock_ns(&self) -> u64 {
         let t = self.inner.clock_ns();
         self.now.store(t, Ordering::Relaxed);
@@ -1028,18 +964,8 @@ impl WindowVolume {
 
     fn write(&mut self, count: u64, depth: usize, what: &str) -> Result<(), BenchError> {
         let mut pipe = Pipeline::new(depth, self.drv.block_size());
-        let bar = progress(count, what);
-        let addresses = &mut self.addresses;
-        pipe.write(
-            &mut self.drv,
-            count,
-            &mut || addresses.next_lba(),
-            &mut |done| {
-                bar.set_position(done);
-                true
-            },
-        )?;
-        bar.finish_and_clear();
+        let lbas = std::iter::repeat_with(|| self.addresses.next_lba());
+        write_shown(&mut self.drv, &mut pipe, lbas, count, what)?;
         self.drv.flush()?;
         Ok(())
     }
@@ -1196,34 +1122,74 @@ pub fn diff_text(tag: &str, d: &DiffReport, t: &mut Text) {
     t.bytes("image_disk_bytes", d.image_disk_bytes);
 }
 
-/// What a view's and a fork's first read after the create report.
-pub struct Activation<'a> {
-    pub first_read_us: &'a Rounds,
-    pub first_read_media_blocks: &'a [u64],
+/// The first read of a view or a fork after its create, each round
+/// (flattened into the case's JSON).
+#[derive(Debug, Serialize)]
+pub struct Activation {
+    /// From the create's return to the first 4 KiB read done.
+    pub first_read_us: Rounds,
+    /// Media blocks the FTL wrote while that read ran (the rest of work
+    /// the create started: with tags in OOB, the checkpoint the first
+    /// snapshot waits for).
+    pub first_read_media_blocks: Vec<u64>,
+    /// The median first read per GiB of data, the target, and the first ÷
+    /// the target.
     pub first_read_ms_per_gib: f64,
     pub target_ms_per_gib: f64,
     pub over_target: f64,
-    pub create_and_first_read_ms_per_gib: &'a Rounds,
+    /// The create and the first read together, per round, per GiB of
+    /// data (the create is the part that grows with the data, with tags
+    /// in OOB).
+    pub create_and_first_read_ms_per_gib: Rounds,
 }
 
-/// The text rows of an [`Activation`].
-pub fn activation_text(a: Activation<'_>, t: &mut Text) {
-    t.row("first_read_us", show(a.first_read_us));
-    t.row(
-        "first_read_media_blocks",
-        format!("{:?}", a.first_read_media_blocks),
-    );
-    t.row(
-        "first_read_ms_per_gib",
-        format!(
-            "{} (target {}: {} of it)",
-            a.first_read_ms_per_gib, a.target_ms_per_gib, a.over_target
-        ),
-    );
-    t.row(
-        "create_and_first_read_ms_per_gib",
-        show(a.create_and_first_read_ms_per_gib),
-    );
+impl Activation {
+    /// From each round's create (ms), first read (µs) and media blocks
+    /// written during it, on a volume with `data_bytes` written.
+    pub fn new(
+        create_ms: &[f64],
+        first_read_us: Vec<f64>,
+        first_read_media_blocks: Vec<u64>,
+        data_bytes: u64,
+        target_ms_per_gib: f64,
+    ) -> Activation {
+        let gib = data_bytes as f64 / GIB;
+        let both = create_ms
+            .iter()
+            .zip(&first_read_us)
+            .map(|(c, f)| (c + f / 1e3) / gib)
+            .collect();
+        let first = Rounds::of(first_read_us);
+        let per_gib = first.median / 1e3 / gib;
+        Activation {
+            first_read_us: first,
+            first_read_media_blocks,
+            first_read_ms_per_gib: round(per_gib, 6),
+            target_ms_per_gib,
+            over_target: round(per_gib / target_ms_per_gib, 6),
+            create_and_first_read_ms_per_gib: Rounds::of(both),
+        }
+    }
+
+    /// Its text rows.
+    pub fn text(&self, t: &mut Text) {
+        t.row("first_read_us", show(&self.first_read_us));
+        t.row(
+            "first_read_media_blocks",
+            format!("{:?}", self.first_read_media_blocks),
+        );
+        t.row(
+            "first_read_ms_per_gib",
+            format!(
+                "{} (target {}: {} of it)",
+                self.first_read_ms_per_gib, self.target_ms_per_gib, self.over_target
+            ),
+        );
+        t.row(
+            "create_and_first_read_ms_per_gib",
+            show(&self.create_and_first_read_ms_per_gib),
+        );
+    }
 }
 
 pub fn views_text(tag: &str, cases: &[ViewCase], t: &mut Text) {
@@ -1233,17 +1199,7 @@ pub fn views_text(tag: &str, cases: &[ViewCase], t: &mut Text) {
             human_bytes(c.data_bytes)
         ));
         t.row("create_ms", show(&c.create_ms));
-        activation_text(
-            Activation {
-                first_read_us: &c.first_read_us,
-                first_read_media_blocks: &c.first_read_media_blocks,
-                first_read_ms_per_gib: c.first_read_ms_per_gib,
-                target_ms_per_gib: c.target_ms_per_gib,
-                over_target: c.over_target,
-                create_and_first_read_ms_per_gib: &c.create_and_first_read_ms_per_gib,
-            },
-            t,
-        );
+        c.activation.text(t);
         t.row("view_read_us", show(&c.view_read_us));
         t.row("live_read_us", show(&c.live_read_us));
         t.row("view_over_live", show(&c.view_over_live));

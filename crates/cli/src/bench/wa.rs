@@ -13,7 +13,7 @@ use zftl_sim::SimDevice;
 
 use super::pipe::Pipeline;
 use super::workload::{AddressGen, WorkloadSpec};
-use super::{plan, progress, ratio, round, BenchError, Plan, WaArgs};
+use super::{plan, progress, ratio, round, write_shown, BenchError, Plan, WaArgs};
 use crate::report::Text;
 
 /// `--compare`: the textbook baseline and the tuned FTL in one run.
@@ -158,19 +158,10 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
     let mut addresses = AddressGen::new(&spec, plan.logical_blocks, args.space.seed);
     let warmup_writes = (args.warmup.max(0.0) * plan.logical_blocks as f64).round() as u64;
     if warmup_writes > 0 {
-        let bar = progress(warmup_writes, "warmup");
-        pipe.write(
-            &mut drv,
-            warmup_writes,
-            &mut || addresses.next_lba(),
-            &mut |done| {
-                bar.set_position(done);
-                true
-            },
-        )?;
+        let lbas = std::iter::repeat_with(|| addresses.next_lba());
+        write_shown(&mut drv, &mut pipe, lbas, warmup_writes, "warmup")?;
         drv.flush()?;
         drv.settle()?;
-        bar.finish_and_clear();
     }
     let base = drv.stats();
 
@@ -242,22 +233,8 @@ pub fn fill<B: Backend>(
     pipe: &mut Pipeline,
     logical_blocks: u64,
 ) -> Result<(), BenchError> {
-    let bar = progress(logical_blocks, "fill");
-    let mut next = 0u64;
-    pipe.write(
-        drv,
-        logical_blocks,
-        &mut || {
-            next += 1;
-            next - 1
-        },
-        &mut |done| {
-            bar.set_position(done);
-            true
-        },
-    )?;
+    write_shown(drv, pipe, 0..logical_blocks, logical_blocks, "fill")?;
     drv.flush()?;
-    bar.finish_and_clear();
     Ok(())
 }
 

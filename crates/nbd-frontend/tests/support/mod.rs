@@ -1,6 +1,6 @@
-//! Shared by the TLS and metrics tests: a real FTL on the in-memory
-//! simulator as the volume, and helpers over `zftl_nbd::client` on any
-//! stream (plain or TLS).
+//! Shared by the NBD tests: a real FTL on the in-memory simulator as the
+//! volume, a server on 127.0.0.1, and helpers over `zftl_nbd::client` on
+//! any stream (plain or TLS) or on a TCP connection.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -8,13 +8,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use zftl::core::history::Snapshot;
 use zftl::core::{FormatOptions, FtlConfig, IoError, ReplyData, Request, TagPlacement};
 use zftl::handle::{AsyncHandle, Handle};
 use zftl::sim::{SimConfig, SimDevice};
-use zftl_nbd::client::{info_request, Client, ClientError};
+use zftl_nbd::client::{info_request, Client, ClientError, ExportInfo};
 use zftl_nbd::proto::*;
 use zftl_nbd::{Export, ExportTable, Server, Volume};
 
@@ -93,7 +94,7 @@ impl Running {
 }
 
 /// Serves `server` on 127.0.0.1, port 0.
-pub async fn start(server: Server<Vol>) -> Running {
+pub async fn start<V: Volume>(server: Server<V>) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -179,4 +180,57 @@ pub async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, seed: u8) 
     c.write(off, &data, 0).await.unwrap();
     assert_eq!(c.read(off, data.len() as u32).await.unwrap(), data);
     c.flush().await.unwrap();
+}
+
+// ----- the client on a TCP connection ------------------------------------------
+
+/// `len` bytes of a pattern that differs with `seed` and along the bytes.
+pub fn fill(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed ^ (i as u8) ^ ((i >> 8) as u8))
+        .collect()
+}
+
+/// A connection to `addr`, greeted.
+pub async fn client(addr: SocketAddr) -> Client<TcpStream> {
+    Client::greet(TcpStream::connect(addr).await.unwrap())
+        .await
+        .unwrap()
+}
+
+/// A connection in transmission on `export` (structured replies, and
+/// `base:allocation` when `meta`).
+pub async fn open(
+    addr: SocketAddr,
+    export: &str,
+    meta: bool,
+) -> Result<(Client<TcpStream>, ExportInfo), ClientError> {
+    let mut c = client(addr).await;
+    c.structured_replies().await?;
+    if meta {
+        let contexts = c.set_meta_context(export, &[META_BASE_ALLOCATION]).await?;
+        assert_eq!(contexts.len(), 1, "{export}: base:allocation selected");
+    }
+    let info = c.go(export, &[INFO_BLOCK_SIZE]).await?;
+    Ok((c, info))
+}
+
+/// `NBD_OPT_LIST`: (name, description) of each export, in order.
+pub async fn list(addr: SocketAddr) -> Vec<(String, String)> {
+    let mut c = client(addr).await;
+    c.send_option(OPT_LIST, &[]).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let r = c.option_reply().await.unwrap();
+        assert_eq!(r.option, OPT_LIST);
+        if r.reply_type == REP_ACK {
+            break;
+        }
+        assert_eq!(r.reply_type, REP_SERVER);
+        let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
+        let name = String::from_utf8(r.data[4..4 + len].to_vec()).unwrap();
+        let description = String::from_utf8(r.data[4 + len..].to_vec()).unwrap();
+        out.push((name, description));
+    }
+    out
 }

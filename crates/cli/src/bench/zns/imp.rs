@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use zftl::handle::{AsyncHandle, Handle};
 use zftl_core::backend::{
-    Command as DevCommand, Completion, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
+    Command as DevCommand, DeviceError, Geometry, SubmitError, ZoneId, ZoneInfo,
 };
 use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, Request};
 use zftl_sim::rng::Rng;
@@ -47,18 +47,7 @@ impl Backend for FirstZones {
         );
         self.inner.submit(tag, command)
     }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        self.inner.reap(out, max)
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
+    forward_backend!(inner: reap, wait, in_flight, clock_ns);
 }
 
 type Dev = Recorder<FirstZones>;
