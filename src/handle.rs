@@ -86,7 +86,7 @@ use zftl_core::{
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
-    MountError, RangeOp, ReplyData, Request,
+    MountError, NamelessAddr, NamelessError, RangeOp, ReplyData, Request,
 };
 
 /// The snapshot named `name` among `snapshots`.
@@ -223,6 +223,34 @@ fn read_data(reply: ReplyData) -> Vec<u8> {
     }
 }
 
+fn nameless_addrs(reply: ReplyData) -> Vec<NamelessAddr> {
+    match reply {
+        ReplyData::Addrs(addrs) => addrs,
+        other => unreachable!("nameless write answered with {other:?}"),
+    }
+}
+
+fn nameless_block(reply: ReplyData) -> (Vec<u8>, Vec<u8>) {
+    match reply {
+        ReplyData::NamelessBlock { data, md } => (data, md),
+        other => unreachable!("nameless read answered with {other:?}"),
+    }
+}
+
+/// A nameless write, or an overwrite of `old` when it is not empty.
+fn nameless_request(old: &[NamelessAddr], data: &[u8], md: &[u8], fua: bool) -> Request {
+    let (data, md) = (data.to_vec(), md.to_vec());
+    match old {
+        [] => Request::NamelessWrite { data, md, fua },
+        old => Request::NamelessOverwrite {
+            old: old.to_vec(),
+            data,
+            md,
+            fua,
+        },
+    }
+}
+
 /// The request methods of the handles, written once for the blocking
 /// ([`Handle`], [`InlineHandle`]) and the async ([`AsyncHandle`]) ones:
 /// each builds its [`Request`], hands it to `self.call` (awaited on the
@@ -268,6 +296,57 @@ macro_rules! request_methods {
         pub $($fn)? fn write_zeroes(&self, lba: Lba, block_count: u32) -> Result<(), IoError> {
             let request = Request::WriteZeroes { lba, block_count, fua: false };
             self.call(request)$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_write) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_write(
+            &self,
+            data: &[u8],
+            md: &[u8],
+        ) -> Result<Vec<NamelessAddr>, IoError> {
+            self.call(nameless_request(&[], data, md, false))$($aw)*.map(nameless_addrs)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_write_fua) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_write_fua(
+            &self,
+            data: &[u8],
+            md: &[u8],
+        ) -> Result<Vec<NamelessAddr>, IoError> {
+            self.call(nameless_request(&[], data, md, true))$($aw)*.map(nameless_addrs)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_overwrite) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_overwrite(
+            &self,
+            old: &[NamelessAddr],
+            data: &[u8],
+            md: &[u8],
+        ) -> Result<Vec<NamelessAddr>, IoError> {
+            if old.is_empty() {
+                let expected = data.len() / self.block_size().max(1);
+                return Err(NamelessError::AddressCount { expected, actual: 0 }.into());
+            }
+            self.call(nameless_request(old, data, md, false))$($aw)*.map(nameless_addrs)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_read) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_read(
+            &self,
+            addr: NamelessAddr,
+        ) -> Result<(Vec<u8>, Vec<u8>), IoError> {
+            self.call(Request::NamelessRead { addr })$($aw)*.map(nameless_block)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_free) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_free(&self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
+            let addrs = addrs.to_vec();
+            self.call(Request::NamelessFree { addrs })$($aw)*.map(drop)
         }
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* flush) => {
@@ -578,6 +657,20 @@ impl<B: Send + 'static> Handle<B> {
         write_zeroes;
         /// Makes every acknowledged write, trim and zeroing durable.
         flush;
+        /// Writes whole blocks to the physical segment, each with
+        /// [`zftl_core::NAMELESS_MD_BYTES`] of `md`; returns their addresses (see
+        /// [`Driver::nameless_write`]). Durable after the next [`Self::flush`].
+        nameless_write;
+        /// [`Self::nameless_write`], durable when this returns.
+        nameless_write_fua;
+        /// Writes blocks that replace (free) `old`, one address per block:
+        /// a power cut keeps each new block and its free, or neither.
+        nameless_overwrite;
+        /// Reads a block of the physical segment: its data and metadata.
+        nameless_read;
+        /// Frees blocks of the physical segment (all or none); durable after
+        /// the next [`Self::flush`].
+        nameless_free;
         /// Applies a vector of range operations as one atomic unit; returns
         /// once it is durable (see [`zftl_core::range`]).
         range_ops;
@@ -791,6 +884,16 @@ impl<B: Send + 'static> AsyncHandle<B> {
         write_zeroes;
         /// See [`Handle::flush`].
         flush;
+        /// See [`Handle::nameless_write`].
+        nameless_write;
+        /// See [`Handle::nameless_write_fua`].
+        nameless_write_fua;
+        /// See [`Handle::nameless_overwrite`].
+        nameless_overwrite;
+        /// See [`Handle::nameless_read`].
+        nameless_read;
+        /// See [`Handle::nameless_free`].
+        nameless_free;
         /// See [`Handle::range_ops`].
         range_ops;
         /// See [`Handle::clone_ranges`].
@@ -1352,6 +1455,19 @@ impl<B: Backend> InlineHandle<B> {
         };
         state.poll(ticket)
     }
+
+    request_methods!(sync {
+        /// See [`Handle::nameless_write`].
+        nameless_write;
+        /// See [`Handle::nameless_write_fua`].
+        nameless_write_fua;
+        /// See [`Handle::nameless_overwrite`].
+        nameless_overwrite;
+        /// See [`Handle::nameless_read`].
+        nameless_read;
+        /// See [`Handle::nameless_free`].
+        nameless_free;
+    });
 
     request_methods!(sync {
         /// See [`Handle::range_ops`].

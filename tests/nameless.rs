@@ -4,10 +4,10 @@
 //! typed errors, emptied zones come back, and both kinds of remount keep
 //! every durable block at its address.
 
+use std::collections::{BTreeMap, BTreeSet};
 use zftl::core::{
     Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, TagPlacement,
 };
-use std::collections::{BTreeMap, BTreeSet};
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimDevice};
 
@@ -47,8 +47,16 @@ fn put(ftl: &mut Driver<SimDevice>, keys: &[u64], version: u32) -> Vec<NamelessA
 fn holds(ftl: &mut Driver<SimDevice>, addr: NamelessAddr, key: u64, version: u32) {
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
     let (data, meta) = ftl.nameless_read(addr).unwrap();
-    assert_eq!(data, pattern(key, version, bs), "data of key {key} at {addr:?}");
-    assert_eq!(meta, md(key, version, mb), "metadata of key {key} at {addr:?}");
+    assert_eq!(
+        data,
+        pattern(key, version, bs),
+        "data of key {key} at {addr:?}"
+    );
+    assert_eq!(
+        meta,
+        md(key, version, mb),
+        "metadata of key {key} at {addr:?}"
+    );
 }
 
 fn nameless_error(r: Result<impl std::fmt::Debug, IoError>) -> NamelessError {
@@ -67,7 +75,11 @@ fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect() {
     let mut distinct = addrs.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    assert_eq!(distinct.len(), addrs.len(), "every block gets its own address");
+    assert_eq!(
+        distinct.len(),
+        addrs.len(),
+        "every block gets its own address"
+    );
     for (&k, &a) in keys.iter().zip(&addrs) {
         holds(&mut ftl, a, k, 1);
     }
@@ -209,7 +221,8 @@ impl SegmentModel {
             h.durable = true;
             h.replaces = None;
         }
-        self.gone.extend(std::mem::take(&mut self.freeing).into_keys());
+        self.gone
+            .extend(std::mem::take(&mut self.freeing).into_keys());
     }
 
     fn free(&mut self, addr: NamelessAddr) {
@@ -430,9 +443,17 @@ impl NamelessRig {
         for (a, h) in live {
             let here = self.survives(a, &h);
             let replaced = self.interrupted == Some(a);
-            assert!(here || !h.durable || replaced, "durable block {a:?} ({h:?}) lost");
+            assert!(
+                here || !h.durable || replaced,
+                "durable block {a:?} ({h:?}) lost"
+            );
             if let Some(old) = h.replaces {
-                let o = freeing.remove(&old).unwrap_or_else(|| panic!("{a:?} ({h:?}) replaced {old:?}, not freed: live {:?}", kept.get(&old)));
+                let o = freeing.remove(&old).unwrap_or_else(|| {
+                    panic!(
+                        "{a:?} ({h:?}) replaced {old:?}, not freed: live {:?}",
+                        kept.get(&old)
+                    )
+                });
                 let old_here = self.survives(old, &o);
                 // Both gone: the overwrite in flight at the cut replaced
                 // the new block too.
@@ -452,11 +473,14 @@ impl NamelessRig {
                 }
             }
             if here {
-                kept.insert(a, Held {
-                    durable: true,
-                    replaces: None,
-                    ..h
-                });
+                kept.insert(
+                    a,
+                    Held {
+                        durable: true,
+                        replaces: None,
+                        ..h
+                    },
+                );
             } else {
                 self.model.gone.insert(a);
             }
@@ -578,4 +602,68 @@ fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on() 
     holds(&mut ftl, more[1], 1001, 1);
     let mut dev = ftl.shutdown().unwrap();
     common::assert_check_clean(&mut dev, "after nameless writes");
+}
+
+#[test]
+fn the_handles_write_read_overwrite_and_free_nameless_blocks() {
+    use zftl::handle::{AsyncHandle, Handle, InlineHandle};
+    let mb = zftl::core::NAMELESS_MD_BYTES;
+    // Thread and inline handles, the same calls.
+    let threaded = Handle::spawn(format(true));
+    let inline = InlineHandle::new(format(true));
+    macro_rules! exercise {
+        ($ftl:expr) => {{
+            let ftl = &$ftl;
+            let bs = ftl.block_size();
+            let data: Vec<u8> = [pattern(1, 1, bs), pattern(2, 1, bs)].concat();
+            let meta: Vec<u8> = [md(1, 1, mb), md(2, 1, mb)].concat();
+            let a = ftl.nameless_write(&data, &meta).unwrap();
+            assert_eq!(
+                ftl.nameless_read(a[1]).unwrap(),
+                (pattern(2, 1, bs), md(2, 1, mb))
+            );
+            let b = ftl
+                .nameless_overwrite(&a[..1], &pattern(1, 2, bs), &md(1, 2, mb))
+                .unwrap();
+            assert_eq!(ftl.nameless_read(b[0]).unwrap().0, pattern(1, 2, bs));
+            let f = ftl
+                .nameless_write_fua(&pattern(3, 1, bs), &md(3, 1, mb))
+                .unwrap();
+            ftl.nameless_free(&[a[1], f[0]]).unwrap();
+            assert!(matches!(
+                ftl.nameless_read(a[0]),
+                Err(IoError::Nameless(NamelessError::NotLive { .. }))
+            ));
+            let e = ftl.nameless_overwrite(&[], &pattern(1, 3, bs), &md(1, 3, mb));
+            assert!(matches!(
+                e,
+                Err(IoError::Nameless(NamelessError::AddressCount {
+                    expected: 1,
+                    actual: 0
+                }))
+            ));
+            assert_eq!(ftl.stats().unwrap().nameless_live_blocks, 1);
+        }};
+    }
+    exercise!(threaded);
+    exercise!(inline);
+    threaded.shutdown().unwrap();
+    inline.shutdown().unwrap();
+    // The async handle.
+    let ftl = AsyncHandle::from(Handle::spawn(format(true)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let bs = ftl.block_size();
+        let a = ftl
+            .nameless_write(&pattern(9, 1, bs), &md(9, 1, mb))
+            .await
+            .unwrap();
+        let (data, meta) = ftl.nameless_read(a[0]).await.unwrap();
+        assert_eq!((data, meta), (pattern(9, 1, bs), md(9, 1, mb)));
+        ftl.nameless_free(&a).await.unwrap();
+        ftl.shutdown().await.unwrap();
+    });
 }

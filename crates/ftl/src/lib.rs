@@ -55,7 +55,7 @@ pub use error::{IoError, MountError, NamelessError};
 pub use fork::{Fork, ForkError, ForkId};
 pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
-    MIN_POINT_INTERVAL_BLOCKS,
+    MIN_POINT_INTERVAL_BLOCKS, NAMELESS_MD_BYTES,
 };
 pub use nameless::NamelessAddr;
 pub use range::{Attribute, MergePolicy, RangeOp};

@@ -366,7 +366,10 @@ impl Mapping {
     pub fn zone_bitmap(&self, zone: ZoneId, end_blocks: u64) -> Vec<u64> {
         let mut words = vec![0u64; end_blocks.div_ceil(64) as usize];
         for off in 0..end_blocks {
-            if self.p2l.is_valid(Ppa::new(zone, off, self.zone_capacity_blocks)) {
+            if self
+                .p2l
+                .is_valid(Ppa::new(zone, off, self.zone_capacity_blocks))
+            {
                 words[(off / 64) as usize] |= 1 << (off % 64);
             }
         }

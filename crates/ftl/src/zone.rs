@@ -579,7 +579,10 @@ impl ZoneTable {
             data, self.data_zones as usize,
             "data zone count out of step"
         );
-        let nameless = self.iter().filter(|(_, zone)| zone.kind == NAMELESS).count();
+        let nameless = self
+            .iter()
+            .filter(|(_, zone)| zone.kind == NAMELESS)
+            .count();
         assert_eq!(
             nameless, self.nameless_zones as usize,
             "nameless zone count out of step"

@@ -256,9 +256,8 @@ impl Ftl {
             shared,
             attrs,
             clean: self.clean_requested,
-            nameless: self.nameless_image(|z| {
-                zones[z as usize].kind == checkpoint::ZoneKind::DataNameless
-            }),
+            nameless: self
+                .nameless_image(|z| zones[z as usize].kind == checkpoint::ZoneKind::DataNameless),
             zones,
         }
     }

@@ -9,10 +9,12 @@ use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Ppa, Seq};
-use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::backend::HOST_ATTEMPTS;
-use crate::nameless::{MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord};
+use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
+use crate::nameless::{
+    MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
+};
 use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
 use crate::note::Note;
 use crate::payload::BlockData;
@@ -143,7 +145,6 @@ impl NamelessState {
     pub(super) fn queued_blocks(&self) -> u64 {
         self.queued_blocks
     }
-
 }
 
 /// Whether a volume of this tag mode and OOB size has the physical segment.
@@ -434,7 +435,10 @@ impl Ftl {
             count: n as usize,
             first_seq,
         };
-        Some((Op::NamelessAppend(append), Command::Append { zone, data, oob }))
+        Some((
+            Op::NamelessAppend(append),
+            Command::Append { zone, data, oob },
+        ))
     }
 
     /// A nameless zone was opened: its generation goes up, logged before
@@ -466,13 +470,19 @@ impl Ftl {
         self.host_appends_in_flight -= 1;
         self.append_settled(a.zone);
         let durable = self.log.durable_next();
-        self.nameless.opening.retain(|&(_, barrier)| durable < barrier);
+        self.nameless
+            .opening
+            .retain(|&(_, barrier)| durable < barrier);
         let offset = match Self::appended_at(result) {
             Ok(offset) => Some(offset),
             Err(e) => {
                 self.stats.media_write_blocks -= a.count as u64;
                 self.write_failed(a.zone, e.clone());
-                let w = self.nameless.writes.get_mut(a.key).expect("write in flight");
+                let w = self
+                    .nameless
+                    .writes
+                    .get_mut(a.key)
+                    .expect("write in flight");
                 w.error.get_or_insert(match e {
                     DeviceError::DeviceGone => IoError::DeviceGone,
                     e => IoError::Device {
@@ -505,7 +515,11 @@ impl Ftl {
             if self.mapping.valid_blocks(a.zone) == 1 {
                 self.nameless.empty_zones -= 1;
             }
-            let w = self.nameless.writes.get_mut(a.key).expect("write in flight");
+            let w = self
+                .nameless
+                .writes
+                .get_mut(a.key)
+                .expect("write in flight");
             w.addrs[a.first + i] = NamelessAddr::new(ppa, generation);
             w.needs_log |= opening;
             let old = w.old.get(a.first + i).copied();
@@ -624,7 +638,11 @@ impl Ftl {
 
     /// `Request::NamelessRead`: the block's zone stays pinned (no reset)
     /// until the read is answered.
-    pub(super) fn start_nameless_read(&mut self, id: u64, addr: NamelessAddr) -> Result<(), IoError> {
+    pub(super) fn start_nameless_read(
+        &mut self,
+        id: u64,
+        addr: NamelessAddr,
+    ) -> Result<(), IoError> {
         self.nameless_supported()?;
         let ppa = self.nameless_check(addr)?;
         let zone = ppa.zone(self.cap());

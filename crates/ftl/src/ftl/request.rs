@@ -142,9 +142,13 @@ pub enum Request {
     },
     /// Reads one block of the physical segment and its metadata
     /// ([`ReplyData::NamelessBlock`]).
-    NamelessRead { addr: NamelessAddr },
+    NamelessRead {
+        addr: NamelessAddr,
+    },
     /// Frees blocks of the physical segment; durable at the next flush.
-    NamelessFree { addrs: Vec<NamelessAddr> },
+    NamelessFree {
+        addrs: Vec<NamelessAddr>,
+    },
 }
 
 /// What a finished request returns.
@@ -165,7 +169,10 @@ pub enum ReplyData {
     /// block's address, in order.
     Addrs(Vec<NamelessAddr>),
     /// Answer to `Request::NamelessRead`.
-    NamelessBlock { data: Vec<u8>, md: Vec<u8> },
+    NamelessBlock {
+        data: Vec<u8>,
+        md: Vec<u8>,
+    },
     Done,
 }
 

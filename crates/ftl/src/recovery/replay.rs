@@ -5,12 +5,12 @@ use crate::addr::{physical_blocks, Lba, Ppa, Seq};
 use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
 use crate::checkpoint::CheckpointImage;
+use crate::checkpoint::ZoneKind as RecordKind;
 use crate::error::MountError;
+use crate::ftl::NAMELESS_MD_BYTES;
 use crate::history::{History, SnapshotId, LIVE_VOLUME};
 use crate::l2p::leaf_entries;
 use crate::mapping::{Mapping, Target};
-use crate::checkpoint::ZoneKind as RecordKind;
-use crate::ftl::NAMELESS_MD_BYTES;
 use crate::nameless::{MdPlacement, NamelessAddr, NamelessZoneKind};
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
@@ -567,9 +567,9 @@ impl Rebuild {
         if !self.nameless_now[z] || birth_gen != self.nameless_gens[z] {
             return Ok(());
         }
-        self.mapping.nameless_set(ppa).map_err(|()| {
-            MountError::Damaged(format!("nameless block {} is held twice", ppa.0))
-        })?;
+        self.mapping
+            .nameless_set(ppa)
+            .map_err(|()| MountError::Damaged(format!("nameless block {} is held twice", ppa.0)))?;
         if !link.is_none() {
             self.nameless_free(link.ppa(), link.generation());
         }
