@@ -298,7 +298,7 @@ impl NamelessRig {
         match self.rng.next_u64() % 100 {
             0..=34 => {
                 let n = 1 + self.rng.next_u64() % 4;
-                let fua = self.rng.next_u64() % 10 == 0;
+                let fua = self.rng.next_u64().is_multiple_of(10);
                 let keys: Vec<u64> = (self.next_key..self.next_key + n).collect();
                 self.next_key += n;
                 let data: Vec<u8> = keys.iter().flat_map(|&k| pattern(k, 1, bs)).collect();

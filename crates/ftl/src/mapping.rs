@@ -352,13 +352,15 @@ impl Mapping {
     }
 
     /// A nameless block at `ppa` became live (its write completed, or
-    /// replay met it). `Err` when something already holds the block:
-    /// recovery reports damage.
-    pub fn nameless_set(&mut self, ppa: Ppa) -> Result<(), ()> {
+    /// replay met it); `false`, nothing changed, when something already
+    /// holds the block (recovery reports damage).
+    pub fn nameless_set(&mut self, ppa: Ppa) -> bool {
         assert!(ppa.0 < self.physical_blocks, "{ppa:?} past the device");
-        self.take_checked(ppa)?;
+        if self.take_checked(ppa).is_err() {
+            return false;
+        }
         self.nameless_blocks += 1;
-        Ok(())
+        true
     }
 
     /// Validity of blocks `0..end_blocks` of `zone`, 64 to a word (bit

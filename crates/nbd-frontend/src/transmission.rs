@@ -286,6 +286,8 @@ pub fn errno_of(e: &IoError) -> Errno {
         | IoError::MergeConflict { .. }
         | IoError::AttributeTableFull { .. }
         | IoError::Snapshot(_) => Errno::Inval,
+        // The server sends no request of the physical segment.
+        IoError::Nameless(_) => Errno::Inval,
         IoError::Busy
         | IoError::Corrupt { .. }
         | IoError::Misdirected { .. }

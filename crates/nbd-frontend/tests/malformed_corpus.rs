@@ -408,9 +408,14 @@ impl Volume for Dummy {
                 mapped: true,
             }]),
             Request::Flush => ReplyData::Done,
-            // NBD has no range operations or snapshot changes, and this
-            // volume has no snapshots to view: the server never sends one.
+            // NBD has no range operations, snapshot changes or nameless
+            // blocks, and this volume has no snapshots to view: the server
+            // never sends one.
             Request::Range { .. }
+            | Request::NamelessWrite { .. }
+            | Request::NamelessOverwrite { .. }
+            | Request::NamelessRead { .. }
+            | Request::NamelessFree { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
             | Request::SnapshotRevert { .. }

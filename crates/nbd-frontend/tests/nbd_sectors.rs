@@ -500,12 +500,17 @@ fn logged(request: &Request) -> Logged {
             lba, block_count, ..
         } => ("changed", *lba, u64::from(*block_count)),
         // The NBD server never sends range operations, snapshot or fork
-        // changes.
+        // changes, or nameless requests.
         Request::Range { .. } => ("range", 0, 0),
         Request::SnapshotCreate { .. }
         | Request::SnapshotDelete { .. }
         | Request::SnapshotRevert { .. } => ("snapshot", 0, 0),
         Request::ForkCreate { .. } | Request::ForkDelete { .. } => ("fork", 0, 0),
+        // Nor requests of the physical segment.
+        Request::NamelessWrite { .. }
+        | Request::NamelessOverwrite { .. }
+        | Request::NamelessRead { .. }
+        | Request::NamelessFree { .. } => ("nameless", 0, 0),
         // A fork export's requests: logged as what they carry.
         Request::InFork { request, .. } => logged(request),
     }

@@ -509,9 +509,8 @@ impl Ftl {
         let opening = self.nameless.opening.iter().any(|&(z, _)| z == a.zone);
         for i in 0..a.count {
             let ppa = Ppa::new(a.zone, offset + i as u64, cap);
-            self.mapping
-                .nameless_set(ppa)
-                .unwrap_or_else(|()| panic!("nameless block {ppa:?} landed on a live block"));
+            let fresh = self.mapping.nameless_set(ppa);
+            assert!(fresh, "nameless block {ppa:?} landed on a live block");
             if self.mapping.valid_blocks(a.zone) == 1 {
                 self.nameless.empty_zones -= 1;
             }

@@ -384,12 +384,12 @@ impl Rebuild {
                     continue;
                 }
                 let ppa = Ppa::new(r.zone, off, cap);
-                self.mapping.nameless_set(ppa).map_err(|()| {
-                    MountError::Damaged(format!(
+                if !self.mapping.nameless_set(ppa) {
+                    return Err(MountError::Damaged(format!(
                         "checkpoint: nameless block {} is also mapped",
                         ppa.0
-                    ))
-                })?;
+                    )));
+                }
             }
         }
         Ok(())
@@ -567,9 +567,12 @@ impl Rebuild {
         if !self.nameless_now[z] || birth_gen != self.nameless_gens[z] {
             return Ok(());
         }
-        self.mapping
-            .nameless_set(ppa)
-            .map_err(|()| MountError::Damaged(format!("nameless block {} is held twice", ppa.0)))?;
+        if !self.mapping.nameless_set(ppa) {
+            return Err(MountError::Damaged(format!(
+                "nameless block {} is held twice",
+                ppa.0
+            )));
+        }
         if !link.is_none() {
             self.nameless_free(link.ppa(), link.generation());
         }
