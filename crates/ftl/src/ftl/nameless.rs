@@ -8,7 +8,7 @@ use super::lane::Lane;
 use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
-use crate::addr::{Ppa, Seq};
+use crate::addr::Ppa;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
@@ -93,14 +93,14 @@ pub(super) struct NamelessRead {
 }
 
 /// The blocks of one nameless append: `count` blocks of write `key` from
-/// its block `first`, the first of them given seq `first_seq`.
+/// its block `first`, then `pad_blocks` of padding.
 #[derive(Debug)]
 pub(super) struct NamelessAppend {
     zone: ZoneId,
     key: Key,
     first: usize,
     count: usize,
-    first_seq: Seq,
+    pad_blocks: u64,
 }
 
 impl NamelessState {
@@ -433,7 +433,7 @@ impl Ftl {
             key,
             first,
             count: n as usize,
-            first_seq,
+            pad_blocks: pad,
         };
         Some((
             Op::NamelessAppend(append),
@@ -476,7 +476,8 @@ impl Ftl {
         let offset = match Self::appended_at(result) {
             Ok(offset) => Some(offset),
             Err(e) => {
-                self.stats.media_write_blocks -= a.count as u64;
+                self.stats.media_write_blocks -= a.count as u64 + a.pad_blocks;
+                self.stats.nameless_write_blocks -= a.count as u64;
                 self.write_failed(a.zone, e.clone());
                 let w = self
                     .nameless
@@ -529,7 +530,6 @@ impl Ftl {
                 }
             }
         }
-        let _ = a.first_seq;
     }
 
     /// `count` more blocks of write `key` are done: answers it once all
