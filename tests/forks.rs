@@ -6,31 +6,17 @@
 
 use zftl::core::fork::ForkError;
 use zftl::core::history::SnapshotError;
-use zftl::core::{Driver, Extent, FormatOptions, FtlConfig, IoError, Request, TagPlacement};
+use zftl::core::{Driver, Extent, FtlConfig, IoError, Request};
 use zftl::sim::{SimConfig, SimDevice, Timing};
 
 mod common;
 use common::{
-    assert_check_clean, pattern, remount_both_ways_then_clean, volume_config as sim_config,
+    assert_check_clean, format_on, pattern, remount_both_ways_then_clean,
+    volume_config as sim_config,
 };
 
 fn format(oob: bool) -> Driver<SimDevice> {
     format_on(oob, sim_config(oob))
-}
-
-/// Formats a simulator of `cfg` with tags in OOB (`oob`) or in band.
-fn format_on(oob: bool, cfg: SimConfig) -> Driver<SimDevice> {
-    let tag_placement = if oob {
-        TagPlacement::Auto
-    } else {
-        TagPlacement::InBand
-    };
-    let opts = FormatOptions {
-        tag_placement,
-        ..FormatOptions::default()
-    };
-    let dev = SimDevice::create_memory(cfg).unwrap();
-    Driver::format(dev, &opts, FtlConfig::default()).unwrap()
 }
 
 fn both_modes(test: impl Fn(bool)) {

@@ -5,27 +5,17 @@
 //! every durable block at its address.
 
 use std::collections::{BTreeMap, BTreeSet};
-use zftl::core::{
-    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, TagPlacement,
-};
+use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError};
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimDevice};
 
 mod common;
-use common::{decode, ftl_config, pattern, run_seeds, sim_config, volume_config, Coverage, Model};
+use common::{
+    decode, format_on, ftl_config, pattern, run_seeds, sim_config, volume_config, Coverage, Model,
+};
 
 fn format(oob: bool) -> Driver<SimDevice> {
-    let tag_placement = if oob {
-        TagPlacement::Auto
-    } else {
-        TagPlacement::InBand
-    };
-    let opts = FormatOptions {
-        tag_placement,
-        ..FormatOptions::default()
-    };
-    let dev = SimDevice::create_memory(volume_config(oob)).unwrap();
-    Driver::format(dev, &opts, FtlConfig::default()).unwrap()
+    format_on(oob, volume_config(oob))
 }
 
 /// The metadata of block `key`, version `version`.

@@ -476,6 +476,21 @@ pub fn volume_config(oob: bool) -> SimConfig {
     }
 }
 
+/// Formats a simulator of `cfg` with tags in OOB (`oob`) or in band.
+pub fn format_on(oob: bool, cfg: SimConfig) -> Driver<SimDevice> {
+    let tag_placement = if oob {
+        TagPlacement::Auto
+    } else {
+        TagPlacement::InBand
+    };
+    let opts = FormatOptions {
+        tag_placement,
+        ..FormatOptions::default()
+    };
+    let dev = SimDevice::create_memory(cfg).unwrap();
+    Driver::format(dev, &opts, FtlConfig::default()).unwrap()
+}
+
 /// A clean remount, then a crash (no checkpoint) and a mount; `check`
 /// runs after each.
 pub fn remount_both_ways(

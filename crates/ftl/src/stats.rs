@@ -181,15 +181,7 @@ impl FtlStats {
         self.mapped_blocks = mapping.mapped_blocks();
         self.live_blocks = mapping.live_blocks();
         self.nameless_live_blocks = mapping.nameless_blocks();
-        self.nameless_zones = zones
-            .iter()
-            .filter(|(_, z)| {
-                z.kind()
-                    == ZoneKind::Data {
-                        stream: Stream::Nameless,
-                    }
-            })
-            .count() as u32;
+        self.nameless_zones = zones.nameless_zone_count();
         self.shared_blocks = mapping.shared_blocks();
         self.shared_refs = mapping.shared_refs();
         self.shared_memory_bytes = mapping.shared_memory_bytes();
