@@ -11,7 +11,9 @@
 //! attributes    attr_ranges x 24 bytes (version 2)
 //! sections      section_count x (u32 kind, u32 flags, u64 payload_bytes, payload)
 //!               (version 3), kinds strictly increasing:
-//!               1 snapshot table, 2 births, 3 history, 4 pending sweeps
+//!               1 snapshot table, 2 births, 3 history, 4 pending sweeps,
+//!               7 forks, 16 ..= 23 the nameless state ([`NamelessImage`],
+//!               codecs in `nameless.rs`)
 //! trailer       u32 CRC32C of everything before it
 //! ```
 //!
