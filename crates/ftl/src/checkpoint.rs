@@ -11,7 +11,9 @@
 //! attributes    attr_ranges x 24 bytes (version 2)
 //! sections      section_count x (u32 kind, u32 flags, u64 payload_bytes, payload)
 //!               (version 3), kinds strictly increasing:
-//!               1 snapshot table, 2 births, 3 history, 4 pending sweeps
+//!               1 snapshot table, 2 births, 3 history, 4 pending sweeps,
+//!               7 forks, 16 ..= 23 the nameless state ([`NamelessImage`],
+//!               codecs in `nameless.rs`)
 //! trailer       u32 CRC32C of everything before it
 //! ```
 //!
@@ -3178,6 +3180,157 @@ mod nameless_tests {
         assert!(used as u64 <= bound, "{used} > {bound}");
     }
 
+    /// A valid image with random nameless state, from `seed`: either
+    /// placement, zones 3..=7 nameless (kind 7 or 8) or not, random data
+    /// ends and bitmaps, remap entries onto live blocks, an uncommitted
+    /// subset, open md (placement log) and maybe a job with zone 7 as the
+    /// scratch zone.
+    fn random_nameless_image(seed: u64) -> CheckpointImage {
+        let state = std::cell::Cell::new(seed | 1);
+        let next = || {
+            let mut x = state.get();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            state.set(x);
+            x
+        };
+        let log = next() % 2 == 0;
+        let layout = MdLayout::from_group_blocks(80, u64::from(ZONE_BLOCKS));
+        let job = next() % 3 == 0;
+        let mut image = base_image();
+        let mut generations = vec![(0, 0); 8];
+        let mut zones = Vec::new();
+        for z in 3..8u32 {
+            let zi = z as usize;
+            image.zones[zi].kind = ZoneKind::DataHost;
+            if z == 7 && job {
+                image.zones[zi].kind = ZoneKind::NamelessScratch;
+                continue;
+            }
+            if next() % 4 == 0 {
+                continue;
+            }
+            image.zones[zi].kind = if next() % 2 == 0 {
+                ZoneKind::DataNameless
+            } else {
+                ZoneKind::DataNamelessMoved
+            };
+            let gen = 1 + (next() % 9) as u32;
+            generations[zi] = (gen, 1 + (next() % u64::from(gen)) as u32);
+            let mut data_end = (next() % 99) as u32;
+            if log && data_end > 0 && !layout.is_data_offset(u64::from(data_end) - 1) {
+                data_end = 80;
+            }
+            let mut valid = vec![0u64; data_end.div_ceil(64) as usize];
+            for o in 0..data_end {
+                if (!log || layout.is_data_offset(o.into())) && next() % 3 == 0 {
+                    valid[o as usize / 64] |= 1 << (o % 64);
+                }
+            }
+            let live_blocks = valid.iter().map(|w| w.count_ones()).sum();
+            let last_md_at = (log && data_end < ZONE_BLOCKS && next() % 2 == 0)
+                .then(|| data_end + (next() % u64::from(ZONE_BLOCKS - data_end)) as u32);
+            zones.push(NamelessZoneRecord {
+                zone: z,
+                data_end,
+                last_md_at,
+                live_blocks,
+                md_written: last_md_at.is_some() || (log && next() % 2 == 0),
+                held: next() % 2 == 0,
+                valid,
+            });
+        }
+        let live: Vec<(Ppa, u32)> = zones
+            .iter()
+            .flat_map(|z| {
+                let gen = generations[z.zone as usize].0;
+                (0..z.data_end)
+                    .filter(|&o| z.valid[o as usize / 64] >> (o % 64) & 1 == 1)
+                    .map(move |o| (Ppa(z.zone * ZONE_BLOCKS + o), gen))
+            })
+            .collect();
+        let mut remap: Vec<(NamelessAddr, NamelessAddr)> = live
+            .iter()
+            .filter(|_| next() % 4 == 0)
+            .map(|&(ppa, gen)| {
+                let old = addr(ppa.0 % 300 + 1, 1 + (next() % 50) as u32);
+                (old, addr(ppa.0, 1 + (next() % u64::from(gen)) as u32))
+            })
+            .collect();
+        remap.sort();
+        remap.dedup_by_key(|e| e.0);
+        let uncommitted: Vec<Ppa> = live
+            .iter()
+            .filter(|_| next() % 3 == 0)
+            .map(|l| l.0)
+            .collect();
+        let open_md = if log {
+            zones
+                .iter()
+                .filter(|z| z.data_end > 0 && next() % 2 == 0)
+                // The bound counts two open groups: the two nameless lanes'.
+                .take(2)
+                .map(|z| {
+                    let start = layout.group_start(layout.group_of(u64::from(z.data_end) - 1));
+                    let entries = (start as u32..z.data_end)
+                        .map(|o| {
+                            if next() % 3 == 0 {
+                                MdEntry::absent(o, 32)
+                            } else {
+                                MdEntry {
+                                    home_offset: o,
+                                    data_crc: next() as u32,
+                                    birth_gen: 1 + (next() % 100) as u32,
+                                    md: (0..32).map(|_| next() as u8).collect(),
+                                }
+                            }
+                        })
+                        .collect();
+                    OpenMdRecord {
+                        zone: z.zone,
+                        entries,
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let job = (job && !zones.is_empty()).then(|| {
+            let victim = zones[0].zone;
+            let gen = generations[victim as usize].0;
+            InPlaceJobRecord {
+                victim,
+                scratch: 7,
+                first_scratch_offset: (next() % 50) as u32,
+                staged_blocks: (next() % 50) as u32,
+                gap_gen: if next() % 2 == 0 { gen } else { 0 },
+                staged_seq: next() % 1000,
+            }
+        });
+        image.nameless = NamelessImage {
+            header: Some(NamelessHeader {
+                md_bytes: 32,
+                placement: if log {
+                    MdPlacement::Log
+                } else {
+                    MdPlacement::Oob
+                },
+                group_blocks: if log { 80 } else { 0 },
+                remap_capacity: next() as u32,
+                uncommitted_capacity: next() as u32,
+                commit_seq: next() % 1000,
+            }),
+            generations,
+            zones,
+            remap,
+            uncommitted,
+            open_md,
+            job,
+        };
+        image
+    }
+
     fn arb_payloads() -> impl Strategy<Value = Vec<(u32, Vec<u8>)>> {
         vec((16u32..=23, vec(any::<u8>(), 0..200)), 0..4)
     }
@@ -3193,6 +3346,31 @@ mod nameless_tests {
                 let _ = CheckpointImage::decode(&b, PHYSICAL);
                 let _ = CheckpointImage::decode(&b, 80_000);
             }
+        }
+
+        #[test]
+        fn random_nameless_images_round_trip(seed in any::<u64>(), bit in any::<usize>()) {
+            let image = random_nameless_image(seed);
+            let b = image.encode();
+            prop_assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
+            let mut f = b.clone();
+            let bit = bit % (f.len() * 8);
+            f[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(CheckpointImage::decode(&f, PHYSICAL).is_err());
+            // The image's parts fit the bound of its volume.
+            let n = &image.nameless;
+            let h = n.header.unwrap();
+            let plain = {
+                let mut p = image.clone();
+                p.nameless = NamelessImage::default();
+                p.zones.iter_mut().filter(|z| z.kind.code() >= 7).for_each(|z| z.kind = ZoneKind::DataHost);
+                p.encode().len()
+            };
+            let bound = nameless_checkpoint_bytes_bound(
+                8, 5, u64::from(PHYSICAL), n.remap.len() as u64, n.uncommitted.len() as u64,
+                u64::from(h.group_blocks), u64::from(h.md_bytes),
+            );
+            prop_assert!((b.len() - plain) as u64 <= bound);
         }
 
         #[test]
