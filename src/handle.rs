@@ -257,13 +257,20 @@ fn nameless_request(old: &[NamelessAddr], data: &[u8], md: &[u8], fua: bool) -> 
 /// async handle) and maps the reply, or asks the driver thread with
 /// `self.ask`. Inside an `impl` block, `request_methods!(sync { ... })`
 /// or `request_methods!(async { ... })` lists the methods to write, each
-/// name after the docs it is to have.
+/// name after the docs it is to have; `request_methods!(async, each see
+/// Handle { ... })` gives each docs that point to [`Handle`]'s method of
+/// the same name.
 macro_rules! request_methods {
     (sync { $($(#[$doc:meta])* $name:ident;)* }) => {
         $(request_methods!(@ [] [] $(#[$doc])* $name);)*
     };
     (async { $($(#[$doc:meta])* $name:ident;)* }) => {
         $(request_methods!(@ [async] [.await] $(#[$doc])* $name);)*
+    };
+    (async, each see Handle { $($name:ident)* }) => {
+        $(request_methods!(
+            @ [async] [.await] #[doc = concat!(" See [`Handle::", stringify!($name), "`].")] $name
+        );)*
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* read) => {
         $(#[$doc])*
@@ -871,65 +878,12 @@ impl<B: Send + 'static> AsyncHandle<B> {
         self.ask(|answer| Msg::Io { request, answer }).await?
     }
 
-    request_methods!(async {
-        /// See [`Handle::read`].
-        read;
-        /// See [`Handle::write`].
-        write;
-        /// See [`Handle::write_fua`].
-        write_fua;
-        /// See [`Handle::trim`].
-        trim;
-        /// See [`Handle::write_zeroes`].
-        write_zeroes;
-        /// See [`Handle::flush`].
-        flush;
-        /// See [`Handle::nameless_write`].
-        nameless_write;
-        /// See [`Handle::nameless_write_fua`].
-        nameless_write_fua;
-        /// See [`Handle::nameless_overwrite`].
-        nameless_overwrite;
-        /// See [`Handle::nameless_read`].
-        nameless_read;
-        /// See [`Handle::nameless_free`].
-        nameless_free;
-        /// See [`Handle::range_ops`].
-        range_ops;
-        /// See [`Handle::clone_ranges`].
-        clone_ranges;
-        /// See [`Handle::move_ranges`].
-        move_ranges;
-        /// See [`Handle::delete_ranges`].
-        delete_ranges;
-        /// See [`Handle::merge`].
-        merge;
-        /// See [`Handle::set_attribute`].
-        set_attribute;
-        /// See [`Handle::stats`].
-        stats;
-        /// See [`Handle::attributes`].
-        attributes;
-        /// See [`Handle::snapshot_create`].
-        snapshot_create;
-        /// See [`Handle::snapshot_delete`].
-        snapshot_delete;
-        /// See [`Handle::snapshot_revert`].
-        snapshot_revert;
-        /// See [`Handle::snapshots`].
-        snapshots;
-        /// See [`Handle::fork_create`].
-        fork_create;
-        /// See [`Handle::fork_delete`].
-        fork_delete;
-        /// See [`Handle::forks`].
-        forks;
-        /// See [`Handle::changed`].
-        changed;
-        /// See [`Handle::snapshot_diff`].
-        snapshot_diff;
-        /// See [`Handle::read_snapshot`].
-        read_snapshot;
+    request_methods!(async, each see Handle {
+        read write write_fua trim write_zeroes flush nameless_write nameless_write_fua
+        nameless_overwrite nameless_read nameless_free range_ops clone_ranges move_ranges
+        delete_ranges merge set_attribute stats attributes snapshot_create snapshot_delete
+        snapshot_revert snapshots fork_create fork_delete forks changed snapshot_diff
+        read_snapshot
     });
 
     /// See [`Handle::shutdown`]. The driver thread is not joined (that

@@ -106,14 +106,7 @@ impl ZnsInfoReport {
         t.row("zone_capacity_min_blocks", self.zone_capacity_min_blocks);
         t.row("zone_capacity_max_blocks", self.zone_capacity_max_blocks);
         geometry_text(&self.geometry, &mut t);
-        t.section("zones");
-        let z = &self.zones;
-        t.row("zones_empty", z.empty);
-        t.row("zones_open", z.open);
-        t.row("zones_closed", z.closed);
-        t.row("zones_full", z.full);
-        t.row("zones_read_only", z.read_only);
-        t.row("zones_offline", z.offline);
+        self.zones.text(&mut t);
         t.section("ftl");
         t.row("holds", self.ftl.as_deref().unwrap_or("no zftl FTL"));
         t

@@ -134,6 +134,17 @@ impl ZoneCounts {
         };
         *slot += 1;
     }
+
+    /// The `zones` section of a text report.
+    pub fn text(&self, t: &mut Text) {
+        t.section("zones");
+        t.row("zones_empty", self.empty);
+        t.row("zones_open", self.open);
+        t.row("zones_closed", self.closed);
+        t.row("zones_full", self.full);
+        t.row("zones_read_only", self.read_only);
+        t.row("zones_offline", self.offline);
+    }
 }
 
 /// Erase counts summarised.
@@ -234,14 +245,7 @@ impl InfoReport {
         t.bytes("image_allocated_bytes", self.image_allocated_bytes);
         self.media(&mut t);
         self.geometry(&mut t);
-        t.section("zones");
-        let z = &self.zones;
-        t.row("zones_empty", z.empty);
-        t.row("zones_open", z.open);
-        t.row("zones_closed", z.closed);
-        t.row("zones_full", z.full);
-        t.row("zones_read_only", z.read_only);
-        t.row("zones_offline", z.offline);
+        self.zones.text(&mut t);
         stats_text(&self.stats, &mut t);
         t.section("wear");
         self.wear.write(&mut t);

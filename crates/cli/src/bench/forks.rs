@@ -30,13 +30,12 @@ use clap::Args;
 use serde::Serialize;
 use zftl_core::{Driver, FtlConfig};
 use zftl_sim::rng::Rng;
-use zftl_sim::{SimConfig, SimDevice};
+use zftl_sim::SimDevice;
 
 use super::pipe::Pipeline;
 use super::range::Rounds;
-use super::recovery::device_for;
 use super::snapshot::{Collect, OpCost};
-use super::timetravel::{expect_byte, format_options, no_window, write_range, Activation, BEFORE};
+use super::timetravel::{expect_byte, written_volume, Activation, BEFORE};
 use super::{progress, ratio, round, show, thread_cpu_s, BenchError, TagMode};
 use crate::report::{human_bytes, Text};
 
@@ -192,23 +191,12 @@ impl Volume {
         mode: TagMode,
         seed: u64,
     ) -> Result<Volume, BenchError> {
-        let logical = mib * MIB / u64::from(SimConfig::default().page_size_bytes);
         // The default over-provisioning (7 %) less two zones is too little
         // room for the working set twice (the fork's blocks and the
         // versions the base keeps of the live volume's): the device is
         // sized for a quarter more than the volume, plus that.
-        let room = logical / 4 + 2 * args.fork_write_blocks.min(logical);
-        let (cfg, _) = device_for(logical + room, mode == TagMode::InBand)?;
-        let device_bytes = cfg.page_count() * u64::from(cfg.page_size_bytes);
-        let dev = SimDevice::create_memory(cfg)?;
-        let mut drv = Driver::format(
-            dev,
-            &format_options(mode, seed, Some(logical)),
-            no_window(ftl),
-        )?;
-        write_range(&mut drv, logical, BEFORE, &format!("{mib} MiB"))?;
-        drv.flush()?;
-        drv.settle()?;
+        let room = |logical: u64| logical / 4 + 2 * args.fork_write_blocks.min(logical);
+        let (mut drv, logical, device_bytes) = written_volume(mib, room, ftl, mode, seed)?;
         let t = Instant::now();
         drv.snapshot_create(BASE)?;
         let base_create_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -88,6 +88,40 @@ impl ZoneRing {
         }
     }
 
+    /// Blocks stream `s` can take now (a zone waiting for its reset takes
+    /// a whole zone once reset).
+    fn room(&self, s: usize) -> u64 {
+        let stream = &self.streams[s];
+        match stream.state {
+            StreamState::NeedsReset => self.capacity_blocks,
+            StreamState::Writing => self.capacity_blocks - stream.next_offset_blocks,
+            StreamState::Resetting => 0,
+        }
+    }
+
+    /// The next stream (round robin from `from`) that can take a command:
+    /// one with room for `blocks`, else any with room.
+    fn pick(&self, from: usize, blocks: u64) -> Option<usize> {
+        let order = (0..self.streams.len()).map(|i| (from + i) % self.streams.len());
+        order
+            .clone()
+            .find(|&s| self.room(s) >= blocks)
+            .or_else(|| order.clone().find(|&s| self.room(s) > 0))
+    }
+
+    /// Sends stream `s`'s zone its reset if it waits for one; whether it
+    /// did.
+    fn reset_if_due<B: Backend>(&mut self, dev: &mut B, s: usize) -> bool {
+        let stream = &mut self.streams[s];
+        if stream.state != StreamState::NeedsReset {
+            return false;
+        }
+        stream.state = StreamState::Resetting;
+        let reset = Command::Reset { zone: stream.zone };
+        submit(dev, RESET_TAG | s as u64, reset);
+        true
+    }
+
     /// Stream `s`'s command completed (`reset`: its zone's reset): a full
     /// zone with nothing in flight is left for the next one of the ring.
     fn complete(&mut self, s: usize, reset: bool) {
@@ -140,20 +174,15 @@ impl SeqWriter {
         let (mut submitted, mut completed, mut turn) = (0u64, 0u64, 0usize);
         while completed < blocks {
             while dev.in_flight() < self.queue_depth {
-                let Some(s) = self.pick(turn, submitted < blocks) else {
+                let more = submitted < blocks;
+                let Some(s) = more.then(|| self.ring.pick(turn, 1)).flatten() else {
                     break;
                 };
                 turn = s + 1;
-                let stream = &mut self.ring.streams[s];
-                if stream.state == StreamState::NeedsReset {
-                    stream.state = StreamState::Resetting;
-                    submit(
-                        dev,
-                        RESET_TAG | s as u64,
-                        Command::Reset { zone: stream.zone },
-                    );
+                if self.ring.reset_if_due(dev, s) {
                     continue;
                 }
+                let stream = &mut self.ring.streams[s];
                 let command = Command::Write {
                     zone: stream.zone,
                     offset_blocks: stream.next_offset_blocks,
@@ -173,22 +202,6 @@ impl SeqWriter {
                 self.complete(tag);
             }
         }
-    }
-
-    /// The next stream (round robin from `from`) with work to submit.
-    fn pick(&self, from: usize, more_writes: bool) -> Option<usize> {
-        (0..self.ring.streams.len())
-            .map(|i| (from + i) % self.ring.streams.len())
-            .find(|&s| {
-                let stream = &self.ring.streams[s];
-                match stream.state {
-                    StreamState::NeedsReset => more_writes,
-                    StreamState::Writing => {
-                        more_writes && stream.next_offset_blocks < self.ring.capacity_blocks
-                    }
-                    StreamState::Resetting => false,
-                }
-            })
     }
 
     fn complete(&mut self, tag: u64) {
@@ -306,20 +319,14 @@ impl ShapedWriter {
                     0 => cmd.blocks.clamp(1, self.max_append_blocks),
                     rest => rest,
                 };
-                let Some(s) = self.pick(turn, u64::from(want)) else {
+                let Some(s) = self.ring.pick(turn, u64::from(want)) else {
                     break;
                 };
                 turn = s + 1;
-                let stream = &mut self.ring.streams[s];
-                if stream.state == StreamState::NeedsReset {
-                    stream.state = StreamState::Resetting;
-                    submit(
-                        dev,
-                        RESET_TAG | s as u64,
-                        Command::Reset { zone: stream.zone },
-                    );
+                if self.ring.reset_if_due(dev, s) {
                     continue;
                 }
+                let stream = &mut self.ring.streams[s];
                 let room = self.ring.capacity_blocks - stream.next_offset_blocks;
                 let n = u64::from(want).min(room) as u32;
                 let zone = stream.zone;
@@ -378,24 +385,6 @@ impl ShapedWriter {
         self.windows[k as usize]
             .get_or_insert_with(|| BlockData::from(vec![0xa5; bytes]))
             .clone()
-    }
-
-    /// The next stream (round robin from `from`) that can take a command:
-    /// one with room for `blocks`, else any with room.
-    fn pick(&self, from: usize, blocks: u64) -> Option<usize> {
-        let order = (0..self.ring.streams.len()).map(|i| (from + i) % self.ring.streams.len());
-        let room = |s: usize| {
-            let stream = &self.ring.streams[s];
-            match stream.state {
-                StreamState::NeedsReset => self.ring.capacity_blocks,
-                StreamState::Writing => self.ring.capacity_blocks - stream.next_offset_blocks,
-                StreamState::Resetting => 0,
-            }
-        };
-        order
-            .clone()
-            .find(|&s| room(s) >= blocks)
-            .or_else(|| order.clone().find(|&s| room(s) > 0))
     }
 
     fn complete(&mut self, tag: u64) {

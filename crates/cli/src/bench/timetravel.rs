@@ -247,6 +247,29 @@ fn write_list<B: Backend>(
     write_shown(drv, &mut pipe, lbas.iter().copied(), count, what)
 }
 
+/// A volume of `mib` MiB in memory, every block written with [`BEFORE`],
+/// flushed and settled, on a device sized for its blocks and `room` of
+/// them more (no protection window): the driver, its logical blocks and
+/// the device's bytes.
+pub(super) fn written_volume(
+    mib: u64,
+    room: impl FnOnce(u64) -> u64,
+    ftl: &FtlConfig,
+    mode: TagMode,
+    seed: u64,
+) -> Result<(Driver<SimDevice>, u64, u64), BenchError> {
+    let logical = mib * MIB / u64::from(SimConfig::default().page_size_bytes);
+    let (cfg, _) = device_for(logical + room(logical), mode == TagMode::InBand)?;
+    let device_bytes = cfg.page_count() * u64::from(cfg.page_size_bytes);
+    let dev = SimDevice::create_memory(cfg)?;
+    let options = format_options(mode, seed, Some(logical));
+    let mut drv = Driver::format(dev, &options, no_window(ftl))?;
+    write_range(&mut drv, logical, BEFORE, &format!("{mib} MiB"))?;
+    drv.flush()?;
+    drv.settle()?;
+    Ok((drv, logical, device_bytes))
+}
+
 /// Writes blocks `0..count` of `byte`, `QUEUE_DEPTH` in flight.
 pub(super) fn write_range<B: Backend>(
     drv: &mut Driver<B>,
@@ -685,19 +708,7 @@ fn view_case(
     mode: TagMode,
     seed: u64,
 ) -> Result<ViewCase, BenchError> {
-    let in_band = mode == TagMode::InBand;
-    let logical = mib * MIB / u64::from(SimConfig::default().page_size_bytes);
-    let (cfg, _) = device_for(logical, in_band)?;
-    let device_bytes = cfg.page_count() * u64::from(cfg.page_size_bytes);
-    let dev = SimDevice::create_memory(cfg)?;
-    let mut drv = Driver::format(
-        dev,
-        &format_options(mode, seed, Some(logical)),
-        no_window(ftl),
-    )?;
-    write_range(&mut drv, logical, BEFORE, &format!("{mib} MiB"))?;
-    drv.flush()?;
-    drv.settle()?;
+    let (mut drv, logical, device_bytes) = written_volume(mib, |_| 0, ftl, mode, seed)?;
     let mut rng = Rng::stream(seed, 0x71e3);
     let sample: Vec<u64> = (0..args.view_reads.min(logical))
         .map(|_| rng.below(logical))
