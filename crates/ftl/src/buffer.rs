@@ -232,10 +232,10 @@ impl WriteBuffer {
             let old = self.slots[s as usize].as_mut().expect("slot in use");
             if old.seq.is_none() {
                 // Queued, not yet sent: overwritten in place (coalescing).
+                // It keeps its ticket: a flush admitted after the data it
+                // held waits for the slot.
                 old.data = data;
                 old.data_crc = data_crc;
-                old.ticket = ticket;
-                self.note_ticket(ticket, s);
                 return s;
             }
         }
@@ -411,6 +411,20 @@ mod tests {
     fn insert(b: &mut WriteBuffer, lba: Lba, data: BlockData, new: bool, temp: Temp) -> SlotId {
         let crc = tag::data_crc(&data);
         b.insert(lba, data, crc, new, temp)
+    }
+
+    /// A flush admitted between two writes to a block waits for the slot
+    /// the second overwrote in place: it holds data the flush covers.
+    #[test]
+    fn a_barrier_waits_for_a_slot_overwritten_in_place() {
+        let mut b = WriteBuffer::new(4, 1);
+        let s = insert(&mut b, 7, vec![1].into(), true, Temp::Hot);
+        let barrier = b.next_ticket();
+        assert_eq!(insert(&mut b, 7, vec![2].into(), false, Temp::Hot), s);
+        assert!(!b.drained_before(barrier));
+        b.pop_queued(Temp::Hot, 1);
+        b.release(s);
+        assert!(b.drained_before(barrier));
     }
 
     #[test]
