@@ -82,11 +82,11 @@ use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     changed_runs, diff_requests, fork_create_request, fork_data, fork_named, join_runs,
-    snapshot_create_request, snapshot_data, snapshot_revert_request,
+    nameless_request, snapshot_create_request, snapshot_data, snapshot_revert_request,
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
-    MountError, NamelessAddr, NamelessError, RangeOp, ReplyData, Request,
+    MountError, NamelessAddr, RangeOp, ReplyData, Request,
 };
 
 /// The snapshot named `name` among `snapshots`.
@@ -237,20 +237,6 @@ fn nameless_block(reply: ReplyData) -> (Vec<u8>, Vec<u8>) {
     }
 }
 
-/// A nameless write, or an overwrite of `old` when it is not empty.
-fn nameless_request(old: &[NamelessAddr], data: &[u8], md: &[u8], fua: bool) -> Request {
-    let (data, md) = (data.to_vec(), md.to_vec());
-    match old {
-        [] => Request::NamelessWrite { data, md, fua },
-        old => Request::NamelessOverwrite {
-            old: old.to_vec(),
-            data,
-            md,
-            fua,
-        },
-    }
-}
-
 /// The request methods of the handles, written once for the blocking
 /// ([`Handle`], [`InlineHandle`]) and the async ([`AsyncHandle`]) ones:
 /// each builds its [`Request`], hands it to `self.call` (awaited on the
@@ -312,7 +298,7 @@ macro_rules! request_methods {
             data: &[u8],
             md: &[u8],
         ) -> Result<Vec<NamelessAddr>, IoError> {
-            self.call(nameless_request(&[], data, md, false))$($aw)*.map(nameless_addrs)
+            self.call(nameless_request(None, data, md, false))$($aw)*.map(nameless_addrs)
         }
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_write_fua) => {
@@ -322,7 +308,7 @@ macro_rules! request_methods {
             data: &[u8],
             md: &[u8],
         ) -> Result<Vec<NamelessAddr>, IoError> {
-            self.call(nameless_request(&[], data, md, true))$($aw)*.map(nameless_addrs)
+            self.call(nameless_request(None, data, md, true))$($aw)*.map(nameless_addrs)
         }
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_overwrite) => {
@@ -333,11 +319,7 @@ macro_rules! request_methods {
             data: &[u8],
             md: &[u8],
         ) -> Result<Vec<NamelessAddr>, IoError> {
-            if old.is_empty() {
-                let expected = data.len() / self.block_size().max(1);
-                return Err(NamelessError::AddressCount { expected, actual: 0 }.into());
-            }
-            self.call(nameless_request(old, data, md, false))$($aw)*.map(nameless_addrs)
+            self.call(nameless_request(Some(old), data, md, false))$($aw)*.map(nameless_addrs)
         }
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_read) => {

@@ -27,7 +27,7 @@ use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
 use crate::superblock::{Superblock, TagMode};
 use crate::tag::{DataCrcImpl, Tag, TAG_BYTES};
-use crate::zone::{ZoneKind, ZoneUse};
+use crate::zone::{ZoneKind, ZoneUse, NAMELESS};
 use serde::Serialize;
 
 /// Problems kept in a report; past it only `summary.problems_total` grows.
@@ -1097,7 +1097,7 @@ fn check_nameless<B: Backend>(
     let live: Vec<Ppa> = r
         .mapping
         .live()
-        .filter(|p| is_nameless(r.zones.get(p.zone(cap)).kind()))
+        .filter(|p| r.zones.get(p.zone(cap)).kind() == NAMELESS)
         .collect();
     for ppa in live {
         let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
@@ -1195,12 +1195,6 @@ fn check_shared(r: &Recovered, report: &mut CheckReport) {
 
 // ----- zones ---------------------------------------------------------------
 
-fn is_nameless(kind: ZoneKind) -> bool {
-    kind == ZoneKind::Data {
-        stream: crate::zone::Stream::Nameless,
-    }
-}
-
 /// Valid counts against the map, mapped blocks below the device's write
 /// pointers in data zones, and every reverse-map entry backed by the map.
 fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut CheckReport) {
@@ -1215,7 +1209,7 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
     let nameless = r
         .mapping
         .live()
-        .filter(|p| is_nameless(r.zones.get(p.zone(cap)).kind()))
+        .filter(|p| r.zones.get(p.zone(cap)).kind() == NAMELESS)
         .map(|p| (p, None));
     let mut counted = 0u64;
     for (ppa, lba) in direct.chain(shared).chain(nameless) {

@@ -268,7 +268,7 @@ impl<B: Backend> Driver<B> {
     /// [`Self::nameless_md_bytes`] of `md`; returns their addresses. They
     /// are durable after the next flush.
     pub fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError> {
-        self.nameless_call(Vec::new(), data, md, false)
+        self.nameless_call(None, data, md, false)
     }
 
     /// [`Self::nameless_write`], durable when this returns.
@@ -277,7 +277,7 @@ impl<B: Backend> Driver<B> {
         data: &[u8],
         md: &[u8],
     ) -> Result<Vec<NamelessAddr>, IoError> {
-        self.nameless_call(Vec::new(), data, md, true)
+        self.nameless_call(None, data, md, true)
     }
 
     /// Writes blocks that replace (free) `old`, one address per block: a
@@ -289,23 +289,17 @@ impl<B: Backend> Driver<B> {
         data: &[u8],
         md: &[u8],
     ) -> Result<Vec<NamelessAddr>, IoError> {
-        self.nameless_call(old.to_vec(), data, md, false)
+        self.nameless_call(Some(old), data, md, false)
     }
 
     fn nameless_call(
         &mut self,
-        old: Vec<NamelessAddr>,
+        old: Option<&[NamelessAddr]>,
         data: &[u8],
         md: &[u8],
         fua: bool,
     ) -> Result<Vec<NamelessAddr>, IoError> {
-        let (data, md) = (data.to_vec(), md.to_vec());
-        let request = if old.is_empty() {
-            Request::NamelessWrite { data, md, fua }
-        } else {
-            Request::NamelessOverwrite { old, data, md, fua }
-        };
-        match self.call(request)? {
+        match self.call(nameless_request(old, data, md, fua))? {
             ReplyData::Addrs(addrs) => Ok(addrs),
             other => panic!("nameless write answered {other:?}"),
         }
@@ -542,6 +536,26 @@ impl<B: Backend> Driver<B> {
     /// Drops the FTL state without any writes, as a crash would.
     pub fn into_backend(self) -> B {
         self.backend
+    }
+}
+
+/// The request of a nameless write (`old` is `None`) or of an overwrite of
+/// `old` (the core refuses one without an address per block).
+pub fn nameless_request(
+    old: Option<&[NamelessAddr]>,
+    data: &[u8],
+    md: &[u8],
+    fua: bool,
+) -> Request {
+    let (data, md) = (data.to_vec(), md.to_vec());
+    match old {
+        None => Request::NamelessWrite { data, md, fua },
+        Some(old) => Request::NamelessOverwrite {
+            old: old.to_vec(),
+            data,
+            md,
+            fua,
+        },
     }
 }
 

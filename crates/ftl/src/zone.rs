@@ -533,13 +533,7 @@ impl ZoneTable {
     ) -> Option<ZoneId> {
         self.iter()
             .filter(|&(z, zone)| {
-                zone.kind
-                    == ZoneKind::Data {
-                        stream: Stream::Nameless,
-                    }
-                    && zone.state == ZoneUse::Full
-                    && valid(z) == 0
-                    && !exclude(z)
+                zone.kind == NAMELESS && zone.state == ZoneUse::Full && valid(z) == 0 && !exclude(z)
             })
             .min_by_key(|&(_, zone)| zone.erase_count)
             .map(|(z, _)| z)

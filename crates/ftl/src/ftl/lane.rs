@@ -587,10 +587,7 @@ impl Ftl {
             .any(|j| j.victim == zone);
         // Nameless blocks keep their addresses: their zone is retired once
         // nothing in it is live (GC resets it then, and the reset fails).
-        let nameless = self.zones.get(zone).kind()
-            == ZoneKind::Data {
-                stream: Stream::Nameless,
-            };
+        let nameless = self.zones.get(zone).kind() == crate::zone::NAMELESS;
         if !self.retire_queue.contains(&zone) && !victim && !nameless {
             self.retire_queue.push_back(zone);
         }

@@ -21,7 +21,7 @@ use crate::payload::BlockData;
 use crate::slab::{Key, Slab};
 use crate::superblock::TagMode;
 use crate::tag::TAG_BYTES;
-use crate::zone::{Stream, ZoneKind};
+use crate::zone::NAMELESS;
 use std::collections::VecDeque;
 
 /// Metadata bytes stored with every nameless block (after its 32-byte tag
@@ -256,10 +256,7 @@ impl Ftl {
     }
 
     fn is_nameless_zone(&self, zone: ZoneId) -> bool {
-        self.zones.get(zone).kind()
-            == ZoneKind::Data {
-                stream: Stream::Nameless,
-            }
+        self.zones.get(zone).kind() == NAMELESS
     }
 
     /// Checks an address a caller holds (docs/design.md, "The address a
