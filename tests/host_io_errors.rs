@@ -4,12 +4,12 @@
 //! nothing, and mounts again; a device that fails every append still ends
 //! read-only instead of looping. The same failing backend also fails the
 //! metadata log's writes on the media, to end a volume read-only and
-//! remount it.
+//! remount it, and the superblock zones', to end it read-only for good.
 
 use zftl::core::backend::ZoneId;
 use zftl::core::{
     Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
-    SubmitError, ZoneInfo,
+    SubmitError, ZoneInfo, ZoneState,
 };
 use zftl::sim::rng::Rng;
 use zftl::sim::{SimConfig, SimDevice};
@@ -56,6 +56,10 @@ enum Fail {
     /// a program failure, a media fault, without running: all after the
     /// first `ok` of them.
     LogWrites { ok: u64 },
+    /// Both superblock zones failed: their writes and resets fail with a
+    /// media fault without running, and their reports say read-only, as a
+    /// device leaves a zone after a program failure.
+    SuperZonesFailed,
 }
 
 impl HostFailures {
@@ -92,13 +96,18 @@ impl HostFailures {
                 Failure::Instead(abort())
             }),
             Fail::LogWrites { ok } => log_write_failure(ok, command).map(Failure::Instead),
+            Fail::SuperZonesFailed => super_zone_failure(command).map(Failure::Instead),
         }
     }
 
     /// Whether the controller is stalled: the next command falls in a range.
     fn stalled(&self) -> bool {
         match &self.fail {
-            Fail::Appends(_) | Fail::All | Fail::Next { .. } | Fail::LogWrites { .. } => false,
+            Fail::Appends(_)
+            | Fail::All
+            | Fail::Next { .. }
+            | Fail::LogWrites { .. }
+            | Fail::SuperZonesFailed => false,
             Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
         }
     }
@@ -144,6 +153,23 @@ fn log_write_failure(ok: &mut u64, command: &Command) -> Option<DeviceError> {
     })
 }
 
+/// The media failure of a write or reset of a superblock zone under
+/// `Fail::SuperZonesFailed`.
+fn super_zone_failure(command: &Command) -> Option<DeviceError> {
+    match *command {
+        Command::Write {
+            zone,
+            offset_blocks,
+            ..
+        } if zone < 2 => Some(DeviceError::ProgramFailed {
+            zone,
+            offset_blocks,
+        }),
+        Command::Reset { zone } if zone < 2 => Some(DeviceError::EraseFailed { zone }),
+        _ => None,
+    }
+}
+
 fn abort() -> DeviceError {
     DeviceError::HostIo {
         op: "command",
@@ -168,7 +194,14 @@ impl Backend for HostFailures {
             self.failing_reports -= 1;
             return Err(abort());
         }
-        self.dev.zone_info(zone)
+        let info = self.dev.zone_info(zone)?;
+        Ok(match self.fail {
+            Fail::SuperZonesFailed if zone < 2 => ZoneInfo {
+                state: ZoneState::ReadOnly,
+                ..info
+            },
+            _ => info,
+        })
     }
     fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
         if self.in_flight() >= self.geometry().queue_depth as usize {
@@ -484,6 +517,33 @@ fn a_check_reads_again_what_a_controller_reset_aborted() {
         dev.commands > first + 3,
         "the stall did not cover the reads"
     );
+}
+
+/// Both superblock zones fail: the next checkpoint cannot be recorded and
+/// the volume goes read-only, losing nothing flushed. It stays so: a mount
+/// finds no zone to record its checkpoint in and mounts read-only (every
+/// flushed block reads back, writes answer `ReadOnly`) without committing
+/// anything, so a second mount still finds the last record's checkpoint
+/// whole.
+#[test]
+fn a_volume_whose_superblock_zones_failed_mounts_read_only_and_keeps_every_flushed_write() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    write_all(&mut ftl, 2).unwrap();
+    ftl.backend_mut().fail = Fail::SuperZonesFailed;
+    assert_eq!(ftl.checkpoint(), Err(IoError::ReadOnly));
+    let bs = ftl.block_size();
+    for _ in 0..2 {
+        let dev = ftl.into_backend();
+        ftl = Driver::mount(dev, FtlConfig::default()).expect("a read-only mount");
+        assert!(ftl.ftl().is_read_only(), "mounted writable");
+        assert_all(&mut ftl, 2);
+        assert_eq!(ftl.write(0, &block(0, 3, bs)), Err(IoError::ReadOnly));
+        assert_eq!(ftl.flush(), Err(IoError::ReadOnly));
+    }
+    let mut dev = ftl.into_backend();
+    dev.fail = Fail::Appends(0..0);
+    common::assert_check_clean(&mut dev, "after two read-only mounts");
 }
 
 /// The metadata log's writes start failing on the media after a few

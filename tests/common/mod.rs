@@ -618,16 +618,22 @@ pub fn run_seeds(
     default_seeds: u64,
     run_seed: impl Fn(u64) -> Coverage,
 ) -> (usize, Coverage) {
-    let seeds: Vec<u64> = match std::env::var("ZFTL_SEED") {
-        Ok(s) => vec![s.parse().expect("ZFTL_SEED must be a number")],
-        Err(_) => match std::env::var("ZFTL_SEEDS") {
-            Ok(v) => seed_range(&v),
-            Err(_) => (0..default_seeds).collect(),
-        },
-    };
+    let seeds = seeds_to_run(0..default_seeds);
     let total = run_listed_seeds(test, &seeds, run_seed);
     eprintln!("{test}: {} seeds, {total:?}", seeds.len());
     (seeds.len(), total)
+}
+
+/// The seeds a test runs: `ZFTL_SEED=<s>` alone, else `ZFTL_SEEDS=<n>`
+/// (0..n) or `<from>..<to>`, else `default`.
+pub fn seeds_to_run(default: std::ops::Range<u64>) -> Vec<u64> {
+    match std::env::var("ZFTL_SEED") {
+        Ok(s) => vec![s.parse().expect("ZFTL_SEED must be a number")],
+        Err(_) => match std::env::var("ZFTL_SEEDS") {
+            Ok(v) => seed_range(&v),
+            Err(_) => default.collect(),
+        },
+    }
 }
 
 /// Runs `run_seed` on `seeds` (also: regressions found by longer runs),
@@ -682,6 +688,10 @@ pub struct Rig {
     /// metadata write failure makes the volume read-only until remount.
     pub media_faults: bool,
     pub remounts_after_failure: u64,
+    /// The volume mounted read-only (its metadata can no longer be
+    /// written: the end of its life): the mount's check of every block
+    /// was the run's last; later operations are skipped.
+    pub end_of_life: bool,
     pub read_errors_seen: u64,
     /// The rate of simulated controller resets while a power cut is armed,
     /// also during the mounts a cut interrupts
@@ -767,6 +777,7 @@ impl Rig {
             last_activity: Activity::default(),
             media_faults: false,
             remounts_after_failure: 0,
+            end_of_life: false,
             read_errors_seen: 0,
             controller_reset_per_million: 0,
             ranges: false,
@@ -795,6 +806,9 @@ impl Rig {
 
     /// Runs one op; a power cut during it triggers crash + recovery + check.
     pub fn apply(&mut self, op: Op) {
+        if self.end_of_life {
+            return;
+        }
         if let Some(clock) = &self.clock {
             clock.fetch_add(100_000_000, Ordering::SeqCst);
         }
@@ -1620,6 +1634,12 @@ impl Rig {
         dev.set_faults(faults);
         let mut ftl = Driver::mount(dev, self.cfg.clone())
             .unwrap_or_else(|e| panic!("mount after power cut: {e}"));
+        self.end_of_life = ftl.ftl().is_read_only();
+        assert!(
+            !self.end_of_life || self.media_faults,
+            "mounted read-only with no media fault injected: {}",
+            ftl.ftl().debug_state()
+        );
         if let Some(t) = trace_lba() {
             eprintln!(
                 "trace: mounted; block {t} at {:?}; model {}",

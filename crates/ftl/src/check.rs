@@ -376,6 +376,23 @@ fn scan_superblocks<B: Backend>(backend: &mut B, g: &Geometry) -> SuperScan {
                 continue;
             }
         };
+        if info.state == ZoneState::Offline {
+            // The FTL takes a copy whose zone failed out of service and
+            // writes the other alone (mount does the same): lost
+            // redundancy, not damage. With both gone nothing is valid, and
+            // recovery reports the volume as not formatted.
+            s.notices.push(
+                Problem::new(
+                    ProblemKind::SuperblockCopyMissing,
+                    format!(
+                        "superblock copy {z}: its zone is offline (the device retired it after \
+                         a failed write or erase); the other copy serves"
+                    ),
+                )
+                .at(z, 0),
+            );
+            continue;
+        }
         let wp = info.write_pointer_blocks.min(g.zone_capacity_blocks);
         let problems_before = s.problems.len();
         for off in 0..wp {

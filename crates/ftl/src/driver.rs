@@ -506,9 +506,10 @@ impl<B: Backend> Driver<B> {
             if let Some(e) = self.ftl.failure() {
                 return Err(e);
             }
-            if !self.turn()? {
-                // The last turn may have given up (read-only): an error,
-                // not a stall.
+            // A turn that issued nothing may still have finished the
+            // checkpoint (its last superblock copy dead: skipped, then
+            // committed) or given up (read-only: an error, not a stall).
+            if !self.turn()? && !self.ftl.checkpoint_idle() {
                 if let Some(e) = self.ftl.failure() {
                     return Err(e);
                 }

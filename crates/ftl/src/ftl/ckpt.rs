@@ -278,6 +278,13 @@ impl Ftl {
             unreachable!()
         };
         if self.super_dead[copy] {
+            if self.super_dead.iter().all(|&d| d) {
+                // No copy can carry this checkpoint (both zones failed, as
+                // a mount finds them): committing it would let the log
+                // reuse zones the last record still points into.
+                self.metadata_failed();
+                return None;
+            }
             self.super_step_done(copy);
             return self.next_checkpoint_command();
         }

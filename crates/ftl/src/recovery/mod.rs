@@ -183,6 +183,12 @@ impl<B: Backend> Driver<B> {
     ///
     /// Steps: [`recover_state`] (read-only) → finish half-written zones →
     /// write a checkpoint.
+    ///
+    /// A volume whose metadata can no longer be written (both superblock
+    /// zones failed, or every zone of the metadata log) is at the end of
+    /// its life: it mounts read-only, so what it holds can still be read.
+    /// `ftl().is_read_only()` tells; every write answers
+    /// [`IoError::ReadOnly`](crate::error::IoError::ReadOnly).
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
         let r = recover_state(&mut backend, config.data_crc_impl())?;
         for &z in &r.finish {
@@ -227,9 +233,11 @@ impl<B: Backend> Driver<B> {
             layout,
         };
         let mut driver = Driver::new(backend, Ftl::from_parts(parts));
-        driver
-            .checkpoint()
-            .map_err(checkpoint_failed("mount: recovery checkpoint"))?;
+        match driver.checkpoint() {
+            // Read-only: the recovered state stays in memory, unwritten.
+            Ok(()) | Err(crate::error::IoError::ReadOnly) => {}
+            Err(e) => return Err(checkpoint_failed("mount: recovery checkpoint")(e)),
+        }
         driver.start_wall_clock();
         Ok(driver)
     }
