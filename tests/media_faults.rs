@@ -2,7 +2,9 @@
 //! uncorrectable reads and worn-out blocks. The FTL rewrites failed data
 //! elsewhere and retires the zone; read errors surface as typed I/O errors,
 //! never as data; metadata write failures make the volume read-only until a
-//! remount, which recovers it. Every run checks every block against the model.
+//! remount, which recovers it (or, once the superblock zones are gone, for
+//! good: then it mounts read-only). Power cuts on such a device lose nothing
+//! flushed. Every run checks every block against the model.
 
 mod common;
 
@@ -111,4 +113,27 @@ fn worn_out_device_retires_zones_without_losing_data() {
             run(&mut rig, 3000);
         },
     );
+}
+
+/// Power cuts (during host I/O, GC, checkpoints and mounts) on a device
+/// that also fails programs and erases: what was flushed survives every
+/// cut and every failure, whichever comes first, up to the end of the
+/// device's life (then it mounts read-only with every block readable).
+#[test]
+fn power_cuts_on_a_failing_device_lose_nothing_flushed() {
+    let test = "power_cuts_on_a_failing_device_lose_nothing_flushed";
+    let (seeds, total) = common::run_seeds(test, 100, |seed| {
+        let faults = Faults {
+            program_fail_per_million: 2_000,
+            erase_fail_per_million: 10_000,
+            ..Faults::default()
+        };
+        faulty_rig(seed, faults, 100_000).cut_rounds(3, 1500)
+    });
+    if seeds >= 100 {
+        assert!(
+            total.cuts >= seeds as u64 && total.during_recovery > 0,
+            "too few power cuts, or none during a mount: {total:?}"
+        );
+    }
 }
