@@ -927,6 +927,12 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
     let s = &v["store"];
     assert_eq!(num(s, "puts_per_round"), 600.0);
     for rate in [
+        "nameless_puts_per_cpu_s",
+        "logical_puts_per_cpu_s",
+        "puts_ratio_cpu",
+        "nameless_gets_per_cpu_s",
+        "logical_gets_per_cpu_s",
+        "gets_ratio_cpu",
         "nameless_puts_per_s",
         "logical_puts_per_s",
         "puts_ratio",

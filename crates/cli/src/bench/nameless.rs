@@ -26,7 +26,7 @@ use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice};
 
 use super::range::Rounds;
-use super::{progress, ratio, round, show, BenchError};
+use super::{progress, ratio, round, show, thread_cpu_s, BenchError};
 use crate::report::Text;
 
 const GIB: u64 = 1 << 30;
@@ -90,9 +90,18 @@ pub struct StoreRates {
     pub sync_every: usize,
     /// Puts per round: a fill of every key, then as many overwrites.
     pub puts_per_round: u64,
+    /// Per second of this thread's CPU time (the driver, the FTL and the
+    /// simulator all run on it): what other processes' load moves least.
+    pub nameless_puts_per_cpu_s: Rounds,
+    pub logical_puts_per_cpu_s: Rounds,
+    /// nameless ÷ logical, per round.
+    pub puts_ratio_cpu: Rounds,
+    pub nameless_gets_per_cpu_s: Rounds,
+    pub logical_gets_per_cpu_s: Rounds,
+    pub gets_ratio_cpu: Rounds,
+    /// The same per wall second.
     pub nameless_puts_per_s: Rounds,
     pub logical_puts_per_s: Rounds,
-    /// nameless ÷ logical, per round.
     pub puts_ratio: Rounds,
     pub nameless_gets_per_s: Rounds,
     pub logical_gets_per_s: Rounds,
@@ -221,11 +230,14 @@ fn memory(args: &NamelessArgs, ftl: &FtlConfig) -> Result<MapMemory, BenchError>
     })
 }
 
-/// One side's run: puts/s, gets/s, media blocks per put, map bytes.
+/// One side's run: puts and gets per wall and per CPU second, media
+/// blocks per put, map bytes.
 struct Side {
     buckets: u32,
     puts_per_s: f64,
     gets_per_s: f64,
+    puts_per_cpu_s: f64,
+    gets_per_cpu_s: f64,
     media_blocks_per_put: f64,
     map_bytes: u64,
 }
@@ -272,6 +284,7 @@ fn run_side(
     let mut store = Store::create(volume, 0, opts).map_err(kv)?;
     let media0 = store.volume_mut().stats().media_write_blocks;
     let started = Instant::now();
+    let cpu = thread_cpu_s();
     let mut puts = 0usize;
     // The fill in key order, then overwrites in `order`.
     let writes = (0..args.keys)
@@ -282,14 +295,16 @@ fn run_side(
             .put(&key(k), &value(k, v, args.value_bytes))
             .map_err(kv)?;
         puts += 1;
-        if puts % args.sync_every == 0 {
+        if puts.is_multiple_of(args.sync_every) {
             store.sync().map_err(kv)?;
         }
     }
     store.sync().map_err(kv)?;
     let put_s = started.elapsed().as_secs_f64();
+    let put_cpu_s = thread_cpu_s() - cpu;
     let media = store.volume_mut().stats().media_write_blocks - media0;
     let started = Instant::now();
+    let cpu = thread_cpu_s();
     for &k in order.iter().rev() {
         let got = store.get(&key(k)).map_err(kv)?;
         if got.as_deref() != Some(&value(k, 2, args.value_bytes)[..]) {
@@ -297,11 +312,14 @@ fn run_side(
         }
     }
     let get_s = started.elapsed().as_secs_f64();
+    let get_cpu_s = thread_cpu_s() - cpu;
     let (map_bytes, _) = map_bytes_less_p2l(store.volume_mut());
     Ok(Side {
         buckets,
         puts_per_s: ratio(puts as f64, put_s),
         gets_per_s: ratio(order.len() as f64, get_s),
+        puts_per_cpu_s: ratio(puts as f64, put_cpu_s),
+        gets_per_cpu_s: ratio(order.len() as f64, get_cpu_s),
         media_blocks_per_put: round(media as f64 / puts as f64, 3),
         map_bytes,
     })
@@ -346,6 +364,12 @@ fn store_rates(args: &NamelessArgs, ftl: &FtlConfig) -> Result<StoreRates, Bench
         buckets: last_n.buckets,
         sync_every: args.sync_every,
         puts_per_round: 2 * u64::from(args.keys),
+        nameless_puts_per_cpu_s: rounds(&n, |s| s.puts_per_cpu_s),
+        logical_puts_per_cpu_s: rounds(&l, |s| s.puts_per_cpu_s),
+        puts_ratio_cpu: ratios(|s| s.puts_per_cpu_s),
+        nameless_gets_per_cpu_s: rounds(&n, |s| s.gets_per_cpu_s),
+        logical_gets_per_cpu_s: rounds(&l, |s| s.gets_per_cpu_s),
+        gets_ratio_cpu: ratios(|s| s.gets_per_cpu_s),
         nameless_puts_per_s: rounds(&n, |s| s.puts_per_s),
         logical_puts_per_s: rounds(&l, |s| s.puts_per_s),
         puts_ratio: ratios(|s| s.puts_per_s),
@@ -388,6 +412,12 @@ impl NamelessReport {
             s.keys, s.value_bytes, s.buckets, s.sync_every
         ));
         t.row("puts_per_round", s.puts_per_round);
+        t.row("nameless_puts_per_cpu_s", show(&s.nameless_puts_per_cpu_s));
+        t.row("logical_puts_per_cpu_s", show(&s.logical_puts_per_cpu_s));
+        t.row("puts_ratio_cpu", show(&s.puts_ratio_cpu));
+        t.row("nameless_gets_per_cpu_s", show(&s.nameless_gets_per_cpu_s));
+        t.row("logical_gets_per_cpu_s", show(&s.logical_gets_per_cpu_s));
+        t.row("gets_ratio_cpu", show(&s.gets_ratio_cpu));
         t.row("nameless_puts_per_s", show(&s.nameless_puts_per_s));
         t.row("logical_puts_per_s", show(&s.logical_puts_per_s));
         t.row("puts_ratio", show(&s.puts_ratio));
