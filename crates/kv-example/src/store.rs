@@ -181,19 +181,33 @@ impl<V: Volume> Store<V> {
     /// an earlier bucket can leave the key in two buckets: the newer entry
     /// stays, the older one goes (its value with the next sync).
     fn drop_duplicates(&mut self) -> Result<(), KvError> {
-        let mut newest: HashMap<Vec<u8>, (u32, u64)> = HashMap::new();
+        let mut newest: HashMap<Vec<u8>, (u32, u64, u64)> = HashMap::new();
         let mut stale: Vec<(u32, Vec<u8>, u64)> = Vec::new();
         for (b, bucket) in self.buckets.iter().enumerate() {
             for e in &bucket.entries {
-                let here = (b as u32, e.version);
-                match newest.insert(e.key.clone(), here) {
-                    Some((ob, ov)) if ov > e.version => {
-                        newest.insert(e.key.clone(), (ob, ov));
-                        stale.push((b as u32, e.key.clone(), e.version));
-                    }
-                    Some((ob, ov)) => stale.push((ob, e.key.clone(), ov)),
-                    None => {}
+                let here = (b as u32, e.version, e.addr);
+                let Some(other) = newest.insert(e.key.clone(), here) else {
+                    continue;
+                };
+                // Every put takes a new version and a new block: two
+                // entries sharing either are damage, not a cut.
+                if other.1 == e.version || other.2 == e.addr {
+                    return Err(KvError::CorruptBucket {
+                        bucket: b as u32,
+                        lba: self.bucket_lba(b as u32),
+                        reason: format!(
+                            "a key also in bucket {} with its version or value",
+                            other.0
+                        ),
+                    });
                 }
+                let older = if other.1 > e.version {
+                    newest.insert(e.key.clone(), other);
+                    here
+                } else {
+                    other
+                };
+                stale.push((older.0, e.key.clone(), older.1));
             }
         }
         for (b, key, version) in stale {
