@@ -2,7 +2,8 @@
 //! overwrites, deletes, gets and syncs, on the simulator: after each
 //! remount and reopen, every key holds its value of the last sync or of a
 //! put or delete after it (a synced delete stays deleted), and reads
-//! between cuts return the latest value.
+//! between cuts return the latest value. With values nameless, and with
+//! them in a logical value area.
 //!
 //! `ZFTL_SEED=n` replays one seed, `ZFTL_SEEDS=n` or `a..b` runs many.
 
@@ -94,7 +95,7 @@ struct Rig {
 }
 
 impl Rig {
-    fn new(seed: u64) -> Rig {
+    fn new(seed: u64, values: ValuePlacement) -> Rig {
         let cfg = ftl_config(seed);
         let dev = SimDevice::create_memory(sim(seed)).unwrap();
         let opts = FormatOptions {
@@ -105,7 +106,7 @@ impl Rig {
         let volume = Driver::format(dev, &opts, cfg.clone()).unwrap();
         let store_opts = StoreOptions {
             buckets: BUCKETS,
-            values: ValuePlacement::Nameless,
+            values,
             max_replaced: MAX_REPLACED,
         };
         let store = Store::create(volume, 0, store_opts).unwrap();
@@ -228,8 +229,9 @@ impl Rig {
         }
         let store = self.store();
         assert_eq!(store.len(), present, "entries the index holds");
-        let live = store.volume_mut().stats().nameless_live_blocks;
-        assert!(live >= present as u64, "{live} live blocks, {present} keys");
+        let s = store.volume_mut().stats();
+        let held = s.nameless_live_blocks + s.mapped_blocks;
+        assert!(held >= present as u64, "{held} blocks held, {present} keys");
     }
 
     fn run(mut self, rounds: u32) -> Rig {
@@ -270,13 +272,13 @@ fn seeds(default: u64) -> Vec<u64> {
     }
 }
 
-#[test]
-fn synced_values_survive_power_cuts() {
-    let test = "synced_values_survive_power_cuts";
+/// Runs the torture on each seed with the values placed by `values`,
+/// printing the replay command of a seed that fails.
+fn torture(test: &str, default_seeds: u64, values: ValuePlacement) {
     let (mut cuts, mut checked, mut no_space) = (0, 0, 0);
-    let seeds = seeds(40);
+    let seeds = seeds(default_seeds);
     for &seed in &seeds {
-        let run = std::panic::catch_unwind(|| Rig::new(seed).run(8));
+        let run = std::panic::catch_unwind(|| Rig::new(seed, values).run(8));
         let rig = run.unwrap_or_else(|e| {
             eprintln!(
                 "\n{test} FAILED at seed {seed}; replay: \
@@ -293,4 +295,27 @@ fn synced_values_survive_power_cuts() {
         seeds.len()
     );
     assert!(seeds.is_empty() || (cuts > 0 && checked > 0));
+}
+
+#[test]
+fn synced_values_survive_power_cuts() {
+    torture(
+        "synced_values_survive_power_cuts",
+        40,
+        ValuePlacement::Nameless,
+    );
+}
+
+/// The same store with its values in a logical value area (the baseline
+/// `zftl bench nameless` measures against).
+#[test]
+fn synced_values_survive_power_cuts_with_logical_values() {
+    let values = ValuePlacement::Logical {
+        blocks: u64::from(KEYS) + 2 * MAX_REPLACED as u64,
+    };
+    torture(
+        "synced_values_survive_power_cuts_with_logical_values",
+        20,
+        values,
+    );
 }
