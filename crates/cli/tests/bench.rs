@@ -888,3 +888,76 @@ fn snapshot_rejects_bad_arguments() {
         );
     }
 }
+
+#[test]
+fn nameless_reports_map_memory_and_the_store_on_both_segments() {
+    let v = json(&[
+        "bench",
+        "nameless",
+        "--json",
+        "--stored-mib",
+        "16",
+        "--keys",
+        "300",
+        "--sync-every",
+        "16",
+        "--rounds",
+        "2",
+    ]);
+    let m = &v["memory"];
+    assert_eq!(num(m, "stored_bytes"), 16.0 * 1048576.0);
+    assert!(num(m, "p2l_bytes") > 0.0, "{m}");
+    // The logical side's L2P grows with the data; the nameless side's map
+    // memory does not (its blocks need only their validity bits).
+    assert!(
+        num(m, "page_level_map_bytes") > num(m, "page_level_fresh_map_bytes"),
+        "{m}"
+    );
+    assert_eq!(
+        num(m, "nameless_map_bytes"),
+        num(m, "nameless_fresh_map_bytes"),
+        "{m}"
+    );
+    assert!(num(m, "nameless_generation_bytes") > 0.0, "{m}");
+    let r = num(m, "nameless_over_page_level");
+    assert!(
+        r > 0.0 && r < num(m, "nameless_over_page_level_totals"),
+        "{m}"
+    );
+    let s = &v["store"];
+    assert_eq!(num(s, "puts_per_round"), 600.0);
+    for rate in [
+        "nameless_puts_per_cpu_s",
+        "logical_puts_per_cpu_s",
+        "puts_ratio_cpu",
+        "nameless_gets_per_cpu_s",
+        "logical_gets_per_cpu_s",
+        "gets_ratio_cpu",
+        "nameless_puts_per_s",
+        "logical_puts_per_s",
+        "puts_ratio",
+        "nameless_gets_per_s",
+        "logical_gets_per_s",
+        "gets_ratio",
+    ] {
+        let rounds = s[rate]["rounds"].as_array().expect("rounds");
+        assert_eq!(rounds.len(), 2, "every round is printed: {rate}");
+        assert!(num(&s[rate], "min") > 0.0, "{rate}: {s}");
+        assert!(num(&s[rate], "min") <= num(&s[rate], "median"), "{rate}");
+    }
+    // A value and a bucket per put on both sides, and a little more.
+    for side in ["nameless", "logical"] {
+        let blocks = num(s, &format!("{side}_media_blocks_per_put"));
+        assert!(
+            (2.0..3.0).contains(&blocks),
+            "{side}: {blocks} media blocks per put"
+        );
+    }
+    assert!(
+        num(s, "nameless_map_bytes") <= num(s, "logical_map_bytes"),
+        "{s}"
+    );
+    let out = zftl(&["bench", "nameless", "--rounds", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));
+}

@@ -23,7 +23,10 @@
 //! - `snapshot`: snapshot create/delete latency and metadata blocks, with
 //!   much written and with many snapshots live, mount time, memory per
 //!   kept block, and write amplification with snapshots live; revert,
-//!   changed blocks, views and the protection window's cost.
+//!   changed blocks, views and the protection window's cost;
+//! - `nameless`: map memory per GiB stored, page-level against nameless,
+//!   and the example store's (zftl-kv) puts and gets with its values
+//!   nameless against in a logical value area.
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
@@ -33,6 +36,7 @@ mod forward;
 
 mod forks;
 mod media;
+mod nameless;
 mod nbd;
 mod pipe;
 mod plot;
@@ -113,6 +117,13 @@ pub enum BenchCommand {
     /// fork against the live volume); tags in OOB and in band. Every round
     /// is printed; `--parts` picks the measurements.
     Snapshot(Box<snapshot::SnapshotArgs>),
+    /// Nameless writes on the in-memory simulator (timing off): map memory
+    /// per GiB stored, page-level (logical blocks) against nameless, the
+    /// same data; and the example store (zftl-kv) with its values in the
+    /// physical segment against the same store with a logical value area
+    /// of its own: puts and gets per second, same keys, values, command
+    /// sizes and depth. Every round is printed.
+    Nameless(nameless::NamelessArgs),
 }
 
 /// Shape of the device and of the FTL's space, shared by `wa` and `throughput`.
@@ -371,6 +382,9 @@ pub fn run(args: &BenchArgs, json: bool, ftl: &FtlConfig) -> Result<(), CliError
         BenchCommand::Zns(a) => zns::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Range(a) => range::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
         BenchCommand::Media(a) => media::run(a, ftl).and_then(|r| emit(json, &r, || r.text())),
+        BenchCommand::Nameless(a) => {
+            nameless::run(a, ftl).and_then(|r| emit(json, &r, || r.text()))
+        }
         BenchCommand::Snapshot(a) => {
             snapshot::run(a, ftl).and_then(|r| emit(json, &r, || r.text()))
         }
