@@ -715,6 +715,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Blocks of the physical segment freed (by frees and overwrites).",
             s.nameless_free_blocks,
         ),
+        (
+            "nameless_handover_blocks",
+            "Blocks handed over after a mount (written since the client's last nameless commit) and taken by the client.",
+            s.nameless_handover_blocks,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -789,6 +794,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_zones",
             "Zones holding nameless data.",
             f64::from(s.nameless_zones),
+        ),
+        (
+            "nameless_uncommitted_blocks",
+            "Live nameless blocks written since the client's last nameless commit.",
+            s.nameless_uncommitted_blocks as f64,
+        ),
+        (
+            "nameless_events_pending",
+            "Nameless events (the post-mount hand-over) not yet taken by the client.",
+            s.nameless_events_pending as f64,
         ),
         (
             "shared_blocks",
