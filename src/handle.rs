@@ -82,7 +82,8 @@ use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     changed_runs, diff_requests, fork_create_request, fork_data, fork_named, join_runs,
-    nameless_events, nameless_request, snapshot_create_request, snapshot_data, snapshot_revert_request,
+    nameless_events, nameless_request, snapshot_create_request, snapshot_data,
+    snapshot_revert_request,
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,

@@ -489,14 +489,19 @@ impl NamelessRig {
                 let NamelessEvent::Unrecorded { addr, md } = e else {
                     panic!("an event of another kind after a mount: {e:?}");
                 };
-                assert!(events.insert(addr, md).is_none(), "{addr:?} handed over twice");
+                assert!(
+                    events.insert(addr, md).is_none(),
+                    "{addr:?} handed over twice"
+                );
             }
         }
         let mb = self.ftl().nameless_md_bytes();
         for (a, h) in self.model.live.iter_mut() {
             let given = events.get(a);
             match h.commit {
-                Commit::Yes => assert!(given.is_none(), "committed block {a:?} ({h:?}) handed over"),
+                Commit::Yes => {
+                    assert!(given.is_none(), "committed block {a:?} ({h:?}) handed over")
+                }
                 Commit::No => {
                     let m = given.unwrap_or_else(|| panic!("{a:?} ({h:?}) not handed over"));
                     assert_eq!(m, &md(h.key, h.version, mb), "md of {a:?} handed over");
@@ -505,12 +510,19 @@ impl NamelessRig {
                     if let Some(m) = given {
                         assert_eq!(m, &md(h.key, h.version, mb), "md of {a:?} handed over");
                     }
-                    h.commit = if given.is_some() { Commit::No } else { Commit::Yes };
+                    h.commit = if given.is_some() {
+                        Commit::No
+                    } else {
+                        Commit::Yes
+                    };
                 }
             }
         }
         for (&a, m) in &events {
-            assert!(!self.model.gone.contains(&a), "freed block {a:?} handed over");
+            assert!(
+                !self.model.gone.contains(&a),
+                "freed block {a:?} handed over"
+            );
             if self.model.live.contains_key(&a) {
                 continue;
             }
@@ -700,7 +712,10 @@ fn crash_torture_with_nameless_blocks() {
     // hand-overs, and blocks of writes the cut left unanswered.
     if seeds >= 60 {
         assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
-        assert!(cov.nameless_handed_over > 0 && cov.nameless_orphans > 0, "{cov:?}");
+        assert!(
+            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0,
+            "{cov:?}"
+        );
     }
 }
 
@@ -832,7 +847,8 @@ fn a_full_uncommitted_set_answers_busy_until_a_commit() {
     put(&mut ftl, &[4, 5, 6, 7], 1);
     assert_eq!(ftl.stats().nameless_uncommitted_blocks, 8);
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
-    let one = |ftl: &mut Driver<SimDevice>, k| ftl.nameless_write(&pattern(k, 1, bs), &md(k, 1, mb));
+    let one =
+        |ftl: &mut Driver<SimDevice>, k| ftl.nameless_write(&pattern(k, 1, bs), &md(k, 1, mb));
     assert_eq!(one(&mut ftl, 8), Err(IoError::Busy));
     // A freed block leaves the set; an overwrite takes a place too.
     ftl.nameless_free(&a[..1]).unwrap();
@@ -857,11 +873,21 @@ fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_
     // after it is not, though both are answered after it was admitted.
     let data = |k| pattern(k, 1, bs);
     let before = ftl
-        .submit(zftl::core::nameless_request(None, &data(10), &md(10, 1, mb), false))
+        .submit(zftl::core::nameless_request(
+            None,
+            &data(10),
+            &md(10, 1, mb),
+            false,
+        ))
         .unwrap();
     let commit = ftl.submit(zftl::core::Request::NamelessCommit).unwrap();
     let after = ftl
-        .submit(zftl::core::nameless_request(None, &data(11), &md(11, 1, mb), false))
+        .submit(zftl::core::nameless_request(
+            None,
+            &data(11),
+            &md(11, 1, mb),
+            false,
+        ))
         .unwrap();
     let addr = |r: zftl::core::ReplyData| match r {
         zftl::core::ReplyData::Addrs(a) => a[0],

@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 36] = [
+    let counters: [(&str, &str, u64); 37] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -729,7 +729,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 26] = [
+    let gauges: [(&str, &str, f64); 28] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -1382,6 +1382,9 @@ mod tests {
         assert_eq!(after["zftl_ftl_fork_delete_blocks_total"], 0.0);
         assert_eq!(after["zftl_ftl_gc_kept_blocks_total"], 0.0);
         assert_eq!(after["zftl_ftl_kept_zones"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_uncommitted_blocks"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_events_pending"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_handover_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"

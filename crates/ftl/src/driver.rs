@@ -341,7 +341,8 @@ impl<B: Backend> Driver<B> {
     /// Up to `max` events: runs the loop until at least one is ready, or
     /// returns none once none can come.
     pub fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
-        self.call(Request::NamelessEvents { max }).map(nameless_events)
+        self.call(Request::NamelessEvents { max })
+            .map(nameless_events)
     }
 
     pub fn trim(&mut self, lba: Lba, block_count: u32) -> Result<(), IoError> {

@@ -49,8 +49,8 @@ pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, ProtectWindow, TagPlacement};
 pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
-    join_runs, nameless_events, nameless_request, snapshot_create_request, snapshot_data, snapshot_revert_request,
-    Driver,
+    join_runs, nameless_events, nameless_request, snapshot_create_request, snapshot_data,
+    snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError, NamelessError};
 pub use fork::{Fork, ForkError, ForkId};

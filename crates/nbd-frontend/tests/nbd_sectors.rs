@@ -511,8 +511,8 @@ fn logged(request: &Request) -> Logged {
         | Request::NamelessOverwrite { .. }
         | Request::NamelessRead { .. }
         | Request::NamelessFree { .. }
-            | Request::NamelessCommit
-            | Request::NamelessEvents { .. } => ("nameless", 0, 0),
+        | Request::NamelessCommit
+        | Request::NamelessEvents { .. } => ("nameless", 0, 0),
         // A fork export's requests: logged as what they carry.
         Request::InFork { request, .. } => logged(request),
     }

@@ -9,13 +9,13 @@ use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::Ppa;
+use crate::addr::Seq;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{
     MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
 };
-use crate::addr::Seq;
 use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
 use crate::note::Note;
 use crate::payload::BlockData;
@@ -220,10 +220,8 @@ impl NamelessState {
 
     /// Events prepared or still to prepare.
     pub(super) fn events_pending(&self) -> u64 {
-        (self.events.len()
-            + self.handover.len()
-            + self.handover_retry.len()
-            + self.handover_reads) as u64
+        (self.events.len() + self.handover.len() + self.handover_retry.len() + self.handover_reads)
+            as u64
     }
 
     /// Blocks of nameless writes admitted and not yet answered: the space
@@ -916,12 +914,12 @@ impl Ftl {
 
     /// The commit's flush is done: its note, answered once durable. From
     /// the note on, the blocks written before it are not handed over.
-    pub(super) fn nameless_commit_flushed(
-        &mut self,
-        id: u64,
-        result: Result<ReplyData, IoError>,
-    ) {
-        let c = self.nameless.commits.pop_front().expect("a commit flushing");
+    pub(super) fn nameless_commit_flushed(&mut self, id: u64, result: Result<ReplyData, IoError>) {
+        let c = self
+            .nameless
+            .commits
+            .pop_front()
+            .expect("a commit flushing");
         assert!(c.flushing && c.id == id, "commit {id} flushed out of turn");
         let result = match result {
             Ok(_) if self.read_only => Err(self.refusal()),

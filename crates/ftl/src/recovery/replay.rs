@@ -364,11 +364,8 @@ impl Rebuild {
                 RecordKind::DataNamelessMoved | RecordKind::NamelessScratch
             )
         });
-        let unbuilt = !oob_md
-            || moved
-            || !n.remap.is_empty()
-            || !n.open_md.is_empty()
-            || n.job.is_some();
+        let unbuilt =
+            !oob_md || moved || !n.remap.is_empty() || !n.open_md.is_empty() || n.job.is_some();
         if unbuilt {
             return Err(MountError::Unsupported(format!(
                 "the checkpoint holds nameless state this build does not mount (md in the log, \
@@ -601,7 +598,11 @@ impl Rebuild {
     pub(super) fn live_uncommitted(&self) -> Vec<Ppa> {
         let cap = self.zone_capacity_blocks;
         let live = |p: &&Ppa| self.nameless_now[p.zone(cap) as usize] && self.mapping.is_live(**p);
-        self.nameless_uncommitted.iter().filter(live).copied().collect()
+        self.nameless_uncommitted
+            .iter()
+            .filter(live)
+            .copied()
+            .collect()
     }
 
     /// Frees the nameless block at `ppa` of generation `birth_gen` if it
