@@ -315,6 +315,63 @@ impl NamelessRig {
         })
     }
 
+    /// A commit answered: what it covers is committed and flushed.
+    fn committed(&mut self) {
+        self.model.commit(Commit::Maybe, Commit::Yes);
+        self.model.flush();
+        self.logical.flush();
+    }
+
+    /// `n` new keys' blocks: (keys, data, md).
+    fn new_blocks(&mut self, n: u64) -> (Vec<u64>, Vec<u8>, Vec<u8>) {
+        let (bs, mb) = (self.ftl().block_size(), self.ftl().nameless_md_bytes());
+        let keys: Vec<u64> = (self.next_key..self.next_key + n).collect();
+        self.next_key += n;
+        let data = keys.iter().flat_map(|&k| pattern(k, 1, bs)).collect();
+        let meta = keys.iter().flat_map(|&k| md(k, 1, mb)).collect();
+        (keys, data, meta)
+    }
+
+    /// A write, a commit and a write submitted together: the commit covers
+    /// the first, not the second (answered after it was admitted).
+    fn write_commit_write(&mut self) -> Result<(), IoError> {
+        use zftl::core::{nameless_request, Request};
+        let (n1, n2) = (1 + self.rng.next_u64() % 3, 1 + self.rng.next_u64() % 3);
+        let (first, d1, m1) = self.new_blocks(n1);
+        let (second, d2, m2) = self.new_blocks(n2);
+        self.model.commit(Commit::No, Commit::Maybe);
+        let ftl = self.ftl();
+        let w1 = ftl.submit(nameless_request(None, &d1, &m1, false))?;
+        let c = ftl.submit(Request::NamelessCommit)?;
+        let w2 = ftl.submit(nameless_request(None, &d2, &m2, false))?;
+        self.answered(w1, &first, Commit::Maybe)?;
+        self.ftl().wait_for(c)?;
+        self.committed();
+        self.answered(w2, &second, Commit::No)
+    }
+
+    /// The answer to nameless write `id` of `keys`: its blocks are live
+    /// (none with `NoSpace`).
+    fn answered(&mut self, id: u64, keys: &[u64], commit: Commit) -> Result<(), IoError> {
+        let addrs = match self.ftl().wait_for(id) {
+            Ok(zftl::core::ReplyData::Addrs(a)) => a,
+            Err(IoError::NoSpace) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(other) => panic!("a nameless write answered {other:?}"),
+        };
+        for (&key, a) in keys.iter().zip(addrs) {
+            let held = Held {
+                key,
+                version: 1,
+                durable: false,
+                replaces: None,
+                commit,
+            };
+            assert!(self.model.live.insert(a, held).is_none(), "{a:?} twice");
+        }
+        Ok(())
+    }
+
     /// One random operation; `Err` only from a power cut.
     fn step(&mut self) -> Result<(), IoError> {
         let (bs, mb) = (self.ftl().block_size(), self.ftl().nameless_md_bytes());
@@ -382,14 +439,13 @@ impl NamelessRig {
                 self.ftl().nameless_free(&[a])?;
                 self.model.free(a);
             }
-            82..=84 => {
+            82..=83 => {
                 // A cut before the answer may or may not keep the commit.
                 self.model.commit(Commit::No, Commit::Maybe);
                 self.ftl().nameless_commit()?;
-                self.model.commit(Commit::Maybe, Commit::Yes);
-                self.model.flush();
-                self.logical.flush();
+                self.committed();
             }
+            84 => self.write_commit_write()?,
             75..=81 => {
                 let Some(a) = self.pick_live() else {
                     return Ok(());
