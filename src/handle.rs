@@ -82,11 +82,12 @@ use zftl_core::range;
 use zftl_core::tag::{DataCrcImpl, SummedBlocks};
 use zftl_core::{
     changed_runs, diff_requests, fork_create_request, fork_data, fork_named, join_runs,
-    nameless_request, snapshot_create_request, snapshot_data, snapshot_revert_request,
+    nameless_events, nameless_request, snapshot_create_request, snapshot_data,
+    snapshot_revert_request,
 };
 use zftl_core::{
     Attribute, Backend, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, MergePolicy,
-    MountError, NamelessAddr, RangeOp, ReplyData, Request,
+    MountError, NamelessAddr, NamelessEvent, RangeOp, ReplyData, Request,
 };
 
 /// The snapshot named `name` among `snapshots`.
@@ -336,6 +337,18 @@ macro_rules! request_methods {
         pub $($fn)? fn nameless_free(&self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
             let addrs = addrs.to_vec();
             self.call(Request::NamelessFree { addrs })$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_commit) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_commit(&self) -> Result<(), IoError> {
+            self.call(Request::NamelessCommit)$($aw)*.map(drop)
+        }
+    };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* next_events) => {
+        $(#[$doc])*
+        pub $($fn)? fn next_events(&self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
+            self.call(Request::NamelessEvents { max })$($aw)*.map(nameless_events)
         }
     };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* flush) => {
@@ -660,6 +673,14 @@ impl<B: Send + 'static> Handle<B> {
         /// Frees blocks of the physical segment (all or none); durable after
         /// the next [`Self::flush`].
         nameless_free;
+        /// Says every address given by reply or event is recorded: the
+        /// blocks of the nameless writes answered before it are not handed
+        /// over after a power cut any more (see [`Driver::nameless_commit`]).
+        nameless_commit;
+        /// Up to `max` events ([`NamelessEvent`]): waits until one is
+        /// ready, or returns none once none can come. Several callers may
+        /// wait; each event goes to one.
+        next_events;
         /// Applies a vector of range operations as one atomic unit; returns
         /// once it is durable (see [`zftl_core::range`]).
         range_ops;
@@ -862,7 +883,7 @@ impl<B: Send + 'static> AsyncHandle<B> {
 
     request_methods!(async, each see Handle {
         read write write_fua trim write_zeroes flush nameless_write nameless_write_fua
-        nameless_overwrite nameless_read nameless_free range_ops clone_ranges move_ranges
+        nameless_overwrite nameless_read nameless_free nameless_commit next_events range_ops clone_ranges move_ranges
         delete_ranges merge set_attribute stats attributes snapshot_create snapshot_delete
         snapshot_revert snapshots fork_create fork_delete forks changed snapshot_diff
         read_snapshot
@@ -1403,6 +1424,10 @@ impl<B: Backend> InlineHandle<B> {
         nameless_read;
         /// See [`Handle::nameless_free`].
         nameless_free;
+        /// See [`Handle::nameless_commit`].
+        nameless_commit;
+        /// See [`Handle::next_events`].
+        next_events;
     });
 
     request_methods!(sync {

@@ -583,6 +583,10 @@ pub struct Coverage {
     /// Blocks snapshots kept after the volume replaced them (summed at
     /// each cut).
     pub snapshot_versions: u64,
+    /// Nameless blocks handed over after mounts, and of those the blocks
+    /// of writes a cut left unanswered.
+    pub nameless_handed_over: u64,
+    pub nameless_orphans: u64,
 }
 
 impl Coverage {
@@ -605,6 +609,8 @@ impl Coverage {
         self.window_points_seen += other.window_points_seen;
         self.window_point_blocks_checked += other.window_point_blocks_checked;
         self.snapshot_versions += other.snapshot_versions;
+        self.nameless_handed_over += other.nameless_handed_over;
+        self.nameless_orphans += other.nameless_orphans;
     }
 }
 

@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 36] = [
+    let counters: [(&str, &str, u64); 37] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -715,6 +715,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Blocks of the physical segment freed (by frees and overwrites).",
             s.nameless_free_blocks,
         ),
+        (
+            "nameless_handover_blocks",
+            "Blocks handed over after a mount (written since the client's last nameless commit) and taken by the client.",
+            s.nameless_handover_blocks,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -724,7 +729,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 26] = [
+    let gauges: [(&str, &str, f64); 28] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -789,6 +794,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_zones",
             "Zones holding nameless data.",
             f64::from(s.nameless_zones),
+        ),
+        (
+            "nameless_uncommitted_blocks",
+            "Live nameless blocks written since the client's last nameless commit.",
+            s.nameless_uncommitted_blocks as f64,
+        ),
+        (
+            "nameless_events_pending",
+            "Nameless events (the post-mount hand-over) not yet taken by the client.",
+            s.nameless_events_pending as f64,
         ),
         (
             "shared_blocks",
@@ -1367,6 +1382,9 @@ mod tests {
         assert_eq!(after["zftl_ftl_fork_delete_blocks_total"], 0.0);
         assert_eq!(after["zftl_ftl_gc_kept_blocks_total"], 0.0);
         assert_eq!(after["zftl_ftl_kept_zones"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_uncommitted_blocks"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_events_pending"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_handover_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(
             "zftl_nbd_request_duration_microseconds_bucket{command=\"write\",le=\"+Inf\"}"

@@ -159,6 +159,9 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_free_blocks", s.nameless_free_blocks);
     t.row("nameless_live_blocks", s.nameless_live_blocks);
     t.row("nameless_zones", s.nameless_zones);
+    t.row("nameless_uncommitted_blocks", s.nameless_uncommitted_blocks);
+    t.row("nameless_events_pending", s.nameless_events_pending);
+    t.row("nameless_handover_blocks", s.nameless_handover_blocks);
     t.row("media_write_blocks", s.media_write_blocks);
     t.row(
         "write_amplification",

@@ -136,6 +136,11 @@ pub struct FtlConfig {
     /// ([`crate::Ftl::handle_wall_time`]). Whatever this says, a write,
     /// trim or vector that finds no room drops the oldest point first.
     pub protect_window: Option<ProtectWindow>,
+    /// Nameless blocks written since the client's last `nameless_commit`
+    /// that the core keeps, to hand over after a mount (docs/design.md,
+    /// "Recovery and the post-crash hand-over"): past it a nameless write
+    /// answers `Busy` until a commit. At least 1.
+    pub nameless_uncommitted_blocks: u32,
 }
 
 impl FtlConfig {
@@ -169,6 +174,7 @@ impl Default for FtlConfig {
             max_request_blocks: 8192,
             data_crc: None,
             protect_window: None,
+            nameless_uncommitted_blocks: 1 << 16,
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::error::IoError;
 use crate::fork::{Fork, ForkError};
 use crate::ftl::{Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 use crate::history::{Snapshot, SnapshotError, SnapshotId};
-use crate::nameless::NamelessAddr;
+use crate::nameless::{NamelessAddr, NamelessEvent};
 use crate::range::{self, RangeOp};
 use crate::stats::FtlStats;
 use std::collections::VecDeque;
@@ -322,6 +322,29 @@ impl<B: Backend> Driver<B> {
         .map(drop)
     }
 
+    /// Tells the FTL that every address it gave, by reply or event, is
+    /// recorded: the blocks of the nameless writes answered before this
+    /// call are not handed over after a power cut any more. A flush, then
+    /// a commit note; returns once the note is durable. Nameless writes
+    /// made meanwhile wait for the note (docs/design.md, "Recovery and the
+    /// post-crash hand-over").
+    pub fn nameless_commit(&mut self) -> Result<(), IoError> {
+        self.call(Request::NamelessCommit).map(drop)
+    }
+
+    /// The next ready event, if any. Never runs the loop: events are
+    /// prepared while it runs (by any call, or [`Self::settle`]).
+    pub fn poll_event(&mut self) -> Option<NamelessEvent> {
+        self.ftl.poll_event()
+    }
+
+    /// Up to `max` events: runs the loop until at least one is ready, or
+    /// returns none once none can come.
+    pub fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
+        self.call(Request::NamelessEvents { max })
+            .map(nameless_events)
+    }
+
     pub fn trim(&mut self, lba: Lba, block_count: u32) -> Result<(), IoError> {
         self.call(Request::Trim { lba, block_count }).map(drop)
     }
@@ -537,6 +560,14 @@ impl<B: Backend> Driver<B> {
     /// Drops the FTL state without any writes, as a crash would.
     pub fn into_backend(self) -> B {
         self.backend
+    }
+}
+
+/// The events a `Request::NamelessEvents` was answered with.
+pub fn nameless_events(reply: ReplyData) -> Vec<NamelessEvent> {
+    match reply {
+        ReplyData::NamelessEvents(events) => events,
+        other => unreachable!("an events request answered with {other:?}"),
     }
 }
 

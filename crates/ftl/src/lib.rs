@@ -49,8 +49,8 @@ pub use codec::FormatError;
 pub use config::{FormatOptions, FtlConfig, ProtectWindow, TagPlacement};
 pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
-    join_runs, nameless_request, snapshot_create_request, snapshot_data, snapshot_revert_request,
-    Driver,
+    join_runs, nameless_events, nameless_request, snapshot_create_request, snapshot_data,
+    snapshot_revert_request, Driver,
 };
 pub use error::{IoError, MountError, NamelessError};
 pub use fork::{Fork, ForkError, ForkId};
@@ -58,7 +58,7 @@ pub use ftl::{
     Activity, Extent, Ftl, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS, MAX_WINDOW_POINTS,
     MIN_POINT_INTERVAL_BLOCKS, NAMELESS_MD_BYTES,
 };
-pub use nameless::NamelessAddr;
+pub use nameless::{NamelessAddr, NamelessEvent};
 pub use range::{Attribute, MergePolicy, RangeOp};
 pub use stats::FtlStats;
 pub use tag::SummedBlocks;

@@ -91,6 +91,21 @@ impl std::fmt::Display for NamelessAddr {
     }
 }
 
+/// What the FTL tells a nameless client besides replies
+/// (docs/design.md, "Recovery and the post-crash hand-over"): taken with
+/// `Driver::poll_event` or `Driver::next_events`. Delivery is at least
+/// once: an event not covered by a `nameless_commit` before a power cut
+/// comes again after the mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NamelessEvent {
+    /// A live block written since the last `nameless_commit` before the
+    /// mount: the client may never have recorded its address (the reply
+    /// was lost with the power). It records the block (and commits) or
+    /// frees it; either way its zone can be collected again.
+    Unrecorded { addr: NamelessAddr, md: Vec<u8> },
+}
+
 /// `v` as an address field that must hold a well-formed address
 /// (`none_ok`: or none), else an `OutOfRange` error on `field`.
 pub(crate) fn addr_field(

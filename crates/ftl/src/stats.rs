@@ -61,6 +61,9 @@ pub struct FtlStats {
     pub nameless_write_blocks: u64,
     pub nameless_read_blocks: u64,
     pub nameless_free_blocks: u64,
+    /// Events of the post-crash hand-over taken by the client
+    /// (`NamelessEvent::Unrecorded`) since mount.
+    pub nameless_handover_blocks: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
     /// (0 before any write).
@@ -81,6 +84,11 @@ pub struct FtlStats {
     /// zones that hold them.
     pub nameless_live_blocks: u64,
     pub nameless_zones: u32,
+    /// Nameless blocks written since the client's last commit (the
+    /// uncommitted set), and hand-over events prepared or still to prepare
+    /// and not yet taken.
+    pub nameless_uncommitted_blocks: u64,
+    pub nameless_events_pending: u64,
     /// Physical blocks named by more than one logical block, or by one
     /// whose tag names another (moved): reached through the shared table.
     pub shared_blocks: u64,

@@ -416,6 +416,8 @@ impl Volume for Dummy {
             | Request::NamelessOverwrite { .. }
             | Request::NamelessRead { .. }
             | Request::NamelessFree { .. }
+            | Request::NamelessCommit
+            | Request::NamelessEvents { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
             | Request::SnapshotRevert { .. }

@@ -510,7 +510,9 @@ fn logged(request: &Request) -> Logged {
         Request::NamelessWrite { .. }
         | Request::NamelessOverwrite { .. }
         | Request::NamelessRead { .. }
-        | Request::NamelessFree { .. } => ("nameless", 0, 0),
+        | Request::NamelessFree { .. }
+        | Request::NamelessCommit
+        | Request::NamelessEvents { .. } => ("nameless", 0, 0),
         // A fork export's requests: logged as what they carry.
         Request::InFork { request, .. } => logged(request),
     }

@@ -99,6 +99,10 @@ pub(crate) struct Parts {
     pub gc_reserve_zones: u32,
     /// Per zone, the generation of its nameless data.
     pub nameless_gens: Vec<u32>,
+    /// The uncommitted set as recovered (live blocks, increasing), and the
+    /// seq of the newest commit note (0: none).
+    pub nameless_uncommitted: Vec<Ppa>,
+    pub nameless_commit_seq: Seq,
 }
 
 /// Who gets the answer to a request the core runs: the caller (its id),
@@ -108,6 +112,9 @@ pub(crate) struct Parts {
 pub(super) enum ReplyTo {
     Caller(u64),
     Core,
+    /// The flush of the nameless commit of this caller's request: the
+    /// commit note follows it.
+    NamelessCommit(u64),
 }
 
 #[derive(Debug)]
@@ -170,6 +177,8 @@ enum Op {
     RangeFlush,
     NamelessAppend(nameless::NamelessAppend),
     NamelessRead(nameless::NamelessRead),
+    /// A read that prepares a hand-over event.
+    HandoverRead(nameless::NamelessRead),
 }
 
 /// The FTL core. See the module documentation.
@@ -331,6 +340,7 @@ impl Ftl {
         let set_aside = u64::from(p.gc_reserve_zones + crate::layout::OPEN_DATA_LANES);
         let max_commands = p.config.max_inflight_commands.max(1) as usize;
         let max_reads = p.config.max_host_requests.max(1) as usize;
+        let zone_capacity_blocks = p.geometry.zone_capacity_blocks;
         let nameless_supported =
             nameless::segment_supported(p.tag_mode, p.geometry.oob_size_bytes as usize);
         let nameless_empty_zones = p
@@ -420,10 +430,16 @@ impl Ftl {
             now_ns: 0,
             window: window::WindowState::default(),
             nameless: nameless::NamelessState::new(
-                p.nameless_gens,
+                nameless::Recovered {
+                    gens: p.nameless_gens,
+                    uncommitted: p.nameless_uncommitted,
+                    commit_seq: p.nameless_commit_seq,
+                },
                 nameless_empty_zones,
                 nameless_supported,
                 max_reads,
+                p.config.nameless_uncommitted_blocks,
+                zone_capacity_blocks,
             ),
             stats: FtlStats::default(),
         }
@@ -671,6 +687,8 @@ impl Ftl {
             Request::NamelessFree { addrs } => {
                 self.nameless_free(addrs).map(|()| Some(ReplyData::Done))
             }
+            Request::NamelessCommit => self.start_nameless_commit(id).map(|()| None),
+            Request::NamelessEvents { max } => self.nameless_events(id, max).map(|()| None),
         };
         if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {
             // Nothing changed: the caller sends it again once a window
@@ -737,6 +755,7 @@ impl Ftl {
         match to {
             ReplyTo::Caller(id) => self.replies.push_back(Reply { id, result }),
             ReplyTo::Core => self.internal_reply(result.as_ref()),
+            ReplyTo::NamelessCommit(id) => self.nameless_commit_flushed(id, result),
         }
     }
 
@@ -806,6 +825,7 @@ impl Ftl {
             .or_else(|| self.next_flush_command())
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_nameless_read())
+            .or_else(|| self.next_handover_read())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_summary_command())
             .or_else(|| self.next_finish_command())
@@ -931,6 +951,12 @@ impl Ftl {
             Op::NamelessAppend(a) => self.nameless_append_done(a, result),
             Op::NamelessRead(r) => {
                 self.nameless_read_done(r, result);
+                if !self.read_only {
+                    return;
+                }
+            }
+            Op::HandoverRead(r) => {
+                self.handover_read_done(r, result);
                 if !self.read_only {
                     return;
                 }
@@ -1095,6 +1121,7 @@ impl Ftl {
             self.fail_waiters(); // what the vectors released
         }
         self.admit_writes();
+        self.advance_nameless_commits();
         self.advance_flushes();
         self.advance_job();
         self.advance_checkpoint();
@@ -1129,6 +1156,7 @@ impl Ftl {
         }
         self.fail_ranges(&error);
         self.fail_nameless_writes(&error);
+        self.fail_nameless_commits(&error);
         if self.device_gone {
             self.plan_reads(); // buffered and unmapped blocks still answer
             for part in std::mem::take(&mut self.read_queue) {
@@ -1160,6 +1188,8 @@ impl Ftl {
             self.pending_summary_bytes(),
             self.geo.block_size_bytes,
         );
+        s.nameless_uncommitted_blocks = self.nameless.uncommitted_blocks();
+        s.nameless_events_pending = self.nameless.events_pending();
         s.snapshot_room_versions = self.history_room();
         s.window_reach_blocks = self.window_reach_blocks();
         s

@@ -9,20 +9,21 @@ use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::Ppa;
+use crate::addr::Seq;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{
     MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
 };
-use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
+use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
 use crate::note::Note;
 use crate::payload::BlockData;
 use crate::slab::{Key, Slab};
 use crate::superblock::TagMode;
 use crate::tag::TAG_BYTES;
 use crate::zone::NAMELESS;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 /// Metadata bytes stored with every nameless block (after its 32-byte tag
 /// in OOB).
@@ -65,11 +66,57 @@ pub(super) struct NamelessState {
     empty_zones: u32,
     /// Some zone has held nameless data: checkpoints carry the sections.
     any_generation: bool,
+    /// The uncommitted set: the live blocks written since the newest
+    /// commit note, at most `uncommitted_capacity` (docs/design.md,
+    /// "Recovery and the post-crash hand-over").
+    uncommitted: BTreeSet<Ppa>,
+    uncommitted_capacity: u64,
+    /// Seq of the newest commit note (0: none).
+    commit_seq: Seq,
+    /// Admission number of the next nameless write: a commit covers the
+    /// writes admitted before it.
+    next_order: u64,
+    /// Commits admitted and not yet logged, oldest first.
+    commits: VecDeque<PendingCommit>,
+    /// Blocks of the set recovered at mount still to read for their event.
+    handover: VecDeque<NamelessAddr>,
+    /// Of those, reads to issue again (a retry) and reads in flight.
+    handover_retry: VecDeque<NamelessRead>,
+    handover_reads: usize,
+    /// Events prepared and not yet taken.
+    events: VecDeque<NamelessEvent>,
+    /// `Request::NamelessEvents` waiting for one: (id, max).
+    event_waiters: VecDeque<(u64, usize)>,
 }
+
+/// What a mount recovered of the segment.
+pub(super) struct Recovered {
+    pub(super) gens: Vec<u32>,
+    /// The uncommitted set (live blocks, increasing).
+    pub(super) uncommitted: Vec<Ppa>,
+    pub(super) commit_seq: Seq,
+}
+
+/// A `Request::NamelessCommit` until its note is pushed.
+#[derive(Debug)]
+struct PendingCommit {
+    id: u64,
+    /// It covers the writes admitted before write number `before`.
+    before: u64,
+    /// Of those, the writes not yet answered.
+    ahead: usize,
+    /// Its flush is under way.
+    flushing: bool,
+}
+
+/// Handover reads in flight at most: they go beside the host's.
+const HANDOVER_READS_IN_FLIGHT: usize = 8;
 
 #[derive(Debug)]
 struct NamelessWrite {
     id: u64,
+    /// Admission number (`NamelessState::next_order`).
+    order: u64,
     blocks: Vec<BlockData>,
     md: Vec<u8>,
     crcs: Vec<u32>,
@@ -105,17 +152,38 @@ pub(super) struct NamelessAppend {
 
 impl NamelessState {
     /// `empty_zones`: the nameless zones that hold nothing live.
+    /// Every block of the recovered uncommitted set is handed over (its
+    /// event prepared by a read); the set's bound is the larger of
+    /// `uncommitted_capacity` and what was recovered.
     pub(super) fn new(
-        gens: Vec<u32>,
+        r: Recovered,
         empty_zones: u32,
         supported: bool,
         max_requests: usize,
+        uncommitted_capacity: u32,
+        zone_capacity_blocks: u64,
     ) -> NamelessState {
+        let handover = r
+            .uncommitted
+            .iter()
+            .map(|&p| NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]))
+            .collect();
+        let capacity = u64::from(uncommitted_capacity.max(1)).max(r.uncommitted.len() as u64);
         NamelessState {
             empty_zones,
-            any_generation: gens.iter().any(|&g| g > 0),
+            any_generation: r.gens.iter().any(|&g| g > 0),
             supported,
-            gens,
+            gens: r.gens,
+            uncommitted: r.uncommitted.into_iter().collect(),
+            uncommitted_capacity: capacity,
+            commit_seq: r.commit_seq,
+            next_order: 0,
+            commits: VecDeque::new(),
+            handover,
+            handover_retry: VecDeque::new(),
+            handover_reads: 0,
+            events: VecDeque::new(),
+            event_waiters: VecDeque::new(),
             opening: Vec::new(),
             writes: Slab::new(max_requests.max(1)),
             queue: VecDeque::new(),
@@ -129,11 +197,31 @@ impl NamelessState {
 
     /// Requests admitted and not yet answered.
     pub(super) fn pending_requests(&self) -> usize {
-        self.writes.len() + self.reads.len() + self.reads_in_flight
+        self.writes.len()
+            + self.reads.len()
+            + self.reads_in_flight
+            + self.commits.len()
+            + self.event_waiters.len()
     }
 
     pub(super) fn is_idle(&self) -> bool {
-        self.pending_requests() == 0
+        self.pending_requests() == 0 && !self.handover_pending()
+    }
+
+    /// Events of the hand-over still to prepare.
+    fn handover_pending(&self) -> bool {
+        !self.handover.is_empty() || !self.handover_retry.is_empty() || self.handover_reads > 0
+    }
+
+    /// Blocks in the uncommitted set.
+    pub(super) fn uncommitted_blocks(&self) -> u64 {
+        self.uncommitted.len() as u64
+    }
+
+    /// Events prepared or still to prepare.
+    pub(super) fn events_pending(&self) -> u64 {
+        (self.events.len() + self.handover.len() + self.handover_retry.len() + self.handover_reads)
+            as u64
     }
 
     /// Blocks of nameless writes admitted and not yet answered: the space
@@ -176,7 +264,8 @@ impl Ftl {
         }
         let zones = u64::from(self.geo.zone_count);
         let nameless = u64::from(self.zones.nameless_zone_count());
-        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8)
+        let set = 16 + 8 + 4 * self.nameless.uncommitted_blocks();
+        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8) + set
     }
 
     /// A nameless zone was reset or retired (it held nothing live).
@@ -184,8 +273,10 @@ impl Ftl {
         self.nameless.empty_zones -= 1;
     }
 
-    /// The nameless block at `ppa` is freed: its zone may be empty now.
+    /// The nameless block at `ppa` is freed: its zone may be empty now,
+    /// and it leaves the uncommitted set.
     fn nameless_cleared(&mut self, ppa: Ppa) {
+        self.nameless.uncommitted.remove(&ppa);
         self.nameless.maybe_empty = true;
         if self.mapping.valid_blocks(ppa.zone(self.cap())) == 0 {
             self.nameless.empty_zones += 1;
@@ -229,17 +320,26 @@ impl Ftl {
                 }
             })
             .collect();
+        let uncommitted: Vec<Ppa> = self.nameless.uncommitted.iter().copied().collect();
+        for &p in &uncommitted {
+            assert!(
+                self.mapping.is_live(p) && recorded(p.zone(self.cap())),
+                "uncommitted block {p:?} is not a live block of a nameless zone"
+            );
+        }
         NamelessImage {
             header: Some(NamelessHeader {
                 md_bytes: NAMELESS_MD_BYTES as u16,
                 placement: MdPlacement::Oob,
                 group_blocks: 0,
                 remap_capacity: 0,
-                uncommitted_capacity: 0,
-                commit_seq: 0,
+                uncommitted_capacity: u32::try_from(self.nameless.uncommitted_capacity)
+                    .expect("the uncommitted capacity fits u32"),
+                commit_seq: self.nameless.commit_seq,
             }),
             generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
             zones,
+            uncommitted,
             ..NamelessImage::default()
         }
     }
@@ -323,6 +423,7 @@ impl Ftl {
         }
         if self.nameless.queued_blocks + n as u64 > NAMELESS_QUEUE_BLOCKS
             || self.nameless.writes.len() >= self.cfg.max_host_requests as usize
+            || !self.uncommitted_room(n as u64)
         {
             return Err(IoError::Busy);
         }
@@ -337,8 +438,11 @@ impl Ftl {
         }
         let mut crcs = vec![0u32; n];
         crate::tag::data_crcs(&data, bs, &mut crcs);
+        let order = self.nameless.next_order;
+        self.nameless.next_order += 1;
         let key = self.nameless.writes.insert(NamelessWrite {
             id,
+            order,
             blocks: BlockData::blocks(data, bs),
             md,
             crcs,
@@ -354,6 +458,15 @@ impl Ftl {
         self.nameless.queued_blocks += n as u64;
         self.nameless.pending_blocks += n as u64;
         Ok(())
+    }
+
+    /// Whether the uncommitted set, and its section in the next checkpoint,
+    /// have room for `blocks` more beside the writes in flight.
+    fn uncommitted_room(&self, blocks: u64) -> bool {
+        let n = &self.nameless;
+        let more = n.pending_blocks + blocks;
+        n.uncommitted_blocks() + more <= n.uncommitted_capacity
+            && 4 * more <= self.checkpoint_room_bytes()
     }
 
     /// The addresses an overwrite replaces: one per block, distinct, live.
@@ -384,6 +497,12 @@ impl Ftl {
         }
         let key = *self.nameless.queue.front()?;
         let w = self.nameless.writes.get_mut(key).expect("queued write");
+        if let Some(c) = self.nameless.commits.front() {
+            if w.order >= c.before {
+                // Written after the commit's note: it waits for the note.
+                return None;
+            }
+        }
         let remaining = (w.blocks.len() - w.sent) as u64;
         let (lane, zone, room) = self.room_in(Lane::Nameless, remaining, false)?;
         let (n, pad) = self.batch_size(remaining, room, true);
@@ -509,6 +628,7 @@ impl Ftl {
             let ppa = Ppa::new(a.zone, offset + i as u64, cap);
             let fresh = self.mapping.nameless_set(ppa);
             assert!(fresh, "nameless block {ppa:?} landed on a live block");
+            self.nameless.uncommitted.insert(ppa);
             if self.mapping.valid_blocks(a.zone) == 1 {
                 self.nameless.empty_zones -= 1;
             }
@@ -548,6 +668,11 @@ impl Ftl {
         }
         let w = self.nameless.writes.remove(key).expect("write in flight");
         self.nameless.pending_blocks -= w.blocks.len() as u64;
+        for c in &mut self.nameless.commits {
+            if w.order < c.before {
+                c.ahead -= 1;
+            }
+        }
         if let Some(e) = w.error {
             let landed: Vec<NamelessAddr> =
                 w.addrs.iter().copied().filter(|a| !a.is_none()).collect();
@@ -666,21 +791,29 @@ impl Ftl {
         Some((Op::NamelessRead(r), cmd))
     }
 
+    /// Whether read `r` goes again after `result`: a host-side abort, or
+    /// a media error, within their attempts.
+    fn read_again(&mut self, r: &mut NamelessRead, result: &Result<Outcome, DeviceError>) -> bool {
+        if matches!(result, Err(DeviceError::HostIo { .. })) && r.host_aborts < HOST_ATTEMPTS {
+            r.host_aborts += 1;
+            self.stats.host_retries += 1;
+            return true;
+        }
+        let media_error = matches!(result, Err(ref e) if *e != DeviceError::DeviceGone);
+        if media_error && r.attempts + 1 < READ_ATTEMPTS {
+            r.attempts += 1;
+            return true;
+        }
+        false
+    }
+
     pub(super) fn nameless_read_done(
         &mut self,
         mut r: NamelessRead,
         result: Result<Outcome, DeviceError>,
     ) {
         self.nameless.reads_in_flight -= 1;
-        if matches!(result, Err(DeviceError::HostIo { .. })) && r.host_aborts < HOST_ATTEMPTS {
-            r.host_aborts += 1;
-            self.stats.host_retries += 1;
-            self.nameless.reads.push_front(r);
-            return;
-        }
-        let media_error = matches!(result, Err(ref e) if *e != DeviceError::DeviceGone);
-        if media_error && r.attempts + 1 < READ_ATTEMPTS {
-            r.attempts += 1;
+        if self.read_again(&mut r, &result) {
             self.nameless.reads.push_front(r);
             return;
         }
@@ -739,5 +872,217 @@ impl Ftl {
             data,
             md: md.to_vec(),
         })
+    }
+}
+
+// ----- commits and the post-crash hand-over --------------------------------
+
+impl Ftl {
+    /// `Request::NamelessCommit`: covers every nameless write admitted
+    /// before it. Writes admitted after it wait (unsent) until its note is
+    /// pushed, so the note's seq is above every block it covers and below
+    /// every block it does not: replay, applying tags and notes in seq
+    /// order, empties the same set.
+    pub(super) fn start_nameless_commit(&mut self, id: u64) -> Result<(), IoError> {
+        self.nameless_supported()?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        let n = &mut self.nameless;
+        n.commits.push_back(PendingCommit {
+            id,
+            before: n.next_order,
+            ahead: n.writes.len(),
+            flushing: false,
+        });
+        Ok(())
+    }
+
+    /// Starts the oldest commit's flush once the writes it covers are all
+    /// answered.
+    pub(super) fn advance_nameless_commits(&mut self) {
+        let Some(c) = self.nameless.commits.front_mut() else {
+            return;
+        };
+        if c.flushing || c.ahead > 0 {
+            return;
+        }
+        c.flushing = true;
+        let id = c.id;
+        self.add_flush_for(ReplyTo::NamelessCommit(id));
+    }
+
+    /// The commit's flush is done: its note, answered once durable. From
+    /// the note on, the blocks written before it are not handed over.
+    pub(super) fn nameless_commit_flushed(&mut self, id: u64, result: Result<ReplyData, IoError>) {
+        let c = self
+            .nameless
+            .commits
+            .pop_front()
+            .expect("a commit flushing");
+        assert!(c.flushing && c.id == id, "commit {id} flushed out of turn");
+        let result = match result {
+            Ok(_) if self.read_only => Err(self.refusal()),
+            other => other,
+        };
+        if let Err(e) = result {
+            self.replies.push_back(Reply { id, result: Err(e) });
+            return;
+        }
+        let seq = self.take_seq();
+        self.log.push_note(Note::NamelessAck {
+            seq,
+            commit: true,
+            old: NamelessAddr::NONE,
+        });
+        self.nameless.uncommitted.clear();
+        self.nameless.commit_seq = seq;
+        self.add_log_waiter(ReplyTo::Caller(id), ReplyData::Done);
+    }
+
+    /// Nothing more reaches the media: commits not yet flushing are
+    /// answered `error` (one flushing is, when its flush completes).
+    pub(super) fn fail_nameless_commits(&mut self, error: &IoError) {
+        let commits = std::mem::take(&mut self.nameless.commits);
+        for c in commits {
+            if c.flushing {
+                self.nameless.commits.push_back(c);
+            } else {
+                self.replies.push_back(Reply {
+                    id: c.id,
+                    result: Err(error.clone()),
+                });
+            }
+        }
+    }
+
+    /// The next read that prepares a hand-over event; a block freed since
+    /// the mount is skipped.
+    pub(super) fn next_handover_read(&mut self) -> Option<(Op, Command)> {
+        let r = match self.nameless.handover_retry.pop_front() {
+            Some(r) => r,
+            None => {
+                if self.nameless.handover_reads >= HANDOVER_READS_IN_FLIGHT {
+                    return None;
+                }
+                let addr = self.next_handover_addr()?;
+                let zone = addr.ppa().zone(self.cap());
+                self.zone_readers[zone as usize] += 1;
+                NamelessRead {
+                    id: 0,
+                    addr,
+                    attempts: 0,
+                    host_aborts: 0,
+                }
+            }
+        };
+        let cap = self.cap();
+        let ppa = r.addr.ppa();
+        self.nameless.handover_reads += 1;
+        let cmd = Command::Read {
+            zone: ppa.zone(cap),
+            offset_blocks: ppa.offset_blocks(cap),
+            block_count: 1,
+            priority: ReadPriority::Host,
+        };
+        Some((Op::HandoverRead(r), cmd))
+    }
+
+    /// The next block of the hand-over still live.
+    fn next_handover_addr(&mut self) -> Option<NamelessAddr> {
+        while let Some(addr) = self.nameless.handover.pop_front() {
+            if self.nameless_check(addr).is_ok() {
+                return Some(addr);
+            }
+        }
+        self.serve_event_waiters(); // none may come now
+        None
+    }
+
+    pub(super) fn handover_read_done(
+        &mut self,
+        mut r: NamelessRead,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.nameless.handover_reads -= 1;
+        if self.read_again(&mut r, &result) {
+            self.nameless.handover_retry.push_front(r);
+            return;
+        }
+        let zone = r.addr.ppa().zone(self.cap());
+        self.zone_readers[zone as usize] -= 1;
+        let block = match result {
+            Ok(Outcome::Read { data, oob }) => self.nameless_verify(r.addr, data, &oob),
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(e) => Err(IoError::Device {
+                lba: u64::MAX,
+                source: e,
+            }),
+        };
+        match block {
+            // Freed while it was read: nothing to hand over.
+            Ok(_) if self.nameless_check(r.addr).is_err() => {}
+            Ok(ReplyData::NamelessBlock { md, .. }) => {
+                let event = NamelessEvent::Unrecorded { addr: r.addr, md };
+                self.nameless.events.push_back(event);
+            }
+            Ok(other) => unreachable!("a nameless block verified as {other:?}"),
+            // It stays in the set: the next mount tries again.
+            Err(_) => self.stats.read_errors += 1,
+        }
+        self.serve_event_waiters();
+    }
+
+    /// Up to `max` prepared events whose blocks are still live, oldest
+    /// first.
+    fn take_events(&mut self, max: usize) -> Vec<NamelessEvent> {
+        let mut taken = Vec::new();
+        while taken.len() < max {
+            let Some(event) = self.nameless.events.pop_front() else {
+                break;
+            };
+            let NamelessEvent::Unrecorded { addr, .. } = &event;
+            if self.nameless_check(*addr).is_ok() {
+                taken.push(event);
+            }
+        }
+        self.stats.nameless_handover_blocks += taken.len() as u64;
+        taken
+    }
+
+    /// The next prepared event, if one is ready; never waits.
+    pub fn poll_event(&mut self) -> Option<NamelessEvent> {
+        let event = self.take_events(1).pop();
+        if event.is_some() {
+            // Waiters are answered only with events; none left for them.
+            self.serve_event_waiters();
+        }
+        event
+    }
+
+    /// `Request::NamelessEvents`: answered now if an event is ready or
+    /// none can come, else once one is.
+    pub(super) fn nameless_events(&mut self, id: u64, max: usize) -> Result<(), IoError> {
+        self.nameless_supported()?;
+        self.nameless.event_waiters.push_back((id, max));
+        self.serve_event_waiters();
+        Ok(())
+    }
+
+    /// Gives prepared events to the waiters, oldest first, each event to
+    /// one; once none can come, the rest are answered with none.
+    fn serve_event_waiters(&mut self) {
+        while let Some(&(id, max)) = self.nameless.event_waiters.front() {
+            let events = self.take_events(max);
+            let more = self.nameless.handover_pending() || !self.nameless.events.is_empty();
+            if events.is_empty() && max > 0 && more {
+                return;
+            }
+            self.nameless.event_waiters.pop_front();
+            self.replies.push_back(Reply {
+                id,
+                result: Ok(ReplyData::NamelessEvents(events)),
+            });
+        }
     }
 }

@@ -5,7 +5,7 @@ use crate::addr::Lba;
 use crate::error::IoError;
 use crate::fork::{Fork, ForkId};
 use crate::history::{Snapshot, SnapshotId};
-use crate::nameless::NamelessAddr;
+use crate::nameless::{NamelessAddr, NamelessEvent};
 use crate::range::RangeOp;
 use crate::tag::SummedBlocks;
 
@@ -149,6 +149,17 @@ pub enum Request {
     NamelessFree {
         addrs: Vec<NamelessAddr>,
     },
+    /// Says that the client has recorded every address it was given, by
+    /// reply or event (docs/design.md, "Recovery and the post-crash
+    /// hand-over"): once every nameless write admitted before it is
+    /// answered, a flush, then a durable commit note. Answered once the
+    /// note is durable; the blocks of those writes are handed over no more.
+    NamelessCommit,
+    /// Up to `max` events ([`NamelessEvent`]): waits until one is ready,
+    /// or answers with none when none can come.
+    NamelessEvents {
+        max: usize,
+    },
 }
 
 /// What a finished request returns.
@@ -173,6 +184,8 @@ pub enum ReplyData {
         data: Vec<u8>,
         md: Vec<u8>,
     },
+    /// Answer to `Request::NamelessEvents`: at most `max`, oldest first.
+    NamelessEvents(Vec<NamelessEvent>),
     Done,
 }
 

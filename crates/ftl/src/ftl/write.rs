@@ -363,9 +363,15 @@ impl Ftl {
     }
 
     pub(super) fn add_flush(&mut self, id: u64) {
+        self.add_flush_for(ReplyTo::Caller(id));
+    }
+
+    /// A flush answered to `to` once the writes buffered before it, the
+    /// log and the device are durable.
+    pub(super) fn add_flush_for(&mut self, to: ReplyTo) {
         let ticket_barrier = self.buffer.next_ticket();
         self.flushes.push(FlushWait {
-            to: ReplyTo::Caller(id),
+            to,
             stage: FlushStage::Data { ticket_barrier },
             reply: ReplyData::Done,
         });

@@ -24,7 +24,7 @@ pub(crate) use replay::MAX_ATTRIBUTE_RANGES;
 use replay::{group_vectors, reset_seqs, Event, Rebuild};
 use tags::scan_tags;
 
-use crate::addr::Seq;
+use crate::addr::{Ppa, Seq};
 use crate::attr::AttrMap;
 use crate::backend::{
     again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId, ZoneState,
@@ -125,6 +125,8 @@ impl<B: Backend> Driver<B> {
             super_dead: [false, false],
             gc_reserve_zones: options.gc_reserve_zones,
             nameless_gens: vec![0; geometry.zone_count as usize],
+            nameless_uncommitted: Vec::new(),
+            nameless_commit_seq: 0,
             geometry,
             config,
             layout,
@@ -206,6 +208,8 @@ impl<B: Backend> Driver<B> {
             log,
             reports,
             nameless_gens,
+            nameless_uncommitted,
+            nameless_commit_seq,
             ..
         } = r;
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
@@ -226,6 +230,8 @@ impl<B: Backend> Driver<B> {
                 .map(|i| matches!(reports[i].state, ZoneState::ReadOnly | ZoneState::Offline)),
             gc_reserve_zones: config_reserve,
             nameless_gens,
+            nameless_uncommitted,
+            nameless_commit_seq,
             uuid: sb.uuid,
             tag_mode: sb.tag_mode,
             geometry,
@@ -271,6 +277,10 @@ pub struct Recovered {
     pub data_crc: DataCrcImpl,
     /// Per zone, the generation of its nameless data (0: never nameless).
     pub nameless_gens: Vec<u32>,
+    /// The uncommitted set: live nameless blocks written since the newest
+    /// commit note, increasing; and that note's seq (0: none).
+    pub nameless_uncommitted: Vec<Ppa>,
+    pub nameless_commit_seq: Seq,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -328,6 +338,7 @@ pub fn recover_state<B: Backend>(
         state.drop_non_persistent()
     };
     let (zones, finish) = state.zone_table(&geometry, &layout, &image, &reports)?;
+    let nameless_uncommitted = state.live_uncommitted();
     Ok(Recovered {
         superblock: sb,
         layout,
@@ -341,6 +352,8 @@ pub fn recover_state<B: Backend>(
         finish,
         notes_replayed,
         tags_replayed,
+        nameless_uncommitted,
+        nameless_commit_seq: state.nameless_commit_seq,
         nameless_gens: state.nameless_gens,
         data_crc: crc,
         log,

@@ -15,7 +15,7 @@ use crate::nameless::{MdPlacement, NamelessAddr, NamelessZoneKind};
 use crate::note::{self, Note};
 use crate::range::{self, Apply, RangeOp};
 use crate::superblock::{Superblock, TagMode};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Bound on the attribute table of a mounted volume.
 pub(crate) const MAX_ATTRIBUTE_RANGES: usize = 65_536;
@@ -260,6 +260,11 @@ pub(super) struct Rebuild {
     /// whether it holds nameless data now.
     pub(super) nameless_gens: Vec<u32>,
     pub(super) nameless_now: Vec<bool>,
+    /// Nameless blocks written since the newest commit note (the
+    /// checkpoint's set, then each counted tag; a commit note empties it);
+    /// freed ones are dropped at the end (`live_uncommitted`).
+    pub(super) nameless_uncommitted: BTreeSet<Ppa>,
+    pub(super) nameless_commit_seq: Seq,
 }
 
 impl Rebuild {
@@ -359,17 +364,13 @@ impl Rebuild {
                 RecordKind::DataNamelessMoved | RecordKind::NamelessScratch
             )
         });
-        let unbuilt = !oob_md
-            || moved
-            || !n.remap.is_empty()
-            || !n.uncommitted.is_empty()
-            || !n.open_md.is_empty()
-            || n.job.is_some();
+        let unbuilt =
+            !oob_md || moved || !n.remap.is_empty() || !n.open_md.is_empty() || n.job.is_some();
         if unbuilt {
             return Err(MountError::Unsupported(format!(
                 "the checkpoint holds nameless state this build does not mount (md in the log, \
-                 md of other than {NAMELESS_MD_BYTES} bytes, migrations, a hand-over or an \
-                 in-place collection): {:?}",
+                 md of other than {NAMELESS_MD_BYTES} bytes, migrations or an in-place \
+                 collection): {:?}",
                 n.header
             )));
         }
@@ -392,6 +393,9 @@ impl Rebuild {
                 }
             }
         }
+        // The decoder checked each to be live in a nameless zone.
+        self.nameless_uncommitted = n.uncommitted.iter().copied().collect();
+        self.nameless_commit_seq = n.header.as_ref().map_or(0, |h| h.commit_seq);
         Ok(())
     }
 
@@ -445,6 +449,8 @@ impl Rebuild {
             in_reset_zones,
             nameless_gens: vec![0; g.zone_count as usize],
             nameless_now: vec![false; g.zone_count as usize],
+            nameless_uncommitted: BTreeSet::new(),
+            nameless_commit_seq: 0,
         }
     }
 
@@ -573,10 +579,30 @@ impl Rebuild {
                 ppa.0
             )));
         }
+        self.nameless_uncommitted.insert(ppa);
         if !link.is_none() {
             self.nameless_free(link.ppa(), link.generation());
         }
         Ok(())
+    }
+
+    /// A commit note: every nameless block before it is recorded by the
+    /// client (the running core sent no block of a later write before the
+    /// note, format.md §11).
+    fn nameless_commit(&mut self, seq: Seq) {
+        self.nameless_uncommitted.clear();
+        self.nameless_commit_seq = seq;
+    }
+
+    /// The uncommitted set as the running core has it: its live blocks.
+    pub(super) fn live_uncommitted(&self) -> Vec<Ppa> {
+        let cap = self.zone_capacity_blocks;
+        let live = |p: &&Ppa| self.nameless_now[p.zone(cap) as usize] && self.mapping.is_live(**p);
+        self.nameless_uncommitted
+            .iter()
+            .filter(live)
+            .copied()
+            .collect()
     }
 
     /// Frees the nameless block at `ppa` of generation `birth_gen` if it
@@ -793,10 +819,13 @@ impl Rebuild {
             // Nameless notes this build never writes (md in the log,
             // migrations, in-place collection; format.md §11): a log
             // holding one is refused rather than half applied.
+            Note::NamelessAck {
+                seq, commit: true, ..
+            } => self.nameless_commit(seq),
             Note::NamelessWrite { .. }
             | Note::NamelessMd { .. }
             | Note::NamelessMigrate { .. }
-            | Note::NamelessAck { .. }
+            | Note::NamelessAck { commit: false, .. }
             | Note::InPlaceStaged { .. }
             | Note::InPlaceDone { .. } => {
                 return Err(MountError::Damaged(format!(

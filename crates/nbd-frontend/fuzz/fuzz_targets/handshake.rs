@@ -203,7 +203,9 @@ impl Dummy {
             r @ (Request::NamelessWrite { .. }
             | Request::NamelessOverwrite { .. }
             | Request::NamelessRead { .. }
-            | Request::NamelessFree { .. }) => panic!("the NBD server sent {r:?}"),
+            | Request::NamelessFree { .. }
+            | Request::NamelessCommit
+            | Request::NamelessEvents { .. }) => panic!("the NBD server sent {r:?}"),
         }
     }
 }
