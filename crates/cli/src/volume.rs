@@ -68,6 +68,10 @@ pub struct VolumeReport {
     pub first_data_zone: u32,
     pub data_zone_count: u32,
     pub zone_capacity_blocks: u64,
+    /// The volume mounted read-only: its metadata can no longer be written
+    /// (both superblock zones, or the metadata log's, failed). Its blocks
+    /// read; writes fail.
+    pub read_only: bool,
 }
 
 impl VolumeReport {
@@ -86,6 +90,7 @@ impl VolumeReport {
             first_data_zone: layout.first_data_zone(),
             data_zone_count: g.zone_count.saturating_sub(layout.first_data_zone()),
             zone_capacity_blocks: g.zone_capacity_blocks,
+            read_only: ftl.is_read_only(),
         }
     }
 
@@ -96,6 +101,12 @@ impl VolumeReport {
         t.row("block_size_bytes", self.block_size_bytes);
         t.row("tag_mode", self.tag_mode);
         t.row("uuid", &self.uuid);
+        if self.read_only {
+            t.row(
+                "read_only",
+                "yes: the metadata can no longer be written (end of life); copy the data off",
+            );
+        }
         t.section("layout");
         t.row("superblock_zones", "0, 1");
         let meta_end = self.meta_first_zone + self.meta_zone_count;
@@ -409,9 +420,15 @@ pub fn stats_on<B: Backend>(
     let ftl = driver.stats();
     let volume = volume(&mut driver);
     progress.step("shutting down");
-    let dev = driver
-        .shutdown()
-        .map_err(|e| ftl_error(path, "shutdown", e))?;
+    // A read-only volume has nothing to write back: no clean-shutdown
+    // checkpoint can be written either.
+    let dev = if driver.ftl().is_read_only() {
+        driver.into_backend()
+    } else {
+        driver
+            .shutdown()
+            .map_err(|e| ftl_error(path, "shutdown", e))?
+    };
     progress.finish();
     let report = StatsReport {
         image: path.display().to_string(),
