@@ -1,31 +1,48 @@
 //! Old images stay readable (docs/format.md §9): images frozen by the
-//! builds that wrote checkpoint versions 1 and 2, one per tag mode, mount,
-//! read back what was written to them, take new writes, and mount again in
-//! the current format.
+//! builds that wrote checkpoint versions 1, 2 and 3, one per tag mode,
+//! mount, read back what was written to them, take new writes, and mount
+//! again in the current format.
 //!
-//! Each image (`tests/images/v{1,2}-{oob,inband}.img.gz`) was made by
+//! Each image (`tests/images/v{1,2,3}-{oob,inband}.img.gz`) was made by
 //! [`make_frozen_images`] on a small simulated device: a clean shutdown
 //! after a first pass of writes and trims, then a second pass of writes
 //! and a trim, flushed but not followed by a checkpoint, so mount rolls
 //! that version's notes (or tags) forward too. Version-2 images also hold
 //! shared blocks and an attribute in their checkpoint (a clone and an
 //! immutable range in the first pass) and a move in the log (the second).
+//! Version-3 images add, in the first pass (checkpoint): two
+//! protection-window points, a snapshot made and deleted, a live one, one
+//! deleted only in the second pass, and a fork of the live one with writes
+//! of its own; in the second (log): more fork writes and a fork trim, that
+//! delete and a new snapshot. The OOB image also holds nameless blocks in
+//! both passes (written, freed, overwritten, then a commit, with the
+//! image's client index in a logical block), and blocks written after the
+//! second commit, which every mount hands over
+//! (`NamelessEvent::Unrecorded`) until the client commits. The in-band
+//! image holds no nameless blocks: their md needs 64 bytes of OOB, and the
+//! test checks that a nameless write there gets a typed refusal.
 //! `cargo test --release --test format_upgrade make_frozen_images -- --ignored`
 //! writes the images of [`FROZEN_NOW`] again with the build at hand (so only
 //! on a build that still writes that version).
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use zftl::core::range::Attribute;
-use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, TagPlacement};
+use zftl::core::{
+    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessEvent, ProtectWindow,
+    TagPlacement,
+};
 use zftl::sim::{RuntimeOptions, SimConfig, SimDevice};
 
 const BLOCKS_WRITTEN: u64 = 300;
 
 /// The checkpoint version [`make_frozen_images`] freezes: the one this
 /// build writes.
-const FROZEN_NOW: u32 = 2;
+const FROZEN_NOW: u32 = 3;
 
 /// Version 2 images: `CLONE_SRC..+CLONE_BLOCKS` cloned to `CLONE_DST` in
 /// the first pass, the clone's last `IMMUTABLE_BLOCKS` made immutable;
@@ -39,6 +56,46 @@ const MOVE_DST: u64 = 500;
 const MOVE_BLOCKS: u64 = 20;
 /// Blocks read back: every range above.
 const BLOCKS_CHECKED: u64 = MOVE_DST + MOVE_BLOCKS + 10;
+
+/// Version 3 images: snapshot `KEPT` of the end of the first pass, with
+/// the fork `FORK` of it writing every fourth of its first `FORK_SPAN`
+/// blocks in the first pass and every sixth in the second, where it also
+/// trims `FORK_TRIM..+FORK_TRIM_BLOCKS`; `DROPPED` made and deleted in the
+/// first pass, `GONE` made in the first and deleted in the second, `LATE`
+/// made at the end of the second; two protection-window points: the first
+/// taken at the first turn after the first write (block 0 only), the
+/// second when the clock moves on after the first pass's writes and trim.
+const KEPT: &str = "kept";
+const DROPPED: &str = "dropped";
+const GONE: &str = "gone";
+const LATE: &str = "late";
+const FORK: &str = "branch";
+const FORK_SPAN: u64 = 60;
+const FORK_TRIM: u64 = 40;
+const FORK_TRIM_BLOCKS: u32 = 4;
+/// Data versions of the fork's writes in each pass.
+const FORK_VERSION: [u32; 2] = [11, 12];
+/// The wall clock of the first pass (ns; 2026-11-27T10:00:00Z) and how
+/// far it moves on, once, to take the window's point.
+const T0_NS: u64 = 1_795_773_600_000_000_000;
+const POINT_STEP_NS: u64 = 2_000_000_000;
+/// The window's length: a point at most every second (its ÷ 1024).
+const WINDOW_SECS: u64 = 1024;
+
+/// Nameless state (v3 OOB image): the image's client keeps its index of
+/// nameless blocks in logical block `NAMELESS_INDEX_LBA` (outside the
+/// blocks checked), rewritten before each commit. Block data is
+/// [`nameless_block`], md [`nameless_md`].
+const NAMELESS_INDEX_LBA: u64 = 600;
+/// First pass: keys 0..12 written; 0 and 1 freed, 2 and 3 overwritten;
+/// a commit.
+const NAMELESS_KEYS_1: std::ops::Range<u64> = 0..12;
+/// Second pass: keys 20..26 written; 4 and 20 freed, 5 and 21 overwritten;
+/// a commit; then keys 30..35 written, which the mount hands over.
+const NAMELESS_KEYS_2: std::ops::Range<u64> = 20..26;
+const NAMELESS_UNRECORDED: std::ops::Range<u64> = 30..35;
+/// A key the upgrade test writes after the hand-over.
+const NAMELESS_KEY_NEW: u64 = 40;
 
 fn sim_config(oob: bool) -> SimConfig {
     SimConfig {
@@ -105,6 +162,320 @@ fn check_contents(ftl: &mut Driver<SimDevice>, version: u32, pass: u32, what: &s
     }
 }
 
+/// What block `b` of the fork holds after `pass`: the snapshot it was
+/// made of, then its own writes and trim.
+fn fork_expected(b: u64, pass: u32) -> Option<Vec<u8>> {
+    let ours = b < FORK_SPAN;
+    if pass == 2 && (FORK_TRIM..FORK_TRIM + u64::from(FORK_TRIM_BLOCKS)).contains(&b) {
+        return None;
+    }
+    if pass == 2 && ours && b.is_multiple_of(6) {
+        return Some(block(b, FORK_VERSION[1]));
+    }
+    if ours && b.is_multiple_of(4) {
+        return Some(block(b, FORK_VERSION[0]));
+    }
+    expected(3, b, 1)
+}
+
+fn nameless_block(key: u64, version: u32) -> Vec<u8> {
+    block(1_000_000 + key, version)
+}
+
+fn nameless_md(key: u64, version: u32, md_bytes: usize) -> Vec<u8> {
+    let mut m = vec![0u8; md_bytes];
+    m[..8].copy_from_slice(&key.to_le_bytes());
+    m[8..12].copy_from_slice(&version.to_le_bytes());
+    m
+}
+
+/// `(key, version)` of a block's md.
+fn md_key(md: &[u8]) -> (u64, u32) {
+    let key = u64::from_le_bytes(md[..8].try_into().unwrap());
+    (key, u32::from_le_bytes(md[8..12].try_into().unwrap()))
+}
+
+/// Nameless blocks by key: their address and version (0: freed there).
+type NamelessIndex = BTreeMap<u64, (NamelessAddr, u32)>;
+
+/// The index as its logical block: a u32 count, then per key the key
+/// (u64), the address (u64) and the version (u32), little-endian.
+fn encode_index(index: &NamelessIndex) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    b[..4].copy_from_slice(&(index.len() as u32).to_le_bytes());
+    for (i, (key, (addr, version))) in index.iter().enumerate() {
+        let at = 8 + 20 * i;
+        b[at..at + 8].copy_from_slice(&key.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&addr.to_le_bytes());
+        b[at + 16..at + 20].copy_from_slice(&version.to_le_bytes());
+    }
+    b
+}
+
+fn read_index(ftl: &mut Driver<SimDevice>) -> NamelessIndex {
+    let b = ftl.read(NAMELESS_INDEX_LBA, 1).unwrap();
+    let count = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
+    (0..count)
+        .map(|i| {
+            let at = 8 + 20 * i;
+            let key = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+            let addr = NamelessAddr::from_le_bytes(b[at + 8..at + 16].try_into().unwrap());
+            let version = u32::from_le_bytes(b[at + 16..at + 20].try_into().unwrap());
+            (key, (addr, version))
+        })
+        .collect()
+}
+
+/// Writes version `version` of `keys`; their addresses, in order.
+fn nameless_put(
+    ftl: &mut Driver<SimDevice>,
+    keys: impl Iterator<Item = u64> + Clone,
+    version: u32,
+) -> Vec<NamelessAddr> {
+    let mb = ftl.nameless_md_bytes();
+    let data: Vec<u8> = keys
+        .clone()
+        .flat_map(|k| nameless_block(k, version))
+        .collect();
+    let md: Vec<u8> = keys.flat_map(|k| nameless_md(k, version, mb)).collect();
+    ftl.nameless_write(&data, &md).unwrap()
+}
+
+/// Writes `keys`, frees `freed`, overwrites `overwritten` (version 2),
+/// records it all in the index block and commits.
+fn nameless_pass(
+    ftl: &mut Driver<SimDevice>,
+    index: &mut NamelessIndex,
+    keys: std::ops::Range<u64>,
+    freed: [u64; 2],
+    overwritten: [u64; 2],
+) {
+    let addrs = nameless_put(ftl, keys.clone(), 1);
+    index.extend(keys.zip(addrs.into_iter().map(|a| (a, 1))));
+    let old: Vec<NamelessAddr> = freed.iter().map(|k| index[k].0).collect();
+    ftl.nameless_free(&old).unwrap();
+    for k in freed {
+        index.get_mut(&k).unwrap().1 = 0;
+    }
+    let mb = ftl.nameless_md_bytes();
+    let old: Vec<NamelessAddr> = overwritten.iter().map(|k| index[k].0).collect();
+    let data: Vec<u8> = overwritten
+        .iter()
+        .flat_map(|&k| nameless_block(k, 2))
+        .collect();
+    let md: Vec<u8> = overwritten
+        .iter()
+        .flat_map(|&k| nameless_md(k, 2, mb))
+        .collect();
+    let new = ftl.nameless_overwrite(&old, &data, &md).unwrap();
+    for (k, a) in overwritten.into_iter().zip(new) {
+        index.insert(k, (a, 2));
+    }
+    ftl.write(NAMELESS_INDEX_LBA, &encode_index(index)).unwrap();
+    ftl.nameless_commit().unwrap();
+}
+
+fn fork_offset(ftl: &Driver<SimDevice>) -> u64 {
+    let forks = ftl.forks();
+    let fork = forks.iter().find(|f| f.name == FORK);
+    fork.expect("the fork").lba_offset
+}
+
+/// The version-3 additions to the first pass: snapshots, the fork and
+/// its writes, and (OOB) nameless blocks and a commit.
+fn first_pass_v3(ftl: &mut Driver<SimDevice>, oob: bool) {
+    ftl.snapshot_create(DROPPED).unwrap();
+    ftl.snapshot_create(GONE).unwrap();
+    ftl.snapshot_delete(DROPPED).unwrap();
+    ftl.snapshot_create(KEPT).unwrap();
+    let at = ftl.fork_create(KEPT, FORK).unwrap().lba_offset;
+    for b in (0..FORK_SPAN).step_by(4) {
+        ftl.write(at + b, &block(b, FORK_VERSION[0])).unwrap();
+    }
+    if oob {
+        let mut index = NamelessIndex::new();
+        nameless_pass(ftl, &mut index, NAMELESS_KEYS_1, [0, 1], [2, 3]);
+    }
+}
+
+/// The version-3 additions to the second pass: the fork's writes and
+/// trim, a snapshot deleted and one made, and (OOB) nameless writes, a
+/// commit and writes after it.
+fn second_pass_v3(ftl: &mut Driver<SimDevice>, oob: bool) {
+    let at = fork_offset(ftl);
+    for b in (0..FORK_SPAN).step_by(6) {
+        ftl.write(at + b, &block(b, FORK_VERSION[1])).unwrap();
+    }
+    ftl.trim(at + FORK_TRIM, FORK_TRIM_BLOCKS).unwrap();
+    ftl.snapshot_delete(GONE).unwrap();
+    ftl.snapshot_create(LATE).unwrap();
+    if oob {
+        let mut index = read_index(ftl);
+        nameless_pass(ftl, &mut index, NAMELESS_KEYS_2, [4, 20], [5, 21]);
+        nameless_put(ftl, NAMELESS_UNRECORDED, 1);
+    }
+}
+
+fn read_as(ftl: &mut Driver<SimDevice>, name: &str, lba: u64) -> Vec<u8> {
+    let id = ftl.snapshot_named(name).unwrap().id;
+    ftl.read_snapshot(id, lba, 1).unwrap()
+}
+
+/// Checks the snapshots, the window's point and the fork of a version-3
+/// image after `pass`: every block each of them holds.
+fn check_snapshots_and_fork(ftl: &mut Driver<SimDevice>, pass: u32, what: &str) {
+    let snapshots = ftl.snapshots();
+    let points: Vec<String> = snapshots
+        .iter()
+        .filter(|s| s.is_point())
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(points.len(), 2, "{what}: the window's points: {points:?}");
+
+    let user: Vec<&str> = snapshots
+        .iter()
+        .filter(|s| !s.is_point())
+        .map(|s| s.name.as_str())
+        .collect();
+    let live = if pass == 1 {
+        [GONE, KEPT]
+    } else {
+        [KEPT, LATE]
+    };
+    assert!(user.starts_with(&live), "{what}: snapshots {user:?}");
+    assert!(!user.contains(&DROPPED), "{what}: {DROPPED}");
+    let zeros = || vec![0; 4096];
+    for lba in 0..BLOCKS_CHECKED {
+        let first = read_as(ftl, &points[0], lba);
+        let want = if lba == 0 { block(0, 1) } else { zeros() };
+        assert!(first == want, "{what}: the first point's block {lba}");
+        let second = read_as(ftl, &points[1], lba);
+        let before_clone = expected(1, lba, 1).unwrap_or_else(zeros);
+        assert!(
+            second == before_clone,
+            "{what}: the second point's block {lba}"
+        );
+        let kept = read_as(ftl, KEPT, lba);
+        let want = expected(3, lba, 1).unwrap_or_else(zeros);
+        assert!(kept == want, "{what}: {KEPT}'s block {lba}");
+        if pass == 2 {
+            let late = read_as(ftl, LATE, lba);
+            let want = expected(3, lba, 2).unwrap_or_else(zeros);
+            assert!(late == want, "{what}: {LATE}'s block {lba}");
+        }
+    }
+    let at = fork_offset(ftl);
+    for b in 0..BLOCKS_CHECKED {
+        let got = ftl.read(at + b, 1).unwrap();
+        let want = fork_expected(b, pass).unwrap_or_else(zeros);
+        assert!(
+            got == want,
+            "{what}: the fork's block {b} after pass {pass}"
+        );
+    }
+}
+
+/// Checks each block of `index` at its address: data and md, or (version
+/// 0) a typed error for a freed block.
+fn check_nameless(ftl: &mut Driver<SimDevice>, index: &NamelessIndex, what: &str) {
+    let mb = ftl.nameless_md_bytes();
+    for (&key, &(addr, version)) in index {
+        let got = ftl.nameless_read(addr);
+        if version == 0 {
+            assert!(
+                matches!(got, Err(IoError::Nameless(_))),
+                "{what}: freed key {key} at {addr:?}: {got:?}"
+            );
+            continue;
+        }
+        let (data, md) = got.unwrap_or_else(|e| panic!("{what}: key {key} at {addr:?}: {e}"));
+        assert!(
+            data == nameless_block(key, version),
+            "{what}: key {key}'s data"
+        );
+        assert_eq!(md, nameless_md(key, version, mb), "{what}: key {key}'s md");
+    }
+}
+
+/// Every event until none can come: the hand-over, by address.
+fn take_handover(ftl: &mut Driver<SimDevice>, what: &str) -> BTreeMap<NamelessAddr, Vec<u8>> {
+    let mut got = BTreeMap::new();
+    loop {
+        let events = ftl.next_events(8).unwrap();
+        if events.is_empty() {
+            return got;
+        }
+        for e in events {
+            let NamelessEvent::Unrecorded { addr, md } = e else {
+                panic!("{what}: {e:?}");
+            };
+            assert!(got.insert(addr, md).is_none(), "{what}: {addr:?} twice");
+        }
+    }
+}
+
+/// What the upgrade test knows of a version-3 image's nameless blocks:
+/// the image's index with the hand-over and the test's own free and write
+/// recorded (empty in band).
+struct V3State {
+    nameless: NamelessIndex,
+}
+
+impl V3State {
+    /// Checks a freshly mounted version-3 image (snapshots, the fork,
+    /// nameless blocks), takes the hand-over (exactly the blocks written
+    /// after the commit), records it, frees one and writes one more.
+    fn after_mount(ftl: &mut Driver<SimDevice>, oob: bool, what: &str) -> V3State {
+        check_snapshots_and_fork(ftl, 2, what);
+        if !oob {
+            // In band: no nameless blocks (md needs OOB), a typed refusal.
+            let refused = ftl.nameless_write(&nameless_block(0, 1), &[]);
+            assert!(
+                matches!(refused, Err(IoError::Nameless(_))),
+                "{what}: {refused:?}"
+            );
+            return V3State {
+                nameless: NamelessIndex::new(),
+            };
+        }
+        let mut index = read_index(ftl);
+        let keys = NAMELESS_KEYS_1.chain(NAMELESS_KEYS_2);
+        assert!(index.keys().copied().eq(keys), "{what}: index {index:?}");
+        check_nameless(ftl, &index, what);
+        let handed = take_handover(ftl, what);
+        let keys: Vec<(u64, u32)> = handed.values().map(|md| md_key(md)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        let want: Vec<(u64, u32)> = NAMELESS_UNRECORDED.map(|k| (k, 1)).collect();
+        assert_eq!(sorted, want, "{what}: the hand-over");
+        for ((addr, _), (key, version)) in handed.iter().zip(keys) {
+            index.insert(key, (*addr, version));
+        }
+        let first = NAMELESS_UNRECORDED.start;
+        ftl.nameless_free(&[index[&first].0]).unwrap();
+        index.get_mut(&first).unwrap().1 = 0;
+        let new = nameless_put(ftl, [NAMELESS_KEY_NEW].into_iter(), 3);
+        index.insert(NAMELESS_KEY_NEW, (new[0], 3));
+        ftl.write(NAMELESS_INDEX_LBA, &encode_index(&index))
+            .unwrap();
+        ftl.nameless_commit().unwrap();
+        check_nameless(ftl, &index, what);
+        V3State { nameless: index }
+    }
+
+    /// Checks it all again after a remount: nothing handed over now.
+    fn check_again(&self, ftl: &mut Driver<SimDevice>, what: &str) {
+        check_snapshots_and_fork(ftl, 2, what);
+        if self.nameless.is_empty() {
+            return; // in band
+        }
+        let handed = take_handover(ftl, what);
+        assert!(handed.is_empty(), "{what}: a second hand-over");
+        assert_eq!(read_index(ftl), self.nameless, "{what}: the index");
+        check_nameless(ftl, &self.nameless, what);
+    }
+}
+
 #[test]
 #[ignore = "writes tests/images/; run by hand with a build that writes the format to freeze"]
 fn make_frozen_images() {
@@ -117,11 +488,24 @@ fn make_frozen_images() {
             seed: 7,
             ..FormatOptions::default()
         };
-        let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+        // Version 3: a protection window and a wall clock that moves on
+        // once, for one point.
+        let cfg = FtlConfig {
+            protect_window: (FROZEN_NOW >= 3).then_some(ProtectWindow::Secs(WINDOW_SECS)),
+            ..FtlConfig::default()
+        };
+        let mut ftl = Driver::format(dev, &opts, cfg).unwrap();
+        let clock = Arc::new(AtomicU64::new(T0_NS));
+        let wall = clock.clone();
+        ftl.set_wall_clock(move || wall.load(Ordering::SeqCst));
         for lba in 0..BLOCKS_WRITTEN {
             ftl.write(lba, &block(lba, 1)).unwrap();
         }
         ftl.trim(100, 20).unwrap();
+        if FROZEN_NOW >= 3 {
+            clock.fetch_add(POINT_STEP_NS, Ordering::SeqCst);
+            ftl.settle().unwrap();
+        }
         if FROZEN_NOW >= 2 {
             ftl.clone_ranges(&[(CLONE_SRC, CLONE_DST, CLONE_BLOCKS)])
                 .unwrap();
@@ -129,8 +513,13 @@ fn make_frozen_images() {
             ftl.set_attribute(&[(immutable, IMMUTABLE_BLOCKS)], Attribute::Immutable)
                 .unwrap();
         }
+        if FROZEN_NOW >= 3 {
+            first_pass_v3(&mut ftl, oob);
+            check_snapshots_and_fork(&mut ftl, 1, "before the first shutdown");
+        }
         let dev = ftl.shutdown().unwrap();
         let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+        let mount_checkpoints = ftl.stats().checkpoints;
         for lba in (0..BLOCKS_WRITTEN).filter(|l| l.is_multiple_of(3)) {
             ftl.write(lba, &block(lba, 2)).unwrap();
         }
@@ -139,9 +528,17 @@ fn make_frozen_images() {
             ftl.move_ranges(&[(MOVE_SRC, MOVE_DST, MOVE_BLOCKS)])
                 .unwrap();
         }
+        if FROZEN_NOW >= 3 {
+            second_pass_v3(&mut ftl, oob);
+        }
         ftl.flush().unwrap();
         check_contents(&mut ftl, FROZEN_NOW, 2, "before freezing");
-        drop(ftl.into_backend()); // no checkpoint: the notes stay after it
+        if FROZEN_NOW >= 3 {
+            check_snapshots_and_fork(&mut ftl, 2, "before freezing");
+        }
+        // No checkpoint after the mount's: the second pass stays in the log.
+        assert_eq!(ftl.stats().checkpoints, mount_checkpoints);
+        drop(ftl.into_backend());
         let raw = std::fs::read(&path).unwrap();
         let name = image_name(FROZEN_NOW, oob);
         let out = std::fs::File::create(images_dir().join(name)).unwrap();
@@ -181,6 +578,7 @@ fn mount_read_and_upgrade(version: u32) {
                 "{what}: the immutable range"
             );
         }
+        let v3 = (version >= 3).then(|| V3State::after_mount(&mut ftl, oob, &what));
         // A snapshot of the upgraded volume (tags in band: what snapshots
         // need), new writes, then a clean cycle and a crash.
         let snapshot = (!oob).then(|| ftl.snapshot_create("upgraded").unwrap().id);
@@ -195,6 +593,9 @@ fn mount_read_and_upgrade(version: u32) {
             block(5, 3),
             "{what}: after remount"
         );
+        if let Some(v3) = &v3 {
+            v3.check_again(&mut ftl, &format!("{what} after remount"));
+        }
         ftl.write(6, &block(6, 3)).unwrap();
         ftl.flush().unwrap();
         let dev = ftl.into_backend();
@@ -204,6 +605,9 @@ fn mount_read_and_upgrade(version: u32) {
             block(6, 3),
             "{what}: after a crash"
         );
+        if let Some(v3) = &v3 {
+            v3.check_again(&mut ftl, &format!("{what} after a crash"));
+        }
         if let Some(id) = snapshot {
             assert!(
                 ftl.read_snapshot(id, 5, 1).unwrap() == before,
@@ -231,4 +635,9 @@ fn version_1_images_mount_read_and_upgrade() {
 #[test]
 fn version_2_images_mount_read_and_upgrade() {
     mount_read_and_upgrade(2);
+}
+
+#[test]
+fn version_3_images_mount_read_and_upgrade() {
+    mount_read_and_upgrade(3);
 }
