@@ -729,7 +729,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 28] = [
+    let gauges: [(&str, &str, f64); 29] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -784,6 +784,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "live_blocks",
             "Physical blocks holding live data.",
             s.live_blocks as f64,
+        ),
+        (
+            "read_only",
+            "1 while the volume is read-only: after a metadata write failure (until a remount), or for good once its metadata can no longer be written.",
+            f64::from(u8::from(s.read_only)),
         ),
         (
             "nameless_live_blocks",
@@ -1071,12 +1076,23 @@ fn serve_on<B: Backend + Send + 'static>(
         None => None,
     };
     let handle = mount_or_format(path, dev, &format, ftl.clone(), drive)?;
+    let end_of_life = match &handle {
+        Core::Thread(h) => h.to_blocking().stats(),
+        Core::Inline(h) => h.stats(),
+    }
+    .is_ok_and(|s| s.read_only);
+    if end_of_life {
+        warn!(
+            image = %path.display(),
+            "the volume's metadata can no longer be written (end of life): serving it read-only; copy the data off"
+        );
+    }
     let vol = FtlVolume {
         max_request_blocks: settings.ftl.request_blocks_limit(),
         handle,
     };
     let export = Export::new(settings.export.clone(), vol.clone())
-        .read_only(settings.read_only)
+        .read_only(settings.read_only || end_of_life)
         .description(format!("zftl volume on {}", path.display()));
     let exports = ExportTable::new(vec![export], Some(&settings.export))
         .map_err(|e| CliError::InvalidArgument(format!("--export: {e}")))?;

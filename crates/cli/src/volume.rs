@@ -161,6 +161,9 @@ fn volume<B: Backend>(driver: &mut Driver<B>) -> Option<VolumeReport> {
 
 pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.section("ftl");
+    if s.read_only {
+        t.row("read_only", "yes: writes fail (see volume.read_only)");
+    }
     t.row("host_write_blocks", s.host_write_blocks);
     t.row("host_read_blocks", s.host_read_blocks);
     t.row("host_trim_blocks", s.host_trim_blocks);

@@ -34,6 +34,10 @@ pub struct FtlStats {
     pub checkpoints: u64,
     pub read_errors: u64,
     pub write_errors: u64,
+    /// The volume is read-only: a metadata write failed (until a remount),
+    /// or its metadata can no longer be written at all (then it mounts
+    /// read-only: the end of its life).
+    pub read_only: bool,
     /// Flushes, zone resets, finishes and host reads issued again after a
     /// host-side failure (a command a controller reset aborted).
     pub host_retries: u64,

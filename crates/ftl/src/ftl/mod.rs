@@ -1188,6 +1188,7 @@ impl Ftl {
             self.pending_summary_bytes(),
             self.geo.block_size_bytes,
         );
+        s.read_only = self.read_only;
         s.nameless_uncommitted_blocks = self.nameless.uncommitted_blocks();
         s.nameless_events_pending = self.nameless.events_pending();
         s.snapshot_room_versions = self.history_room();
