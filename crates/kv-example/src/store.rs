@@ -233,7 +233,7 @@ impl<V: Volume> Store<V> {
             return Err(mismatch(format!("a value of {len} bytes")));
         }
         // Freed or not, its version is never handed out again.
-        self.next_version = self.next_version.max(version + 1);
+        self.next_version = self.next_version.max(version.saturating_add(1));
         let found = by_hash
             .get(&hash)
             .and_then(|(b, key)| Some((*b, self.buckets[*b as usize].find(key)?)));
@@ -246,7 +246,8 @@ impl<V: Volume> Store<V> {
         if entry.addr == a {
             return Ok(()); // recorded before the cut
         }
-        if entry.version > version {
+        // Versions are never handed out twice: an equal one is no newer.
+        if entry.version >= version {
             return free_live(&mut self.volume, vec![addr]);
         }
         // The entry's own block went with this one (an overwrite), or goes
@@ -259,6 +260,8 @@ impl<V: Volume> Store<V> {
             let gone = changed.entries.remove(i);
             self.write_bucket(b, changed)?;
             self.pass(&gone.key, b, -1);
+            // Past `max_replaced` if need be: the FTL's bound on the
+            // blocks it hands over bounds these.
             self.replaced.push(a);
         } else {
             changed.entries[i].addr = a;
