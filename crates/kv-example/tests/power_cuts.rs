@@ -345,7 +345,13 @@ fn torture(test: &str, default_seeds: u64, values: ValuePlacement) {
          checked after them, {no_space} puts out of space",
         seeds.len()
     );
-    assert!(seeds.is_empty() || (cuts > 0 && open_cuts > 0 && checked > 0));
+    assert!(seeds.is_empty() || (cuts > 0 && checked > 0));
+    // About one cut while opening per seed: a replay of one seed may have
+    // none, a run of the default seeds has many.
+    assert!(
+        seeds.len() < 20 || open_cuts > 0,
+        "no cut came while opening"
+    );
 }
 
 #[test]
