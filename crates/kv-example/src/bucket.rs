@@ -163,6 +163,12 @@ fn decode_entry(o: &[u8], max_version: u64, max_value_len: u32) -> Result<Entry,
 /// with a migration or hand-over event.
 pub const VALUE_MD_BYTES: usize = 32;
 
+/// The value length in the metadata of a *tombstone*: the block of zeros
+/// a delete writes over the value it drops, so that a cut which kept the
+/// free and lost the bucket hands the delete back (a value is at most a
+/// block, far below it).
+pub const TOMBSTONE_LEN: u32 = u32::MAX;
+
 /// The metadata of `key`'s value `version` of `value_len` bytes.
 pub fn value_md(key: &[u8], version: u64, value_len: u32) -> [u8; VALUE_MD_BYTES] {
     let mut md = [0u8; VALUE_MD_BYTES];

@@ -29,20 +29,32 @@
 //!
 //! **Durability.** A put writes its value, then its key's bucket; a
 //! delete writes the bucket. Both are durable after the next
-//! [`Store::sync`] (an FTL flush). A value a put or delete replaced is
-//! freed only by the sync after it, once no durable bucket names it, so a
-//! power cut never leaves a synced key naming a freed block. A reopened
-//! store (after a clean shutdown or a cut) holds, for each key, its value
-//! of the last sync or of a put or delete after it.
+//! [`Store::sync`] (nameless values: zftl's `nameless_commit`, which
+//! flushes first). A put over a key frees the old value with the new
+//! block (`nameless_overwrite`); a delete overwrites its value with a
+//! *tombstone* (a block of zeros, md length `u32::MAX`) that the next sync
+//! frees once the bucket is durable, before it commits. So a power cut
+//! that keeps a free keeps the block written with it, and the FTL hands
+//! that block back at the next open (`NamelessEvent::Unrecorded`, every
+//! live block written since the last commit): [`Store::open`] repoints the
+//! entry whose key hash the block's md names if the block's version is
+//! newer (a tombstone drops the entry), leaves a block the entry already
+//! names, frees any other, then commits. A reopened store (after a clean
+//! shutdown or a cut, a cut while it opens included) holds, for each key,
+//! its value of the last sync or of a put or delete after it, and every
+//! live nameless block is a value its index names: nothing leaks.
 //!
-//! **Known limits.** Until zftl delivers the post-crash hand-over
-//! (`NamelessEvent::Unrecorded`), a value written after the last sync
-//! whose bucket a power cut lost, and a replaced value a cut caught before
-//! its free was durable, keep their blocks used: nothing names them and
-//! the store cannot learn their addresses. And the value's write must be
-//! durable before its bucket's: true of the simulator (no volatile write
-//! cache), and of any device after a flush between the two, which the
-//! store does not issue.
+//! **Known limits.** The md holds the key's hash, not the key: a put of a
+//! new key whose bucket a cut lost cannot be rebuilt and its value is
+//! freed (the key is absent, as before the put). A handed-over block whose
+//! read fails at open stays with the FTL until a later mount: the entry
+//! may name a freed block until then (`get` answers `NotLive`). The
+//! value's write must be durable before its bucket's: true of the
+//! simulator (no volatile write cache), and of any device after a flush
+//! between the two, which the store does not issue. The store is the only
+//! user of its volume's physical segment (the hand-over frees blocks whose
+//! md names no entry). Migration events are not followed (GC migrates
+//! nothing yet; one is [`KvError::UnexpectedEvent`]).
 
 #![deny(missing_docs)]
 

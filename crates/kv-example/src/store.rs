@@ -6,20 +6,38 @@
 //! the physical segment (nameless writes) or, for comparison, to a logical
 //! value area with the store's own allocator.
 //!
-//! A replaced or deleted value is not freed by the put or delete that
-//! drops it: its address waits in `replaced` until the next [`Store::sync`]
-//! has made the bucket that no longer names it durable. Freeing it earlier
-//! (as `nameless_overwrite` does) would let a power cut keep the free and
-//! lose the bucket, and the key's synced value with it, until the FTL's
-//! post-crash hand-over can give the new block back to the store.
+//! Nameless values leak nothing across power cuts, because every block
+//! the store drops goes with a block the FTL hands back after a cut until
+//! a commit covers it:
+//!
+//! - A put over a key writes its value with `nameless_overwrite`: the old
+//!   value is freed with the new block, so a cut keeps both or neither.
+//!   If it keeps them and loses the bucket, the bucket names a freed
+//!   block, but the new block is uncommitted and the hand-over at the next
+//!   open repoints the entry to it (its version is newer).
+//! - A delete overwrites the value with a *tombstone* (a block of zeros
+//!   whose md carries the length [`TOMBSTONE_LEN`]), and the next sync
+//!   frees the tombstone after a flush has made the bucket durable and
+//!   before its commit: until that commit the hand-over gives the
+//!   tombstone back and the open drops the entry it outdates.
+//! - Deferring the free of a dropped value to the sync instead (as this
+//!   store did before the hand-over) cannot be made leak-free: a value a
+//!   commit covered long ago is handed over by nothing, so a cut between
+//!   the bucket's flush and its free's would keep it forever.
+//!
+//! Logical values (the comparison placement) keep the deferred frees: a
+//! dropped value's LBA waits in `replaced` for the sync (flush, trim,
+//! flush); a lost trim leaks nothing, as the allocator is rebuilt from the
+//! entries at open.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use zftl::core::{IoError, NamelessAddr, NamelessError};
+use zftl::core::{IoError, NamelessAddr, NamelessError, NamelessEvent};
 
 use crate::alloc::LbaAllocator;
 use crate::bucket::{
-    decode_value_md, entries_per_bucket, value_md, Bucket, Entry, MAX_KEY_BYTES, VALUE_MD_BYTES,
+    decode_value_md, entries_per_bucket, value_md, Bucket, Entry, MAX_KEY_BYTES, TOMBSTONE_LEN,
+    VALUE_MD_BYTES,
 };
 use crate::error::KvError;
 use crate::hash::{home_bucket, key_hash};
@@ -28,6 +46,8 @@ use crate::volume::Volume;
 
 /// Blocks read at once when the index is loaded.
 const LOAD_BLOCKS: u32 = 64;
+/// Hand-over events taken at once at open.
+const HANDOVER_EVENTS: usize = 64;
 
 /// How to create a store.
 #[derive(Clone, Copy, Debug)]
@@ -37,8 +57,9 @@ pub struct StoreOptions {
     pub buckets: u32,
     /// Where the values go.
     pub values: ValuePlacement,
-    /// Replaced and deleted values waiting for a sync to be freed; a put
-    /// or delete that finds this many syncs first.
+    /// Blocks waiting for a sync to be freed (tombstones of deletes;
+    /// with logical values, replaced and deleted values); a put or delete
+    /// that finds this many syncs first.
     pub max_replaced: usize,
 }
 
@@ -68,9 +89,14 @@ pub struct Store<V: Volume> {
     buckets: Vec<Bucket>,
     values: Values,
     next_version: u64,
-    /// Values no entry names any more, freed by the next sync.
+    /// Blocks no entry names any more, freed by the next sync once the
+    /// buckets are durable.
     replaced: Vec<u64>,
     max_replaced: usize,
+    /// Buckets whose write failed after the FTL had changed under them
+    /// (an overwrite freed the old value): memory holds what they must
+    /// say, and the next sync writes them before it commits.
+    unwritten: BTreeSet<u32>,
 }
 
 /// Where a put goes: over an entry, or a new one in a bucket.
@@ -106,7 +132,10 @@ impl<V: Volume> Store<V> {
     }
 
     /// Opens the store at `first_lba`, after a clean shutdown or a power
-    /// cut: the index is read from the logical segment and checked.
+    /// cut: the index is read from the logical segment and checked, then
+    /// (nameless values) the FTL's hand-over is taken and committed: each
+    /// block written since the last commit is recorded if it is newer than
+    /// its key's entry, else freed.
     pub fn open(mut volume: V, first_lba: u64, max_replaced: usize) -> Result<Store<V>, KvError> {
         let block = volume.read(first_lba, 1)?;
         let header = Header::decode(&block, first_lba)?;
@@ -140,17 +169,107 @@ impl<V: Volume> Store<V> {
             next_version: 1,
             replaced: Vec::new(),
             max_replaced,
+            unwritten: BTreeSet::new(),
         };
         store.load_index(header.buckets)?;
         store.drop_duplicates()?;
         store.count_probes();
         store.take_value_blocks()?;
-        // The post-crash hand-over joins here once the FTL delivers it: for
-        // each `Unrecorded { addr, md }`, the entry whose key hash the md
-        // names is repointed to `addr` if the md's version is newer (its
-        // old value joins `replaced`), else the block is freed; then
-        // `nameless_commit`.
+        store.take_handover()?;
         Ok(store)
+    }
+
+    /// The post-crash hand-over (after every mount, clean or not): each
+    /// `Unrecorded` block is taken or freed, then the sync commits, so
+    /// none comes again. A cut before the commit hands them all over
+    /// again, and taking them twice gives the same index.
+    fn take_handover(&mut self) -> Result<(), KvError> {
+        if !matches!(self.values, Values::Nameless) {
+            return Ok(());
+        }
+        // Key hash to bucket and key: entries move within a bucket as
+        // others go, but not between buckets.
+        let mut by_hash: HashMap<u128, (u32, Vec<u8>)> = HashMap::new();
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            for e in &bucket.entries {
+                by_hash.insert(key_hash(&e.key), (b as u32, e.key.clone()));
+            }
+        }
+        loop {
+            let events = match self.volume.next_events(HANDOVER_EVENTS) {
+                // A volume without the physical segment holds no value:
+                // the first put answers its error.
+                Err(IoError::Nameless(NamelessError::Unsupported { .. })) => return Ok(()),
+                other => other?,
+            };
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                match event {
+                    NamelessEvent::Unrecorded { addr, md } => {
+                        self.take_unrecorded(&by_hash, addr, &md)?
+                    }
+                    other => return Err(KvError::UnexpectedEvent(format!("{other:?}"))),
+                }
+            }
+        }
+        self.sync()
+    }
+
+    /// One handed-over block: the entry its md's key hash names is
+    /// repointed to it (a value) or dropped (a tombstone) if the block is
+    /// newer; a block the entry already names stays; any other is freed.
+    fn take_unrecorded(
+        &mut self,
+        by_hash: &HashMap<u128, (u32, Vec<u8>)>,
+        addr: NamelessAddr,
+        md: &[u8],
+    ) -> Result<(), KvError> {
+        let a = addr.to_u64();
+        let mismatch = |reason: String| KvError::ValueMismatch { addr: a, reason };
+        let (hash, version, len) = decode_value_md(md).map_err(mismatch)?;
+        if len != TOMBSTONE_LEN && len as usize > self.block_size {
+            return Err(mismatch(format!("a value of {len} bytes")));
+        }
+        // Freed or not, its version is never handed out again.
+        self.next_version = self.next_version.max(version.saturating_add(1));
+        let found = by_hash
+            .get(&hash)
+            .and_then(|(b, key)| Some((*b, self.buckets[*b as usize].find(key)?)));
+        let Some((b, i)) = found else {
+            // No entry (a put of a new key whose bucket a cut lost: the md
+            // has no key to make one), or a tombstone of a gone entry.
+            return free_live(&mut self.volume, vec![addr]);
+        };
+        let entry = &self.buckets[b as usize].entries[i];
+        if entry.addr == a {
+            return Ok(()); // recorded before the cut
+        }
+        // Versions are never handed out twice: an equal one is no newer.
+        if entry.version >= version {
+            return free_live(&mut self.volume, vec![addr]);
+        }
+        // The entry's own block went with this one (an overwrite), or goes
+        // now: the block stays uncommitted, and so handed over again, until
+        // the sync below has made the bucket durable.
+        let old = NamelessAddr::from_u64(entry.addr);
+        let mut changed = self.buckets[b as usize].clone();
+        changed.max_version = changed.max_version.max(version);
+        if len == TOMBSTONE_LEN {
+            let gone = changed.entries.remove(i);
+            self.write_bucket(b, changed)?;
+            self.pass(&gone.key, b, -1);
+            // Past `max_replaced` if need be: the FTL's bound on the
+            // blocks it hands over bounds these.
+            self.replaced.push(a);
+        } else {
+            changed.entries[i].addr = a;
+            changed.entries[i].version = version;
+            changed.entries[i].value_len = len;
+            self.write_bucket(b, changed)?;
+        }
+        free_live(&mut self.volume, vec![old])
     }
 
     /// Reads and decodes every bucket; the next version is past every
@@ -288,8 +407,14 @@ impl<V: Volume> Store<V> {
         if self.replaced.len() >= self.max_replaced {
             self.sync()?;
         }
+        let old = match slot {
+            Slot::Replace { bucket, index } => {
+                Some(self.buckets[bucket as usize].entries[index].addr)
+            }
+            Slot::Insert { .. } => None,
+        };
         let version = self.next_version;
-        let addr = self.write_value(key, value, version)?;
+        let addr = self.write_value(key, value, version, old)?;
         self.next_version += 1;
         let entry = Entry {
             key: key.to_vec(),
@@ -308,15 +433,28 @@ impl<V: Volume> Store<V> {
             }
         };
         changed.max_version = changed.max_version.max(version);
-        if let Err(e) = self.write_bucket(slot.bucket(), changed) {
-            self.forget_value(addr);
-            return Err(e);
-        }
+        let nameless = matches!(self.values, Values::Nameless);
         match old_addr {
-            Some(old) => self.replaced.push(old),
-            None => self.pass(key, slot.bucket(), 1),
+            // The overwrite freed the old value: memory follows the FTL
+            // whether or not the bucket reached the volume.
+            Some(_) if nameless => self.write_bucket_or_later(slot.bucket(), changed),
+            Some(old) => {
+                if let Err(e) = self.write_bucket(slot.bucket(), changed) {
+                    self.forget_value(addr);
+                    return Err(e);
+                }
+                self.replaced.push(old);
+                Ok(())
+            }
+            None => {
+                if let Err(e) = self.write_bucket(slot.bucket(), changed) {
+                    self.forget_value(addr);
+                    return Err(e);
+                }
+                self.pass(key, slot.bucket(), 1);
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// The value under `key`, if any.
@@ -361,36 +499,59 @@ impl<V: Volume> Store<V> {
         }
         let mut changed = self.buckets[b as usize].clone();
         let gone = changed.entries.remove(i);
-        self.write_bucket(b, changed)?;
+        if let Values::Logical(_) = self.values {
+            self.write_bucket(b, changed)?;
+            self.pass(key, b, -1);
+            self.replaced.push(gone.addr);
+            return Ok(true);
+        }
+        let version = self.next_version;
+        let tombstone = self.write_tombstone(key, version, gone.addr)?;
+        self.next_version += 1;
+        changed.max_version = changed.max_version.max(version);
+        self.replaced.push(tombstone);
         self.pass(key, b, -1);
-        self.replaced.push(gone.addr);
+        self.write_bucket_or_later(b, changed)?;
         Ok(true)
     }
 
-    /// Makes every put and delete answered before it durable, then frees
-    /// the values they replaced (durable with the next sync).
+    /// Makes every put and delete answered before it durable and frees
+    /// what they dropped. Nameless values: a flush (only if deletes left
+    /// tombstones), their frees, then a commit (which flushes first, so
+    /// one flush without deletes). Logical values: a flush, then (if any
+    /// value was dropped) the trims and a second flush.
     pub fn sync(&mut self) -> Result<(), KvError> {
-        self.volume.flush()?;
-        if self.replaced.is_empty() {
-            return Ok(());
+        for b in self.unwritten.clone() {
+            let block = self.buckets[b as usize].encode(b, self.block_size);
+            self.volume.write(self.bucket_lba(b), &block)?;
+            self.unwritten.remove(&b);
         }
-        let replaced = std::mem::take(&mut self.replaced);
         match &mut self.values {
             Values::Nameless => {
-                let addrs: Vec<NamelessAddr> = replaced
-                    .iter()
-                    .map(|&a| NamelessAddr::from_u64(a))
-                    .collect();
-                free_live(&mut self.volume, addrs)?;
+                if !self.replaced.is_empty() {
+                    // The buckets that no longer name them are durable
+                    // before the frees; the commit after makes the frees
+                    // durable, and until it the tombstones come back.
+                    self.volume.flush()?;
+                    let addrs = self.replaced.iter().map(|&a| NamelessAddr::from_u64(a));
+                    free_live(&mut self.volume, addrs.collect())?;
+                    self.replaced.clear();
+                }
+                self.volume.nameless_commit()?;
             }
             Values::Logical(alloc) => {
-                for &lba in &replaced {
+                self.volume.flush()?;
+                if self.replaced.is_empty() {
+                    return Ok(());
+                }
+                for &lba in &self.replaced {
                     self.volume.trim(lba, 1)?;
                     alloc.release(lba);
                 }
+                self.replaced.clear();
+                self.volume.flush()?;
             }
         }
-        self.volume.flush()?;
         Ok(())
     }
 
@@ -486,25 +647,51 @@ impl<V: Volume> Store<V> {
     fn write_bucket(&mut self, b: u32, bucket: Bucket) -> Result<(), KvError> {
         let block = bucket.encode(b, self.block_size);
         self.volume.write(self.bucket_lba(b), &block)?;
+        self.unwritten.remove(&b);
+        self.set_bucket(b, bucket);
+        Ok(())
+    }
+
+    /// Writes `bucket` as bucket `b` after the FTL already changed under
+    /// it: memory takes it either way, and a failed write is retried by
+    /// the next sync (the error is still returned: the change is in memory,
+    /// durable only once a sync succeeds).
+    fn write_bucket_or_later(&mut self, b: u32, bucket: Bucket) -> Result<(), KvError> {
+        let block = bucket.encode(b, self.block_size);
+        self.set_bucket(b, bucket);
+        if let Err(e) = self.volume.write(self.bucket_lba(b), &block) {
+            self.unwritten.insert(b);
+            return Err(e.into());
+        }
+        self.unwritten.remove(&b);
+        Ok(())
+    }
+
+    /// `bucket` as bucket `b` in memory, keeping its probe count.
+    fn set_bucket(&mut self, b: u32, bucket: Bucket) {
         let probes_past = self.buckets[b as usize].probes_past;
         self.buckets[b as usize] = Bucket {
             probes_past,
             ..bucket
         };
-        Ok(())
     }
 
-    /// Writes a value block; its address.
-    fn write_value(&mut self, key: &[u8], value: &[u8], version: u64) -> Result<u64, KvError> {
+    /// Writes a value block (nameless: over `old`, freed with it); its
+    /// address.
+    fn write_value(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+        old: Option<u64>,
+    ) -> Result<u64, KvError> {
         let mut block = vec![0u8; self.block_size];
         block[..value.len()].copy_from_slice(value);
         match &mut self.values {
             Values::Nameless => {
                 let md = value_md(key, version, value.len() as u32);
                 debug_assert_eq!(md.len(), VALUE_MD_BYTES);
-                let addrs = self.volume.nameless_write(&block, &md)?;
-                assert_eq!(addrs.len(), 1, "one address per block");
-                Ok(addrs[0].to_u64())
+                self.write_nameless(&block, &md, old)
             }
             Values::Logical(alloc) => {
                 let lba = alloc.allocate().ok_or(KvError::ValueAreaFull {
@@ -519,8 +706,53 @@ impl<V: Volume> Store<V> {
         }
     }
 
+    /// Overwrites `key`'s value at `old` with a tombstone; its address.
+    fn write_tombstone(&mut self, key: &[u8], version: u64, old: u64) -> Result<u64, KvError> {
+        let block = vec![0u8; self.block_size];
+        let md = value_md(key, version, TOMBSTONE_LEN);
+        self.write_nameless(&block, &md, Some(old))
+    }
+
+    /// One nameless block, over `old` if given; its address. An old block
+    /// the FTL no longer holds (one whose hand-over read failed) is not
+    /// freed again: the block is written alone. A full uncommitted set
+    /// (`Busy`) is emptied by a sync, once.
+    fn write_nameless(
+        &mut self,
+        block: &[u8],
+        md: &[u8],
+        old: Option<u64>,
+    ) -> Result<u64, KvError> {
+        let mut synced = false;
+        loop {
+            let written = match old {
+                Some(old) => {
+                    let old = [NamelessAddr::from_u64(old)];
+                    match self.volume.nameless_overwrite(&old, block, md) {
+                        Err(IoError::Nameless(
+                            NamelessError::NotLive { .. } | NamelessError::Stale { .. },
+                        )) => self.volume.nameless_write(block, md),
+                        other => other,
+                    }
+                }
+                None => self.volume.nameless_write(block, md),
+            };
+            match written {
+                Err(IoError::Busy) if !synced => {
+                    self.sync()?;
+                    synced = true;
+                }
+                Err(e) => return Err(e.into()),
+                Ok(addrs) => {
+                    assert_eq!(addrs.len(), 1, "one address per block");
+                    return Ok(addrs[0].to_u64());
+                }
+            }
+        }
+    }
+
     /// A value written for a put whose bucket write failed: no entry names
-    /// it, so it goes with the next sync.
+    /// it, so it goes with the next sync (before its commit).
     fn forget_value(&mut self, addr: u64) {
         self.replaced.push(addr);
     }

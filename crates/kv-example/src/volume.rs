@@ -1,11 +1,13 @@
 //! `Volume`: the calls of a zftl volume the store makes, on `Driver` and on
-//! the blocking `Handle`, so one store works over each.
+//! the blocking `Handle`, so one store works over each (and over a
+//! borrowed one, `&mut V`).
 
-use zftl::core::{Backend, Driver, IoError, NamelessAddr};
+use zftl::core::{Backend, Driver, IoError, NamelessAddr, NamelessEvent};
 use zftl::handle::Handle;
 
 /// A zftl volume as the store uses it: named reads and writes of its
-/// index, nameless writes of its values, flush.
+/// index, nameless writes of its values, flush, commit and the post-crash
+/// hand-over.
 pub trait Volume {
     /// Bytes per block.
     fn block_size(&self) -> usize;
@@ -23,8 +25,22 @@ pub trait Volume {
     fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError>;
     /// A block and its metadata.
     fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError>;
+    /// Writes whole blocks that replace `old` (freed with them, so a cut
+    /// keeps both or neither); their addresses.
+    fn nameless_overwrite(
+        &mut self,
+        old: &[NamelessAddr],
+        data: &[u8],
+        md: &[u8],
+    ) -> Result<Vec<NamelessAddr>, IoError>;
     /// Frees blocks.
     fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError>;
+    /// Flushes, then records that every address handed out before it is
+    /// the client's: those blocks are not handed over after a cut.
+    fn nameless_commit(&mut self) -> Result<(), IoError>;
+    /// Up to `max` events, waiting while one can still come; none once
+    /// none can.
+    fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError>;
 }
 
 /// Writes the `Volume` methods as calls of the type's own methods of the
@@ -55,8 +71,22 @@ macro_rules! volume_by_methods {
         fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError> {
             Self::nameless_read(self, addr)
         }
+        fn nameless_overwrite(
+            &mut self,
+            old: &[NamelessAddr],
+            data: &[u8],
+            md: &[u8],
+        ) -> Result<Vec<NamelessAddr>, IoError> {
+            Self::nameless_overwrite(self, old, data, md)
+        }
         fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
             Self::nameless_free(self, addrs)
+        }
+        fn nameless_commit(&mut self) -> Result<(), IoError> {
+            Self::nameless_commit(self)
+        }
+        fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
+            Self::next_events(self, max)
         }
     };
 }
@@ -67,4 +97,50 @@ impl<B: Backend> Volume for Driver<B> {
 
 impl<B: Send + 'static> Volume for Handle<B> {
     volume_by_methods!();
+}
+
+/// A borrowed volume: the caller keeps it if the store fails (a test that
+/// cuts the power while a store opens takes the device back).
+impl<V: Volume + ?Sized> Volume for &mut V {
+    fn block_size(&self) -> usize {
+        V::block_size(self)
+    }
+    fn logical_blocks(&self) -> u64 {
+        V::logical_blocks(self)
+    }
+    fn read(&mut self, lba: u64, block_count: u32) -> Result<Vec<u8>, IoError> {
+        V::read(self, lba, block_count)
+    }
+    fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), IoError> {
+        V::write(self, lba, data)
+    }
+    fn trim(&mut self, lba: u64, block_count: u32) -> Result<(), IoError> {
+        V::trim(self, lba, block_count)
+    }
+    fn flush(&mut self) -> Result<(), IoError> {
+        V::flush(self)
+    }
+    fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError> {
+        V::nameless_write(self, data, md)
+    }
+    fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError> {
+        V::nameless_read(self, addr)
+    }
+    fn nameless_overwrite(
+        &mut self,
+        old: &[NamelessAddr],
+        data: &[u8],
+        md: &[u8],
+    ) -> Result<Vec<NamelessAddr>, IoError> {
+        V::nameless_overwrite(self, old, data, md)
+    }
+    fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
+        V::nameless_free(self, addrs)
+    }
+    fn nameless_commit(&mut self) -> Result<(), IoError> {
+        V::nameless_commit(self)
+    }
+    fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
+        V::next_events(self, max)
+    }
 }

@@ -118,18 +118,27 @@ fn the_same_store_over_a_threaded_handle_and_with_logical_values() {
 }
 
 #[test]
-fn replaced_values_are_freed_by_the_sync_after_them() {
+fn overwrites_free_at_once_and_deletes_at_the_sync() {
     let mut store = Store::create(volume(), 0, options(4, ValuePlacement::Nameless)).unwrap();
     let live = |s: &mut Store<Driver<SimDevice>>| s.volume_mut().stats().nameless_live_blocks;
     for v in 1..=5 {
         store.put(b"k", &value(1, v, 4096)).unwrap();
+        assert_eq!(
+            live(&mut store),
+            1,
+            "an overwrite frees the value it replaces"
+        );
     }
     store.put(b"gone", b"x").unwrap();
     store.delete(b"gone").unwrap();
-    assert_eq!(live(&mut store), 6, "nothing freed before a sync");
+    assert_eq!(
+        live(&mut store),
+        2,
+        "the delete's tombstone waits for a sync"
+    );
     store.sync().unwrap();
-    assert_eq!(live(&mut store), 1, "the sync freed what was replaced");
-    // A full list of replaced values syncs by itself.
+    assert_eq!(live(&mut store), 1, "the sync freed the tombstone");
+    // A full list of tombstones syncs by itself.
     let opts = StoreOptions {
         max_replaced: 3,
         ..options(4, ValuePlacement::Nameless)
@@ -137,8 +146,11 @@ fn replaced_values_are_freed_by_the_sync_after_them() {
     let mut store = Store::create(volume(), 0, opts).unwrap();
     for v in 1..=10 {
         store.put(b"k", &value(1, v, 4096)).unwrap();
-        assert!(live(&mut store) <= 4, "at most 3 replaced values wait");
+        store.delete(b"k").unwrap();
+        assert!(live(&mut store) <= 3, "at most 3 tombstones wait");
     }
+    store.sync().unwrap();
+    assert_eq!(live(&mut store), 0);
 }
 
 #[test]
@@ -326,8 +338,10 @@ fn a_key_a_cut_left_in_two_buckets_keeps_its_newer_entry() {
     let mut v = store.into_volume();
     v.flush().unwrap();
     v.write(1, &old_bucket).unwrap();
-    v.flush().unwrap();
-    let live_before = v.stats().nameless_live_blocks;
+    // A remount: its hand-over gives back what was written since the sync.
+    let v = Driver::mount(v.shutdown().unwrap(), FtlConfig::default()).unwrap();
+    // Live: the 45, the delete's tombstone, the lost put's value, "new".
+    assert_eq!(v.stats().nameless_live_blocks, 48);
     let mut store = Store::open(v, 0, 64).unwrap();
     assert_eq!(store.get(k).unwrap(), Some(b"new".to_vec()));
     assert_eq!(
@@ -335,13 +349,68 @@ fn a_key_a_cut_left_in_two_buckets_keeps_its_newer_entry() {
         46,
         "the key once, the other 45 of the old bucket"
     );
-    store.sync().unwrap();
-    let live_after = store.volume_mut().stats().nameless_live_blocks;
     assert_eq!(
-        live_after,
-        live_before - 1,
-        "the old entry's value is freed"
+        store.volume_mut().stats().nameless_live_blocks,
+        46,
+        "the hand-over freed the tombstone and the value no bucket names"
     );
     let mut store = Store::open(store.close().unwrap(), 0, 64).unwrap();
     assert_eq!(store.get(k).unwrap(), Some(b"new".to_vec()));
+}
+
+#[test]
+fn the_hand_over_repoints_newer_values_and_frees_older_blocks() {
+    let remount =
+        |v: Driver<SimDevice>| Driver::mount(v.shutdown().unwrap(), FtlConfig::default()).unwrap();
+    let live = |v: &mut Driver<SimDevice>| v.stats().nameless_live_blocks;
+    // One bucket: every key's entry is in block 1.
+    let mut store = Store::create(volume(), 0, options(1, ValuePlacement::Nameless)).unwrap();
+    for k in [&b"a"[..], b"b", b"c"] {
+        store.put(k, &[k, b"1"].concat()).unwrap();
+    }
+    store.sync().unwrap();
+    let synced = store.volume_mut().read(1, 1).unwrap();
+    store.put(b"a", b"a2").unwrap(); // a newer value of a synced key
+    store.put(b"n", b"n1").unwrap(); // a new key
+    assert!(store.delete(b"b").unwrap()); // a tombstone over b1
+                                          // The bucket as a cut that kept the value blocks and lost its write
+                                          // leaves it: it names a1 and b1, both freed by the overwrites.
+    let mut v = store.into_volume();
+    v.write(1, &synced).unwrap();
+    let mut v = remount(v);
+    assert_eq!(live(&mut v), 4, "c1, a2, n1 and the tombstone");
+    let mut store = Store::open(v, 0, 64).unwrap();
+    assert_eq!(store.get(b"a").unwrap(), Some(b"a2".to_vec()), "repointed");
+    assert_eq!(store.get(b"b").unwrap(), None, "the tombstone dropped b");
+    assert_eq!(store.get(b"c").unwrap(), Some(b"c1".to_vec()));
+    // The md holds the key's hash, not the key: no entry can be made.
+    assert_eq!(store.get(b"n").unwrap(), None, "freed");
+    assert_eq!(store.len(), 2);
+    assert_eq!(live(store.volume_mut()), 2, "n1 and the tombstone freed");
+    // An older block: a tombstone its key's new entry outdates is freed,
+    // the entry stays.
+    assert!(store.delete(b"c").unwrap());
+    store.put(b"c", b"c2").unwrap();
+    let mut v = remount(store.into_volume());
+    assert_eq!(live(&mut v), 3, "a2, the tombstone and c2");
+    let handed_over = v.stats().nameless_handover_blocks;
+    let mut store = Store::open(v, 0, 64).unwrap();
+    assert_eq!(
+        store.volume_mut().stats().nameless_handover_blocks - handed_over,
+        2,
+        "the tombstone and c2 (recorded: it stays)"
+    );
+    assert_eq!(store.get(b"c").unwrap(), Some(b"c2".to_vec()));
+    assert_eq!(live(store.volume_mut()), 2);
+    // The open committed: nothing comes again, and the repair is durable.
+    let v = remount(store.into_volume());
+    let handed_over = v.stats().nameless_handover_blocks;
+    let mut store = Store::open(v, 0, 64).unwrap();
+    assert_eq!(
+        store.volume_mut().stats().nameless_handover_blocks,
+        handed_over
+    );
+    assert_eq!(store.get(b"a").unwrap(), Some(b"a2".to_vec()));
+    assert_eq!(store.get(b"b").unwrap(), None);
+    assert_eq!(live(store.volume_mut()), 2);
 }

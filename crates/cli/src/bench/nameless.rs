@@ -13,7 +13,11 @@
 //!   its own allocator: puts (a fill, then as many random overwrites) and
 //!   random gets per second, same keys, values, one-block commands, one
 //!   request in flight, a sync every `--sync-every` puts; fresh volumes
-//!   each round, the two sides in alternating order.
+//!   each round, the two sides in alternating order. The same work, done
+//!   the way each placement must: a nameless overwrite frees the old value
+//!   with the new block and a sync is one `nameless_commit` (a flush, then
+//!   the commit note); a logical put leaves the old value to its sync,
+//!   which flushes, trims it (with the others since) and flushes again.
 
 use std::time::Instant;
 
@@ -44,7 +48,8 @@ pub struct NamelessArgs {
     /// Bytes per value (at most a block).
     #[arg(long, value_name = "BYTES", default_value_t = 4096)]
     pub value_bytes: usize,
-    /// Puts between syncs (and replaced values waiting for one).
+    /// Puts between syncs (and, logical values, dropped values waiting for
+    /// one).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub sync_every: usize,
     /// Rounds of the store comparison; every round is printed.
@@ -159,8 +164,14 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
     })
 }
 
+/// Requests between the nameless side's commits: 64 MiB, a quarter of the
+/// FTL's default bound on blocks written since the last commit (a write
+/// past it answers `Busy`).
+const REQUESTS_PER_COMMIT: u64 = 64;
+
 /// Writes `blocks` blocks, 1 MiB per request, logical (from LBA 0) or
-/// nameless, then flushes.
+/// nameless (committed every `REQUESTS_PER_COMMIT`, as a client records
+/// its addresses), then flushes (nameless: commits).
 fn store_blocks(
     ftl: &mut Driver<SimDevice>,
     blocks: u64,
@@ -179,6 +190,9 @@ fn store_blocks(
         }
         if nameless {
             ftl.nameless_write(&data, &vec![0; n as usize * md_bytes])?;
+            if (at / per + 1).is_multiple_of(REQUESTS_PER_COMMIT) {
+                ftl.nameless_commit()?;
+            }
         } else {
             ftl.write(at, &data)?;
         }
@@ -186,7 +200,11 @@ fn store_blocks(
         bar.set_position(at);
     }
     bar.finish_and_clear();
-    ftl.flush()?;
+    if nameless {
+        ftl.nameless_commit()?;
+    } else {
+        ftl.flush()?;
+    }
     Ok(())
 }
 
