@@ -32,6 +32,7 @@ pub mod note;
 pub mod p2l;
 pub mod payload;
 pub mod range;
+pub mod remap;
 pub mod recovery;
 pub mod shared;
 mod slab;
