@@ -58,7 +58,9 @@ impl RemapTable {
         let count = u32::try_from(entries.len()).expect("remap entries fit u32");
         let mut table = RemapTable::new(capacity_entries.max(count));
         for &(old, new) in entries {
-            table.insert(old, new).expect("the table was sized to hold them");
+            table
+                .insert(old, new)
+                .expect("the table was sized to hold them");
         }
         table
     }
@@ -315,7 +317,10 @@ mod tests {
         let entries: Vec<_> = (0..5).map(|i| (addr(i, 1), addr(50 + i, 1))).collect();
         let t = RemapTable::recovered(2, &entries);
         assert_eq!(t.capacity(), 5);
-        assert!(!t.has_room_for(1), "full: it migrates nothing until drained");
+        assert!(
+            !t.has_room_for(1),
+            "full: it migrates nothing until drained"
+        );
         assert_eq!(t.entries(), entries);
         assert!(t.delivered_olds().is_empty());
         let t = RemapTable::recovered(64, &entries);
