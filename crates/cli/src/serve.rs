@@ -806,6 +806,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.nameless_events_pending as f64,
         ),
         (
+            "nameless_remap_entries",
+            "Remap table entries: migrated nameless blocks the client has not acknowledged.",
+            s.nameless_remap_entries as f64,
+        ),
+        (
+            "nameless_remap_capacity",
+            "Entries the remap table holds at most (full: migrations stop).",
+            s.nameless_remap_capacity as f64,
+        ),
+        (
             "shared_blocks",
             "Physical blocks more than one logical block names (or a moved one), reached through the shared table.",
             s.shared_blocks as f64,
@@ -1384,6 +1394,8 @@ mod tests {
         assert_eq!(after["zftl_ftl_kept_zones"], 0.0);
         assert_eq!(after["zftl_ftl_nameless_uncommitted_blocks"], 0.0);
         assert_eq!(after["zftl_ftl_nameless_events_pending"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_remap_entries"], 0.0);
+        assert!(after["zftl_ftl_nameless_remap_capacity"] >= 1.0);
         assert_eq!(after["zftl_ftl_nameless_handover_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(

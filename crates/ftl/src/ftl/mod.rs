@@ -693,6 +693,7 @@ impl Ftl {
                 self.nameless_free(addrs).map(|()| Some(ReplyData::Done))
             }
             Request::NamelessCommit => self.start_nameless_commit(id).map(|()| None),
+            Request::NamelessAck { olds } => self.nameless_ack(id, olds),
             Request::NamelessEvents { max } => self.nameless_events(id, max).map(|()| None),
         };
         if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {

@@ -79,8 +79,10 @@ pub(super) struct NamelessState {
     next_order: u64,
     /// Commits admitted and not yet logged, oldest first.
     commits: VecDeque<PendingCommit>,
-    /// Blocks of the set recovered at mount still to read for their event.
-    handover: VecDeque<NamelessAddr>,
+    /// Blocks to read for an event after the mount, as (block, old): the
+    /// recovered uncommitted set (old none: `Unrecorded`), then the new
+    /// side of each recovered remap entry (`Migrated`).
+    handover: VecDeque<(NamelessAddr, NamelessAddr)>,
     /// Of those, reads to issue again (a retry) and reads in flight.
     handover_retry: VecDeque<NamelessRead>,
     handover_reads: usize,
@@ -113,6 +115,9 @@ struct PendingCommit {
     ahead: usize,
     /// Its flush is under way.
     flushing: bool,
+    /// The old addresses of the `Migrated` events delivered before it was
+    /// admitted: it acknowledges them (at most the remap table's entries).
+    acks: Vec<NamelessAddr>,
 }
 
 /// Handover reads in flight at most: they go beside the host's.
@@ -141,6 +146,8 @@ struct NamelessWrite {
 pub(super) struct NamelessRead {
     id: u64,
     addr: NamelessAddr,
+    /// For the read of a `Migrated` event, the old address (else none).
+    old: NamelessAddr,
     attempts: u8,
     host_aborts: u8,
 }
@@ -173,7 +180,11 @@ impl NamelessState {
         let handover = r
             .uncommitted
             .iter()
-            .map(|&p| NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]))
+            .map(|&p| {
+                let addr = NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]);
+                (addr, NamelessAddr::NONE)
+            })
+            .chain(r.remap.iter().map(|&(old, new)| (new, old)))
             .collect();
         let capacity = u64::from(uncommitted_capacity.max(1)).max(r.uncommitted.len() as u64);
         NamelessState {
@@ -829,6 +840,7 @@ impl Ftl {
         self.nameless.reads.push_back(NamelessRead {
             id,
             addr: block,
+            old: NamelessAddr::NONE,
             attempts: 0,
             host_aborts: 0,
         });
@@ -952,6 +964,7 @@ impl Ftl {
             before: n.next_order,
             ahead: n.writes.len(),
             flushing: false,
+            acks: n.remap.delivered_olds(),
         });
         Ok(())
     }
@@ -987,6 +1000,9 @@ impl Ftl {
             self.replies.push_back(Reply { id, result: Err(e) });
             return;
         }
+        // The acks first: "every address given by event is recorded" covers
+        // the moves delivered before the commit.
+        self.log_acks(&c.acks);
         let seq = self.take_seq();
         self.log.push_note(Note::NamelessAck {
             seq,
@@ -1023,12 +1039,13 @@ impl Ftl {
                 if self.nameless.handover_reads >= HANDOVER_READS_IN_FLIGHT {
                     return None;
                 }
-                let addr = self.next_handover_addr()?;
+                let (addr, old) = self.next_handover_addr()?;
                 let zone = addr.ppa().zone(self.cap());
                 self.zone_readers[zone as usize] += 1;
                 NamelessRead {
                     id: 0,
                     addr,
+                    old,
                     attempts: 0,
                     host_aborts: 0,
                 }
@@ -1046,11 +1063,12 @@ impl Ftl {
         Some((Op::HandoverRead(r), cmd))
     }
 
-    /// The next block of the hand-over still live.
-    fn next_handover_addr(&mut self) -> Option<NamelessAddr> {
-        while let Some(addr) = self.nameless.handover.pop_front() {
-            if self.nameless_check(addr).is_ok() {
-                return Some(addr);
+    /// The next block to read for an event after the mount, still live
+    /// (and for a move, not acknowledged since): (block, old or none).
+    fn next_handover_addr(&mut self) -> Option<(NamelessAddr, NamelessAddr)> {
+        while let Some((addr, old)) = self.nameless.handover.pop_front() {
+            if self.event_current(addr, old) {
+                return Some((addr, old));
             }
         }
         self.serve_event_waiters(); // none may come now
@@ -1078,10 +1096,15 @@ impl Ftl {
             }),
         };
         match block {
-            // Freed while it was read: nothing to hand over.
-            Ok(_) if self.nameless_check(r.addr).is_err() => {}
-            Ok(ReplyData::NamelessBlock { md, .. }) => {
+            // Freed (or acknowledged) while it was read: no event.
+            Ok(_) if !self.event_current(r.addr, r.old) => {}
+            Ok(ReplyData::NamelessBlock { md, .. }) if r.old.is_none() => {
                 let event = NamelessEvent::Unrecorded { addr: r.addr, md };
+                self.nameless.events.push_back(event);
+            }
+            Ok(ReplyData::NamelessBlock { md, .. }) => {
+                let (old, new) = (r.old, r.addr);
+                let event = NamelessEvent::Migrated { old, new, md };
                 self.nameless.events.push_back(event);
             }
             Ok(other) => unreachable!("a nameless block verified as {other:?}"),
@@ -1099,13 +1122,71 @@ impl Ftl {
             let Some(event) = self.nameless.events.pop_front() else {
                 break;
             };
-            let NamelessEvent::Unrecorded { addr, .. } = &event;
-            if self.nameless_check(*addr).is_ok() {
-                taken.push(event);
+            match event {
+                NamelessEvent::Unrecorded { addr, .. }
+                    if self.event_current(addr, NamelessAddr::NONE) =>
+                {
+                    self.stats.nameless_handover_blocks += 1;
+                    taken.push(event);
+                }
+                NamelessEvent::Migrated { old, new, .. } if self.event_current(new, old) => {
+                    // What a later commit acknowledges.
+                    self.nameless.remap.mark_delivered(old);
+                    taken.push(event);
+                }
+                _ => {}
             }
         }
-        self.stats.nameless_handover_blocks += taken.len() as u64;
         taken
+    }
+
+    /// Whether an event about block `addr` still has news: the block is
+    /// live and, for a move (`old` not none), the move is not acknowledged.
+    fn event_current(&self, addr: NamelessAddr, old: NamelessAddr) -> bool {
+        if old.is_none() {
+            return self.nameless_check(addr).is_ok();
+        }
+        self.nameless.remap.get(old) == Some(addr) && self.nameless_check(addr).is_ok()
+    }
+
+    /// `Request::NamelessAck`: drops the remap entries of `olds` (an
+    /// address without one is skipped), each with a `NamelessAck` note;
+    /// answered once they are durable (at once when none was logged).
+    pub(super) fn nameless_ack(
+        &mut self,
+        id: u64,
+        olds: Vec<NamelessAddr>,
+    ) -> Result<Option<ReplyData>, IoError> {
+        self.nameless_supported()?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        if self.log_acks(&olds) == 0 {
+            return Ok(Some(ReplyData::Done));
+        }
+        self.add_log_waiter(ReplyTo::Caller(id), ReplyData::Done);
+        Ok(None)
+    }
+
+    /// Drops the remap entries of `olds` that exist, each with a
+    /// `NamelessAck` note: from here on the old address is stale (format.md
+    /// §11, step 7: a cut before the note is durable brings the entry
+    /// back, and its event). Returns the notes pushed.
+    fn log_acks(&mut self, olds: &[NamelessAddr]) -> usize {
+        let mut logged = 0;
+        for &old in olds {
+            if self.nameless.remap.remove(old).is_none() {
+                continue;
+            }
+            let seq = self.take_seq();
+            self.log.push_note(Note::NamelessAck {
+                seq,
+                commit: false,
+                old,
+            });
+            logged += 1;
+        }
+        logged
     }
 
     /// The next prepared event, if one is ready; never waits.
