@@ -729,7 +729,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 28] = [
+    let gauges: [(&str, &str, f64); 30] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
