@@ -339,6 +339,13 @@ macro_rules! request_methods {
             self.call(Request::NamelessFree { addrs })$($aw)*.map(drop)
         }
     };
+    (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_ack) => {
+        $(#[$doc])*
+        pub $($fn)? fn nameless_ack(&self, olds: &[NamelessAddr]) -> Result<(), IoError> {
+            let olds = olds.to_vec();
+            self.call(Request::NamelessAck { olds })$($aw)*.map(drop)
+        }
+    };
     (@ [$($fn:tt)?] [$($aw:tt)*] $(#[$doc:meta])* nameless_commit) => {
         $(#[$doc])*
         pub $($fn)? fn nameless_commit(&self) -> Result<(), IoError> {
@@ -677,6 +684,9 @@ impl<B: Send + 'static> Handle<B> {
         /// blocks of the nameless writes answered before it are not handed
         /// over after a power cut any more (see [`Driver::nameless_commit`]).
         nameless_commit;
+        /// Acknowledges `NamelessEvent::Migrated` events by their old
+        /// addresses; returns once durable (see [`Driver::nameless_ack`]).
+        nameless_ack;
         /// Up to `max` events ([`NamelessEvent`]): waits until one is
         /// ready, or returns none once none can come. Several callers may
         /// wait; each event goes to one.
@@ -883,7 +893,7 @@ impl<B: Send + 'static> AsyncHandle<B> {
 
     request_methods!(async, each see Handle {
         read write write_fua trim write_zeroes flush nameless_write nameless_write_fua
-        nameless_overwrite nameless_read nameless_free nameless_commit next_events range_ops clone_ranges move_ranges
+        nameless_overwrite nameless_read nameless_free nameless_commit nameless_ack next_events range_ops clone_ranges move_ranges
         delete_ranges merge set_attribute stats attributes snapshot_create snapshot_delete
         snapshot_revert snapshots fork_create fork_delete forks changed snapshot_diff
         read_snapshot
@@ -1426,6 +1436,8 @@ impl<B: Backend> InlineHandle<B> {
         nameless_free;
         /// See [`Handle::nameless_commit`].
         nameless_commit;
+        /// See [`Handle::nameless_ack`].
+        nameless_ack;
         /// See [`Handle::next_events`].
         next_events;
     });

@@ -1056,3 +1056,51 @@ fn the_handles_commit_and_hand_over_each_event_to_one_waiter() {
         ftl.shutdown().await.unwrap();
     });
 }
+
+/// No migration has happened (this build never migrates): an ack names no
+/// remap entry, so it answers at once and changes nothing; the table's
+/// capacity is the configuration's, through clean and unclean remounts
+/// (checkpoint section 16 carries it, section 20 stays out).
+#[test]
+fn an_ack_without_a_move_is_a_no_op_and_the_remap_table_is_bounded_by_the_config() {
+    let cfg = FtlConfig {
+        nameless_remap_entries: 100,
+        ..FtlConfig::default()
+    };
+    let mut ftl = crash_and_mount(format(true), cfg.clone());
+    assert_eq!(ftl.stats().nameless_remap_capacity, 100);
+    let a = put(&mut ftl, &[0, 1, 2], 1);
+    ftl.nameless_ack(&a).unwrap();
+    ftl.nameless_ack(&[NamelessAddr::from_u64(u64::MAX - 1)])
+        .unwrap();
+    holds(&mut ftl, a[1], 1, 1);
+    ftl.nameless_free(&a[..1]).unwrap();
+    ftl.nameless_ack(&a[..1]).unwrap();
+    assert!(matches!(
+        nameless_error(ftl.nameless_read(a[0])),
+        NamelessError::NotLive { .. }
+    ));
+    assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    ftl.nameless_commit().unwrap();
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, cfg).unwrap();
+    holds(&mut ftl, a[2], 2, 1);
+    let smaller = FtlConfig {
+        nameless_remap_entries: 7,
+        ..FtlConfig::default()
+    };
+    let mut ftl = crash_and_mount(ftl, smaller);
+    assert_eq!(ftl.stats().nameless_remap_capacity, 7);
+    assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    assert!(
+        ftl.next_events(8).unwrap().is_empty(),
+        "a commit covered every block and nothing moved"
+    );
+    holds(&mut ftl, a[1], 1, 1);
+    // A volume without the segment refuses the ack like any nameless call.
+    let mut in_band = format(false);
+    assert!(matches!(
+        nameless_error(in_band.nameless_ack(&a)),
+        NamelessError::Unsupported { .. }
+    ));
+}

@@ -729,7 +729,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 29] = [
+    let gauges: [(&str, &str, f64); 31] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -809,6 +809,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_events_pending",
             "Nameless events (the post-mount hand-over) not yet taken by the client.",
             s.nameless_events_pending as f64,
+        ),
+        (
+            "nameless_remap_entries",
+            "Remap table entries: migrated nameless blocks the client has not acknowledged.",
+            s.nameless_remap_entries as f64,
+        ),
+        (
+            "nameless_remap_capacity",
+            "Entries the remap table holds at most (full: migrations stop).",
+            s.nameless_remap_capacity as f64,
         ),
         (
             "shared_blocks",
@@ -1400,6 +1410,8 @@ mod tests {
         assert_eq!(after["zftl_ftl_kept_zones"], 0.0);
         assert_eq!(after["zftl_ftl_nameless_uncommitted_blocks"], 0.0);
         assert_eq!(after["zftl_ftl_nameless_events_pending"], 0.0);
+        assert_eq!(after["zftl_ftl_nameless_remap_entries"], 0.0);
+        assert!(after["zftl_ftl_nameless_remap_capacity"] >= 1.0);
         assert_eq!(after["zftl_ftl_nameless_handover_blocks_total"], 0.0);
         assert!(after.contains_key("zftl_ftl_map_bytes_per_mapped_block"));
         assert!(after.contains_key(

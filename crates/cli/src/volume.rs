@@ -175,6 +175,8 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_zones", s.nameless_zones);
     t.row("nameless_uncommitted_blocks", s.nameless_uncommitted_blocks);
     t.row("nameless_events_pending", s.nameless_events_pending);
+    t.row("nameless_remap_entries", s.nameless_remap_entries);
+    t.row("nameless_remap_capacity", s.nameless_remap_capacity);
     t.row("nameless_handover_blocks", s.nameless_handover_blocks);
     t.row("media_write_blocks", s.media_write_blocks);
     t.row(

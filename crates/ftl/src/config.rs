@@ -141,6 +141,11 @@ pub struct FtlConfig {
     /// "Recovery and the post-crash hand-over"): past it a nameless write
     /// answers `Busy` until a commit. At least 1.
     pub nameless_uncommitted_blocks: u32,
+    /// Entries of the nameless remap table (docs/design.md, "Migration
+    /// events and the remap table"): migrated blocks whose move the client
+    /// has not acknowledged. 32 bytes of memory per entry; a full table
+    /// stops migrations. At least 1.
+    pub nameless_remap_entries: u32,
 }
 
 impl FtlConfig {
@@ -175,6 +180,7 @@ impl Default for FtlConfig {
             data_crc: None,
             protect_window: None,
             nameless_uncommitted_blocks: 1 << 16,
+            nameless_remap_entries: 1 << 16,
         }
     }
 }

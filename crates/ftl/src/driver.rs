@@ -332,6 +332,19 @@ impl<B: Backend> Driver<B> {
         self.call(Request::NamelessCommit).map(drop)
     }
 
+    /// Acknowledges `NamelessEvent::Migrated` events by their old
+    /// addresses, once the client's pointer changes are durable: returns
+    /// once the acknowledgements are durable; from then on each old
+    /// address is stale. An address with no pending move is skipped (a
+    /// repeated ack is harmless). A commit also acknowledges the events
+    /// delivered before it.
+    pub fn nameless_ack(&mut self, olds: &[NamelessAddr]) -> Result<(), IoError> {
+        self.call(Request::NamelessAck {
+            olds: olds.to_vec(),
+        })
+        .map(drop)
+    }
+
     /// The next ready event, if any. Never runs the loop: events are
     /// prepared while it runs (by any call, or [`Self::settle`]).
     pub fn poll_event(&mut self) -> Option<NamelessEvent> {

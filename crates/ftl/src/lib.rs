@@ -33,6 +33,7 @@ pub mod p2l;
 pub mod payload;
 pub mod range;
 pub mod recovery;
+pub mod remap;
 pub mod shared;
 mod slab;
 pub mod stats;

@@ -104,6 +104,16 @@ pub enum NamelessEvent {
     /// was lost with the power). It records the block (and commits) or
     /// frees it; either way its zone can be collected again.
     Unrecorded { addr: NamelessAddr, md: Vec<u8> },
+    /// The block the client holds as `old` now lives at `new` (a migration
+    /// by GC or wear leveling). Until the client acknowledges it
+    /// (`nameless_ack(old)`, after making its pointer change durable),
+    /// `old` still reads, frees and overwrites the block; then `old` is
+    /// stale. After every mount each unacknowledged move comes again.
+    Migrated {
+        old: NamelessAddr,
+        new: NamelessAddr,
+        md: Vec<u8>,
+    },
 }
 
 /// `v` as an address field that must hold a well-formed address

@@ -90,6 +90,14 @@ impl<T> Slab<T> {
         key
     }
 
+    pub fn get(&self, key: Key) -> Option<&T> {
+        let entry = self.entries.get(key.index())?;
+        if u64::from(entry.generation) != key.0 >> INDEX_BITS {
+            return None;
+        }
+        entry.value.as_ref()
+    }
+
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         let entry = self.entries.get_mut(key.index())?;
         if u64::from(entry.generation) != key.0 >> INDEX_BITS {

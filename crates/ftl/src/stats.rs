@@ -93,6 +93,10 @@ pub struct FtlStats {
     /// and not yet taken.
     pub nameless_uncommitted_blocks: u64,
     pub nameless_events_pending: u64,
+    /// Entries of the remap table (migrated blocks not yet acknowledged)
+    /// and how many it holds at most.
+    pub nameless_remap_entries: u64,
+    pub nameless_remap_capacity: u64,
     /// Physical blocks named by more than one logical block, or by one
     /// whose tag names another (moved): reached through the shared table.
     pub shared_blocks: u64,

@@ -417,6 +417,7 @@ impl Volume for Dummy {
             | Request::NamelessRead { .. }
             | Request::NamelessFree { .. }
             | Request::NamelessCommit
+            | Request::NamelessAck { .. }
             | Request::NamelessEvents { .. }
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }

@@ -512,6 +512,7 @@ fn logged(request: &Request) -> Logged {
         | Request::NamelessRead { .. }
         | Request::NamelessFree { .. }
         | Request::NamelessCommit
+        | Request::NamelessAck { .. }
         | Request::NamelessEvents { .. } => ("nameless", 0, 0),
         // A fork export's requests: logged as what they carry.
         Request::InFork { request, .. } => logged(request),

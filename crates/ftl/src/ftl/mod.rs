@@ -48,6 +48,7 @@ use crate::history::SnapshotId;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
 use crate::mapping::Mapping;
+use crate::nameless::NamelessAddr;
 use crate::slab::{Key, Slab};
 use crate::stats::FtlStats;
 use crate::superblock::TagMode;
@@ -103,6 +104,8 @@ pub(crate) struct Parts {
     /// seq of the newest commit note (0: none).
     pub nameless_uncommitted: Vec<Ppa>,
     pub nameless_commit_seq: Seq,
+    /// The remap table as recovered: (old, new), old increasing.
+    pub nameless_remap: Vec<(NamelessAddr, NamelessAddr)>,
 }
 
 /// Who gets the answer to a request the core runs: the caller (its id),
@@ -434,11 +437,13 @@ impl Ftl {
                     gens: p.nameless_gens,
                     uncommitted: p.nameless_uncommitted,
                     commit_seq: p.nameless_commit_seq,
+                    remap: p.nameless_remap,
                 },
                 nameless_empty_zones,
                 nameless_supported,
                 max_reads,
                 p.config.nameless_uncommitted_blocks,
+                p.config.nameless_remap_entries,
                 zone_capacity_blocks,
             ),
             stats: FtlStats::default(),
@@ -688,6 +693,7 @@ impl Ftl {
                 self.nameless_free(addrs).map(|()| Some(ReplyData::Done))
             }
             Request::NamelessCommit => self.start_nameless_commit(id).map(|()| None),
+            Request::NamelessAck { olds } => self.nameless_ack(id, olds),
             Request::NamelessEvents { max } => self.nameless_events(id, max).map(|()| None),
         };
         if trim && matches!(result, Err(IoError::SnapshotSpace)) && self.window_gives_way() {
@@ -1191,6 +1197,8 @@ impl Ftl {
         s.read_only = self.read_only;
         s.nameless_uncommitted_blocks = self.nameless.uncommitted_blocks();
         s.nameless_events_pending = self.nameless.events_pending();
+        s.nameless_remap_entries = u64::from(self.nameless.remap.len());
+        s.nameless_remap_capacity = u64::from(self.nameless.remap.capacity());
         s.snapshot_room_versions = self.history_room();
         s.window_reach_blocks = self.window_reach_blocks();
         s

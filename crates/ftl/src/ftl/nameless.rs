@@ -19,6 +19,7 @@ use crate::nameless::{
 use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
 use crate::note::Note;
 use crate::payload::BlockData;
+use crate::remap::RemapTable;
 use crate::slab::{Key, Slab};
 use crate::superblock::TagMode;
 use crate::tag::TAG_BYTES;
@@ -78,8 +79,10 @@ pub(super) struct NamelessState {
     next_order: u64,
     /// Commits admitted and not yet logged, oldest first.
     commits: VecDeque<PendingCommit>,
-    /// Blocks of the set recovered at mount still to read for their event.
-    handover: VecDeque<NamelessAddr>,
+    /// Blocks to read for an event after the mount, as (block, old): the
+    /// recovered uncommitted set (old none: `Unrecorded`), then the new
+    /// side of each recovered remap entry (`Migrated`).
+    handover: VecDeque<(NamelessAddr, NamelessAddr)>,
     /// Of those, reads to issue again (a retry) and reads in flight.
     handover_retry: VecDeque<NamelessRead>,
     handover_reads: usize,
@@ -87,6 +90,9 @@ pub(super) struct NamelessState {
     events: VecDeque<NamelessEvent>,
     /// `Request::NamelessEvents` waiting for one: (id, max).
     event_waiters: VecDeque<(u64, usize)>,
+    /// Migrated blocks not yet acknowledged: old address -> new (step 2
+    /// of the address check).
+    pub(super) remap: RemapTable,
 }
 
 /// What a mount recovered of the segment.
@@ -95,6 +101,8 @@ pub(super) struct Recovered {
     /// The uncommitted set (live blocks, increasing).
     pub(super) uncommitted: Vec<Ppa>,
     pub(super) commit_seq: Seq,
+    /// The remap table: (old, new), old increasing.
+    pub(super) remap: Vec<(NamelessAddr, NamelessAddr)>,
 }
 
 /// A `Request::NamelessCommit` until its note is pushed.
@@ -107,6 +115,9 @@ struct PendingCommit {
     ahead: usize,
     /// Its flush is under way.
     flushing: bool,
+    /// The old addresses of the `Migrated` events delivered before it was
+    /// admitted: it acknowledges them (at most the remap table's entries).
+    acks: Vec<NamelessAddr>,
 }
 
 /// Handover reads in flight at most: they go beside the host's.
@@ -135,6 +146,8 @@ struct NamelessWrite {
 pub(super) struct NamelessRead {
     id: u64,
     addr: NamelessAddr,
+    /// For the read of a `Migrated` event, the old address (else none).
+    old: NamelessAddr,
     attempts: u8,
     host_aborts: u8,
 }
@@ -161,12 +174,17 @@ impl NamelessState {
         supported: bool,
         max_requests: usize,
         uncommitted_capacity: u32,
+        remap_capacity: u32,
         zone_capacity_blocks: u64,
     ) -> NamelessState {
         let handover = r
             .uncommitted
             .iter()
-            .map(|&p| NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]))
+            .map(|&p| {
+                let addr = NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]);
+                (addr, NamelessAddr::NONE)
+            })
+            .chain(r.remap.iter().map(|&(old, new)| (new, old)))
             .collect();
         let capacity = u64::from(uncommitted_capacity.max(1)).max(r.uncommitted.len() as u64);
         NamelessState {
@@ -192,6 +210,7 @@ impl NamelessState {
             reads: VecDeque::new(),
             reads_in_flight: 0,
             maybe_empty: true,
+            remap: RemapTable::recovered(remap_capacity, &r.remap),
         }
     }
 
@@ -255,7 +274,7 @@ impl Ftl {
         (u64::from(held) * self.data_cap()).saturating_sub(self.mapping.nameless_blocks())
     }
 
-    /// What the nameless sections (16–19) add to a checkpoint at most:
+    /// What the nameless sections (16–21) add to a checkpoint at most:
     /// their headers, the header, a generation per zone, and a record and
     /// a full bitmap per nameless zone. O(1); 0 before any nameless zone.
     pub(super) fn nameless_checkpoint_bytes(&self) -> u64 {
@@ -265,7 +284,8 @@ impl Ftl {
         let zones = u64::from(self.geo.zone_count);
         let nameless = u64::from(self.zones.nameless_zone_count());
         let set = 16 + 8 + 4 * self.nameless.uncommitted_blocks();
-        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8) + set
+        let remap = 16 + 8 + 16 * u64::from(self.nameless.remap.len());
+        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8) + set + remap
     }
 
     /// A nameless zone was reset or retired (it held nothing live).
@@ -332,13 +352,14 @@ impl Ftl {
                 md_bytes: NAMELESS_MD_BYTES as u16,
                 placement: MdPlacement::Oob,
                 group_blocks: 0,
-                remap_capacity: 0,
+                remap_capacity: self.nameless.remap.capacity(),
                 uncommitted_capacity: u32::try_from(self.nameless.uncommitted_capacity)
                     .expect("the uncommitted capacity fits u32"),
                 commit_seq: self.nameless.commit_seq,
             }),
             generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
             zones,
+            remap: self.nameless.remap.entries(),
             uncommitted,
             ..NamelessImage::default()
         }
@@ -362,6 +383,26 @@ impl Ftl {
     /// Checks an address a caller holds (docs/design.md, "The address a
     /// client holds"): the block it names, if that block is live.
     pub(super) fn nameless_check(&self, addr: NamelessAddr) -> Result<Ppa, NamelessError> {
+        self.nameless_resolve(addr).map(NamelessAddr::ppa)
+    }
+
+    /// The address check, answering the address of the block itself: for
+    /// an address with a remap entry, its new address (step 2). What the
+    /// core logs for a free or an overwrite names that block (format.md
+    /// §11, replay step 5).
+    pub(super) fn nameless_resolve(
+        &self,
+        addr: NamelessAddr,
+    ) -> Result<NamelessAddr, NamelessError> {
+        self.nameless_check_outside(addr)?;
+        // Step 2: a migrated block not yet acknowledged is reached by its
+        // old address; the new one is checked from step 3 on.
+        let addr = self.nameless.remap.get(addr).unwrap_or(addr);
+        self.nameless_check_at(addr).map(|_| addr)
+    }
+
+    /// Step 1 of the address check: the address lies in the segment.
+    fn nameless_check_outside(&self, addr: NamelessAddr) -> Result<(), NamelessError> {
         let cap = self.cap();
         let ppa = addr.ppa();
         let outside = addr.is_none()
@@ -372,6 +413,15 @@ impl Ftl {
         if outside {
             return Err(NamelessError::OutOfSegment { addr });
         }
+        Ok(())
+    }
+
+    /// Steps 3–6 of the address check (step 1 included: a remap entry's
+    /// new address is in the segment, checked again as a guard).
+    fn nameless_check_at(&self, addr: NamelessAddr) -> Result<Ppa, NamelessError> {
+        self.nameless_check_outside(addr)?;
+        let cap = self.cap();
+        let ppa = addr.ppa();
         let zone = ppa.zone(cap);
         let generation = self.nameless.gens[zone as usize];
         if addr.generation() > generation {
@@ -478,16 +528,40 @@ impl Ftl {
             }
             .into());
         }
-        let mut sorted: Vec<Ppa> = Vec::with_capacity(old.len());
-        for &a in old {
-            sorted.push(self.nameless_check(a)?);
+        self.resolve_distinct(old).map(|_| ())
+    }
+
+    /// The blocks `addrs` name (step 2 resolved), if each checks and no
+    /// two name the same block (an old address and its new one do).
+    fn resolve_distinct(&self, addrs: &[NamelessAddr]) -> Result<Vec<NamelessAddr>, IoError> {
+        let blocks: Vec<NamelessAddr> = addrs
+            .iter()
+            .map(|&a| self.nameless_resolve(a))
+            .collect::<Result<_, _>>()?;
+        let mut ppas: Vec<Ppa> = blocks.iter().map(|a| a.ppa()).collect();
+        ppas.sort_unstable();
+        if let Some(w) = ppas.windows(2).find(|w| w[0] == w[1]) {
+            let at = blocks
+                .iter()
+                .position(|a| a.ppa() == w[0])
+                .expect("in blocks");
+            return Err(NamelessError::Duplicate { addr: addrs[at] }.into());
         }
-        sorted.sort_unstable();
-        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            let addr = *old.iter().find(|a| a.ppa() == w[0]).expect("in old");
-            return Err(NamelessError::Duplicate { addr }.into());
-        }
-        Ok(())
+        Ok(blocks)
+    }
+
+    /// The tag links of the next `n` blocks of write `key`: the blocks
+    /// they replace, as the address of the block itself (step 2 resolved),
+    /// so replay frees that block; an address that no longer checks goes
+    /// in as given (replay finds it not live).
+    fn replaced_links(&self, key: Key, n: usize) -> Vec<NamelessAddr> {
+        let w = self.nameless.writes.get(key).expect("queued write");
+        (w.sent..w.sent + n)
+            .map(|i| match w.old.get(i) {
+                Some(&o) => self.nameless_resolve(o).unwrap_or(o),
+                None => NamelessAddr::NONE,
+            })
+            .collect()
     }
 
     /// The next append of queued nameless blocks, into the nameless lane.
@@ -514,6 +588,7 @@ impl Ftl {
         self.next_seq += n;
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let ob = self.geo.oob_size_bytes as usize;
+        let links = self.replaced_links(key, n as usize);
         let w = self.nameless.writes.get_mut(key).expect("queued write");
         let first = w.sent;
         for i in first..first + n as usize {
@@ -523,7 +598,7 @@ impl Ftl {
             let tag = NamelessTag {
                 kind: NamelessTagKind::Data,
                 birth_gen: generation,
-                link: w.old.get(i).copied().unwrap_or(NamelessAddr::NONE),
+                link: links[i - first],
                 seq: first_seq + (i - first) as u64,
                 data_crc: w.crcs[i],
             };
@@ -640,8 +715,8 @@ impl Ftl {
             w.addrs[a.first + i] = NamelessAddr::new(ppa, generation);
             w.needs_log |= opening;
             let old = w.old.get(a.first + i).copied();
-            if let Some(old) = old {
-                if self.nameless_check(old).is_ok() && self.mapping.nameless_clear(old.ppa()) {
+            if let Some(old) = old.and_then(|o| self.nameless_resolve(o).ok()) {
+                if self.mapping.nameless_clear(old.ppa()) {
                     self.stats.nameless_free_blocks += 1;
                     self.nameless_cleared(old.ppa());
                 }
@@ -744,16 +819,8 @@ impl Ftl {
         if self.read_only {
             return Err(IoError::ReadOnly);
         }
-        let mut ppas = Vec::with_capacity(addrs.len());
-        for &a in &addrs {
-            ppas.push(self.nameless_check(a)?);
-        }
-        ppas.sort_unstable();
-        if let Some(w) = ppas.windows(2).find(|w| w[0] == w[1]) {
-            let addr = *addrs.iter().find(|a| a.ppa() == w[0]).expect("in addrs");
-            return Err(NamelessError::Duplicate { addr }.into());
-        }
-        self.nameless_release(&addrs);
+        let blocks = self.resolve_distinct(&addrs)?;
+        self.nameless_release(&blocks);
         Ok(())
     }
 
@@ -765,12 +832,15 @@ impl Ftl {
         addr: NamelessAddr,
     ) -> Result<(), IoError> {
         self.nameless_supported()?;
-        let ppa = self.nameless_check(addr)?;
-        let zone = ppa.zone(self.cap());
+        // The read goes to the block itself: its tag carries the new
+        // address's generation.
+        let block = self.nameless_resolve(addr)?;
+        let zone = block.ppa().zone(self.cap());
         self.zone_readers[zone as usize] += 1;
         self.nameless.reads.push_back(NamelessRead {
             id,
-            addr,
+            addr: block,
+            old: NamelessAddr::NONE,
             attempts: 0,
             host_aborts: 0,
         });
@@ -894,6 +964,7 @@ impl Ftl {
             before: n.next_order,
             ahead: n.writes.len(),
             flushing: false,
+            acks: n.remap.delivered_olds(),
         });
         Ok(())
     }
@@ -929,6 +1000,9 @@ impl Ftl {
             self.replies.push_back(Reply { id, result: Err(e) });
             return;
         }
+        // The acks first: "every address given by event is recorded" covers
+        // the moves delivered before the commit.
+        self.log_acks(&c.acks);
         let seq = self.take_seq();
         self.log.push_note(Note::NamelessAck {
             seq,
@@ -965,12 +1039,13 @@ impl Ftl {
                 if self.nameless.handover_reads >= HANDOVER_READS_IN_FLIGHT {
                     return None;
                 }
-                let addr = self.next_handover_addr()?;
+                let (addr, old) = self.next_handover_addr()?;
                 let zone = addr.ppa().zone(self.cap());
                 self.zone_readers[zone as usize] += 1;
                 NamelessRead {
                     id: 0,
                     addr,
+                    old,
                     attempts: 0,
                     host_aborts: 0,
                 }
@@ -988,11 +1063,12 @@ impl Ftl {
         Some((Op::HandoverRead(r), cmd))
     }
 
-    /// The next block of the hand-over still live.
-    fn next_handover_addr(&mut self) -> Option<NamelessAddr> {
-        while let Some(addr) = self.nameless.handover.pop_front() {
-            if self.nameless_check(addr).is_ok() {
-                return Some(addr);
+    /// The next block to read for an event after the mount, still live
+    /// (and for a move, not acknowledged since): (block, old or none).
+    fn next_handover_addr(&mut self) -> Option<(NamelessAddr, NamelessAddr)> {
+        while let Some((addr, old)) = self.nameless.handover.pop_front() {
+            if self.event_current(addr, old) {
+                return Some((addr, old));
             }
         }
         self.serve_event_waiters(); // none may come now
@@ -1020,10 +1096,15 @@ impl Ftl {
             }),
         };
         match block {
-            // Freed while it was read: nothing to hand over.
-            Ok(_) if self.nameless_check(r.addr).is_err() => {}
-            Ok(ReplyData::NamelessBlock { md, .. }) => {
+            // Freed (or acknowledged) while it was read: no event.
+            Ok(_) if !self.event_current(r.addr, r.old) => {}
+            Ok(ReplyData::NamelessBlock { md, .. }) if r.old.is_none() => {
                 let event = NamelessEvent::Unrecorded { addr: r.addr, md };
+                self.nameless.events.push_back(event);
+            }
+            Ok(ReplyData::NamelessBlock { md, .. }) => {
+                let (old, new) = (r.old, r.addr);
+                let event = NamelessEvent::Migrated { old, new, md };
                 self.nameless.events.push_back(event);
             }
             Ok(other) => unreachable!("a nameless block verified as {other:?}"),
@@ -1041,13 +1122,71 @@ impl Ftl {
             let Some(event) = self.nameless.events.pop_front() else {
                 break;
             };
-            let NamelessEvent::Unrecorded { addr, .. } = &event;
-            if self.nameless_check(*addr).is_ok() {
-                taken.push(event);
+            match event {
+                NamelessEvent::Unrecorded { addr, .. }
+                    if self.event_current(addr, NamelessAddr::NONE) =>
+                {
+                    self.stats.nameless_handover_blocks += 1;
+                    taken.push(event);
+                }
+                NamelessEvent::Migrated { old, new, .. } if self.event_current(new, old) => {
+                    // What a later commit acknowledges.
+                    self.nameless.remap.mark_delivered(old);
+                    taken.push(event);
+                }
+                _ => {}
             }
         }
-        self.stats.nameless_handover_blocks += taken.len() as u64;
         taken
+    }
+
+    /// Whether an event about block `addr` still has news: the block is
+    /// live and, for a move (`old` not none), the move is not acknowledged.
+    fn event_current(&self, addr: NamelessAddr, old: NamelessAddr) -> bool {
+        if old.is_none() {
+            return self.nameless_check(addr).is_ok();
+        }
+        self.nameless.remap.get(old) == Some(addr) && self.nameless_check(addr).is_ok()
+    }
+
+    /// `Request::NamelessAck`: drops the remap entries of `olds` (an
+    /// address without one is skipped), each with a `NamelessAck` note;
+    /// answered once they are durable (at once when none was logged).
+    pub(super) fn nameless_ack(
+        &mut self,
+        id: u64,
+        olds: Vec<NamelessAddr>,
+    ) -> Result<Option<ReplyData>, IoError> {
+        self.nameless_supported()?;
+        if self.read_only {
+            return Err(self.refusal());
+        }
+        if self.log_acks(&olds) == 0 {
+            return Ok(Some(ReplyData::Done));
+        }
+        self.add_log_waiter(ReplyTo::Caller(id), ReplyData::Done);
+        Ok(None)
+    }
+
+    /// Drops the remap entries of `olds` that exist, each with a
+    /// `NamelessAck` note: from here on the old address is stale (format.md
+    /// §11, step 7: a cut before the note is durable brings the entry
+    /// back, and its event). Returns the notes pushed.
+    fn log_acks(&mut self, olds: &[NamelessAddr]) -> usize {
+        let mut logged = 0;
+        for &old in olds {
+            if self.nameless.remap.remove(old).is_none() {
+                continue;
+            }
+            let seq = self.take_seq();
+            self.log.push_note(Note::NamelessAck {
+                seq,
+                commit: false,
+                old,
+            });
+            logged += 1;
+        }
+        logged
     }
 
     /// The next prepared event, if one is ready; never waits.

@@ -155,6 +155,12 @@ pub enum Request {
     /// answered, a flush, then a durable commit note. Answered once the
     /// note is durable; the blocks of those writes are handed over no more.
     NamelessCommit,
+    /// Acknowledges `Migrated` events by their old addresses: the remap
+    /// entries go (an address without one is skipped) and the old
+    /// addresses are stale. Answered once the acknowledgements are durable.
+    NamelessAck {
+        olds: Vec<NamelessAddr>,
+    },
     /// Up to `max` events ([`NamelessEvent`]): waits until one is ready,
     /// or answers with none when none can come.
     NamelessEvents {

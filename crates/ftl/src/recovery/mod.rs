@@ -38,6 +38,7 @@ use crate::ftl::{Ftl, Parts};
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::log::MetaLog;
 use crate::mapping::Mapping;
+use crate::nameless::NamelessAddr;
 use crate::superblock::{uuid_from_seed, Superblock, TagMode};
 use crate::tag::{DataCrcImpl, TAG_BYTES};
 use crate::zone::{Stream, ZoneKind, ZoneRecord, ZoneTable, ZoneUse};
@@ -127,6 +128,7 @@ impl<B: Backend> Driver<B> {
             nameless_gens: vec![0; geometry.zone_count as usize],
             nameless_uncommitted: Vec::new(),
             nameless_commit_seq: 0,
+            nameless_remap: Vec::new(),
             geometry,
             config,
             layout,
@@ -210,6 +212,7 @@ impl<B: Backend> Driver<B> {
             nameless_gens,
             nameless_uncommitted,
             nameless_commit_seq,
+            nameless_remap,
             ..
         } = r;
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
@@ -232,6 +235,7 @@ impl<B: Backend> Driver<B> {
             nameless_gens,
             nameless_uncommitted,
             nameless_commit_seq,
+            nameless_remap,
             uuid: sb.uuid,
             tag_mode: sb.tag_mode,
             geometry,
@@ -281,6 +285,9 @@ pub struct Recovered {
     /// commit note, increasing; and that note's seq (0: none).
     pub nameless_uncommitted: Vec<Ppa>,
     pub nameless_commit_seq: Seq,
+    /// The remap table: (old, new) of each migration not acknowledged,
+    /// old increasing.
+    pub nameless_remap: Vec<(NamelessAddr, NamelessAddr)>,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -354,6 +361,7 @@ pub fn recover_state<B: Backend>(
         tags_replayed,
         nameless_uncommitted,
         nameless_commit_seq: state.nameless_commit_seq,
+        nameless_remap: state.nameless_remap.into_iter().collect(),
         nameless_gens: state.nameless_gens,
         data_crc: crc,
         log,

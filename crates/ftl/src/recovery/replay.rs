@@ -265,6 +265,10 @@ pub(super) struct Rebuild {
     /// freed ones are dropped at the end (`live_uncommitted`).
     pub(super) nameless_uncommitted: BTreeSet<Ppa>,
     pub(super) nameless_commit_seq: Seq,
+    /// The remap table: old address -> new, for each migration the client
+    /// has not acknowledged (the checkpoint's section 20, then the
+    /// NamelessMigrate and entry NamelessAck notes).
+    pub(super) nameless_remap: BTreeMap<NamelessAddr, NamelessAddr>,
 }
 
 impl Rebuild {
@@ -364,13 +368,12 @@ impl Rebuild {
                 RecordKind::DataNamelessMoved | RecordKind::NamelessScratch
             )
         });
-        let unbuilt =
-            !oob_md || moved || !n.remap.is_empty() || !n.open_md.is_empty() || n.job.is_some();
+        let unbuilt = !oob_md || moved || !n.open_md.is_empty() || n.job.is_some();
         if unbuilt {
             return Err(MountError::Unsupported(format!(
                 "the checkpoint holds nameless state this build does not mount (md in the log, \
-                 md of other than {NAMELESS_MD_BYTES} bytes, migrations or an in-place \
-                 collection): {:?}",
+                 md of other than {NAMELESS_MD_BYTES} bytes, zones of migrated blocks or an \
+                 in-place collection): {:?}",
                 n.header
             )));
         }
@@ -396,6 +399,8 @@ impl Rebuild {
         // The decoder checked each to be live in a nameless zone.
         self.nameless_uncommitted = n.uncommitted.iter().copied().collect();
         self.nameless_commit_seq = n.header.as_ref().map_or(0, |h| h.commit_seq);
+        // The decoder checked old increasing, new distinct and in range.
+        self.nameless_remap = n.remap.iter().copied().collect();
         Ok(())
     }
 
@@ -451,6 +456,7 @@ impl Rebuild {
             nameless_now: vec![false; g.zone_count as usize],
             nameless_uncommitted: BTreeSet::new(),
             nameless_commit_seq: 0,
+            nameless_remap: BTreeMap::new(),
         }
     }
 
@@ -583,6 +589,38 @@ impl Rebuild {
         if !link.is_none() {
             self.nameless_free(link.ppa(), link.generation());
         }
+        Ok(())
+    }
+
+    /// A NamelessMigrate note (placement OOB: no md notes follow): the
+    /// block at `old` moved to `new`, which the copy's tag does not make
+    /// live (kind 6 never counts, format.md §11), so the note does: old
+    /// bit cleared, new set, the entry inserted and `new` in the
+    /// uncommitted set in place of `old`. A move whose victim's tag a reset
+    /// erased finds `old` not live and still makes `new` live.
+    fn nameless_migrate(
+        &mut self,
+        seq: Seq,
+        old: NamelessAddr,
+        new: NamelessAddr,
+    ) -> Result<(), MountError> {
+        let cap = self.zone_capacity_blocks;
+        let z = new.ppa().zone(cap) as usize;
+        if !self.nameless_now[z] || new.generation() != self.nameless_gens[z] {
+            return Err(MountError::Damaged(format!(
+                "NamelessMigrate note {seq}: {new:?} is not in a nameless zone of its generation"
+            )));
+        }
+        if self.nameless_remap.contains_key(&old) || !self.mapping.nameless_set(new.ppa()) {
+            return Err(MountError::Damaged(format!(
+                "NamelessMigrate note {seq}: {old:?} moved twice, or {new:?} held twice"
+            )));
+        }
+        self.nameless_free(old.ppa(), old.generation());
+        if self.nameless_uncommitted.remove(&old.ppa()) {
+            self.nameless_uncommitted.insert(new.ppa());
+        }
+        self.nameless_remap.insert(old, new);
         Ok(())
     }
 
@@ -822,10 +860,24 @@ impl Rebuild {
             Note::NamelessAck {
                 seq, commit: true, ..
             } => self.nameless_commit(seq),
+            Note::NamelessAck {
+                commit: false, old, ..
+            } => {
+                // An ack without an entry was a no-op when it was logged.
+                self.nameless_remap.remove(&old);
+            }
+            Note::NamelessMigrate {
+                seq,
+                new_ppa,
+                old,
+                birth_gen,
+                ..
+            } => {
+                ppa_ok(new_ppa, "NamelessMigrate note")?;
+                self.nameless_migrate(seq, old, NamelessAddr::new(new_ppa, birth_gen))?;
+            }
             Note::NamelessWrite { .. }
             | Note::NamelessMd { .. }
-            | Note::NamelessMigrate { .. }
-            | Note::NamelessAck { commit: false, .. }
             | Note::InPlaceStaged { .. }
             | Note::InPlaceDone { .. } => {
                 return Err(MountError::Damaged(format!(
@@ -1073,5 +1125,111 @@ mod tests {
         assert_eq!(r.mapping.get(1), Some(Ppa(17)));
         assert_eq!(r.mapping.get(5), Some(Ppa(2)));
         assert_consistent(&r);
+    }
+
+    fn nameless_zone(seq: Seq, zone: ZoneId) -> Event {
+        Event::Note(Note::NamelessZone {
+            seq,
+            zone,
+            generation: 1,
+            kind: NamelessZoneKind::Data,
+        })
+    }
+
+    fn nameless_tag(seq: Seq, ppa: u32) -> Event {
+        Event::NamelessTag {
+            seq,
+            ppa: Ppa(ppa),
+            birth_gen: 1,
+            link: NamelessAddr::NONE,
+        }
+    }
+
+    fn migrate(seq: Seq, old: u32, new: u32) -> Event {
+        Event::Note(Note::NamelessMigrate {
+            seq,
+            new_ppa: Ppa(new),
+            old: NamelessAddr::new(Ppa(old), 1),
+            data_crc: 0,
+            birth_gen: 1,
+        })
+    }
+
+    fn ack(seq: Seq, old: u32) -> Event {
+        Event::Note(Note::NamelessAck {
+            seq,
+            commit: false,
+            old: NamelessAddr::new(Ppa(old), 1),
+        })
+    }
+
+    /// Zones 2 and 3 nameless; blocks 16 and 17 written into zone 2.
+    fn nameless_events(more: Vec<Event>) -> Vec<Event> {
+        let mut e = vec![
+            nameless_zone(11, 2),
+            nameless_tag(12, 16),
+            nameless_tag(13, 17),
+            nameless_zone(14, 3),
+        ];
+        e.extend(more);
+        e
+    }
+
+    fn try_rebuild(events: &[Event]) -> Result<Rebuild, MountError> {
+        let g = Geometry {
+            block_size_bytes: 4096,
+            oob_size_bytes: 64,
+            zone_count: 4,
+            zone_size_blocks: 8,
+            zone_capacity_blocks: 8,
+            write_unit_blocks: 1,
+            max_append_blocks: 8,
+            max_transfer_blocks: 8,
+            max_open_zones: 0,
+            max_active_zones: 0,
+            parallel_units: 1,
+            zone_groups: 1,
+            queue_depth: 8,
+        };
+        let mapping = Mapping::new(16, 4, 8, false);
+        let mut r =
+            Rebuild::with_mapping(&g, mapping, AttrMap::new(8), 10, false, std::iter::empty());
+        r.replay(events, &g)?;
+        Ok(r)
+    }
+
+    #[test]
+    fn nameless_migrate_moves_the_block_and_inserts_an_entry() {
+        let r = try_rebuild(&nameless_events(vec![migrate(20, 16, 24)])).unwrap();
+        let (old, new) = (NamelessAddr::new(Ppa(16), 1), NamelessAddr::new(Ppa(24), 1));
+        assert!(!r.mapping.is_live(Ppa(16)));
+        assert!(r.mapping.is_live(Ppa(24)) && r.mapping.is_live(Ppa(17)));
+        assert_eq!(r.nameless_remap.get(&old), Some(&new));
+        // The moved block takes the old one's place in the uncommitted set.
+        assert_eq!(r.live_uncommitted(), vec![Ppa(17), Ppa(24)]);
+    }
+
+    #[test]
+    fn nameless_ack_drops_the_entry_and_a_repeated_ack_is_a_no_op() {
+        let events = nameless_events(vec![
+            migrate(20, 16, 24),
+            ack(21, 16),
+            ack(22, 16),
+            ack(23, 17),
+        ]);
+        let r = try_rebuild(&events).unwrap();
+        assert!(r.nameless_remap.is_empty());
+        assert!(r.mapping.is_live(Ppa(24)) && !r.mapping.is_live(Ppa(16)));
+    }
+
+    #[test]
+    fn nameless_migrate_refuses_a_second_move_or_a_target_outside_the_segment() {
+        let twice = nameless_events(vec![migrate(20, 16, 24), migrate(21, 16, 25)]);
+        assert!(matches!(try_rebuild(&twice), Err(MountError::Damaged(_))));
+        // Zone 1 holds no nameless data.
+        let outside = nameless_events(vec![migrate(20, 16, 9)]);
+        assert!(matches!(try_rebuild(&outside), Err(MountError::Damaged(_))));
+        let held = nameless_events(vec![migrate(20, 16, 17)]);
+        assert!(matches!(try_rebuild(&held), Err(MountError::Damaged(_))));
     }
 }

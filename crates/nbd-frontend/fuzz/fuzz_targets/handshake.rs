@@ -205,6 +205,7 @@ impl Dummy {
             | Request::NamelessRead { .. }
             | Request::NamelessFree { .. }
             | Request::NamelessCommit
+            | Request::NamelessAck { .. }
             | Request::NamelessEvents { .. }) => panic!("the NBD server sent {r:?}"),
         }
     }
