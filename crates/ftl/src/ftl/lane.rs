@@ -174,10 +174,20 @@ impl Ftl {
             st.gc_only = from_reserve && may_use_reserve;
             st.stream = Some(stream);
         }
+        let zone = self.lane_mut(lane).zone.expect("lane zone");
+        if self.zone_appends_full(lane, zone) {
+            return None;
+        }
         let st = self.lane_mut(lane);
-        let zone = st.zone.expect("lane zone");
         let n = wanted.min(data_cap - st.allocated_blocks);
         Some((zone, n))
+    }
+
+    /// Whether `zone`, open in `lane`, has `zone_max_appends` appends in
+    /// flight (nameless zones excepted: their writes have nowhere else to go).
+    fn zone_appends_full(&self, lane: Lane, zone: ZoneId) -> bool {
+        let most = self.cfg.zone_max_appends;
+        most > 0 && lane != Lane::Nameless && self.zone_appends[zone as usize] >= most
     }
 
     /// Open lane zones per zone group (`Geometry::zone_groups` entries).
