@@ -385,7 +385,11 @@ impl Ftl {
         let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
         // Spread, a victim copied through is no longer held: its close
         // waits on the device, not on GC.
-        let closing = if self.gc_wide() { 0 } else { self.closing.len() };
+        let closing = if self.gc_wide() {
+            0
+        } else {
+            self.closing.len()
+        };
         if self.jobs.len() + closing >= most {
             return false;
         }
