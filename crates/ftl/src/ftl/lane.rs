@@ -272,6 +272,14 @@ impl Ftl {
         may_use_reserve: bool,
     ) -> Option<(Lane, ZoneId, u64)> {
         let mut lane = lane;
+        // A zone at its appends in flight is busy, not full: its data waits
+        // rather than open a sibling's zone (a sequential stream split over
+        // two zones leaves both half stale, and GC copies them).
+        if let Some(zone) = self.lanes[lane.index()].zone {
+            if self.zone_appends_full(lane, zone) {
+                return None;
+            }
+        }
         if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
             return Some((lane, zone, room));
         }
