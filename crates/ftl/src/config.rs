@@ -86,8 +86,9 @@ pub struct FtlConfig {
     /// parallel units only, so appends queued past what keeps those busy
     /// only lengthen the device's queue, and whatever waits for that
     /// queue waits longer: a GC victim's note in the log, its flush and
-    /// its reset (`zftl bench media`, docs/bench.md). The data then goes
-    /// to a zone with fewer in flight, or waits.
+    /// its reset (`zftl bench media`, docs/bench.md). GC's data then goes
+    /// to another of GC's open zones or waits; the host's waits (a stream
+    /// moved to another zone would leave both half stale).
     pub zone_max_appends: u32,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
