@@ -43,33 +43,34 @@ pub trait Volume {
     fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError>;
 }
 
-/// Writes the `Volume` methods as calls of the type's own methods of the
-/// same names (`&mut self` on `Driver`, `&self` on the handles).
+/// Writes the `Volume` methods as calls of `$on`'s methods of the same
+/// names: the type's own (`&mut self` on `Driver`, `&self` on the
+/// handles), or those of the volume a `&mut` borrows.
 macro_rules! volume_by_methods {
-    () => {
+    ($on:ident) => {
         fn block_size(&self) -> usize {
-            Self::block_size(self)
+            $on::block_size(self)
         }
         fn logical_blocks(&self) -> u64 {
-            Self::logical_blocks(self)
+            $on::logical_blocks(self)
         }
         fn read(&mut self, lba: u64, block_count: u32) -> Result<Vec<u8>, IoError> {
-            Self::read(self, lba, block_count)
+            $on::read(self, lba, block_count)
         }
         fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), IoError> {
-            Self::write(self, lba, data)
+            $on::write(self, lba, data)
         }
         fn trim(&mut self, lba: u64, block_count: u32) -> Result<(), IoError> {
-            Self::trim(self, lba, block_count)
+            $on::trim(self, lba, block_count)
         }
         fn flush(&mut self) -> Result<(), IoError> {
-            Self::flush(self)
+            $on::flush(self)
         }
         fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError> {
-            Self::nameless_write(self, data, md)
+            $on::nameless_write(self, data, md)
         }
         fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError> {
-            Self::nameless_read(self, addr)
+            $on::nameless_read(self, addr)
         }
         fn nameless_overwrite(
             &mut self,
@@ -77,70 +78,30 @@ macro_rules! volume_by_methods {
             data: &[u8],
             md: &[u8],
         ) -> Result<Vec<NamelessAddr>, IoError> {
-            Self::nameless_overwrite(self, old, data, md)
+            $on::nameless_overwrite(self, old, data, md)
         }
         fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
-            Self::nameless_free(self, addrs)
+            $on::nameless_free(self, addrs)
         }
         fn nameless_commit(&mut self) -> Result<(), IoError> {
-            Self::nameless_commit(self)
+            $on::nameless_commit(self)
         }
         fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
-            Self::next_events(self, max)
+            $on::next_events(self, max)
         }
     };
 }
 
 impl<B: Backend> Volume for Driver<B> {
-    volume_by_methods!();
+    volume_by_methods!(Self);
 }
 
 impl<B: Send + 'static> Volume for Handle<B> {
-    volume_by_methods!();
+    volume_by_methods!(Self);
 }
 
 /// A borrowed volume: the caller keeps it if the store fails (a test that
 /// cuts the power while a store opens takes the device back).
 impl<V: Volume + ?Sized> Volume for &mut V {
-    fn block_size(&self) -> usize {
-        V::block_size(self)
-    }
-    fn logical_blocks(&self) -> u64 {
-        V::logical_blocks(self)
-    }
-    fn read(&mut self, lba: u64, block_count: u32) -> Result<Vec<u8>, IoError> {
-        V::read(self, lba, block_count)
-    }
-    fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), IoError> {
-        V::write(self, lba, data)
-    }
-    fn trim(&mut self, lba: u64, block_count: u32) -> Result<(), IoError> {
-        V::trim(self, lba, block_count)
-    }
-    fn flush(&mut self) -> Result<(), IoError> {
-        V::flush(self)
-    }
-    fn nameless_write(&mut self, data: &[u8], md: &[u8]) -> Result<Vec<NamelessAddr>, IoError> {
-        V::nameless_write(self, data, md)
-    }
-    fn nameless_read(&mut self, addr: NamelessAddr) -> Result<(Vec<u8>, Vec<u8>), IoError> {
-        V::nameless_read(self, addr)
-    }
-    fn nameless_overwrite(
-        &mut self,
-        old: &[NamelessAddr],
-        data: &[u8],
-        md: &[u8],
-    ) -> Result<Vec<NamelessAddr>, IoError> {
-        V::nameless_overwrite(self, old, data, md)
-    }
-    fn nameless_free(&mut self, addrs: &[NamelessAddr]) -> Result<(), IoError> {
-        V::nameless_free(self, addrs)
-    }
-    fn nameless_commit(&mut self) -> Result<(), IoError> {
-        V::nameless_commit(self)
-    }
-    fn next_events(&mut self, max: usize) -> Result<Vec<NamelessEvent>, IoError> {
-        V::next_events(self, max)
-    }
+    volume_by_methods!(V);
 }

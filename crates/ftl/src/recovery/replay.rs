@@ -1023,9 +1023,9 @@ impl Rebuild {
 mod tests {
     use super::*;
 
-    /// 4 zones of 8 blocks, OOB tags; the checkpoint maps what `map` says.
-    fn rebuild(map: &[(Lba, u32)], events: &[Event]) -> Rebuild {
-        let g = Geometry {
+    /// 4 zones of 8 blocks, 64 bytes of OOB.
+    fn small_geometry() -> Geometry {
+        Geometry {
             block_size_bytes: 4096,
             oob_size_bytes: 64,
             zone_count: 4,
@@ -1039,7 +1039,12 @@ mod tests {
             parallel_units: 1,
             zone_groups: 1,
             queue_depth: 8,
-        };
+        }
+    }
+
+    /// 4 zones of 8 blocks, OOB tags; the checkpoint maps what `map` says.
+    fn rebuild(map: &[(Lba, u32)], events: &[Event]) -> Rebuild {
+        let g = small_geometry();
         let mut mapping = Mapping::new(16, 4, 8, false);
         for &(lba, ppa) in map {
             mapping.map_direct(lba, Ppa(ppa), 0, 1).unwrap();
@@ -1176,21 +1181,7 @@ mod tests {
     }
 
     fn try_rebuild(events: &[Event]) -> Result<Rebuild, MountError> {
-        let g = Geometry {
-            block_size_bytes: 4096,
-            oob_size_bytes: 64,
-            zone_count: 4,
-            zone_size_blocks: 8,
-            zone_capacity_blocks: 8,
-            write_unit_blocks: 1,
-            max_append_blocks: 8,
-            max_transfer_blocks: 8,
-            max_open_zones: 0,
-            max_active_zones: 0,
-            parallel_units: 1,
-            zone_groups: 1,
-            queue_depth: 8,
-        };
+        let g = small_geometry();
         let mapping = Mapping::new(16, 4, 8, false);
         let mut r =
             Rebuild::with_mapping(&g, mapping, AttrMap::new(8), 10, false, std::iter::empty());
