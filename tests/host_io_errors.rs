@@ -56,6 +56,9 @@ enum Fail {
     /// a program failure, a media fault, without running: all after the
     /// first `ok` of them.
     LogWrites { ok: u64 },
+    /// The next `left` writes outside the superblock zones fail as under
+    /// `LogWrites`; later ones go through.
+    NextLogWrites { left: u64 },
     /// Both superblock zones failed: their writes and resets fail with a
     /// media fault without running, and their reports say read-only, as a
     /// device leaves a zone after a program failure.
@@ -97,6 +100,12 @@ impl HostFailures {
             }),
             Fail::LogWrites { ok } => log_write_failure(ok, command).map(Failure::Instead),
             Fail::SuperZonesFailed => super_zone_failure(command).map(Failure::Instead),
+            Fail::NextLogWrites { left } if *left > 0 => {
+                let failure = log_write_failure(&mut 0, command);
+                *left -= u64::from(failure.is_some());
+                failure.map(Failure::Instead)
+            }
+            Fail::NextLogWrites { .. } => None,
         }
     }
 
@@ -107,7 +116,8 @@ impl HostFailures {
             | Fail::All
             | Fail::Next { .. }
             | Fail::LogWrites { .. }
-            | Fail::SuperZonesFailed => false,
+            | Fail::SuperZonesFailed
+            | Fail::NextLogWrites { .. } => false,
             Fail::Stalls { ranges, .. } => ranges.iter().any(|r| r.contains(&self.commands)),
         }
     }
@@ -544,6 +554,27 @@ fn a_volume_whose_superblock_zones_failed_mounts_read_only_and_keeps_every_flush
     let mut dev = ftl.into_backend();
     dev.fail = Fail::Appends(0..0);
     common::assert_check_clean(&mut dev, "after two read-only mounts");
+}
+
+/// A metadata log write fails during a mount: the log writes it again in
+/// its next ring zone and the volume comes up writable, every flushed
+/// block in place (only metadata that can no longer be written at all
+/// leaves a mount read-only).
+#[test]
+fn a_metadata_write_failure_during_a_mount_leaves_the_volume_writable() {
+    let mut ftl = format();
+    write_all(&mut ftl, 1).unwrap();
+    let mut dev = ftl.into_backend();
+    dev.fail = Fail::NextLogWrites { left: 1 };
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).expect("mount");
+    assert!(
+        matches!(ftl.backend_mut().fail, Fail::NextLogWrites { left: 0 }),
+        "the mount wrote no metadata"
+    );
+    assert!(!ftl.ftl().is_read_only(), "mounted read-only");
+    assert_all(&mut ftl, 1);
+    write_all(&mut ftl, 2).expect("writes again");
+    assert_all(&mut ftl, 2);
 }
 
 /// The metadata log's writes start failing on the media after a few
