@@ -31,16 +31,10 @@ fn faulty_rig(seed: u64, faults: Faults, endurance_erases: u32) -> Rig {
 /// zones retired) have to be nonzero.
 fn for_seeds(test: &str, default: std::ops::Range<u64>, mut f: impl FnMut(u64)) -> bool {
     let seeds = common::seeds_to_run(default.clone());
-    for &seed in &seeds {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
-        if let Err(e) = r {
-            eprintln!(
-                "\n{test} FAILED at seed {seed}; replay: \
-                 ZFTL_SEED={seed} cargo test --release --test media_faults {test} -- --exact"
-            );
-            std::panic::resume_unwind(e);
-        }
-    }
+    common::run_listed_seeds(test, &seeds, |seed| {
+        f(seed);
+        common::Coverage::default()
+    });
     seeds == default.collect::<Vec<_>>()
 }
 

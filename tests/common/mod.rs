@@ -646,7 +646,11 @@ pub fn seeds_to_run(default: std::ops::Range<u64>) -> Vec<u64> {
 /// printing the replay command of one that fails: `test` is the test
 /// function that runs `run_seed` on `ZFTL_SEED`. Returns the summed
 /// coverage.
-pub fn run_listed_seeds(test: &str, seeds: &[u64], run_seed: impl Fn(u64) -> Coverage) -> Coverage {
+pub fn run_listed_seeds(
+    test: &str,
+    seeds: &[u64],
+    mut run_seed: impl FnMut(u64) -> Coverage,
+) -> Coverage {
     let mut total = Coverage::default();
     for &seed in seeds {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_seed(seed)));

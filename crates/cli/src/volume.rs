@@ -68,10 +68,6 @@ pub struct VolumeReport {
     pub first_data_zone: u32,
     pub data_zone_count: u32,
     pub zone_capacity_blocks: u64,
-    /// The volume mounted read-only: its metadata can no longer be written
-    /// (both superblock zones, or the metadata log's, failed). Its blocks
-    /// read; writes fail.
-    pub read_only: bool,
 }
 
 impl VolumeReport {
@@ -90,7 +86,6 @@ impl VolumeReport {
             first_data_zone: layout.first_data_zone(),
             data_zone_count: g.zone_count.saturating_sub(layout.first_data_zone()),
             zone_capacity_blocks: g.zone_capacity_blocks,
-            read_only: ftl.is_read_only(),
         }
     }
 
@@ -101,12 +96,6 @@ impl VolumeReport {
         t.row("block_size_bytes", self.block_size_bytes);
         t.row("tag_mode", self.tag_mode);
         t.row("uuid", &self.uuid);
-        if self.read_only {
-            t.row(
-                "read_only",
-                "yes: the metadata can no longer be written (end of life); copy the data off",
-            );
-        }
         t.section("layout");
         t.row("superblock_zones", "0, 1");
         let meta_end = self.meta_first_zone + self.meta_zone_count;
@@ -162,7 +151,10 @@ fn volume<B: Backend>(driver: &mut Driver<B>) -> Option<VolumeReport> {
 pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.section("ftl");
     if s.read_only {
-        t.row("read_only", "yes: writes fail (see volume.read_only)");
+        t.row(
+            "read_only",
+            "yes: writes fail (a metadata write failed; if it stays so after a remount, the metadata can no longer be written: copy the data off)",
+        );
     }
     t.row("host_write_blocks", s.host_write_blocks);
     t.row("host_read_blocks", s.host_read_blocks);
