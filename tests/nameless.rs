@@ -1057,8 +1057,8 @@ fn the_handles_commit_and_hand_over_each_event_to_one_waiter() {
     });
 }
 
-/// No migration has happened (this build never migrates): an ack names no
-/// remap entry, so it answers at once and changes nothing; the table's
+/// An ack of an address without a remap entry answers at once and
+/// changes nothing; the table's
 /// capacity is the configuration's, through clean and unclean remounts
 /// (checkpoint section 16 carries it, section 20 stays out).
 #[test]
@@ -1103,4 +1103,118 @@ fn an_ack_without_a_move_is_a_no_op_and_the_remap_table_is_bounded_by_the_config
         nameless_error(in_band.nameless_ack(&a)),
         NamelessError::Unsupported { .. }
     ));
+}
+
+/// Takes the events ready now: for each `Migrated`, checks its md names
+/// the block `held` has at `old`, that `old` still reads it (redirected)
+/// and re-keys it to `new`. Returns the old addresses moved.
+fn follow_moves(
+    ftl: &mut Driver<SimDevice>,
+    held: &mut BTreeMap<NamelessAddr, (u64, u32)>,
+) -> Vec<NamelessAddr> {
+    let mb = ftl.nameless_md_bytes();
+    let mut olds = Vec::new();
+    while let Some(e) = ftl.poll_event() {
+        let NamelessEvent::Migrated { old, new, md: m } = e else {
+            panic!("an event of another kind while running: {e:?}");
+        };
+        let (key, version) = held
+            .remove(&old)
+            .unwrap_or_else(|| panic!("{old:?} moved, not held"));
+        assert_eq!(m, md(key, version, mb), "md of the move {old:?} -> {new:?}");
+        holds(ftl, old, key, version);
+        holds(ftl, new, key, version);
+        held.insert(new, (key, version));
+        olds.push(old);
+    }
+    olds
+}
+
+/// Random frees leave partly live nameless zones; GC collects them by
+/// migrating their live blocks: the client is told by `Migrated` events,
+/// the old address reaches the block until acknowledged and is stale
+/// after, and the volume writes on far past its size without `NoSpace`.
+/// Unacknowledged moves survive a crash (their events come again) and a
+/// clean remount.
+#[test]
+fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
+    let mut ftl = format(true);
+    let capacity = ftl.logical_blocks();
+    let mut rng = Rng::new(7);
+    let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
+    let mut unacked: Vec<NamelessAddr> = Vec::new();
+    let mut acked: Vec<NamelessAddr> = Vec::new();
+    let mut key = 0u64;
+    let mut written = 0u64;
+    while written < 6 * capacity {
+        let keys: Vec<u64> = (key..key + 32).collect();
+        key += 32;
+        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
+            held.insert(a, (k, 1));
+        }
+        written += 32;
+        // Keep about half the volume live, freed at random.
+        while held.len() as u64 > capacity / 2 {
+            let i = rng.next_u64() as usize % held.len();
+            let a = *held.keys().nth(i).unwrap();
+            held.remove(&a);
+            ftl.nameless_free(&[a]).unwrap();
+        }
+        let moved = follow_moves(&mut ftl, &mut held);
+        // Every other batch is acknowledged at once, the rest one batch
+        // later (their old addresses redirect meanwhile).
+        if rng.next_u64() % 2 == 0 {
+            ftl.nameless_ack(&moved).unwrap();
+            ftl.nameless_ack(&unacked).unwrap();
+            acked.append(&mut unacked);
+            acked.extend(moved);
+        } else {
+            unacked.extend(moved);
+        }
+        ftl.nameless_commit().unwrap();
+    }
+    let s = ftl.stats();
+    assert!(s.nameless_migrated_blocks > 0, "nothing migrated: {s:?}");
+    assert!(s.erases > 0);
+    assert_eq!(s.nameless_live_blocks, held.len() as u64);
+    for &old in acked.iter().filter(|a| !held.contains_key(a)).take(64) {
+        match nameless_error(ftl.nameless_read(old)) {
+            NamelessError::Stale { .. } | NamelessError::NotLive { .. } => {}
+            other => panic!("acknowledged {old:?}: {other:?}"),
+        }
+    }
+    // The moves not yet acknowledged survive a crash: their events come
+    // again after the mount, and their old addresses still redirect.
+    let mut ftl = crash_and_mount(ftl, FtlConfig::default());
+    let mut again = BTreeSet::new();
+    loop {
+        let batch = ftl.next_events(16).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for e in batch {
+            match e {
+                NamelessEvent::Migrated { old, new, .. } => {
+                    assert!(held.contains_key(&new) || !unacked.contains(&old));
+                    again.insert(old);
+                }
+                other => panic!("a commit covered every write: {other:?}"),
+            }
+        }
+    }
+    for old in &unacked {
+        assert!(again.contains(old), "{old:?}: no event after the crash");
+    }
+    for (&a, &(k, v)) in held.iter().take(256) {
+        holds(&mut ftl, a, k, v);
+    }
+    let olds: Vec<NamelessAddr> = again.into_iter().collect();
+    ftl.nameless_ack(&olds).unwrap();
+    assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    assert!(ftl.next_events(8).unwrap().is_empty());
+    for (&a, &(k, v)) in &held {
+        holds(&mut ftl, a, k, v);
+    }
 }

@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 37] = [
+    let counters: [(&str, &str, u64); 39] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -720,6 +720,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Blocks handed over after a mount (written since the client's last nameless commit) and taken by the client.",
             s.nameless_handover_blocks,
         ),
+        (
+            "nameless_migrated_blocks",
+            "Nameless blocks GC migrated (each told to the client by an event; also in gc_copy_blocks).",
+            s.nameless_migrated_blocks,
+        ),
+        (
+            "nameless_remap_full_stops",
+            "Times migration stopped because the remap table had no room for a victim's live blocks (acknowledgements make room).",
+            s.nameless_remap_full_stops,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -807,7 +817,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         ),
         (
             "nameless_events_pending",
-            "Nameless events (the post-mount hand-over) not yet taken by the client.",
+            "Nameless events (the post-mount hand-over, migrations) not yet taken by the client.",
             s.nameless_events_pending as f64,
         ),
         (

@@ -27,7 +27,7 @@ use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
 use crate::superblock::{Superblock, TagMode};
 use crate::tag::{DataCrcImpl, Tag, TAG_BYTES};
-use crate::zone::{ZoneKind, ZoneUse, NAMELESS};
+use crate::zone::{ZoneKind, ZoneUse};
 use serde::Serialize;
 
 /// Problems kept in a report; past it only `summary.problems_total` grows.
@@ -1101,8 +1101,8 @@ fn check_block(
     }
 }
 
-/// Every live block of a nameless zone: a nameless data tag of the zone's
-/// generation whose CRC matches the data.
+/// Every live block of a nameless zone: a nameless data tag (or a
+/// migration's copy) of the zone's generation whose CRC matches the data.
 fn check_nameless<B: Backend>(
     backend: &mut B,
     g: &Geometry,
@@ -1114,7 +1114,7 @@ fn check_nameless<B: Backend>(
     let live: Vec<Ppa> = r
         .mapping
         .live()
-        .filter(|p| r.zones.get(p.zone(cap)).kind() == NAMELESS)
+        .filter(|p| r.zones.get(p.zone(cap)).kind().is_nameless())
         .collect();
     for ppa in live {
         let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
@@ -1132,7 +1132,10 @@ fn check_nameless<B: Backend>(
         };
         let generation = r.nameless_gens[zone as usize];
         match NamelessTag::decode(oob.get(..ob).unwrap_or(&[])) {
-            Ok(Some((t, _))) if t.kind == NamelessTagKind::Data && t.birth_gen == generation => {
+            Ok(Some((t, _)))
+                if matches!(t.kind, NamelessTagKind::Data | NamelessTagKind::Moved)
+                    && t.birth_gen == generation =>
+            {
                 let actual = r.data_crc.checksum(&data);
                 if actual != t.data_crc {
                     report.problem(here(format!(
@@ -1226,7 +1229,7 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
     let nameless = r
         .mapping
         .live()
-        .filter(|p| r.zones.get(p.zone(cap)).kind() == NAMELESS)
+        .filter(|p| r.zones.get(p.zone(cap)).kind().is_nameless())
         .map(|p| (p, None));
     let mut counted = 0u64;
     for (ppa, lba) in direct.chain(shared).chain(nameless) {

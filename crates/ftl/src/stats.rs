@@ -68,6 +68,12 @@ pub struct FtlStats {
     /// Events of the post-crash hand-over taken by the client
     /// (`NamelessEvent::Unrecorded`) since mount.
     pub nameless_handover_blocks: u64,
+    /// Nameless blocks GC migrated (each with a `Migrated` event; also in
+    /// gc_copy_blocks) since mount, and the times migration stopped
+    /// because the remap table (or the checkpoint's room for it) had no
+    /// room for a victim's live blocks: acknowledgements make room.
+    pub nameless_migrated_blocks: u64,
+    pub nameless_remap_full_stops: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
     /// (0 before any write).

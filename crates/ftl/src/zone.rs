@@ -34,9 +34,12 @@ pub enum Stream {
     /// are reclaimed by checkpointing, not by GC.
     Meta,
     /// Nameless writes (the physical segment): a block stays at the address
-    /// it was given, so GC never copies these zones; one is reset once
-    /// nothing in it is live.
+    /// it was given until GC migrates it (telling the client by an event),
+    /// so the logical GC never copies these zones.
     Nameless,
+    /// Nameless blocks GC migrated (a migration's copies): survivors, kept
+    /// apart from fresh nameless writes as GC's are from the host's.
+    NamelessMoved,
 }
 
 impl Stream {
@@ -44,14 +47,24 @@ impl Stream {
     pub fn gc_collects(self) -> bool {
         match self {
             Stream::Host | Stream::HostCold | Stream::Gc | Stream::Kept => true,
-            Stream::Meta | Stream::Nameless => false,
+            Stream::Meta | Stream::Nameless | Stream::NamelessMoved => false,
         }
+    }
+
+    /// Whether this stream's zones hold nameless blocks.
+    pub fn is_nameless(self) -> bool {
+        matches!(self, Stream::Nameless | Stream::NamelessMoved)
     }
 }
 
 /// The kind of a zone of nameless data.
 pub const NAMELESS: ZoneKind = ZoneKind::Data {
     stream: Stream::Nameless,
+};
+
+/// The kind of a zone of migrated nameless blocks.
+pub const NAMELESS_MOVED: ZoneKind = ZoneKind::Data {
+    stream: Stream::NamelessMoved,
 };
 
 /// How many copies GC's victim choice counts for a live block of a kept
@@ -85,6 +98,11 @@ impl ZoneKind {
     /// True for data zones GC may collect.
     pub fn is_gc_collected(self) -> bool {
         matches!(self, ZoneKind::Data { stream } if stream.gc_collects())
+    }
+
+    /// True for zones of nameless blocks (written or migrated).
+    pub fn is_nameless(self) -> bool {
+        matches!(self, ZoneKind::Data { stream } if stream.is_nameless())
     }
 
     fn is_in_use(self) -> bool {
@@ -339,12 +357,12 @@ impl ZoneTable {
         self.free.len() as u32
     }
 
-    /// Zones of kind `Data` (any stream).
-    /// Zones holding nameless data (or opened for it).
+    /// Zones holding nameless data, written or migrated (or opened for it).
     pub fn nameless_zone_count(&self) -> u32 {
         self.nameless_zones
     }
 
+    /// Zones of kind `Data` (any stream).
     pub fn data_zone_count(&self) -> u32 {
         self.data_zones
     }
@@ -476,9 +494,33 @@ impl ZoneTable {
         valid: impl Fn(ZoneId) -> u64,
         exclude: impl Fn(ZoneId) -> bool,
     ) -> Option<ZoneId> {
+        self.pick_among(policy, now_seq, Zone::is_gc_candidate, valid, exclude)
+    }
+
+    /// GC's migration victim: by `policy`, the Full nameless zone (either
+    /// nameless stream) not `exclude`d with the best score. O(zones).
+    pub fn pick_nameless_victim(
+        &self,
+        policy: VictimPolicy,
+        now_seq: Seq,
+        valid: impl Fn(ZoneId) -> u64,
+        exclude: impl Fn(ZoneId) -> bool,
+    ) -> Option<ZoneId> {
+        let candidate = |zone: &Zone| zone.state == ZoneUse::Full && zone.kind.is_nameless();
+        self.pick_among(policy, now_seq, candidate, valid, exclude)
+    }
+
+    fn pick_among(
+        &self,
+        policy: VictimPolicy,
+        now_seq: Seq,
+        candidate: impl Fn(&Zone) -> bool,
+        valid: impl Fn(ZoneId) -> u64,
+        exclude: impl Fn(ZoneId) -> bool,
+    ) -> Option<ZoneId> {
         let candidates = self.iter().filter_map(|(z, zone)| {
             let live = valid(z);
-            (zone.is_gc_candidate() && live < zone.capacity_blocks && !exclude(z))
+            (candidate(zone) && live < zone.capacity_blocks && !exclude(z))
                 .then_some((z, zone, live))
         });
         match policy {
@@ -533,7 +575,10 @@ impl ZoneTable {
     ) -> Option<ZoneId> {
         self.iter()
             .filter(|&(z, zone)| {
-                zone.kind == NAMELESS && zone.state == ZoneUse::Full && valid(z) == 0 && !exclude(z)
+                zone.kind.is_nameless()
+                    && zone.state == ZoneUse::Full
+                    && valid(z) == 0
+                    && !exclude(z)
             })
             .min_by_key(|&(_, zone)| zone.erase_count)
             .map(|(z, _)| z)
@@ -575,7 +620,7 @@ impl ZoneTable {
         );
         let nameless = self
             .iter()
-            .filter(|(_, zone)| zone.kind == NAMELESS)
+            .filter(|(_, zone)| zone.kind.is_nameless())
             .count();
         assert_eq!(
             nameless, self.nameless_zones as usize,
@@ -617,12 +662,12 @@ impl ZoneTable {
     fn set_kind(&mut self, z: ZoneId, kind: ZoneKind) {
         let zone = self.zone_mut(z);
         let was_data = matches!(zone.kind, ZoneKind::Data { .. });
-        let was_nameless = zone.kind == NAMELESS;
+        let was_nameless = zone.kind.is_nameless();
         zone.kind = kind;
         let is_data = matches!(kind, ZoneKind::Data { .. });
         self.data_zones = self.data_zones + u32::from(is_data) - u32::from(was_data);
         self.nameless_zones =
-            self.nameless_zones + u32::from(kind == NAMELESS) - u32::from(was_nameless);
+            self.nameless_zones + u32::from(kind.is_nameless()) - u32::from(was_nameless);
     }
 
     /// Overwrites a fresh zone with a checked record.

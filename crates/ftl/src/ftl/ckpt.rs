@@ -256,8 +256,12 @@ impl Ftl {
             shared,
             attrs,
             clean: self.clean_requested,
-            nameless: self
-                .nameless_image(|z| zones[z as usize].kind == checkpoint::ZoneKind::DataNameless),
+            nameless: self.nameless_image(|z| {
+                matches!(
+                    zones[z as usize].kind,
+                    checkpoint::ZoneKind::DataNameless | checkpoint::ZoneKind::DataNamelessMoved
+                )
+            }),
             zones,
         }
     }

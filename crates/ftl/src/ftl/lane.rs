@@ -49,6 +49,8 @@ pub(super) enum Lane {
     Kept,
     /// Nameless writes: the physical segment's blocks.
     Nameless,
+    /// Nameless blocks GC migrated.
+    NamelessMoved,
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -57,7 +59,7 @@ pub(super) enum Lane {
 
 impl Lane {
     /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
-    const BASE: u8 = 6;
+    const BASE: u8 = 7;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -67,6 +69,7 @@ impl Lane {
             Lane::WearLeveling => 3,
             Lane::Kept => 4,
             Lane::Nameless => 5,
+            Lane::NamelessMoved => 6,
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -78,6 +81,7 @@ impl Lane {
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
             Lane::Nameless => Stream::Nameless,
+            Lane::NamelessMoved => Stream::NamelessMoved,
         }
     }
 }
@@ -154,7 +158,7 @@ impl Ftl {
             let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
-                _ if !self.gc_wide() || lane == Lane::Nameless => self.zones.take_free(kind)?,
+                _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
                 _ => {
                     let groups = self.open_zone_groups();
                     let g = self.geo.zone_groups.max(1);
@@ -163,8 +167,8 @@ impl Ftl {
                 }
             };
             self.zone_clock[z as usize] = 0;
-            if lane == Lane::Nameless {
-                self.nameless_zone_opened(z);
+            if stream.is_nameless() {
+                self.nameless_zone_opened(z, stream);
             } else {
                 self.summary_opened(z);
             }
@@ -276,7 +280,7 @@ impl Ftl {
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
             // Nameless blocks go to nameless zones only.
-            Lane::Extra(_) | Lane::Nameless => return None,
+            Lane::Extra(_) | Lane::Nameless | Lane::NamelessMoved => return None,
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
@@ -587,7 +591,7 @@ impl Ftl {
             .any(|j| j.victim == zone);
         // Nameless blocks keep their addresses: their zone is retired once
         // nothing in it is live (GC resets it then, and the reset fails).
-        let nameless = self.zones.get(zone).kind() == crate::zone::NAMELESS;
+        let nameless = self.zones.get(zone).kind().is_nameless();
         if !self.retire_queue.contains(&zone) && !victim && !nameless {
             self.retire_queue.push_back(zone);
         }

@@ -28,6 +28,7 @@
 mod ckpt;
 mod lane;
 mod meta;
+mod migrate;
 mod nameless;
 mod range;
 mod read;
@@ -118,6 +119,8 @@ pub(super) enum ReplyTo {
     /// The flush of the nameless commit of this caller's request: the
     /// commit note follows it.
     NamelessCommit(u64),
+    /// The notes of a batch of migrations: its events go out once durable.
+    Migrated(u64),
 }
 
 #[derive(Debug)]
@@ -179,6 +182,12 @@ enum Op {
     /// The flush a range-operation vector waits for before its notes.
     RangeFlush,
     NamelessAppend(nameless::NamelessAppend),
+    /// Copies of a migration victim's live blocks.
+    MigrateAppend {
+        zone: ZoneId,
+        items: Vec<migrate::MoveItem>,
+        pad_blocks: u32,
+    },
     NamelessRead(nameless::NamelessRead),
     /// A read that prepares a hand-over event.
     HandoverRead(nameless::NamelessRead),
@@ -349,9 +358,7 @@ impl Ftl {
         let nameless_empty_zones = p
             .zones
             .iter()
-            .filter(|&(z, zone)| {
-                zone.kind() == crate::zone::NAMELESS && p.mapping.valid_blocks(z) == 0
-            })
+            .filter(|&(z, zone)| zone.kind().is_nameless() && p.mapping.valid_blocks(z) == 0)
             .count() as u32;
         let usable = data_zones.saturating_sub(set_aside) * data_cap;
         Ftl {
@@ -762,6 +769,7 @@ impl Ftl {
             ReplyTo::Caller(id) => self.replies.push_back(Reply { id, result }),
             ReplyTo::Core => self.internal_reply(result.as_ref()),
             ReplyTo::NamelessCommit(id) => self.nameless_commit_flushed(id, result),
+            ReplyTo::Migrated(batch) => self.migrations_logged(batch, result),
         }
     }
 
@@ -836,6 +844,7 @@ impl Ftl {
             .or_else(|| self.next_summary_command())
             .or_else(|| self.next_finish_command())
             .or_else(|| self.next_gc_append())
+            .or_else(|| self.next_migrate_append())
             .or_else(|| self.next_host_append())
             .or_else(|| self.next_nameless_append())
     }
@@ -955,6 +964,11 @@ impl Ftl {
                 attempts,
             } => self.gc_read_done(ppa, count, attempts + 1, result),
             Op::NamelessAppend(a) => self.nameless_append_done(a, result),
+            Op::MigrateAppend {
+                zone,
+                items,
+                pad_blocks,
+            } => self.migrate_append_done(zone, items, pad_blocks, result),
             Op::NamelessRead(r) => {
                 self.nameless_read_done(r, result);
                 if !self.read_only {

@@ -5,6 +5,7 @@
 //! recovery, as a host block's tag is.
 
 use super::lane::Lane;
+use super::migrate::Moves;
 use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
@@ -23,7 +24,7 @@ use crate::remap::RemapTable;
 use crate::slab::{Key, Slab};
 use crate::superblock::TagMode;
 use crate::tag::TAG_BYTES;
-use crate::zone::NAMELESS;
+use crate::zone::Stream;
 use std::collections::{BTreeSet, VecDeque};
 
 /// Metadata bytes stored with every nameless block (after its 32-byte tag
@@ -44,7 +45,7 @@ pub(super) struct NamelessState {
     /// of every address in it (0: never held nameless data). It goes up each
     /// time the zone is opened for nameless data, so an address from before
     /// a reset is told apart from a block written after it.
-    gens: Vec<u32>,
+    pub(super) gens: Vec<u32>,
     /// Nameless zones opened whose `NamelessZone` note is not durable yet,
     /// with the log position that makes it so: replies that carry their
     /// generation wait for it, so no generation is handed out twice.
@@ -87,12 +88,14 @@ pub(super) struct NamelessState {
     handover_retry: VecDeque<NamelessRead>,
     handover_reads: usize,
     /// Events prepared and not yet taken.
-    events: VecDeque<NamelessEvent>,
+    pub(super) events: VecDeque<NamelessEvent>,
     /// `Request::NamelessEvents` waiting for one: (id, max).
     event_waiters: VecDeque<(u64, usize)>,
     /// Migrated blocks not yet acknowledged: old address -> new (step 2
     /// of the address check).
     pub(super) remap: RemapTable,
+    /// Migrations in flight and moves not yet acknowledged.
+    pub(super) moves: Moves,
 }
 
 /// What a mount recovered of the segment.
@@ -161,6 +164,8 @@ pub(super) struct NamelessAppend {
     first: usize,
     count: usize,
     pad_blocks: u64,
+    /// The blocks its overwrites replace (`Moves::replacing`).
+    replaced: Vec<Ppa>,
 }
 
 impl NamelessState {
@@ -211,6 +216,7 @@ impl NamelessState {
             reads_in_flight: 0,
             maybe_empty: true,
             remap: RemapTable::recovered(remap_capacity, &r.remap),
+            moves: Moves::recovered(&r.remap, zone_capacity_blocks),
         }
     }
 
@@ -239,8 +245,11 @@ impl NamelessState {
 
     /// Events prepared or still to prepare.
     pub(super) fn events_pending(&self) -> u64 {
-        (self.events.len() + self.handover.len() + self.handover_retry.len() + self.handover_reads)
-            as u64
+        (self.events.len()
+            + self.handover.len()
+            + self.handover_retry.len()
+            + self.handover_reads
+            + self.moves.unlogged_events()) as u64
     }
 
     /// Blocks of nameless writes admitted and not yet answered: the space
@@ -265,13 +274,40 @@ impl Ftl {
         NAMELESS_MD_BYTES
     }
 
-    /// Dead blocks the nameless zones hold: GC does not collect a nameless
-    /// zone until nothing in it is live, so the space account counts them
-    /// as used (every nameless zone that holds a live block as a whole
-    /// zone: the open one's tail too). O(1).
+    /// Dead blocks of the nameless zones GC cannot collect now, which the
+    /// space account counts as used: those holding a block awaiting
+    /// acknowledgement (not migrated before it comes), and once migrations
+    /// stopped for want of remap room, every nameless zone holding a live
+    /// block (as a whole zone: the open one's tail too). O(zones pinned).
     pub(super) fn nameless_dead_blocks(&self) -> u64 {
-        let held = self.zones.nameless_zone_count() - self.nameless.empty_zones;
-        (u64::from(held) * self.data_cap()).saturating_sub(self.mapping.nameless_blocks())
+        let cap = self.data_cap();
+        if self.migration_stopped() {
+            let held = self.zones.nameless_zone_count() - self.nameless.empty_zones;
+            return (u64::from(held) * cap).saturating_sub(self.mapping.nameless_blocks());
+        }
+        self.nameless
+            .moves
+            .pinned_zones()
+            .map(|z| cap.saturating_sub(self.mapping.valid_blocks(z)))
+            .sum()
+    }
+
+    /// A migration moved the live block at `src` to `dst`: validity, the
+    /// uncommitted set (the block stays in it, at its new place) and the
+    /// zones' emptiness follow.
+    pub(super) fn nameless_relocate(&mut self, src: Ppa, dst: Ppa) {
+        let cap = self.cap();
+        let fresh = self.mapping.nameless_set(dst);
+        assert!(fresh, "migrated block {dst:?} landed on a live block");
+        if self.mapping.valid_blocks(dst.zone(cap)) == 1 {
+            self.nameless.empty_zones -= 1;
+        }
+        let cleared = self.mapping.nameless_clear(src);
+        assert!(cleared, "migrated block {src:?} was not live");
+        if self.nameless.uncommitted.remove(&src) {
+            self.nameless.uncommitted.insert(dst);
+        }
+        self.nameless_cleared(src);
     }
 
     /// What the nameless sections (16–21) add to a checkpoint at most:
@@ -297,6 +333,11 @@ impl Ftl {
     /// and it leaves the uncommitted set.
     fn nameless_cleared(&mut self, ppa: Ppa) {
         self.nameless.uncommitted.remove(&ppa);
+        // A moved block freed: its entry goes too (replay drops it with
+        // the same free).
+        if let Some(old) = self.nameless.moves.unpin(ppa, self.cap()) {
+            self.nameless.remap.remove(old);
+        }
         self.nameless.maybe_empty = true;
         if self.mapping.valid_blocks(ppa.zone(self.cap())) == 0 {
             self.nameless.empty_zones += 1;
@@ -377,7 +418,7 @@ impl Ftl {
     }
 
     fn is_nameless_zone(&self, zone: ZoneId) -> bool {
-        self.zones.get(zone).kind() == NAMELESS
+        self.zones.get(zone).kind().is_nameless()
     }
 
     /// Checks an address a caller holds (docs/design.md, "The address a
@@ -589,6 +630,14 @@ impl Ftl {
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let ob = self.geo.oob_size_bytes as usize;
         let links = self.replaced_links(key, n as usize);
+        let replaced: Vec<Ppa> = links
+            .iter()
+            .filter(|l| !l.is_none())
+            .map(|l| l.ppa())
+            .collect();
+        for &p in &replaced {
+            self.nameless.moves.replacing(p);
+        }
         let w = self.nameless.writes.get_mut(key).expect("queued write");
         let first = w.sent;
         for i in first..first + n as usize {
@@ -625,6 +674,7 @@ impl Ftl {
             first,
             count: n as usize,
             pad_blocks: pad,
+            replaced,
         };
         Some((
             Op::NamelessAppend(append),
@@ -634,7 +684,7 @@ impl Ftl {
 
     /// A nameless zone was opened: its generation goes up, logged before
     /// any address carrying it is answered.
-    pub(super) fn nameless_zone_opened(&mut self, zone: ZoneId) {
+    pub(super) fn nameless_zone_opened(&mut self, zone: ZoneId, stream: Stream) {
         let generation = self.nameless.gens[zone as usize]
             .checked_add(1)
             .expect("zone generations outlast the zone's erases");
@@ -646,7 +696,11 @@ impl Ftl {
             seq,
             zone,
             generation,
-            kind: NamelessZoneKind::Data,
+            kind: if stream == Stream::NamelessMoved {
+                NamelessZoneKind::Moved
+            } else {
+                NamelessZoneKind::Data
+            },
         });
         self.log.pack(true);
         let barrier = self.log.next_log_seq();
@@ -660,6 +714,9 @@ impl Ftl {
     ) {
         self.host_appends_in_flight -= 1;
         self.append_settled(a.zone);
+        for &p in &a.replaced {
+            self.nameless.moves.replaced(p);
+        }
         let durable = self.log.durable_next();
         self.nameless
             .opening
@@ -1064,12 +1121,19 @@ impl Ftl {
     }
 
     /// The next block to read for an event after the mount, still live
-    /// (and for a move, not acknowledged since): (block, old or none).
+    /// (and for a move, not acknowledged since): (block, old or none). A
+    /// block migrated since the mount is read, and handed over, where it
+    /// is now (its `Migrated` event follows).
     fn next_handover_addr(&mut self) -> Option<(NamelessAddr, NamelessAddr)> {
         while let Some((addr, old)) = self.nameless.handover.pop_front() {
-            if self.event_current(addr, old) {
-                return Some((addr, old));
+            if !self.event_current(addr, old) {
+                continue;
             }
+            if old.is_none() {
+                let block = self.nameless_resolve(addr).expect("current");
+                return Some((block, old));
+            }
+            return Some((addr, old));
         }
         self.serve_event_waiters(); // none may come now
         None
@@ -1175,9 +1239,10 @@ impl Ftl {
     fn log_acks(&mut self, olds: &[NamelessAddr]) -> usize {
         let mut logged = 0;
         for &old in olds {
-            if self.nameless.remap.remove(old).is_none() {
+            let Some(new) = self.nameless.remap.remove(old) else {
                 continue;
-            }
+            };
+            self.nameless.moves.unpin(new.ppa(), self.cap());
             let seq = self.take_seq();
             self.log.push_note(Note::NamelessAck {
                 seq,
@@ -1210,10 +1275,12 @@ impl Ftl {
 
     /// Gives prepared events to the waiters, oldest first, each event to
     /// one; once none can come, the rest are answered with none.
-    fn serve_event_waiters(&mut self) {
+    pub(super) fn serve_event_waiters(&mut self) {
         while let Some(&(id, max)) = self.nameless.event_waiters.front() {
             let events = self.take_events(max);
-            let more = self.nameless.handover_pending() || !self.nameless.events.is_empty();
+            let more = self.nameless.handover_pending()
+                || !self.nameless.events.is_empty()
+                || self.nameless.moves.unlogged_events() > 0;
             if events.is_empty() && max > 0 && more {
                 return;
             }

@@ -81,6 +81,9 @@ pub(super) struct GcJob {
     /// Blocks read from the victim and not yet copied: queued, or in an
     /// append on its way.
     pending: u32,
+    /// A migration (nameless victim): remap entries still reserved for
+    /// its blocks.
+    reserved_entries: u64,
 }
 
 /// Jobs whose copies are done that close (note, flush, reset) at once.
@@ -198,7 +201,7 @@ impl Ftl {
     }
 
     pub(super) fn gc_queued(&self) -> usize {
-        self.gc_queues.iter().map(VecDeque::len).sum()
+        self.gc_queues.iter().map(VecDeque::len).sum::<usize>() + self.nameless.moves.queued()
     }
 
     /// Blocks still to fill before the host reaches the reserve: the free
@@ -309,13 +312,27 @@ impl Ftl {
             let data_cap = self.data_cap();
             let valid = |z: ZoneId| self.mapping.valid_blocks(z);
             let ex = |z: ZoneId| self.excluded(z) || valid(z) >= data_cap;
-            let z = self
+            let logical = self
                 .zones
-                .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)?;
+                .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex);
+            // Of the logical and the migration victim, the one that copies
+            // fewer blocks (each frees a zone).
+            let nameless = self.migration_victim();
+            let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+            let z = match (logical, nameless) {
+                (Some(l), Some(n)) if valid(n) < valid(l) => n,
+                (Some(l), _) => l,
+                (None, n) => n?,
+            };
             self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
             (z, JobPurpose::Gc)
         } else {
             return None;
+        };
+        let reserved_entries = if self.zones.get(victim).kind().is_nameless() {
+            self.reserve_moves(victim)
+        } else {
+            0
         };
         // A victim with nothing live has nothing to pace.
         let pace = (purpose == JobPurpose::Gc)
@@ -349,12 +366,31 @@ impl Ftl {
             summary: Vec::new(),
             pace,
             pending: 0,
+            reserved_entries,
         })
     }
 
     /// The job collecting `zone`.
     fn job_of(&mut self, zone: ZoneId) -> Option<&mut GcJob> {
         self.jobs.iter_mut().find(|j| j.victim == zone)
+    }
+
+    /// One block read from `zone`, a victim, is copied or dropped: its job
+    /// has one block fewer pending. Returns whether it was a migration's
+    /// (one remap entry fewer reserved).
+    pub(super) fn job_settled(&mut self, zone: ZoneId) -> bool {
+        let Some(job) = self.job_of(zone) else {
+            return false;
+        };
+        job.pending -= 1;
+        let reserved = job.reserved_entries > 0;
+        job.reserved_entries -= u64::from(reserved);
+        reserved
+    }
+
+    /// Whether a GC job still reads its victim, or a GC read is on its way.
+    pub(super) fn gc_reading(&self) -> bool {
+        self.reading_job().is_some() || self.gc_reads_in_flight()
     }
 
     /// The job that still has blocks to read (a retry, or the rest of its
@@ -458,7 +494,7 @@ impl Ftl {
         (self.zones.free_count() as u64) <= u64::from(self.gc_reserve_zones)
     }
 
-    fn gc_budget_left(&self) -> bool {
+    pub(super) fn gc_budget_left(&self) -> bool {
         let host_busy = self.buffer.queued() > 0 || !self.read_queue.is_empty();
         self.gc_urgent() || !host_busy || self.gc_in_flight < self.cfg.gc_max_inflight
     }
@@ -502,9 +538,12 @@ impl Ftl {
             job.victim,
             self.zones.get(job.victim).write_pointer_blocks(),
         );
+        let nameless = self.zones.get(victim).kind().is_nameless();
         let movable = |off: u64| {
             let p = Ppa::new(victim, off, cap);
-            self.mapping.is_live(p) && !job.unreadable.contains(&p)
+            self.mapping.is_live(p)
+                && !job.unreadable.contains(&p)
+                && (!nameless || self.movable_nameless(p))
         };
         let mut off = job.scan_offset;
         while off < wp && !movable(off) {
@@ -599,10 +638,15 @@ impl Ftl {
             Err(_) => (Vec::new(), Vec::new()),
         };
         let data = BlockData::blocks(data, bs);
+        let nameless = self.zones.get(zone).kind().is_nameless();
         for i in 0..count as usize {
             let ppa = Ppa(first.0 + i as u32);
             if !self.mapping.is_live(ppa) {
                 continue; // overwritten or trimmed since the scan
+            }
+            if nameless {
+                self.nameless_victim_block(zone, ppa, data.get(i), &oob[..], i);
+                continue;
             }
             // Who owns the block, and its data CRC, from the tag (OOB) or
             // the tables (in band), checked against the map. The CRC travels
@@ -636,6 +680,38 @@ impl Ftl {
                 if let Some(job) = self.job_of(zone) {
                     job.unreadable.insert(ppa);
                 }
+            }
+        }
+    }
+
+    /// Live block `ppa` of nameless victim `zone`, the `i`th of a read
+    /// (`data` none: the read failed): queued for its copy, or, when its
+    /// tag does not name it, unreadable (it stays; the victim is retired).
+    /// A block an overwrite on its way replaces is left to die.
+    fn nameless_victim_block(
+        &mut self,
+        zone: ZoneId,
+        ppa: Ppa,
+        data: Option<&BlockData>,
+        oob: &[u8],
+        i: usize,
+    ) {
+        if !self.movable_nameless(ppa) {
+            return;
+        }
+        let ob = self.geo.oob_size_bytes as usize;
+        let queued = data.is_some_and(|d| {
+            let tag = oob.get(i * ob..(i + 1) * ob).unwrap_or(&[]);
+            self.queue_move(ppa, d.clone(), tag)
+        });
+        if !queued {
+            self.stats.read_errors += 1;
+        }
+        if let Some(job) = self.job_of(zone) {
+            if queued {
+                job.pending += 1;
+            } else {
+                job.unreadable.insert(ppa);
             }
         }
     }
@@ -703,7 +779,8 @@ impl Ftl {
     }
 
     pub(super) fn next_gc_append(&mut self) -> Option<(Op, Command)> {
-        if self.read_only || self.gc_queued() == 0 || !self.gc_budget_left() {
+        let copies_queued = self.gc_queues.iter().any(|q| !q.is_empty());
+        if self.read_only || !copies_queued || !self.gc_budget_left() {
             return None;
         }
         // Leveling runs alone (`may_start_job`): its blocks are all queued.
@@ -884,9 +961,7 @@ impl Ftl {
         });
         super::summaries::note_run(&mut self.summaries, zone, offset, lbas);
         for it in &items {
-            if let Some(job) = self.job_of(it.src.zone(cap)) {
-                job.pending -= 1;
-            }
+            self.job_settled(it.src.zone(cap));
         }
         for (i, it) in items.into_iter().enumerate() {
             let dst = Ppa::new(zone, offset + i as u64, cap);
@@ -1012,6 +1087,8 @@ impl Ftl {
         self.log.pack(true);
         let log_barrier = self.log.next_log_seq();
         let mut job = self.jobs.remove(i);
+        self.release_moves(job.reserved_entries);
+        job.reserved_entries = 0;
         job.phase = JobPhase::Noting { log_barrier };
         self.closing.push(job);
         self.advance_closing();
@@ -1083,7 +1160,7 @@ impl Ftl {
 
     pub(super) fn victim_reset_done(&mut self, zone: ZoneId, result: Result<Outcome, DeviceError>) {
         self.closing.retain(|j| j.victim != zone);
-        let was_nameless = self.zones.get(zone).kind() == crate::zone::NAMELESS;
+        let was_nameless = self.zones.get(zone).kind().is_nameless();
         match result {
             Ok(_) => {
                 self.mapping.zone_reset(zone);
@@ -1097,7 +1174,7 @@ impl Ftl {
                 self.retire_zone(zone);
             }
         }
-        if was_nameless && self.zones.get(zone).kind() != crate::zone::NAMELESS {
+        if was_nameless && !self.zones.get(zone).kind().is_nameless() {
             self.nameless_zone_gone();
         }
     }

@@ -457,6 +457,9 @@ pub(crate) fn zone_record_out(r: ZoneRecord, valid_blocks: u64) -> CkptZone {
         ZoneKind::Data {
             stream: Stream::Nameless,
         } => RecordKind::DataNameless,
+        ZoneKind::Data {
+            stream: Stream::NamelessMoved,
+        } => RecordKind::DataNamelessMoved,
         ZoneKind::Retired => RecordKind::Retired,
     };
     CkptZone {

@@ -260,6 +260,8 @@ pub(super) struct Rebuild {
     /// whether it holds nameless data now.
     pub(super) nameless_gens: Vec<u32>,
     pub(super) nameless_now: Vec<bool>,
+    /// Of those, the zones of migrated blocks (zone kind 8).
+    pub(super) nameless_moved: Vec<bool>,
     /// Nameless blocks written since the newest commit note (the
     /// checkpoint's set, then each counted tag; a commit note empties it);
     /// freed ones are dropped at the end (`live_uncommitted`).
@@ -269,6 +271,9 @@ pub(super) struct Rebuild {
     /// has not acknowledged (the checkpoint's section 20, then the
     /// NamelessMigrate and entry NamelessAck notes).
     pub(super) nameless_remap: BTreeMap<NamelessAddr, NamelessAddr>,
+    /// The same entries by their new side: a free of that block drops its
+    /// entry.
+    pub(super) nameless_remap_by_new: BTreeMap<Ppa, NamelessAddr>,
 }
 
 impl Rebuild {
@@ -362,18 +367,15 @@ impl Rebuild {
         let oob_md = n.header.as_ref().is_some_and(|h| {
             h.placement == MdPlacement::Oob && usize::from(h.md_bytes) == NAMELESS_MD_BYTES
         });
-        let moved = image.zones.iter().any(|z| {
-            matches!(
-                z.kind,
-                RecordKind::DataNamelessMoved | RecordKind::NamelessScratch
-            )
-        });
-        let unbuilt = !oob_md || moved || !n.open_md.is_empty() || n.job.is_some();
+        let scratch = image
+            .zones
+            .iter()
+            .any(|z| z.kind == RecordKind::NamelessScratch);
+        let unbuilt = !oob_md || scratch || !n.open_md.is_empty() || n.job.is_some();
         if unbuilt {
             return Err(MountError::Unsupported(format!(
                 "the checkpoint holds nameless state this build does not mount (md in the log, \
-                 md of other than {NAMELESS_MD_BYTES} bytes, zones of migrated blocks or an \
-                 in-place collection): {:?}",
+                 md of other than {NAMELESS_MD_BYTES} bytes or an in-place collection): {:?}",
                 n.header
             )));
         }
@@ -383,6 +385,10 @@ impl Rebuild {
         let cap = self.zone_capacity_blocks;
         for r in &n.zones {
             self.nameless_now[r.zone as usize] = true;
+            self.nameless_moved[r.zone as usize] = image
+                .zones
+                .get(r.zone as usize)
+                .is_some_and(|z| z.kind == RecordKind::DataNamelessMoved);
             for off in 0..u64::from(r.data_end) {
                 if r.valid[(off / 64) as usize] >> (off % 64) & 1 == 0 {
                     continue;
@@ -401,6 +407,7 @@ impl Rebuild {
         self.nameless_commit_seq = n.header.as_ref().map_or(0, |h| h.commit_seq);
         // The decoder checked old increasing, new distinct and in range.
         self.nameless_remap = n.remap.iter().copied().collect();
+        self.nameless_remap_by_new = n.remap.iter().map(|&(old, new)| (new.ppa(), old)).collect();
         Ok(())
     }
 
@@ -454,9 +461,11 @@ impl Rebuild {
             in_reset_zones,
             nameless_gens: vec![0; g.zone_count as usize],
             nameless_now: vec![false; g.zone_count as usize],
+            nameless_moved: vec![false; g.zone_count as usize],
             nameless_uncommitted: BTreeSet::new(),
             nameless_commit_seq: 0,
             nameless_remap: BTreeMap::new(),
+            nameless_remap_by_new: BTreeMap::new(),
         }
     }
 
@@ -550,7 +559,7 @@ impl Rebuild {
     ) -> Result<(), MountError> {
         let z = zone as usize;
         let fits = zone < g.zone_count
-            && kind == NamelessZoneKind::Data
+            && matches!(kind, NamelessZoneKind::Data | NamelessZoneKind::Moved)
             && !self.nameless_now[z]
             && Some(generation) == self.nameless_gens[z].checked_add(1);
         if !fits {
@@ -563,6 +572,7 @@ impl Rebuild {
         }
         self.nameless_gens[z] = generation;
         self.nameless_now[z] = true;
+        self.nameless_moved[z] = kind == NamelessZoneKind::Moved;
         Ok(())
     }
 
@@ -621,6 +631,7 @@ impl Rebuild {
             self.nameless_uncommitted.insert(new.ppa());
         }
         self.nameless_remap.insert(old, new);
+        self.nameless_remap_by_new.insert(new.ppa(), old);
         Ok(())
     }
 
@@ -652,8 +663,11 @@ impl Rebuild {
         let in_segment = u64::from(ppa.0) < u64::from(self.mapping.physical_blocks())
             && self.nameless_now[z]
             && self.nameless_gens[z] == birth_gen;
-        if in_segment {
-            self.mapping.nameless_clear(ppa);
+        if in_segment && self.mapping.nameless_clear(ppa) {
+            // A moved block freed takes its remap entry along.
+            if let Some(old) = self.nameless_remap_by_new.remove(&ppa) {
+                self.nameless_remap.remove(&old);
+            }
         }
     }
 
@@ -671,6 +685,7 @@ impl Rebuild {
             )));
         }
         self.nameless_now[z] = false;
+        self.nameless_moved[z] = false;
         Ok(())
     }
 
@@ -854,9 +869,6 @@ impl Rebuild {
                     .fork_delete(id)
                     .map_err(|e| MountError::Damaged(format!("ForkDelete note {seq}: {e}")))?;
             }
-            // Nameless notes this build never writes (md in the log,
-            // migrations, in-place collection; format.md §11): a log
-            // holding one is refused rather than half applied.
             Note::NamelessAck {
                 seq, commit: true, ..
             } => self.nameless_commit(seq),
@@ -864,7 +876,9 @@ impl Rebuild {
                 commit: false, old, ..
             } => {
                 // An ack without an entry was a no-op when it was logged.
-                self.nameless_remap.remove(&old);
+                if let Some(new) = self.nameless_remap.remove(&old) {
+                    self.nameless_remap_by_new.remove(&new.ppa());
+                }
             }
             Note::NamelessMigrate {
                 seq,
@@ -876,6 +890,9 @@ impl Rebuild {
                 ppa_ok(new_ppa, "NamelessMigrate note")?;
                 self.nameless_migrate(seq, old, NamelessAddr::new(new_ppa, birth_gen))?;
             }
+            // Nameless notes this build never writes (md in the log,
+            // in-place collection; format.md §11): a log holding one is
+            // refused rather than half applied.
             Note::NamelessWrite { .. }
             | Note::NamelessMd { .. }
             | Note::InPlaceStaged { .. }

@@ -65,7 +65,9 @@ impl Rebuild {
                 if rep.state != ZoneState::Full && rep.state != ZoneState::ReadOnly {
                     finish.push(z);
                 }
-                let stream = if self.nameless_now[z as usize] {
+                let stream = if self.nameless_moved[z as usize] {
+                    Stream::NamelessMoved
+                } else if self.nameless_now[z as usize] {
                     Stream::Nameless
                 } else if rec.kind == RecordKind::DataGc {
                     Stream::Gc

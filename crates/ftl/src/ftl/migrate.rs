@@ -1,0 +1,374 @@
+//! Migration: GC collects a nameless zone by copying its live blocks to the
+//! `NamelessMoved` lane and telling the client where each went
+//! (docs/design.md, "Migration events and the remap table"). A remap entry
+//! redirects the old address until the client acknowledges; the event goes
+//! out once the `NamelessMigrate` note and the copy are durable.
+
+use super::lane::Lane;
+use super::nameless::NAMELESS_MD_BYTES;
+use super::request::ReplyData;
+use super::{Ftl, Op, ReplyTo};
+use crate::addr::{Ppa, Seq};
+use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
+use crate::buffer::BlockData;
+use crate::error::IoError;
+use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
+use crate::note::Note;
+use std::collections::{BTreeMap, VecDeque};
+
+/// A live block read from a migration victim, on its way to its copy.
+#[derive(Debug)]
+pub(super) struct MoveItem {
+    src: Ppa,
+    /// The address the client holds for it.
+    old: NamelessAddr,
+    data: BlockData,
+    md: Box<[u8; NAMELESS_MD_BYTES]>,
+    /// Seq of the write that made the data (a copy keeps it).
+    seq: Seq,
+    crc: u32,
+}
+
+/// What the core keeps for migrations in flight and moves not yet
+/// acknowledged. Every part is bounded by the remap table's capacity or by
+/// the GC queue's.
+#[derive(Debug, Default)]
+pub(super) struct Moves {
+    /// Blocks read from victims and not yet appended.
+    queue: VecDeque<MoveItem>,
+    /// Remap entries the running migration jobs may still insert:
+    /// reserved when a job starts, given back as its blocks land or die.
+    reserved: u64,
+    /// Per zone with any, the remap entries whose new side lies in it: its
+    /// blocks are not migrated again before their acknowledgement.
+    moved_in: BTreeMap<ZoneId, u32>,
+    /// Each remap entry by its new side: freeing that block drops the
+    /// entry (no event can name it then, so no ack would come).
+    by_new: BTreeMap<Ppa, NamelessAddr>,
+    /// Blocks of overwrites sent and not yet landed, by the block each
+    /// replaces: a migration does not move a block an overwrite frees (the
+    /// overwrite's tag names the block where it was).
+    replacing: BTreeMap<Ppa, u32>,
+    /// Events whose notes are not yet durable, by the log waiter that
+    /// hands them out.
+    unlogged: VecDeque<(u64, NamelessEvent)>,
+    next_batch: u64,
+    /// Migration stopped for want of remap room (for the statistic, which
+    /// counts each stop once).
+    stopped: bool,
+}
+
+impl Moves {
+    /// Moves recovered by a mount: `remap` as (old, new).
+    pub(super) fn recovered(remap: &[(NamelessAddr, NamelessAddr)], cap: u64) -> Moves {
+        let mut moves = Moves::default();
+        for &(old, new) in remap {
+            moves.pin(old, new, cap);
+        }
+        moves
+    }
+
+    /// A remap entry `old` -> `new` exists.
+    fn pin(&mut self, old: NamelessAddr, new: NamelessAddr, cap: u64) {
+        *self.moved_in.entry(new.ppa().zone(cap)).or_default() += 1;
+        self.by_new.insert(new.ppa(), old);
+    }
+
+    pub(super) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Events of landed migrations still waiting for their notes.
+    pub(super) fn unlogged_events(&self) -> usize {
+        self.unlogged.len()
+    }
+
+    /// An overwrite of `ppa` was sent.
+    pub(super) fn replacing(&mut self, ppa: Ppa) {
+        *self.replacing.entry(ppa).or_default() += 1;
+    }
+
+    /// That overwrite landed or failed.
+    pub(super) fn replaced(&mut self, ppa: Ppa) {
+        let n = self
+            .replacing
+            .get_mut(&ppa)
+            .expect("an overwrite in flight");
+        *n -= 1;
+        if *n == 0 {
+            self.replacing.remove(&ppa);
+        }
+    }
+
+    /// Zones holding the new side of a remap entry.
+    pub(super) fn pinned_zones(&self) -> impl Iterator<Item = ZoneId> + '_ {
+        self.moved_in.keys().copied()
+    }
+
+    /// The entry whose new side is `new` went (acknowledged, or that
+    /// block freed); returns its old address.
+    pub(super) fn unpin(&mut self, new: Ppa, cap: u64) -> Option<NamelessAddr> {
+        let old = self.by_new.remove(&new)?;
+        let zone = new.zone(cap);
+        let n = self.moved_in.get_mut(&zone).expect("a pinned zone");
+        *n -= 1;
+        if *n == 0 {
+            self.moved_in.remove(&zone);
+        }
+        Some(old)
+    }
+}
+
+impl Ftl {
+    /// Remap entries a migration may still reserve: the table's room (at
+    /// most half its slots) and the next checkpoint's (16 bytes each).
+    fn remap_room(&self, entries: u64) -> bool {
+        let m = &self.nameless.moves;
+        self.nameless.remap.has_room_for(m.reserved + entries)
+            && 16 * (m.reserved + entries) <= self.checkpoint_room_bytes()
+    }
+
+    /// Whether migrations have stopped: the remap table (or the checkpoint)
+    /// has no room for a zone's live blocks. Then the dead blocks of the
+    /// nameless zones count as used (`nameless_dead_blocks`).
+    pub(super) fn migration_stopped(&self) -> bool {
+        !self.remap_room(self.data_cap())
+    }
+
+    /// GC's migration victim, if one may be collected now: a Full nameless
+    /// zone holding no block awaiting acknowledgement, whose newest block
+    /// is older than the committed checkpoint (replay never needs a tag a
+    /// reset erased), with room in the remap table for its live blocks.
+    /// When only a younger one would do, asks for a checkpoint.
+    pub(super) fn migration_victim(&mut self) -> Option<ZoneId> {
+        if self.zones.nameless_zone_count() == 0 {
+            return None;
+        }
+        let data_cap = self.data_cap();
+        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        let ex = |z: ZoneId| {
+            self.excluded(z)
+                || self.nameless.moves.moved_in.contains_key(&z)
+                || valid(z) >= data_cap
+                || !self.remap_room(valid(z))
+        };
+        let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
+        let policy = self.cfg.gc_policy;
+        let now = self.next_seq;
+        if let Some(z) = self
+            .zones
+            .pick_nameless_victim(policy, now, valid, |z| ex(z) || young(z))
+        {
+            self.nameless.moves.stopped = false;
+            return Some(z);
+        }
+        if self
+            .zones
+            .pick_nameless_victim(policy, now, valid, ex)
+            .is_some()
+            && matches!(self.ckpt, super::ckpt::CkptState::Idle)
+        {
+            self.ckpt_requested = true;
+        }
+        if self.migration_stopped() && !self.nameless.moves.stopped {
+            self.nameless.moves.stopped = true;
+            self.stats.nameless_remap_full_stops += 1;
+        }
+        None
+    }
+
+    /// A migration job starts on `victim`: its live blocks' entries are
+    /// reserved. Returns what was reserved (given back by `moved_or_dropped`
+    /// and at the job's end).
+    pub(super) fn reserve_moves(&mut self, victim: ZoneId) -> u64 {
+        let n = self.mapping.valid_blocks(victim);
+        self.nameless.moves.reserved += n;
+        n
+    }
+
+    /// A migration job ends with `left` of its reservation unused.
+    pub(super) fn release_moves(&mut self, left: u64) {
+        self.nameless.moves.reserved -= left;
+    }
+
+    /// Whether GC reads `ppa` of a nameless victim: not while an
+    /// overwrite that replaces it is on its way (it will be dead).
+    pub(super) fn movable_nameless(&self, ppa: Ppa) -> bool {
+        !self.nameless.moves.replacing.contains_key(&ppa)
+    }
+
+    /// A live block read from nameless victim `zone`: queued for its copy,
+    /// or `false` if its tag does not name it (unreadable).
+    pub(super) fn queue_move(&mut self, ppa: Ppa, data: BlockData, oob: &[u8]) -> bool {
+        let cap = self.cap();
+        let generation = self.nameless.gens[ppa.zone(cap) as usize];
+        let ob = (self.geo.oob_size_bytes as usize).min(oob.len());
+        let Ok(Some((tag, md))) = NamelessTag::decode(&oob[..ob]) else {
+            return false;
+        };
+        let named = matches!(tag.kind, NamelessTagKind::Data | NamelessTagKind::Moved)
+            && tag.birth_gen == generation
+            && md.len() == NAMELESS_MD_BYTES;
+        if !named {
+            return false;
+        }
+        let mut md_bytes = Box::new([0u8; NAMELESS_MD_BYTES]);
+        md_bytes.copy_from_slice(md);
+        self.nameless.moves.queue.push_back(MoveItem {
+            src: ppa,
+            old: NamelessAddr::new(ppa, generation),
+            data,
+            md: md_bytes,
+            seq: tag.seq,
+            crc: tag.data_crc,
+        });
+        true
+    }
+
+    /// The next append of migrated blocks, into the `NamelessMoved` lane.
+    pub(super) fn next_migrate_append(&mut self) -> Option<(Op, Command)> {
+        let queued = self.nameless.moves.queue.len() as u64;
+        if self.read_only || queued == 0 || !self.gc_budget_left() {
+            return None;
+        }
+        let urgent = !self.gc_reading();
+        let (lane, zone, room) = self.room_in(Lane::NamelessMoved, queued, true)?;
+        let (n, pad) = self.batch_size(queued, room, urgent);
+        if n == 0 {
+            return None;
+        }
+        let generation = self.nameless.gens[zone as usize];
+        let ob = self.geo.oob_size_bytes as usize;
+        let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
+        let items: Vec<MoveItem> = self.nameless.moves.queue.drain(..n as usize).collect();
+        for it in &items {
+            data.push(it.data.clone());
+            let at = oob.len();
+            oob.resize(at + ob, 0);
+            let tag = NamelessTag {
+                kind: NamelessTagKind::Moved,
+                birth_gen: generation,
+                link: it.old,
+                seq: it.seq,
+                data_crc: it.crc,
+            };
+            tag.encode(&it.md[..], &mut oob[at..at + ob]);
+        }
+        self.push_padding(&mut data, &mut oob, pad, self.block_size());
+        let newest = items.iter().map(|it| it.seq).max().unwrap_or(0);
+        self.lane_commit(lane, zone, n + pad, newest);
+        self.gc_in_flight += 1;
+        self.stats.media_write_blocks += n + pad;
+        self.stats.gc_copy_blocks += n;
+        self.stats.pad_blocks += pad;
+        self.blocks_since_checkpoint += n + pad;
+        Some((
+            Op::MigrateAppend {
+                zone,
+                items,
+                pad_blocks: pad as u32,
+            },
+            Command::Append { zone, data, oob },
+        ))
+    }
+
+    /// A migration append completed: each block whose original is still
+    /// live (a racing free or overwrite wins) moves, with a remap entry, a
+    /// `NamelessMigrate` note and an event handed out once durable.
+    pub(super) fn migrate_append_done(
+        &mut self,
+        zone: ZoneId,
+        items: Vec<MoveItem>,
+        pad: u32,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.gc_in_flight -= 1;
+        self.append_settled(zone);
+        let offset = match Self::appended_at(result) {
+            Ok(offset) => offset,
+            Err(e) => {
+                let n = items.len() as u64;
+                self.stats.media_write_blocks -= n + u64::from(pad);
+                self.stats.gc_copy_blocks -= n;
+                for it in items.into_iter().rev() {
+                    self.nameless.moves.queue.push_front(it);
+                }
+                self.write_failed(zone, e);
+                return;
+            }
+        };
+        self.appends_done += 1;
+        self.host_write_failures = 0;
+        let cap = self.cap();
+        let batch = self.nameless.moves.next_batch;
+        let mut moved = 0;
+        for (i, it) in items.into_iter().enumerate() {
+            let dst = Ppa::new(zone, offset + i as u64, cap);
+            self.moved_or_dropped(it.src);
+            if let Some(event) = self.move_block(it, dst) {
+                self.nameless.moves.unlogged.push_back((batch, event));
+                moved += 1;
+            }
+        }
+        if moved > 0 {
+            self.nameless.moves.next_batch += 1;
+            self.add_log_waiter(ReplyTo::Migrated(batch), ReplyData::Done);
+        }
+    }
+
+    /// A block read from a victim is settled (moved or dropped): its job
+    /// has one block fewer pending and one entry fewer reserved.
+    fn moved_or_dropped(&mut self, src: Ppa) {
+        let zone = src.zone(self.cap());
+        if self.job_settled(zone) {
+            self.nameless.moves.reserved -= 1;
+        }
+    }
+
+    /// Moves `it` to its copy at `dst` if the original is still the live
+    /// block the client holds; returns the event.
+    fn move_block(&mut self, it: MoveItem, dst: Ppa) -> Option<NamelessEvent> {
+        let current = self.mapping.is_live(it.src)
+            && !self.nameless.moves.replacing.contains_key(&it.src)
+            && self.nameless.remap.get(it.old).is_none();
+        if !current {
+            return None; // the copy is dead space
+        }
+        let cap = self.cap();
+        let dst_zone = dst.zone(cap);
+        let new = NamelessAddr::new(dst, self.nameless.gens[dst_zone as usize]);
+        self.nameless
+            .remap
+            .insert(it.old, new)
+            .expect("remap room was reserved");
+        self.nameless.moves.pin(it.old, new, cap);
+        self.nameless_relocate(it.src, dst);
+        let seq = self.take_seq();
+        self.log.push_note(Note::NamelessMigrate {
+            seq,
+            new_ppa: dst,
+            old: it.old,
+            data_crc: it.crc,
+            birth_gen: new.generation(),
+        });
+        self.stats.nameless_migrated_blocks += 1;
+        Some(NamelessEvent::Migrated {
+            old: it.old,
+            new,
+            md: it.md.to_vec(),
+        })
+    }
+
+    /// The notes of batch `batch` are durable (or the core went read-only:
+    /// the events come after the next mount): its events are ready.
+    pub(super) fn migrations_logged(&mut self, batch: u64, result: Result<ReplyData, IoError>) {
+        let moves = &mut self.nameless.moves;
+        while moves.unlogged.front().is_some_and(|&(b, _)| b <= batch) {
+            let (_, event) = moves.unlogged.pop_front().expect("front checked");
+            if result.is_ok() {
+                self.nameless.events.push_back(event);
+            }
+        }
+        self.serve_event_waiters();
+    }
+}
