@@ -237,6 +237,25 @@ impl SegmentModel {
     }
 
     /// Every block not committed is from `from` on `to`.
+    /// GC moved the block at `old` to `new` (a `Migrated` event): the
+    /// host follows it. Returns whether it held `old`.
+    fn rekey(&mut self, old: NamelessAddr, new: NamelessAddr) -> bool {
+        for h in self.live.values_mut() {
+            if h.replaces == Some(old) {
+                h.replaces = Some(new);
+            }
+        }
+        if let Some(h) = self.live.remove(&old) {
+            self.live.insert(new, h);
+            return true;
+        }
+        if let Some(h) = self.freeing.remove(&old) {
+            self.freeing.insert(new, h);
+            return true;
+        }
+        false
+    }
+
     fn commit(&mut self, from: Commit, to: Commit) {
         for h in self.live.values_mut().chain(self.freeing.values_mut()) {
             if h.commit == from {
@@ -269,6 +288,9 @@ struct NamelessRig {
     mount_cuts: u64,
     handed_over: u64,
     orphans: u64,
+    /// `Migrated` events followed, and acknowledgements not yet sent.
+    moves: u64,
+    to_ack: Vec<NamelessAddr>,
 }
 
 impl NamelessRig {
@@ -300,6 +322,8 @@ impl NamelessRig {
             mount_cuts: 0,
             handed_over: 0,
             orphans: 0,
+            moves: 0,
+            to_ack: Vec::new(),
         }
     }
 
@@ -372,8 +396,42 @@ impl NamelessRig {
         Ok(())
     }
 
+    /// A `Migrated` event: the host follows the move (its md names the
+    /// block it held) and acknowledges it now or at a later step; one it
+    /// holds nothing for (a write a cut left unanswered) is acknowledged
+    /// too.
+    fn follow(&mut self, old: NamelessAddr, new: NamelessAddr, m: &[u8]) {
+        if self.model.rekey(old, new) {
+            let h = self.model.live.get(&new).or(self.model.freeing.get(&new));
+            let h = *h.unwrap();
+            assert_eq!(m, md(h.key, h.version, m.len()), "md of {old:?} -> {new:?}");
+        }
+        if self.interrupted == Some(old) {
+            self.interrupted = Some(new);
+        }
+        self.moves += 1;
+        self.to_ack.push(old);
+    }
+
+    /// Takes the events ready now and acknowledges, at random, the moves
+    /// followed so far.
+    fn take_events(&mut self) -> Result<(), IoError> {
+        while let Some(e) = self.ftl().poll_event() {
+            match e {
+                NamelessEvent::Migrated { old, new, md } => self.follow(old, new, &md),
+                other => panic!("an event of another kind while running: {other:?}"),
+            }
+        }
+        if !self.to_ack.is_empty() && self.rng.next_u64().is_multiple_of(3) {
+            let olds = std::mem::take(&mut self.to_ack);
+            self.ftl().nameless_ack(&olds)?;
+        }
+        Ok(())
+    }
+
     /// One random operation; `Err` only from a power cut.
     fn step(&mut self) -> Result<(), IoError> {
+        self.take_events()?;
         let (bs, mb) = (self.ftl().block_size(), self.ftl().nameless_md_bytes());
         match self.rng.next_u64() % 100 {
             0..=34 => {
@@ -436,8 +494,11 @@ impl NamelessRig {
                 let Some(a) = self.pick_live() else {
                     return Ok(());
                 };
-                self.ftl().nameless_free(&[a])?;
+                // One cut short may or may not have been applied: a cut
+                // decides, as for any free not yet flushed.
+                let freed = self.ftl().nameless_free(&[a]);
                 self.model.free(a);
+                freed?;
             }
             82..=83 => {
                 // A cut before the answer may or may not keep the commit.
@@ -492,6 +553,8 @@ impl NamelessRig {
 
     fn crash_and_check(&mut self) {
         self.cuts += 1;
+        // Unsent acks: their entries come back with their events.
+        self.to_ack.clear();
         let mut dev = self.ftl.take().unwrap().into_backend();
         dev.power_cut();
         dev.power_on().unwrap();
@@ -542,15 +605,27 @@ impl NamelessRig {
                 break;
             }
             for e in batch {
-                let NamelessEvent::Unrecorded { addr, md } = e else {
-                    panic!("an event of another kind after a mount: {e:?}");
-                };
-                assert!(
-                    events.insert(addr, md).is_none(),
-                    "{addr:?} handed over twice"
-                );
+                match e {
+                    NamelessEvent::Unrecorded { addr, md } => assert!(
+                        events.insert(addr, md).is_none(),
+                        "{addr:?} handed over twice"
+                    ),
+                    NamelessEvent::Migrated { old, new, md } => {
+                        // A block handed over, then moved (GC runs
+                        // meanwhile): the host follows it too.
+                        if let Some(m) = events.remove(&old) {
+                            events.insert(new, m);
+                        }
+                        self.follow(old, new, &md);
+                    }
+                    other => panic!("an event of another kind after a mount: {other:?}"),
+                }
             }
         }
+        // The moves first: an uncommitted block GC moved is handed over
+        // where it is now.
+        let olds = std::mem::take(&mut self.to_ack);
+        self.ftl().nameless_ack(&olds).unwrap();
         let mb = self.ftl().nameless_md_bytes();
         for (a, h) in self.model.live.iter_mut() {
             let given = events.get(a);
@@ -754,6 +829,7 @@ impl NamelessRig {
             during_recovery: self.mount_cuts,
             nameless_handed_over: self.handed_over,
             nameless_orphans: self.orphans,
+            nameless_moves: self.moves,
             ..Coverage::default()
         }
     }
@@ -769,7 +845,7 @@ fn crash_torture_with_nameless_blocks() {
     if seeds >= 60 {
         assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
         assert!(
-            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0,
+            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0 && cov.nameless_moves > 0,
             "{cov:?}"
         );
     }

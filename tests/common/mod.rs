@@ -587,6 +587,8 @@ pub struct Coverage {
     /// of writes a cut left unanswered.
     pub nameless_handed_over: u64,
     pub nameless_orphans: u64,
+    /// `Migrated` events the host followed.
+    pub nameless_moves: u64,
 }
 
 impl Coverage {
@@ -611,6 +613,7 @@ impl Coverage {
         self.snapshot_versions += other.snapshot_versions;
         self.nameless_handed_over += other.nameless_handed_over;
         self.nameless_orphans += other.nameless_orphans;
+        self.nameless_moves += other.nameless_moves;
     }
 }
 

@@ -626,8 +626,9 @@ impl Rebuild {
                 "NamelessMigrate note {seq}: {old:?} moved twice, or {new:?} held twice"
             )));
         }
+        let uncommitted = self.nameless_uncommitted.contains(&old.ppa());
         self.nameless_free(old.ppa(), old.generation());
-        if self.nameless_uncommitted.remove(&old.ppa()) {
+        if uncommitted {
             self.nameless_uncommitted.insert(new.ppa());
         }
         self.nameless_remap.insert(old, new);
@@ -664,6 +665,9 @@ impl Rebuild {
             && self.nameless_now[z]
             && self.nameless_gens[z] == birth_gen;
         if in_segment && self.mapping.nameless_clear(ppa) {
+            // Out of the set too: a migration may make a later block live
+            // at this Ppa without a tag that adds it.
+            self.nameless_uncommitted.remove(&ppa);
             // A moved block freed takes its remap entry along.
             if let Some(old) = self.nameless_remap_by_new.remove(&ppa) {
                 self.nameless_remap.remove(&old);
