@@ -42,8 +42,8 @@ pub enum KvError {
     /// (its metadata names another key, version or length).
     #[error("value of a key at {addr:#x}: {reason}")]
     ValueMismatch { addr: u64, reason: String },
-    /// An FTL event this store does not follow yet (migrations: GC
-    /// migrates no nameless block in this build).
+    /// An FTL event this store does not expect: a hand-over event
+    /// outside open, or an event of a kind added after this store.
     #[error("an FTL event the store does not follow: {0}")]
     UnexpectedEvent(String),
     /// The FTL's error, as it gave it.

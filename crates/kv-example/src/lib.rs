@@ -53,8 +53,15 @@
 //! simulator (no volatile write cache), and of any device after a flush
 //! between the two, which the store does not issue. The store is the only
 //! user of its volume's physical segment (the hand-over frees blocks whose
-//! md names no entry). Migration events are not followed (GC migrates
-//! nothing yet; one is [`KvError::UnexpectedEvent`]).
+//! md names no entry).
+//!
+//! **Migrations.** GC may move a value (`NamelessEvent::Migrated`); its
+//! old address reaches it until the move is acknowledged. Each
+//! [`Store::sync`] first follows the moves made since the last one (the
+//! entry or waiting tombstone naming the old address is repointed), and
+//! its commit acknowledges them once the buckets are durable; a move a cut
+//! left unacknowledged comes again at open. Until a sync, reads go through
+//! the old addresses.
 
 #![deny(missing_docs)]
 

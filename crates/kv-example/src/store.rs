@@ -210,11 +210,64 @@ impl<V: Volume> Store<V> {
                     NamelessEvent::Unrecorded { addr, md } => {
                         self.take_unrecorded(&by_hash, addr, &md)?
                     }
+                    NamelessEvent::Migrated { old, new, md } => self.take_moved(old, new, &md)?,
                     other => return Err(KvError::UnexpectedEvent(format!("{other:?}"))),
                 }
             }
         }
         self.sync()
+    }
+
+    /// Follows the moves GC made since the last call (nameless values):
+    /// each entry or tombstone that names a moved block is repointed. The
+    /// next commit acknowledges the moves once the buckets are durable.
+    fn follow_moves(&mut self) -> Result<(), KvError> {
+        loop {
+            let events = self.volume.next_events(HANDOVER_EVENTS)?;
+            if events.is_empty() {
+                return Ok(());
+            }
+            for event in events {
+                match event {
+                    NamelessEvent::Migrated { old, new, md } => self.take_moved(old, new, &md)?,
+                    other => return Err(KvError::UnexpectedEvent(format!("{other:?}"))),
+                }
+            }
+        }
+    }
+
+    /// GC moved the block at `old` to `new`: the entry (or the tombstone
+    /// waiting for the sync) that names `old` names `new` from now on. A
+    /// move of a block the store does not name (one it freed since, or
+    /// handed over and freed at open) changes nothing.
+    fn take_moved(
+        &mut self,
+        old: NamelessAddr,
+        new: NamelessAddr,
+        md: &[u8],
+    ) -> Result<(), KvError> {
+        let (o, a) = (old.to_u64(), new.to_u64());
+        if let Some(t) = self.replaced.iter_mut().find(|t| **t == o) {
+            *t = a;
+            return Ok(());
+        }
+        let mismatch = |reason: String| KvError::ValueMismatch { addr: a, reason };
+        let (hash, _, _) = decode_value_md(md).map_err(mismatch)?;
+        let n = self.buckets.len() as u32;
+        let mut b = home_bucket(hash, n);
+        for _ in 0..n {
+            let bucket = &self.buckets[b as usize];
+            if let Some(i) = bucket.entries.iter().position(|e| e.addr == o) {
+                let mut changed = bucket.clone();
+                changed.entries[i].addr = a;
+                return self.write_bucket_or_later(b, changed);
+            }
+            if bucket.probes_past == 0 {
+                break;
+            }
+            b = (b + 1) % n;
+        }
+        Ok(())
     }
 
     /// One handed-over block: the entry its md's key hash names is
@@ -245,6 +298,14 @@ impl<V: Volume> Store<V> {
         let entry = &self.buckets[b as usize].entries[i];
         if entry.addr == a {
             return Ok(()); // recorded before the cut
+        }
+        if entry.version == version {
+            // The block the entry names, moved by GC (versions are never
+            // handed out twice): the entry follows it now, as its
+            // `Migrated` event would.
+            let mut changed = self.buckets[b as usize].clone();
+            changed.entries[i].addr = a;
+            return self.write_bucket_or_later(b, changed);
         }
         // Versions are never handed out twice: an equal one is no newer.
         if entry.version >= version {
@@ -525,6 +586,9 @@ impl<V: Volume> Store<V> {
             let block = self.buckets[b as usize].encode(b, self.block_size);
             self.volume.write(self.bucket_lba(b), &block)?;
             self.unwritten.remove(&b);
+        }
+        if matches!(self.values, Values::Nameless) {
+            self.follow_moves()?;
         }
         match &mut self.values {
             Values::Nameless => {

@@ -16,18 +16,20 @@ use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 use zftl_kv::{KvError, Store, StoreOptions, ValuePlacement};
 
-/// Keys the torture uses: more than 3 buckets' worth of homes collide, so
-/// puts probe past full buckets and deletes make room behind them.
-const KEYS: u32 = 120;
-const BUCKETS: u32 = 3;
+/// Keys the torture uses: the 12 buckets are 87 % full, so puts probe
+/// past full buckets and deletes make room behind them; their values fill
+/// a third of the device, so GC moves some of them.
+const KEYS: u32 = 480;
+const BUCKETS: u32 = 12;
 const MAX_REPLACED: usize = 64;
 
 fn sim(seed: u64) -> SimConfig {
     SimConfig {
         channels: 2,
         luns_per_channel: 2,
-        blocks_per_lun: 32,
-        pages_per_block: 64,
+        // Small enough that GC migrates values in every seed's run.
+        blocks_per_lun: 12,
+        pages_per_block: 32,
         oob_size_bytes: 64,
         zone_width_luns: 1,
         max_open_zones: 8,
@@ -96,6 +98,8 @@ struct Rig {
     open_cuts: u64,
     keys_checked: u64,
     no_space: u64,
+    /// Values GC moved (the store followed their events), before each cut.
+    migrated: u64,
 }
 
 impl Rig {
@@ -135,6 +139,7 @@ impl Rig {
             open_cuts: 0,
             keys_checked: 0,
             no_space: 0,
+            migrated: 0,
         }
     }
 
@@ -209,6 +214,7 @@ impl Rig {
 
     fn crash_and_check(&mut self) {
         self.cuts += 1;
+        self.migrated += self.store().volume_mut().stats().nameless_migrated_blocks;
         let mut dev = self.store.take().unwrap().into_volume().into_backend();
         self.armed = false;
         loop {
@@ -324,7 +330,7 @@ fn seeds(default: u64) -> Vec<u64> {
 /// Runs the torture on each seed with the values placed by `values`,
 /// printing the replay command of a seed that fails.
 fn torture(test: &str, default_seeds: u64, values: ValuePlacement) {
-    let (mut cuts, mut open_cuts, mut checked, mut no_space) = (0, 0, 0, 0);
+    let (mut cuts, mut open_cuts, mut checked, mut no_space, mut migrated) = (0, 0, 0, 0, 0);
     let seeds = seeds(default_seeds);
     for &seed in &seeds {
         let run = std::panic::catch_unwind(|| Rig::new(seed, values).run(8));
@@ -339,10 +345,11 @@ fn torture(test: &str, default_seeds: u64, values: ValuePlacement) {
         open_cuts += rig.open_cuts;
         checked += rig.keys_checked;
         no_space += rig.no_space;
+        migrated += rig.migrated;
     }
     eprintln!(
         "{test}: {} seeds, {cuts} cuts ({open_cuts} more while opening), {checked} keys \
-         checked after them, {no_space} puts out of space",
+         checked after them, {no_space} puts out of space, {migrated} values moved by GC",
         seeds.len()
     );
     assert!(seeds.is_empty() || (cuts > 0 && checked > 0));
@@ -351,6 +358,11 @@ fn torture(test: &str, default_seeds: u64, values: ValuePlacement) {
     assert!(
         seeds.len() < 20 || open_cuts > 0,
         "no cut came while opening"
+    );
+    let nameless = matches!(values, ValuePlacement::Nameless);
+    assert!(
+        !nameless || seeds.len() < 20 || migrated > 0,
+        "GC moved no value: the store's following of migrations went untested"
     );
 }
 
