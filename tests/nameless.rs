@@ -1183,11 +1183,11 @@ fn an_ack_without_a_move_is_a_no_op_and_the_remap_table_is_bounded_by_the_config
 
 /// Takes the events ready now: for each `Migrated`, checks its md names
 /// the block `held` has at `old`, that `old` still reads it (redirected)
-/// and re-keys it to `new`. Returns the old addresses moved.
+/// and re-keys it to `new`. Returns the moves, (old, new).
 fn follow_moves(
     ftl: &mut Driver<SimDevice>,
     held: &mut BTreeMap<NamelessAddr, (u64, u32)>,
-) -> Vec<NamelessAddr> {
+) -> Vec<(NamelessAddr, NamelessAddr)> {
     let mb = ftl.nameless_md_bytes();
     let mut olds = Vec::new();
     while let Some(e) = ftl.poll_event() {
@@ -1201,7 +1201,7 @@ fn follow_moves(
         holds(ftl, old, key, version);
         holds(ftl, new, key, version);
         held.insert(new, (key, version));
-        olds.push(old);
+        olds.push((old, new));
     }
     olds
 }
@@ -1218,8 +1218,8 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
     let capacity = ftl.logical_blocks();
     let mut rng = Rng::new(7);
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
-    let mut unacked: Vec<NamelessAddr> = Vec::new();
-    let mut acked: Vec<NamelessAddr> = Vec::new();
+    let mut unacked: Vec<(NamelessAddr, NamelessAddr)> = Vec::new();
+    let mut acked: Vec<(NamelessAddr, NamelessAddr)> = Vec::new();
     let mut key = 0u64;
     let mut written = 0u64;
     while written < 6 * capacity {
@@ -1237,30 +1237,37 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
             ftl.nameless_free(&[a]).unwrap();
         }
         let moved = follow_moves(&mut ftl, &mut held);
-        // Every other batch is acknowledged at once, the rest one batch
-        // later (their old addresses redirect meanwhile).
-        if rng.next_u64() % 2 == 0 {
-            ftl.nameless_ack(&moved).unwrap();
-            ftl.nameless_ack(&unacked).unwrap();
-            acked.append(&mut unacked);
-            acked.extend(moved);
-        } else {
-            unacked.extend(moved);
+        // Every other batch is acknowledged at once, the rest later (their
+        // old addresses redirect meanwhile): by an ack, or by a commit,
+        // which acknowledges the moves taken before it.
+        match rng.next_u64() % 4 {
+            0 | 1 => {
+                let olds: Vec<NamelessAddr> = moved.iter().map(|m| m.0).collect();
+                ftl.nameless_ack(&olds).unwrap();
+                acked.extend(moved);
+            }
+            2 => unacked.extend(moved),
+            _ => {
+                unacked.extend(moved);
+                ftl.nameless_commit().unwrap();
+                acked.append(&mut unacked);
+            }
         }
-        ftl.nameless_commit().unwrap();
     }
+
     let s = ftl.stats();
     assert!(s.nameless_migrated_blocks > 0, "nothing migrated: {s:?}");
     assert!(s.erases > 0);
     assert_eq!(s.nameless_live_blocks, held.len() as u64);
-    for &old in acked.iter().filter(|a| !held.contains_key(a)).take(64) {
+    for &(old, _) in acked.iter().filter(|m| !held.contains_key(&m.0)).take(64) {
         match nameless_error(ftl.nameless_read(old)) {
             NamelessError::Stale { .. } | NamelessError::NotLive { .. } => {}
             other => panic!("acknowledged {old:?}: {other:?}"),
         }
     }
     // The moves not yet acknowledged survive a crash: their events come
-    // again after the mount, and their old addresses still redirect.
+    // again after the mount (with the blocks written since the last
+    // commit), and their old addresses still redirect.
     let mut ftl = crash_and_mount(ftl, FtlConfig::default());
     let mut again = BTreeSet::new();
     loop {
@@ -1271,14 +1278,21 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
         for e in batch {
             match e {
                 NamelessEvent::Migrated { old, new, .. } => {
-                    assert!(held.contains_key(&new) || !unacked.contains(&old));
+                    if let Some(h) = held.remove(&old) {
+                        held.insert(new, h); // moved after the last follow
+                    }
+                    assert!(held.contains_key(&new), "{old:?} -> {new:?}: not held");
                     again.insert(old);
                 }
-                other => panic!("a commit covered every write: {other:?}"),
+                NamelessEvent::Unrecorded { addr, .. } => {
+                    assert!(held.contains_key(&addr), "{addr:?} handed over, not held")
+                }
+                other => panic!("{other:?}"),
             }
         }
     }
-    for old in &unacked {
+    // (A move whose new block was freed since went with the free.)
+    for (old, _) in unacked.iter().filter(|m| held.contains_key(&m.1)) {
         assert!(again.contains(old), "{old:?}: no event after the crash");
     }
     for (&a, &(k, v)) in held.iter().take(256) {
@@ -1287,6 +1301,7 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
     let olds: Vec<NamelessAddr> = again.into_iter().collect();
     ftl.nameless_ack(&olds).unwrap();
     assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    ftl.nameless_commit().unwrap();
     let dev = ftl.shutdown().unwrap();
     let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
     assert!(ftl.next_events(8).unwrap().is_empty());

@@ -37,6 +37,7 @@ mod forward;
 mod forks;
 mod media;
 mod nameless;
+mod nameless_rw;
 mod nbd;
 mod pipe;
 mod plot;

@@ -29,6 +29,7 @@ use zftl_kv::{entries_per_bucket, Store, StoreOptions, ValuePlacement};
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice};
 
+use super::nameless_rw::{RandomWriteSetup, RandomWrites};
 use super::range::Rounds;
 use super::{progress, ratio, round, show, thread_cpu_s, BenchError};
 use crate::report::Text;
@@ -55,9 +56,29 @@ pub struct NamelessArgs {
     /// Rounds of the store comparison; every round is printed.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: usize,
-    /// Seed of the key order.
+    /// Seed of the key order and of the random writes.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Working sets of the random-write comparison, in percent of the
+    /// volume (comma-separated).
+    #[arg(
+        long,
+        value_name = "PERCENTS",
+        value_delimiter = ',',
+        default_value = "10,30,50,70,90"
+    )]
+    pub working_sets: Vec<u32>,
+    /// One-block writes in flight in the random-write comparison.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub rw_depth: usize,
+    /// Passes over the working set (the first warms GC up; the rest is
+    /// measured).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rw_passes: u64,
+    /// Erase blocks per LUN of the random-write device (the default
+    /// geometry's 16 LUNs; 16 makes 256 MiB).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub rw_blocks_per_lun: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -125,6 +146,7 @@ pub struct NamelessReport {
     pub device_bytes: u64,
     pub memory: MapMemory,
     pub store: StoreRates,
+    pub random_writes: RandomWrites,
 }
 
 /// The default 4 GiB device in memory (allocated as written), timing off.
@@ -150,6 +172,14 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
             "--rounds, --keys, --sync-every and --stored-mib must be at least 1".into(),
         ));
     }
+    let setup = RandomWriteSetup {
+        working_set_percents: args.working_sets.clone(),
+        depth: args.rw_depth,
+        passes: args.rw_passes,
+        blocks_per_lun: args.rw_blocks_per_lun,
+        seed: args.seed,
+    };
+    let random_writes = super::nameless_rw::run(&setup, ftl)?;
     let memory = memory(args, ftl)?;
     let store = store_rates(args, ftl)?;
     let device_bytes = {
@@ -161,6 +191,7 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         device_bytes,
         memory,
         store,
+        random_writes,
     })
 }
 
@@ -456,6 +487,33 @@ impl NamelessReport {
                 s.nameless_map_bytes, s.logical_map_bytes
             ),
         );
+        let w = &self.random_writes;
+        t.section(&format!(
+            "4 KiB random writes, nameless vs page-mapped ({} simulated, timing on, virtual time; \
+             depth {}, {} passes, the first not measured; commit / flush every {} writes)",
+            crate::report::human_bytes(w.device_bytes),
+            w.depth,
+            w.passes,
+            w.commit_every_writes
+        ));
+        for r in &w.rows {
+            t.row(
+                &format!("working_set_{}%", r.working_set_percent),
+                format!(
+                    "writes/s page {} nameless {} ratio {}; GC copies/write page {} nameless {}; \
+                     WA page {} nameless {}; moves followed {}",
+                    r.page_mapped.writes_per_s,
+                    r.nameless.writes_per_s,
+                    r.throughput_ratio,
+                    r.page_mapped.gc_copies_per_write,
+                    r.nameless.gc_copies_per_write,
+                    r.page_mapped.write_amplification,
+                    r.nameless.write_amplification,
+                    r.nameless_moves_followed
+                ),
+            );
+        }
+        t.row("min_throughput_ratio", w.min_throughput_ratio);
         t.render()
     }
 }

@@ -28,6 +28,11 @@ const STREAM_WRITE_BYTES: u64 = 64 << 10;
 /// Most zones GC writes into at once (`FtlConfig::gc_lanes`).
 pub(super) const MAX_GC_LANES: u32 = 16;
 
+/// Most zones nameless writes go to at once (at most one per zone group):
+/// one zone programs on one group's units, so one open zone bounds the
+/// segment's write rate at a group's.
+pub(super) const NAMELESS_STRIPES: u8 = 4;
+
 /// Free zones (least worn first) a lane looks through for one on the zone
 /// group its fellow lanes use least.
 const SPREAD_SCAN_ZONES: usize = 64;
@@ -51,6 +56,10 @@ pub(super) enum Lane {
     Nameless,
     /// Nameless blocks GC migrated.
     NamelessMoved,
+    /// Another open zone nameless writes go to beside `Nameless`'s, on
+    /// another zone group, while that zone's appends keep its units busy
+    /// (`NAMELESS_STRIPES`).
+    NamelessStripe(u8),
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -58,8 +67,9 @@ pub(super) enum Lane {
 }
 
 impl Lane {
-    /// The base lanes, in `Ftl::lanes` order; the extra lanes follow.
-    const BASE: u8 = 7;
+    /// The base lanes (with the nameless stripes), in `Ftl::lanes` order;
+    /// the extra lanes follow.
+    const BASE: u8 = 7 + NAMELESS_STRIPES - 1;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -70,6 +80,7 @@ impl Lane {
             Lane::Kept => 4,
             Lane::Nameless => 5,
             Lane::NamelessMoved => 6,
+            Lane::NamelessStripe(i) => 7 + usize::from(i),
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -80,7 +91,7 @@ impl Lane {
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
-            Lane::Nameless => Stream::Nameless,
+            Lane::Nameless | Lane::NamelessStripe(_) => Stream::Nameless,
             Lane::NamelessMoved => Stream::NamelessMoved,
         }
     }
@@ -158,13 +169,11 @@ impl Ftl {
             let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
-                _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
-                _ => {
-                    let groups = self.open_zone_groups();
-                    let g = self.geo.zone_groups.max(1);
-                    self.zones
-                        .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| groups[(z % g) as usize])?
+                Lane::Nameless | Lane::NamelessStripe(_) if self.nameless_stripes() > 1 => {
+                    self.take_free_spread(kind)?
                 }
+                _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
+                _ => self.take_free_spread(kind)?,
             };
             self.zone_clock[z as usize] = 0;
             if stream.is_nameless() {
@@ -182,6 +191,54 @@ impl Ftl {
         let zone = st.zone.expect("lane zone");
         let n = wanted.min(data_cap - st.allocated_blocks);
         Some((zone, n))
+    }
+
+    /// A free zone for `kind` on the zone group the open lanes use least.
+    fn take_free_spread(&mut self, kind: ZoneKind) -> Option<ZoneId> {
+        let groups = self.open_zone_groups();
+        let g = self.geo.zone_groups.max(1);
+        self.zones
+            .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| groups[(z % g) as usize])
+    }
+
+    /// Zones nameless writes may go to at once: one per zone group, at
+    /// most `NAMELESS_STRIPES`.
+    pub(super) fn nameless_stripes(&self) -> u8 {
+        self.geo.zone_groups.clamp(1, u32::from(NAMELESS_STRIPES)) as u8
+    }
+
+    /// The lanes nameless writes go to: `Nameless` and its stripes.
+    pub(super) fn nameless_lanes(&self) -> impl Iterator<Item = Lane> {
+        (0..self.nameless_stripes()).map(|i| match i {
+            0 => Lane::Nameless,
+            i => Lane::NamelessStripe(i - 1),
+        })
+    }
+
+    /// The lane the next nameless append goes to: of the stripes holding a
+    /// zone, the one whose zone has the fewest appends in flight; once each
+    /// has one in flight, a stripe without a zone (it opens one on the
+    /// least used zone group). So nameless writes at depth keep several
+    /// groups' units busy, and at depth 1 stay in one zone.
+    pub(super) fn nameless_destination(&self) -> Lane {
+        let mut best: Option<(u32, Lane)> = None;
+        let mut closed = None;
+        for lane in self.nameless_lanes() {
+            match self.lanes[lane.index()].zone {
+                Some(z) => {
+                    let appends = self.zone_appends[z as usize];
+                    if best.is_none_or(|(b, _)| appends < b) {
+                        best = Some((appends, lane));
+                    }
+                }
+                None => closed = closed.or(Some(lane)),
+            }
+        }
+        match (best, closed) {
+            (Some((0, lane)), _) | (Some((_, lane)), None) => lane,
+            (_, Some(lane)) => lane,
+            (None, None) => Lane::Nameless,
+        }
     }
 
     /// Open lane zones per zone group (`Geometry::zone_groups` entries).
@@ -280,7 +337,9 @@ impl Ftl {
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
             // Nameless blocks go to nameless zones only.
-            Lane::Extra(_) | Lane::Nameless | Lane::NamelessMoved => return None,
+            Lane::Extra(_) | Lane::Nameless | Lane::NamelessMoved | Lane::NamelessStripe(_) => {
+                return None
+            }
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,

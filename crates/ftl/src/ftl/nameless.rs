@@ -351,11 +351,28 @@ impl Ftl {
             return None;
         }
         let valid = |z: ZoneId| self.mapping.valid_blocks(z);
-        let found = self.zones.pick_empty_nameless(valid, |z| self.excluded(z));
+        // As for a migration victim: a zone written since the committed
+        // checkpoint may hold the only record of a free (an overwrite's
+        // tag link), which its reset would erase; it waits for the next
+        // checkpoint (asked for here).
+        let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
+        let found = self
+            .zones
+            .pick_empty_nameless(valid, |z| self.excluded(z) || young(z));
+        if found.is_some() {
+            return found;
+        }
+        let waits = self
+            .zones
+            .pick_empty_nameless(valid, |z| self.excluded(z))
+            .is_some();
+        if waits && matches!(self.ckpt, super::ckpt::CkptState::Idle) {
+            self.ckpt_requested = true;
+        }
         // An excluded empty zone (a lane's, a victim's) is found again
-        // after the next free.
-        self.nameless.maybe_empty = found.is_some();
-        found
+        // after the next free; a young one after the checkpoint.
+        self.nameless.maybe_empty = waits;
+        None
     }
 
     /// The segment's state for a checkpoint (sections 16–19): every
@@ -376,7 +393,7 @@ impl Ftl {
                     last_md_at: None,
                     live_blocks: self.mapping.valid_blocks(z) as u32,
                     md_written: false,
-                    held: self.lanes[Lane::Nameless.index()].zone == Some(z),
+                    held: self.lanes.iter().any(|l| l.zone == Some(z)),
                     valid: self.mapping.zone_bitmap(z, end),
                 }
             })
@@ -619,7 +636,7 @@ impl Ftl {
             }
         }
         let remaining = (w.blocks.len() - w.sent) as u64;
-        let (lane, zone, room) = self.room_in(Lane::Nameless, remaining, false)?;
+        let (lane, zone, room) = self.nameless_room(remaining)?;
         let (n, pad) = self.batch_size(remaining, room, true);
         if n == 0 {
             return None;
@@ -680,6 +697,22 @@ impl Ftl {
             Op::NamelessAppend(append),
             Command::Append { zone, data, oob },
         ))
+    }
+
+    /// Room for `blocks` nameless blocks: in the stripe
+    /// `nameless_destination` picks, or, if it cannot open a zone (the
+    /// open-zone budget, the reserve), in any stripe holding one.
+    fn nameless_room(&mut self, blocks: u64) -> Option<(Lane, ZoneId, u64)> {
+        let lane = self.nameless_destination();
+        if let Some(room) = self.room_in(lane, blocks, false) {
+            return Some(room);
+        }
+        let open: Vec<Lane> = self
+            .nameless_lanes()
+            .filter(|&l| l != lane && self.lanes[l.index()].zone.is_some())
+            .collect();
+        open.into_iter()
+            .find_map(|l| self.room_in(l, blocks, false))
     }
 
     /// A nameless zone was opened: its generation goes up, logged before
