@@ -116,6 +116,9 @@ struct Model {
     /// The blocks being freed when a commit the cut left unanswered was
     /// admitted: if it happened, they are freed for good.
     maybe_commit_frees: Option<BTreeSet<NamelessAddr>>,
+    /// Blocks both a free and an overwrite freed (a batch's race): a cut
+    /// may keep the free alone.
+    raced: BTreeSet<NamelessAddr>,
     /// Moves delivered and not acknowledged: old address -> new.
     moved: BTreeMap<NamelessAddr, NamelessAddr>,
     /// Moves whose ack (or covering commit) a cut left unanswered.
@@ -132,6 +135,7 @@ impl Model {
         }
         self.gone
             .extend(std::mem::take(&mut self.freeing).into_keys());
+        self.raced.clear();
     }
 
     fn free(&mut self, a: NamelessAddr) {
@@ -195,10 +199,21 @@ enum Target {
 /// A request of a batch submitted together.
 #[derive(Clone, Debug)]
 enum Req {
-    Write { blocks: u8 },
-    Overwrite { pick: usize },
-    Free { pick: usize },
-    Read { pick: usize },
+    Write {
+        blocks: u8,
+    },
+    Overwrite {
+        pick: usize,
+    },
+    Free {
+        pick: usize,
+    },
+    /// A free of a block an overwrite earlier in the batch replaces: the
+    /// free wins if admitted before the overwrite lands (house rule 7).
+    FreeRacing,
+    Read {
+        pick: usize,
+    },
     Commit,
     Flush,
 }
@@ -211,6 +226,7 @@ enum Op {
     },
     Overwrite {
         pick: usize,
+        blocks: u8,
     },
     Read {
         target: Target,
@@ -261,7 +277,8 @@ enum Sent {
         key: u64,
         version: u32,
     },
-    Free(NamelessAddr),
+    /// The block, and whether it races an overwrite of it.
+    Free(NamelessAddr, bool),
     Read(NamelessAddr, Block),
     Commit,
     Flush,
@@ -394,7 +411,7 @@ impl Rig {
     fn apply(&mut self, op: &Op) {
         let r = match op {
             Op::Write { blocks, fua } => self.write(u64::from(*blocks), *fua),
-            Op::Overwrite { pick } => self.overwrite(*pick),
+            Op::Overwrite { pick, blocks } => self.overwrite(*pick, *blocks),
             Op::Read { target } => self.read(target),
             Op::Free { pick, blocks } => self.free(*pick, *blocks),
             Op::Bad { kind, pick } => self.bad(*kind, *pick),
@@ -489,28 +506,49 @@ impl Rig {
         assert!(!known, "{a:?} handed out twice");
     }
 
-    fn overwrite(&mut self, pick: usize) -> Result<(), IoError> {
-        let Some(old) = Model::nth(&self.m.live, pick) else {
+    /// Overwrites `blocks` live blocks in one request: each new block
+    /// replaces its own old one.
+    fn overwrite(&mut self, pick: usize, blocks: u8) -> Result<(), IoError> {
+        let olds = self.pick_live(pick, blocks);
+        if olds.is_empty() {
             return Ok(());
-        };
-        let key = self.m.live[&old].key;
+        }
         let version = self.next_version();
-        let (data, md) = (self.data(key, version), self.md(key, version));
-        match self.ftl().nameless_overwrite(&[old], &data, &md) {
+        let keys: Vec<u64> = olds.iter().map(|a| self.m.live[a].key).collect();
+        let data: Vec<u8> = keys.iter().flat_map(|&k| self.data(k, version)).collect();
+        let md: Vec<u8> = keys.iter().flat_map(|&k| self.md(k, version)).collect();
+        match self.ftl().nameless_overwrite(&olds, &data, &md) {
             Ok(new) => {
-                self.answered_overwrite(old, key, version, new[0]);
+                assert_eq!(new.len(), olds.len(), "an address per block");
+                for ((&old, key), new) in olds.iter().zip(keys).zip(new) {
+                    self.answered_overwrite(old, key, version, new);
+                }
                 Ok(())
             }
+            // Refused: the old blocks stay as they were.
             Err(IoError::NoSpace) => {
                 self.counts.no_space += 1;
                 Ok(())
             }
             Err(e) => {
-                self.m.limbo.insert((key, version), Some(old));
-                self.m.overwriting.insert(old, (key, version));
+                for (&old, key) in olds.iter().zip(keys) {
+                    self.m.limbo.insert((key, version), Some(old));
+                    self.m.overwriting.insert(old, (key, version));
+                }
                 Err(e)
             }
         }
+    }
+
+    /// Up to `n` distinct live blocks, from `pick` on.
+    fn pick_live(&self, pick: usize, n: u8) -> Vec<NamelessAddr> {
+        let live = self.m.live.len();
+        let mut addrs: Vec<NamelessAddr> = (0..usize::from(n).min(live))
+            .map(|i| *self.m.live.keys().nth((pick + i * 7) % live).unwrap())
+            .collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        addrs
     }
 
     fn answered_overwrite(&mut self, old: NamelessAddr, key: u64, version: u32, new: NamelessAddr) {
@@ -638,12 +676,7 @@ impl Rig {
     }
 
     fn free(&mut self, pick: usize, blocks: u8) -> Result<(), IoError> {
-        let n = self.m.live.len();
-        let mut addrs: Vec<NamelessAddr> = (0..usize::from(blocks).min(n))
-            .map(|i| *self.m.live.keys().nth((pick + i * 7) % n).unwrap())
-            .collect();
-        addrs.sort_unstable();
-        addrs.dedup();
+        let addrs = self.pick_live(pick, blocks);
         if addrs.is_empty() {
             return Ok(());
         }
@@ -808,16 +841,20 @@ impl Rig {
         let pre_live: Vec<NamelessAddr> = self.m.live.keys().copied().collect();
         let pre_freeing: Vec<NamelessAddr> = self.m.freeing.keys().copied().collect();
         let mut taken = BTreeSet::new();
+        let mut overwritten = Vec::new();
         let mut sent: Vec<(u64, Sent)> = Vec::new();
         let mut failed: Option<IoError> = None;
         for r in reqs {
-            let Some((request, s)) = self.prepare(r, &mut taken) else {
+            let Some((request, s)) = self.prepare(r, &mut taken, &mut overwritten) else {
                 continue;
             };
             match self.ftl().submit(request) {
                 Ok(id) => sent.push((id, s)),
                 // Refused at admission: nothing of it is written.
                 Err(IoError::NoSpace) => self.counts.no_space += 1,
+                // The overwrite it races landed first: nothing to free.
+                Err(IoError::Nameless(NamelessError::NotLive { .. }))
+                    if matches!(s, Sent::Free(_, true)) => {}
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -866,7 +903,12 @@ impl Rig {
 
     /// The request of `r`, its targets kept distinct from the batch's
     /// others.
-    fn prepare(&mut self, r: &Req, taken: &mut BTreeSet<NamelessAddr>) -> Option<(Request, Sent)> {
+    fn prepare(
+        &mut self,
+        r: &Req,
+        taken: &mut BTreeSet<NamelessAddr>,
+        overwritten: &mut Vec<NamelessAddr>,
+    ) -> Option<(Request, Sent)> {
         fn pick_free(
             m: &Model,
             taken: &mut BTreeSet<NamelessAddr>,
@@ -885,6 +927,7 @@ impl Rig {
             }
             Req::Overwrite { pick } => {
                 let old = pick_free(&self.m, taken, pick)?;
+                overwritten.push(old);
                 let key = self.m.live[&old].key;
                 let version = self.next_version();
                 let (data, md) = (self.data(key, version), self.md(key, version));
@@ -894,7 +937,14 @@ impl Rig {
             Req::Free { pick } => {
                 let a = pick_free(&self.m, taken, pick)?;
                 let request = Request::NamelessFree { addrs: vec![a] };
-                (request, Sent::Free(a))
+                (request, Sent::Free(a, false))
+            }
+            Req::FreeRacing => {
+                let a = overwritten.pop()?;
+                (
+                    Request::NamelessFree { addrs: vec![a] },
+                    Sent::Free(a, true),
+                )
             }
             Req::Read { pick } => {
                 let a = Model::nth(&self.m.live, pick).filter(|a| !taken.contains(a))?;
@@ -944,12 +994,19 @@ impl Rig {
                     self.m.limbo.insert((key, version), Some(old));
                     self.m.overwriting.insert(old, (key, version));
                 }
-                (Sent::Free(a), r) => {
+                (Sent::Free(a, racing), r) => {
                     assert!(
                         r.as_ref().is_none_or(|r| r.is_ok()),
                         "free of live {a:?}: {r:?}"
                     );
-                    self.m.free(a);
+                    if racing {
+                        // Freed by the free or by the overwrite's block:
+                        // a cut may keep either, both or neither.
+                        self.m.raced.insert(a);
+                    }
+                    if self.m.live.contains_key(&a) {
+                        self.m.free(a);
+                    }
                 }
                 (Sent::Read(a, b), Some(r)) => {
                     let got = r.map(|d| match d {
@@ -1233,6 +1290,7 @@ impl Rig {
                 .expect("replaced, being freed")
                 .durable;
             let lost = !h && !freed && !self.m.overwriting.contains_key(&a);
+            let old_durable = old_durable && !self.m.raced.contains(&old);
             assert!(
                 !(lost && old_durable && !old_here),
                 "overwrite {old:?} -> {a:?}: both gone"
@@ -1332,6 +1390,7 @@ impl Rig {
         }
         self.m.limbo.clear();
         self.m.refused.clear();
+        self.m.raced.clear();
         self.m.overwriting.clear();
     }
 
@@ -1394,6 +1453,7 @@ fn req() -> impl Strategy<Value = Req> {
         4 => (1u8..4).prop_map(|blocks| Req::Write { blocks }),
         2 => i.prop_map(|pick| Req::Overwrite { pick }),
         2 => i.prop_map(|pick| Req::Free { pick }),
+        1 => Just(Req::FreeRacing),
         1 => i.prop_map(|pick| Req::Read { pick }),
         1 => Just(Req::Commit),
         1 => Just(Req::Flush),
@@ -1407,7 +1467,8 @@ fn op() -> impl Strategy<Value = Op> {
         // Big writes fill the volume: no space, nameless zones emptied
         // and reset (stale addresses).
         2 => (32u8..=160).prop_map(|blocks| Op::Write { blocks, fua: false }),
-        10 => i.prop_map(|pick| Op::Overwrite { pick }),
+        7 => i.prop_map(|pick| Op::Overwrite { pick, blocks: 1 }),
+        3 => (i, 2u8..9).prop_map(|(pick, blocks)| Op::Overwrite { pick, blocks }),
         12 => target().prop_map(|target| Op::Read { target }),
         10 => (i, 1u8..4).prop_map(|(pick, blocks)| Op::Free { pick, blocks }),
         3 => (any::<u8>(), i).prop_map(|(kind, pick)| Op::Bad { kind, pick }),
