@@ -1343,7 +1343,7 @@ impl Rig {
         for (old, new) in &self.m.overwriting {
             let durable = self.m.live.get(old).is_some_and(|b| b.durable);
             assert!(
-                here[old] || !durable || replaced.contains(old),
+                here.get(old) == Some(&true) || !durable || replaced.contains(old),
                 "durable {old:?} gone, its unanswered overwrite {new:?} not handed over"
             );
         }
@@ -1484,6 +1484,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The property test's seed unless `PROPTEST_RNG_SEED` gives another.
+const DEFAULT_RNG_SEED: u64 = 0x6E61_6D65_6C65_7373;
+
 /// Cases of the property test by default (seconds in release on 2 cores).
 const DEFAULT_CASES: u32 = 256;
 
@@ -1512,14 +1515,22 @@ fn config(long_replay: bool) -> FtlConfig {
 /// matter are taken (asserted at the end).
 #[test]
 fn nameless_api_matches_the_model_across_power_cuts() {
-    use proptest::test_runner::{FileFailurePersistence, TestRunner};
+    use proptest::test_runner::{FileFailurePersistence, RngSeed, TestRunner};
+    // A fixed seed unless PROPTEST_RNG_SEED gives one: the same cases on
+    // every run, so a failure replays.
+    let defaults = ProptestConfig::default();
+    let rng_seed = match defaults.rng_seed {
+        RngSeed::Random => RngSeed::Fixed(DEFAULT_RNG_SEED),
+        fixed => fixed,
+    };
     let config = ProptestConfig {
         cases: cases(),
+        rng_seed,
         source_file: Some(file!()),
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
             "proptest-regressions",
         ))),
-        ..ProptestConfig::default()
+        ..defaults
     };
     let case = (
         any::<u64>(),
@@ -1534,16 +1545,24 @@ fn nameless_api_matches_the_model_across_power_cuts() {
         for op in &ops {
             rig.apply(op);
         }
-        total.lock().unwrap().add(&rig.finish());
+        let counts = rig.finish();
+        // (A failing case poisons nothing the next one needs.)
+        total.lock().unwrap_or_else(|e| e.into_inner()).add(&counts);
         Ok(())
     });
     if let Err(e) = result {
+        let seed = match config.rng_seed {
+            RngSeed::Fixed(s) => s.to_string(),
+            RngSeed::Random => "random".to_string(),
+        };
         panic!(
-            "{e}\nreplay: cargo test --release --test nameless_model \
-             nameless_api_matches_the_model_across_power_cuts (the regressions file runs it first)"
+            "{e}\nreplay: PROPTEST_RNG_SEED={seed} PROPTEST_CASES={} cargo test --release \
+             --test nameless_model nameless_api_matches_the_model_across_power_cuts \
+             (the regressions file runs the shrunk case first)",
+            config.cases
         );
     }
-    let c = *total.lock().unwrap();
+    let c = *total.lock().unwrap_or_else(|e| e.into_inner());
     eprintln!(
         "nameless_api_matches_the_model_across_power_cuts: {} cases, {c:?}",
         config.cases
@@ -1729,4 +1748,106 @@ fn crash_point_after_migration_before_ack() {
     });
     assert!(c.migrated_events > 0, "no block was migrated: {c:?}");
     assert!(c.moves_again > 0 && c.acks > 0, "{c:?}");
+}
+
+/// Core bug found by the property test (report of helper-41, issue 31):
+/// GC resets a nameless zone as soon as nothing in it is live, with no
+/// checkpoint first. An overwrite's free of the block it replaces is
+/// recorded only in the new block's tag (its link): once the new blocks
+/// are freed and their zone reset, that tag is erased, and replay after a
+/// crash finds the replaced blocks live again (the checkpoint's bitmap),
+/// so the `ZoneReset` note of their own zone fails the mount with
+/// `Damaged("nameless zone .. is reset with .. live blocks")` (in a zone
+/// not reset yet, the freed blocks could come back instead). design.md's rule for
+/// nameless victims ("newest block older than the committed checkpoint,
+/// else ask for a checkpoint first") is not applied to emptied zones.
+#[test]
+#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
+fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
+    let mut rig = Rig::new(1, false, config(true));
+    let ftl = rig.ftl.as_mut().unwrap();
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let blocks = |v: u32| -> (Vec<u8>, Vec<u8>) {
+        let data = (0..64).flat_map(|k| pattern(k, v, bs)).collect();
+        let md = (0..64).flat_map(|k| md_of(k, v, mb)).collect();
+        (data, md)
+    };
+    // Two zones of blocks, in a checkpoint.
+    let (data, md) = blocks(1);
+    let xs = ftl.nameless_write(&data, &md).unwrap();
+    ftl.nameless_commit().unwrap();
+    ftl.checkpoint().unwrap();
+    // Overwritten (the frees are in the new blocks' tags), then the new
+    // blocks freed and more written, so emptied zones are reset.
+    let (data2, md2) = blocks(2);
+    let ys = ftl.nameless_overwrite(&xs, &data2, &md2).unwrap();
+    ftl.settle().unwrap();
+    let zs = ftl.nameless_write(&data, &md).unwrap();
+    ftl.nameless_free(&ys).unwrap();
+    ftl.settle().unwrap();
+    ftl.nameless_free(&zs).unwrap();
+    ftl.flush().unwrap();
+    ftl.settle().unwrap();
+    assert!(ftl.stats().erases >= 2, "no emptied zone was reset");
+    assert_eq!(ftl.stats().nameless_live_blocks, 0);
+    // A crash, and a mount.
+    let dev = rig.ftl.take().unwrap().into_backend();
+    let mut ftl = Driver::mount(dev, rig.cfg.clone()).expect("mount after a crash");
+    assert_eq!(ftl.stats().nameless_live_blocks, 0, "freed blocks are back");
+    for &x in &xs {
+        assert!(
+            ftl.nameless_read(x).is_err(),
+            "{x:?} overwritten, live again"
+        );
+    }
+}
+
+/// The property test's shrunk case of the same bug (seed 4856609783222296051).
+#[test]
+#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
+fn found_by_the_model_a_mount_fails_on_a_reset_zone_with_live_blocks() {
+    let w = |blocks| Op::Write { blocks, fua: false };
+    let o = |pick, blocks| Op::Overwrite { pick, blocks };
+    let f = |pick, blocks| Op::Free { pick, blocks };
+    let cut = |turns| Op::Batch {
+        reqs: vec![Req::Write { blocks: 1 }],
+        cut: Some(turns),
+    };
+    let ops = [
+        w(3),
+        cut(0),
+        w(3),
+        w(3),
+        w(2),
+        w(2),
+        w(3),
+        o(0, 3),
+        o(0, 1),
+        o(0, 1),
+        f(0, 2),
+        w(2),
+        o(0, 8),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 3),
+        f(0, 3),
+        w(2),
+        w(3),
+        o(116959441314093170, 1),
+        w(2),
+        w(1),
+        f(1149277688517333801, 2),
+        w(1),
+        w(2),
+        f(1407226346634912867, 1),
+        cut(1),
+    ];
+    let mut rig = Rig::new(4856609783222296051, false, config(false));
+    for op in &ops {
+        rig.apply(op);
+    }
+    rig.finish();
 }
