@@ -25,11 +25,13 @@
 //! The paper's four crash points (Zhang et al., FAST'12, §6.7) have cases
 //! of their own besides the random ones: `crash_point_*` below.
 //!
-//! Replay: proptest prints the shrunk case and keeps its seed in
-//! `tests/nameless_model.proptest-regressions`, which the next run replays
-//! first (`cargo test --release --test nameless_model`); more cases with
-//! `PROPTEST_CASES=<n>`. The crash-point cases print `ZFTL_SEED=<s> cargo
-//! test ...` for a failing seed; more seeds with `ZFTL_SEEDS`.
+//! Replay: the property test runs the same cases every time (a fixed
+//! seed; `PROPTEST_RNG_SEED=<n>` for others, `PROPTEST_CASES=<n>` for
+//! more); a failure prints its shrunk case and the command that reruns it,
+//! and keeps the shrunk case in `tests/nameless_model.proptest-regressions`,
+//! which every later run replays first. The crash-point cases print
+//! `ZFTL_SEED=<s> cargo test ...` for a failing seed; more seeds with
+//! `ZFTL_SEEDS`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1314,6 +1316,7 @@ impl Rig {
             }
             assert!(!self.m.gone.contains(&a), "freed {a:?} handed over");
             let (key, version) = md_names(md);
+            assert_eq!(md, &self.md(key, version), "md of {a:?} handed over");
             let origin = self.m.limbo.remove(&(key, version)).unwrap_or_else(|| {
                 panic!("{a:?} handed over with md of ({key}, {version}), which no unanswered write made")
             });
@@ -1508,10 +1511,8 @@ fn config(long_replay: bool) -> FtlConfig {
     cfg
 }
 
-/// Random op sequences against the model: `PROPTEST_CASES` of them (else
-/// [`cases`]); a failure is shrunk to a minimal sequence, printed, and
-/// its seed kept in `tests/nameless_model.proptest-regressions`, which
-/// every later run replays first. Over the default cases the paths that
+/// Random op sequences against the model: [`cases`] of them from a fixed
+/// seed (module doc, "Replay"). Over the default cases the paths that
 /// matter are taken (asserted at the end).
 #[test]
 fn nameless_api_matches_the_model_across_power_cuts() {
