@@ -1,0 +1,1854 @@
+//! Model-based property test of the nameless API (issue 31) on `Driver`
+//! over a small simulated volume, with power cuts at random device
+//! commands, mid-flight and during mounts.
+//!
+//! A client model knows, for every address it was told (by a reply or an
+//! event), the data and md the block holds, whether a flush or a commit
+//! covers it, and which addresses it freed. Every call is checked against
+//! it: blocks read back exactly; freed, never-written, moved-and-acked,
+//! out-of-segment and garbage addresses get typed errors (never a panic);
+//! refused requests change nothing. After every cut and mount:
+//!
+//! - every flushed or committed block reads back at its address;
+//! - every block written after the last commit that answered is handed
+//!   over as `Unrecorded` with its md exactly, or is gone; a commit the cut
+//!   left unanswered either covers all the blocks it would cover or none;
+//! - an overwrite keeps its new block and the free of the old one, or
+//!   neither; a block of a write the cut left unanswered comes back only
+//!   through the hand-over, whole, with its md;
+//! - a block freed by a flushed free never comes back;
+//! - once the client has freed the blocks it does not want,
+//!   `nameless_live_blocks` is exactly what it holds (nothing leaks);
+//! - every move (`Migrated { old, new, md }`) not acknowledged comes again;
+//!   the old address reaches the block until the ack, then is stale.
+//!
+//! The paper's four crash points (Zhang et al., FAST'12, §6.7) have cases
+//! of their own besides the random ones: `crash_point_*` below.
+//!
+//! Replay: the property test runs the same cases every time (a fixed
+//! seed; `PROPTEST_RNG_SEED=<n>` for others, `PROPTEST_CASES=<n>` for
+//! more); a failure prints its shrunk case and the command that reruns it,
+//! and keeps the shrunk case in `tests/nameless_model.proptest-regressions`,
+//! which every later run replays first. The crash-point cases print
+//! `ZFTL_SEED=<s> cargo test ...` for a failing seed; more seeds with
+//! `ZFTL_SEEDS`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use zftl::core::{
+    nameless_request, Driver, FormatOptions, FtlConfig, IoError, MountError, NamelessAddr,
+    NamelessError, NamelessEvent, ReplyData, Request,
+};
+use zftl::sim::rng::Rng;
+use zftl::sim::{Faults, PowerCut, SimDevice};
+
+mod common;
+use common::{ftl_config, pattern, run_listed_seeds, seeds_to_run, sim_config, Coverage};
+
+/// The metadata of block `key` version `version`: both, then bytes made
+/// of them, so a wrong, shifted or torn md never matches.
+fn md_of(key: u64, version: u32, md_bytes: usize) -> Vec<u8> {
+    let mut m = vec![0u8; md_bytes];
+    m[..8].copy_from_slice(&key.to_le_bytes());
+    m[8..12].copy_from_slice(&version.to_le_bytes());
+    for (i, b) in m[12..].iter_mut().enumerate() {
+        *b = (key as u8).wrapping_mul(7) ^ (version as u8).wrapping_add(i as u8);
+    }
+    m
+}
+
+/// The (key, version) an md names.
+fn md_names(md: &[u8]) -> (u64, u32) {
+    let key = u64::from_le_bytes(md[..8].try_into().unwrap());
+    let version = u32::from_le_bytes(md[8..12].try_into().unwrap());
+    (key, version)
+}
+
+/// Whether an error means the power went (or the volume stopped writing
+/// because of it): the request may or may not have taken effect.
+fn is_cut(e: &IoError) -> bool {
+    matches!(
+        e,
+        IoError::DeviceGone | IoError::ReadOnly | IoError::Device { .. }
+    )
+}
+
+/// Whether a commit covers a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Commit {
+    /// Written after the last commit that answered: handed over after a
+    /// mount if it survives.
+    No,
+    /// Written before a commit a cut left unanswered.
+    Maybe,
+    /// Covered by a commit that answered: never handed over.
+    Yes,
+}
+
+/// A block the client holds (or freed, while a cut may bring it back).
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    key: u64,
+    version: u32,
+    /// A flush (or FUA, or a commit) since it was answered: a cut keeps it.
+    durable: bool,
+    commit: Commit,
+    /// The block this one's overwrite freed, until a flush.
+    replaces: Option<NamelessAddr>,
+}
+
+/// What the client knows of the physical segment.
+#[derive(Default)]
+struct Model {
+    live: BTreeMap<NamelessAddr, Block>,
+    /// Freed (or replaced) since the last flush: a cut may bring them back.
+    freeing: BTreeMap<NamelessAddr, Block>,
+    /// Freed for good (a flush, or found dead after a cut): never live again.
+    gone: BTreeSet<NamelessAddr>,
+    /// Blocks of writes a cut left unanswered (or that failed after being
+    /// sent): each may come back once, through the hand-over. For an
+    /// overwrite, the address it replaces.
+    limbo: BTreeMap<(u64, u32), Option<NamelessAddr>>,
+    /// Of those, the blocks of writes answered with an error (no space):
+    /// the FTL freed what landed, a cut may undo that.
+    refused: BTreeSet<(u64, u32)>,
+    /// Live blocks an unanswered overwrite names, and its new block.
+    overwriting: BTreeMap<NamelessAddr, (u64, u32)>,
+    /// The blocks being freed when a commit the cut left unanswered was
+    /// admitted: if it happened, they are freed for good.
+    maybe_commit_frees: Option<BTreeSet<NamelessAddr>>,
+    /// Blocks both a free and an overwrite freed (a batch's race): a cut
+    /// may keep the free alone.
+    raced: BTreeSet<NamelessAddr>,
+    /// Moves delivered and not acknowledged: old address -> new.
+    moved: BTreeMap<NamelessAddr, NamelessAddr>,
+    /// Moves whose ack (or covering commit) a cut left unanswered.
+    acking: BTreeMap<NamelessAddr, NamelessAddr>,
+    /// Old addresses of acknowledged moves: stale.
+    acked: BTreeSet<NamelessAddr>,
+}
+
+impl Model {
+    fn flush(&mut self) {
+        for b in self.live.values_mut() {
+            b.durable = true;
+            b.replaces = None;
+        }
+        self.gone
+            .extend(std::mem::take(&mut self.freeing).into_keys());
+        self.raced.clear();
+    }
+
+    fn free(&mut self, a: NamelessAddr) {
+        let b = self.live.remove(&a).expect("freed a live block");
+        self.freeing.insert(a, b);
+    }
+
+    /// A commit was admitted and not answered.
+    fn commit_sent(&mut self) {
+        for b in self.live.values_mut().chain(self.freeing.values_mut()) {
+            if b.commit == Commit::No {
+                b.commit = Commit::Maybe;
+            }
+        }
+        self.maybe_commit_frees = Some(self.freeing.keys().copied().collect());
+        self.acking.append(&mut self.moved);
+    }
+
+    /// A commit answered: what it covers is committed, flushed, and the
+    /// moves delivered before it are acknowledged.
+    fn committed(&mut self) {
+        for b in self.live.values_mut().chain(self.freeing.values_mut()) {
+            b.commit = Commit::Yes;
+        }
+        self.maybe_commit_frees = None;
+        self.flush();
+        let moved = std::mem::take(&mut self.moved);
+        let acking = std::mem::take(&mut self.acking);
+        self.acked
+            .extend(moved.into_keys().chain(acking.into_keys()));
+    }
+
+    fn nth<V>(map: &BTreeMap<NamelessAddr, V>, pick: usize) -> Option<NamelessAddr> {
+        (!map.is_empty()).then(|| *map.keys().nth(pick % map.len()).unwrap())
+    }
+
+    fn nth_set(set: &BTreeSet<NamelessAddr>, pick: usize) -> Option<NamelessAddr> {
+        (!set.is_empty()).then(|| *set.iter().nth(pick % set.len()).unwrap())
+    }
+}
+
+/// An address a read names.
+#[derive(Clone, Debug)]
+enum Target {
+    Live(usize),
+    /// Freed, replaced, or found dead after a cut.
+    Freed(usize),
+    /// A live block's address one generation on: never handed out.
+    Unborn(usize),
+    /// Outside the segment: none, generation 0, the superblock zone, past
+    /// the device.
+    Outside(u8),
+    /// Any 8 bytes.
+    Garbage(u64),
+    /// The old address of a move not yet acknowledged.
+    Moved(usize),
+    /// The old address of an acknowledged move.
+    Acked(usize),
+}
+
+/// A request of a batch submitted together.
+#[derive(Clone, Debug)]
+enum Req {
+    Write {
+        blocks: u8,
+    },
+    Overwrite {
+        pick: usize,
+    },
+    Free {
+        pick: usize,
+    },
+    /// A free of a block an overwrite earlier in the batch replaces: the
+    /// free wins if admitted before the overwrite lands (house rule 7).
+    FreeRacing,
+    Read {
+        pick: usize,
+    },
+    Commit,
+    Flush,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write {
+        blocks: u8,
+        fua: bool,
+    },
+    Overwrite {
+        pick: usize,
+        blocks: u8,
+    },
+    Read {
+        target: Target,
+    },
+    Free {
+        pick: usize,
+        blocks: u8,
+    },
+    /// A request the FTL must refuse with a typed error, changing nothing.
+    Bad {
+        kind: u8,
+        pick: usize,
+    },
+    Commit,
+    Ack {
+        pick: usize,
+    },
+    /// `poll_event` (`max` 0) or `next_events(max)`.
+    Events {
+        max: u8,
+    },
+    Flush,
+    /// Runs the loop until the core is idle: GC, resets of emptied zones
+    /// and checkpoints finish.
+    Settle,
+    /// Requests submitted together, then all answers awaited, or (`cut`)
+    /// the loop turned that many times and the power cut with whatever is
+    /// in flight.
+    Batch {
+        reqs: Vec<Req>,
+        cut: Option<u8>,
+    },
+    /// A power cut right after the device's `after_commands`-th command
+    /// from now (0: now); the ops after it run until it fires. Then a
+    /// mount, itself cut after `mount_cut` commands when given.
+    Cut {
+        after_commands: u16,
+        mount_cut: Option<u8>,
+    },
+}
+
+/// A request of a batch as sent.
+#[derive(Clone, Debug)]
+enum Sent {
+    Write(Vec<(u64, u32)>),
+    Overwrite {
+        old: NamelessAddr,
+        key: u64,
+        version: u32,
+    },
+    /// The block, and whether it races an overwrite of it.
+    Free(NamelessAddr, bool),
+    Read(NamelessAddr, Block),
+    Commit,
+    Flush,
+}
+
+/// What the cases did, to show a run covered what it claims.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    cuts: u64,
+    mount_cuts: u64,
+    /// Blocks handed over after mounts, and of those the blocks of writes
+    /// a cut left unanswered, kept or freed by the client.
+    handed_over: u64,
+    orphans_kept: u64,
+    orphans_freed: u64,
+    /// Blocks of unanswered writes that did not come back.
+    in_flight_lost: u64,
+    /// Commits a cut left unanswered that turned out done, or not.
+    commits_done: u64,
+    commits_lost: u64,
+    /// Blocks read back and checked, typed errors checked.
+    blocks_checked: u64,
+    errors_checked: u64,
+    /// Reads answered `Stale` (a zone reset since), writes answered
+    /// `NoSpace`.
+    stale_errors: u64,
+    no_space: u64,
+    migrated_events: u64,
+    /// Moves not acknowledged at a cut, checked to come again.
+    moves_again: u64,
+    acks: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.cuts += o.cuts;
+        self.mount_cuts += o.mount_cuts;
+        self.handed_over += o.handed_over;
+        self.orphans_kept += o.orphans_kept;
+        self.orphans_freed += o.orphans_freed;
+        self.in_flight_lost += o.in_flight_lost;
+        self.commits_done += o.commits_done;
+        self.commits_lost += o.commits_lost;
+        self.blocks_checked += o.blocks_checked;
+        self.errors_checked += o.errors_checked;
+        self.stale_errors += o.stale_errors;
+        self.no_space += o.no_space;
+        self.migrated_events += o.migrated_events;
+        self.moves_again += o.moves_again;
+        self.acks += o.acks;
+    }
+}
+
+struct Rig {
+    ftl: Option<Driver<SimDevice>>,
+    cfg: FtlConfig,
+    bs: usize,
+    mb: usize,
+    m: Model,
+    /// The client's own choices: keep or free a handed-over block, ack a
+    /// move now or later, event batch sizes.
+    rng: Rng,
+    next_key: u64,
+    next_version: u32,
+    /// A cut is armed, and the mount after it is cut too after so many
+    /// commands.
+    armed: bool,
+    mount_cut: Option<u8>,
+    counts: Counts,
+}
+
+impl Rig {
+    /// A volume with md in OOB on the common rig geometry (48 zones of 32
+    /// blocks); `timing` turns on the simulator's virtual-time model, so
+    /// commands stay in flight across loop turns.
+    fn new(seed: u64, timing: bool, cfg: FtlConfig) -> Rig {
+        let dev = SimDevice::create_memory(sim_config(seed, true, timing)).unwrap();
+        let opts = FormatOptions {
+            seed,
+            gc_reserve_zones: 3,
+            ..FormatOptions::default()
+        };
+        let ftl = Driver::format(dev, &opts, cfg.clone()).unwrap();
+        let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+        Rig {
+            ftl: Some(ftl),
+            cfg,
+            bs,
+            mb,
+            m: Model::default(),
+            rng: Rng::new(seed ^ 0x4E41_4D45),
+            next_key: 0,
+            next_version: 1,
+            armed: false,
+            mount_cut: None,
+            counts: Counts::default(),
+        }
+    }
+
+    fn ftl(&mut self) -> &mut Driver<SimDevice> {
+        self.ftl.as_mut().expect("mounted")
+    }
+
+    fn data(&self, key: u64, version: u32) -> Vec<u8> {
+        pattern(key, version, self.bs)
+    }
+
+    fn md(&self, key: u64, version: u32) -> Vec<u8> {
+        md_of(key, version, self.mb)
+    }
+
+    /// `n` new blocks (fresh keys): their names, data and md.
+    fn new_blocks(&mut self, n: u64) -> (Vec<(u64, u32)>, Vec<u8>, Vec<u8>) {
+        let names: Vec<(u64, u32)> = (0..n)
+            .map(|i| (self.next_key + i, self.next_version))
+            .collect();
+        self.next_key += n;
+        self.next_version += 1;
+        let data = names.iter().flat_map(|&(k, v)| self.data(k, v)).collect();
+        let md = names.iter().flat_map(|&(k, v)| self.md(k, v)).collect();
+        (names, data, md)
+    }
+
+    fn next_version(&mut self) -> u32 {
+        self.next_version += 1;
+        self.next_version - 1
+    }
+
+    /// Runs one op; a power cut it meets crashes and remounts.
+    fn apply(&mut self, op: &Op) {
+        let r = match op {
+            Op::Write { blocks, fua } => self.write(u64::from(*blocks), *fua),
+            Op::Overwrite { pick, blocks } => self.overwrite(*pick, *blocks),
+            Op::Read { target } => self.read(target),
+            Op::Free { pick, blocks } => self.free(*pick, *blocks),
+            Op::Bad { kind, pick } => self.bad(*kind, *pick),
+            Op::Commit => self.commit(),
+            Op::Ack { pick } => self.ack(*pick),
+            Op::Events { max } => self.events(*max),
+            Op::Flush => self.flush(),
+            Op::Settle => self.ftl().settle(),
+            Op::Batch { reqs, cut } => self.batch(reqs, *cut),
+            Op::Cut {
+                after_commands,
+                mount_cut,
+            } => {
+                self.cut(*after_commands, *mount_cut);
+                Ok(())
+            }
+        };
+        match r {
+            Ok(()) => {}
+            Err(e) if self.armed && is_cut(&e) => self.crash(self.mount_cut),
+            Err(e) => panic!("{op:?} failed without a power cut: {e}"),
+        }
+    }
+
+    /// The end of a case: a cut still armed fires now; then a clean
+    /// shutdown and a mount, which must hand over exactly what a cut
+    /// would (a clean shutdown is no commit).
+    fn finish(mut self) -> Counts {
+        if self.armed {
+            self.crash(self.mount_cut);
+        }
+        let dev = self.ftl.take().unwrap().shutdown().expect("clean shutdown");
+        self.m.flush();
+        self.ftl = Some(Driver::mount(dev, self.cfg.clone()).expect("mount after shutdown"));
+        self.after_mount();
+        let mut dev = self.ftl.take().unwrap().shutdown().unwrap();
+        common::assert_check_clean(&mut dev, "after the model's case");
+        self.counts
+    }
+
+    fn write(&mut self, n: u64, fua: bool) -> Result<(), IoError> {
+        let (names, data, md) = self.new_blocks(n);
+        let ftl = self.ftl();
+        let r = match fua {
+            true => ftl.nameless_write_fua(&data, &md),
+            false => ftl.nameless_write(&data, &md),
+        };
+        match r {
+            Ok(addrs) => {
+                self.answered_write(&names, &addrs, fua);
+                Ok(())
+            }
+            Err(e) => {
+                // Refused at admission (no space) or failed: blocks of it
+                // may have landed and come back after a cut.
+                self.m.limbo.extend(names.iter().map(|&n| (n, None)));
+                match e {
+                    IoError::NoSpace => {
+                        self.m.refused.extend(names);
+                        self.counts.no_space += 1;
+                        Ok(())
+                    }
+                    e => Err(e),
+                }
+            }
+        }
+    }
+
+    fn answered_write(&mut self, names: &[(u64, u32)], addrs: &[NamelessAddr], durable: bool) {
+        assert_eq!(addrs.len(), names.len(), "an address per block");
+        for (&(key, version), &a) in names.iter().zip(addrs) {
+            self.check_fresh(a);
+            let b = Block {
+                key,
+                version,
+                durable,
+                commit: Commit::No,
+                replaces: None,
+            };
+            self.m.live.insert(a, b);
+        }
+    }
+
+    /// A new block's address was never handed out before.
+    fn check_fresh(&self, a: NamelessAddr) {
+        let m = &self.m;
+        let known = m.live.contains_key(&a)
+            || m.freeing.contains_key(&a)
+            || m.gone.contains(&a)
+            || m.moved.contains_key(&a)
+            || m.acked.contains(&a);
+        assert!(!known, "{a:?} handed out twice");
+    }
+
+    /// Overwrites `blocks` live blocks in one request: each new block
+    /// replaces its own old one.
+    fn overwrite(&mut self, pick: usize, blocks: u8) -> Result<(), IoError> {
+        let olds = self.pick_live(pick, blocks);
+        if olds.is_empty() {
+            return Ok(());
+        }
+        let version = self.next_version();
+        let keys: Vec<u64> = olds.iter().map(|a| self.m.live[a].key).collect();
+        let data: Vec<u8> = keys.iter().flat_map(|&k| self.data(k, version)).collect();
+        let md: Vec<u8> = keys.iter().flat_map(|&k| self.md(k, version)).collect();
+        match self.ftl().nameless_overwrite(&olds, &data, &md) {
+            Ok(new) => {
+                assert_eq!(new.len(), olds.len(), "an address per block");
+                for ((&old, key), new) in olds.iter().zip(keys).zip(new) {
+                    self.answered_overwrite(old, key, version, new);
+                }
+                Ok(())
+            }
+            // Refused: the old blocks stay as they were.
+            Err(IoError::NoSpace) => {
+                self.counts.no_space += 1;
+                Ok(())
+            }
+            Err(e) => {
+                for (&old, key) in olds.iter().zip(keys) {
+                    self.m.limbo.insert((key, version), Some(old));
+                    self.m.overwriting.insert(old, (key, version));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Up to `n` distinct live blocks, from `pick` on.
+    fn pick_live(&self, pick: usize, n: u8) -> Vec<NamelessAddr> {
+        let live = self.m.live.len();
+        let mut addrs: Vec<NamelessAddr> = (0..usize::from(n).min(live))
+            .map(|i| *self.m.live.keys().nth((pick + i * 7) % live).unwrap())
+            .collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        addrs
+    }
+
+    fn answered_overwrite(&mut self, old: NamelessAddr, key: u64, version: u32, new: NamelessAddr) {
+        self.check_fresh(new);
+        self.m.free(old);
+        let b = Block {
+            key,
+            version,
+            durable: false,
+            commit: Commit::No,
+            replaces: Some(old),
+        };
+        self.m.live.insert(new, b);
+    }
+
+    /// The address a target names, and the block the client expects there
+    /// (`None`: a typed error is expected, which `read_expect` checks).
+    fn target(&self, t: &Target) -> Option<(NamelessAddr, Expect)> {
+        let m = &self.m;
+        let live = |i| Model::nth(&m.live, i);
+        Some(match *t {
+            Target::Live(i) => {
+                let a = live(i)?;
+                (a, Expect::Block(m.live[&a]))
+            }
+            Target::Freed(i) => {
+                let mut dead: BTreeSet<NamelessAddr> = m.gone.clone();
+                dead.extend(m.freeing.keys());
+                (Model::nth_set(&dead, i)?, Expect::Dead)
+            }
+            Target::Unborn(i) => {
+                // No gap fills in this build: a live block's generation is
+                // its zone's, so one more was never handed out. With moves
+                // pending the client may hold an old address whose zone
+                // was reset since: a generation far on, then.
+                let a = live(i)?;
+                let moves = self.ftl.as_ref()?.stats().nameless_remap_entries;
+                let on = if moves == 0 { 1 } else { 1 << 20 };
+                let unborn = NamelessAddr::new(a.ppa(), a.generation() + on);
+                (unborn, Expect::NotLive)
+            }
+            Target::Outside(k) => {
+                let any = live(0).unwrap_or(NamelessAddr::from_u64(1 << 40));
+                let a = match k % 4 {
+                    0 => NamelessAddr::NONE,
+                    1 => NamelessAddr::from_u64(any.to_u64() & 0xFFFF_FFFF), // generation 0
+                    2 => NamelessAddr::from_u64(1 << 32),                    // the superblock zone
+                    _ => NamelessAddr::from_u64((1 << 32) | 0xFFFF_FFFE),    // past the device
+                };
+                (a, Expect::OutOfSegment)
+            }
+            Target::Garbage(x) => {
+                let a = NamelessAddr::from_u64(x);
+                match (m.live.get(&a), m.moved.get(&a)) {
+                    (Some(b), _) => (a, Expect::Block(*b)),
+                    (None, Some(new)) => (a, Expect::Block(m.live[new])),
+                    _ => (a, Expect::Any),
+                }
+            }
+            Target::Moved(i) => {
+                let old = Model::nth(&m.moved, i)?;
+                (old, Expect::Block(m.live[&m.moved[&old]]))
+            }
+            Target::Acked(i) => (Model::nth_set(&m.acked, i)?, Expect::Dead),
+        })
+    }
+
+    fn read(&mut self, t: &Target) -> Result<(), IoError> {
+        let Some((a, expect)) = self.target(t) else {
+            return Ok(());
+        };
+        let got = self.ftl().nameless_read(a);
+        self.read_expect(a, expect, got)
+    }
+
+    /// Checks the answer to a read of `a`; a cut's error is passed on.
+    fn read_expect(
+        &mut self,
+        a: NamelessAddr,
+        expect: Expect,
+        got: Result<(Vec<u8>, Vec<u8>), IoError>,
+    ) -> Result<(), IoError> {
+        let e = match got {
+            Ok((data, md)) => {
+                let Expect::Block(b) = expect else {
+                    panic!("{a:?} read back, the client expected {expect:?}");
+                };
+                assert!(data == self.data(b.key, b.version), "data at {a:?} ({b:?})");
+                assert_eq!(md, self.md(b.key, b.version), "md at {a:?} ({b:?})");
+                self.counts.blocks_checked += 1;
+                return Ok(());
+            }
+            Err(IoError::Nameless(e)) => e,
+            Err(e) if is_cut(&e) => return Err(e),
+            Err(e) => panic!("read of {a:?} ({expect:?}): {e}"),
+        };
+        let ok = match expect {
+            Expect::Block(b) => panic!("read of {a:?} ({b:?}): {e}"),
+            Expect::Dead => matches!(
+                e,
+                NamelessError::NotLive { .. } | NamelessError::Stale { .. }
+            ),
+            Expect::NotLive => matches!(e, NamelessError::NotLive { .. }),
+            Expect::OutOfSegment => matches!(e, NamelessError::OutOfSegment { .. }),
+            Expect::Any => matches!(
+                e,
+                NamelessError::NotLive { .. }
+                    | NamelessError::Stale { .. }
+                    | NamelessError::OutOfSegment { .. }
+            ),
+        };
+        assert!(ok, "read of {a:?}: expected {expect:?}, got {e:?}");
+        let named = match e {
+            NamelessError::NotLive { addr }
+            | NamelessError::Stale { addr, .. }
+            | NamelessError::OutOfSegment { addr } => addr,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(named, a, "the error names the address read");
+        if matches!(e, NamelessError::Stale { .. }) {
+            self.counts.stale_errors += 1;
+        }
+        self.counts.errors_checked += 1;
+        Ok(())
+    }
+
+    fn free(&mut self, pick: usize, blocks: u8) -> Result<(), IoError> {
+        let addrs = self.pick_live(pick, blocks);
+        if addrs.is_empty() {
+            return Ok(());
+        }
+        let r = self.ftl().nameless_free(&addrs);
+        // A free takes effect when admitted; a cut may undo it.
+        if r.is_ok() || r.as_ref().is_err_and(is_cut) {
+            addrs.iter().for_each(|&a| self.m.free(a));
+        }
+        r
+    }
+
+    /// A request the FTL refuses: the error it must give, and nothing
+    /// changes (no block written or freed).
+    fn bad(&mut self, kind: u8, pick: usize) -> Result<(), IoError> {
+        let (bs, mb) = (self.bs, self.mb);
+        let live = Model::nth(&self.m.live, pick);
+        let mut dead: BTreeSet<NamelessAddr> = self.m.gone.clone();
+        dead.extend(self.m.freeing.keys());
+        let dead = Model::nth_set(&dead, pick);
+        let one = self.data(u64::MAX, 1);
+        let before = self.ftl().stats();
+        let ftl = self.ftl.as_mut().unwrap();
+        let (r, ok): (Result<(), IoError>, ErrorCheck) = match kind % 6 {
+            0 => (ftl.nameless_write(&one, &vec![0; mb + 4]).map(drop), |e| {
+                matches!(e, IoError::Nameless(NamelessError::MetadataSize { .. }))
+            }),
+            1 => (
+                ftl.nameless_write(&one[..bs / 2], &vec![0; mb]).map(drop),
+                |e| matches!(e, IoError::BufferSize { .. }),
+            ),
+            2 => {
+                let Some(a) = live else { return Ok(()) };
+                let two = [one.clone(), one.clone()].concat();
+                (
+                    ftl.nameless_overwrite(&[a], &two, &vec![0; 2 * mb])
+                        .map(drop),
+                    |e| matches!(e, IoError::Nameless(NamelessError::AddressCount { .. })),
+                )
+            }
+            3 => {
+                let Some(a) = live else { return Ok(()) };
+                let two = [one.clone(), one.clone()].concat();
+                (
+                    ftl.nameless_overwrite(&[a, a], &two, &vec![0; 2 * mb])
+                        .map(drop),
+                    |e| matches!(e, IoError::Nameless(NamelessError::Duplicate { .. })),
+                )
+            }
+            4 => {
+                let Some(d) = dead else { return Ok(()) };
+                (
+                    ftl.nameless_overwrite(&[d], &one, &vec![0; mb]).map(drop),
+                    |e| {
+                        matches!(
+                            e,
+                            IoError::Nameless(
+                                NamelessError::NotLive { .. } | NamelessError::Stale { .. }
+                            )
+                        )
+                    },
+                )
+            }
+            _ => {
+                // A live block beside a freed one: all or none.
+                let (Some(a), Some(d)) = (live, dead) else {
+                    return Ok(());
+                };
+                (ftl.nameless_free(&[a, d]), |e| {
+                    matches!(
+                        e,
+                        IoError::Nameless(
+                            NamelessError::NotLive { .. } | NamelessError::Stale { .. }
+                        )
+                    )
+                })
+            }
+        };
+        match r {
+            Ok(()) => panic!("bad request {kind} accepted"),
+            Err(e) if is_cut(&e) => return Err(e),
+            Err(e) => assert!(ok(&e), "bad request {kind}: {e:?}"),
+        }
+        let after = self.ftl().stats();
+        assert_eq!(after.nameless_live_blocks, before.nameless_live_blocks);
+        assert_eq!(after.nameless_write_blocks, before.nameless_write_blocks);
+        assert_eq!(after.nameless_free_blocks, before.nameless_free_blocks);
+        self.counts.errors_checked += 1;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), IoError> {
+        self.m.commit_sent();
+        self.ftl().nameless_commit()?;
+        self.m.committed();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), IoError> {
+        self.ftl().flush()?;
+        self.m.flush();
+        Ok(())
+    }
+
+    /// Acknowledges a delivered move, or (none pending) any address: a
+    /// no-op that changes nothing.
+    fn ack(&mut self, pick: usize) -> Result<(), IoError> {
+        let Some(old) = Model::nth(&self.m.moved, pick) else {
+            let Some(a) = Model::nth(&self.m.live, pick) else {
+                return Ok(());
+            };
+            let before = self.ftl().stats().nameless_live_blocks;
+            self.ftl().nameless_ack(&[a])?;
+            assert_eq!(self.ftl().stats().nameless_live_blocks, before);
+            return Ok(());
+        };
+        let new = self.m.moved.remove(&old).unwrap();
+        self.m.acking.insert(old, new);
+        self.ftl().nameless_ack(&[old])?;
+        self.m.acking.remove(&old);
+        self.m.acked.insert(old);
+        self.counts.acks += 1;
+        Ok(())
+    }
+
+    fn events(&mut self, max: u8) -> Result<(), IoError> {
+        let events = match max {
+            0 => self.ftl().poll_event().into_iter().collect(),
+            max => self.ftl().next_events(usize::from(max))?,
+        };
+        for e in events {
+            match e {
+                NamelessEvent::Migrated { old, new, md } => self.on_migrated(old, new, &md),
+                other => panic!("{other:?} outside a hand-over"),
+            }
+        }
+        Ok(())
+    }
+
+    /// A move delivered: the client repoints its block from `old` to `new`
+    /// (a repeat after a mount finds it repointed already).
+    fn on_migrated(&mut self, old: NamelessAddr, new: NamelessAddr, md: &[u8]) {
+        self.counts.migrated_events += 1;
+        let (key, version) = md_names(md);
+        if let Some(b) = self.m.live.remove(&old) {
+            assert_eq!((b.key, b.version), (key, version), "md of {old:?} moved");
+            self.check_fresh(new);
+            self.m.live.insert(new, b);
+        } else {
+            let b = self.m.live.get(&new).unwrap_or_else(|| {
+                panic!("move {old:?} -> {new:?} of a block the client does not hold")
+            });
+            assert_eq!((b.key, b.version), (key, version), "md of {new:?} moved");
+        }
+        self.m.acking.remove(&old);
+        self.m.moved.insert(old, new);
+    }
+
+    /// Submits `reqs` together (targets distinct), then waits for every
+    /// answer, or (`cut`) turns the loop that many times and cuts the
+    /// power with whatever is in flight.
+    fn batch(&mut self, reqs: &[Req], cut: Option<u8>) -> Result<(), IoError> {
+        let pre_live: Vec<NamelessAddr> = self.m.live.keys().copied().collect();
+        let pre_freeing: Vec<NamelessAddr> = self.m.freeing.keys().copied().collect();
+        let mut taken = BTreeSet::new();
+        let mut overwritten = Vec::new();
+        let mut sent: Vec<(u64, Sent)> = Vec::new();
+        let mut failed: Option<IoError> = None;
+        for r in reqs {
+            let Some((request, s)) = self.prepare(r, &mut taken, &mut overwritten) else {
+                continue;
+            };
+            match self.ftl().submit(request) {
+                Ok(id) => sent.push((id, s)),
+                // Refused at admission: nothing of it is written.
+                Err(IoError::NoSpace) => self.counts.no_space += 1,
+                // The overwrite it races landed first: nothing to free.
+                Err(IoError::Nameless(NamelessError::NotLive { .. }))
+                    if matches!(s, Sent::Free(_, true)) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut answers: BTreeMap<u64, Result<ReplyData, IoError>> = BTreeMap::new();
+        match (cut, &failed) {
+            (None, None) => {
+                for &(id, _) in &sent {
+                    match self.ftl().wait_for(id) {
+                        Err(e) if is_cut(&e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                        r => answers.insert(id, r),
+                    };
+                }
+            }
+            (Some(turns), None) => {
+                for _ in 0..turns {
+                    if self.ftl().turn().is_err() {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let ftl = self.ftl();
+        while let Some(reply) = ftl.take_reply() {
+            answers.entry(reply.id).or_insert(reply.result);
+        }
+        if cut.is_some() {
+            self.ftl().backend_mut().power_cut();
+        }
+        self.answered_batch(sent, answers, &pre_live, &pre_freeing);
+        match (cut, failed) {
+            (Some(_), _) => {
+                self.crash(if self.armed { self.mount_cut } else { None });
+                Ok(())
+            }
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// The request of `r`, its targets kept distinct from the batch's
+    /// others.
+    fn prepare(
+        &mut self,
+        r: &Req,
+        taken: &mut BTreeSet<NamelessAddr>,
+        overwritten: &mut Vec<NamelessAddr>,
+    ) -> Option<(Request, Sent)> {
+        fn pick_free(
+            m: &Model,
+            taken: &mut BTreeSet<NamelessAddr>,
+            pick: usize,
+        ) -> Option<NamelessAddr> {
+            let a = Model::nth(&m.live, pick)?;
+            taken.insert(a).then_some(a)
+        }
+        Some(match *r {
+            Req::Write { blocks } => {
+                let (names, data, md) = self.new_blocks(u64::from(blocks));
+                (
+                    nameless_request(None, &data, &md, false),
+                    Sent::Write(names),
+                )
+            }
+            Req::Overwrite { pick } => {
+                let old = pick_free(&self.m, taken, pick)?;
+                overwritten.push(old);
+                let key = self.m.live[&old].key;
+                let version = self.next_version();
+                let (data, md) = (self.data(key, version), self.md(key, version));
+                let request = nameless_request(Some(&[old]), &data, &md, false);
+                (request, Sent::Overwrite { old, key, version })
+            }
+            Req::Free { pick } => {
+                let a = pick_free(&self.m, taken, pick)?;
+                let request = Request::NamelessFree { addrs: vec![a] };
+                (request, Sent::Free(a, false))
+            }
+            Req::FreeRacing => {
+                let a = overwritten.pop()?;
+                (
+                    Request::NamelessFree { addrs: vec![a] },
+                    Sent::Free(a, true),
+                )
+            }
+            Req::Read { pick } => {
+                let a = Model::nth(&self.m.live, pick).filter(|a| !taken.contains(a))?;
+                (
+                    Request::NamelessRead { addr: a },
+                    Sent::Read(a, self.m.live[&a]),
+                )
+            }
+            // One commit per batch: the model resolves one unanswered
+            // commit after a cut (all it covers, or nothing).
+            Req::Commit => {
+                taken.insert(NamelessAddr::NONE).then_some(())?;
+                (Request::NamelessCommit, Sent::Commit)
+            }
+            Req::Flush => (Request::Flush, Sent::Flush),
+        })
+    }
+
+    /// Applies a batch's answers in submission order; a request without
+    /// an answer may or may not have taken effect.
+    fn answered_batch(
+        &mut self,
+        sent: Vec<(u64, Sent)>,
+        mut answers: BTreeMap<u64, Result<ReplyData, IoError>>,
+        pre_live: &[NamelessAddr],
+        pre_freeing: &[NamelessAddr],
+    ) {
+        let mut unanswered_write = false;
+        for (id, s) in sent {
+            let answer = answers.remove(&id);
+            match (s, answer) {
+                (Sent::Write(names), Some(Ok(ReplyData::Addrs(addrs)))) => {
+                    self.answered_write(&names, &addrs, false)
+                }
+                (Sent::Write(names), answer) => {
+                    unanswered_write |= answer.is_none();
+                    if answer.is_some() {
+                        self.m.refused.extend(names.iter().copied());
+                    }
+                    self.m.limbo.extend(names.into_iter().map(|n| (n, None)));
+                }
+                (Sent::Overwrite { old, key, version }, Some(Ok(ReplyData::Addrs(a)))) => {
+                    self.answered_overwrite(old, key, version, a[0])
+                }
+                (Sent::Overwrite { old, key, version }, answer) => {
+                    unanswered_write |= answer.is_none();
+                    self.m.limbo.insert((key, version), Some(old));
+                    self.m.overwriting.insert(old, (key, version));
+                }
+                (Sent::Free(a, racing), r) => {
+                    assert!(
+                        r.as_ref().is_none_or(|r| r.is_ok()),
+                        "free of live {a:?}: {r:?}"
+                    );
+                    if racing {
+                        // Freed by the free or by the overwrite's block:
+                        // a cut may keep either, both or neither.
+                        self.m.raced.insert(a);
+                    }
+                    if self.m.live.contains_key(&a) {
+                        self.m.free(a);
+                    }
+                }
+                (Sent::Read(a, b), Some(r)) => {
+                    let got = r.map(|d| match d {
+                        ReplyData::NamelessBlock { data, md } => (data, md),
+                        other => panic!("a read answered {other:?}"),
+                    });
+                    let _ = self.read_expect(a, Expect::Block(b), got);
+                }
+                (Sent::Read(..), None) => {}
+                (Sent::Commit, Some(Ok(_))) => {
+                    assert!(
+                        !unanswered_write,
+                        "a commit answered before a write it covers"
+                    );
+                    self.m.committed();
+                }
+                (Sent::Commit, _) => self.m.commit_sent(),
+                (Sent::Flush, Some(Ok(_))) => {
+                    // It covers what was answered before the batch.
+                    // (A block it made durable may have been freed or
+                    // replaced by the batch since.)
+                    for a in pre_live {
+                        let m = &mut self.m;
+                        if let Some(b) = m.live.get_mut(a).or(m.freeing.get_mut(a)) {
+                            b.durable = true;
+                            b.replaces = None;
+                        }
+                    }
+                    for a in pre_freeing {
+                        if self.m.freeing.remove(a).is_some() {
+                            self.m.gone.insert(*a);
+                        }
+                    }
+                }
+                (Sent::Flush, _) => {}
+            }
+        }
+    }
+
+    /// Arms a cut `after_commands` device commands from now, or (0) cuts
+    /// now.
+    fn cut(&mut self, after_commands: u16, mount_cut: Option<u8>) {
+        if after_commands == 0 {
+            if self.armed {
+                self.crash(self.mount_cut);
+            }
+            self.crash(mount_cut);
+            return;
+        }
+        self.mount_cut = mount_cut;
+        let seed = self.rng.next_u64();
+        self.ftl().backend_mut().set_faults(Faults {
+            seed,
+            power_cut: PowerCut::AfterSubmits(u64::from(after_commands)),
+            shuffle_completions: true,
+            ..Faults::default()
+        });
+        self.armed = true;
+    }
+
+    /// The power goes (if it has not), comes back, and the volume mounts,
+    /// the mount itself cut first when `mount_cut` says so.
+    fn crash(&mut self, mount_cut: Option<u8>) {
+        self.armed = false;
+        self.counts.cuts += 1;
+        let mut dev = self.ftl.take().expect("mounted").into_backend();
+        dev.power_cut();
+        dev.power_on().unwrap();
+        if let Some(after) = mount_cut {
+            self.cut_during_mount(&mut dev, u64::from(after) + 1);
+        }
+        dev.set_faults(Faults {
+            seed: self.rng.next_u64(),
+            shuffle_completions: true,
+            ..Faults::default()
+        });
+        let ftl = Driver::mount(dev, self.cfg.clone()).expect("mount after a cut");
+        self.ftl = Some(ftl);
+        self.after_mount();
+    }
+
+    /// A mount cut after `after` device commands (replay, the hand-over's
+    /// reads, the mount's checkpoint); if it finished, the client takes a
+    /// few events before the power goes again: they come again.
+    fn cut_during_mount(&mut self, dev: &mut SimDevice, after: u64) {
+        dev.set_faults(Faults {
+            seed: self.rng.next_u64(),
+            power_cut: PowerCut::AfterSubmits(after),
+            ..Faults::default()
+        });
+        match Driver::mount(&mut *dev, self.cfg.clone()) {
+            Ok(mut ftl) => {
+                let _ = ftl.next_events(4);
+            }
+            Err(MountError::Device { .. }) => self.counts.mount_cuts += 1,
+            Err(e) => panic!("a mount cut short by a power cut reported: {e}"),
+        }
+        dev.power_cut();
+        dev.power_on().unwrap();
+    }
+
+    /// Every event until none can come, by `next_events` of random sizes
+    /// and `poll_event`: the hand-over by address, and the moves.
+    fn drain_events(&mut self) -> (HandOver, Moves) {
+        let (mut unrecorded, mut moves) = (BTreeMap::new(), Vec::new());
+        loop {
+            let events = match self.rng.below(4) {
+                0 => {
+                    self.ftl().settle().unwrap();
+                    match self.ftl().poll_event() {
+                        Some(e) => vec![e],
+                        None => self.ftl().next_events(1).unwrap(),
+                    }
+                }
+                n => self.ftl().next_events(1 << (2 * n)).unwrap(),
+            };
+            if events.is_empty() {
+                return (unrecorded, moves);
+            }
+            for e in events {
+                match e {
+                    NamelessEvent::Unrecorded { addr, md } => {
+                        let again = unrecorded.insert(addr, md);
+                        assert!(again.is_none(), "{addr:?} handed over twice");
+                    }
+                    NamelessEvent::Migrated { old, new, md } => moves.push((old, new, md)),
+                    other => panic!("unknown event {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// Whether `a` holds `b` (exactly: data and md), or holds no live
+    /// block; anything else fails.
+    fn holds(&mut self, a: NamelessAddr, b: &Block) -> bool {
+        let got = self.ftl().nameless_read(a);
+        match got {
+            Ok(_) => {
+                self.read_expect(a, Expect::Block(*b), got).unwrap();
+                true
+            }
+            Err(IoError::Nameless(NamelessError::NotLive { .. } | NamelessError::Stale { .. })) => {
+                false
+            }
+            Err(e) => panic!("read of {a:?} ({b:?}) after a mount: {e}"),
+        }
+    }
+
+    /// After a mount: the hand-over, every block the client knows, the
+    /// commit a cut left unanswered, the unanswered writes' blocks, and
+    /// nothing leaked (module doc).
+    fn after_mount(&mut self) {
+        let (unrecorded, moves) = self.drain_events();
+        self.counts.handed_over += unrecorded.len() as u64;
+        self.check_moves_again(moves, &unrecorded);
+        let mut known: Vec<(NamelessAddr, Block, bool)> = Vec::new();
+        known.extend(self.m.live.iter().map(|(&a, &b)| (a, b, false)));
+        known.extend(self.m.freeing.iter().map(|(&a, &b)| (a, b, true)));
+        let here: BTreeMap<NamelessAddr, bool> = known
+            .iter()
+            .map(|&(a, b, _)| (a, self.holds(a, &b)))
+            .collect();
+        for a in self.m.gone.clone() {
+            assert!(!unrecorded.contains_key(&a), "freed {a:?} handed over");
+            let got = self.ftl().nameless_read(a);
+            self.read_expect(a, Expect::Dead, got).unwrap();
+        }
+        let done = self.commit_done(&known, &here, &unrecorded);
+        self.check_known(&known, &here, &unrecorded, done);
+        let orphans = self.check_orphans(&here, &unrecorded);
+        self.check_unanswered_overwrites(&here, &orphans);
+        let lost = self.m.limbo.keys().filter(|n| !self.m.refused.contains(n));
+        self.counts.in_flight_lost += lost.count() as u64;
+        self.rebuild(known, &here, done, orphans);
+        self.check_no_leak();
+    }
+
+    /// Every move the client holds and has not acknowledged comes again
+    /// after a mount; the client follows each (and acks some now).
+    fn check_moves_again(&mut self, moves: Moves, unrecorded: &HandOver) {
+        let again: BTreeMap<NamelessAddr, NamelessAddr> =
+            moves.iter().map(|(old, new, _)| (*old, *new)).collect();
+        for (old, new) in &self.m.moved {
+            assert_eq!(
+                again.get(old),
+                Some(new),
+                "move {old:?} -> {new:?} not again"
+            );
+        }
+        self.counts.moves_again += self.m.moved.len() as u64;
+        for (old, new, md) in moves {
+            let held = self.m.live.contains_key(&old) || self.m.live.contains_key(&new);
+            if !held && unrecorded.contains_key(&new) {
+                // A block of an unanswered write, moved: the hand-over
+                // names it at `new` (check_orphans); `old` is of no use.
+                self.ack_now(old);
+                continue;
+            }
+            self.on_migrated(old, new, &md);
+            if self.rng.below(2) == 0 {
+                self.ack_now(old);
+            }
+        }
+        // An ack the cut left unanswered that did not come again is done.
+        let acking = std::mem::take(&mut self.m.acking);
+        self.m.acked.extend(acking.into_keys());
+    }
+
+    fn ack_now(&mut self, old: NamelessAddr) {
+        self.ftl().nameless_ack(&[old]).unwrap();
+        self.m.moved.remove(&old);
+        self.m.acked.insert(old);
+        self.counts.acks += 1;
+    }
+
+    /// Whether the commit a cut left unanswered happened: a block it would
+    /// cover survives and is not handed over. (All or none is checked by
+    /// `check_known`.)
+    fn commit_done(
+        &mut self,
+        known: &[(NamelessAddr, Block, bool)],
+        here: &BTreeMap<NamelessAddr, bool>,
+        unrecorded: &HandOver,
+    ) -> bool {
+        let Some(frees) = self.m.maybe_commit_frees.take() else {
+            return false;
+        };
+        let done = known
+            .iter()
+            .any(|(a, b, _)| b.commit == Commit::Maybe && here[a] && !unrecorded.contains_key(a));
+        if done {
+            self.counts.commits_done += 1;
+            for a in &frees {
+                let back = here.get(a).copied().unwrap_or(false);
+                assert!(!back, "{a:?} freed before a commit that happened is back");
+            }
+        } else {
+            self.counts.commits_lost += 1;
+        }
+        done
+    }
+
+    /// The blocks the client knows: durable ones survive, those a commit
+    /// does not cover are handed over with their md exactly if they
+    /// survive, and an overwrite keeps both of its halves or neither.
+    fn check_known(
+        &mut self,
+        known: &[(NamelessAddr, Block, bool)],
+        here: &BTreeMap<NamelessAddr, bool>,
+        unrecorded: &HandOver,
+        done: bool,
+    ) {
+        for &(a, b, freed) in known {
+            let h = here[&a];
+            let commit = match b.commit {
+                Commit::Maybe if done => Commit::Yes,
+                Commit::Maybe => Commit::No,
+                c => c,
+            };
+            let durable = b.durable || (b.commit == Commit::Maybe && done);
+            let must = !freed && durable && !self.m.overwriting.contains_key(&a);
+            assert!(h || !must, "durable block {a:?} ({b:?}) lost");
+            match (h, commit, unrecorded.get(&a)) {
+                (false, _, Some(_)) => panic!("{a:?} ({b:?}) handed over, not live"),
+                (true, Commit::Yes, Some(_)) => panic!("committed {a:?} ({b:?}) handed over"),
+                (true, Commit::No, None) => panic!("{a:?} ({b:?}) not handed over"),
+                (true, Commit::No, Some(md)) => {
+                    assert_eq!(md, &self.md(b.key, b.version), "md of {a:?} handed over")
+                }
+                _ => {}
+            }
+            let Some(old) = b.replaces else { continue };
+            let old_here = *here.get(&old).unwrap_or_else(|| {
+                panic!("{a:?} ({b:?}) replaced {old:?}, which the client lost track of")
+            });
+            assert!(!(h && old_here), "overwrite {old:?} -> {a:?}: both live");
+            let old_durable = self
+                .m
+                .freeing
+                .get(&old)
+                .expect("replaced, being freed")
+                .durable;
+            let lost = !h && !freed && !self.m.overwriting.contains_key(&a);
+            let old_durable = old_durable && !self.m.raced.contains(&old);
+            assert!(
+                !(lost && old_durable && !old_here),
+                "overwrite {old:?} -> {a:?}: both gone"
+            );
+        }
+    }
+
+    /// The handed-over blocks the client never held: each is a block of a
+    /// write the cut left unanswered, whole, with its md, once; an
+    /// overwrite's freed the block it replaces. Returns them, and for an
+    /// overwrite's the block it replaced.
+    fn check_orphans(
+        &mut self,
+        here: &BTreeMap<NamelessAddr, bool>,
+        unrecorded: &HandOver,
+    ) -> Vec<Orphan> {
+        let mut orphans = Vec::new();
+        for (&a, md) in unrecorded {
+            if here.contains_key(&a) {
+                continue;
+            }
+            assert!(!self.m.gone.contains(&a), "freed {a:?} handed over");
+            let (key, version) = md_names(md);
+            assert_eq!(md, &self.md(key, version), "md of {a:?} handed over");
+            let origin = self.m.limbo.remove(&(key, version)).unwrap_or_else(|| {
+                panic!("{a:?} handed over with md of ({key}, {version}), which no unanswered write made")
+            });
+            let b = Block {
+                key,
+                version,
+                durable: true,
+                commit: Commit::No,
+                replaces: None,
+            };
+            assert!(self.holds(a, &b), "{a:?} handed over and not live");
+            if let Some(old) = origin {
+                assert!(
+                    !here[&old],
+                    "unanswered overwrite {old:?} -> {a:?}: both live"
+                );
+            }
+            orphans.push((a, b, origin));
+        }
+        orphans
+    }
+
+    /// A durable block an unanswered overwrite named is gone only if the
+    /// overwrite's new block came back.
+    fn check_unanswered_overwrites(&self, here: &BTreeMap<NamelessAddr, bool>, orphans: &[Orphan]) {
+        let replaced: BTreeSet<NamelessAddr> = orphans.iter().filter_map(|o| o.2).collect();
+        for (old, new) in &self.m.overwriting {
+            let durable = self.m.live.get(old).is_some_and(|b| b.durable);
+            assert!(
+                here.get(old) == Some(&true) || !durable || replaced.contains(old),
+                "durable {old:?} gone, its unanswered overwrite {new:?} not handed over"
+            );
+        }
+    }
+
+    /// The model after the checks: what survived is durable; the client
+    /// keeps some orphans and frees the rest.
+    fn rebuild(
+        &mut self,
+        known: Vec<(NamelessAddr, Block, bool)>,
+        here: &BTreeMap<NamelessAddr, bool>,
+        done: bool,
+        orphans: Vec<Orphan>,
+    ) {
+        self.m.live.clear();
+        self.m.freeing.clear();
+        for (a, b, _) in known {
+            if !here[&a] {
+                self.m.gone.insert(a);
+                continue;
+            }
+            let commit = match b.commit {
+                Commit::Maybe if done => Commit::Yes,
+                Commit::Maybe => Commit::No,
+                c => c,
+            };
+            let b = Block {
+                durable: true,
+                replaces: None,
+                commit,
+                ..b
+            };
+            self.m.live.insert(a, b);
+        }
+        for (a, b, _) in orphans {
+            self.m.live.insert(a, b);
+            if self.rng.below(2) == 0 {
+                self.counts.orphans_kept += 1;
+            } else {
+                self.ftl().nameless_free(&[a]).unwrap();
+                self.m.free(a);
+                self.counts.orphans_freed += 1;
+            }
+        }
+        self.m.limbo.clear();
+        self.m.refused.clear();
+        self.m.raced.clear();
+        self.m.overwriting.clear();
+    }
+
+    /// The FTL holds exactly the blocks the client holds.
+    fn check_no_leak(&mut self) {
+        let s = self.ftl().stats();
+        let live = self.m.live.len() as u64;
+        assert_eq!(
+            s.nameless_live_blocks, live,
+            "live nameless blocks the client does not hold (leaked)"
+        );
+        let uncommitted = self.m.live.values().filter(|b| b.commit == Commit::No);
+        assert_eq!(s.nameless_uncommitted_blocks, uncommitted.count() as u64);
+        assert_eq!(s.nameless_events_pending, 0);
+    }
+}
+
+/// Whether an error is the one a bad request must get.
+type ErrorCheck = fn(&IoError) -> bool;
+
+/// The hand-over after a mount: address -> md.
+type HandOver = BTreeMap<NamelessAddr, Vec<u8>>;
+
+/// Moves delivered: (old, new, md).
+type Moves = Vec<(NamelessAddr, NamelessAddr, Vec<u8>)>;
+
+/// A handed-over block the client never held, and the block its
+/// overwrite replaced.
+type Orphan = (NamelessAddr, Block, Option<NamelessAddr>);
+
+/// What the client expects a read to answer.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    Block(Block),
+    /// Freed: not live, or stale once its zone was reset.
+    Dead,
+    /// Never handed out.
+    NotLive,
+    OutOfSegment,
+    /// Garbage: any of the address errors.
+    Any,
+}
+
+fn target() -> impl Strategy<Value = Target> {
+    let i = any::<usize>();
+    prop_oneof![
+        8 => i.prop_map(Target::Live),
+        3 => i.prop_map(Target::Freed),
+        2 => i.prop_map(Target::Unborn),
+        2 => any::<u8>().prop_map(Target::Outside),
+        2 => any::<u64>().prop_map(Target::Garbage),
+        1 => i.prop_map(Target::Moved),
+        1 => i.prop_map(Target::Acked),
+    ]
+}
+
+fn req() -> impl Strategy<Value = Req> {
+    let i = any::<usize>();
+    prop_oneof![
+        4 => (1u8..4).prop_map(|blocks| Req::Write { blocks }),
+        2 => i.prop_map(|pick| Req::Overwrite { pick }),
+        2 => i.prop_map(|pick| Req::Free { pick }),
+        1 => Just(Req::FreeRacing),
+        1 => i.prop_map(|pick| Req::Read { pick }),
+        1 => Just(Req::Commit),
+        1 => Just(Req::Flush),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let i = any::<usize>();
+    prop_oneof![
+        25 => (1u8..5, prop::bool::weighted(0.1)).prop_map(|(blocks, fua)| Op::Write { blocks, fua }),
+        // Big writes fill the volume: no space, nameless zones emptied
+        // and reset (stale addresses).
+        2 => (32u8..=160).prop_map(|blocks| Op::Write { blocks, fua: false }),
+        7 => i.prop_map(|pick| Op::Overwrite { pick, blocks: 1 }),
+        3 => (i, 2u8..9).prop_map(|(pick, blocks)| Op::Overwrite { pick, blocks }),
+        12 => target().prop_map(|target| Op::Read { target }),
+        10 => (i, 1u8..4).prop_map(|(pick, blocks)| Op::Free { pick, blocks }),
+        3 => (any::<u8>(), i).prop_map(|(kind, pick)| Op::Bad { kind, pick }),
+        5 => Just(Op::Commit),
+        2 => i.prop_map(|pick| Op::Ack { pick }),
+        2 => (0u8..4).prop_map(|max| Op::Events { max }),
+        6 => Just(Op::Flush),
+        2 => Just(Op::Settle),
+        5 => (prop::collection::vec(req(), 1..6), prop::option::weighted(0.6, 0u8..6))
+            .prop_map(|(reqs, cut)| Op::Batch { reqs, cut }),
+        3 => (0u16..120, prop::option::weighted(0.4, 0u8..24))
+            .prop_map(|(after_commands, mount_cut)| Op::Cut { after_commands, mount_cut }),
+    ]
+}
+
+/// The property test's seed unless `PROPTEST_RNG_SEED` gives another.
+const DEFAULT_RNG_SEED: u64 = 0x6E61_6D65_6C65_7373;
+
+/// Cases of the property test by default (seconds in release on 2 cores).
+const DEFAULT_CASES: u32 = 256;
+
+/// Cases of the property test: `PROPTEST_CASES`, else [`DEFAULT_CASES`].
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+/// The rig's FTL settings, with no checkpoint but the mount's when
+/// `long_replay`.
+fn config(long_replay: bool) -> FtlConfig {
+    let mut cfg = ftl_config();
+    if long_replay {
+        cfg.checkpoint_interval_blocks = u64::MAX;
+    }
+    cfg
+}
+
+/// Random op sequences against the model: [`cases`] of them from a fixed
+/// seed (module doc, "Replay"). Over the default cases the paths that
+/// matter are taken (asserted at the end).
+#[test]
+fn nameless_api_matches_the_model_across_power_cuts() {
+    use proptest::test_runner::{FileFailurePersistence, RngSeed, TestRunner};
+    // A fixed seed unless PROPTEST_RNG_SEED gives one: the same cases on
+    // every run, so a failure replays.
+    let defaults = ProptestConfig::default();
+    let rng_seed = match defaults.rng_seed {
+        RngSeed::Random => RngSeed::Fixed(DEFAULT_RNG_SEED),
+        fixed => fixed,
+    };
+    let config = ProptestConfig {
+        cases: cases(),
+        rng_seed,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..defaults
+    };
+    let case = (
+        any::<u64>(),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+        prop::collection::vec(op(), 1..300),
+    );
+    let total = std::sync::Mutex::new(Counts::default());
+    let mut runner = TestRunner::new(config.clone());
+    let result = runner.run(&case, |(seed, timing, long_replay, ops)| {
+        let mut rig = Rig::new(seed, timing, self::config(long_replay));
+        for op in &ops {
+            rig.apply(op);
+        }
+        let counts = rig.finish();
+        // (A failing case poisons nothing the next one needs.)
+        total.lock().unwrap_or_else(|e| e.into_inner()).add(&counts);
+        Ok(())
+    });
+    if let Err(e) = result {
+        let seed = match config.rng_seed {
+            RngSeed::Fixed(s) => s.to_string(),
+            RngSeed::Random => "random".to_string(),
+        };
+        panic!(
+            "{e}\nreplay: PROPTEST_RNG_SEED={seed} PROPTEST_CASES={} cargo test --release \
+             --test nameless_model nameless_api_matches_the_model_across_power_cuts \
+             (the regressions file runs the shrunk case first)",
+            config.cases
+        );
+    }
+    let c = *total.lock().unwrap_or_else(|e| e.into_inner());
+    eprintln!(
+        "nameless_api_matches_the_model_across_power_cuts: {} cases, {c:?}",
+        config.cases
+    );
+    if config.cases >= DEFAULT_CASES {
+        assert!(c.cuts > 0 && c.mount_cuts > 0, "{c:?}");
+        assert!(
+            c.handed_over > 0 && c.orphans_kept > 0 && c.orphans_freed > 0,
+            "{c:?}"
+        );
+        assert!(
+            c.in_flight_lost > 0 && c.commits_done > 0 && c.commits_lost > 0,
+            "{c:?}"
+        );
+        assert!(c.stale_errors > 0 && c.no_space > 0, "{c:?}");
+    }
+}
+
+/// Runs `case` on the seeds (`ZFTL_SEED`, `ZFTL_SEEDS`, else 0..`seeds`),
+/// printing the replay command of a failing one; the counts summed.
+fn crash_point(test: &str, seeds: u64, mut case: impl FnMut(u64) -> Counts) -> Counts {
+    let mut total = Counts::default();
+    let list = seeds_to_run(0..seeds);
+    run_listed_seeds(test, &list, |seed| {
+        total.add(&case(seed));
+        Coverage::default()
+    });
+    eprintln!("{test}: {} seeds, {total:?}", list.len());
+    total
+}
+
+fn writes(n: u8) -> Vec<Op> {
+    (0..n)
+        .map(|i| Op::Write {
+            blocks: 1 + i % 4,
+            fua: i % 5 == 4,
+        })
+        .collect()
+}
+
+const CUT_NOW: Op = Op::Cut {
+    after_commands: 0,
+    mount_cut: None,
+};
+
+/// §6.7, "after a data block and its metadata": blocks written (md in the
+/// same OOB), answered, some flushed, then the power goes with nothing in
+/// flight. Every block survives and is handed over with its md.
+#[test]
+fn crash_point_after_data_and_md() {
+    let c = crash_point("crash_point_after_data_and_md", 12, |seed| {
+        let mut rig = Rig::new(seed, seed % 2 == 0, config(seed % 3 == 0));
+        let mut ops = writes(6);
+        ops.push(Op::Flush);
+        ops.extend(writes(3));
+        ops.push(CUT_NOW);
+        for op in &ops {
+            rig.apply(op);
+        }
+        let held = rig.m.live.len() as u64;
+        assert_eq!(rig.counts.handed_over, held, "every block handed over");
+        rig.finish()
+    });
+    assert!(c.handed_over > 0, "{c:?}");
+}
+
+/// §6.7, "after a data block before its metadata": with md in OOB the two
+/// land in one program, so the point is a write in flight: cut at each
+/// device command of a write of 4 blocks, and with appends in flight
+/// after a few loop turns. Each block comes back whole with its md
+/// (handed over) or not at all.
+#[test]
+fn crash_point_data_before_md() {
+    let c = crash_point("crash_point_data_before_md", 8, |seed| {
+        let mut counts = Counts::default();
+        for after in 1..=6u16 {
+            let mut rig = Rig::new(seed * 16 + u64::from(after), true, config(false));
+            let mut ops = writes(3);
+            ops.push(Op::Flush);
+            ops.push(Op::Cut {
+                after_commands: after,
+                mount_cut: None,
+            });
+            ops.push(Op::Write {
+                blocks: 4,
+                fua: false,
+            });
+            for op in &ops {
+                rig.apply(op);
+            }
+            counts.add(&rig.finish());
+        }
+        for turns in 0..4u8 {
+            let mut rig = Rig::new(seed * 16 + 8 + u64::from(turns), true, config(false));
+            rig.apply(&Op::Write {
+                blocks: 2,
+                fua: false,
+            });
+            rig.apply(&Op::Batch {
+                reqs: vec![Req::Write { blocks: 3 }, Req::Write { blocks: 2 }],
+                cut: Some(turns),
+            });
+            counts.add(&rig.finish());
+        }
+        counts
+    });
+    let orphans = c.orphans_kept + c.orphans_freed;
+    assert!(orphans > 0 && c.in_flight_lost > 0, "{c:?}");
+}
+
+/// §6.7, "after the metadata was written but before commit": blocks
+/// written and flushed, then a commit cut at each of its device commands
+/// (0: before it is sent). The commit covers all of them or none: they
+/// are all handed over, or none is.
+#[test]
+fn crash_point_md_written_before_commit() {
+    let c = crash_point("crash_point_md_written_before_commit", 6, |seed| {
+        let mut counts = Counts::default();
+        for after in 0..=8u16 {
+            let mut rig = Rig::new(seed * 16 + u64::from(after), seed % 2 == 0, config(false));
+            let mut ops = writes(5);
+            ops.push(Op::Flush);
+            ops.push(Op::Free { pick: 1, blocks: 2 });
+            ops.push(Op::Cut {
+                after_commands: after,
+                mount_cut: None,
+            });
+            ops.push(Op::Commit);
+            for op in &ops {
+                rig.apply(op);
+            }
+            counts.add(&rig.finish());
+        }
+        counts
+    });
+    assert!(c.commits_done > 0 && c.commits_lost > 0, "{c:?}");
+    assert!(c.handed_over > 0, "{c:?}");
+}
+
+/// §6.7, "after a migration before its acknowledgement": a volume nearly
+/// full of nameless blocks freed at random, so GC can make room only by
+/// migrating live blocks of partly live zones; the client follows each
+/// move (repoints, sometimes acks), and the power goes with moves not yet
+/// acknowledged. After the mount each comes again, old addresses still
+/// reach the blocks until acked, then are stale.
+///
+/// Needs GC migration of nameless blocks (issue 31, being built): this
+/// build resets a nameless zone only once nothing in it is live, so no
+/// move happens and the last assertion fails. Run with `--ignored`.
+#[test]
+#[ignore = "needs GC migration of nameless blocks (issue 31), not in this build"]
+fn crash_point_after_migration_before_ack() {
+    let c = crash_point("crash_point_after_migration_before_ack", 4, |seed| {
+        let mut rig = Rig::new(seed, seed % 2 == 0, config(false));
+        for round in 0..12u64 {
+            for i in 0..24 {
+                rig.apply(&Op::Write {
+                    blocks: 4,
+                    fua: false,
+                });
+                rig.apply(&Op::Free {
+                    pick: (round * 31 + i * 17) as usize,
+                    blocks: 2,
+                });
+                if i % 6 == 5 {
+                    rig.apply(&Op::Events { max: 8 });
+                    rig.apply(&Op::Read {
+                        target: Target::Moved(i as usize),
+                    });
+                }
+            }
+            rig.apply(&Op::Ack {
+                pick: round as usize,
+            });
+            rig.apply(&Op::Flush);
+            rig.apply(&Op::Cut {
+                after_commands: (round % 3) as u16 * 7,
+                mount_cut: None,
+            });
+            rig.apply(&Op::Commit);
+        }
+        rig.finish()
+    });
+    assert!(c.migrated_events > 0, "no block was migrated: {c:?}");
+    assert!(c.moves_again > 0 && c.acks > 0, "{c:?}");
+}
+
+/// Core bug found by the property test (report of helper-41, issue 31):
+/// GC resets a nameless zone as soon as nothing in it is live, with no
+/// checkpoint first. An overwrite's free of the block it replaces is
+/// recorded only in the new block's tag (its link): once the new blocks
+/// are freed and their zone reset, that tag is erased, and replay after a
+/// crash finds the replaced blocks live again (the checkpoint's bitmap),
+/// so the `ZoneReset` note of their own zone fails the mount with
+/// `Damaged("nameless zone .. is reset with .. live blocks")` (in a zone
+/// not reset yet, the freed blocks could come back instead). design.md's rule for
+/// nameless victims ("newest block older than the committed checkpoint,
+/// else ask for a checkpoint first") is not applied to emptied zones.
+#[test]
+#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
+fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
+    let mut rig = Rig::new(1, false, config(true));
+    let ftl = rig.ftl.as_mut().unwrap();
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let blocks = |v: u32| -> (Vec<u8>, Vec<u8>) {
+        let data = (0..64).flat_map(|k| pattern(k, v, bs)).collect();
+        let md = (0..64).flat_map(|k| md_of(k, v, mb)).collect();
+        (data, md)
+    };
+    // Two zones of blocks, in a checkpoint.
+    let (data, md) = blocks(1);
+    let xs = ftl.nameless_write(&data, &md).unwrap();
+    ftl.nameless_commit().unwrap();
+    ftl.checkpoint().unwrap();
+    // Overwritten (the frees are in the new blocks' tags), then the new
+    // blocks freed and more written, so emptied zones are reset.
+    let (data2, md2) = blocks(2);
+    let ys = ftl.nameless_overwrite(&xs, &data2, &md2).unwrap();
+    ftl.settle().unwrap();
+    let zs = ftl.nameless_write(&data, &md).unwrap();
+    ftl.nameless_free(&ys).unwrap();
+    ftl.settle().unwrap();
+    ftl.nameless_free(&zs).unwrap();
+    ftl.flush().unwrap();
+    ftl.settle().unwrap();
+    assert!(ftl.stats().erases >= 2, "no emptied zone was reset");
+    assert_eq!(ftl.stats().nameless_live_blocks, 0);
+    // A crash, and a mount.
+    let dev = rig.ftl.take().unwrap().into_backend();
+    let mut ftl = Driver::mount(dev, rig.cfg.clone()).expect("mount after a crash");
+    assert_eq!(ftl.stats().nameless_live_blocks, 0, "freed blocks are back");
+    for &x in &xs {
+        assert!(
+            ftl.nameless_read(x).is_err(),
+            "{x:?} overwritten, live again"
+        );
+    }
+}
+
+/// The property test's shrunk case of the same bug (seed 4856609783222296051).
+#[test]
+#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
+fn found_by_the_model_a_mount_fails_on_a_reset_zone_with_live_blocks() {
+    let w = |blocks| Op::Write { blocks, fua: false };
+    let o = |pick, blocks| Op::Overwrite { pick, blocks };
+    let f = |pick, blocks| Op::Free { pick, blocks };
+    let cut = |turns| Op::Batch {
+        reqs: vec![Req::Write { blocks: 1 }],
+        cut: Some(turns),
+    };
+    let ops = [
+        w(3),
+        cut(0),
+        w(3),
+        w(3),
+        w(2),
+        w(2),
+        w(3),
+        o(0, 3),
+        o(0, 1),
+        o(0, 1),
+        f(0, 2),
+        w(2),
+        o(0, 8),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 2),
+        f(0, 3),
+        f(0, 3),
+        w(2),
+        w(3),
+        o(116959441314093170, 1),
+        w(2),
+        w(1),
+        f(1149277688517333801, 2),
+        w(1),
+        w(2),
+        f(1407226346634912867, 1),
+        cut(1),
+    ];
+    let mut rig = Rig::new(4856609783222296051, false, config(false));
+    for op in &ops {
+        rig.apply(op);
+    }
+    rig.finish();
+}
