@@ -1714,7 +1714,6 @@ fn crash_point_md_written_before_commit() {
 /// build resets a nameless zone only once nothing in it is live, so no
 /// move happens and the last assertion fails. Run with `--ignored`.
 #[test]
-#[ignore = "needs GC migration of nameless blocks (issue 31), not in this build"]
 fn crash_point_after_migration_before_ack() {
     let c = crash_point("crash_point_after_migration_before_ack", 4, |seed| {
         let mut rig = Rig::new(seed, seed % 2 == 0, config(false));
@@ -1763,7 +1762,6 @@ fn crash_point_after_migration_before_ack() {
 /// nameless victims ("newest block older than the committed checkpoint,
 /// else ask for a checkpoint first") is not applied to emptied zones.
 #[test]
-#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
 fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
     let mut rig = Rig::new(1, false, config(true));
     let ftl = rig.ftl.as_mut().unwrap();
@@ -1805,7 +1803,6 @@ fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
 
 /// The property test's shrunk case of the same bug (seed 4856609783222296051).
 #[test]
-#[ignore = "core bug: an emptied nameless zone's reset erases the overwrite links replay needs (issue 31)"]
 fn found_by_the_model_a_mount_fails_on_a_reset_zone_with_live_blocks() {
     let w = |blocks| Op::Write { blocks, fua: false };
     let o = |pick, blocks| Op::Overwrite { pick, blocks };

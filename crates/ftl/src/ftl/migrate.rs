@@ -45,9 +45,10 @@ pub(super) struct Moves {
     /// Each remap entry by its new side: freeing that block drops the
     /// entry (no event can name it then, so no ack would come).
     by_new: BTreeMap<Ppa, NamelessAddr>,
-    /// Blocks of overwrites sent and not yet landed, by the block each
-    /// replaces: a migration does not move a block an overwrite frees (the
-    /// overwrite's tag names the block where it was).
+    /// The blocks overwrites admitted and not yet answered replace: a
+    /// migration does not move a block an overwrite frees (the overwrite's
+    /// tag names the block where it was, and its client holds the old
+    /// address in a request).
     replacing: BTreeMap<Ppa, u32>,
     /// Events whose notes are not yet durable, by the log waiter that
     /// hands them out.
@@ -83,12 +84,12 @@ impl Moves {
         self.unlogged.len()
     }
 
-    /// An overwrite of `ppa` was sent.
+    /// An overwrite of `ppa` was admitted.
     pub(super) fn replacing(&mut self, ppa: Ppa) {
         *self.replacing.entry(ppa).or_default() += 1;
     }
 
-    /// That overwrite landed or failed.
+    /// That overwrite was answered.
     pub(super) fn replaced(&mut self, ppa: Ppa) {
         let n = self
             .replacing

@@ -143,6 +143,8 @@ struct NamelessWrite {
     error: Option<IoError>,
     /// A block landed in a zone whose generation is not durable yet.
     needs_log: bool,
+    /// The blocks it replaces (`Moves::replacing` until it is answered).
+    replacing: Vec<Ppa>,
 }
 
 #[derive(Debug)]
@@ -164,8 +166,6 @@ pub(super) struct NamelessAppend {
     first: usize,
     count: usize,
     pad_blocks: u64,
-    /// The blocks its overwrites replace (`Moves::replacing`).
-    replaced: Vec<Ppa>,
 }
 
 impl NamelessState {
@@ -523,9 +523,11 @@ impl Ftl {
             }
             .into());
         }
-        if !old.is_empty() {
-            self.check_replaced(&old, n)?;
-        }
+        let replaced = if old.is_empty() {
+            Vec::new()
+        } else {
+            self.check_replaced(&old, n)?
+        };
         if self.read_only {
             return Err(IoError::ReadOnly);
         }
@@ -561,7 +563,13 @@ impl Ftl {
             addrs: vec![NamelessAddr::NONE; n],
             error: None,
             needs_log: false,
+            replacing: replaced.clone(),
         });
+        // GC does not move a block an admitted overwrite replaces: the
+        // overwrite frees it where it is.
+        for p in replaced {
+            self.nameless.moves.replacing(p);
+        }
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
         self.nameless.pending_blocks += n as u64;
@@ -577,8 +585,9 @@ impl Ftl {
             && 4 * more <= self.checkpoint_room_bytes()
     }
 
-    /// The addresses an overwrite replaces: one per block, distinct, live.
-    fn check_replaced(&self, old: &[NamelessAddr], blocks: usize) -> Result<(), IoError> {
+    /// The addresses an overwrite replaces: one per block, distinct, live;
+    /// the blocks they name.
+    fn check_replaced(&self, old: &[NamelessAddr], blocks: usize) -> Result<Vec<Ppa>, IoError> {
         if old.len() != blocks {
             return Err(NamelessError::AddressCount {
                 expected: blocks,
@@ -586,7 +595,8 @@ impl Ftl {
             }
             .into());
         }
-        self.resolve_distinct(old).map(|_| ())
+        let resolved = self.resolve_distinct(old)?;
+        Ok(resolved.iter().map(|a| a.ppa()).collect())
     }
 
     /// The blocks `addrs` name (step 2 resolved), if each checks and no
@@ -647,14 +657,6 @@ impl Ftl {
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let ob = self.geo.oob_size_bytes as usize;
         let links = self.replaced_links(key, n as usize);
-        let replaced: Vec<Ppa> = links
-            .iter()
-            .filter(|l| !l.is_none())
-            .map(|l| l.ppa())
-            .collect();
-        for &p in &replaced {
-            self.nameless.moves.replacing(p);
-        }
         let w = self.nameless.writes.get_mut(key).expect("queued write");
         let first = w.sent;
         for i in first..first + n as usize {
@@ -691,7 +693,6 @@ impl Ftl {
             first,
             count: n as usize,
             pad_blocks: pad,
-            replaced,
         };
         Some((
             Op::NamelessAppend(append),
@@ -747,9 +748,6 @@ impl Ftl {
     ) {
         self.host_appends_in_flight -= 1;
         self.append_settled(a.zone);
-        for &p in &a.replaced {
-            self.nameless.moves.replaced(p);
-        }
         let durable = self.log.durable_next();
         self.nameless
             .opening
@@ -832,6 +830,9 @@ impl Ftl {
             return;
         }
         let w = self.nameless.writes.remove(key).expect("write in flight");
+        for &p in &w.replacing {
+            self.nameless.moves.replaced(p);
+        }
         self.nameless.pending_blocks -= w.blocks.len() as u64;
         for c in &mut self.nameless.commits {
             if w.order < c.before {
