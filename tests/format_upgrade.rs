@@ -1093,7 +1093,10 @@ fn check_migration_index(ftl: &mut Driver<SimDevice>, index: &MigrationIndex, wh
         .nameless_read(addr)
     {
         Err(IoError::Nameless(NamelessError::Stale { .. } | NamelessError::NotLive { .. })) => {}
-        other => panic!("{what}: {whose} at {addr:?}: {other:?}"),
+        other => panic!(
+            "{what}: {whose} at {addr:?}: {:?}",
+            other.map(|_| "a block")
+        ),
     };
     for (&key, held) in &index.keys {
         holds(ftl, held.addr, key, held.version);
@@ -1156,10 +1159,16 @@ fn expected_events(index: &MigrationIndex, md_bytes: usize) -> Events {
 }
 
 /// Checks a freshly mounted volume against `index`: its blocks and moves,
-/// and that the mount's events are exactly those `index` expects.
+/// that the mount recovered exactly the remap entries and uncommitted set
+/// `index` expects (a freed block's entry dropped: its old address reads
+/// `NotLive` either way), and that its events are exactly those.
 fn check_mounted(ftl: &mut Driver<SimDevice>, index: &MigrationIndex, what: &str) {
     check_migration_index(ftl, index, what);
     let want = expected_events(index, ftl.nameless_md_bytes());
+    let s = ftl.stats();
+    let recovered = (s.nameless_uncommitted_blocks, s.nameless_remap_entries);
+    let expected = (want.0.len() as u64, want.1.len() as u64);
+    assert_eq!(recovered, expected, "{what}: uncommitted, remap entries");
     assert_eq!(take_events(ftl, what), want, "{what}: the events");
 }
 
