@@ -24,6 +24,14 @@
 //! `cargo test --release --test format_upgrade make_frozen_images -- --ignored`
 //! writes the images of [`FROZEN_NOW`] again with the build at hand (so only
 //! on a build that still writes that version).
+//!
+//! `v3-oob-migrated.img.gz`, made by [`make_frozen_migrated_image`] with
+//! the first build that migrates nameless blocks, is a crash image of a
+//! volume in the middle of migrations: remap entries in its last
+//! checkpoint and in the log after it (some acknowledged there, some not,
+//! some dropped by a free of the moved block), and blocks written after
+//! the last commit, some of them moved. Its client's own record, a
+//! [`MigrationIndex`] in logical blocks, says what the test must find.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -33,8 +41,8 @@ use std::sync::Arc;
 
 use zftl::core::range::Attribute;
 use zftl::core::{
-    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessEvent, ProtectWindow,
-    TagPlacement,
+    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, NamelessEvent,
+    ProtectWindow, TagPlacement,
 };
 use zftl::sim::{RuntimeOptions, SimConfig, SimDevice};
 
@@ -640,4 +648,612 @@ fn version_2_images_mount_read_and_upgrade() {
 #[test]
 fn version_3_images_mount_read_and_upgrade() {
     mount_read_and_upgrade(3);
+}
+
+// ----- the frozen version-3 image with migration state ----------------------
+
+/// The OOB image that holds migration state: [`make_frozen_migrated_image`]
+/// writes it, [`version_3_migrated_image_mounts_and_follows_its_moves`]
+/// mounts a copy.
+const MIGRATED_IMAGE: &str = "v3-oob-migrated.img.gz";
+/// The image's client keeps its [`MigrationIndex`] in logical blocks
+/// `MIGRATION_INDEX_LBA..+MIGRATION_INDEX_BLOCKS`.
+const MIGRATION_INDEX_LBA: u64 = 0;
+const MIGRATION_INDEX_BLOCKS: u64 = 8;
+/// New keys per nameless write; the client frees keys at random to keep
+/// at most `LIVE_KEYS` live, so the nameless zones stay partly live and GC
+/// migrates them.
+const KEYS_PER_BATCH: u64 = 16;
+const LIVE_KEYS: usize = 250;
+
+/// The device of the image: 64 bytes of OOB (md in OOB), and half the
+/// pages of [`sim_config`] (zones of 32 blocks), since GC migrates only
+/// once the device is full, so every page is written.
+fn migrated_sim_config() -> SimConfig {
+    SimConfig {
+        pages_per_block: 16,
+        ..sim_config(true)
+    }
+}
+
+/// What became of a move (a `Migrated` event) the client knows of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MoveState {
+    /// Not acknowledged: the old address redirects, and the event comes
+    /// again after a mount.
+    Unacked = 1,
+    /// Acknowledged (by `nameless_ack` or a commit): the old address is
+    /// stale.
+    Acked = 2,
+    /// The moved block was freed before an ack: the entry went with it.
+    Freed = 3,
+}
+
+impl MoveState {
+    fn from_code(code: u32) -> MoveState {
+        [MoveState::Unacked, MoveState::Acked, MoveState::Freed]
+            .into_iter()
+            .find(|s| *s as u32 == code)
+            .unwrap_or_else(|| panic!("move state {code}"))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Held {
+    addr: NamelessAddr,
+    version: u32,
+    /// Written before the last commit (else the mount hands it over).
+    committed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Move {
+    new: NamelessAddr,
+    key: u64,
+    state: MoveState,
+    /// The image's maker saw its entry in the image's last checkpoint
+    /// (else it is only in the log after it).
+    in_checkpoint: bool,
+}
+
+/// The image's client's record: every live key, and the moves it was told
+/// of since its last phase began (by old address).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct MigrationIndex {
+    keys: BTreeMap<u64, Held>,
+    moves: BTreeMap<NamelessAddr, Move>,
+}
+
+const HELD_BYTES: usize = 24;
+const MOVE_BYTES: usize = 32;
+
+impl MigrationIndex {
+    /// As its logical blocks: u32 key count, u32 move count; per key the
+    /// key (u64), address (u64), version (u32), committed (u32); per move
+    /// the old address, the new (u64 each), the key (u64), the state
+    /// (u32), in_checkpoint (u32); little-endian, zeros after.
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(4096 * MIGRATION_INDEX_BLOCKS as usize);
+        b.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(self.moves.len() as u32).to_le_bytes());
+        for (key, h) in &self.keys {
+            b.extend_from_slice(&key.to_le_bytes());
+            b.extend_from_slice(&h.addr.to_le_bytes());
+            b.extend_from_slice(&h.version.to_le_bytes());
+            b.extend_from_slice(&u32::from(h.committed).to_le_bytes());
+        }
+        for (old, m) in &self.moves {
+            b.extend_from_slice(&old.to_le_bytes());
+            b.extend_from_slice(&m.new.to_le_bytes());
+            b.extend_from_slice(&m.key.to_le_bytes());
+            b.extend_from_slice(&(m.state as u32).to_le_bytes());
+            b.extend_from_slice(&u32::from(m.in_checkpoint).to_le_bytes());
+        }
+        let room = 4096 * MIGRATION_INDEX_BLOCKS as usize;
+        assert!(b.len() <= room, "the index outgrew its {room} bytes");
+        b.resize(room, 0);
+        b
+    }
+
+    fn decode(b: &[u8]) -> MigrationIndex {
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let (key_count, move_count) = (u32_at(0) as usize, u32_at(4) as usize);
+        let keys = (0..key_count).map(|i| {
+            let at = 8 + HELD_BYTES * i;
+            let held = Held {
+                addr: NamelessAddr::from_u64(u64_at(at + 8)),
+                version: u32_at(at + 16),
+                committed: u32_at(at + 20) == 1,
+            };
+            (u64_at(at), held)
+        });
+        let moves_at = 8 + HELD_BYTES * key_count;
+        let moves = (0..move_count).map(|i| {
+            let at = moves_at + MOVE_BYTES * i;
+            let m = Move {
+                new: NamelessAddr::from_u64(u64_at(at + 8)),
+                key: u64_at(at + 16),
+                state: MoveState::from_code(u32_at(at + 24)),
+                in_checkpoint: u32_at(at + 28) == 1,
+            };
+            (NamelessAddr::from_u64(u64_at(at)), m)
+        });
+        MigrationIndex {
+            keys: keys.collect(),
+            moves: moves.collect(),
+        }
+    }
+
+    fn save(&self, ftl: &mut Driver<SimDevice>) {
+        ftl.write(MIGRATION_INDEX_LBA, &self.encode()).unwrap();
+    }
+
+    fn load(ftl: &mut Driver<SimDevice>) -> MigrationIndex {
+        let blocks = MIGRATION_INDEX_BLOCKS as u32;
+        MigrationIndex::decode(&ftl.read(MIGRATION_INDEX_LBA, blocks).unwrap())
+    }
+
+    /// The moves in `state`, by old address.
+    fn moves_in(&self, state: MoveState) -> impl Iterator<Item = (NamelessAddr, Move)> + '_ {
+        self.moves
+            .iter()
+            .filter(move |(_, m)| m.state == state)
+            .map(|(&old, &m)| (old, m))
+    }
+}
+
+/// The image's client at work: it writes new keys, frees at random, and
+/// follows moves.
+struct Client {
+    index: MigrationIndex,
+    rng: zftl::sim::rng::Rng,
+    next_key: u64,
+}
+
+impl Client {
+    /// Writes a batch of new keys (uncommitted), then frees keys at random
+    /// down to [`LIVE_KEYS`] (a moved key by its new address if the client
+    /// knows of the move, else by the old: it redirects).
+    fn batch(&mut self, ftl: &mut Driver<SimDevice>) {
+        let keys = self.next_key..self.next_key + KEYS_PER_BATCH;
+        self.next_key = keys.end;
+        for (key, addr) in keys.clone().zip(nameless_put(ftl, keys, 1)) {
+            let held = Held {
+                addr,
+                version: 1,
+                committed: false,
+            };
+            self.index.keys.insert(key, held);
+        }
+        while self.index.keys.len() > LIVE_KEYS {
+            let i = self.rng.below(self.index.keys.len() as u64) as usize;
+            let key = *self.index.keys.keys().nth(i).unwrap();
+            self.free(ftl, key);
+        }
+    }
+
+    /// Frees all but an eighth of the last batch's keys, at random: their
+    /// zones are the sparsest, so GC migrates them first.
+    fn thin_newest(&mut self, ftl: &mut Driver<SimDevice>) {
+        let newest = self.next_key - KEYS_PER_BATCH..self.next_key;
+        for key in newest {
+            if self.rng.below(8) != 0 && self.index.keys.contains_key(&key) {
+                self.free(ftl, key);
+            }
+        }
+    }
+
+    fn free(&mut self, ftl: &mut Driver<SimDevice>, key: u64) {
+        let held = self.index.keys.remove(&key).unwrap();
+        ftl.nameless_free(&[held.addr]).unwrap();
+        // A pending move of it ends with it.
+        for m in self.index.moves.values_mut() {
+            if m.new == held.addr && m.state == MoveState::Unacked {
+                m.state = MoveState::Freed;
+            }
+        }
+    }
+
+    /// Takes the ready `Migrated` events: each key moves to its new
+    /// address, the move is recorded unacknowledged. Their old addresses.
+    fn follow(&mut self, ftl: &mut Driver<SimDevice>, what: &str) -> Vec<NamelessAddr> {
+        let mb = ftl.nameless_md_bytes();
+        let mut olds = Vec::new();
+        while let Some(e) = ftl.poll_event() {
+            let NamelessEvent::Migrated { old, new, md } = e else {
+                panic!("{what}: {e:?} while running");
+            };
+            let (key, version) = md_key(&md);
+            let held = self.index.keys.get_mut(&key);
+            let held = held.unwrap_or_else(|| panic!("{what}: key {key} moved, not held"));
+            assert_eq!(held.addr, old, "{what}: key {key}'s move");
+            assert_eq!(
+                md,
+                nameless_md(key, held.version, mb),
+                "{what}: md of {key}"
+            );
+            assert_eq!(version, held.version);
+            held.addr = new;
+            let m = Move {
+                new,
+                key,
+                state: MoveState::Unacked,
+                in_checkpoint: false,
+            };
+            self.index.moves.insert(old, m);
+            olds.push(old);
+        }
+        olds
+    }
+
+    /// Acknowledges the moves of `olds`.
+    fn ack(&mut self, ftl: &mut Driver<SimDevice>, olds: &[NamelessAddr]) {
+        ftl.nameless_ack(olds).unwrap();
+        for old in olds {
+            self.index.moves.get_mut(old).unwrap().state = MoveState::Acked;
+        }
+    }
+
+    /// Saves the index and commits: every key is committed, every move
+    /// delivered so far acknowledged.
+    fn commit(&mut self, ftl: &mut Driver<SimDevice>) {
+        for held in self.index.keys.values_mut() {
+            held.committed = true;
+        }
+        for m in self.index.moves.values_mut() {
+            if m.state == MoveState::Unacked {
+                m.state = MoveState::Acked;
+            }
+        }
+        self.index.save(ftl);
+        ftl.nameless_commit().unwrap();
+    }
+
+    /// Commits until no move is left unacknowledged: a commit's own
+    /// writes may let GC migrate.
+    fn commit_all(&mut self, ftl: &mut Driver<SimDevice>, what: &str) {
+        loop {
+            self.commit(ftl);
+            ftl.settle().unwrap();
+            if self.follow(ftl, what).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Runs the volume until it is quiet, following every move, and saves
+    /// the index: no event is left that the index does not hold.
+    fn quiesce(&mut self, ftl: &mut Driver<SimDevice>, what: &str) {
+        loop {
+            ftl.settle().unwrap();
+            ftl.flush().unwrap();
+            if self.follow(ftl, what).is_empty() {
+                break;
+            }
+            self.index.save(ftl);
+        }
+        self.index.save(ftl);
+        ftl.flush().unwrap();
+        assert!(ftl.poll_event().is_none(), "{what}: a move while saving");
+    }
+}
+
+/// Phase A of the image ends once GC has migrated this many blocks.
+const MIGRATED_BEFORE_IMAGE: u64 = 100;
+/// Batches written after the image's last commit and before its last
+/// checkpoint (uncommitted; full zones, which GC may migrate after it).
+const BATCHES_BEFORE_CHECKPOINT: u64 = 24;
+/// Blocks GC migrates, at least, after the image's last checkpoint (and
+/// after the test's mount).
+const MIGRATED_AFTER: u64 = 8;
+
+/// Acknowledges every third of the moves not yet acknowledged, and frees
+/// the moved block of the first of the rest.
+fn ack_some_free_one(client: &mut Client, ftl: &mut Driver<SimDevice>, olds: &[NamelessAddr]) {
+    let pending: Vec<NamelessAddr> = olds
+        .iter()
+        .copied()
+        .filter(|old| client.index.moves[old].state == MoveState::Unacked)
+        .collect();
+    let acked: Vec<NamelessAddr> = pending.iter().copied().step_by(3).collect();
+    client.ack(ftl, &acked);
+    let rest = pending.iter().find(|old| !acked.contains(old));
+    let key = client.index.moves[rest.expect("a move left to free")].key;
+    client.free(ftl, key);
+}
+
+#[test]
+#[ignore = "writes tests/images/v3-oob-migrated.img.gz; run by hand"]
+fn make_frozen_migrated_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let dev = SimDevice::create_file(&path, migrated_sim_config()).unwrap();
+    let opts = FormatOptions {
+        tag_placement: TagPlacement::Auto,
+        seed: 7,
+        ..FormatOptions::default()
+    };
+    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    let mut client = Client {
+        index: MigrationIndex::default(),
+        rng: zftl::sim::rng::Rng::new(31),
+        next_key: 0,
+    };
+    let what = "making the image";
+    // A: churn, acks and commits, until GC migrates.
+    let mut rounds = 0;
+    while ftl.stats().nameless_migrated_blocks < MIGRATED_BEFORE_IMAGE {
+        rounds += 1;
+        assert!(rounds < 200, "{what}: no migrations: {:?}", ftl.stats());
+        client.index.moves.clear();
+        client.batch(&mut ftl);
+        let moved = client.follow(&mut ftl, what);
+        if client.rng.below(2) == 0 {
+            client.ack(&mut ftl, &moved);
+        }
+        client.commit(&mut ftl);
+    }
+    // B: the last commit is behind; uncommitted writes fill zones, moves
+    // are followed and left unacknowledged, then the last checkpoint.
+    for _ in 0..BATCHES_BEFORE_CHECKPOINT {
+        client.batch(&mut ftl);
+        client.thin_newest(&mut ftl);
+        client.follow(&mut ftl, what);
+    }
+    ftl.settle().unwrap();
+    client.follow(&mut ftl, what);
+    ftl.checkpoint().unwrap();
+    let checkpoints = ftl.stats().checkpoints;
+    let in_checkpoint = ftl.stats().nameless_remap_entries;
+    let olds = client.follow(&mut ftl, what);
+    assert!(olds.is_empty(), "{what}: a move during the checkpoint");
+    let checkpointed: Vec<NamelessAddr> = client
+        .index
+        .moves_in(MoveState::Unacked)
+        .map(|(old, _)| old)
+        .collect();
+    assert_eq!(checkpointed.len() as u64, in_checkpoint, "{what}");
+    for old in &checkpointed {
+        client.index.moves.get_mut(old).unwrap().in_checkpoint = true;
+    }
+    // Some of the checkpoint's entries acknowledged in the log, one
+    // dropped by a free.
+    ack_some_free_one(&mut client, &mut ftl, &checkpointed);
+    // C: more writes until GC migrates again (entries in the log only).
+    let migrated = ftl.stats().nameless_migrated_blocks;
+    let mut logged = Vec::new();
+    while ftl.stats().nameless_migrated_blocks < migrated + MIGRATED_AFTER {
+        assert!(
+            logged.len() < 1000,
+            "{what}: no migration after the checkpoint"
+        );
+        client.batch(&mut ftl);
+        logged.extend(client.follow(&mut ftl, what));
+    }
+    client.quiesce(&mut ftl, what);
+    ack_some_free_one(&mut client, &mut ftl, &logged);
+    client.quiesce(&mut ftl, what);
+    assert_eq!(ftl.stats().checkpoints, checkpoints, "{what}: a checkpoint");
+    let s = ftl.stats();
+    eprintln!(
+        "{what}: {in_checkpoint} remap entries in the checkpoint, {} moves after it; \
+         at the cut {} entries, {} uncommitted and {} live blocks",
+        logged.len(),
+        s.nameless_remap_entries,
+        s.nameless_uncommitted_blocks,
+        s.nameless_live_blocks
+    );
+    assert_image_holds_migration_state(&client.index, what);
+    drop(ftl.into_backend());
+    let raw = std::fs::read(&path).unwrap();
+    let out = std::fs::File::create(images_dir().join(MIGRATED_IMAGE)).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+    gz.write_all(&raw).unwrap();
+    gz.finish().unwrap();
+}
+
+/// The image holds what it is frozen for: moves acknowledged, not
+/// acknowledged and freed, both among the entries of its checkpoint and
+/// among those of its log, and an uncommitted block that moved.
+fn assert_image_holds_migration_state(index: &MigrationIndex, what: &str) {
+    for state in [MoveState::Unacked, MoveState::Acked, MoveState::Freed] {
+        let (ckpt, log): (Vec<_>, Vec<_>) =
+            index.moves_in(state).partition(|(_, m)| m.in_checkpoint);
+        assert!(
+            !ckpt.is_empty(),
+            "{what}: no {state:?} move in the checkpoint"
+        );
+        assert!(!log.is_empty(), "{what}: no {state:?} move in the log");
+    }
+    let mut moved_uncommitted = index
+        .moves_in(MoveState::Unacked)
+        .filter(|(_, m)| !index.keys[&m.key].committed);
+    assert!(
+        moved_uncommitted.next().is_some(),
+        "{what}: no uncommitted block moved"
+    );
+}
+
+/// Checks every key of `index` at its address (data and md), and every
+/// move: an unacknowledged one's old address reaches the block, an
+/// acknowledged one's is stale, and both addresses of a freed one are.
+fn check_migration_index(ftl: &mut Driver<SimDevice>, index: &MigrationIndex, what: &str) {
+    let mb = ftl.nameless_md_bytes();
+    let holds = |ftl: &mut Driver<SimDevice>, addr: NamelessAddr, key: u64, version: u32| {
+        let got = ftl.nameless_read(addr);
+        let (data, md) = got.unwrap_or_else(|e| panic!("{what}: key {key} at {addr:?}: {e}"));
+        assert!(
+            data == nameless_block(key, version),
+            "{what}: key {key}'s data"
+        );
+        assert_eq!(md, nameless_md(key, version, mb), "{what}: key {key}'s md");
+    };
+    let gone = |ftl: &mut Driver<SimDevice>, addr: NamelessAddr, whose: &str| match ftl
+        .nameless_read(addr)
+    {
+        Err(IoError::Nameless(NamelessError::Stale { .. } | NamelessError::NotLive { .. })) => {}
+        other => panic!(
+            "{what}: {whose} at {addr:?}: {:?}",
+            other.map(|_| "a block")
+        ),
+    };
+    for (&key, held) in &index.keys {
+        holds(ftl, held.addr, key, held.version);
+    }
+    for (old, m) in &index.moves {
+        let whose = format!("key {}'s move, {:?}", m.key, m.state);
+        match m.state {
+            MoveState::Unacked => {
+                let held = index.keys[&m.key];
+                assert_eq!(held.addr, m.new, "{what}: {whose}");
+                holds(ftl, *old, m.key, held.version);
+            }
+            MoveState::Acked => gone(ftl, *old, &whose),
+            MoveState::Freed => {
+                assert!(!index.keys.contains_key(&m.key), "{what}: {whose}");
+                gone(ftl, *old, &whose);
+                gone(ftl, m.new, &whose);
+            }
+        }
+    }
+}
+
+/// Every event until none can come: the hand-over (`Unrecorded`, by
+/// address) and the moves (`Migrated`, by old address), each with its md.
+type Events = (
+    BTreeMap<NamelessAddr, Vec<u8>>,
+    BTreeMap<NamelessAddr, (NamelessAddr, Vec<u8>)>,
+);
+
+fn take_events(ftl: &mut Driver<SimDevice>, what: &str) -> Events {
+    let (mut unrecorded, mut migrated) = (BTreeMap::new(), BTreeMap::new());
+    loop {
+        let events = ftl.next_events(16).unwrap();
+        if events.is_empty() {
+            return (unrecorded, migrated);
+        }
+        for e in events {
+            let twice = match e {
+                NamelessEvent::Unrecorded { addr, md } => unrecorded.insert(addr, md).is_some(),
+                NamelessEvent::Migrated { old, new, md } => {
+                    migrated.insert(old, (new, md)).is_some()
+                }
+                other => panic!("{what}: {other:?}"),
+            };
+            assert!(!twice, "{what}: an event twice");
+        }
+    }
+}
+
+/// The events a mount of a volume holding `index` hands out: every
+/// uncommitted key's block, and every unacknowledged move.
+fn expected_events(index: &MigrationIndex, md_bytes: usize) -> Events {
+    let md = |key: u64| nameless_md(key, index.keys[&key].version, md_bytes);
+    let unrecorded = index.keys.iter().filter(|(_, h)| !h.committed);
+    let unacked = index.moves_in(MoveState::Unacked);
+    (
+        unrecorded.map(|(&key, h)| (h.addr, md(key))).collect(),
+        unacked.map(|(old, m)| (old, (m.new, md(m.key)))).collect(),
+    )
+}
+
+/// Checks a freshly mounted volume against `index`: its blocks and moves,
+/// that the mount recovered exactly the remap entries and uncommitted set
+/// `index` expects (a freed block's entry dropped: its old address reads
+/// `NotLive` either way), and that its events are exactly those.
+fn check_mounted(ftl: &mut Driver<SimDevice>, index: &MigrationIndex, what: &str) {
+    check_migration_index(ftl, index, what);
+    let want = expected_events(index, ftl.nameless_md_bytes());
+    let s = ftl.stats();
+    let recovered = (s.nameless_uncommitted_blocks, s.nameless_remap_entries);
+    let expected = (want.0.len() as u64, want.1.len() as u64);
+    assert_eq!(recovered, expected, "{what}: uncommitted, remap entries");
+    assert_eq!(take_events(ftl, what), want, "{what}: the events");
+}
+
+/// Mounts `dev`, finds `index` in it and checks it ([`check_mounted`]).
+fn mount_and_check(dev: SimDevice, index: &MigrationIndex, what: &str) -> Driver<SimDevice> {
+    let mut ftl =
+        Driver::mount(dev, FtlConfig::default()).unwrap_or_else(|e| panic!("{what}: mount: {e}"));
+    assert_eq!(&MigrationIndex::load(&mut ftl), index, "{what}: the index");
+    check_mounted(&mut ftl, index, what);
+    ftl
+}
+
+/// The frozen image of a volume in the middle of migrations mounts: its
+/// blocks read back at their addresses, the moves it was not told were
+/// acknowledged come again and still redirect, the acknowledged and freed
+/// ones are stale, the hand-over is exactly the uncommitted blocks (some
+/// of them moved); then it takes writes that GC migrates, and mounts
+/// again after a clean shutdown and after a crash.
+#[test]
+fn version_3_migrated_image_mounts_and_follows_its_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let packed = std::fs::File::open(images_dir().join(MIGRATED_IMAGE)).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(packed)
+        .read_to_end(&mut raw)
+        .unwrap();
+    std::fs::write(&path, raw).unwrap();
+    let what = MIGRATED_IMAGE;
+    let mut dev = SimDevice::open_file_expecting(&path, &migrated_sim_config()).unwrap();
+    let report = zftl::core::check::check(&mut dev);
+    assert!(report.is_clean(), "{what}: check: {:?}", report.problems);
+
+    // The image as frozen: its index says what it holds.
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    let index = MigrationIndex::load(&mut ftl);
+    assert_image_holds_migration_state(&index, what);
+    check_mounted(&mut ftl, &index, what);
+
+    // The client records what it was handed and commits (which also
+    // acknowledges every move delivered); then writes on until GC
+    // migrates again, acknowledging as it goes.
+    let next_key = index
+        .keys
+        .keys()
+        .chain(index.moves.values().map(|m| &m.key))
+        .max()
+        .unwrap()
+        + 1;
+    let mut client = Client {
+        index,
+        rng: zftl::sim::rng::Rng::new(32),
+        next_key,
+    };
+    client.commit_all(&mut ftl, what);
+    check_migration_index(&mut ftl, &client.index, what);
+    let migrated = ftl.stats().nameless_migrated_blocks;
+    for round in 0.. {
+        if ftl.stats().nameless_migrated_blocks >= migrated + MIGRATED_AFTER {
+            break;
+        }
+        assert!(round < 200, "{what}: no migration after the mount");
+        client
+            .index
+            .moves
+            .retain(|_, m| m.state == MoveState::Unacked);
+        client.batch(&mut ftl);
+        let moved = client.follow(&mut ftl, what);
+        if client.rng.below(2) == 0 {
+            client.ack(&mut ftl, &moved);
+        }
+        client.commit(&mut ftl);
+    }
+    client.commit_all(&mut ftl, what);
+    check_migration_index(&mut ftl, &client.index, what);
+
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = mount_and_check(dev, &client.index, &format!("{what} after remount"));
+    // One more batch, uncommitted, then a crash: it is handed over.
+    client.index.moves.clear();
+    client.batch(&mut ftl);
+    client.quiesce(&mut ftl, what);
+    let dev = ftl.into_backend();
+    let ftl = mount_and_check(dev, &client.index, &format!("{what} after a crash"));
+    let mut dev = ftl.shutdown().unwrap();
+    let report = zftl::core::check::check(&mut dev);
+    assert!(report.is_clean(), "{what}: check: {:?}", report.problems);
 }
