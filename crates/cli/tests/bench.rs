@@ -905,6 +905,10 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         "16",
         "--rounds",
         "2",
+        "--working-sets",
+        "20,80",
+        "--rw-blocks-per-lun",
+        "4",
     ]);
     let m = &v["memory"];
     assert_eq!(num(m, "stored_bytes"), 320.0 * 1048576.0);
@@ -959,6 +963,30 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         num(s, "nameless_map_bytes") <= num(s, "logical_map_bytes"),
         "{s}"
     );
+    // Random writes: both sides measured at each working set, the
+    // nameless side following GC's moves where the volume is full enough
+    // for GC to run.
+    let w = &v["random_writes"];
+    let rows = w["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{w}");
+    for r in rows {
+        for side in ["page_mapped", "nameless"] {
+            assert!(num(&r[side], "writes_per_s") > 0.0, "{r}");
+            assert!(num(&r[side], "write_amplification") > 0.0, "{r}");
+        }
+        let ratio = num(r, "throughput_ratio");
+        let expected = num(&r["nameless"], "writes_per_s") / num(&r["page_mapped"], "writes_per_s");
+        assert!((ratio - expected).abs() < 1e-3, "{r}");
+    }
+    assert_eq!(num(&rows[0], "working_set_percent"), 20.0);
+    assert!(num(&rows[1], "nameless_moves_followed") > 0.0, "{w}");
+    assert!(
+        num(&rows[1]["nameless"], "gc_copies_per_write") > 0.0,
+        "{w}"
+    );
+    let out = zftl(&["bench", "nameless", "--working-sets", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--working-sets"));
     let out = zftl(&["bench", "nameless", "--rounds", "0"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));

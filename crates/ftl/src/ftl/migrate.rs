@@ -45,11 +45,13 @@ pub(super) struct Moves {
     /// Each remap entry by its new side: freeing that block drops the
     /// entry (no event can name it then, so no ack would come).
     by_new: BTreeMap<Ppa, NamelessAddr>,
-    /// The blocks overwrites admitted and not yet answered replace: a
-    /// migration does not move a block an overwrite frees (the overwrite's
-    /// tag names the block where it was, and its client holds the old
-    /// address in a request).
+    /// Blocks of overwrites sent and not yet landed, by the block each
+    /// replaces: a migration does not move a block an overwrite frees (the
+    /// overwrite's tag names the block where it was).
     replacing: BTreeMap<Ppa, u32>,
+    /// The addresses overwrites admitted and not yet answered name: a
+    /// `Migrated` event of one waits (the overwrite frees its block).
+    overwriting: BTreeMap<NamelessAddr, u32>,
     /// Events whose notes are not yet durable, by the log waiter that
     /// hands them out.
     unlogged: VecDeque<(u64, NamelessEvent)>,
@@ -84,12 +86,12 @@ impl Moves {
         self.unlogged.len()
     }
 
-    /// An overwrite of `ppa` was admitted.
+    /// An overwrite of `ppa` was sent.
     pub(super) fn replacing(&mut self, ppa: Ppa) {
         *self.replacing.entry(ppa).or_default() += 1;
     }
 
-    /// That overwrite was answered.
+    /// That overwrite landed or failed.
     pub(super) fn replaced(&mut self, ppa: Ppa) {
         let n = self
             .replacing
@@ -99,6 +101,29 @@ impl Moves {
         if *n == 0 {
             self.replacing.remove(&ppa);
         }
+    }
+
+    /// An overwrite of `olds` was admitted.
+    pub(super) fn overwriting(&mut self, olds: &[NamelessAddr]) {
+        for &o in olds {
+            *self.overwriting.entry(o).or_default() += 1;
+        }
+    }
+
+    /// That overwrite was answered.
+    pub(super) fn overwritten(&mut self, olds: &[NamelessAddr]) {
+        for o in olds {
+            let n = self.overwriting.get_mut(o).expect("an overwrite admitted");
+            *n -= 1;
+            if *n == 0 {
+                self.overwriting.remove(o);
+            }
+        }
+    }
+
+    /// Whether an admitted overwrite names `old`.
+    pub(super) fn is_overwriting(&self, old: NamelessAddr) -> bool {
+        self.overwriting.contains_key(&old)
     }
 
     /// Zones holding the new side of a remap entry.

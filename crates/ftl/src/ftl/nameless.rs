@@ -143,8 +143,6 @@ struct NamelessWrite {
     error: Option<IoError>,
     /// A block landed in a zone whose generation is not durable yet.
     needs_log: bool,
-    /// The blocks it replaces (`Moves::replacing` until it is answered).
-    replacing: Vec<Ppa>,
 }
 
 #[derive(Debug)]
@@ -166,6 +164,8 @@ pub(super) struct NamelessAppend {
     first: usize,
     count: usize,
     pad_blocks: u64,
+    /// The blocks its overwrites replace (`Moves::replacing`).
+    replaced: Vec<Ppa>,
 }
 
 impl NamelessState {
@@ -523,11 +523,9 @@ impl Ftl {
             }
             .into());
         }
-        let replaced = if old.is_empty() {
-            Vec::new()
-        } else {
-            self.check_replaced(&old, n)?
-        };
+        if !old.is_empty() {
+            self.check_replaced(&old, n)?;
+        }
         if self.read_only {
             return Err(IoError::ReadOnly);
         }
@@ -563,13 +561,9 @@ impl Ftl {
             addrs: vec![NamelessAddr::NONE; n],
             error: None,
             needs_log: false,
-            replacing: replaced.clone(),
         });
-        // GC does not move a block an admitted overwrite replaces: the
-        // overwrite frees it where it is.
-        for p in replaced {
-            self.nameless.moves.replacing(p);
-        }
+        let w = self.nameless.writes.get(key).expect("just admitted");
+        self.nameless.moves.overwriting(&w.old);
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
         self.nameless.pending_blocks += n as u64;
@@ -585,9 +579,8 @@ impl Ftl {
             && 4 * more <= self.checkpoint_room_bytes()
     }
 
-    /// The addresses an overwrite replaces: one per block, distinct, live;
-    /// the blocks they name.
-    fn check_replaced(&self, old: &[NamelessAddr], blocks: usize) -> Result<Vec<Ppa>, IoError> {
+    /// The addresses an overwrite replaces: one per block, distinct, live.
+    fn check_replaced(&self, old: &[NamelessAddr], blocks: usize) -> Result<(), IoError> {
         if old.len() != blocks {
             return Err(NamelessError::AddressCount {
                 expected: blocks,
@@ -595,8 +588,7 @@ impl Ftl {
             }
             .into());
         }
-        let resolved = self.resolve_distinct(old)?;
-        Ok(resolved.iter().map(|a| a.ppa()).collect())
+        self.resolve_distinct(old).map(|_| ())
     }
 
     /// The blocks `addrs` name (step 2 resolved), if each checks and no
@@ -657,6 +649,14 @@ impl Ftl {
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let ob = self.geo.oob_size_bytes as usize;
         let links = self.replaced_links(key, n as usize);
+        let replaced: Vec<Ppa> = links
+            .iter()
+            .filter(|l| !l.is_none())
+            .map(|l| l.ppa())
+            .collect();
+        for &p in &replaced {
+            self.nameless.moves.replacing(p);
+        }
         let w = self.nameless.writes.get_mut(key).expect("queued write");
         let first = w.sent;
         for i in first..first + n as usize {
@@ -693,6 +693,7 @@ impl Ftl {
             first,
             count: n as usize,
             pad_blocks: pad,
+            replaced,
         };
         Some((
             Op::NamelessAppend(append),
@@ -748,6 +749,9 @@ impl Ftl {
     ) {
         self.host_appends_in_flight -= 1;
         self.append_settled(a.zone);
+        for &p in &a.replaced {
+            self.nameless.moves.replaced(p);
+        }
         let durable = self.log.durable_next();
         self.nameless
             .opening
@@ -830,9 +834,7 @@ impl Ftl {
             return;
         }
         let w = self.nameless.writes.remove(key).expect("write in flight");
-        for &p in &w.replacing {
-            self.nameless.moves.replaced(p);
-        }
+        self.nameless.moves.overwritten(&w.old);
         self.nameless.pending_blocks -= w.blocks.len() as u64;
         for c in &mut self.nameless.commits {
             if w.order < c.before {
@@ -1216,11 +1218,17 @@ impl Ftl {
     /// first.
     fn take_events(&mut self, max: usize) -> Vec<NamelessEvent> {
         let mut taken = Vec::new();
+        let mut deferred = Vec::new();
         while taken.len() < max {
             let Some(event) = self.nameless.events.pop_front() else {
                 break;
             };
             match event {
+                // The client's overwrite of `old` frees the block: the move
+                // is news only if that overwrite fails.
+                NamelessEvent::Migrated { old, .. } if self.nameless.moves.is_overwriting(old) => {
+                    deferred.push(event)
+                }
                 NamelessEvent::Unrecorded { addr, .. }
                     if self.event_current(addr, NamelessAddr::NONE) =>
                 {
@@ -1235,6 +1243,7 @@ impl Ftl {
                 _ => {}
             }
         }
+        self.nameless.events.extend(deferred);
         taken
     }
 
