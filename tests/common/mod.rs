@@ -921,8 +921,11 @@ impl Rig {
                     }
                     // Refused at admission unless the volume failed meanwhile,
                     // in which case it may sit in the buffer: ambiguous.
+                    // `SnapshotSpace` is only ever a refusal at admission
+                    // (the volume may fail in the turn that answers it).
                     Err(e) => {
-                        if self.ftl().ftl().failure().is_none() {
+                        let refused = e == IoError::SnapshotSpace;
+                        if refused || self.ftl().ftl().failure().is_none() {
                             self.forget_if_refused(&Err(e.clone()), lba, 1);
                         }
                         Err(e)

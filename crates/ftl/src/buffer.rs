@@ -6,6 +6,13 @@
 //! block already in flight takes a new slot. Sequence numbers are assigned at
 //! submission, so "in flight" slots are exactly those with a seq.
 //!
+//! Blocks of FUA writes wait in an urgent queue per temperature, sent ahead
+//! of the others ([`WriteBuffer::pop_queued`] takes them first): a FUA
+//! write waits for its own blocks only. A FUA write that overwrites a queued
+//! slot in place moves it there; a buffered write that overwrites an urgent
+//! slot leaves it there. Either way the slot keeps its oldest ticket, so a
+//! flush still waits for every block admitted before it.
+//!
 //! A slot's data is the request's own buffer for a one-block write, and a
 //! block-sized window into the request's buffer, shared by the request's
 //! blocks, for a multi-block write ([`BlockData`]): admission copies no
@@ -87,6 +94,8 @@ pub struct Slot {
     /// Admission order, for flush barriers.
     pub ticket: u64,
     pub temp: Temp,
+    /// A FUA write wrote it: it waits in the urgent queue.
+    pub urgent: bool,
 }
 
 #[derive(Debug)]
@@ -95,6 +104,8 @@ pub struct WriteBuffer {
     free: Vec<SlotId>,
     /// Slots waiting for submission, per temperature.
     queues: [VecDeque<SlotId>; 2],
+    /// Slots of FUA writes waiting for submission, per temperature: sent first.
+    urgent: [VecDeque<SlotId>; 2],
     latest: HashMap<Lba, SlotId, LbaHasherBuilder>,
     next_ticket: u64,
     /// (ticket, slot) in ticket order, for the oldest unfinished ticket.
@@ -129,6 +140,7 @@ impl WriteBuffer {
             slots: (0..capacity_blocks).map(|_| None).collect(),
             free: (0..capacity_blocks).rev().collect(),
             queues: [VecDeque::new(), VecDeque::new()],
+            urgent: [VecDeque::new(), VecDeque::new()],
             latest: HashMap::with_capacity_and_hasher(
                 capacity_blocks as usize,
                 LbaHasherBuilder(seed),
@@ -192,12 +204,30 @@ impl WriteBuffer {
         self.slots.len() - self.free.len()
     }
 
+    /// Slots waiting for submission, urgent or not.
     pub fn queued(&self) -> usize {
-        self.queues[0].len() + self.queues[1].len()
+        self.queued_in(Temp::Hot) + self.queued_in(Temp::Cold)
     }
 
+    /// Slots of `temp` waiting for submission, urgent or not.
     pub fn queued_in(&self, temp: Temp) -> usize {
-        self.queues[temp as usize].len()
+        self.queues[temp as usize].len() + self.urgent[temp as usize].len()
+    }
+
+    /// Slots of FUA writes of `temp` waiting for submission.
+    pub fn urgent_in(&self, temp: Temp) -> usize {
+        self.urgent[temp as usize].len()
+    }
+
+    /// The queue a waiting slot is in.
+    fn queue_of(&mut self, s: SlotId) -> &mut VecDeque<SlotId> {
+        let slot = self.slot(s);
+        let temp = slot.temp as usize;
+        if slot.urgent {
+            &mut self.urgent[temp]
+        } else {
+            &mut self.queues[temp]
+        }
     }
 
     /// Slots a write of a block needs, given the block's newest slot
@@ -209,7 +239,8 @@ impl WriteBuffer {
         }
     }
 
-    /// Buffers one block. The caller checked `slots_needed` against `free_slots`.
+    /// Buffers one block; `urgent`: a FUA write's (see the module
+    /// documentation). The caller checked `slots_needed` against `free_slots`.
     /// `data_crc` is `tag::data_crc(&data)`, taken by the caller when the
     /// write is admitted, just after its bytes came in: by the time a full
     /// append leaves, a burst of writes has pushed them out of the cache
@@ -222,6 +253,7 @@ impl WriteBuffer {
         data_crc: u32,
         counted_new: bool,
         temp: Temp,
+        urgent: bool,
     ) -> SlotId {
         use std::collections::hash_map::Entry;
         let ticket = self.next_ticket;
@@ -236,6 +268,9 @@ impl WriteBuffer {
                 // held waits for the slot.
                 old.data = data;
                 old.data_crc = data_crc;
+                if urgent && !old.urgent {
+                    self.make_urgent(s);
+                }
                 return s;
             }
         }
@@ -254,10 +289,26 @@ impl WriteBuffer {
             counted_new,
             ticket,
             temp,
+            urgent,
         });
         self.note_ticket(ticket, s);
-        self.queues[temp as usize].push_back(s);
+        self.queue_of(s).push_back(s);
         s
+    }
+
+    /// Moves queued slot `s` to the back of its urgent queue.
+    fn make_urgent(&mut self, s: SlotId) {
+        self.remove_queued(s);
+        self.slot_mut(s).urgent = true;
+        self.queue_of(s).push_back(s);
+    }
+
+    /// Takes queued slot `s` out of its queue: O(queued slots), as a trim
+    /// or a FUA write overwriting a queued block needs.
+    fn remove_queued(&mut self, s: SlotId) {
+        let queue = self.queue_of(s);
+        let at = queue.iter().position(|&q| q == s).expect("slot queued");
+        queue.remove(at);
     }
 
     /// The slot holding the newest buffered version of `lba`.
@@ -310,23 +361,59 @@ impl WriteBuffer {
         if self.slot(s).seq.is_some() {
             return false;
         }
-        let temp = self.slot(s).temp as usize;
-        self.queues[temp].retain(|&q| q != s);
+        self.remove_queued(s);
         self.release(s).counted_new
     }
 
-    /// Takes the next queued slot for submission, stamping its seq.
+    /// Takes the next queued slot of `temp` for submission, urgent ones
+    /// first, stamping its seq.
     pub fn pop_queued(&mut self, temp: Temp, seq: Seq) -> Option<SlotId> {
-        let s = self.queues[temp as usize].pop_front()?;
+        let t = temp as usize;
+        let s = self.urgent[t]
+            .pop_front()
+            .or_else(|| self.queues[t].pop_front())?;
         self.slot_mut(s).seq = Some(seq);
         Some(s)
     }
 
-    /// Puts an in-flight slot back at the head of the queue (failed write).
-    pub fn requeue_front(&mut self, s: SlotId) {
-        self.slot_mut(s).seq = None;
-        let temp = self.slot(s).temp as usize;
-        self.queues[temp].push_front(s);
+    /// Puts an in-flight slot back at the head of its queue (failed write).
+    /// A slot whose block was written again meanwhile is released instead,
+    /// and returned: sent again, it would get a seq above its newer
+    /// version's (sent first, from the urgent queue or the other
+    /// temperature's) and replay would take it for the newest. The newer
+    /// version's slot, if still here, takes over its ticket, so a flush
+    /// that waited for it waits for that one.
+    pub fn requeue_front(&mut self, s: SlotId) -> Option<Slot> {
+        let newer = match self.latest.get(&self.slot(s).lba) {
+            Some(&n) if n == s => {
+                self.slot_mut(s).seq = None;
+                self.queue_of(s).push_front(s);
+                return None;
+            }
+            newer => newer.copied(),
+        };
+        if let Some(n) = newer {
+            self.hand_ticket(s, n);
+        }
+        Some(self.release(s))
+    }
+
+    /// Gives slot `n` the ticket of slot `s` if it is older than its own,
+    /// in `s`'s place in the ticket queue; `n`'s own entry goes stale.
+    /// (`n` may hold an older one already, handed on by another failed
+    /// slot of its block.)
+    fn hand_ticket(&mut self, s: SlotId, n: SlotId) {
+        let ticket = self.slot(s).ticket;
+        if ticket > self.slot(n).ticket {
+            return;
+        }
+        let entry = self
+            .tickets
+            .iter_mut()
+            .find(|e| **e == (ticket, s))
+            .expect("a live slot's ticket is queued");
+        *entry = (ticket, n);
+        self.slot_mut(n).ticket = ticket;
     }
 
     /// Frees a slot whose data reached the media; `latest` is cleared only if
@@ -365,6 +452,18 @@ impl WriteBuffer {
     /// The ticket the next admitted block will get (a flush barrier).
     pub fn next_ticket(&self) -> u64 {
         self.next_ticket
+    }
+
+    /// The ticket slot `s` holds (with [`Self::holds`], what a FUA write
+    /// waits for).
+    pub fn ticket(&self, s: SlotId) -> u64 {
+        self.slot(s).ticket
+    }
+
+    /// Whether slot `s` still holds `ticket`: the block admitted with it
+    /// (or a newer version that took its slot in place) has not left.
+    pub fn holds(&self, s: SlotId, ticket: u64) -> bool {
+        self.ticket_is_live((ticket, s))
     }
 
     /// Whether every block admitted before `barrier` has left the buffer.
@@ -410,7 +509,92 @@ mod tests {
     /// `WriteBuffer::insert` with the CRC admission takes.
     fn insert(b: &mut WriteBuffer, lba: Lba, data: BlockData, new: bool, temp: Temp) -> SlotId {
         let crc = tag::data_crc(&data);
-        b.insert(lba, data, crc, new, temp)
+        b.insert(lba, data, crc, new, temp, false)
+    }
+
+    /// A FUA write's block.
+    fn insert_urgent(b: &mut WriteBuffer, lba: Lba, data: u8) -> SlotId {
+        let crc = tag::data_crc(&[data]);
+        b.insert(lba, vec![data].into(), crc, false, Temp::Hot, true)
+    }
+
+    /// FUA blocks go out first; a FUA write over a queued block moves its
+    /// slot to the urgent queue, a buffered write over an urgent slot
+    /// leaves it there; a failed urgent slot goes back to the urgent queue.
+    #[test]
+    fn urgent_slots_go_first_and_stay_urgent() {
+        let mut b = WriteBuffer::new(8, 1);
+        let a = insert(&mut b, 1, vec![1].into(), true, Temp::Hot);
+        let c = insert(&mut b, 2, vec![1].into(), true, Temp::Hot);
+        let u = insert_urgent(&mut b, 3, 1);
+        assert_eq!((b.urgent_in(Temp::Hot), b.queued_in(Temp::Hot)), (1, 3));
+        assert_eq!(insert_urgent(&mut b, 2, 2), c, "overwritten in place");
+        assert_eq!(insert(&mut b, 3, vec![2].into(), false, Temp::Hot), u);
+        assert_eq!((b.urgent_in(Temp::Hot), b.queued()), (2, 3));
+        assert_eq!(b.pop_queued(Temp::Hot, 1), Some(u));
+        b.requeue_front(u);
+        assert_eq!(b.pop_queued(Temp::Hot, 2), Some(u), "back in front");
+        assert_eq!(b.pop_queued(Temp::Hot, 3), Some(c));
+        assert_eq!(b.urgent_in(Temp::Hot), 0);
+        assert_eq!(b.pop_queued(Temp::Hot, 4), Some(a));
+        assert_eq!(b.lookup(2), Some(&[2u8][..]));
+        assert_eq!(b.lookup(3), Some(&[2u8][..]));
+    }
+
+    /// A FUA write's block is done once its slot no longer holds its
+    /// ticket; a flush admitted before it still waits for older blocks.
+    #[test]
+    fn a_fua_block_is_done_when_its_slot_leaves() {
+        let mut b = WriteBuffer::new(4, 1);
+        let old = insert(&mut b, 1, vec![1].into(), true, Temp::Hot);
+        let barrier = b.next_ticket();
+        let u = insert_urgent(&mut b, 2, 1);
+        let ticket = b.ticket(u);
+        assert!(b.holds(u, ticket));
+        assert_eq!(b.pop_queued(Temp::Hot, 1), Some(u));
+        b.release(u);
+        assert!(!b.holds(u, ticket));
+        assert!(!b.drained_before(barrier), "the older block is queued");
+        assert_eq!(insert(&mut b, 5, vec![1].into(), true, Temp::Hot), u);
+        assert!(!b.holds(u, ticket), "slot reused with a newer ticket");
+        assert_eq!(b.pop_queued(Temp::Hot, 2), Some(old));
+        b.release(old);
+        assert!(b.drained_before(barrier));
+    }
+
+    /// A failed slot whose block was written again is dropped, not sent
+    /// again after its newer version; the newer one holds its ticket.
+    #[test]
+    fn a_failed_slot_written_again_is_dropped_and_hands_on_its_ticket() {
+        let mut b = WriteBuffer::new(4, 1);
+        let old = insert(&mut b, 7, vec![1].into(), true, Temp::Cold);
+        let barrier = b.next_ticket();
+        assert_eq!(b.pop_queued(Temp::Cold, 1), Some(old));
+        let newer = insert_urgent(&mut b, 7, 2);
+        let dropped = b.requeue_front(old).expect("superseded");
+        assert_eq!((dropped.lba, &*dropped.data), (7, &[1u8][..]));
+        assert_eq!((b.queued(), b.used_slots()), (1, 1));
+        assert!(
+            !b.drained_before(barrier),
+            "the newer slot holds the ticket"
+        );
+        assert_eq!(b.pop_queued(Temp::Hot, 2), Some(newer));
+        assert!(b.requeue_front(newer).is_none(), "the newest goes back");
+        assert_eq!(b.pop_queued(Temp::Hot, 3), Some(newer));
+        b.release(newer);
+        assert!(b.drained_before(barrier));
+    }
+
+    /// A trim drops a queued urgent slot from its queue.
+    #[test]
+    fn discard_drops_an_urgent_slot() {
+        let mut b = WriteBuffer::new(2, 1);
+        insert_urgent(&mut b, 5, 1);
+        assert!(!b.discard(5));
+        assert_eq!(
+            (b.queued(), b.urgent_in(Temp::Hot), b.free_slots()),
+            (0, 0, 2)
+        );
     }
 
     /// A flush admitted between two writes to a block waits for the slot
@@ -524,8 +708,8 @@ mod tests {
     }
 
     /// `drained_before` against the oldest ticket of the occupied slots,
-    /// found by brute force, through random admissions (coalescing many),
-    /// submissions, completions and trims; the ticket queue stays bounded
+    /// found by brute force, through random admissions (coalescing many,
+    /// some urgent), submissions, completions, failed appends and trims; the ticket queue stays bounded
     /// while the oldest slot stays in flight.
     #[test]
     fn barriers_match_the_oldest_occupied_ticket_and_tickets_stay_bounded() {
@@ -545,7 +729,8 @@ mod tests {
             match next(10) {
                 0..=4 => {
                     if b.slots_needed(b.latest_slot(lba)) <= b.free_slots() {
-                        insert(&mut b, lba, vec![0].into(), false, Temp::Hot);
+                        let urgent = next(4) == 0;
+                        b.insert(lba, vec![0].into(), 0, false, Temp::Hot, urgent);
                     }
                 }
                 5 | 6 => {
@@ -558,6 +743,13 @@ mod tests {
                     let i = usize::from(step < 10_000)
                         + next((in_flight.len() - usize::from(step < 10_000)) as u64) as usize;
                     b.release(in_flight.swap_remove(i));
+                }
+                // A failed append: back in its queue, or dropped if
+                // written again (its ticket handed on).
+                9 if next(2) == 0 && in_flight.len() > usize::from(step < 10_000) => {
+                    let i = usize::from(step < 10_000)
+                        + next((in_flight.len() - usize::from(step < 10_000)) as u64) as usize;
+                    b.requeue_front(in_flight.swap_remove(i));
                 }
                 _ => {
                     b.discard(lba);

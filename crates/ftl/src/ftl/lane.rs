@@ -451,7 +451,7 @@ impl Ftl {
     }
 
     pub(super) fn next_host_append(&mut self) -> Option<(Op, Command)> {
-        if self.read_only || matches!(self.ckpt, CkptState::Draining) || self.buffer.queued() == 0 {
+        if self.buffer.queued() == 0 {
             return None;
         }
         let temp = if self.buffer.queued_in(Temp::Hot) >= self.buffer.queued_in(Temp::Cold) {
@@ -459,12 +459,32 @@ impl Ftl {
         } else {
             Temp::Cold
         };
+        let queued = self.buffer.queued_in(temp) as u64;
+        let urgent = self.host_flush_waiting();
+        self.host_append(temp, queued, urgent)
+    }
+
+    /// An append of the blocks of FUA writes alone, padded to the write
+    /// unit: sent ahead of reads and GC, so a FUA write waits for its own
+    /// blocks, not for the buffer (`buffer::WriteBuffer::pop_queued` takes
+    /// them first in any host append).
+    pub(super) fn next_urgent_append(&mut self) -> Option<(Op, Command)> {
+        let temp = [Temp::Hot, Temp::Cold]
+            .into_iter()
+            .find(|&t| self.buffer.urgent_in(t) > 0)?;
+        self.host_append(temp, self.buffer.urgent_in(temp) as u64, true)
+    }
+
+    /// An append of up to `queued` blocks of the buffer's `temp` queues,
+    /// urgent ones first; `urgent`: pad a partial write unit.
+    fn host_append(&mut self, temp: Temp, queued: u64, urgent: bool) -> Option<(Op, Command)> {
+        if self.read_only || matches!(self.ckpt, CkptState::Draining) {
+            return None;
+        }
         let lane = match temp {
             Temp::Hot => Lane::HostHot,
             Temp::Cold => Lane::HostCold,
         };
-        let queued = self.buffer.queued_in(temp) as u64;
-        let urgent = self.host_flush_waiting();
         let (lane, zone, room) = self.room_in(lane, queued, false)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
@@ -558,8 +578,14 @@ impl Ftl {
         let offset = match Self::appended_at(result) {
             Ok(offset) => offset,
             Err(e) => {
+                // Each back at the head of its queue (urgent or not), in
+                // order; one written again meanwhile is dropped.
                 for &(s, _, _) in slots.iter().rev() {
-                    self.buffer.requeue_front(s);
+                    if let Some(slot) = self.buffer.requeue_front(s) {
+                        self.buffered_new -= u64::from(slot.counted_new);
+                        let bs = self.geo.block_size_bytes as usize;
+                        self.buffer.recycle(slot.data, bs);
+                    }
                 }
                 self.stats.media_write_blocks -= slots.len() as u64 + u64::from(pad);
                 self.write_failed(zone, e);

@@ -320,7 +320,7 @@ pub struct Ftl {
     waiting_writes: VecDeque<WaitingWrite>,
     /// Scratch of `admit_writes`: per block of one request, whether the
     /// buffer holds it and its mapping (at most a request's blocks).
-    admit_facts: Vec<(bool, Option<Ppa>, bool)>,
+    admit_facts: Vec<write::AdmitFact>,
     /// The data CRCs of the request being admitted (reused, as `admit_facts`).
     admit_crcs: Vec<u32>,
     flushes: Vec<FlushWait>,
@@ -837,6 +837,7 @@ impl Ftl {
             .or_else(|| self.next_checkpoint_command())
             .or_else(|| self.next_range_command())
             .or_else(|| self.next_flush_command())
+            .or_else(|| self.next_urgent_append())
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_nameless_read())
             .or_else(|| self.next_handover_read())

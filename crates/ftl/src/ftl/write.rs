@@ -6,17 +6,48 @@ use super::request::{Reply, ReplyData};
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Lba, Ppa};
 use crate::backend::Command;
-use crate::buffer::{BlockData, Temp};
+use crate::buffer::{BlockData, SlotId, Temp};
 use crate::error::IoError;
 use crate::note::Note;
 use crate::tag;
+use std::collections::VecDeque;
+
+/// What became of a waiting write offered to the buffer.
+enum Admission {
+    /// Admitted, answered or held behind a vector: it left the queue.
+    Left,
+    /// It waits for free slots.
+    NoSlots(WaitingWrite),
+    /// It waits for space being given back (a deleted snapshot's versions,
+    /// a window point).
+    NoSpace(WaitingWrite),
+}
+
+/// The share of the write buffer kept for FUA writes (1/64 of it): a
+/// buffered write leaves that many slots free while others are in use, so
+/// a FUA write finds room even while buffered writes wait for slots.
+const FUA_KEPT_SHARE: u32 = 64;
 
 #[derive(Debug)]
 enum FlushStage {
-    Data { ticket_barrier: u64 },
-    Log { log_barrier: u64 },
+    /// A FUA write: waits for its own blocks, each (slot, ticket), to leave
+    /// the buffer (in the order they leave it, mostly).
+    Blocks {
+        pending: VecDeque<(SlotId, u64)>,
+    },
+    Data {
+        ticket_barrier: u64,
+    },
+    Log {
+        log_barrier: u64,
+    },
     Device,
 }
+
+/// What admission looks up of each block of a write: whether the buffer
+/// holds a version of it, where its version on media is, and whether it
+/// takes a physical block without freeing one.
+pub(super) type AdmitFact = (bool, Option<Ppa>, bool);
 
 /// A host write accepted but not yet in the write buffer (no room yet).
 #[derive(Debug)]
@@ -74,110 +105,182 @@ impl Ftl {
         Ok(None)
     }
 
-    /// Moves waiting writes into the buffer, in arrival order, while it has room.
+    /// Moves waiting writes into the buffer, in arrival order, while it has
+    /// room; then FUA writes that may pass those waiting for slots.
     pub(super) fn admit_writes(&mut self) {
         // Each block's buffer slot and mapping, looked up once per request.
         let mut facts = std::mem::take(&mut self.admit_facts);
         let mut scratch = std::mem::take(&mut self.admit_crcs);
         while let Some(w) = self.waiting_writes.pop_front() {
-            let bs = self.block_size();
-            let (id, lba, fua) = (w.id, w.lba, w.fua);
-            let count = (w.data.len() / bs) as u64;
-            if self.range_blocks(lba, count) {
-                // Behind a range-operation vector that touches its blocks.
-                self.hold(super::range::Held::Write(w));
-                continue;
-            }
-            if let Err(e) = self.fork_lives(lba, count) {
-                // Its fork was deleted while it waited.
-                self.replies.push_back(Reply { id, result: Err(e) });
-                continue;
-            }
-            // A vector it waited behind may have made the range immutable.
-            if let Some(at) = self.attrs.first_immutable(lba, count) {
-                self.replies.push_back(Reply {
-                    id,
-                    result: Err(IoError::Immutable { lba: at }),
-                });
-                continue;
-            }
-            facts.clear();
-            let (mut needed, mut new_blocks) = (0usize, 0u64);
-            for l in lba..lba + count {
-                let buffered = self.buffer.latest_slot(l);
-                let (mapped, takes_block) = self.mapping.write_facts(l);
-                let new = buffered.is_none() && takes_block;
-                needed += self.buffer.slots_needed(buffered);
-                new_blocks += u64::from(new);
-                facts.push((buffered.is_some(), mapped, new));
-            }
-            if needed > self.buffer.free_slots() {
-                assert!(
-                    count <= u64::from(self.cfg.write_buffer_blocks)
-                        || self.buffer.used_slots() > 0
-                );
-                self.waiting_writes.push_front(w);
-                break;
-            }
-            if let Err(e) = self.room_for_write(count, new_blocks) {
-                let space = matches!(e, IoError::SnapshotSpace | IoError::NoSpace);
-                if space && self.mapping.history().sweeping() {
-                    // A deleted snapshot's versions are being released: it
-                    // waits for the space they give back.
+            match self.admit_one(w, &mut facts, &mut scratch) {
+                Admission::Left => {}
+                Admission::NoSlots(w) => {
+                    self.waiting_writes.push_front(w);
+                    self.admit_fua_ahead(&mut facts, &mut scratch);
+                    break;
+                }
+                Admission::NoSpace(w) => {
                     self.waiting_writes.push_front(w);
                     break;
                 }
-                if e == IoError::SnapshotSpace && self.window_gives_way() {
-                    // It waits while a window point is dropped.
-                    self.waiting_writes.push_front(w);
-                    break;
-                }
-                self.replies.push_back(Reply { id, result: Err(e) });
-                continue;
-            }
-            if lba >= self.layout.logical_blocks {
-                if let Err(e) = self.room_for_fork_leaves(lba, &facts) {
-                    self.replies.push_back(Reply { id, result: Err(e) });
-                    continue;
-                }
-            }
-            let WaitingWrite { data, crcs, .. } = w;
-            let crcs = match &crcs {
-                Some(given) => given.as_slice(),
-                None => {
-                    // Taken now, while the bytes just received are in cache.
-                    scratch.resize(count as usize, 0);
-                    tag::data_crcs(&data, bs, &mut scratch);
-                    scratch.as_slice()
-                }
-            };
-            assert_eq!(crcs.len() as u64, count);
-            if count == 1 {
-                self.buffer_block(lba, data.into(), crcs[0], facts[0], count); // the request's own buffer, no copy
-            } else if self.buffer.may_share(count as usize) {
-                // Windows into the request's buffer, no copy.
-                let blocks = self.buffer.share_blocks(data, bs);
-                for (i, block) in blocks.into_iter().enumerate() {
-                    self.buffer_block(lba + i as u64, block, crcs[i], facts[i], count);
-                }
-            } else {
-                for (i, chunk) in data.chunks_exact(bs).enumerate() {
-                    let block = self.buffer.block_copy(chunk);
-                    self.buffer_block(lba + i as u64, block.into(), crcs[i], facts[i], count);
-                }
-            }
-            self.stats.host_write_blocks += count;
-            if fua {
-                self.add_flush(id);
-            } else {
-                self.replies.push_back(Reply {
-                    id,
-                    result: Ok(ReplyData::Done),
-                });
             }
         }
         self.admit_facts = facts;
         self.admit_crcs = scratch;
+    }
+
+    /// Admits the FUA writes waiting behind a write that waits for slots,
+    /// in arrival order, each only if no write ahead of it touches its
+    /// blocks (NBD orders no requests in flight together; the newest
+    /// admitted of one block stays the newest): they take the slots kept
+    /// for them, so a FUA write never waits for the buffer to drain.
+    fn admit_fua_ahead(&mut self, facts: &mut Vec<AdmitFact>, scratch: &mut Vec<u32>) {
+        let bs = self.block_size();
+        let mut i = 1;
+        while i < self.waiting_writes.len() {
+            let w = &self.waiting_writes[i];
+            let (lba, end) = (w.lba, w.lba + w.block_count(bs));
+            let overlaps = |o: &WaitingWrite| o.lba < end && lba < o.lba + o.block_count(bs);
+            if !w.fua || self.waiting_writes.range(..i).any(overlaps) {
+                i += 1;
+                continue;
+            }
+            let w = self.waiting_writes.remove(i).expect("index in range");
+            match self.admit_one(w, facts, scratch) {
+                Admission::Left => {}
+                Admission::NoSlots(w) | Admission::NoSpace(w) => {
+                    self.waiting_writes.insert(i, w);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Slots a buffered (not FUA) write must leave free: the FUA writes'
+    /// share, unless the buffer is empty (a write as large as the buffer
+    /// must fit).
+    fn fua_kept_slots(&self) -> usize {
+        if self.buffer.used_slots() == 0 {
+            0
+        } else {
+            (self.cfg.write_buffer_blocks / FUA_KEPT_SHARE) as usize
+        }
+    }
+
+    /// Offers one waiting write to the buffer.
+    fn admit_one(
+        &mut self,
+        w: WaitingWrite,
+        facts: &mut Vec<AdmitFact>,
+        scratch: &mut Vec<u32>,
+    ) -> Admission {
+        let bs = self.block_size();
+        let (id, lba, fua) = (w.id, w.lba, w.fua);
+        let count = (w.data.len() / bs) as u64;
+        if self.range_blocks(lba, count) {
+            // Behind a range-operation vector that touches its blocks.
+            self.hold(super::range::Held::Write(w));
+            return Admission::Left;
+        }
+        if let Err(e) = self.fork_lives(lba, count) {
+            // Its fork was deleted while it waited.
+            self.replies.push_back(Reply { id, result: Err(e) });
+            return Admission::Left;
+        }
+        // A vector it waited behind may have made the range immutable.
+        if let Some(at) = self.attrs.first_immutable(lba, count) {
+            self.replies.push_back(Reply {
+                id,
+                result: Err(IoError::Immutable { lba: at }),
+            });
+            return Admission::Left;
+        }
+        facts.clear();
+        let (mut needed, mut new_blocks) = (0usize, 0u64);
+        for l in lba..lba + count {
+            let buffered = self.buffer.latest_slot(l);
+            let (mapped, takes_block) = self.mapping.write_facts(l);
+            let new = buffered.is_none() && takes_block;
+            needed += self.buffer.slots_needed(buffered);
+            new_blocks += u64::from(new);
+            facts.push((buffered.is_some(), mapped, new));
+        }
+        let kept = if fua { 0 } else { self.fua_kept_slots() };
+        if needed + kept > self.buffer.free_slots() {
+            assert!(
+                count <= u64::from(self.cfg.write_buffer_blocks) || self.buffer.used_slots() > 0
+            );
+            return Admission::NoSlots(w);
+        }
+        if let Err(e) = self.room_for_write(count, new_blocks) {
+            let space = matches!(e, IoError::SnapshotSpace | IoError::NoSpace);
+            if space && self.mapping.history().sweeping() {
+                // A deleted snapshot's versions are being released: it
+                // waits for the space they give back.
+                return Admission::NoSpace(w);
+            }
+            if e == IoError::SnapshotSpace && self.window_gives_way() {
+                // It waits while a window point is dropped.
+                return Admission::NoSpace(w);
+            }
+            self.replies.push_back(Reply { id, result: Err(e) });
+            return Admission::Left;
+        }
+        if lba >= self.layout.logical_blocks {
+            if let Err(e) = self.room_for_fork_leaves(lba, facts) {
+                self.replies.push_back(Reply { id, result: Err(e) });
+                return Admission::Left;
+            }
+        }
+        let WaitingWrite { data, crcs, .. } = w;
+        let crcs = match &crcs {
+            Some(given) => given.as_slice(),
+            None => {
+                // Taken now, while the bytes just received are in cache.
+                scratch.resize(count as usize, 0);
+                tag::data_crcs(&data, bs, scratch);
+                scratch.as_slice()
+            }
+        };
+        assert_eq!(crcs.len() as u64, count);
+        // A FUA write's blocks, to wait for (none kept otherwise).
+        let mut fua_blocks = VecDeque::new();
+        let mut buffer_block = |ftl: &mut Ftl, i: usize, block: BlockData| {
+            let s = ftl.buffer_block(lba + i as u64, block, crcs[i], facts[i], count, fua);
+            if fua {
+                fua_blocks.push_back((s, ftl.buffer.ticket(s)));
+            }
+        };
+        if count == 1 {
+            buffer_block(self, 0, data.into()); // the request's own buffer, no copy
+        } else if self.buffer.may_share(count as usize) {
+            // Windows into the request's buffer, no copy.
+            let blocks = self.buffer.share_blocks(data, bs);
+            for (i, block) in blocks.into_iter().enumerate() {
+                buffer_block(self, i, block);
+            }
+        } else {
+            for (i, chunk) in data.chunks_exact(bs).enumerate() {
+                let block = self.buffer.block_copy(chunk);
+                buffer_block(self, i, block.into());
+            }
+        }
+        self.stats.host_write_blocks += count;
+        if fua {
+            self.flushes.push(FlushWait {
+                to: ReplyTo::Caller(id),
+                stage: FlushStage::Blocks {
+                    pending: fua_blocks,
+                },
+                reply: ReplyData::Done,
+            });
+        } else {
+            self.replies.push_back(Reply {
+                id,
+                result: Ok(ReplyData::Done),
+            });
+        }
+        Admission::Left
     }
 
     /// Whether the media and the snapshot books have room for a write of
@@ -227,11 +330,7 @@ impl Ftl {
 
     /// Whether the next checkpoint has room for the map leaves a fork write
     /// at `lba` (its blocks' admission `facts`) may take; takes them.
-    fn room_for_fork_leaves(
-        &mut self,
-        lba: Lba,
-        facts: &[(bool, Option<Ppa>, bool)],
-    ) -> Result<(), IoError> {
+    fn room_for_fork_leaves(&mut self, lba: Lba, facts: &[AdmitFact]) -> Result<(), IoError> {
         if self.buffer.used_slots() == 0 {
             self.fork_leaves_pending.clear();
         }
@@ -252,22 +351,25 @@ impl Ftl {
     }
 
     /// Buffers one block of an admitted write of `request_blocks` and its
-    /// data CRC; `(buffered, mapped, is_new)`: whether the buffer holds a
-    /// version of it, where its version on media is, and whether it will
-    /// take a physical block without freeing one, as looked up at admission.
+    /// data CRC, urgent if the write is `fua`; `(buffered, mapped,
+    /// is_new)`: whether the buffer holds a version of it, where its
+    /// version on media is, and whether it will take a physical block
+    /// without freeing one, as looked up at admission. Returns its slot.
     fn buffer_block(
         &mut self,
         lba: Lba,
         block: BlockData,
         data_crc: u32,
-        (buffered, mapped, is_new): (bool, Option<Ppa>, bool),
+        (buffered, mapped, is_new): AdmitFact,
         request_blocks: u64,
-    ) {
+        fua: bool,
+    ) -> SlotId {
         let temp = self.temperature(buffered, mapped, request_blocks);
-        self.buffer.insert(lba, block, data_crc, is_new, temp);
+        let s = self.buffer.insert(lba, block, data_crc, is_new, temp, fua);
         self.host_clock += 1;
         self.stats.host_hot_blocks += u64::from(temp == Temp::Hot);
         self.buffered_new += u64::from(is_new);
+        s
     }
 
     /// A trim or write-zeroes: applied now, or held behind a range-operation
@@ -377,8 +479,12 @@ impl Ftl {
         });
     }
 
+    /// Whether something waits for the buffered writes, the log or the
+    /// device (not counting FUA writes: they wait for urgent blocks only,
+    /// which go out padded anyway).
     pub(super) fn host_flush_waiting(&self) -> bool {
-        !self.flushes.is_empty()
+        let fua = |f: &FlushWait| matches!(f.stage, FlushStage::Blocks { .. });
+        !self.flushes.iter().all(fua)
             || matches!(self.ckpt, CkptState::Draining)
             || self.range_draining()
     }
@@ -421,13 +527,24 @@ impl Ftl {
     pub(super) fn advance_flushes(&mut self) {
         let mut need_pack = false;
         for f in &mut self.flushes {
-            if let FlushStage::Data { ticket_barrier } = f.stage {
-                if self.buffer.drained_before(ticket_barrier) {
-                    need_pack = true;
-                    f.stage = FlushStage::Log {
-                        log_barrier: u64::MAX,
-                    };
+            let drained = match &mut f.stage {
+                FlushStage::Data { ticket_barrier } => self.buffer.drained_before(*ticket_barrier),
+                FlushStage::Blocks { pending } => {
+                    while let Some(&(s, ticket)) = pending.front() {
+                        if self.buffer.holds(s, ticket) {
+                            break;
+                        }
+                        pending.pop_front();
+                    }
+                    pending.is_empty()
                 }
+                _ => false,
+            };
+            if drained {
+                need_pack = true;
+                f.stage = FlushStage::Log {
+                    log_barrier: u64::MAX,
+                };
             }
         }
         let unpacked = |f: &FlushWait| {
