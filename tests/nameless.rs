@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use zftl::core::{
     Driver, FormatOptions, FtlConfig, IoError, MountError, NamelessAddr, NamelessError,
-    NamelessEvent,
+    NamelessEvent, NamelessWear,
 };
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimDevice};
@@ -291,6 +291,8 @@ struct NamelessRig {
     /// `Migrated` events followed, and acknowledgements not yet sent.
     moves: u64,
     to_ack: Vec<NamelessAddr>,
+    /// Blocks nameless wear leveling moved, before each cut.
+    wl_moves: u64,
 }
 
 impl NamelessRig {
@@ -299,6 +301,10 @@ impl NamelessRig {
         if seed % 3 == 1 {
             // Long replays: no checkpoint but the mount's.
             cfg.checkpoint_interval_blocks = u64::MAX;
+        }
+        if seed % 4 == 3 {
+            // Wear leveling of nameless data, due after a few erases.
+            cfg.nameless_wear = Some(NamelessWear::paper(2));
         }
         let dev = SimDevice::create_memory(sim_config(seed, true, false)).unwrap();
         let opts = FormatOptions {
@@ -324,6 +330,7 @@ impl NamelessRig {
             orphans: 0,
             moves: 0,
             to_ack: Vec::new(),
+            wl_moves: 0,
         }
     }
 
@@ -553,6 +560,7 @@ impl NamelessRig {
 
     fn crash_and_check(&mut self) {
         self.cuts += 1;
+        self.wl_moves += self.ftl().stats().wl_move_blocks;
         // Unsent acks: their entries come back with their events.
         self.to_ack.clear();
         let mut dev = self.ftl.take().unwrap().into_backend();
@@ -681,7 +689,14 @@ impl NamelessRig {
         );
         let uncommitted = self.model.live.values().filter(|h| h.commit == Commit::No);
         assert_eq!(s.nameless_uncommitted_blocks, uncommitted.count() as u64);
-        assert_eq!(s.nameless_events_pending, 0);
+        // GC (leveling too) goes on moving blocks meanwhile: what is
+        // pending now is moves, never more of the hand-over.
+        while let Some(e) = self.ftl().poll_event() {
+            match e {
+                NamelessEvent::Migrated { old, new, md } => self.follow(old, new, &md),
+                other => panic!("the hand-over after it was drained: {other:?}"),
+            }
+        }
         self.handed_over += events.len() as u64;
     }
 
@@ -830,6 +845,7 @@ impl NamelessRig {
             nameless_handed_over: self.handed_over,
             nameless_orphans: self.orphans,
             nameless_moves: self.moves,
+            wl_moves: self.wl_moves,
             ..Coverage::default()
         }
     }
@@ -845,7 +861,10 @@ fn crash_torture_with_nameless_blocks() {
     if seeds >= 60 {
         assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
         assert!(
-            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0 && cov.nameless_moves > 0,
+            cov.nameless_handed_over > 0
+                && cov.nameless_orphans > 0
+                && cov.nameless_moves > 0
+                && cov.wl_moves > 0,
             "{cov:?}"
         );
     }
@@ -1308,4 +1327,69 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
     for (&a, &(k, v)) in &held {
         holds(&mut ftl, a, k, v);
     }
+}
+
+/// Erases of the least and most worn zones in service, and the blocks
+/// leveling moved, after cold nameless blocks (written once, 40 % of the
+/// volume) sit beside hot ones written and freed a zone at a time until
+/// the most-worn zone has `erases` erases. The client follows every move
+/// (a commit every round acknowledges them); the cold blocks read back.
+fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> (u32, u32, u64) {
+    let cfg = FtlConfig {
+        nameless_wear: wear,
+        ..FtlConfig::default()
+    };
+    let dev = SimDevice::create_memory(volume_config(true)).unwrap();
+    let mut ftl = Driver::format(dev, &FormatOptions::default(), cfg).unwrap();
+    let cold_blocks = ftl.logical_blocks() * 2 / 5;
+    let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
+    for first in (0..cold_blocks).step_by(32) {
+        let keys: Vec<u64> = (first..(first + 32).min(cold_blocks)).collect();
+        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
+            held.insert(a, (k, 1));
+        }
+    }
+    ftl.nameless_commit().unwrap();
+    let mut round = 0u32;
+    while ftl.stats().erase_count_max < erases {
+        round += 1;
+        let keys: Vec<u64> = (1 << 32..(1 << 32) + 64).collect();
+        let hot = put(&mut ftl, &keys, round);
+        ftl.nameless_free(&hot).unwrap();
+        follow_moves(&mut ftl, &mut held);
+        ftl.nameless_commit().unwrap();
+        assert!(round < 100_000, "the most-worn zone never reached {erases} erases");
+    }
+    ftl.settle().unwrap();
+    follow_moves(&mut ftl, &mut held);
+    assert_eq!(ftl.stats().nameless_live_blocks, cold_blocks);
+    for (&a, &(k, v)) in &held {
+        holds(&mut ftl, a, k, v);
+    }
+    let s = ftl.stats();
+    (s.erase_count_min, s.erase_count_max, s.wl_move_blocks)
+}
+
+/// The paper's §6.6 policy (`FtlConfig::nameless_wear`): once the most
+/// worn zone has used 75 % of its endurance, GC moves cold nameless zones
+/// onto the most-worn free zones, so the zones the cold data held take
+/// erases too: the spread of erase counts narrows against the same run
+/// without it, and every cold block follows its moves.
+#[test]
+fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
+    let endurance = 24;
+    let (min_off, max_off, moved_off) = hot_and_cold(None, endurance);
+    let (min_on, max_on, moved_on) = hot_and_cold(Some(NamelessWear::paper(endurance)), endurance);
+    eprintln!(
+        "erases without leveling {min_off}..{max_off}, with {min_on}..{max_on} \
+         ({moved_on} blocks moved)"
+    );
+    assert_eq!(moved_off, 0);
+    assert_eq!(min_off, 0, "cold zones take no erase without leveling");
+    assert!(moved_on > 0, "leveling moved nothing");
+    assert!(min_on > 0, "a cold zone was never moved: min {min_on} max {max_on}");
+    assert!(
+        max_on - min_on < max_off - min_off,
+        "spread with leveling {min_on}..{max_on}, without {min_off}..{max_off}"
+    );
 }

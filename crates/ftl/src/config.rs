@@ -146,6 +146,34 @@ pub struct FtlConfig {
     /// has not acknowledged. 32 bytes of memory per entry; a full table
     /// stops migrations. At least 1.
     pub nameless_remap_entries: u32,
+    /// Wear leveling of nameless data by migration (docs/design.md, "Wear
+    /// leveling"; the paper's §6.6 policy); `None`: off.
+    pub nameless_wear: Option<NamelessWear>,
+}
+
+/// When GC moves cold nameless data onto worn zones: once the most-worn
+/// zone in service has used `trigger_percent` of `endurance_erases`, while
+/// a zone's remaining life is below `candidate_percent` of the mean
+/// remaining life, the coldest Full nameless zone on a less-worn zone is
+/// migrated into the most-worn free zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamelessWear {
+    pub endurance_erases: u32,
+    pub trigger_percent: u32,
+    pub candidate_percent: u32,
+}
+
+impl NamelessWear {
+    /// The paper's policy for a device of `endurance_erases`: trigger at
+    /// 75 % of the lifetime, candidates below 90 % of the mean remaining
+    /// life.
+    pub fn paper(endurance_erases: u32) -> NamelessWear {
+        NamelessWear {
+            endurance_erases,
+            trigger_percent: 75,
+            candidate_percent: 90,
+        }
+    }
 }
 
 impl FtlConfig {
@@ -181,6 +209,7 @@ impl Default for FtlConfig {
             protect_window: None,
             nameless_uncommitted_blocks: 1 << 16,
             nameless_remap_entries: 1 << 16,
+            nameless_wear: None,
         }
     }
 }

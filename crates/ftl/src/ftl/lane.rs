@@ -56,6 +56,9 @@ pub(super) enum Lane {
     Nameless,
     /// Nameless blocks GC migrated.
     NamelessMoved,
+    /// Nameless blocks wear leveling moves: opened on the most-worn free
+    /// zone.
+    NamelessLevel,
     /// Another open zone nameless writes go to beside `Nameless`'s, on
     /// another zone group, while that zone's appends keep its units busy
     /// (`NAMELESS_STRIPES`).
@@ -69,7 +72,7 @@ pub(super) enum Lane {
 impl Lane {
     /// The base lanes (with the nameless stripes), in `Ftl::lanes` order;
     /// the extra lanes follow.
-    const BASE: u8 = 7 + NAMELESS_STRIPES - 1;
+    const BASE: u8 = 8 + NAMELESS_STRIPES - 1;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -80,7 +83,8 @@ impl Lane {
             Lane::Kept => 4,
             Lane::Nameless => 5,
             Lane::NamelessMoved => 6,
-            Lane::NamelessStripe(i) => 7 + usize::from(i),
+            Lane::NamelessLevel => 7,
+            Lane::NamelessStripe(i) => 8 + usize::from(i),
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
@@ -92,7 +96,7 @@ impl Lane {
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
             Lane::Nameless | Lane::NamelessStripe(_) => Stream::Nameless,
-            Lane::NamelessMoved => Stream::NamelessMoved,
+            Lane::NamelessMoved | Lane::NamelessLevel => Stream::NamelessMoved,
         }
     }
 }
@@ -168,7 +172,7 @@ impl Ftl {
             };
             let kind = ZoneKind::Data { stream };
             let z = match lane {
-                Lane::WearLeveling => self.zones.take_free_most_worn(kind)?,
+                Lane::WearLeveling | Lane::NamelessLevel => self.zones.take_free_most_worn(kind)?,
                 Lane::Nameless | Lane::NamelessStripe(_) if self.nameless_stripes() > 1 => {
                     self.take_free_spread(kind)?
                 }
@@ -345,6 +349,12 @@ impl Ftl {
             Lane::HostCold => Lane::HostHot,
             // (The kept lane became GC's above.)
             Lane::Gc | Lane::Kept => Lane::HostCold,
+            // A nameless leveling move waits for no worn zone: its copies
+            // go with GC's migrations.
+            Lane::NamelessLevel => {
+                let (zone, room) = self.lane_room(Lane::NamelessMoved, wanted, true)?;
+                return Some((Lane::NamelessMoved, zone, room));
+            }
             // Never let leveling wedge GC: park the data with GC's instead.
             Lane::WearLeveling => {
                 let (zone, room) = self.lane_room(Lane::Gc, wanted, true)?;

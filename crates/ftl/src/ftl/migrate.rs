@@ -14,6 +14,7 @@ use crate::buffer::BlockData;
 use crate::error::IoError;
 use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
 use crate::note::Note;
+use crate::zone::{ZoneKind, ZoneUse};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A live block read from a migration victim, on its way to its copy.
@@ -203,6 +204,63 @@ impl Ftl {
         None
     }
 
+    /// A zone for nameless wear leveling to move (docs/design.md, "Wear
+    /// leveling"), if `FtlConfig::nameless_wear` is set and leveling is
+    /// due: the most-worn zone in service has used the trigger share of
+    /// the endurance, and some zone's remaining life is below the
+    /// candidate share of the mean remaining life. The victim is the
+    /// coldest (oldest newest block) Full nameless zone less worn than the
+    /// mean, which a migration can take now; its copies go to the most-worn
+    /// free zone. It runs alone (no other job) and, while GC is busy, at
+    /// most once in `WL_EVERY_GC_JOBS + 1` jobs. O(zones).
+    pub(super) fn nameless_wl_victim(&self) -> Option<ZoneId> {
+        let w = self.cfg.nameless_wear?;
+        if !self.jobs.is_empty() || self.zones.free_count() == 0 {
+            return None;
+        }
+        if self.gc_needed() && self.jobs_since_wl < super::reloc::WL_EVERY_GC_JOBS {
+            return None;
+        }
+        let in_service = || {
+            self.zones.iter().filter(|(_, z)| {
+                matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. })
+            })
+        };
+        let count = in_service().count() as u64;
+        let max = in_service().map(|(_, z)| z.erase_count()).max()?;
+        let endurance = u64::from(w.endurance_erases);
+        if u64::from(max) * 100 < endurance * u64::from(w.trigger_percent) {
+            return None;
+        }
+        let life = |e: u32| endurance.saturating_sub(u64::from(e));
+        let erases: u64 = in_service().map(|(_, z)| u64::from(z.erase_count())).sum();
+        let remaining: u64 = in_service().map(|(_, z)| life(z.erase_count())).sum();
+        // A zone below the candidate share of the mean remaining life:
+        // life × 100 × count < candidate × remaining.
+        let candidate = u64::from(w.candidate_percent);
+        let worn = in_service().any(|(_, z)| {
+            life(z.erase_count()) * 100 * count < candidate * remaining
+        });
+        if !worn {
+            return None;
+        }
+        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        self.zones
+            .iter()
+            .filter(|&(z, zone)| {
+                zone.kind().is_nameless()
+                    && zone.state() == ZoneUse::Full
+                    && u64::from(zone.erase_count()) * count < erases
+                    && zone.last_write_seq() < self.committed_next_seq
+                    && valid(z) > 0
+                    && !self.excluded(z)
+                    && !self.nameless.moves.moved_in.contains_key(&z)
+                    && self.remap_room(valid(z))
+            })
+            .min_by_key(|&(z, zone)| (zone.last_write_seq(), z))
+            .map(|(z, _)| z)
+    }
+
     /// A migration job starts on `victim`: its live blocks' entries are
     /// reserved. Returns what was reserved (given back by `moved_or_dropped`
     /// and at the job's end).
@@ -258,7 +316,17 @@ impl Ftl {
             return None;
         }
         let urgent = !self.gc_reading();
-        let (lane, zone, room) = self.room_in(Lane::NamelessMoved, queued, true)?;
+        // Leveling runs alone: its copies go to the most-worn free zone.
+        let leveling = self
+            .jobs
+            .first()
+            .is_some_and(|j| j.purpose == super::reloc::JobPurpose::StaticWl);
+        let base = if leveling {
+            Lane::NamelessLevel
+        } else {
+            Lane::NamelessMoved
+        };
+        let (lane, zone, room) = self.room_in(base, queued, true)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
@@ -286,6 +354,7 @@ impl Ftl {
         self.gc_in_flight += 1;
         self.stats.media_write_blocks += n + pad;
         self.stats.gc_copy_blocks += n;
+        self.stats.wl_move_blocks += if leveling { n } else { 0 };
         self.stats.pad_blocks += pad;
         self.blocks_since_checkpoint += n + pad;
         Some((

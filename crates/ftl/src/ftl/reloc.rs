@@ -95,7 +95,7 @@ const CLOSING_JOBS: usize = 2;
 pub(super) const MAX_GC_VICTIMS: u32 = 16;
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
-const WL_EVERY_GC_JOBS: u32 = 4;
+pub(super) const WL_EVERY_GC_JOBS: u32 = 4;
 
 /// GC starts with at least this share (one part in it) of the blocks
 /// without live data still spare. Two zones of cushion are too few on a
@@ -240,7 +240,7 @@ impl Ftl {
     /// GC runs once the spare blocks fall below `gc_start_blocks`, and
     /// always once the free zones are down to the reserve (the host may not
     /// open zones then: GC must make room).
-    fn gc_needed(&self) -> bool {
+    pub(super) fn gc_needed(&self) -> bool {
         self.gc_urgent() || self.spare_blocks() < self.gc_start_blocks()
     }
 
@@ -300,7 +300,7 @@ impl Ftl {
         let (victim, purpose) = if retire_ready {
             let z = self.retire_queue.pop_front().expect("front checked");
             (z, JobPurpose::Retire)
-        } else if let Some(z) = self.wl_victim() {
+        } else if let Some(z) = self.wl_victim().or_else(|| self.nameless_wl_victim()) {
             self.jobs_since_wl = 0;
             (z, JobPurpose::StaticWl)
         } else if let Some(z) = self.empty_nameless_victim() {
