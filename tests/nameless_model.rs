@@ -976,7 +976,10 @@ impl Rig {
     ) {
         let mut unanswered_write = false;
         for (id, s) in sent {
-            let answer = answers.remove(&id);
+            // An answer that is the cut's error says nothing either.
+            let answer = answers
+                .remove(&id)
+                .filter(|r| !r.as_ref().is_err_and(is_cut));
             match (s, answer) {
                 (Sent::Write(names), Some(Ok(ReplyData::Addrs(addrs)))) => {
                     self.answered_write(&names, &addrs, false)
