@@ -1753,17 +1753,16 @@ fn crash_point_after_migration_before_ack() {
     assert!(c.moves_again > 0 && c.acks > 0, "{c:?}");
 }
 
-/// Core bug found by the property test (report of helper-41, issue 31):
-/// GC resets a nameless zone as soon as nothing in it is live, with no
-/// checkpoint first. An overwrite's free of the block it replaces is
-/// recorded only in the new block's tag (its link): once the new blocks
-/// are freed and their zone reset, that tag is erased, and replay after a
-/// crash finds the replaced blocks live again (the checkpoint's bitmap),
-/// so the `ZoneReset` note of their own zone fails the mount with
-/// `Damaged("nameless zone .. is reset with .. live blocks")` (in a zone
-/// not reset yet, the freed blocks could come back instead). design.md's rule for
-/// nameless victims ("newest block older than the committed checkpoint,
-/// else ask for a checkpoint first") is not applied to emptied zones.
+/// Found by the property test (helper-41, issue 31; fixed): an
+/// overwrite's free of the block it replaces is recorded only in the new
+/// block's tag (its link); a reset of the new blocks' zone once they were
+/// freed erased that tag, and replay after a crash found the replaced
+/// blocks live again (the checkpoint's bitmap), failing the mount with
+/// `Damaged("nameless zone .. is reset with .. live blocks")`. An emptied
+/// nameless zone now waits for a committed checkpoint younger than its
+/// newest block before its reset (design.md, "Choosing a victim"): no
+/// crash before that checkpoint brings the blocks back, nor one after it
+/// and the resets.
 #[test]
 fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
     let mut rig = Rig::new(1, false, config(true));
@@ -1780,7 +1779,7 @@ fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
     ftl.nameless_commit().unwrap();
     ftl.checkpoint().unwrap();
     // Overwritten (the frees are in the new blocks' tags), then the new
-    // blocks freed and more written, so emptied zones are reset.
+    // blocks freed and more written, so zones are emptied.
     let (data2, md2) = blocks(2);
     let ys = ftl.nameless_overwrite(&xs, &data2, &md2).unwrap();
     ftl.settle().unwrap();
@@ -1790,18 +1789,33 @@ fn a_reset_of_an_emptied_zone_keeps_the_frees_its_overwrites_made() {
     ftl.nameless_free(&zs).unwrap();
     ftl.flush().unwrap();
     ftl.settle().unwrap();
-    assert!(ftl.stats().erases >= 2, "no emptied zone was reset");
     assert_eq!(ftl.stats().nameless_live_blocks, 0);
-    // A crash, and a mount.
+    // A crash before any checkpoint, and a mount (which writes one); then
+    // the emptied zones are reset, and another crash.
+    let mut ftl = crash_and_mount(&mut rig, &xs);
+    ftl.settle().unwrap();
+    let resets = ftl.stats().erases;
+    assert!(
+        resets >= 2,
+        "{resets} emptied zones reset after a checkpoint"
+    );
+    rig.ftl = Some(ftl);
+    crash_and_mount(&mut rig, &xs);
+}
+
+/// A crash and a mount of `rig`'s volume, which holds no nameless block
+/// (`xs` were overwritten).
+fn crash_and_mount(rig: &mut Rig, xs: &[NamelessAddr]) -> Driver<SimDevice> {
     let dev = rig.ftl.take().unwrap().into_backend();
     let mut ftl = Driver::mount(dev, rig.cfg.clone()).expect("mount after a crash");
     assert_eq!(ftl.stats().nameless_live_blocks, 0, "freed blocks are back");
-    for &x in &xs {
+    for &x in xs {
         assert!(
             ftl.nameless_read(x).is_err(),
             "{x:?} overwritten, live again"
         );
     }
+    ftl
 }
 
 /// The property test's shrunk case of the same bug (seed 4856609783222296051).
