@@ -576,3 +576,107 @@ fn a_write_larger_than_the_buffer_is_refused_clearly() {
     ftl.write(0, &vec![7; 64 * bs]).unwrap();
     assert_eq!(ftl.read(63, 1).unwrap(), vec![7; bs]);
 }
+
+/// A backend that counts the appends in flight to each zone and keeps the
+/// most it saw.
+struct AppendCounter {
+    inner: SimDevice,
+    zone_of: std::collections::HashMap<u64, u32>,
+    in_flight: std::collections::HashMap<u32, u32>,
+    most: u32,
+}
+
+impl Backend for AppendCounter {
+    fn geometry(&self) -> &zftl::core::Geometry {
+        self.inner.geometry()
+    }
+    fn zone_info(&mut self, zone: u32) -> Result<zftl::core::ZoneInfo, zftl::core::DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn submit(
+        &mut self,
+        tag: u64,
+        command: zftl::core::Command,
+    ) -> Result<(), zftl::core::SubmitError> {
+        let zone = match &command {
+            zftl::core::Command::Append { zone, .. } => Some(*zone),
+            _ => None,
+        };
+        self.inner.submit(tag, command)?;
+        if let Some(zone) = zone {
+            self.zone_of.insert(tag, zone);
+            let n = self.in_flight.entry(zone).or_default();
+            *n += 1;
+            self.most = self.most.max(*n);
+        }
+        Ok(())
+    }
+    fn reap(&mut self, out: &mut Vec<zftl::core::Completion>, max: usize) -> usize {
+        let first = out.len();
+        let n = self.inner.reap(out, max);
+        for c in &out[first..] {
+            if let Some(zone) = self.zone_of.remove(&c.tag) {
+                *self.in_flight.get_mut(&zone).expect("counted") -= 1;
+            }
+        }
+        n
+    }
+    fn wait(&mut self) -> Result<(), zftl::core::DeviceError> {
+        self.inner.wait()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
+}
+
+/// The most appends in flight to one zone while a volume on a device with
+/// timing on is filled with 64 KiB writes and rewritten at random (GC
+/// running), with `FtlConfig::zone_max_appends` = `most`.
+fn most_appends_per_zone(most: u32) -> u32 {
+    let cfg = SimConfig {
+        timing: Some(zftl::sim::Timing::default()),
+        ..sim(64).config().clone()
+    };
+    let dev = AppendCounter {
+        inner: SimDevice::create_memory(cfg).expect("sim"),
+        zone_of: Default::default(),
+        in_flight: Default::default(),
+        most: 0,
+    };
+    let ftl_cfg = FtlConfig {
+        zone_max_appends: most,
+        ..FtlConfig::default()
+    };
+    let mut ftl = Driver::format(dev, &FormatOptions::default(), ftl_cfg).expect("format");
+    let bs = ftl.block_size();
+    let n = ftl.logical_blocks();
+    for lba in (0..n).step_by(16) {
+        let count = 16.min(n - lba);
+        let data: Vec<u8> = (lba..lba + count).flat_map(|b| block(b, 0, bs)).collect();
+        ftl.write(lba, &data).unwrap();
+    }
+    let mut rng = Rng::new(7);
+    for _ in 0..n {
+        let lba = rng.below(n);
+        ftl.write(lba, &block(lba, 1, bs)).unwrap();
+    }
+    ftl.flush().unwrap();
+    assert!(ftl.stats().gc_copy_blocks > 0, "GC never ran");
+    ftl.backend().most
+}
+
+#[test]
+fn zone_max_appends_bounds_the_appends_in_flight_per_zone() {
+    let unbounded = most_appends_per_zone(0);
+    assert!(unbounded > 2, "without a bound only {unbounded} in flight");
+    for most in [1, 2] {
+        let seen = most_appends_per_zone(most);
+        assert!(
+            seen <= most,
+            "bound {most}: {seen} appends in flight to a zone"
+        );
+    }
+}

@@ -1358,7 +1358,10 @@ fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> (u32, u32, u64) {
         ftl.nameless_free(&hot).unwrap();
         follow_moves(&mut ftl, &mut held);
         ftl.nameless_commit().unwrap();
-        assert!(round < 100_000, "the most-worn zone never reached {erases} erases");
+        assert!(
+            round < 100_000,
+            "the most-worn zone never reached {erases} erases"
+        );
     }
     ftl.settle().unwrap();
     follow_moves(&mut ftl, &mut held);
@@ -1387,7 +1390,10 @@ fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
     assert_eq!(moved_off, 0);
     assert_eq!(min_off, 0, "cold zones take no erase without leveling");
     assert!(moved_on > 0, "leveling moved nothing");
-    assert!(min_on > 0, "a cold zone was never moved: min {min_on} max {max_on}");
+    assert!(
+        min_on > 0,
+        "a cold zone was never moved: min {min_on} max {max_on}"
+    );
     assert!(
         max_on - min_on < max_off - min_off,
         "spread with leveling {min_on}..{max_on}, without {min_off}..{max_off}"

@@ -81,6 +81,15 @@ pub struct FtlConfig {
     pub max_host_requests: u32,
     /// Device commands the core keeps in flight at most.
     pub max_inflight_commands: u32,
+    /// Appends the core keeps in flight to one open data zone at most (host
+    /// and GC alike; 0: no bound). A zone programs on its zone group's
+    /// parallel units only, so appends queued past what keeps those busy
+    /// only lengthen the device's queue, and whatever waits for that
+    /// queue waits longer: a GC victim's note in the log, its flush and
+    /// its reset (`zftl bench media`, docs/bench.md). GC's data then goes
+    /// to another of GC's open zones or waits; the host's waits (a stream
+    /// moved to another zone would leave both half stale).
+    pub zone_max_appends: u32,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
     /// blocks) falls below this many zones, or below 1/32 of the blocks
@@ -198,6 +207,7 @@ impl Default for FtlConfig {
             write_buffer_blocks: 4096,
             max_host_requests: 1024,
             max_inflight_commands: 128,
+            zone_max_appends: 2,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
             gc_lanes: 1,

@@ -22,7 +22,9 @@
 //!    until GC is copying (a GC job under way and copies sent during the
 //!    batch), and the power is cut, armed to come after the next 16 device
 //!    commands: inside a turn of the driver, with GC's and the host writes'
-//!    commands in flight and the write buffer not flushed.
+//!    commands in flight and the write buffer not flushed. A checkpoint
+//!    coming in those batches starts the next period, and the search goes
+//!    on to its end (4 periods at most).
 //! 4. The image as the cut left it is kept aside (a sparse copy). Each of
 //!    `--rounds` rounds restores it and opens it; `Driver::mount` is timed
 //!    with the wall clock and the thread's CPU time, under a wrapper that
@@ -529,46 +531,113 @@ struct Cut {
     checkpoint_period: u64,
 }
 
+/// Checkpoint periods the cut search goes through at most. GC copies in
+/// bursts, and the host's writes held in the buffer meanwhile go out in
+/// bursts after them (an open zone takes `FtlConfig::zone_max_appends`
+/// appends at a time), so one sample can bring the next checkpoint within
+/// a batch: it comes before GC is found copying, and the search waits
+/// for the one after.
+const CUT_TRIES: u32 = 4;
+
+/// Data blocks (host, GC, padding) the FTL has written: what its
+/// checkpoint interval counts.
+fn data_blocks(s: &zftl_core::FtlStats) -> u64 {
+    s.media_write_blocks - s.meta_write_blocks
+}
+
+/// The overwrite against the checkpoints, in data blocks written.
+#[derive(Default)]
+struct CheckpointWatch {
+    /// When the last checkpoint was seen (one taken while GC ran, or any
+    /// after it).
+    mark: Option<u64>,
+    /// Between the last two checkpoints seen.
+    period: Option<u64>,
+    /// The most between two samples.
+    step: u64,
+}
+
+impl CheckpointWatch {
+    fn checkpoint_seen(&mut self, data: u64) {
+        if let Some(m) = self.mark {
+            self.period = Some(data - m);
+        }
+        self.mark = Some(data);
+    }
+
+    /// The next checkpoint is about due: what was written since the last
+    /// comes within two sampling steps of the period.
+    fn next_due(&self, data: u64) -> bool {
+        match (self.mark, self.period) {
+            (Some(m), Some(p)) => data - m + 2 * self.step >= p,
+            _ => false,
+        }
+    }
+}
+
 /// Random 4 KiB zero writes until GC runs and two checkpoints were taken
 /// while it did (what lies between them is how many data blocks the FTL
 /// writes between checkpoints: the interval, or fewer when the metadata log
 /// runs short of room first), then on until the data blocks written since
 /// the last checkpoint come within two sampling steps of that period: the
 /// next checkpoint is about due; then on in short batches until GC is
-/// copying. Returns with nothing flushed.
+/// copying. A checkpoint coming in those batches starts the next period:
+/// the search goes on to its end, [`CUT_TRIES`] periods at most. Returns
+/// with nothing flushed.
 fn overwrite_to_cut(
     drv: &mut Driver<ReadCount>,
     logical_blocks: u64,
     interval: u64,
     seed: u64,
 ) -> Result<Cut, BenchError> {
-    let data = |s: &zftl_core::FtlStats| s.media_write_blocks - s.meta_write_blocks;
     let start = drv.stats();
-    let mut prev = start.clone();
-    // Data blocks written when the last checkpoint was taken while GC ran,
-    // and the data blocks between the last two such checkpoints.
-    let (mut mark, mut period): (Option<u64>, Option<u64>) = (None, None);
-    let mut step = 0u64;
-    let mut ready = false;
-    let limit = logical_blocks + 8 * interval;
+    let mut watch = CheckpointWatch::default();
     let mut addresses = AddressGen::new(&WorkloadSpec::uniform(), logical_blocks, seed);
     let mut pipe =
         Pipeline::with_byte(OVERWRITE_DEPTH, drv.block_size(), 0).tick_every(SAMPLE_EVERY);
+    // Writes per approach at most: the first waits for GC to start too.
+    let limit = logical_blocks + 8 * interval;
+    for _ in 0..CUT_TRIES {
+        approach_checkpoint(drv, &mut pipe, &mut addresses, &mut watch, limit, &start)?;
+        if find_gc_copying(drv, &mut pipe, &mut addresses)? {
+            let end = drv.stats();
+            return Ok(Cut {
+                host_writes: end.host_write_blocks - start.host_write_blocks,
+                gc_copies: end.gc_copy_blocks - start.gc_copy_blocks,
+                data_since_checkpoint: data_blocks(&end) - watch.mark.unwrap_or(0),
+                checkpoint_period: watch.period.unwrap_or(0),
+            });
+        }
+        watch.checkpoint_seen(data_blocks(&drv.stats()));
+    }
+    Err(BenchError::Check(format!(
+        "in {CUT_TRIES} checkpoint periods the next checkpoint came each time before GC \
+         was found copying (the roll-forward would be short)"
+    )))
+}
+
+/// Writes on, sampling the FTL's counters, until the next checkpoint is
+/// about due while GC runs (`watch.next_due`), `limit` writes at most.
+fn approach_checkpoint(
+    drv: &mut Driver<ReadCount>,
+    pipe: &mut Pipeline,
+    addresses: &mut AddressGen,
+    watch: &mut CheckpointWatch,
+    limit: u64,
+    start: &zftl_core::FtlStats,
+) -> Result<(), BenchError> {
+    let mut prev = drv.stats();
+    let mut ready = false;
     let bar = progress(limit, "overwrite");
     let done = pipe.write_observed(drv, limit, &mut || addresses.next_lba(), &mut |d, n| {
         bar.set_position(n);
         let s = d.stats();
         let gc_running = s.gc_copy_blocks > prev.gc_copy_blocks;
-        step = step.max(data(&s) - data(&prev));
-        if s.checkpoints > prev.checkpoints && (mark.is_some() || gc_running) {
-            if let Some(m) = mark {
-                period = Some(data(&s) - m);
-            }
-            mark = Some(data(&s));
+        watch.step = watch.step.max(data_blocks(&s) - data_blocks(&prev));
+        if s.checkpoints > prev.checkpoints && (watch.mark.is_some() || gc_running) {
+            watch.checkpoint_seen(data_blocks(&s));
         }
-        if let (Some(m), Some(p)) = (mark, period) {
-            ready |= gc_running && data(&s) - m + 2 * step >= p;
-        }
+        ready |= gc_running && watch.next_due(data_blocks(&s));
         prev = s;
         !ready
     })?;
@@ -576,15 +645,23 @@ fn overwrite_to_cut(
     if !ready {
         let end = drv.stats();
         return Err(BenchError::Check(format!(
-            "{done} random writes did not bring GC and two checkpoints about \
-             (GC copied {} blocks, {} checkpoints)",
+            "{done} random writes did not bring GC and the next checkpoint about \
+             (from the start GC copied {} blocks, {} checkpoints)",
             end.gc_copy_blocks - start.gc_copy_blocks,
             end.checkpoints - start.checkpoints
         )));
     }
-    // On in short batches until GC is copying: a job under way and copies
-    // sent during the last batch; the cut is armed right after.
-    let mut copying = false;
+    Ok(())
+}
+
+/// Writes on in short batches until GC is copying (a job under way and
+/// copies sent during the last batch; the cut is armed right after):
+/// true. False when a checkpoint comes first.
+fn find_gc_copying(
+    drv: &mut Driver<ReadCount>,
+    pipe: &mut Pipeline,
+    addresses: &mut AddressGen,
+) -> Result<bool, BenchError> {
     for _ in 0..GC_SEARCH_BATCHES {
         let before = drv.stats();
         pipe.write(
@@ -595,30 +672,16 @@ fn overwrite_to_cut(
         )?;
         let after = drv.stats();
         if after.checkpoints > before.checkpoints {
-            return Err(BenchError::Check(
-                "a checkpoint came while waiting for GC to copy: the roll-forward \
-                 would be short"
-                    .into(),
-            ));
+            return Ok(false);
         }
         if drv.ftl().activity().gc && after.gc_copy_blocks > before.gc_copy_blocks {
-            copying = true;
-            break;
+            return Ok(true);
         }
     }
-    if !copying {
-        return Err(BenchError::Check(format!(
-            "GC copied nothing in {} random writes after the checkpoint came due",
-            GC_SEARCH_BATCHES * OVERWRITE_DEPTH as u64
-        )));
-    }
-    let end = drv.stats();
-    Ok(Cut {
-        host_writes: end.host_write_blocks - start.host_write_blocks,
-        gc_copies: end.gc_copy_blocks - start.gc_copy_blocks,
-        data_since_checkpoint: data(&end) - mark.unwrap_or(0),
-        checkpoint_period: period.unwrap_or(0),
-    })
+    Err(BenchError::Check(format!(
+        "GC copied nothing in {} random writes after the checkpoint came due",
+        GC_SEARCH_BATCHES * OVERWRITE_DEPTH as u64
+    )))
 }
 
 /// Device commands after which the power goes, once the cut is due: a turn

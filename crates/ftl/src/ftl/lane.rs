@@ -191,8 +191,11 @@ impl Ftl {
             st.gc_only = from_reserve && may_use_reserve;
             st.stream = Some(stream);
         }
+        let zone = self.lane_mut(lane).zone.expect("lane zone");
+        if self.zone_appends_full(lane, zone) {
+            return None;
+        }
         let st = self.lane_mut(lane);
-        let zone = st.zone.expect("lane zone");
         let n = wanted.min(data_cap - st.allocated_blocks);
         Some((zone, n))
     }
@@ -243,6 +246,13 @@ impl Ftl {
             (_, Some(lane)) => lane,
             (None, None) => Lane::Nameless,
         }
+    }
+
+    /// Whether `zone`, open in `lane`, has `zone_max_appends` appends in
+    /// flight (nameless zones excepted: their writes pick the least busy stripe).
+    fn zone_appends_full(&self, lane: Lane, zone: ZoneId) -> bool {
+        let most = self.cfg.zone_max_appends;
+        most > 0 && !lane.stream().is_nameless() && self.zone_appends[zone as usize] >= most
     }
 
     /// Open lane zones per zone group (`Geometry::zone_groups` entries).
@@ -327,6 +337,14 @@ impl Ftl {
         may_use_reserve: bool,
     ) -> Option<(Lane, ZoneId, u64)> {
         let mut lane = lane;
+        // A zone at its appends in flight is busy, not full: its data waits
+        // rather than open a sibling's zone (a sequential stream split over
+        // two zones leaves both half stale, and GC copies them).
+        if let Some(zone) = self.lanes[lane.index()].zone {
+            if self.zone_appends_full(lane, zone) {
+                return None;
+            }
+        }
         if let Some((zone, room)) = self.lane_room(lane, wanted, may_use_reserve) {
             return Some((lane, zone, room));
         }

@@ -222,9 +222,9 @@ impl Ftl {
             return None;
         }
         let in_service = || {
-            self.zones.iter().filter(|(_, z)| {
-                matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. })
-            })
+            self.zones
+                .iter()
+                .filter(|(_, z)| matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. }))
         };
         let count = in_service().count() as u64;
         let max = in_service().map(|(_, z)| z.erase_count()).max()?;
@@ -238,9 +238,8 @@ impl Ftl {
         // A zone below the candidate share of the mean remaining life:
         // life × 100 × count < candidate × remaining.
         let candidate = u64::from(w.candidate_percent);
-        let worn = in_service().any(|(_, z)| {
-            life(z.erase_count()) * 100 * count < candidate * remaining
-        });
+        let worn =
+            in_service().any(|(_, z)| life(z.erase_count()) * 100 * count < candidate * remaining);
         if !worn {
             return None;
         }

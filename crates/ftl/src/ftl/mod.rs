@@ -235,8 +235,8 @@ pub struct Ftl {
     /// at most `gc_victims` (`reloc::MAX_GC_VICTIMS`), and one at a time
     /// for leveling and retirement.
     jobs: Vec<GcJob>,
-    /// The job whose copies are done: its note, flush and reset.
-    /// (At most `gc_victims`.)
+    /// The jobs whose copies are done: their notes, flushes and resets
+    /// (at most `reloc::CLOSING_JOBS`, or `CLOSING_JOBS_WIDE` with spread GC).
     closing: Vec<GcJob>,
     /// Zone summaries being collected (tags in band): at most one per lane
     /// plus those waiting for their zone's appends.

@@ -86,10 +86,16 @@ pub(super) struct GcJob {
     reserved_entries: u64,
 }
 
-/// Jobs whose copies are done that close (note, flush, reset) at once.
-/// More held more victims' garbage back from the free zones while GC
-/// picked the next victims: write amplification rose.
+/// Jobs whose copies are done that close (note, flush, reset) at once
+/// while GC collects one victim at a time.
 const CLOSING_JOBS: usize = 2;
+
+/// The same with spread GC (`Ftl::gc_wide`), where closing victims no
+/// longer count against `gc_victims`. Each close waits for the device's
+/// queue three times over (the note's log append, the flush, the reset on
+/// the victim's units); two at a time closed fewer victims a second than
+/// GC copied (`zftl bench media`, docs/bench.md).
+const CLOSING_JOBS_WIDE: usize = 16;
 
 /// Most victims collected at once (`FtlConfig::gc_victims`).
 pub(super) const MAX_GC_VICTIMS: u32 = 16;
@@ -413,7 +419,14 @@ impl Ftl {
     /// (a stream of overlapping collections must not hold those off).
     fn may_start_job(&self) -> bool {
         let most = self.cfg.gc_victims.clamp(1, MAX_GC_VICTIMS) as usize;
-        if self.jobs.len() + self.closing.len() >= most {
+        // Spread, a victim copied through is no longer held: its close
+        // waits on the device, not on GC.
+        let closing = if self.gc_wide() {
+            0
+        } else {
+            self.closing.len()
+        };
+        if self.jobs.len() + closing >= most {
             return false;
         }
         if self.jobs.is_empty() {
@@ -871,6 +884,15 @@ impl Ftl {
         ))
     }
 
+    /// Copied victims that may close at once.
+    fn closing_jobs_max(&self) -> usize {
+        if self.gc_wide() {
+            CLOSING_JOBS_WIDE
+        } else {
+            CLOSING_JOBS
+        }
+    }
+
     /// GC spreads over zone groups and victims (`gc_lanes` or `gc_victims`
     /// above 1): it also reads spans and appends in batches.
     pub(super) fn gc_wide(&self) -> bool {
@@ -1020,12 +1042,12 @@ impl Ftl {
     }
 
     /// Drives a job to its note, flush and reset once its copies are done.
-    /// The note on it hands the job to `closing` (at most `CLOSING_JOBS`;
-    /// another copied job waits), and the running jobs go on copying while
+    /// The note on it hands the job to `closing` (at most
+    /// `closing_jobs_max`; another copied job waits), and the running jobs go on copying while
     /// it waits for the log, the flush and the reset.
     pub(super) fn advance_job(&mut self) {
         self.advance_closing();
-        if self.closing.len() >= CLOSING_JOBS {
+        if self.closing.len() >= self.closing_jobs_max() {
             return;
         }
         // What a mount changed without a note (non-persistent ranges
