@@ -908,7 +908,7 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         "--working-sets",
         "20,80",
         "--rw-blocks-per-lun",
-        "4",
+        "8",
     ]);
     let m = &v["memory"];
     assert_eq!(num(m, "stored_bytes"), 320.0 * 1048576.0);

@@ -82,13 +82,17 @@ pub struct FtlConfig {
     /// Device commands the core keeps in flight at most.
     pub max_inflight_commands: u32,
     /// Appends the core keeps in flight to one open data zone at most (host
-    /// and GC alike; 0: no bound). A zone programs on its zone group's
+    /// and GC alike; 0, the default: no bound). A zone programs on its zone group's
     /// parallel units only, so appends queued past what keeps those busy
     /// only lengthen the device's queue, and whatever waits for that
     /// queue waits longer: a GC victim's note in the log, its flush and
     /// its reset (`zftl bench media`, docs/bench.md). GC's data then goes
     /// to another of GC's open zones or waits; the host's waits (a stream
-    /// moved to another zone would leave both half stale).
+    /// moved to another zone would leave both half stale). It helps GC
+    /// spread over zone groups (`gc_lanes`, `gc_victims`); off by default,
+    /// as holding host appends back cost the host's rate at depth (4 KiB
+    /// random writes at depth 16 over a small working set: a quarter
+    /// fewer with 2, `zftl bench nameless`).
     pub zone_max_appends: u32,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
@@ -207,7 +211,7 @@ impl Default for FtlConfig {
             write_buffer_blocks: 4096,
             max_host_requests: 1024,
             max_inflight_commands: 128,
-            zone_max_appends: 2,
+            zone_max_appends: 0,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
             gc_lanes: 1,

@@ -216,6 +216,10 @@ pub struct GcArgs {
     /// configuration's).
     #[arg(long, value_name = "N")]
     pub gc_victims: Option<u32>,
+    /// `FtlConfig::zone_max_appends`: appends in flight per open data zone
+    /// at most, 0 for none (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub zone_max_appends: Option<u32>,
 }
 
 impl GcArgs {
@@ -224,6 +228,7 @@ impl GcArgs {
         FtlConfig {
             gc_lanes: self.gc_lanes.unwrap_or(ftl.gc_lanes),
             gc_victims: self.gc_victims.unwrap_or(ftl.gc_victims),
+            zone_max_appends: self.zone_max_appends.unwrap_or(ftl.zone_max_appends),
             ..ftl
         }
     }

@@ -7,9 +7,11 @@
 //! set filled sequentially (64-block commands), then one-block commands,
 //! `depth` in flight, at random over the working set (none twice in
 //! flight), `passes` times its size; the first pass warms GC up, the rest
-//! is measured. Every `COMMIT_EVERY_WRITES` the nameless side commits (a
-//! flush and a note; it also acknowledges the moves taken) and the
-//! page-mapped side flushes.
+//! is measured. Every `commit_every` writes (an eighth of the volume's
+//! blocks, 64 to 4096) the nameless side commits (a flush and a
+//! note; it also acknowledges the moves taken) and the page-mapped side
+//! flushes: a client that acknowledges moves rarely holds the zones they
+//! landed in, which on a small volume is a large share of its space.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,8 +26,13 @@ use zftl_sim::{SimConfig, SimDevice, Timing};
 use super::{progress, ratio, round, BenchError};
 
 /// Writes between the nameless side's commits (and the page-mapped side's
-/// flushes).
+/// flushes), at most.
 const COMMIT_EVERY_WRITES: u64 = 4096;
+
+/// Writes between commits on a volume of `logical_blocks`.
+fn commit_every(logical_blocks: u64) -> u64 {
+    (logical_blocks / 8).clamp(FILL_BLOCKS, COMMIT_EVERY_WRITES) / FILL_BLOCKS * FILL_BLOCKS
+}
 
 /// Blocks per command of the fill.
 const FILL_BLOCKS: u64 = 64;
@@ -99,8 +106,10 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
     let device_bytes =
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes);
     let mut rows = Vec::new();
+    let mut commit_every_blocks = 0;
     for &pct in &s.working_set_percents {
         let page = Side::new(&cfg, ftl, s, pct, false)?.run()?;
+        commit_every_blocks = page.commit_every;
         let nameless = Side::new(&cfg, ftl, s, pct, true)?.run()?;
         rows.push(WorkingSetRow {
             working_set_percent: pct,
@@ -122,7 +131,7 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
         device_bytes,
         depth: s.depth,
         passes: s.passes,
-        commit_every_writes: COMMIT_EVERY_WRITES,
+        commit_every_writes: commit_every_blocks,
         rows,
         min_throughput_ratio: if min.is_finite() { min } else { 0.0 },
     })
@@ -131,6 +140,7 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
 /// What one side's run measured.
 struct SideRun {
     blocks: u64,
+    commit_every: u64,
     figures: SideFigures,
     moves: u64,
 }
@@ -149,6 +159,7 @@ struct Side {
     next_id: u64,
     moves: u64,
     pct: u32,
+    commit_every: u64,
 }
 
 impl Side {
@@ -166,6 +177,7 @@ impl Side {
         };
         let drv = Driver::format(dev, &opts, ftl.clone())?;
         let blocks = drv.logical_blocks() * u64::from(pct) / 100;
+        let every = commit_every(drv.logical_blocks());
         Ok(Side {
             drv,
             nameless,
@@ -178,6 +190,7 @@ impl Side {
             next_id: 1,
             moves: 0,
             pct,
+            commit_every: every,
         })
     }
 
@@ -221,6 +234,7 @@ impl Side {
         };
         Ok(SideRun {
             blocks: self.blocks,
+            commit_every: self.commit_every,
             figures,
             moves: self.moves - moves0,
         })
@@ -240,7 +254,7 @@ impl Side {
                     self.by_addr.insert(a, i);
                     self.index.push(a);
                 }
-                if (at / FILL_BLOCKS + 1).is_multiple_of(COMMIT_EVERY_WRITES / FILL_BLOCKS) {
+                if (at / FILL_BLOCKS + 1).is_multiple_of(self.commit_every / FILL_BLOCKS) {
                     self.drv.nameless_commit()?;
                 }
             } else {
@@ -276,7 +290,7 @@ impl Side {
     }
 
     /// `total` random one-block overwrites, `depth` in flight, a commit
-    /// (flush) every `COMMIT_EVERY_WRITES`.
+    /// (flush) every `commit_every`.
     fn overwrite(&mut self, total: u64, bar: &indicatif::ProgressBar) -> Result<(), BenchError> {
         let mut in_flight: HashMap<u64, u64> = HashMap::new();
         let mut busy: HashSet<u64> = HashSet::new();
@@ -317,7 +331,7 @@ impl Side {
                 in_flight.insert(id, i);
                 busy.insert(i);
                 issued += 1;
-                sync_due = issued.is_multiple_of(COMMIT_EVERY_WRITES) || issued == total;
+                sync_due = issued.is_multiple_of(self.commit_every) || issued == total;
             }
             let moved = self.drv.turn()?;
             let mut replies = 0;

@@ -33,6 +33,9 @@ pub(super) const MAX_GC_LANES: u32 = 16;
 /// segment's write rate at a group's.
 pub(super) const NAMELESS_STRIPES: u8 = 4;
 
+/// Data zones per nameless stripe at least (`Ftl::nameless_stripes`).
+const DATA_ZONES_PER_STRIPE: u32 = 8;
+
 /// Free zones (least worn first) a lane looks through for one on the zone
 /// group its fellow lanes use least.
 const SPREAD_SCAN_ZONES: usize = 64;
@@ -209,9 +212,16 @@ impl Ftl {
     }
 
     /// Zones nameless writes may go to at once: one per zone group, at
-    /// most `NAMELESS_STRIPES`.
+    /// most `NAMELESS_STRIPES`, and one per `DATA_ZONES_PER_STRIPE` data
+    /// zones (an open zone's unwritten tail is space no write can use
+    /// until it fills: on a small device a few of them are a large share).
     pub(super) fn nameless_stripes(&self) -> u8 {
-        self.geo.zone_groups.clamp(1, u32::from(NAMELESS_STRIPES)) as u8
+        let data_zones = self.geo.zone_count - self.layout.first_data_zone();
+        let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
+        self.geo
+            .zone_groups
+            .clamp(1, u32::from(NAMELESS_STRIPES))
+            .min(by_size) as u8
     }
 
     /// The lanes nameless writes go to: `Nameless` and its stripes.
@@ -249,7 +259,8 @@ impl Ftl {
     }
 
     /// Whether `zone`, open in `lane`, has `zone_max_appends` appends in
-    /// flight (nameless zones excepted: their writes pick the least busy stripe).
+    /// flight (nameless zones excepted: their writes pick the least busy
+    /// stripe).
     fn zone_appends_full(&self, lane: Lane, zone: ZoneId) -> bool {
         let most = self.cfg.zone_max_appends;
         most > 0 && !lane.stream().is_nameless() && self.zone_appends[zone as usize] >= most

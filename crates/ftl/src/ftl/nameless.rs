@@ -275,8 +275,9 @@ impl Ftl {
     }
 
     /// Dead blocks of the nameless zones GC cannot collect now, which the
-    /// space account counts as used: those holding a block awaiting
-    /// acknowledgement (not migrated before it comes), and once migrations
+    /// space account counts as used: the written dead blocks of those
+    /// holding a block awaiting acknowledgement (not migrated before it
+    /// comes), and once migrations
     /// stopped for want of remap room, every nameless zone holding a live
     /// block (as a whole zone: the open one's tail too). O(zones pinned).
     pub(super) fn nameless_dead_blocks(&self) -> u64 {
@@ -285,10 +286,14 @@ impl Ftl {
             let held = self.zones.nameless_zone_count() - self.nameless.empty_zones;
             return (u64::from(held) * cap).saturating_sub(self.mapping.nameless_blocks());
         }
+        // Written blocks only: the open zone's tail takes more moves.
         self.nameless
             .moves
             .pinned_zones()
-            .map(|z| cap.saturating_sub(self.mapping.valid_blocks(z)))
+            .map(|z| {
+                let written = self.zones.get(z).write_pointer_blocks().min(cap);
+                written.saturating_sub(self.mapping.valid_blocks(z))
+            })
             .sum()
     }
 
