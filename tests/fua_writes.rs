@@ -7,11 +7,11 @@
 //! survive a cut right after its reply. Seeds shuffle the device's
 //! completion order; `ZFTL_SEEDS` sets how many.
 
-use zftl::core::{Driver, FormatOptions, FtlConfig, ReplyData, Request, TagPlacement};
+use zftl::core::{Driver, FtlConfig, ReplyData, Request};
 use zftl::sim::{Faults, SimConfig, SimDevice};
 
 mod common;
-use common::{decode, pattern, run_seeds, volume_config, Coverage};
+use common::{decode, format_with, pattern, run_seeds, volume_config, Coverage};
 
 /// Buffered writes submitted ahead of the FUA write, far more than the
 /// core can have in flight at once (see `ftl_config`).
@@ -38,17 +38,7 @@ fn format(seed: u64, oob: bool) -> Driver<SimDevice> {
         },
         ..volume_config(oob)
     };
-    let tag_placement = if oob {
-        TagPlacement::Auto
-    } else {
-        TagPlacement::InBand
-    };
-    let opts = FormatOptions {
-        tag_placement,
-        ..FormatOptions::default()
-    };
-    let dev = SimDevice::create_memory(cfg).expect("simulator");
-    Driver::format(dev, &opts, ftl_config()).expect("format")
+    format_with(oob, cfg, ftl_config())
 }
 
 /// Cuts the power now and mounts what the cut left.

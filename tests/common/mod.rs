@@ -478,6 +478,11 @@ pub fn volume_config(oob: bool) -> SimConfig {
 
 /// Formats a simulator of `cfg` with tags in OOB (`oob`) or in band.
 pub fn format_on(oob: bool, cfg: SimConfig) -> Driver<SimDevice> {
+    format_with(oob, cfg, FtlConfig::default())
+}
+
+/// `format_on` with the FTL configuration `ftl`.
+pub fn format_with(oob: bool, cfg: SimConfig, ftl: FtlConfig) -> Driver<SimDevice> {
     let tag_placement = if oob {
         TagPlacement::Auto
     } else {
@@ -488,7 +493,7 @@ pub fn format_on(oob: bool, cfg: SimConfig) -> Driver<SimDevice> {
         ..FormatOptions::default()
     };
     let dev = SimDevice::create_memory(cfg).unwrap();
-    Driver::format(dev, &opts, FtlConfig::default()).unwrap()
+    Driver::format(dev, &opts, ftl).unwrap()
 }
 
 /// A clean remount, then a crash (no checkpoint) and a mount; `check`

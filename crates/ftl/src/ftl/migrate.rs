@@ -148,18 +148,23 @@ impl Moves {
 
 impl Ftl {
     /// Remap entries a migration may still reserve: the table's room (at
-    /// most half its slots) and the next checkpoint's (16 bytes each).
-    fn remap_room(&self, entries: u64) -> bool {
-        let m = &self.nameless.moves;
-        self.nameless.remap.has_room_for(m.reserved + entries)
-            && 16 * (m.reserved + entries) <= self.checkpoint_room_bytes()
+    /// most half its slots) and the next checkpoint's (16 bytes each),
+    /// less what running jobs reserved. Computed once per decision: the
+    /// checkpoint's bound is not free.
+    fn remap_room_entries(&self) -> u64 {
+        let r = &self.nameless.remap;
+        let table = u64::from(r.capacity()).saturating_sub(u64::from(r.len()));
+        let checkpoint = self.checkpoint_room_bytes() / 16;
+        table
+            .min(checkpoint)
+            .saturating_sub(self.nameless.moves.reserved)
     }
 
     /// Whether migrations have stopped: the remap table (or the checkpoint)
     /// has no room for a zone's live blocks. Then the dead blocks of the
     /// nameless zones count as used (`nameless_dead_blocks`).
     pub(super) fn migration_stopped(&self) -> bool {
-        !self.remap_room(self.data_cap())
+        self.remap_room_entries() < self.data_cap()
     }
 
     /// GC's migration victim, if one may be collected now: a Full nameless
@@ -172,12 +177,13 @@ impl Ftl {
             return None;
         }
         let data_cap = self.data_cap();
+        let room = self.remap_room_entries();
         let valid = |z: ZoneId| self.mapping.valid_blocks(z);
         let ex = |z: ZoneId| {
             self.excluded(z)
                 || self.nameless.moves.moved_in.contains_key(&z)
                 || valid(z) >= data_cap
-                || !self.remap_room(valid(z))
+                || valid(z) > room
         };
         let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
         let policy = self.cfg.gc_policy;
@@ -197,7 +203,7 @@ impl Ftl {
         {
             self.ckpt_requested = true;
         }
-        if self.migration_stopped() && !self.nameless.moves.stopped {
+        if room < data_cap && !self.nameless.moves.stopped {
             self.nameless.moves.stopped = true;
             self.stats.nameless_remap_full_stops += 1;
         }
@@ -243,6 +249,7 @@ impl Ftl {
         if !worn {
             return None;
         }
+        let room = self.remap_room_entries();
         let valid = |z: ZoneId| self.mapping.valid_blocks(z);
         self.zones
             .iter()
@@ -254,7 +261,7 @@ impl Ftl {
                     && valid(z) > 0
                     && !self.excluded(z)
                     && !self.nameless.moves.moved_in.contains_key(&z)
-                    && self.remap_room(valid(z))
+                    && valid(z) <= room
             })
             .min_by_key(|&(z, zone)| (zone.last_write_seq(), z))
             .map(|(z, _)| z)

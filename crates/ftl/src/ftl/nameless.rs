@@ -281,6 +281,11 @@ impl Ftl {
     /// stopped for want of remap room, every nameless zone holding a live
     /// block (as a whole zone: the open one's tail too). O(zones pinned).
     pub(super) fn nameless_dead_blocks(&self) -> u64 {
+        // Every logical write's admission asks: a volume without nameless
+        // zones answers at once.
+        if self.zones.nameless_zone_count() == 0 {
+            return 0;
+        }
         let cap = self.data_cap();
         if self.migration_stopped() {
             let held = self.zones.nameless_zone_count() - self.nameless.empty_zones;
