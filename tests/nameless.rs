@@ -59,6 +59,15 @@ fn nameless_error(r: Result<impl std::fmt::Debug, IoError>) -> NamelessError {
     }
 }
 
+/// A nameless write refused for want of room (nothing happened): no
+/// space, or dead blocks held by moves not yet acknowledged.
+fn no_room(e: &IoError) -> bool {
+    matches!(
+        e,
+        IoError::NoSpace | IoError::Nameless(NamelessError::MovesUnacknowledged { .. })
+    )
+}
+
 #[test]
 fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect() {
     let mut ftl = format(true);
@@ -382,11 +391,11 @@ impl NamelessRig {
     }
 
     /// The answer to nameless write `id` of `keys`: its blocks are live
-    /// (none with `NoSpace`).
+    /// (none when refused for room).
     fn answered(&mut self, id: u64, keys: &[u64], commit: Commit) -> Result<(), IoError> {
         let addrs = match self.ftl().wait_for(id) {
             Ok(zftl::core::ReplyData::Addrs(a)) => a,
-            Err(IoError::NoSpace) => return Ok(()),
+            Err(e) if no_room(&e) => return Ok(()),
             Err(e) => return Err(e),
             Ok(other) => panic!("a nameless write answered {other:?}"),
         };
@@ -454,7 +463,7 @@ impl NamelessRig {
                     false => ftl.nameless_write(&data, &meta),
                 };
                 let addrs = match addrs {
-                    Err(IoError::NoSpace) => return Ok(()),
+                    Err(e) if no_room(&e) => return Ok(()),
                     other => other?,
                 };
                 for (&key, a) in keys.iter().zip(addrs) {
@@ -480,7 +489,7 @@ impl NamelessRig {
                     &pattern(h.key, v, bs),
                     &md(h.key, v, mb),
                 );
-                if matches!(new, Err(IoError::NoSpace)) {
+                if new.as_ref().is_err_and(no_room) {
                     // Overwrites in flight hold a block more each.
                     self.interrupted = None;
                     return Ok(());
@@ -1325,6 +1334,73 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
     let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
     assert!(ftl.next_events(8).unwrap().is_empty());
     for (&a, &(k, v)) in &held {
+        holds(&mut ftl, a, k, v);
+    }
+}
+
+/// A client that follows moves but never acknowledges them leaves GC
+/// zones it may not collect: writes then answer `MovesUnacknowledged`
+/// (not `NoSpace`: the live blocks fit), and a commit, acknowledging the
+/// moves delivered, lets them go on past the volume's size again.
+#[test]
+fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it() {
+    let mut ftl = format(true);
+    let capacity = ftl.logical_blocks();
+    let mut rng = Rng::new(11);
+    let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
+    let mut key = 0u64;
+    let mut churn = |ftl: &mut Driver<SimDevice>,
+                     held: &mut BTreeMap<NamelessAddr, (u64, u32)>,
+                     key: &mut u64|
+     -> Result<(), IoError> {
+        let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+        let keys: Vec<u64> = (*key..*key + 32).collect();
+        let data: Vec<u8> = keys.iter().flat_map(|&k| pattern(k, 1, bs)).collect();
+        let meta: Vec<u8> = keys.iter().flat_map(|&k| md(k, 1, mb)).collect();
+        let addrs = ftl.nameless_write(&data, &meta)?;
+        *key += 32;
+        for (a, &k) in addrs.into_iter().zip(&keys) {
+            held.insert(a, (k, 1));
+        }
+        while held.len() as u64 > capacity * 3 / 4 {
+            let i = rng.next_u64() as usize % held.len();
+            let a = *held.keys().nth(i).unwrap();
+            held.remove(&a);
+            ftl.nameless_free(&[a]).unwrap();
+        }
+        follow_moves(ftl, held);
+        Ok(())
+    };
+    let mut written = 0u64;
+    let error = loop {
+        assert!(
+            written < 40 * capacity,
+            "{written} blocks written with no move acknowledged: {:?}",
+            ftl.stats()
+        );
+        match churn(&mut ftl, &mut held, &mut key) {
+            Ok(()) => written += 32,
+            Err(e) => break e,
+        }
+    };
+    let s = ftl.stats();
+    match error {
+        IoError::Nameless(NamelessError::MovesUnacknowledged { entries }) => {
+            assert!(entries > 0);
+            assert_eq!(u64::from(entries), s.nameless_remap_entries);
+        }
+        other => panic!("after {written} blocks: {other:?} ({s:?})"),
+    }
+    assert!(s.nameless_live_blocks < capacity, "{s:?}");
+    ftl.nameless_commit().unwrap();
+    assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    let mut more = 0u64;
+    while more < 2 * capacity {
+        churn(&mut ftl, &mut held, &mut key).unwrap();
+        ftl.nameless_commit().unwrap();
+        more += 32;
+    }
+    for (&a, &(k, v)) in held.iter().take(256) {
         holds(&mut ftl, a, k, v);
     }
 }

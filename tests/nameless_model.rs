@@ -348,8 +348,8 @@ struct Counts {
     /// Blocks read back and checked, typed errors checked.
     blocks_checked: u64,
     errors_checked: u64,
-    /// Reads answered `Stale` (a zone reset since), writes answered
-    /// `NoSpace`.
+    /// Reads answered `Stale` (a zone reset since), writes refused for
+    /// room (`NoSpace`, `MovesUnacknowledged`).
     stale_errors: u64,
     no_space: u64,
     migrated_events: u64,
@@ -523,7 +523,8 @@ impl Rig {
                 // may have landed and come back after a cut.
                 self.m.limbo.extend(names.iter().map(|&n| (n, None)));
                 match e {
-                    IoError::NoSpace => {
+                    IoError::NoSpace
+                    | IoError::Nameless(NamelessError::MovesUnacknowledged { .. }) => {
                         self.m.refused.extend(names);
                         self.counts.no_space += 1;
                         Ok(())
@@ -581,7 +582,9 @@ impl Rig {
                 Ok(())
             }
             // Refused: the old blocks stay as they were.
-            Err(IoError::NoSpace) => {
+            Err(
+                IoError::NoSpace | IoError::Nameless(NamelessError::MovesUnacknowledged { .. }),
+            ) => {
                 self.counts.no_space += 1;
                 Ok(())
             }
@@ -915,7 +918,9 @@ impl Rig {
             match self.ftl().submit(request) {
                 Ok(id) => sent.push((id, s)),
                 // Refused at admission: nothing of it is written.
-                Err(IoError::NoSpace) => self.counts.no_space += 1,
+                Err(
+                    IoError::NoSpace | IoError::Nameless(NamelessError::MovesUnacknowledged { .. }),
+                ) => self.counts.no_space += 1,
                 // The overwrite it races landed first: nothing to free.
                 Err(IoError::Nameless(NamelessError::NotLive { .. }))
                     if matches!(s, Sent::Free(_, true)) => {}

@@ -115,6 +115,8 @@ pub enum NamelessError {
         expected_bytes: usize,
         actual_bytes: usize,
     },
+    #[error("the media's free room is held by dead blocks GC may not collect before {entries} moved blocks are acknowledged: acknowledge the Migrated events delivered (NamelessAck, or a commit)")]
+    MovesUnacknowledged { entries: u32 },
     #[error("address {:#018x} (zone {zone}, offset {offset_blocks}): checksum mismatch, expected {expected_crc:#010x}, found {actual_crc:#010x}", .addr.to_u64())]
     Corrupt {
         addr: NamelessAddr,

@@ -780,7 +780,8 @@ impl<V: Volume> Store<V> {
     /// One nameless block, over `old` if given; its address. An old block
     /// the FTL no longer holds (one whose hand-over read failed) is not
     /// freed again: the block is written alone. A full uncommitted set
-    /// (`Busy`) is emptied by a sync, once.
+    /// (`Busy`) is emptied, and moves holding the room
+    /// (`MovesUnacknowledged`) acknowledged, by a sync, once.
     fn write_nameless(
         &mut self,
         block: &[u8],
@@ -802,7 +803,11 @@ impl<V: Volume> Store<V> {
                 None => self.volume.nameless_write(block, md),
             };
             match written {
-                Err(IoError::Busy) if !synced => {
+                // A full uncommitted set, or moves the sync acknowledges
+                // holding the room.
+                Err(
+                    IoError::Busy | IoError::Nameless(NamelessError::MovesUnacknowledged { .. }),
+                ) if !synced => {
                     self.sync()?;
                     synced = true;
                 }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use zftl::core::{Driver, FormatOptions, FtlConfig, IoError};
+use zftl::core::{Driver, FormatOptions, FtlConfig, IoError, NamelessError};
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 use zftl_kv::{KvError, Store, StoreOptions, ValuePlacement};
@@ -160,7 +160,9 @@ impl Rig {
             // The space nameless zones strand (see the crate docs): the
             // change was not made, or (its bucket's write failed after its
             // value's) it was, in memory, until a sync writes the bucket.
-            Err(KvError::Io(IoError::NoSpace)) => {
+            Err(KvError::Io(
+                IoError::NoSpace | IoError::Nameless(NamelessError::MovesUnacknowledged { .. }),
+            )) => {
                 self.no_space += 1;
                 let now = self.store().get(&key(k))?;
                 let m = self.model.get_mut(&k).unwrap();

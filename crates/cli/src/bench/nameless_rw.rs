@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use zftl_core::{
-    Backend, Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessEvent, ReplyData,
-    Request,
+    Backend, Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, NamelessEvent,
+    ReplyData, Request,
 };
 use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice, Timing};
@@ -337,6 +337,19 @@ impl Side {
             let mut replies = 0;
             while let Some(reply) = self.drv.take_reply() {
                 replies += 1;
+                let unacknowledged = matches!(
+                    reply.result,
+                    Err(IoError::Nameless(NamelessError::MovesUnacknowledged { .. }))
+                );
+                if unacknowledged && in_flight.contains_key(&reply.id) {
+                    // GC waits for the moves this side followed: commit,
+                    // then write again (another random block).
+                    let i = in_flight.remove(&reply.id).expect("checked");
+                    busy.remove(&i);
+                    issued -= 1;
+                    sync_due |= syncs.is_empty();
+                    continue;
+                }
                 let result = reply.result?;
                 if syncs.remove(&reply.id) {
                     continue;

@@ -119,6 +119,9 @@ pub(super) enum ReplyTo {
     /// The flush of the nameless commit of this caller's request: the
     /// commit note follows it.
     NamelessCommit(u64),
+    /// The flush ahead of the acknowledgements of this caller's nameless
+    /// commit: they are logged at once, not behind the writes it covers.
+    NamelessCommitAcks(u64),
     /// The notes of a batch of migrations: its events go out once durable.
     Migrated(u64),
 }
@@ -769,6 +772,7 @@ impl Ftl {
             ReplyTo::Caller(id) => self.replies.push_back(Reply { id, result }),
             ReplyTo::Core => self.internal_reply(result.as_ref()),
             ReplyTo::NamelessCommit(id) => self.nameless_commit_flushed(id, result),
+            ReplyTo::NamelessCommitAcks(id) => self.nameless_commit_acks_flushed(id, result),
             ReplyTo::Migrated(batch) => self.migrations_logged(batch, result),
         }
     }

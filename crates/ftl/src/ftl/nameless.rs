@@ -8,6 +8,7 @@ use super::lane::Lane;
 use super::migrate::Moves;
 use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
+use super::write::Room;
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::Ppa;
 use crate::addr::Seq;
@@ -118,6 +119,8 @@ struct PendingCommit {
     ahead: usize,
     /// Its flush is under way.
     flushing: bool,
+    /// The flush ahead of its acknowledgements is under way.
+    acks_flushing: bool,
     /// The old addresses of the `Migrated` events delivered before it was
     /// admitted: it acknowledges them (at most the remap table's entries).
     acks: Vec<NamelessAddr>,
@@ -547,12 +550,16 @@ impl Ftl {
         }
         // An overwrite frees as many blocks as it writes.
         let new_blocks = if old.is_empty() { n as u64 } else { 0 };
-        let used = self.mapping.live_blocks()
-            + self.buffered_new
-            + self.nameless.pending_blocks
-            + self.nameless_dead_blocks();
-        if used + new_blocks > self.max_mapped_blocks {
-            return Err(IoError::NoSpace);
+        match self.space_for(new_blocks, false) {
+            Room::Fits => {}
+            Room::HeldDead => {
+                let entries = self.nameless.remap.len();
+                if entries > 0 {
+                    return Err(NamelessError::MovesUnacknowledged { entries }.into());
+                }
+                return Err(IoError::NoSpace);
+            }
+            Room::Full => return Err(IoError::NoSpace),
         }
         let mut crcs = vec![0u32; n];
         crate::tag::data_crcs(&data, bs, &mut crcs);
@@ -1062,23 +1069,61 @@ impl Ftl {
             return Err(self.refusal());
         }
         let n = &mut self.nameless;
+        let acks = n.remap.delivered_olds();
+        let acks_flushing = !acks.is_empty();
         n.commits.push_back(PendingCommit {
             id,
             before: n.next_order,
             ahead: n.writes.len(),
             flushing: false,
-            acks: n.remap.delivered_olds(),
+            acks_flushing,
+            acks,
         });
+        // The acknowledgements need only what the client recorded before
+        // the commit to be durable, not the writes it covers: held behind
+        // those, they kept the zones the moves pinned from GC, which those
+        // writes could be waiting for.
+        if acks_flushing {
+            self.add_flush_for(ReplyTo::NamelessCommitAcks(id));
+        }
         Ok(())
     }
 
+    /// The flush ahead of commit `id`'s acknowledgements is done: they are
+    /// logged now. A failed flush fails the commit.
+    pub(super) fn nameless_commit_acks_flushed(
+        &mut self,
+        id: u64,
+        result: Result<ReplyData, IoError>,
+    ) {
+        let i = self
+            .nameless
+            .commits
+            .iter()
+            .position(|c| c.id == id)
+            .expect("a commit whose acks flush");
+        let result = match result {
+            Ok(_) if self.read_only => Err(self.refusal()),
+            other => other,
+        };
+        if let Err(e) = result {
+            self.nameless.commits.remove(i);
+            self.replies.push_back(Reply { id, result: Err(e) });
+            return;
+        }
+        let c = &mut self.nameless.commits[i];
+        c.acks_flushing = false;
+        let acks = std::mem::take(&mut c.acks);
+        self.log_acks(&acks);
+    }
+
     /// Starts the oldest commit's flush once the writes it covers are all
-    /// answered.
+    /// answered (and its acknowledgements are logged).
     pub(super) fn advance_nameless_commits(&mut self) {
         let Some(c) = self.nameless.commits.front_mut() else {
             return;
         };
-        if c.flushing || c.ahead > 0 {
+        if c.flushing || c.acks_flushing || c.ahead > 0 {
             return;
         }
         c.flushing = true;
@@ -1104,7 +1149,8 @@ impl Ftl {
             return;
         }
         // The acks first: "every address given by event is recorded" covers
-        // the moves delivered before the commit.
+        // the moves delivered before the commit (logged already after their
+        // own flush, unless it was empty).
         self.log_acks(&c.acks);
         let seq = self.take_seq();
         self.log.push_note(Note::NamelessAck {
@@ -1122,7 +1168,7 @@ impl Ftl {
     pub(super) fn fail_nameless_commits(&mut self, error: &IoError) {
         let commits = std::mem::take(&mut self.nameless.commits);
         for c in commits {
-            if c.flushing {
+            if c.flushing || c.acks_flushing {
                 self.nameless.commits.push_back(c);
             } else {
                 self.replies.push_back(Reply {

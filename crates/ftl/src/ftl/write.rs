@@ -12,6 +12,17 @@ use crate::note::Note;
 use crate::tag;
 use std::collections::VecDeque;
 
+/// What the space account says of a write (`Ftl::space_for`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Room {
+    Fits,
+    /// The live blocks fit, but not beside the dead blocks GC cannot
+    /// collect until the client acknowledges moves.
+    HeldDead,
+    /// The live blocks do not fit.
+    Full,
+}
+
 /// What became of a waiting write offered to the buffer.
 enum Admission {
     /// Admitted, answered or held behind a vector: it left the queue.
@@ -293,18 +304,7 @@ impl Ftl {
         if keeps && self.history_room() < kept_at_most {
             return Err(IoError::SnapshotSpace);
         }
-        // Kept versions may use the room the logical size leaves on the
-        // media; without them the live blocks stay within the logical size.
-        let limit = if keeps {
-            let slack = super::KEPT_SLACK_ZONES * self.data_cap();
-            self.max_mapped_blocks
-                .max(self.usable_blocks.saturating_sub(slack))
-        } else {
-            self.max_mapped_blocks
-        };
-        let pending =
-            self.buffered_new + self.nameless.pending_blocks() + self.nameless_dead_blocks();
-        if self.mapping.live_blocks() + pending + new_blocks > limit {
+        if self.space_for(new_blocks, keeps) != Room::Fits {
             return Err(if keeps {
                 IoError::SnapshotSpace
             } else {
@@ -312,6 +312,34 @@ impl Ftl {
             });
         }
         Ok(())
+    }
+
+    /// Whether `new_blocks` more blocks fit. The live blocks, with the
+    /// buffered and nameless writes admitted, stay within the logical size
+    /// (kept versions, `keeps`, may use the room it leaves on the media);
+    /// with them, the dead blocks GC cannot collect now (nameless ones
+    /// behind unacknowledged moves, `nameless_dead_blocks`) stay within
+    /// the media's room less [`super::KEPT_SLACK_ZONES`] zones, so GC
+    /// still finds dead blocks to collect. Those dead blocks wait on the
+    /// client, not on GC: they take the room the logical size leaves
+    /// before they take the logical size's own.
+    pub(super) fn space_for(&self, new_blocks: u64, keeps: bool) -> Room {
+        let slack = super::KEPT_SLACK_ZONES * self.data_cap();
+        let media = self
+            .max_mapped_blocks
+            .max(self.usable_blocks.saturating_sub(slack));
+        let limit = if keeps { media } else { self.max_mapped_blocks };
+        let live = self.mapping.live_blocks()
+            + self.buffered_new
+            + self.nameless.pending_blocks()
+            + new_blocks;
+        if live > limit {
+            Room::Full
+        } else if live + self.nameless_dead_blocks() > media {
+            Room::HeldDead
+        } else {
+            Room::Fits
+        }
     }
 
     /// A request past the volume lies in a live fork (it was checked at
