@@ -3,17 +3,17 @@
 //! 100 the nameless side runs out of room, docs/bench.md), then its first
 //! 12.5 % (and, the second workload, its first 25 %) overwritten at
 //! random, `passes` times its size, with blocks of `endurance` erase
-//! cycles. Nameless: nameless writes, the paper's
-//! leveling policy (`NamelessWear::paper`: from 75 % of the endurance on
-//! the most-worn zone, cold nameless zones migrate onto worn free zones);
-//! page-mapped: logical writes, the core's static leveling
-//! (`static_wl_threshold`: the zone with the fewest erases is moved once
-//! the most-worn has that many more; set to 75 % of the endurance, so with
-//! cold zones at no erases it starts where the nameless policy does). The
-//! simulator's blocks never wear out: only the policies see the endurance.
-//! Each side also runs without its leveling, to show what leveling does to
-//! the erase counts. The same command sizes, depth and commit (flush)
-//! cadence on every side, in virtual time: one run is exact.
+//! cycles. Nameless: nameless writes, the paper's leveling policy
+//! (`NamelessWear::paper`: from 75 % of the endurance on the most-worn
+//! zone, cold nameless zones migrate onto worn free zones); page-mapped:
+//! logical writes, the core's static leveling (`static_wl_threshold`: the
+//! zone with the fewest erases is moved once the most-worn has more than
+//! that many more; set to 75 % of the endurance, so with cold zones at no
+//! erases it starts where the nameless policy does). The simulator's
+//! blocks never wear out: only the policies see the endurance. Each side
+//! also runs without its leveling, to show what leveling does to the
+//! erase counts. The same command sizes, depth and commit (flush) cadence
+//! on every side, in virtual time: one run is exact.
 
 use serde::Serialize;
 use zftl_core::{Backend, FtlConfig, FtlStats, NamelessWear};
