@@ -1410,7 +1410,7 @@ fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_
 /// volume) sit beside hot ones written and freed a zone at a time until
 /// the most-worn zone has `erases` erases. The client follows every move
 /// (a commit every round acknowledges them); the cold blocks read back.
-fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> (u32, u32, u64) {
+fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> zftl_core::FtlStats {
     let cfg = FtlConfig {
         nameless_wear: wear,
         ..FtlConfig::default()
@@ -1441,12 +1441,12 @@ fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> (u32, u32, u64) {
     }
     ftl.settle().unwrap();
     follow_moves(&mut ftl, &mut held);
+    ftl.nameless_commit().unwrap();
     assert_eq!(ftl.stats().nameless_live_blocks, cold_blocks);
     for (&a, &(k, v)) in &held {
         holds(&mut ftl, a, k, v);
     }
-    let s = ftl.stats();
-    (s.erase_count_min, s.erase_count_max, s.wl_move_blocks)
+    ftl.stats()
 }
 
 /// The paper's §6.6 policy (`FtlConfig::nameless_wear`): once the most
@@ -1457,8 +1457,11 @@ fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> (u32, u32, u64) {
 #[test]
 fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
     let endurance = 24;
-    let (min_off, max_off, moved_off) = hot_and_cold(None, endurance);
-    let (min_on, max_on, moved_on) = hot_and_cold(Some(NamelessWear::paper(endurance)), endurance);
+    let off = hot_and_cold(None, endurance);
+    let on = hot_and_cold(Some(NamelessWear::paper(endurance)), endurance);
+    let (min_off, max_off, moved_off) =
+        (off.erase_count_min, off.erase_count_max, off.wl_move_blocks);
+    let (min_on, max_on, moved_on) = (on.erase_count_min, on.erase_count_max, on.wl_move_blocks);
     eprintln!(
         "erases without leveling {min_off}..{max_off}, with {min_on}..{max_on} \
          ({moved_on} blocks moved)"
@@ -1474,4 +1477,15 @@ fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
         max_on - min_on < max_off - min_off,
         "spread with leveling {min_on}..{max_on}, without {min_off}..{max_off}"
     );
+    // What the moves cost in metadata: a note per block moved and one per
+    // entry acknowledged (every move is followed and acknowledged here),
+    // and the peak of the remap table.
+    assert_eq!(off.nameless_migration_note_bytes, 0);
+    assert_eq!(off.nameless_remap_peak_entries, 0);
+    let notes = on.nameless_migration_note_bytes;
+    let moved = on.nameless_migrated_blocks;
+    assert!(notes > 32 * moved && notes <= 64 * moved, "{on:?}");
+    assert!(on.nameless_remap_peak_entries > 0, "{on:?}");
+    assert!(on.nameless_remap_peak_entries <= on.nameless_migrated_blocks);
+    assert_eq!(on.nameless_remap_entries, 0, "every move acknowledged");
 }

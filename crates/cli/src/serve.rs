@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 39] = [
+    let counters: [(&str, &str, u64); 41] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -730,6 +730,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Times migration stopped because the remap table had no room for a victim's live blocks (acknowledgements make room).",
             s.nameless_remap_full_stops,
         ),
+        (
+            "nameless_migration_note_bytes",
+            "Bytes of the notes migrations logged: a NamelessMigrate per block moved, a NamelessAck per entry acknowledged.",
+            s.nameless_migration_note_bytes,
+        ),
+        (
+            "nameless_remap_checkpoint_bytes",
+            "Bytes of remap entries the checkpoints written carried (16 per entry per checkpoint).",
+            s.nameless_remap_checkpoint_bytes,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -739,7 +749,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             v,
         );
     }
-    let gauges: [(&str, &str, f64); 31] = [
+    let gauges: [(&str, &str, f64); 32] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -829,6 +839,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_remap_capacity",
             "Entries the remap table holds at most (full: migrations stop).",
             s.nameless_remap_capacity as f64,
+        ),
+        (
+            "nameless_remap_peak_entries",
+            "The most entries the remap table held since mount.",
+            s.nameless_remap_peak_entries as f64,
         ),
         (
             "shared_blocks",

@@ -172,6 +172,15 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_handover_blocks", s.nameless_handover_blocks);
     t.row("nameless_migrated_blocks", s.nameless_migrated_blocks);
     t.row("nameless_remap_full_stops", s.nameless_remap_full_stops);
+    t.row("nameless_remap_peak_entries", s.nameless_remap_peak_entries);
+    t.row(
+        "nameless_migration_note_bytes",
+        s.nameless_migration_note_bytes,
+    );
+    t.row(
+        "nameless_remap_checkpoint_bytes",
+        s.nameless_remap_checkpoint_bytes,
+    );
     t.row("media_write_blocks", s.media_write_blocks);
     t.row(
         "write_amplification",

@@ -909,6 +909,16 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         "20,80",
         "--rw-blocks-per-lun",
         "8",
+        // Wear leveling: a low endurance, so the nameless policy's trigger
+        // (75 % of it) is reached on this small volume.
+        "--wear-blocks-per-lun",
+        "8",
+        "--wear-hot-percents",
+        "25",
+        "--wear-passes",
+        "16",
+        "--wear-endurance",
+        "8",
     ]);
     let m = &v["memory"];
     assert_eq!(num(m, "stored_bytes"), 320.0 * 1048576.0);
@@ -984,6 +994,38 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         num(&rows[1]["nameless"], "gc_copies_per_write") > 0.0,
         "{w}"
     );
+    // Wear leveling: the nameless side moved cold data for wear, its
+    // migrations cost notes and held remap entries, and leveling narrowed
+    // its erase counts against the same run without it.
+    let w = &v["wear_leveling"];
+    assert_eq!(num(w, "page_static_wl_threshold"), 6.0, "{w}");
+    let rows = w["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{w}");
+    let r = &rows[0];
+    assert_eq!(num(r, "writes"), 16.0 * num(r, "hot_blocks"), "{r}");
+    assert!(num(r, "hot_blocks") < num(r, "filled_blocks"), "{r}");
+    let (n, off) = (&r["nameless"], &r["nameless_unleveled"]);
+    assert!(num(n, "wear_move_blocks") > 0.0, "{r}");
+    assert_eq!(num(off, "wear_move_blocks"), 0.0, "{r}");
+    assert!(num(n, "migration_note_bytes") > 0.0, "{r}");
+    assert!(num(n, "remap_peak_entries") > 0.0, "{r}");
+    assert_eq!(
+        num(n, "remap_peak_bytes"),
+        32.0 * num(n, "remap_peak_entries"),
+        "{r}"
+    );
+    let spread = |s: &Value| num(s, "erase_count_max") - num(s, "erase_count_min");
+    assert!(spread(n) < spread(off), "{r}");
+    for side in ["page_mapped", "page_mapped_unleveled"] {
+        assert!(num(&r[side], "writes_per_s") > 0.0, "{r}");
+        assert_eq!(num(&r[side], "migrated_blocks"), 0.0, "{r}");
+        assert_eq!(num(&r[side], "remap_peak_entries"), 0.0, "{r}");
+    }
+    let expected = num(n, "writes_per_s") / num(&r["page_mapped"], "writes_per_s");
+    assert!((num(r, "throughput_ratio") - expected).abs() < 1e-3, "{r}");
+    let out = zftl(&["bench", "nameless", "--wear-hot-percents", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--wear-hot-percents"));
     let out = zftl(&["bench", "nameless", "--working-sets", "0"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--working-sets"));

@@ -74,6 +74,16 @@ pub struct FtlStats {
     /// room for a victim's live blocks: acknowledgements make room.
     pub nameless_migrated_blocks: u64,
     pub nameless_remap_full_stops: u64,
+    /// Metadata the migrations cost since mount, in bytes: their notes
+    /// (a `NamelessMigrate` per block moved, a `NamelessAck` per entry
+    /// acknowledged; 32 bytes each, packed into log blocks with the other
+    /// notes), and the remap entries the checkpoints written carried
+    /// (16 bytes each, every checkpoint repeats the table).
+    pub nameless_migration_note_bytes: u64,
+    pub nameless_remap_checkpoint_bytes: u64,
+    /// The most entries the remap table held since mount (it holds
+    /// `nameless_remap_entries` now).
+    pub nameless_remap_peak_entries: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
     /// (0 before any write).

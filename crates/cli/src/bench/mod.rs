@@ -25,8 +25,10 @@
 //!   kept block, and write amplification with snapshots live; revert,
 //!   changed blocks, views and the protection window's cost;
 //! - `nameless`: map memory per GiB stored, page-level against nameless,
-//!   and the example store's (zftl-kv) puts and gets with its values
-//!   nameless against in a logical value area.
+//!   the example store's (zftl-kv) puts and gets with its values
+//!   nameless against in a logical value area, 4 KiB random writes and the
+//!   wear-leveling workloads (the paper's §6.6) nameless against
+//!   page-mapped.
 //!
 //! Each prints one JSON object with `--json`, aligned text otherwise, and
 //! shows a progress bar on stderr when stderr is a terminal.
@@ -38,6 +40,7 @@ mod forks;
 mod media;
 mod nameless;
 mod nameless_rw;
+mod nameless_wear;
 mod nbd;
 mod pipe;
 mod plot;

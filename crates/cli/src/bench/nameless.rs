@@ -17,7 +17,10 @@
 //!   the way each placement must: a nameless overwrite frees the old value
 //!   with the new block and a sync is one `nameless_commit` (a flush, then
 //!   the commit note); a logical put leaves the old value to its sync,
-//!   which flushes, trims it (with the others since) and flushes again.
+//!   which flushes, trims it (with the others since) and flushes again;
+//! - 4 KiB random writes (`nameless_rw.rs`) and the paper's wear-leveling
+//!   workloads (`nameless_wear.rs`), nameless against page-mapped, on the
+//!   simulator with its timing model on (virtual time).
 
 use std::time::Instant;
 
@@ -30,6 +33,7 @@ use zftl_sim::rng::Rng;
 use zftl_sim::{SimConfig, SimDevice};
 
 use super::nameless_rw::{RandomWriteSetup, RandomWrites};
+use super::nameless_wear::{WearLeveling, WearSetup};
 use super::range::Rounds;
 use super::{progress, ratio, round, show, thread_cpu_s, BenchError};
 use crate::report::Text;
@@ -79,6 +83,34 @@ pub struct NamelessArgs {
     /// geometry's 16 LUNs; 16 makes 256 MiB).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub rw_blocks_per_lun: u32,
+    /// Wear-leveling workloads (the paper's §6.6): the share of the volume
+    /// each overwrites after the fill, in percent (comma-separated).
+    #[arg(
+        long,
+        value_name = "PERCENTS",
+        value_delimiter = ',',
+        default_value = "12.5,25"
+    )]
+    pub wear_hot_percents: Vec<f64>,
+    /// Share of the volume's logical size the wear-leveling workloads fill
+    /// first, in percent (at 100 the nameless side runs out of room to
+    /// collect: see docs/bench.md).
+    #[arg(long, value_name = "PERCENT", default_value_t = 90)]
+    pub wear_fill_percent: u32,
+    /// Times each workload overwrites its share.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub wear_passes: u64,
+    /// Erase cycles the leveling policies assume (the simulated blocks
+    /// never wear out).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub wear_endurance: u32,
+    /// The page-mapped side's static leveling threshold (erases between
+    /// the most- and the least-worn zone); default 75 % of the endurance.
+    #[arg(long, value_name = "N")]
+    pub wear_page_threshold: Option<u32>,
+    /// Erase blocks per LUN of the wear-leveling device (16 makes 256 MiB).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub wear_blocks_per_lun: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +179,7 @@ pub struct NamelessReport {
     pub memory: MapMemory,
     pub store: StoreRates,
     pub random_writes: RandomWrites,
+    pub wear_leveling: WearLeveling,
 }
 
 /// The default 4 GiB device in memory (allocated as written), timing off.
@@ -179,7 +212,19 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         blocks_per_lun: args.rw_blocks_per_lun,
         seed: args.seed,
     };
+    let wear = WearSetup {
+        hot_percents: args.wear_hot_percents.clone(),
+        fill_percent: args.wear_fill_percent,
+        passes: args.wear_passes,
+        endurance_erases: args.wear_endurance,
+        page_threshold_erases: args.wear_page_threshold,
+        depth: args.rw_depth,
+        blocks_per_lun: args.wear_blocks_per_lun,
+        seed: args.seed,
+    };
+    wear.check()?;
     let random_writes = super::nameless_rw::run(&setup, ftl)?;
+    let wear_leveling = super::nameless_wear::run(&wear, ftl)?;
     let memory = memory(args, ftl)?;
     let store = store_rates(args, ftl)?;
     let device_bytes = {
@@ -192,6 +237,7 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         memory,
         store,
         random_writes,
+        wear_leveling,
     })
 }
 
@@ -514,6 +560,7 @@ impl NamelessReport {
             );
         }
         t.row("min_throughput_ratio", w.min_throughput_ratio);
+        self.wear_leveling.text(&mut t);
         t.render()
     }
 }

@@ -80,9 +80,13 @@ pub struct RandomWrites {
     pub min_throughput_ratio: f64,
 }
 
-fn sim_config(s: &RandomWriteSetup) -> SimConfig {
+/// The simulated device of the random writes (and of the wear-leveling
+/// workloads): the default geometry with `blocks_per_lun` erase blocks per
+/// LUN, timing on, blocks that never wear out (the FTL's policies act on
+/// their erase counts).
+pub(super) fn sim_config(blocks_per_lun: u32) -> SimConfig {
     SimConfig {
-        blocks_per_lun: s.blocks_per_lun,
+        blocks_per_lun,
         timing: Some(Timing::default()),
         endurance_erases: u32::MAX,
         ..SimConfig::default()
@@ -101,16 +105,23 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
                 .into(),
         ));
     }
-    let cfg = sim_config(s);
+    let cfg = sim_config(s.blocks_per_lun);
     let g = cfg.geometry()?;
     let device_bytes =
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes);
     let mut rows = Vec::new();
     let mut commit_every_blocks = 0;
     for &pct in &s.working_set_percents {
-        let page = Side::new(&cfg, ftl, s, pct, false)?.run()?;
+        let side = |nameless| -> Result<SideRun, BenchError> {
+            let mut side = Side::format(&cfg, ftl, s.seed, s.depth, nameless)?;
+            let blocks = side.drv.logical_blocks() * u64::from(pct) / 100;
+            side.set_working_set(blocks, blocks, s.seed ^ u64::from(pct));
+            side.label = format!("{pct}% {}", side.kind());
+            side.run(s.passes)
+        };
+        let page = side(false)?;
         commit_every_blocks = page.commit_every;
-        let nameless = Side::new(&cfg, ftl, s, pct, true)?.run()?;
+        let nameless = side(true)?;
         rows.push(WorkingSetRow {
             working_set_percent: pct,
             working_set_blocks: page.blocks,
@@ -147,51 +158,72 @@ struct SideRun {
 
 /// One side's volume and the client's state: the nameless side's own
 /// index (the address of each working-set block, and back).
-struct Side {
-    drv: Driver<SimDevice>,
+pub(super) struct Side {
+    pub(super) drv: Driver<SimDevice>,
     nameless: bool,
+    /// Blocks the fill writes (the working set).
     blocks: u64,
+    /// The first `region` of them take the random overwrites.
+    region: u64,
     depth: usize,
-    passes: u64,
     index: Vec<NamelessAddr>,
     by_addr: HashMap<NamelessAddr, u64>,
     rng: Rng,
     next_id: u64,
+    /// `Migrated` events followed.
     moves: u64,
-    pct: u32,
-    commit_every: u64,
+    /// What the progress bar says.
+    pub(super) label: String,
+    pub(super) commit_every: u64,
 }
 
 impl Side {
-    fn new(
+    /// A fresh volume on `cfg`, nothing written yet; `set_working_set`
+    /// next.
+    pub(super) fn format(
         cfg: &SimConfig,
         ftl: &FtlConfig,
-        s: &RandomWriteSetup,
-        pct: u32,
+        seed: u64,
+        depth: usize,
         nameless: bool,
     ) -> Result<Side, BenchError> {
         let dev = SimDevice::create_memory(cfg.clone())?;
         let opts = FormatOptions {
-            seed: s.seed,
+            seed,
             ..FormatOptions::default()
         };
         let drv = Driver::format(dev, &opts, ftl.clone())?;
-        let blocks = drv.logical_blocks() * u64::from(pct) / 100;
         let every = commit_every(drv.logical_blocks());
         Ok(Side {
             drv,
             nameless,
-            blocks: blocks.max(1),
-            depth: s.depth,
-            passes: s.passes,
+            blocks: 1,
+            region: 1,
+            depth,
             index: Vec::new(),
             by_addr: HashMap::new(),
-            rng: Rng::new(s.seed ^ u64::from(pct)),
+            rng: Rng::new(seed),
             next_id: 1,
             moves: 0,
-            pct,
+            label: String::new(),
             commit_every: every,
         })
+    }
+
+    /// The fill writes `blocks`; the overwrites pick among the first
+    /// `region` of them, in an order seeded by `seed`.
+    pub(super) fn set_working_set(&mut self, blocks: u64, region: u64, seed: u64) {
+        self.blocks = blocks.max(1);
+        self.region = region.clamp(1, self.blocks);
+        self.rng = Rng::new(seed);
+    }
+
+    pub(super) fn kind(&self) -> &'static str {
+        if self.nameless {
+            "nameless"
+        } else {
+            "page-mapped"
+        }
     }
 
     fn block(&self, i: u64) -> Vec<u8> {
@@ -200,25 +232,18 @@ impl Side {
         b
     }
 
-    fn run(mut self) -> Result<SideRun, BenchError> {
+    /// The fill, a pass of overwrites to warm GC up, and `passes - 1`
+    /// measured.
+    fn run(mut self, passes: u64) -> Result<SideRun, BenchError> {
         self.fill()?;
         let per_pass = self.blocks;
-        let what = format!(
-            "{}% {}",
-            self.pct,
-            if self.nameless {
-                "nameless"
-            } else {
-                "page-mapped"
-            }
-        );
-        let bar = progress(per_pass * self.passes, &what);
+        let bar = progress(per_pass * passes, &self.label);
         self.overwrite(per_pass, &bar)?;
         let (t0, s0, moves0) = (self.drv.backend().clock_ns(), self.drv.stats(), self.moves);
-        self.overwrite(per_pass * (self.passes - 1), &bar)?;
+        self.overwrite(per_pass * (passes - 1), &bar)?;
         bar.finish_and_clear();
         let (t1, s1) = (self.drv.backend().clock_ns(), self.drv.stats());
-        let writes = per_pass * (self.passes - 1);
+        let writes = per_pass * (passes - 1);
         let host = |s: &zftl_core::FtlStats| s.host_write_blocks + s.nameless_write_blocks;
         let host_blocks = (host(&s1) - host(&s0)) as f64;
         let figures = SideFigures {
@@ -241,7 +266,7 @@ impl Side {
     }
 
     /// The working set, written once in order.
-    fn fill(&mut self) -> Result<(), BenchError> {
+    pub(super) fn fill(&mut self) -> Result<(), BenchError> {
         let md_bytes = self.drv.nameless_md_bytes();
         let mut at = 0;
         while at < self.blocks {
@@ -289,9 +314,14 @@ impl Side {
         }
     }
 
-    /// `total` random one-block overwrites, `depth` in flight, a commit
-    /// (flush) every `commit_every`.
-    fn overwrite(&mut self, total: u64, bar: &indicatif::ProgressBar) -> Result<(), BenchError> {
+    /// `total` random one-block overwrites of the region, `depth` in
+    /// flight, a commit (flush) every `commit_every`, the last after the
+    /// last write.
+    pub(super) fn overwrite(
+        &mut self,
+        total: u64,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<(), BenchError> {
         let mut in_flight: HashMap<u64, u64> = HashMap::new();
         let mut busy: HashSet<u64> = HashSet::new();
         let mut syncs: HashSet<u64> = HashSet::new();
@@ -316,7 +346,7 @@ impl Side {
             }
             while !sync_due && in_flight.len() < self.depth && issued < total {
                 let i = loop {
-                    let i = self.rng.next_u64() % self.blocks;
+                    let i = self.rng.next_u64() % self.region;
                     if !busy.contains(&i) {
                         break i;
                     }

@@ -167,6 +167,7 @@ impl Ftl {
         self.log.stage_encoded(first, blocks);
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
+        self.stats.nameless_remap_checkpoint_bytes += 16 * u64::from(self.nameless.remap.len());
         self.ckpt = CkptState::Writing {
             id: first,
             end_log_seq: first + n,

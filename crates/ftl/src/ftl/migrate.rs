@@ -13,7 +13,7 @@ use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
 use crate::buffer::BlockData;
 use crate::error::IoError;
 use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
-use crate::note::Note;
+use crate::note::{Note, NOTE_BYTES};
 use crate::zone::{ZoneKind, ZoneUse};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -453,6 +453,10 @@ impl Ftl {
             birth_gen: new.generation(),
         });
         self.stats.nameless_migrated_blocks += 1;
+        self.stats.nameless_migration_note_bytes += NOTE_BYTES as u64;
+        let entries = u64::from(self.nameless.remap.len());
+        let peak = &mut self.stats.nameless_remap_peak_entries;
+        *peak = (*peak).max(entries);
         Some(NamelessEvent::Migrated {
             old: it.old,
             new,

@@ -364,6 +364,10 @@ impl Ftl {
             .filter(|&(z, zone)| zone.kind().is_nameless() && p.mapping.valid_blocks(z) == 0)
             .count() as u32;
         let usable = data_zones.saturating_sub(set_aside) * data_cap;
+        let stats = FtlStats {
+            nameless_remap_peak_entries: p.nameless_remap.len() as u64,
+            ..FtlStats::default()
+        };
         Ftl {
             buffer: WriteBuffer::new(
                 p.config.write_buffer_blocks,
@@ -456,7 +460,7 @@ impl Ftl {
                 p.config.nameless_remap_entries,
                 zone_capacity_blocks,
             ),
-            stats: FtlStats::default(),
+            stats,
         }
     }
 

@@ -1348,6 +1348,7 @@ impl Ftl {
                 commit: false,
                 old,
             });
+            self.stats.nameless_migration_note_bytes += crate::note::NOTE_BYTES as u64;
             logged += 1;
         }
         logged
