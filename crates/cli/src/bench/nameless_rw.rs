@@ -327,6 +327,9 @@ impl Side {
         let mut syncs: HashSet<u64> = HashSet::new();
         let (mut issued, mut done) = (0u64, 0u64);
         let mut sync_due = false;
+        // Writes refused for unacknowledged moves wait for the commit that
+        // acknowledges them; commits that free nothing end the run.
+        let (mut held_back, mut refused, mut fruitless) = (false, false, 0u32);
         while done < total || !syncs.is_empty() || sync_due {
             if sync_due {
                 let sync = if self.nameless {
@@ -344,7 +347,7 @@ impl Side {
                     Err(e) => return Err(e.into()),
                 }
             }
-            while !sync_due && in_flight.len() < self.depth && issued < total {
+            while !sync_due && !held_back && in_flight.len() < self.depth && issued < total {
                 let i = loop {
                     let i = self.rng.next_u64() % self.region;
                     if !busy.contains(&i) {
@@ -371,19 +374,23 @@ impl Side {
                     reply.result,
                     Err(IoError::Nameless(NamelessError::MovesUnacknowledged { .. }))
                 );
-                if unacknowledged && in_flight.contains_key(&reply.id) {
+                if unacknowledged && in_flight.contains_key(&reply.id) && fruitless < 3 {
                     // GC waits for the moves this side followed: commit,
                     // then write again (another random block).
                     let i = in_flight.remove(&reply.id).expect("checked");
                     busy.remove(&i);
                     issued -= 1;
                     sync_due |= syncs.is_empty();
+                    (held_back, refused) = (true, true);
                     continue;
                 }
                 let result = reply.result?;
                 if syncs.remove(&reply.id) {
+                    held_back = false;
+                    fruitless = if refused { fruitless + 1 } else { 0 };
                     continue;
                 }
+                refused = false;
                 let i = in_flight.remove(&reply.id).ok_or_else(|| {
                     BenchError::Check(format!("a reply to unknown id {}", reply.id))
                 })?;

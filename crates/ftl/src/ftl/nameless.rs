@@ -56,8 +56,12 @@ pub(super) struct NamelessState {
     queue: VecDeque<Key>,
     /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`).
     queued_blocks: u64,
-    /// Blocks admitted and not yet answered: counted against the space.
+    /// Blocks admitted and not yet answered: counted against the media's
+    /// room (an overwrite's new block lands before its old one goes).
     pending_blocks: u64,
+    /// Of those, the blocks of plain writes (not overwrites): counted
+    /// against the logical size too.
+    pending_new_blocks: u64,
     /// Reads admitted and not yet issued (their zones are pinned).
     reads: VecDeque<NamelessRead>,
     /// Reads issued and not yet answered.
@@ -215,6 +219,7 @@ impl NamelessState {
             queue: VecDeque::new(),
             queued_blocks: 0,
             pending_blocks: 0,
+            pending_new_blocks: 0,
             reads: VecDeque::new(),
             reads_in_flight: 0,
             maybe_empty: true,
@@ -255,10 +260,9 @@ impl NamelessState {
             + self.moves.unlogged_events()) as u64
     }
 
-    /// Blocks of nameless writes admitted and not yet answered: the space
-    /// account counts them with the live blocks.
-    pub(super) fn pending_blocks(&self) -> u64 {
-        self.pending_blocks
+    /// Of those, the blocks of plain writes, which add live blocks.
+    pub(super) fn pending_new_blocks(&self) -> u64 {
+        self.pending_new_blocks
     }
 
     pub(super) fn queued_blocks(&self) -> u64 {
@@ -584,6 +588,7 @@ impl Ftl {
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
         self.nameless.pending_blocks += n as u64;
+        self.nameless.pending_new_blocks += new_blocks;
         Ok(())
     }
 
@@ -853,6 +858,9 @@ impl Ftl {
         let w = self.nameless.writes.remove(key).expect("write in flight");
         self.nameless.moves.overwritten(&w.old);
         self.nameless.pending_blocks -= w.blocks.len() as u64;
+        if w.old.is_empty() {
+            self.nameless.pending_new_blocks -= w.blocks.len() as u64;
+        }
         for c in &mut self.nameless.commits {
             if w.order < c.before {
                 c.ahead -= 1;

@@ -315,24 +315,25 @@ impl Ftl {
     }
 
     /// Whether `new_blocks` more blocks fit. The live blocks, with the
-    /// buffered and nameless writes admitted, stay within the logical size
-    /// (kept versions, `keeps`, may use the room it leaves on the media);
-    /// with them, the dead blocks GC cannot collect now (nameless ones
-    /// behind unacknowledged moves, `nameless_dead_blocks`) stay within
-    /// the media's room less [`super::KEPT_SLACK_ZONES`] zones, so GC
-    /// still finds dead blocks to collect. Those dead blocks wait on the
-    /// client, not on GC: they take the room the logical size leaves
-    /// before they take the logical size's own.
+    /// buffered writes of new LBAs and the plain nameless writes admitted,
+    /// stay within the logical size (kept versions, `keeps`, may use the
+    /// room it leaves on the media). An overwrite's new block is not
+    /// counted (it frees the old one when it lands), as a buffered
+    /// overwrite of a mapped LBA is not: the GC reserve holds both until
+    /// then. With them, the dead blocks GC cannot collect now (nameless
+    /// ones behind unacknowledged moves, `nameless_dead_blocks`) stay
+    /// within the media's room less [`super::KEPT_SLACK_ZONES`] zones, so
+    /// GC still finds dead blocks to collect: those wait on the client,
+    /// not on GC, so they take the room the logical size leaves before
+    /// they take the logical size's own.
     pub(super) fn space_for(&self, new_blocks: u64, keeps: bool) -> Room {
         let slack = super::KEPT_SLACK_ZONES * self.data_cap();
         let media = self
             .max_mapped_blocks
             .max(self.usable_blocks.saturating_sub(slack));
         let limit = if keeps { media } else { self.max_mapped_blocks };
-        let live = self.mapping.live_blocks()
-            + self.buffered_new
-            + self.nameless.pending_blocks()
-            + new_blocks;
+        let live = self.mapping.live_blocks() + self.buffered_new + new_blocks;
+        let live = live + self.nameless.pending_new_blocks();
         if live > limit {
             Room::Full
         } else if live + self.nameless_dead_blocks() > media {
