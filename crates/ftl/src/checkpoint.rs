@@ -32,7 +32,7 @@ pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
 pub use crate::nameless::NamelessImage;
 use crate::nameless::{nameless_section, SectionContext};
-use crate::note::{chunk_payload_bytes, LogBlock};
+use crate::note::{chunk_payload_bytes, ChunkRef, LogBlock};
 
 /// The nameless space's section kinds (docs/format.md §11).
 const NAMELESS_SECTIONS: std::ops::RangeInclusive<u32> =
@@ -554,7 +554,7 @@ impl CheckpointImage {
             w.u64(payload.len() as u64);
             w.bytes.extend_from_slice(payload);
         }
-        let crc = crc32c::crc32c(&w.bytes);
+        let crc = zftl_crc::crc32c(&w.bytes);
         w.u32(crc);
         assert_eq!(w.bytes.len(), total);
         w.bytes
@@ -1487,6 +1487,27 @@ pub fn split_into_chunks(stream: &[u8], block_size: usize, first_log_seq: u64) -
             checkpoint_id: first_log_seq,
             index: u32::try_from(i).expect("chunk index fits u32"),
             payload: payload.to_vec(),
+        })
+        .collect()
+}
+
+/// The log blocks of [`split_into_chunks`], encoded straight from the
+/// stream's slices (each checked as [`ChunkRef::encode`] does).
+pub fn encode_chunks(stream: &[u8], block_size: usize, first_log_seq: u64) -> Vec<Vec<u8>> {
+    assert!(!stream.is_empty(), "empty checkpoint stream");
+    stream
+        .chunks(chunk_payload_bytes(block_size))
+        .enumerate()
+        .map(|(i, payload)| {
+            ChunkRef {
+                log_seq: first_log_seq
+                    .checked_add(i as u64)
+                    .expect("log_seq overflow"),
+                checkpoint_id: first_log_seq,
+                index: u32::try_from(i).expect("chunk index fits u32"),
+                payload,
+            }
+            .encode(block_size)
         })
         .collect()
 }
@@ -2487,6 +2508,24 @@ mod tests {
                 CheckpointImage::decode(&f, 800).is_err(),
                 "bit {bit} undetected"
             );
+        }
+    }
+
+    #[test]
+    fn chunks_encoded_from_the_stream_are_the_split_chunks_encoded() {
+        let b = snapshot_image().encode();
+        for block_size in [512, 4096] {
+            let blocks = encode_chunks(&b, block_size, 40);
+            let split: Vec<Vec<u8>> = split_into_chunks(&b, block_size, 40)
+                .iter()
+                .map(|c| c.encode(block_size))
+                .collect();
+            assert_eq!(blocks, split);
+            let decoded: Vec<LogBlock> = blocks
+                .iter()
+                .map(|x| LogBlock::decode(x).expect("chunk"))
+                .collect();
+            assert_eq!(join_chunks(&decoded).as_deref(), Ok(&b[..]));
         }
     }
 
