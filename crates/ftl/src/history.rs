@@ -328,6 +328,31 @@ impl NameIndex {
         }
     }
 
+    /// Adds `id`, named `name`, unless a live snapshot has that name
+    /// (`named(id)` gives a live id's name): one hash of the name for the
+    /// look-up and the insert. Returns whether it was added.
+    fn insert_new<'a>(
+        &mut self,
+        name: &str,
+        id: SnapshotId,
+        named: impl Fn(SnapshotId) -> &'a str,
+    ) -> bool {
+        match self.first.entry((self.hash)(name)) {
+            HashEntry::Vacant(slot) => {
+                slot.insert(id);
+                true
+            }
+            HashEntry::Occupied(first) => {
+                let taken =
+                    named(*first.get()) == name || self.more.iter().any(|&m| named(m) == name);
+                if !taken {
+                    self.more.push(id);
+                }
+                !taken
+            }
+        }
+    }
+
     /// Drops `id`, named `name`; `named` gives the names of the ids still
     /// live.
     fn remove<'a>(&mut self, name: &str, id: SnapshotId, named: impl Fn(SnapshotId) -> &'a str) {
@@ -352,9 +377,40 @@ impl NameIndex {
     }
 }
 
-/// [`History::needed`] over `snapshots` (by id, so by create seq and by
-/// epoch).
-fn needed_by(snapshots: &[Snapshot], birth: Epoch, kill_seq: Seq) -> bool {
+/// What a search by id or by kill seq reads of a live snapshot, in a list
+/// of its own beside the [`Snapshot`]s (same order): 16 bytes a snapshot,
+/// so that a search over thousands touches a few cache lines, not one a
+/// probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    create_seq: Seq,
+    id: SnapshotId,
+    epoch: Epoch,
+}
+
+impl Key {
+    fn of(s: &Snapshot) -> Key {
+        Key {
+            create_seq: s.create_seq,
+            id: s.id,
+            epoch: s.epoch,
+        }
+    }
+}
+
+/// Index of snapshot `id` in `keys` (by id).
+fn index_of(keys: &[Key], id: SnapshotId) -> Option<usize> {
+    keys.binary_search_by_key(&id, |k| k.id).ok()
+}
+
+/// The name of snapshot `id` (`keys` and `snapshots` side by side), or "".
+fn name_in<'a>(keys: &[Key], snapshots: &'a [Snapshot], id: SnapshotId) -> &'a str {
+    index_of(keys, id).map_or("", |i| snapshots[i].name.as_str())
+}
+
+/// [`History::needed`] over the live snapshots' keys (by id, so by create
+/// seq and by epoch).
+fn needed_by(snapshots: &[Key], birth: Epoch, kill_seq: Seq) -> bool {
     // The newest snapshot created before the kill decides (it has the
     // largest epoch among those that qualify). Most kills come after the
     // newest snapshot: no search for those.
@@ -374,6 +430,8 @@ pub struct History {
     epoch: Epoch,
     /// Live snapshots, by id (so by create seq and by epoch too).
     snapshots: Vec<Snapshot>,
+    /// Their keys, in the same order.
+    keys: Vec<Key>,
     /// The live snapshots' ids by name.
     names: NameIndex,
     next_id: SnapshotId,
@@ -394,6 +452,7 @@ impl History {
         History {
             epoch: epoch.max(1),
             snapshots: Vec::new(),
+            keys: Vec::new(),
             names: NameIndex::default(),
             next_id: 0,
             births: Births::default(),
@@ -404,43 +463,44 @@ impl History {
         }
     }
 
-    /// The books a checkpoint recorded; checked for internal order.
+    /// The books a checkpoint recorded; checked for internal order. The
+    /// snapshot records and birth leaves are taken, not copied.
     pub fn from_checkpoint(
         capacity: u64,
         epoch: Epoch,
-        snapshots: &[SnapshotRecord],
+        snapshots: Vec<SnapshotRecord>,
         next_id: SnapshotId,
-        births: &[crate::checkpoint::Leaf],
+        births: Vec<crate::checkpoint::Leaf>,
         entries: &[HistoryRecord],
         sweeps: &[(Seq, Seq)],
     ) -> Result<History, String> {
         let mut h = History::new(capacity, epoch);
         h.next_id = next_id;
         h.snapshots.reserve_exact(snapshots.len());
+        h.keys.reserve_exact(snapshots.len());
         h.names.reserve(snapshots.len());
         for s in snapshots {
             if s.deleting {
                 return Err(format!("snapshot {} is marked deleting", s.id));
             }
-            if h.by_name(&s.name).is_some() {
-                return Err(format!("two snapshots are named {:?}", s.name));
-            }
             if h.snapshots.last().is_some_and(|p| p.id >= s.id) {
                 return Err(format!("snapshot {} out of id order", s.id));
             }
-            h.names.insert(&s.name, s.id);
-            h.snapshots.push(Snapshot {
+            let (keys, list) = (&h.keys, &h.snapshots);
+            let named = |id| name_in(keys, list, id);
+            if !h.names.insert_new(&s.name, s.id, named) {
+                return Err(format!("two snapshots are named {:?}", s.name));
+            }
+            h.push(Snapshot {
                 id: s.id,
-                name: s.name.clone(),
+                name: s.name,
                 epoch: s.epoch,
                 create_seq: s.create_seq,
                 wall_ns: s.wall_ns,
                 parent: s.parent,
             });
         }
-        for (index, leaf) in births {
-            h.births.leaves.insert(*index, leaf.clone());
-        }
+        h.births.leaves.extend(births);
         if entries.len() as u64 > capacity {
             return Err(format!(
                 "{} history entries, above the bound of {capacity}",
@@ -453,6 +513,12 @@ impl History {
             to,
         }));
         Ok(h)
+    }
+
+    /// Adds a snapshot after the live ones (a larger id).
+    fn push(&mut self, s: Snapshot) {
+        self.keys.push(Key::of(&s));
+        self.snapshots.push(s);
     }
 
     // ----- queries --------------------------------------------------------
@@ -479,16 +545,13 @@ impl History {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
-        let named = |id| self.by_id(id).map_or("", |s| s.name.as_str());
+        let named = |id| name_in(&self.keys, &self.snapshots, id);
         let id = self.names.get(name, named)?;
         self.by_id(id)
     }
 
     pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
-        self.snapshots
-            .binary_search_by_key(&id, |s| s.id)
-            .ok()
-            .map(|i| &self.snapshots[i])
+        index_of(&self.keys, id).map(|i| &self.snapshots[i])
     }
 
     /// Kept versions.
@@ -509,7 +572,7 @@ impl History {
     /// Whether a version born in `birth` and killed at `kill_seq` is needed
     /// by a live snapshot: one has `birth <= e_s` and `c_s < kill_seq`.
     pub fn needed(&self, birth: Epoch, kill_seq: Seq) -> bool {
-        needed_by(&self.snapshots, birth, kill_seq)
+        needed_by(&self.keys, birth, kill_seq)
     }
 
     /// The version of `lba` at the snapshot of create seq `create_seq`
@@ -605,7 +668,8 @@ impl History {
         let entry = (16 + 8 + 8 + 8) as u64;
         let kill = (16 + 8) as u64;
         let leaves = self.births.leaves.len() as u64 * (4 * LEAF_ENTRIES as u64 + 16);
-        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * 96
+        let snapshot = (96 + std::mem::size_of::<Key>()) as u64;
+        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * snapshot
     }
 
     // ----- changes --------------------------------------------------------
@@ -675,9 +739,7 @@ impl History {
     pub fn create(&mut self, id: SnapshotId, name: &str, create_seq: Seq, wall_ns: u64) {
         assert!(id >= self.next_id, "snapshot id {id} reused");
         assert!(
-            self.snapshots
-                .last()
-                .is_none_or(|s| s.create_seq < create_seq),
+            self.keys.last().is_none_or(|k| k.create_seq < create_seq),
             "snapshot created out of seq order"
         );
         self.names.insert(name, id);
@@ -686,7 +748,7 @@ impl History {
             Some(t) if wall_ns == 0 => t,
             _ => wall_ns,
         };
-        self.snapshots.push(Snapshot {
+        self.push(Snapshot {
             id,
             name: name.to_string(),
             epoch: self.epoch,
@@ -701,20 +763,15 @@ impl History {
     /// Drops snapshot `id` at `delete_seq`; the versions it alone needed
     /// are released by later sweep steps.
     pub fn delete(&mut self, id: SnapshotId, delete_seq: Seq) -> Result<(), SnapshotError> {
-        let i = self
-            .snapshots
-            .binary_search_by_key(&id, |s| s.id)
-            .map_err(|_| SnapshotError::NoSuchId(id))?;
+        let i = index_of(&self.keys, id).ok_or(SnapshotError::NoSuchId(id))?;
         let s = self.snapshots.remove(i);
-        let snapshots = &self.snapshots;
-        let named = |id| {
-            let i = snapshots.binary_search_by_key(&id, |s| s.id);
-            i.map_or("", |i| snapshots[i].name.as_str())
-        };
-        self.names.remove(&s.name, s.id, named);
+        self.keys.remove(i);
+        let (keys, snapshots) = (&self.keys, &self.snapshots);
+        self.names
+            .remove(&s.name, s.id, |id| name_in(keys, snapshots, id));
         // Older kills never needed it; newer ones it needed, the next
         // snapshot needs too.
-        let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);
+        let to = self.keys.get(i).map_or(delete_seq, |n| n.create_seq);
         self.sweeps.push_back(Sweep {
             next: (s.create_seq + 1, 0),
             to,
@@ -746,7 +803,7 @@ impl History {
                 let Entry::Occupied(entry) = self.entries.entry((lba, q)) else {
                     continue;
                 };
-                if !needed_by(&self.snapshots, entry.get().birth, q) {
+                if !needed_by(&self.keys, entry.get().birth, q) {
                     freed.push((q, lba, entry.remove().value));
                 }
             }
@@ -922,15 +979,7 @@ mod tests {
             name: "a".into(),
         };
         let load = |entries: &[HistoryRecord]| {
-            History::from_checkpoint(
-                100,
-                2,
-                std::slice::from_ref(&snapshot),
-                1,
-                &[],
-                entries,
-                &[],
-            )
+            History::from_checkpoint(100, 2, vec![snapshot.clone()], 1, Vec::new(), entries, &[])
         };
         let sorted = [
             record(3, 12, Some(1)),
@@ -965,7 +1014,7 @@ mod tests {
             "one block replaced twice at one seq"
         );
         assert!(
-            History::from_checkpoint(3, 2, &[], 1, &[], &sorted, &[]).is_err(),
+            History::from_checkpoint(3, 2, Vec::new(), 1, Vec::new(), &sorted, &[]).is_err(),
             "more entries than the bound"
         );
     }
@@ -995,6 +1044,62 @@ mod tests {
         assert_eq!((index.get("b", named), index.get("c", named)), (None, None));
         index.remove("d", 3, named);
         assert!(index.first.is_empty() && index.more.is_empty());
+    }
+
+    #[test]
+    fn a_name_is_added_once_whatever_its_hash_shares() {
+        let names = ["a", "b", "c"];
+        let named = |id: SnapshotId| names.get(id as usize).copied().unwrap_or("");
+        let mut index = NameIndex::with_hash(|_| 7);
+        assert!(index.insert_new("a", 0, named));
+        assert!(index.insert_new("b", 1, named), "another name, same hash");
+        assert!(!index.insert_new("a", 2, named), "the first of the hash");
+        assert!(!index.insert_new("b", 2, named), "one in `more`");
+        assert!(index.insert_new("c", 2, named));
+        assert_eq!(index.more, vec![1, 2]);
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(index.get(name, named), Some(id as SnapshotId));
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_with_a_name_twice_is_refused() {
+        let record = |id: u32, name: &str| SnapshotRecord {
+            id,
+            epoch: id + 1,
+            create_seq: u64::from(id) + 10,
+            wall_ns: 0,
+            parent: LIVE_VOLUME,
+            deleting: false,
+            name: name.into(),
+        };
+        let load = |records: Vec<SnapshotRecord>| {
+            History::from_checkpoint(10, 5, records, 4, Vec::new(), &[], &[])
+        };
+        let h = load(vec![record(0, "a"), record(1, "b"), record(3, "c")]).unwrap();
+        assert_eq!(h.by_name("c").map(|s| s.id), Some(3));
+        assert_eq!(h.by_id(1).map(|s| s.name.as_str()), Some("b"));
+        assert!(load(vec![record(0, "a"), record(1, "b"), record(2, "a")]).is_err());
+        assert!(
+            load(vec![record(1, "a"), record(0, "b")]).is_err(),
+            "id order"
+        );
+    }
+
+    #[test]
+    fn keys_follow_the_snapshots() {
+        let mut h = History::new(10, 1);
+        for id in 0..50u32 {
+            h.create(id, &format!("s{id}"), 10 * u64::from(id) + 1, 0);
+        }
+        for id in [0, 7, 8, 49, 20] {
+            h.delete(id, 1000).unwrap();
+        }
+        assert_eq!(h.delete(7, 1001), Err(SnapshotError::NoSuchId(7)));
+        let keys: Vec<Key> = h.snapshots().iter().map(Key::of).collect();
+        assert_eq!(h.keys, keys);
+        // A kill after snapshot 9 (created at seq 91), before 10's create.
+        assert!(h.needed(10, 95) && !h.needed(11, 95));
     }
 
     #[test]
