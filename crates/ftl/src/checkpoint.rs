@@ -231,7 +231,59 @@ pub struct SnapshotRecord {
     /// A delete was logged; its sweep has not finished.
     pub deleting: bool,
     /// 1 ..= [`MAX_SNAPSHOT_NAME_BYTES`] bytes of UTF-8.
-    pub name: String,
+    pub name: SnapshotName,
+}
+
+/// A snapshot's name as the snapshot table holds it: at most
+/// [`MAX_SNAPSHOT_NAME_BYTES`] bytes of UTF-8 in place, zeros after them,
+/// so that a record is decoded, copied and compared without an allocation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SnapshotName {
+    len: u8,
+    bytes: [u8; MAX_SNAPSHOT_NAME_BYTES],
+}
+
+impl SnapshotName {
+    /// `name`; panics (a bug) past [`MAX_SNAPSHOT_NAME_BYTES`] bytes.
+    pub fn new(name: &str) -> SnapshotName {
+        let len = name.len();
+        assert!(
+            len <= MAX_SNAPSHOT_NAME_BYTES,
+            "snapshot name of {len} bytes"
+        );
+        let mut bytes = [0; MAX_SNAPSHOT_NAME_BYTES];
+        bytes[..len].copy_from_slice(name.as_bytes());
+        SnapshotName {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).expect("a name is built from UTF-8")
+    }
+}
+
+impl From<&str> for SnapshotName {
+    fn from(name: &str) -> SnapshotName {
+        SnapshotName::new(name)
+    }
+}
+
+impl From<String> for SnapshotName {
+    fn from(name: String) -> SnapshotName {
+        SnapshotName::new(&name)
+    }
+}
+
+impl std::fmt::Debug for SnapshotName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
 }
 
 /// One retained version (section 3): what `lba` held until the change of
@@ -1186,8 +1238,11 @@ fn decode_snapshot_table(
                 padding,
             )?;
         }
-        let name = std::str::from_utf8(&field[..name_len])
+        std::str::from_utf8(&field[..name_len])
             .map_err(|_| bad("snapshot name", id.into(), "valid UTF-8"))?;
+        let bytes = field[..MAX_SNAPSHOT_NAME_BYTES]
+            .try_into()
+            .expect("a record holds the whole name field");
         if id >= next_id {
             return Err(bad("snapshot id", id.into(), "below the table's next id"));
         }
@@ -1228,7 +1283,11 @@ fn decode_snapshot_table(
             wall_ns,
             parent,
             deleting: flags & SNAPSHOT_FLAG_DELETING != 0,
-            name: name.to_owned(),
+            // Zeros after the name: the padding was checked.
+            name: SnapshotName {
+                len: name_len as u8,
+                bytes,
+            },
         });
     }
     Ok((out, next_id))
@@ -1649,7 +1708,7 @@ mod tests {
                 wall_ns: 1_700_000_001_000_000_000,
                 parent: 0,
                 deleting: true,
-                name: "é".repeat(31),
+                name: "é".repeat(31).into(),
             },
         ];
         image.next_snapshot_id = 3;
@@ -1789,7 +1848,7 @@ mod tests {
                     parent % (id + 1)
                 },
                 deleting,
-                name: name[..end].to_owned(),
+                name: name[..end].into(),
             });
             id += 1;
         }

@@ -464,7 +464,7 @@ impl History {
     }
 
     /// The books a checkpoint recorded; checked for internal order. The
-    /// snapshot records and birth leaves are taken, not copied.
+    /// birth leaves are taken, not copied.
     pub fn from_checkpoint(
         capacity: u64,
         epoch: Epoch,
@@ -488,12 +488,13 @@ impl History {
             }
             let (keys, list) = (&h.keys, &h.snapshots);
             let named = |id| name_in(keys, list, id);
-            if !h.names.insert_new(&s.name, s.id, named) {
-                return Err(format!("two snapshots are named {:?}", s.name));
+            let name = s.name.as_str();
+            if !h.names.insert_new(name, s.id, named) {
+                return Err(format!("two snapshots are named {name:?}"));
             }
             h.push(Snapshot {
                 id: s.id,
-                name: s.name,
+                name: name.to_owned(),
                 epoch: s.epoch,
                 create_seq: s.create_seq,
                 wall_ns: s.wall_ns,

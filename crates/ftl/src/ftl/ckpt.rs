@@ -226,7 +226,7 @@ impl Ftl {
                 wall_ns: s.wall_ns,
                 parent: s.parent,
                 deleting: false,
-                name: s.name.clone(),
+                name: checkpoint::SnapshotName::new(&s.name),
             })
             .collect();
         let kept = history
