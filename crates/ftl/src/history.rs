@@ -377,40 +377,19 @@ impl NameIndex {
     }
 }
 
-/// What a search by id or by kill seq reads of a live snapshot, in a list
-/// of its own beside the [`Snapshot`]s (same order): 16 bytes a snapshot,
-/// so that a search over thousands touches a few cache lines, not one a
-/// probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    create_seq: Seq,
-    id: SnapshotId,
-    epoch: Epoch,
+/// Index of snapshot `id` in `snapshots` (by id).
+fn index_of(snapshots: &[Snapshot], id: SnapshotId) -> Option<usize> {
+    snapshots.binary_search_by_key(&id, |s| s.id).ok()
 }
 
-impl Key {
-    fn of(s: &Snapshot) -> Key {
-        Key {
-            create_seq: s.create_seq,
-            id: s.id,
-            epoch: s.epoch,
-        }
-    }
+/// The name of snapshot `id` in `snapshots` (by id), or "".
+fn name_in(snapshots: &[Snapshot], id: SnapshotId) -> &str {
+    index_of(snapshots, id).map_or("", |i| snapshots[i].name.as_str())
 }
 
-/// Index of snapshot `id` in `keys` (by id).
-fn index_of(keys: &[Key], id: SnapshotId) -> Option<usize> {
-    keys.binary_search_by_key(&id, |k| k.id).ok()
-}
-
-/// The name of snapshot `id` (`keys` and `snapshots` side by side), or "".
-fn name_in<'a>(keys: &[Key], snapshots: &'a [Snapshot], id: SnapshotId) -> &'a str {
-    index_of(keys, id).map_or("", |i| snapshots[i].name.as_str())
-}
-
-/// [`History::needed`] over the live snapshots' keys (by id, so by create
-/// seq and by epoch).
-fn needed_by(snapshots: &[Key], birth: Epoch, kill_seq: Seq) -> bool {
+/// [`History::needed`] over `snapshots` (by id, so by create seq and by
+/// epoch).
+fn needed_by(snapshots: &[Snapshot], birth: Epoch, kill_seq: Seq) -> bool {
     // The newest snapshot created before the kill decides (it has the
     // largest epoch among those that qualify). Most kills come after the
     // newest snapshot: no search for those.
@@ -430,8 +409,6 @@ pub struct History {
     epoch: Epoch,
     /// Live snapshots, by id (so by create seq and by epoch too).
     snapshots: Vec<Snapshot>,
-    /// Their keys, in the same order.
-    keys: Vec<Key>,
     /// The live snapshots' ids by name.
     names: NameIndex,
     next_id: SnapshotId,
@@ -452,7 +429,6 @@ impl History {
         History {
             epoch: epoch.max(1),
             snapshots: Vec::new(),
-            keys: Vec::new(),
             names: NameIndex::default(),
             next_id: 0,
             births: Births::default(),
@@ -477,7 +453,6 @@ impl History {
         let mut h = History::new(capacity, epoch);
         h.next_id = next_id;
         h.snapshots.reserve_exact(snapshots.len());
-        h.keys.reserve_exact(snapshots.len());
         h.names.reserve(snapshots.len());
         for s in snapshots {
             if s.deleting {
@@ -486,13 +461,13 @@ impl History {
             if h.snapshots.last().is_some_and(|p| p.id >= s.id) {
                 return Err(format!("snapshot {} out of id order", s.id));
             }
-            let (keys, list) = (&h.keys, &h.snapshots);
-            let named = |id| name_in(keys, list, id);
+            let list = &h.snapshots;
+            let named = |id| name_in(list, id);
             let name = s.name.as_str();
             if !h.names.insert_new(name, s.id, named) {
                 return Err(format!("two snapshots are named {name:?}"));
             }
-            h.push(Snapshot {
+            h.snapshots.push(Snapshot {
                 id: s.id,
                 name: name.to_owned(),
                 epoch: s.epoch,
@@ -514,12 +489,6 @@ impl History {
             to,
         }));
         Ok(h)
-    }
-
-    /// Adds a snapshot after the live ones (a larger id).
-    fn push(&mut self, s: Snapshot) {
-        self.keys.push(Key::of(&s));
-        self.snapshots.push(s);
     }
 
     // ----- queries --------------------------------------------------------
@@ -546,13 +515,13 @@ impl History {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
-        let named = |id| name_in(&self.keys, &self.snapshots, id);
+        let named = |id| name_in(&self.snapshots, id);
         let id = self.names.get(name, named)?;
         self.by_id(id)
     }
 
     pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
-        index_of(&self.keys, id).map(|i| &self.snapshots[i])
+        index_of(&self.snapshots, id).map(|i| &self.snapshots[i])
     }
 
     /// Kept versions.
@@ -573,7 +542,7 @@ impl History {
     /// Whether a version born in `birth` and killed at `kill_seq` is needed
     /// by a live snapshot: one has `birth <= e_s` and `c_s < kill_seq`.
     pub fn needed(&self, birth: Epoch, kill_seq: Seq) -> bool {
-        needed_by(&self.keys, birth, kill_seq)
+        needed_by(&self.snapshots, birth, kill_seq)
     }
 
     /// The version of `lba` at the snapshot of create seq `create_seq`
@@ -669,8 +638,7 @@ impl History {
         let entry = (16 + 8 + 8 + 8) as u64;
         let kill = (16 + 8) as u64;
         let leaves = self.births.leaves.len() as u64 * (4 * LEAF_ENTRIES as u64 + 16);
-        let snapshot = (96 + std::mem::size_of::<Key>()) as u64;
-        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * snapshot
+        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * 96
     }
 
     // ----- changes --------------------------------------------------------
@@ -740,7 +708,9 @@ impl History {
     pub fn create(&mut self, id: SnapshotId, name: &str, create_seq: Seq, wall_ns: u64) {
         assert!(id >= self.next_id, "snapshot id {id} reused");
         assert!(
-            self.keys.last().is_none_or(|k| k.create_seq < create_seq),
+            self.snapshots
+                .last()
+                .is_none_or(|s| s.create_seq < create_seq),
             "snapshot created out of seq order"
         );
         self.names.insert(name, id);
@@ -749,7 +719,7 @@ impl History {
             Some(t) if wall_ns == 0 => t,
             _ => wall_ns,
         };
-        self.push(Snapshot {
+        self.snapshots.push(Snapshot {
             id,
             name: name.to_string(),
             epoch: self.epoch,
@@ -764,15 +734,14 @@ impl History {
     /// Drops snapshot `id` at `delete_seq`; the versions it alone needed
     /// are released by later sweep steps.
     pub fn delete(&mut self, id: SnapshotId, delete_seq: Seq) -> Result<(), SnapshotError> {
-        let i = index_of(&self.keys, id).ok_or(SnapshotError::NoSuchId(id))?;
+        let i = index_of(&self.snapshots, id).ok_or(SnapshotError::NoSuchId(id))?;
         let s = self.snapshots.remove(i);
-        self.keys.remove(i);
-        let (keys, snapshots) = (&self.keys, &self.snapshots);
+        let snapshots = &self.snapshots;
         self.names
-            .remove(&s.name, s.id, |id| name_in(keys, snapshots, id));
+            .remove(&s.name, s.id, |id| name_in(snapshots, id));
         // Older kills never needed it; newer ones it needed, the next
         // snapshot needs too.
-        let to = self.keys.get(i).map_or(delete_seq, |n| n.create_seq);
+        let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);
         self.sweeps.push_back(Sweep {
             next: (s.create_seq + 1, 0),
             to,
@@ -804,7 +773,7 @@ impl History {
                 let Entry::Occupied(entry) = self.entries.entry((lba, q)) else {
                     continue;
                 };
-                if !needed_by(&self.keys, entry.get().birth, q) {
+                if !needed_by(&self.snapshots, entry.get().birth, q) {
                     freed.push((q, lba, entry.remove().value));
                 }
             }
@@ -1088,7 +1057,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_follow_the_snapshots() {
+    fn deletes_keep_the_list_and_its_searches_right() {
         let mut h = History::new(10, 1);
         for id in 0..50u32 {
             h.create(id, &format!("s{id}"), 10 * u64::from(id) + 1, 0);
@@ -1097,8 +1066,8 @@ mod tests {
             h.delete(id, 1000).unwrap();
         }
         assert_eq!(h.delete(7, 1001), Err(SnapshotError::NoSuchId(7)));
-        let keys: Vec<Key> = h.snapshots().iter().map(Key::of).collect();
-        assert_eq!(h.keys, keys);
+        assert_eq!(h.snapshots().len(), 45);
+        assert_eq!(h.by_id(9).map(|s| s.name.as_str()), Some("s9"));
         // A kill after snapshot 9 (created at seq 91), before 10's create.
         assert!(h.needed(10, 95) && !h.needed(11, 95));
     }
