@@ -32,7 +32,7 @@ pub use crate::codec::FormatError;
 use crate::codec::{aligned, check_crc, get_u32, get_u64, zero, Reader, Writer};
 pub use crate::nameless::NamelessImage;
 use crate::nameless::{nameless_section, SectionContext};
-use crate::note::{chunk_payload_bytes, LogBlock};
+use crate::note::{chunk_payload_bytes, ChunkRef, LogBlock};
 
 /// The nameless space's section kinds (docs/format.md §11).
 const NAMELESS_SECTIONS: std::ops::RangeInclusive<u32> =
@@ -231,7 +231,59 @@ pub struct SnapshotRecord {
     /// A delete was logged; its sweep has not finished.
     pub deleting: bool,
     /// 1 ..= [`MAX_SNAPSHOT_NAME_BYTES`] bytes of UTF-8.
-    pub name: String,
+    pub name: SnapshotName,
+}
+
+/// A snapshot's name as the snapshot table holds it: at most
+/// [`MAX_SNAPSHOT_NAME_BYTES`] bytes of UTF-8 in place, zeros after them,
+/// so that a record is decoded, copied and compared without an allocation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SnapshotName {
+    len: u8,
+    bytes: [u8; MAX_SNAPSHOT_NAME_BYTES],
+}
+
+impl SnapshotName {
+    /// `name`; panics (a bug) past [`MAX_SNAPSHOT_NAME_BYTES`] bytes.
+    pub fn new(name: &str) -> SnapshotName {
+        let len = name.len();
+        assert!(
+            len <= MAX_SNAPSHOT_NAME_BYTES,
+            "snapshot name of {len} bytes"
+        );
+        let mut bytes = [0; MAX_SNAPSHOT_NAME_BYTES];
+        bytes[..len].copy_from_slice(name.as_bytes());
+        SnapshotName {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).expect("a name is built from UTF-8")
+    }
+}
+
+impl From<&str> for SnapshotName {
+    fn from(name: &str) -> SnapshotName {
+        SnapshotName::new(name)
+    }
+}
+
+impl From<String> for SnapshotName {
+    fn from(name: String) -> SnapshotName {
+        SnapshotName::new(&name)
+    }
+}
+
+impl std::fmt::Debug for SnapshotName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
 }
 
 /// One retained version (section 3): what `lba` held until the change of
@@ -554,7 +606,7 @@ impl CheckpointImage {
             w.u64(payload.len() as u64);
             w.bytes.extend_from_slice(payload);
         }
-        let crc = crc32c::crc32c(&w.bytes);
+        let crc = zftl_crc::crc32c(&w.bytes);
         w.u32(crc);
         assert_eq!(w.bytes.len(), total);
         w.bytes
@@ -1186,8 +1238,11 @@ fn decode_snapshot_table(
                 padding,
             )?;
         }
-        let name = std::str::from_utf8(&field[..name_len])
+        std::str::from_utf8(&field[..name_len])
             .map_err(|_| bad("snapshot name", id.into(), "valid UTF-8"))?;
+        let bytes = field[..MAX_SNAPSHOT_NAME_BYTES]
+            .try_into()
+            .expect("a record holds the whole name field");
         if id >= next_id {
             return Err(bad("snapshot id", id.into(), "below the table's next id"));
         }
@@ -1228,7 +1283,11 @@ fn decode_snapshot_table(
             wall_ns,
             parent,
             deleting: flags & SNAPSHOT_FLAG_DELETING != 0,
-            name: name.to_owned(),
+            // Zeros after the name: the padding was checked.
+            name: SnapshotName {
+                len: name_len as u8,
+                bytes,
+            },
         });
     }
     Ok((out, next_id))
@@ -1491,6 +1550,27 @@ pub fn split_into_chunks(stream: &[u8], block_size: usize, first_log_seq: u64) -
         .collect()
 }
 
+/// The log blocks of [`split_into_chunks`], encoded straight from the
+/// stream's slices (each checked as [`ChunkRef::encode`] does).
+pub fn encode_chunks(stream: &[u8], block_size: usize, first_log_seq: u64) -> Vec<Vec<u8>> {
+    assert!(!stream.is_empty(), "empty checkpoint stream");
+    stream
+        .chunks(chunk_payload_bytes(block_size))
+        .enumerate()
+        .map(|(i, payload)| {
+            ChunkRef {
+                log_seq: first_log_seq
+                    .checked_add(i as u64)
+                    .expect("log_seq overflow"),
+                checkpoint_id: first_log_seq,
+                index: u32::try_from(i).expect("chunk index fits u32"),
+                payload,
+            }
+            .encode(block_size)
+        })
+        .collect()
+}
+
 /// Joins the chunks of one checkpoint back into its stream. The chunks must
 /// be given in index order `0, 1, ...` without gaps, all of the same
 /// checkpoint (chunk 0's log_seq), with increasing log_seq.
@@ -1628,7 +1708,7 @@ mod tests {
                 wall_ns: 1_700_000_001_000_000_000,
                 parent: 0,
                 deleting: true,
-                name: "é".repeat(31),
+                name: "é".repeat(31).into(),
             },
         ];
         image.next_snapshot_id = 3;
@@ -1768,7 +1848,7 @@ mod tests {
                     parent % (id + 1)
                 },
                 deleting,
-                name: name[..end].to_owned(),
+                name: name[..end].into(),
             });
             id += 1;
         }
@@ -2487,6 +2567,24 @@ mod tests {
                 CheckpointImage::decode(&f, 800).is_err(),
                 "bit {bit} undetected"
             );
+        }
+    }
+
+    #[test]
+    fn chunks_encoded_from_the_stream_are_the_split_chunks_encoded() {
+        let b = snapshot_image().encode();
+        for block_size in [512, 4096] {
+            let blocks = encode_chunks(&b, block_size, 40);
+            let split: Vec<Vec<u8>> = split_into_chunks(&b, block_size, 40)
+                .iter()
+                .map(|c| c.encode(block_size))
+                .collect();
+            assert_eq!(blocks, split);
+            let decoded: Vec<LogBlock> = blocks
+                .iter()
+                .map(|x| LogBlock::decode(x).expect("chunk"))
+                .collect();
+            assert_eq!(join_chunks(&decoded).as_deref(), Ok(&b[..]));
         }
     }
 

@@ -163,7 +163,7 @@ pub(crate) fn check_crc(
     crc_off: usize,
 ) -> Result<(), FormatError> {
     let stored = get_u32(bytes, crc_off);
-    let computed = crc32c::crc32c(&bytes[..crc_off]);
+    let computed = zftl_crc::crc32c(&bytes[..crc_off]);
     if stored != computed {
         return Err(FormatError::BadCrc {
             structure,
@@ -221,7 +221,7 @@ pub(crate) fn check_magic_versions(
 }
 
 pub(crate) fn seal_crc(bytes: &mut [u8], crc_off: usize) {
-    let crc = crc32c::crc32c(&bytes[..crc_off]);
+    let crc = zftl_crc::crc32c(&bytes[..crc_off]);
     put_u32(bytes, crc_off, crc);
 }
 

@@ -328,6 +328,31 @@ impl NameIndex {
         }
     }
 
+    /// Adds `id`, named `name`, unless a live snapshot has that name
+    /// (`named(id)` gives a live id's name): one hash of the name for the
+    /// look-up and the insert. Returns whether it was added.
+    fn insert_new<'a>(
+        &mut self,
+        name: &str,
+        id: SnapshotId,
+        named: impl Fn(SnapshotId) -> &'a str,
+    ) -> bool {
+        match self.first.entry((self.hash)(name)) {
+            HashEntry::Vacant(slot) => {
+                slot.insert(id);
+                true
+            }
+            HashEntry::Occupied(first) => {
+                let taken =
+                    named(*first.get()) == name || self.more.iter().any(|&m| named(m) == name);
+                if !taken {
+                    self.more.push(id);
+                }
+                !taken
+            }
+        }
+    }
+
     /// Drops `id`, named `name`; `named` gives the names of the ids still
     /// live.
     fn remove<'a>(&mut self, name: &str, id: SnapshotId, named: impl Fn(SnapshotId) -> &'a str) {
@@ -350,6 +375,16 @@ impl NameIndex {
             }
         }
     }
+}
+
+/// Index of snapshot `id` in `snapshots` (by id).
+fn index_of(snapshots: &[Snapshot], id: SnapshotId) -> Option<usize> {
+    snapshots.binary_search_by_key(&id, |s| s.id).ok()
+}
+
+/// The name of snapshot `id` in `snapshots` (by id), or "".
+fn name_in(snapshots: &[Snapshot], id: SnapshotId) -> &str {
+    index_of(snapshots, id).map_or("", |i| snapshots[i].name.as_str())
 }
 
 /// [`History::needed`] over `snapshots` (by id, so by create seq and by
@@ -404,13 +439,14 @@ impl History {
         }
     }
 
-    /// The books a checkpoint recorded; checked for internal order.
+    /// The books a checkpoint recorded; checked for internal order. The
+    /// birth leaves are taken, not copied.
     pub fn from_checkpoint(
         capacity: u64,
         epoch: Epoch,
-        snapshots: &[SnapshotRecord],
+        snapshots: Vec<SnapshotRecord>,
         next_id: SnapshotId,
-        births: &[crate::checkpoint::Leaf],
+        births: Vec<crate::checkpoint::Leaf>,
         entries: &[HistoryRecord],
         sweeps: &[(Seq, Seq)],
     ) -> Result<History, String> {
@@ -422,25 +458,25 @@ impl History {
             if s.deleting {
                 return Err(format!("snapshot {} is marked deleting", s.id));
             }
-            if h.by_name(&s.name).is_some() {
-                return Err(format!("two snapshots are named {:?}", s.name));
-            }
             if h.snapshots.last().is_some_and(|p| p.id >= s.id) {
                 return Err(format!("snapshot {} out of id order", s.id));
             }
-            h.names.insert(&s.name, s.id);
+            let list = &h.snapshots;
+            let named = |id| name_in(list, id);
+            let name = s.name.as_str();
+            if !h.names.insert_new(name, s.id, named) {
+                return Err(format!("two snapshots are named {name:?}"));
+            }
             h.snapshots.push(Snapshot {
                 id: s.id,
-                name: s.name.clone(),
+                name: name.to_owned(),
                 epoch: s.epoch,
                 create_seq: s.create_seq,
                 wall_ns: s.wall_ns,
                 parent: s.parent,
             });
         }
-        for (index, leaf) in births {
-            h.births.leaves.insert(*index, leaf.clone());
-        }
+        h.births.leaves.extend(births);
         if entries.len() as u64 > capacity {
             return Err(format!(
                 "{} history entries, above the bound of {capacity}",
@@ -479,16 +515,13 @@ impl History {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Snapshot> {
-        let named = |id| self.by_id(id).map_or("", |s| s.name.as_str());
+        let named = |id| name_in(&self.snapshots, id);
         let id = self.names.get(name, named)?;
         self.by_id(id)
     }
 
     pub fn by_id(&self, id: SnapshotId) -> Option<&Snapshot> {
-        self.snapshots
-            .binary_search_by_key(&id, |s| s.id)
-            .ok()
-            .map(|i| &self.snapshots[i])
+        index_of(&self.snapshots, id).map(|i| &self.snapshots[i])
     }
 
     /// Kept versions.
@@ -701,17 +734,11 @@ impl History {
     /// Drops snapshot `id` at `delete_seq`; the versions it alone needed
     /// are released by later sweep steps.
     pub fn delete(&mut self, id: SnapshotId, delete_seq: Seq) -> Result<(), SnapshotError> {
-        let i = self
-            .snapshots
-            .binary_search_by_key(&id, |s| s.id)
-            .map_err(|_| SnapshotError::NoSuchId(id))?;
+        let i = index_of(&self.snapshots, id).ok_or(SnapshotError::NoSuchId(id))?;
         let s = self.snapshots.remove(i);
         let snapshots = &self.snapshots;
-        let named = |id| {
-            let i = snapshots.binary_search_by_key(&id, |s| s.id);
-            i.map_or("", |i| snapshots[i].name.as_str())
-        };
-        self.names.remove(&s.name, s.id, named);
+        self.names
+            .remove(&s.name, s.id, |id| name_in(snapshots, id));
         // Older kills never needed it; newer ones it needed, the next
         // snapshot needs too.
         let to = self.snapshots.get(i).map_or(delete_seq, |n| n.create_seq);
@@ -922,15 +949,7 @@ mod tests {
             name: "a".into(),
         };
         let load = |entries: &[HistoryRecord]| {
-            History::from_checkpoint(
-                100,
-                2,
-                std::slice::from_ref(&snapshot),
-                1,
-                &[],
-                entries,
-                &[],
-            )
+            History::from_checkpoint(100, 2, vec![snapshot.clone()], 1, Vec::new(), entries, &[])
         };
         let sorted = [
             record(3, 12, Some(1)),
@@ -965,7 +984,7 @@ mod tests {
             "one block replaced twice at one seq"
         );
         assert!(
-            History::from_checkpoint(3, 2, &[], 1, &[], &sorted, &[]).is_err(),
+            History::from_checkpoint(3, 2, Vec::new(), 1, Vec::new(), &sorted, &[]).is_err(),
             "more entries than the bound"
         );
     }
@@ -995,6 +1014,62 @@ mod tests {
         assert_eq!((index.get("b", named), index.get("c", named)), (None, None));
         index.remove("d", 3, named);
         assert!(index.first.is_empty() && index.more.is_empty());
+    }
+
+    #[test]
+    fn a_name_is_added_once_whatever_its_hash_shares() {
+        let names = ["a", "b", "c"];
+        let named = |id: SnapshotId| names.get(id as usize).copied().unwrap_or("");
+        let mut index = NameIndex::with_hash(|_| 7);
+        assert!(index.insert_new("a", 0, named));
+        assert!(index.insert_new("b", 1, named), "another name, same hash");
+        assert!(!index.insert_new("a", 2, named), "the first of the hash");
+        assert!(!index.insert_new("b", 2, named), "one in `more`");
+        assert!(index.insert_new("c", 2, named));
+        assert_eq!(index.more, vec![1, 2]);
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(index.get(name, named), Some(id as SnapshotId));
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_with_a_name_twice_is_refused() {
+        let record = |id: u32, name: &str| SnapshotRecord {
+            id,
+            epoch: id + 1,
+            create_seq: u64::from(id) + 10,
+            wall_ns: 0,
+            parent: LIVE_VOLUME,
+            deleting: false,
+            name: name.into(),
+        };
+        let load = |records: Vec<SnapshotRecord>| {
+            History::from_checkpoint(10, 5, records, 4, Vec::new(), &[], &[])
+        };
+        let h = load(vec![record(0, "a"), record(1, "b"), record(3, "c")]).unwrap();
+        assert_eq!(h.by_name("c").map(|s| s.id), Some(3));
+        assert_eq!(h.by_id(1).map(|s| s.name.as_str()), Some("b"));
+        assert!(load(vec![record(0, "a"), record(1, "b"), record(2, "a")]).is_err());
+        assert!(
+            load(vec![record(1, "a"), record(0, "b")]).is_err(),
+            "id order"
+        );
+    }
+
+    #[test]
+    fn deletes_keep_the_list_and_its_searches_right() {
+        let mut h = History::new(10, 1);
+        for id in 0..50u32 {
+            h.create(id, &format!("s{id}"), 10 * u64::from(id) + 1, 0);
+        }
+        for id in [0, 7, 8, 49, 20] {
+            h.delete(id, 1000).unwrap();
+        }
+        assert_eq!(h.delete(7, 1001), Err(SnapshotError::NoSuchId(7)));
+        assert_eq!(h.snapshots().len(), 45);
+        assert_eq!(h.by_id(9).map(|s| s.name.as_str()), Some("s9"));
+        // A kill after snapshot 9 (created at seq 91), before 10's create.
+        assert!(h.needed(10, 95) && !h.needed(11, 95));
     }
 
     #[test]

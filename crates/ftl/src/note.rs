@@ -1178,109 +1178,177 @@ impl LogBlock {
     /// Panics (a bug) if the payload does not fit or the chunk fields are
     /// inconsistent; checks its own output by decoding it.
     pub fn encode(&self, block_size: usize) -> Vec<u8> {
-        assert!(block_size_ok(block_size), "log block size {block_size}");
-        let mut b = vec![0u8; block_size];
-        put_u32(&mut b, L_MAGIC_OFF, LOG_MAGIC);
-        put_u16(&mut b, L_VERSION_OFF, LOG_VERSION);
-        put_u64(&mut b, L_LOG_SEQ_OFF, self.log_seq());
         match self {
-            LogBlock::Notes { notes, .. } => {
+            LogBlock::Notes { log_seq, notes } => {
+                assert!(block_size_ok(block_size), "log block size {block_size}");
                 assert!(
                     notes.len() <= notes_per_block(block_size),
                     "{} notes in a log block",
                     notes.len()
                 );
-                put_u16(&mut b, L_KIND_OFF, LOG_KIND_NOTES);
-                put_u32(
-                    &mut b,
-                    L_PAYLOAD_BYTES_OFF,
-                    (notes.len() * NOTE_BYTES) as u32,
-                );
-                put_u32(&mut b, L_COUNT_OFF, notes.len() as u32);
+                let mut b = vec![0u8; block_size];
+                let payload_bytes = (notes.len() * NOTE_BYTES) as u32;
+                let count = notes.len() as u32;
+                put_header(&mut b, LOG_KIND_NOTES, *log_seq, payload_bytes, count, 0);
                 for (i, note) in notes.iter().enumerate() {
                     note.encode(&mut b[LOG_HEADER_BYTES + i * NOTE_BYTES..]);
                 }
+                seal_crc(&mut b, block_size - LOG_TRAILER_BYTES);
+                assert_eq!(
+                    LogBlock::decode(&b).as_ref(),
+                    Ok(self),
+                    "log block does not round-trip"
+                );
+                b
             }
             LogBlock::CheckpointChunk {
+                log_seq,
                 checkpoint_id,
                 index,
                 payload,
-                ..
-            } => {
-                assert!(
-                    payload.len() <= chunk_payload_bytes(block_size),
-                    "chunk payload of {} bytes",
-                    payload.len()
-                );
-                put_u16(&mut b, L_KIND_OFF, LOG_KIND_CHUNK);
-                put_u32(&mut b, L_PAYLOAD_BYTES_OFF, payload.len() as u32);
-                put_u32(&mut b, L_COUNT_OFF, *index);
-                put_u64(&mut b, L_AUX_OFF, *checkpoint_id);
-                put_bytes(&mut b, LOG_HEADER_BYTES, payload);
+            } => ChunkRef {
+                log_seq: *log_seq,
+                checkpoint_id: *checkpoint_id,
+                index: *index,
+                payload,
             }
+            .encode(block_size),
         }
-        seal_crc(&mut b, block_size - LOG_TRAILER_BYTES);
-        assert_eq!(
-            LogBlock::decode(&b).as_ref(),
-            Ok(self),
-            "log block does not round-trip"
-        );
-        b
     }
 
     /// Decodes one whole log block. [`FormatError::Erased`] when the block
     /// is all 0x00 or all 0xFF (the end of the log).
     pub fn decode(bytes: &[u8]) -> Result<LogBlock, FormatError> {
-        let block_size = bytes.len();
-        if !block_size_ok(block_size) {
-            return Err(FormatError::OutOfRange {
-                structure: LOG_BLOCK,
-                field: "block size",
-                value: block_size as u64,
-                rule: "a power of two >= 512",
-            });
-        }
-        if is_erased(bytes) {
-            return Err(FormatError::Erased {
-                structure: LOG_BLOCK,
-            });
-        }
-        let magic = get_u32(bytes, L_MAGIC_OFF);
-        if magic != LOG_MAGIC {
-            return Err(FormatError::BadMagic {
-                structure: LOG_BLOCK,
-                expected: LOG_MAGIC.into(),
-                found: magic.into(),
-            });
-        }
-        let version = get_u16(bytes, L_VERSION_OFF);
-        if version != LOG_VERSION {
-            let (found, supported) = (u32::from(version), u32::from(LOG_VERSION));
-            return Err(if found > supported {
-                FormatError::NewerVersion {
-                    structure: LOG_BLOCK,
-                    found,
-                    supported,
-                }
-            } else {
-                FormatError::BadVersion {
-                    structure: LOG_BLOCK,
-                    found,
-                    supported,
-                }
-            });
-        }
-        check_crc(LOG_BLOCK, bytes, block_size - LOG_TRAILER_BYTES)?;
-        let log_seq = get_u64(bytes, L_LOG_SEQ_OFF);
-        let payload_bytes = get_u32(bytes, L_PAYLOAD_BYTES_OFF) as usize;
-        let count = get_u32(bytes, L_COUNT_OFF);
-        let aux = get_u64(bytes, L_AUX_OFF);
-        match get_u16(bytes, L_KIND_OFF) {
-            LOG_KIND_NOTES => decode_notes(bytes, log_seq, payload_bytes, count, aux),
-            LOG_KIND_CHUNK => decode_chunk(bytes, log_seq, payload_bytes, count, aux),
+        let h = decode_header(bytes)?;
+        match h.kind {
+            LOG_KIND_NOTES => decode_notes(bytes, &h),
+            LOG_KIND_CHUNK => decode_chunk(bytes, &h).map(ChunkRef::to_block),
             kind => Err(FormatError::UnknownLogBlockKind { kind }),
         }
     }
+}
+
+/// A checkpoint chunk with its payload borrowed: what a checkpoint's
+/// writer encodes straight from the stream, without a copy per chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRef<'a> {
+    pub log_seq: u64,
+    pub checkpoint_id: u64,
+    pub index: u32,
+    pub payload: &'a [u8],
+}
+
+impl ChunkRef<'_> {
+    /// Encodes into one block of `block_size` bytes, as
+    /// [`LogBlock::encode`] does a `CheckpointChunk`, and checks its own
+    /// output by decoding it with the same rules as [`LogBlock::decode`]
+    /// (the payload compared in place, not copied).
+    pub fn encode(&self, block_size: usize) -> Vec<u8> {
+        assert!(block_size_ok(block_size), "log block size {block_size}");
+        assert!(
+            self.payload.len() <= chunk_payload_bytes(block_size),
+            "chunk payload of {} bytes",
+            self.payload.len()
+        );
+        let mut b = vec![0u8; block_size];
+        let payload_bytes = self.payload.len() as u32;
+        put_header(
+            &mut b,
+            LOG_KIND_CHUNK,
+            self.log_seq,
+            payload_bytes,
+            self.index,
+            self.checkpoint_id,
+        );
+        put_bytes(&mut b, LOG_HEADER_BYTES, self.payload);
+        seal_crc(&mut b, block_size - LOG_TRAILER_BYTES);
+        let decoded = decode_header(&b).and_then(|h| match h.kind {
+            LOG_KIND_CHUNK => decode_chunk(&b, &h),
+            kind => Err(FormatError::UnknownLogBlockKind { kind }),
+        });
+        assert_eq!(decoded, Ok(*self), "log block does not round-trip");
+        b
+    }
+
+    fn to_block(self) -> LogBlock {
+        LogBlock::CheckpointChunk {
+            log_seq: self.log_seq,
+            checkpoint_id: self.checkpoint_id,
+            index: self.index,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+/// The fields of a log block's header.
+struct Header {
+    kind: u16,
+    log_seq: u64,
+    payload_bytes: usize,
+    count: u32,
+    aux: u64,
+}
+
+fn put_header(b: &mut [u8], kind: u16, log_seq: u64, payload_bytes: u32, count: u32, aux: u64) {
+    put_u32(b, L_MAGIC_OFF, LOG_MAGIC);
+    put_u16(b, L_VERSION_OFF, LOG_VERSION);
+    put_u16(b, L_KIND_OFF, kind);
+    put_u64(b, L_LOG_SEQ_OFF, log_seq);
+    put_u32(b, L_PAYLOAD_BYTES_OFF, payload_bytes);
+    put_u32(b, L_COUNT_OFF, count);
+    put_u64(b, L_AUX_OFF, aux);
+}
+
+/// The checks every log block passes whatever its kind: size, not erased,
+/// magic, version and CRC.
+fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
+    let block_size = bytes.len();
+    if !block_size_ok(block_size) {
+        return Err(FormatError::OutOfRange {
+            structure: LOG_BLOCK,
+            field: "block size",
+            value: block_size as u64,
+            rule: "a power of two >= 512",
+        });
+    }
+    if is_erased(bytes) {
+        return Err(FormatError::Erased {
+            structure: LOG_BLOCK,
+        });
+    }
+    let magic = get_u32(bytes, L_MAGIC_OFF);
+    if magic != LOG_MAGIC {
+        return Err(FormatError::BadMagic {
+            structure: LOG_BLOCK,
+            expected: LOG_MAGIC.into(),
+            found: magic.into(),
+        });
+    }
+    let version = get_u16(bytes, L_VERSION_OFF);
+    if version != LOG_VERSION {
+        let (found, supported) = (u32::from(version), u32::from(LOG_VERSION));
+        return Err(if found > supported {
+            FormatError::NewerVersion {
+                structure: LOG_BLOCK,
+                found,
+                supported,
+            }
+        } else {
+            FormatError::BadVersion {
+                structure: LOG_BLOCK,
+                found,
+                supported,
+            }
+        });
+    }
+    check_crc(LOG_BLOCK, bytes, block_size - LOG_TRAILER_BYTES)?;
+    Ok(Header {
+        kind: get_u16(bytes, L_KIND_OFF),
+        log_seq: get_u64(bytes, L_LOG_SEQ_OFF),
+        payload_bytes: get_u32(bytes, L_PAYLOAD_BYTES_OFF) as usize,
+        count: get_u32(bytes, L_COUNT_OFF),
+        aux: get_u64(bytes, L_AUX_OFF),
+    })
 }
 
 fn log_range(field: &'static str, value: u64, rule: &'static str) -> FormatError {
@@ -1292,15 +1360,10 @@ fn log_range(field: &'static str, value: u64, rule: &'static str) -> FormatError
     }
 }
 
-fn decode_notes(
-    b: &[u8],
-    log_seq: u64,
-    payload_bytes: usize,
-    count: u32,
-    aux: u64,
-) -> Result<LogBlock, FormatError> {
-    zero(LOG_BLOCK, "aux (notes block)", aux)?;
-    let count = count as usize;
+fn decode_notes(b: &[u8], h: &Header) -> Result<LogBlock, FormatError> {
+    let (log_seq, payload_bytes) = (h.log_seq, h.payload_bytes);
+    zero(LOG_BLOCK, "aux (notes block)", h.aux)?;
+    let count = h.count as usize;
     if count > notes_per_block(b.len()) {
         return Err(log_range(
             "count",
@@ -1328,13 +1391,9 @@ fn decode_notes(
     Ok(LogBlock::Notes { log_seq, notes })
 }
 
-fn decode_chunk(
-    b: &[u8],
-    log_seq: u64,
-    payload_bytes: usize,
-    index: u32,
-    checkpoint_id: u64,
-) -> Result<LogBlock, FormatError> {
+fn decode_chunk<'a>(b: &'a [u8], h: &Header) -> Result<ChunkRef<'a>, FormatError> {
+    let (log_seq, payload_bytes) = (h.log_seq, h.payload_bytes);
+    let (index, checkpoint_id) = (h.count, h.aux);
     if payload_bytes > chunk_payload_bytes(b.len()) {
         return Err(log_range(
             "payload_bytes",
@@ -1362,11 +1421,11 @@ fn decode_chunk(
         "padding after the chunk",
         &b[end..b.len() - LOG_TRAILER_BYTES],
     )?;
-    Ok(LogBlock::CheckpointChunk {
+    Ok(ChunkRef {
         log_seq,
         checkpoint_id,
         index,
-        payload: b[LOG_HEADER_BYTES..end].to_vec(),
+        payload: &b[LOG_HEADER_BYTES..end],
     })
 }
 

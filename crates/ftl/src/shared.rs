@@ -185,9 +185,15 @@ impl SharedTable {
         Some(id)
     }
 
-    /// Puts a live entry at a chosen id (checkpoint load); the id must be
-    /// free and the caller adds its references.
+    /// Puts a live entry at a chosen id, listed under its zone; the id
+    /// must be free and the caller adds its references.
     fn install(&mut self, id: SharedId, ppa: Ppa, crc: u32) {
+        self.set_live(id, ppa, crc);
+        self.list(ppa, id);
+    }
+
+    /// `install` without listing the id under its zone.
+    fn set_live(&mut self, id: SharedId, ppa: Ppa, crc: u32) {
         let i = id as usize;
         self.ppa[i] = ppa.0;
         // A live entry with no reference yet: `add_ref` follows at once.
@@ -197,7 +203,6 @@ impl SharedTable {
             self.crc[i] = crc;
         }
         self.live += 1;
-        self.list(ppa, id);
     }
 
     fn list(&mut self, ppa: Ppa, id: SharedId) {
@@ -343,6 +348,10 @@ impl SharedTable {
         entries: impl Iterator<Item = (SharedId, Ppa, u32, u32)>,
     ) -> Result<SharedTable, String> {
         let mut t = SharedTable::new(capacity, keeps_crc, zone_capacity_blocks);
+        t.reserve(entries.size_hint().0);
+        // Entries come by id, and a run of them usually lies in one zone:
+        // the run's ids are listed together, in id order as one by one.
+        let mut run: (Option<ZoneId>, Vec<SharedId>) = (None, Vec::new());
         let mut next = 0u32;
         for (id, ppa, refs, crc) in entries {
             if id < next || id >= capacity {
@@ -365,7 +374,13 @@ impl SharedTable {
                     t.free_head = free;
                 }
             }
-            t.install(id, ppa, crc);
+            t.set_live(id, ppa, crc);
+            let zone = ppa.zone(zone_capacity_blocks);
+            if run.0 != Some(zone) {
+                t.list_run(&mut run);
+                run.0 = Some(zone);
+            }
+            run.1.push(id);
             if refs >= u32::from(BIG) {
                 t.refs[id as usize] = BIG;
                 t.big_refs.insert(id, refs);
@@ -375,7 +390,24 @@ impl SharedTable {
             t.total_refs += u64::from(refs);
             next = id + 1;
         }
+        t.list_run(&mut run);
         Ok(t)
+    }
+
+    fn reserve(&mut self, entries: usize) {
+        self.ppa.reserve(entries);
+        self.refs.reserve(entries);
+        self.kept.reserve(entries);
+        if self.keeps_crc {
+            self.crc.reserve(entries);
+        }
+    }
+
+    /// Lists a run of ids of one zone (and empties it).
+    fn list_run(&mut self, (zone, ids): &mut (Option<ZoneId>, Vec<SharedId>)) {
+        if let Some(zone) = *zone {
+            self.by_zone.entry(zone).or_default().append(ids);
+        }
     }
 
     /// Heap bytes the table holds.
@@ -479,5 +511,28 @@ mod tests {
         )
         .is_err());
         assert!(SharedTable::from_entries(4, false, 8, [(4, Ppa(1), 1, 0)].into_iter()).is_err());
+    }
+
+    #[test]
+    fn checkpointed_entries_are_listed_by_zone_as_one_by_one() {
+        // Zones of 8 blocks: runs in zones 0, 1, 0 and 2, with free ids.
+        let entries = [
+            (0, Ppa(1), 1, 0),
+            (1, Ppa(2), 1, 0),
+            (3, Ppa(9), 1, 0),
+            (4, Ppa(3), 1, 0),
+            (5, Ppa(4), 1, 0),
+            (7, Ppa(17), 1, 0),
+        ];
+        let t = SharedTable::from_entries(10, false, 8, entries.into_iter()).unwrap();
+        let mut one_by_one = SharedTable::new(10, false, 8);
+        for &(id, ppa, ..) in &entries {
+            one_by_one.list(ppa, id);
+        }
+        assert_eq!(t.by_zone, one_by_one.by_zone);
+        assert_eq!(t.by_zone[&0], vec![0, 1, 4, 5]);
+        for &(id, ppa, ..) in &entries {
+            assert_eq!(t.find(ppa), Some(id));
+        }
     }
 }

@@ -161,9 +161,8 @@ impl Ftl {
         let chunk_payload = crate::note::chunk_payload_bytes(self.block_size());
         let n = stream.len().div_ceil(chunk_payload) as u64;
         let first = self.log.reserve_log_seqs(n);
-        let chunks = checkpoint::split_into_chunks(&stream, self.block_size(), first);
-        assert_eq!(chunks.len() as u64, n);
-        let blocks = chunks.iter().map(|c| c.encode(self.block_size())).collect();
+        let blocks = checkpoint::encode_chunks(&stream, self.block_size(), first);
+        assert_eq!(blocks.len() as u64, n);
         self.log.stage_encoded(first, blocks);
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
@@ -228,7 +227,7 @@ impl Ftl {
                 wall_ns: s.wall_ns,
                 parent: s.parent,
                 deleting: false,
-                name: s.name.clone(),
+                name: checkpoint::SnapshotName::new(&s.name),
             })
             .collect();
         let kept = history

@@ -322,7 +322,7 @@ pub fn recover_state<B: Backend>(
         sb.checkpoint_zone,
         sb.checkpoint_offset_blocks,
     );
-    let image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
+    let mut image = log.read_checkpoint(backend, &geometry, sb.checkpoint_log_seq)?;
     let notes = log.roll_forward(backend)?;
     let reports = report_zones(backend, &geometry)?;
     let notes_replayed = notes.len();
@@ -335,7 +335,7 @@ pub fn recover_state<B: Backend>(
             backend, &geometry, &layout, &image, &reports, &resets, crc,
         )?);
     }
-    let mut state = Rebuild::from_image(&geometry, &sb, &image, resets.keys().copied())?;
+    let mut state = Rebuild::from_image(&geometry, &sb, &mut image, resets.keys().copied())?;
     let tags_replayed = events.len() - note_events;
     events.sort_by_key(Event::seq);
     state.replay(&events, &geometry)?;

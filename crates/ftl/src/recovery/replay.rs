@@ -280,7 +280,7 @@ impl Rebuild {
     pub(super) fn from_image(
         g: &Geometry,
         sb: &Superblock,
-        image: &CheckpointImage,
+        image: &mut CheckpointImage,
         reset_zones: impl Iterator<Item = ZoneId>,
     ) -> Result<Rebuild, MountError> {
         if image.logical_blocks != sb.logical_blocks || image.zones.len() != g.zone_count as usize {
@@ -307,9 +307,9 @@ impl Rebuild {
                 History::from_checkpoint(
                     capacity,
                     image.epoch,
-                    &image.snapshots,
+                    std::mem::take(&mut image.snapshots),
                     image.next_snapshot_id,
-                    &image.births,
+                    std::mem::take(&mut image.births),
                     &image.history,
                     &image.sweeps,
                 )
