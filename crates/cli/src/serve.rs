@@ -721,6 +721,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.nameless_handover_blocks,
         ),
         (
+            "nameless_md_write_blocks",
+            "In band: md blocks written after groups of nameless blocks.",
+            s.nameless_md_write_blocks,
+        ),
+        (
+            "nameless_md_stuck_groups",
+            "In band: groups of nameless blocks whose md is kept in memory and checkpoints (its append failed).",
+            s.nameless_md_stuck_groups,
+        ),
+        (
             "nameless_migrated_blocks",
             "Nameless blocks GC migrated (each told to the client by an event; also in gc_copy_blocks).",
             s.nameless_migrated_blocks,
