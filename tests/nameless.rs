@@ -343,7 +343,14 @@ impl NamelessRig {
             // Wear leveling of nameless data, due after a few erases.
             cfg.nameless_wear = Some(NamelessWear::paper(2));
         }
-        let dev = SimDevice::create_memory(sim_config(seed, oob, false)).unwrap();
+        let mut sim = sim_config(seed, oob, false);
+        if !oob && seed % 2 == 1 {
+            // Zones of several md groups: 512-byte blocks (10 entries an
+            // md block, groups of 80 data blocks) in zones of 256.
+            sim.page_size_bytes = 512;
+            sim.pages_per_block = 256;
+        }
+        let dev = SimDevice::create_memory(sim).unwrap();
         let opts = FormatOptions {
             tag_placement: if oob {
                 TagPlacement::Auto
