@@ -1651,7 +1651,10 @@ fn nameless_api_matches_the_model_across_power_cuts() {
 /// rest).
 #[test]
 fn nameless_api_matches_the_model_across_power_cuts_in_band() {
-    model_cases("nameless_api_matches_the_model_across_power_cuts_in_band", false);
+    model_cases(
+        "nameless_api_matches_the_model_across_power_cuts_in_band",
+        false,
+    );
 }
 
 fn model_cases(test: &str, oob: bool) {
