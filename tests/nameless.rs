@@ -1196,7 +1196,7 @@ fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_
 
 fn the_handles_commit_and_hand_over_each_event_to_one_waiter_in(oob: bool) {
     use zftl::handle::{AsyncHandle, Handle, InlineHandle};
-    /// A volume with `n` uncommitted blocks written before a crash.
+    // A volume with `n` uncommitted blocks written before a crash.
     let crashed_with = |n: u64| -> Driver<SimDevice> {
         let mut ftl = format(oob);
         put(&mut ftl, &(0..n).collect::<Vec<_>>(), 1);

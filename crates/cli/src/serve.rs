@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 39] = [
+    let counters: [(&str, &str, u64); 41] = [
         (
             "snapshot_creates",
             "Snapshots created.",
