@@ -132,11 +132,10 @@ impl Rebuild {
                 "NamelessWrite note {seq} on a volume with md in OOB"
             )));
         };
-        if md.pending.is_some() {
-            return Err(MountError::Damaged(format!(
-                "NamelessWrite note {seq} inside another's md notes"
-            )));
-        }
+        // One still missing md notes was cut at the log's end (its notes,
+        // of its seq, would have come right after it): it never counted.
+        // Notes of higher seqs pushed before it in the log come after it
+        // here, in seq order.
         md.pending = Some(PendingWrite {
             seq,
             ppa,

@@ -1264,6 +1264,81 @@ mod tests {
         assert!(r.mapping.is_live(Ppa(24)) && !r.mapping.is_live(Ppa(16)));
     }
 
+    /// A NamelessWrite note at `seq` for block `ppa` and its md notes
+    /// (`md_notes` of them: a group the log's end cut short has fewer).
+    fn nameless_write(seq: Seq, ppa: u32, md_notes: usize) -> Vec<Event> {
+        let w = Note::NamelessWrite {
+            seq,
+            ppa: Ppa(ppa),
+            data_crc: 7,
+            birth_gen: 1,
+            replaced: NamelessAddr::NONE,
+        };
+        let md = note::nameless_md_notes(&[seq as u8; NAMELESS_MD_BYTES], seq);
+        std::iter::once(w)
+            .chain(md.into_iter().take(md_notes))
+            .map(Event::Note)
+            .collect()
+    }
+
+    /// In band: zone 2 nameless, md groups with no checkpoint state.
+    fn try_rebuild_in_band(events: &[Event]) -> Result<Rebuild, MountError> {
+        let g = Geometry {
+            oob_size_bytes: 0,
+            ..small_geometry()
+        };
+        let mapping = Mapping::new(16, 4, 8, true);
+        let mut r =
+            Rebuild::with_mapping(&g, mapping, AttrMap::new(8), 10, true, std::iter::empty());
+        r.nameless_md = Some(super::super::md::RecoveredMd::from_image(
+            &g,
+            &crate::nameless::NamelessImage::default(),
+        ));
+        let mut events: Vec<Event> = events
+            .iter()
+            .map(|e| match e {
+                Event::Note(n) => Event::Note(*n),
+                _ => unreachable!("notes only"),
+            })
+            .collect();
+        events.sort_by_key(Event::seq);
+        r.replay(&events, &g)?;
+        Ok(r)
+    }
+
+    #[test]
+    fn nameless_write_notes_make_blocks_live_and_a_group_the_log_cut_short_does_not() {
+        let full = 32usize.div_ceil(note::NAMELESS_MD_NOTE_BYTES);
+        let mut events = vec![nameless_zone(11, 2)];
+        // Pushed in completion order: the block of seq 14 before 12's,
+        // whose group the log's end cut short.
+        events.extend(nameless_write(14, 17, full));
+        events.extend(nameless_write(12, 16, full - 1));
+        let r = try_rebuild_in_band(&events).unwrap();
+        assert!(r.mapping.is_live(Ppa(17)) && !r.mapping.is_live(Ppa(16)));
+        assert_eq!(r.live_uncommitted(), vec![Ppa(17)]);
+        let md = r.nameless_md.as_ref().unwrap();
+        let (group, entries) = &md.groups[&2];
+        assert_eq!(*group, 0);
+        assert!(!entries[0].is_present(), "the torn block has no entry");
+        assert_eq!(
+            (entries[1].data_crc, entries[1].md[0]),
+            (7, 14),
+            "the block's CRC and md from its notes"
+        );
+        // An md note without its write, or a write outside a nameless zone.
+        let stray = vec![nameless_zone(11, 2), nameless_write(12, 16, full).remove(1)];
+        assert!(matches!(
+            try_rebuild_in_band(&stray),
+            Err(MountError::Damaged(_))
+        ));
+        let outside = nameless_write(12, 8, full);
+        assert!(matches!(
+            try_rebuild_in_band(&outside),
+            Err(MountError::Damaged(_))
+        ));
+    }
+
     #[test]
     fn nameless_migrate_refuses_a_second_move_or_a_target_outside_the_segment() {
         let twice = nameless_events(vec![migrate(20, 16, 24), migrate(21, 16, 25)]);
