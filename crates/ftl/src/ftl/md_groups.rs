@@ -152,14 +152,14 @@ impl MdGroups {
         self.tails[zone as usize] = (0, u32::MAX);
     }
 
-    /// Bytes section 22 takes for the open groups.
+    /// Bytes section 22 may take by the next checkpoint: each open group
+    /// at its full size, and one more per nameless lane (each may open a
+    /// group meanwhile). O(1).
     pub(super) fn checkpoint_bytes(&self) -> u64 {
         let entry = MdEntry::encoded_bytes(self.md_bytes) as u64;
-        8 + self
-            .open
-            .iter()
-            .map(|g| 8 + entry * g.entries.len() as u64)
-            .sum::<u64>()
+        let group = 8 + entry * self.layout.group_data_blocks(0);
+        let lanes = u64::from(super::lane::NAMELESS_STRIPES) + 1;
+        8 + (self.open.len() as u64 + lanes) * group
     }
 }
 
