@@ -310,8 +310,8 @@ impl Ftl {
         }
     }
 
-    /// The md of the nameless block `addr` (at `ppa`) from memory, if its
-    /// group's md blocks are not written: (data CRC, md), or `None`.
+    /// The entry (data CRC, birth generation, md) of the nameless block at
+    /// `addr` from memory, if its group's md blocks are not written.
     pub(super) fn md_in_memory(&self, addr: NamelessAddr) -> Option<&MdEntry> {
         let cap = self.cap();
         let ppa = addr.ppa();

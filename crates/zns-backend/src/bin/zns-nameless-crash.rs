@@ -167,15 +167,14 @@ fn verify(dev: &str, seed: u64, file: &str) -> Result<(), String> {
         checked += 1;
     }
     let stats = ftl.stats();
+    let tags = ftl.ftl().tag_mode();
     ftl.shutdown().map_err(|e| format!("shutdown: {e}"))?;
     println!(
         "verify: {checked} flushed blocks at their addresses, {handed} handed over, in {:.1} s; \
-         {} live nameless blocks, {} md blocks written, {} stuck md groups, tags {}",
+         {} live nameless blocks, {} stuck md groups, tags {tags:?}",
         t0.elapsed().as_secs_f64(),
         stats.nameless_live_blocks,
-        stats.nameless_md_write_blocks,
         stats.nameless_md_stuck_groups,
-        if stats.nameless_md_write_blocks > 0 { "in band" } else { "in OOB (no md blocks)" },
     );
     Ok(())
 }
@@ -252,7 +251,10 @@ fn round(
 }
 
 fn run_verify(dev: &str, seed: u64, known: &[(u64, u64)]) -> Result<(), String> {
-    let file = std::env::temp_dir().join("zns-nameless-crash.list");
+    // (The guest's initramfs may have no /tmp yet.)
+    let dir = std::env::temp_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = dir.join("zns-nameless-crash.list");
     let text: String = known.iter().map(|(s, a)| format!("{s} {a}\n")).collect();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
     let status = Command::new(self_exe()?)
