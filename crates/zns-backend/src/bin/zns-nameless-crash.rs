@@ -241,7 +241,9 @@ fn round(
             }
         }
     }
-    child.kill().map_err(|e| format!("kill -9 of the writer: {e}"))?;
+    child
+        .kill()
+        .map_err(|e| format!("kill -9 of the writer: {e}"))?;
     let _ = child.wait();
     let _ = reader.join();
     while let Ok(line) = rx.try_recv() {
