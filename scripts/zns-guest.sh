@@ -16,7 +16,10 @@
 # middle of flushed writes, several rounds, each followed by a fresh
 # process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
 # default 6); then again (ftl-crash-oob) on a namespace with 32 bytes of
-# metadata per block, where the FTL keeps its tags in the metadata.
+# metadata per block, where the FTL keeps its tags in the metadata; then
+# (nameless-crash) nameless writes killed the same way on a namespace
+# without metadata (md in band), each round verifying every flushed block
+# at its address and every block handed over.
 #
 # Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
@@ -165,6 +168,9 @@ fi
 # room for the FTL's tags: they go in the NVMe metadata (OOB) instead of
 # the metadata log.
 run ftl-crash-oob "${CRASH_ARGS[0]},ms=32" ftl-crash 512M || FAILED_RUNS+=(ftl-crash-oob)
+# Nameless writes killed mid-stream on the same namespace without
+# metadata: tags in band, so md in the log and the zones' md groups.
+run nameless-crash "${CRASH_ARGS[0]}" nameless-crash 512M || FAILED_RUNS+=(nameless-crash)
 run cli "$BASE,zoned.zone_capacity=0" cli || FAILED_RUNS+=(cli)
 run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || FAILED_RUNS+=(nbd-kernel)
 

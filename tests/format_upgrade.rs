@@ -19,8 +19,8 @@
 //! image's client index in a logical block), and blocks written after the
 //! second commit, which every mount hands over
 //! (`NamelessEvent::Unrecorded`) until the client commits. The in-band
-//! image holds no nameless blocks: their md needs 64 bytes of OOB, and the
-//! test checks that a nameless write there gets a typed refusal.
+//! image holds no nameless blocks (the build that froze it kept md in OOB
+//! only); the test writes, reads and frees one there after each mount.
 //! `cargo test --release --test format_upgrade make_frozen_images -- --ignored`
 //! writes the images of [`FROZEN_NOW`] again with the build at hand (so only
 //! on a build that still writes that version).
@@ -436,12 +436,15 @@ impl V3State {
     fn after_mount(ftl: &mut Driver<SimDevice>, oob: bool, what: &str) -> V3State {
         check_snapshots_and_fork(ftl, 2, what);
         if !oob {
-            // In band: no nameless blocks (md needs OOB), a typed refusal.
-            let refused = ftl.nameless_write(&nameless_block(0, 1), &[]);
-            assert!(
-                matches!(refused, Err(IoError::Nameless(_))),
-                "{what}: {refused:?}"
-            );
+            // In band: the image holds no nameless blocks (its build kept
+            // md in OOB only); this build writes, reads and frees one there
+            // (md in the log and md groups).
+            let mb = ftl.nameless_md_bytes();
+            let md = nameless_md(0, 1, mb);
+            let a = ftl.nameless_write(&nameless_block(0, 1), &md).unwrap();
+            let got = ftl.nameless_read(a[0]).unwrap();
+            assert_eq!(got, (nameless_block(0, 1), md), "{what}");
+            ftl.nameless_free(&a).unwrap();
             return V3State {
                 nameless: NamelessIndex::new(),
             };

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use zftl::core::{
     Driver, FormatOptions, FtlConfig, IoError, MountError, NamelessAddr, NamelessError,
-    NamelessEvent, NamelessWear,
+    NamelessEvent, NamelessWear, TagPlacement,
 };
 use zftl::sim::rng::Rng;
 use zftl::sim::{Faults, PowerCut, SimDevice};
@@ -19,6 +19,15 @@ use common::{
 
 fn format(oob: bool) -> Driver<SimDevice> {
     format_on(oob, volume_config(oob))
+}
+
+/// Tags in an OOB with no room for the md after them: no segment.
+fn small_oob() -> Driver<SimDevice> {
+    let cfg = zftl::sim::SimConfig {
+        oob_size_bytes: 32,
+        ..volume_config(true)
+    };
+    format_on(true, cfg)
 }
 
 /// The metadata of block `key`, version `version`.
@@ -68,9 +77,8 @@ fn no_room(e: &IoError) -> bool {
     )
 }
 
-#[test]
-fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect() {
-    let mut ftl = format(true);
+fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect_in(oob: bool) {
+    let mut ftl = format(oob);
     let keys: Vec<u64> = (0..40).collect();
     let addrs = put(&mut ftl, &keys, 1);
     assert_eq!(addrs.len(), keys.len());
@@ -115,8 +123,17 @@ fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect() {
 }
 
 #[test]
-fn bad_requests_get_typed_errors_and_change_nothing() {
-    let mut ftl = format(true);
+fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect() {
+    blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect_in(true);
+}
+
+#[test]
+fn blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect_in_band() {
+    blocks_read_back_with_their_metadata_and_frees_and_overwrites_take_effect_in(false);
+}
+
+fn bad_requests_get_typed_errors_and_change_nothing_in(oob: bool) {
+    let mut ftl = format(oob);
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
     let a = put(&mut ftl, &[7], 1)[0];
     // Metadata of the wrong size.
@@ -158,15 +175,25 @@ fn bad_requests_get_typed_errors_and_change_nothing() {
     let e = nameless_error(ftl.nameless_overwrite(&[a, a], &two, &vec![0; 2 * mb]));
     assert_eq!(e, NamelessError::Duplicate { addr: a });
     holds(&mut ftl, a, 7, 1);
-    // A volume with tags in band has no physical segment.
-    let mut in_band = format(false);
-    let e = nameless_error(in_band.nameless_write(&pattern(1, 1, bs), &md(1, 1, mb)));
+    // A volume with tags in an OOB too small for the md has no physical
+    // segment.
+    let mut small = small_oob();
+    let e = nameless_error(small.nameless_write(&pattern(1, 1, bs), &md(1, 1, mb)));
     assert!(matches!(e, NamelessError::Unsupported { .. }), "{e:?}");
 }
 
 #[test]
-fn emptied_zones_come_back_and_their_old_addresses_go_stale() {
-    let mut ftl = format(true);
+fn bad_requests_get_typed_errors_and_change_nothing() {
+    bad_requests_get_typed_errors_and_change_nothing_in(true);
+}
+
+#[test]
+fn bad_requests_get_typed_errors_and_change_nothing_in_band() {
+    bad_requests_get_typed_errors_and_change_nothing_in(false);
+}
+
+fn emptied_zones_come_back_and_their_old_addresses_go_stale_in(oob: bool) {
+    let mut ftl = format(oob);
     // Write and free three times the volume's size: only resets of
     // emptied zones give the space back.
     let total_blocks = ftl.logical_blocks();
@@ -193,6 +220,16 @@ fn emptied_zones_come_back_and_their_old_addresses_go_stale() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn emptied_zones_come_back_and_their_old_addresses_go_stale() {
+    emptied_zones_come_back_and_their_old_addresses_go_stale_in(true);
+}
+
+#[test]
+fn emptied_zones_come_back_and_their_old_addresses_go_stale_in_band() {
+    emptied_zones_come_back_and_their_old_addresses_go_stale_in(false);
 }
 
 /// A nameless block the host was answered for.
@@ -305,7 +342,7 @@ struct NamelessRig {
 }
 
 impl NamelessRig {
-    fn new(seed: u64) -> NamelessRig {
+    fn new(seed: u64, oob: bool) -> NamelessRig {
         let mut cfg = ftl_config();
         if seed % 3 == 1 {
             // Long replays: no checkpoint but the mount's.
@@ -315,8 +352,20 @@ impl NamelessRig {
             // Wear leveling of nameless data, due after a few erases.
             cfg.nameless_wear = Some(NamelessWear::paper(2));
         }
-        let dev = SimDevice::create_memory(sim_config(seed, true, false)).unwrap();
+        let mut sim = sim_config(seed, oob, false);
+        if !oob && seed % 2 == 1 {
+            // Zones of several md groups: 512-byte blocks (10 entries an
+            // md block, groups of 80 data blocks) in zones of 256.
+            sim.page_size_bytes = 512;
+            sim.pages_per_block = 256;
+        }
+        let dev = SimDevice::create_memory(sim).unwrap();
         let opts = FormatOptions {
+            tag_placement: if oob {
+                TagPlacement::Auto
+            } else {
+                TagPlacement::InBand
+            },
             seed,
             gc_reserve_zones: 3,
             ..FormatOptions::default()
@@ -863,7 +912,7 @@ impl NamelessRig {
 #[test]
 fn crash_torture_with_nameless_blocks() {
     let (seeds, cov) = run_seeds("crash_torture_with_nameless_blocks", 60, |seed| {
-        NamelessRig::new(seed).run(8)
+        NamelessRig::new(seed, true).run(8)
     });
     // Over the default seeds every path is taken: cuts during mounts,
     // hand-overs, and blocks of writes the cut left unanswered.
@@ -879,9 +928,8 @@ fn crash_torture_with_nameless_blocks() {
     }
 }
 
-#[test]
-fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on() {
-    let mut ftl = format(true);
+fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in(oob: bool) {
+    let mut ftl = format(oob);
     let keys: Vec<u64> = (0..100).collect();
     let addrs = put(&mut ftl, &keys, 1);
     ftl.nameless_free(&addrs[..50]).unwrap();
@@ -910,13 +958,38 @@ fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on() 
     common::assert_check_clean(&mut dev, "after nameless writes");
 }
 
+/// In band (md in the log and in md groups): no migration or leveling
+/// yet, the rest as with md in OOB.
 #[test]
-fn the_handles_write_read_overwrite_and_free_nameless_blocks() {
+fn crash_torture_with_nameless_blocks_in_band() {
+    let (seeds, cov) = run_seeds("crash_torture_with_nameless_blocks_in_band", 60, |seed| {
+        NamelessRig::new(seed, false).run(8)
+    });
+    if seeds >= 60 {
+        assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
+        assert!(
+            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0,
+            "{cov:?}"
+        );
+    }
+}
+
+#[test]
+fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on() {
+    both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in(true);
+}
+
+#[test]
+fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in_band() {
+    both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in(false);
+}
+
+fn the_handles_write_read_overwrite_and_free_nameless_blocks_in(oob: bool) {
     use zftl::handle::{AsyncHandle, Handle, InlineHandle};
     let mb = zftl::core::NAMELESS_MD_BYTES;
     // Thread and inline handles, the same calls.
-    let threaded = Handle::spawn(format(true));
-    let inline = InlineHandle::new(format(true));
+    let threaded = Handle::spawn(format(oob));
+    let inline = InlineHandle::new(format(oob));
     macro_rules! exercise {
         ($ftl:expr) => {{
             let ftl = &$ftl;
@@ -956,7 +1029,7 @@ fn the_handles_write_read_overwrite_and_free_nameless_blocks() {
     threaded.shutdown().unwrap();
     inline.shutdown().unwrap();
     // The async handle.
-    let ftl = AsyncHandle::from(Handle::spawn(format(true)));
+    let ftl = AsyncHandle::from(Handle::spawn(format(oob)));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -972,6 +1045,16 @@ fn the_handles_write_read_overwrite_and_free_nameless_blocks() {
         ftl.nameless_free(&a).await.unwrap();
         ftl.shutdown().await.unwrap();
     });
+}
+
+#[test]
+fn the_handles_write_read_overwrite_and_free_nameless_blocks() {
+    the_handles_write_read_overwrite_and_free_nameless_blocks_in(true);
+}
+
+#[test]
+fn the_handles_write_read_overwrite_and_free_nameless_blocks_in_band() {
+    the_handles_write_read_overwrite_and_free_nameless_blocks_in(false);
 }
 
 /// The addresses and md of every event until none can come.
@@ -996,13 +1079,12 @@ fn crash_and_mount(ftl: Driver<SimDevice>, cfg: FtlConfig) -> Driver<SimDevice> 
     Driver::mount(ftl.into_backend(), cfg).unwrap()
 }
 
-#[test]
-fn a_full_uncommitted_set_answers_busy_until_a_commit() {
+fn a_full_uncommitted_set_answers_busy_until_a_commit_in(oob: bool) {
     let cfg = FtlConfig {
         nameless_uncommitted_blocks: 8,
         ..FtlConfig::default()
     };
-    let mut ftl = crash_and_mount(format(true), cfg);
+    let mut ftl = crash_and_mount(format(oob), cfg);
     let a = put(&mut ftl, &[0, 1, 2, 3], 1);
     put(&mut ftl, &[4, 5, 6, 7], 1);
     assert_eq!(ftl.stats().nameless_uncommitted_blocks, 8);
@@ -1024,9 +1106,20 @@ fn a_full_uncommitted_set_answers_busy_until_a_commit() {
 }
 
 #[test]
-fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount() {
+fn a_full_uncommitted_set_answers_busy_until_a_commit() {
+    a_full_uncommitted_set_answers_busy_until_a_commit_in(true);
+}
+
+#[test]
+fn a_full_uncommitted_set_answers_busy_until_a_commit_in_band() {
+    a_full_uncommitted_set_answers_busy_until_a_commit_in(false);
+}
+
+fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount_in(
+    oob: bool,
+) {
     let cfg = FtlConfig::default();
-    let mut ftl = format(true);
+    let mut ftl = format(oob);
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
     let committed = put(&mut ftl, &(0..10).collect::<Vec<_>>(), 1);
     // A write admitted before the commit is covered by it; one admitted
@@ -1101,15 +1194,24 @@ fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_
 }
 
 #[test]
-fn the_handles_commit_and_hand_over_each_event_to_one_waiter() {
+fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount() {
+    a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount_in(true);
+}
+
+#[test]
+fn a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount_in_band() {
+    a_commit_covers_the_writes_before_it_and_the_rest_is_handed_over_after_every_mount_in(false);
+}
+
+fn the_handles_commit_and_hand_over_each_event_to_one_waiter_in(oob: bool) {
     use zftl::handle::{AsyncHandle, Handle, InlineHandle};
-    /// A volume with `n` uncommitted blocks written before a crash.
-    fn crashed_with(n: u64) -> Driver<SimDevice> {
-        let mut ftl = format(true);
+    // A volume with `n` uncommitted blocks written before a crash.
+    let crashed_with = |n: u64| -> Driver<SimDevice> {
+        let mut ftl = format(oob);
         put(&mut ftl, &(0..n).collect::<Vec<_>>(), 1);
         ftl.flush().unwrap();
         crash_and_mount(ftl, FtlConfig::default())
-    }
+    };
     let addrs = |events: Vec<NamelessEvent>| -> Vec<NamelessAddr> {
         let addr = |e| match e {
             NamelessEvent::Unrecorded { addr, .. } => addr,
@@ -1161,6 +1263,16 @@ fn the_handles_commit_and_hand_over_each_event_to_one_waiter() {
     });
 }
 
+#[test]
+fn the_handles_commit_and_hand_over_each_event_to_one_waiter() {
+    the_handles_commit_and_hand_over_each_event_to_one_waiter_in(true);
+}
+
+#[test]
+fn the_handles_commit_and_hand_over_each_event_to_one_waiter_in_band() {
+    the_handles_commit_and_hand_over_each_event_to_one_waiter_in(false);
+}
+
 /// An ack of an address without a remap entry answers at once and
 /// changes nothing; the table's
 /// capacity is the configuration's, through clean and unclean remounts
@@ -1202,9 +1314,9 @@ fn an_ack_without_a_move_is_a_no_op_and_the_remap_table_is_bounded_by_the_config
     );
     holds(&mut ftl, a[1], 1, 1);
     // A volume without the segment refuses the ack like any nameless call.
-    let mut in_band = format(false);
+    let mut small = small_oob();
     assert!(matches!(
-        nameless_error(in_band.nameless_ack(&a)),
+        nameless_error(small.nameless_ack(&a)),
         NamelessError::Unsupported { .. }
     ));
 }

@@ -56,13 +56,13 @@ guest_prepare() {
 
 # guest_build: the guest's binaries, statically linked, into BINDIR. One
 # cargo command for both harnesses, so that the second finds them built.
-GUEST_BINS="zns-conformance zns-ftl-crash nbd-round-trip zftl"
+GUEST_BINS="zns-conformance zns-ftl-crash zns-nameless-crash nbd-round-trip zftl"
 guest_build() {
-    echo "$TAG: building zns-conformance, zns-ftl-crash, nbd-round-trip and zftl (static)"
+    echo "$TAG: building zns-conformance, zns-ftl-crash, zns-nameless-crash, nbd-round-trip and zftl (static)"
     (
         cd "$REPO"
         RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q \
-            -p zftl-zns --features zftl-zns/conformance --bin zns-conformance --bin zns-ftl-crash \
+            -p zftl-zns --features zftl-zns/conformance --bin zns-conformance --bin zns-ftl-crash --bin zns-nameless-crash \
             -p zftl-nbd --bin nbd-round-trip -p zftl-cli --bin zftl --target x86_64-unknown-linux-gnu
     ) || die "cargo build of the guest binaries failed"
     BINDIR=${CARGO_TARGET_DIR:-$REPO/target}/x86_64-unknown-linux-gnu/release

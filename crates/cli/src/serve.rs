@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 41] = [
+    let counters: [(&str, &str, u64); 43] = [
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -719,6 +719,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_handover_blocks",
             "Blocks handed over after a mount (written since the client's last nameless commit) and taken by the client.",
             s.nameless_handover_blocks,
+        ),
+        (
+            "nameless_md_write_blocks",
+            "In band: md blocks written after groups of nameless blocks.",
+            s.nameless_md_write_blocks,
+        ),
+        (
+            "nameless_md_stuck_groups",
+            "In band: groups of nameless blocks whose md is kept in memory and checkpoints (its append failed).",
+            s.nameless_md_stuck_groups,
         ),
         (
             "nameless_migrated_blocks",

@@ -170,6 +170,8 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_remap_entries", s.nameless_remap_entries);
     t.row("nameless_remap_capacity", s.nameless_remap_capacity);
     t.row("nameless_handover_blocks", s.nameless_handover_blocks);
+    t.row("nameless_md_write_blocks", s.nameless_md_write_blocks);
+    t.row("nameless_md_stuck_groups", s.nameless_md_stuck_groups);
     t.row("nameless_migrated_blocks", s.nameless_migrated_blocks);
     t.row("nameless_remap_full_stops", s.nameless_remap_full_stops);
     t.row("nameless_remap_peak_entries", s.nameless_remap_peak_entries);

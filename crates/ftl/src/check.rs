@@ -19,6 +19,7 @@ use crate::backend::{
 };
 use crate::checkpoint;
 use crate::error::MountError;
+use crate::ftl::NAMELESS_MD_BYTES;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::mapping::{Owner, Target};
 use crate::nameless::{NamelessTag, NamelessTagKind};
@@ -1116,6 +1117,11 @@ fn check_nameless<B: Backend>(
         .live()
         .filter(|p| r.zones.get(p.zone(cap)).kind().is_nameless())
         .collect();
+    let mut md = r.nameless_md.as_ref().map(|m| {
+        let mut m = m.clone();
+        m.cover_groups();
+        m
+    });
     for ppa in live {
         let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
         let here = |detail: String| Problem::new(ProblemKind::Nameless, detail).at(zone, off);
@@ -1131,6 +1137,36 @@ fn check_nameless<B: Backend>(
             }
         };
         let generation = r.nameless_gens[zone as usize];
+        if let Some(m) = md.as_mut() {
+            // In band: the block's entry, recovered or in its md block.
+            let entry = match m.entry(zone, off) {
+                Some(e) => Some(e.clone()),
+                None => {
+                    let (end, at) = m.tails[zone as usize];
+                    m.layout
+                        .md_location(end, at, off)
+                        .and_then(|(b, _)| read_retrying(backend, zone, b, 1).ok())
+                        .and_then(|(block, _)| {
+                            m.layout
+                                .entry_in_block(zone, off, &block, NAMELESS_MD_BYTES)
+                        })
+                }
+            };
+            let actual = r.data_crc.checksum(&data);
+            match entry.filter(|e| e.is_present()) {
+                None => report.problem(here("no md entry names the live block".into())),
+                Some(e) if e.birth_gen != generation => report.problem(here(format!(
+                    "md entry of generation {} on a live block of a zone of generation {generation}",
+                    e.birth_gen
+                ))),
+                Some(e) if e.data_crc != actual => report.problem(here(format!(
+                    "data CRC32C {actual:#010x}, expected {:#010x}",
+                    e.data_crc
+                ))),
+                Some(_) => {}
+            }
+            continue;
+        }
         match NamelessTag::decode(oob.get(..ob).unwrap_or(&[])) {
             Ok(Some((t, _)))
                 if matches!(t.kind, NamelessTagKind::Data | NamelessTagKind::Moved)

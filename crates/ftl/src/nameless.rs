@@ -588,6 +588,52 @@ impl MdLayout {
     }
 }
 
+impl MdLayout {
+    /// Where the md block holding the entry of the data block at `offset`
+    /// lies in a zone whose data ends at `data_end` and whose last group's
+    /// md blocks landed at `last_md_at` (`u32::MAX`: right after its data;
+    /// section 18): (block offset, entry index). Every group before the
+    /// last is full. `None` past the data end.
+    pub fn md_location(&self, data_end: u32, last_md_at: u32, offset: u64) -> Option<(u64, usize)> {
+        let data_end = u64::from(data_end);
+        if offset >= data_end {
+            return None;
+        }
+        let k = self.group_of(offset);
+        let start = self.group_start(k);
+        if k < self.group_of(data_end - 1) {
+            return self.md_entry_of(offset, self.group_blocks);
+        }
+        let d = data_end - start;
+        let (at, i) = self.md_entry_of(offset, d)?;
+        if last_md_at == u32::MAX {
+            return Some((at, i));
+        }
+        Some((u64::from(last_md_at) + (at - start - d), i))
+    }
+
+    /// The entry of the block at `offset` of `zone` in md block `bytes`, if
+    /// it decodes as the md of that block's group.
+    pub fn entry_in_block(
+        &self,
+        zone: ZoneId,
+        offset: u64,
+        bytes: &[u8],
+        md_bytes: usize,
+    ) -> Option<MdEntry> {
+        let b = MdBlock::decode(bytes, md_bytes).ok()?;
+        let k = self.group_of(offset);
+        if b.kind != MdBlockKind::Group || b.zone != zone || u64::from(b.group) != k {
+            return None;
+        }
+        let i = offset.checked_sub(self.group_start(k) + u64::from(b.first_entry))?;
+        b.entries
+            .into_iter()
+            .nth(i as usize)
+            .filter(|e| u64::from(e.home_offset) == offset)
+    }
+}
+
 /// Data blocks group `group` of a zone of `zone_capacity_blocks` holds
 /// when written full, with `block_size`-byte blocks and `md_bytes` of md
 /// ([`MdLayout::group_data_blocks`]).

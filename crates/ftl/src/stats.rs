@@ -68,6 +68,12 @@ pub struct FtlStats {
     /// Events of the post-crash hand-over taken by the client
     /// (`NamelessEvent::Unrecorded`) since mount.
     pub nameless_handover_blocks: u64,
+    /// In band (md placement log): md blocks written after nameless
+    /// groups since mount, and groups whose md append failed (kept in
+    /// memory and in checkpoints while their zone holds a live block),
+    /// mount's orphans included.
+    pub nameless_md_write_blocks: u64,
+    pub nameless_md_stuck_groups: u64,
     /// Nameless blocks GC migrated (each with a `Migrated` event; also in
     /// gc_copy_blocks) since mount, and the times migration stopped
     /// because the remap table (or the checkpoint's room for it) had no

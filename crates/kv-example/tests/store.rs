@@ -196,15 +196,16 @@ fn bad_input_gets_typed_errors_and_changes_nothing() {
         Store::open(volume(), 0, 64),
         Err(KvError::NotAStore { lba: 0 })
     ));
-    // A volume without the physical segment (tags in band) answers the
-    // first put with the FTL's typed error.
-    let dev = SimDevice::create_memory(sim()).unwrap();
-    let opts = FormatOptions {
-        tag_placement: zftl::core::TagPlacement::InBand,
-        ..FormatOptions::default()
+    // A volume without the physical segment (tags in an OOB with no room
+    // for the md after them) answers the first put with the FTL's typed
+    // error.
+    let small_oob = SimConfig {
+        oob_size_bytes: 32,
+        ..sim()
     };
-    let in_band = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
-    let mut store = Store::create(in_band, 0, options(2, ValuePlacement::Nameless)).unwrap();
+    let dev = SimDevice::create_memory(small_oob).unwrap();
+    let no_segment = Driver::format(dev, &FormatOptions::default(), FtlConfig::default()).unwrap();
+    let mut store = Store::create(no_segment, 0, options(2, ValuePlacement::Nameless)).unwrap();
     assert!(matches!(
         store.put(b"k", b"v"),
         Err(KvError::Io(IoError::Nameless(_)))

@@ -116,7 +116,7 @@ pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32) -> Vec<StreamState> {
 #[derive(Debug, Default)]
 pub(super) struct StreamState {
     pub(super) zone: Option<ZoneId>,
-    allocated_blocks: u64,
+    pub(super) allocated_blocks: u64,
     /// The zone came out of the GC reserve: only GC may fill it, or host
     /// writes sharing the lane would eat the reserve.
     gc_only: bool,
@@ -198,9 +198,13 @@ impl Ftl {
         if self.zone_appends_full(lane, zone) {
             return None;
         }
-        let st = self.lane_mut(lane);
-        let n = wanted.min(data_cap - st.allocated_blocks);
-        Some((zone, n))
+        let allocated = self.lane_mut(lane).allocated_blocks;
+        let left = match &self.nameless.md {
+            // In band a nameless zone's data stops at each group's md blocks.
+            Some(m) if self.zones.get(zone).kind().is_nameless() => m.lane_room(allocated),
+            _ => data_cap - allocated,
+        };
+        Some((zone, wanted.min(left)))
     }
 
     /// A free zone for `kind` on the zone group the open lanes use least.
@@ -449,6 +453,17 @@ impl Ftl {
     /// it until they complete.
     pub(super) fn lane_commit(&mut self, lane: Lane, zone: ZoneId, n: u64, seq: Seq) {
         let data_cap = self.data_cap();
+        if self.md_in_zones() && self.zones.get(zone).kind().is_nameless() {
+            // The lane keeps the zone past each group: its md blocks, then
+            // the next group (`Ftl::next_md_command`).
+            let st = self.lane_mut(lane);
+            let before = st.allocated_blocks;
+            st.allocated_blocks += n;
+            self.md_allocated(zone, before, n);
+            self.zones.record_write(zone, n, seq);
+            self.zone_appends[zone as usize] += 1;
+            return;
+        }
         let st = self.lane_mut(lane);
         st.allocated_blocks += n;
         if st.allocated_blocks == data_cap {
@@ -670,7 +685,14 @@ impl Ftl {
                 st.zone = None;
             }
         }
-        self.zones.finish(zone);
+        if let Some(m) = &mut self.nameless.md {
+            m.seal(zone);
+        }
+        // A nameless zone's open group is written first (the table marks
+        // the zone full when its finish goes out).
+        if !self.md_pending(zone) {
+            self.zones.finish(zone);
+        }
         self.summary_dropped(zone);
         if !self.finish_pending.contains(&zone) {
             self.finish_pending.push(zone);
@@ -679,9 +701,15 @@ impl Ftl {
 
     /// The device Finish of a sealed zone whose appends have all completed.
     pub(super) fn next_finish_command(&mut self) -> Option<(Op, Command)> {
-        let at = (0..self.finish_pending.len())
-            .find(|&i| self.zone_appends[self.finish_pending[i] as usize] == 0)?;
+        // A nameless zone's open group gets its md blocks first.
+        let at = (0..self.finish_pending.len()).find(|&i| {
+            let z = self.finish_pending[i];
+            self.zone_appends[z as usize] == 0 && !self.md_pending(z)
+        })?;
         let zone = self.finish_pending.swap_remove(at);
+        if self.zones.get(zone).state() != crate::zone::ZoneUse::Full {
+            self.zones.finish(zone);
+        }
         self.zone_appends[zone as usize] += 1; // settles on completion
         Some((Op::ZoneFinish { zone }, Command::Finish { zone }))
     }

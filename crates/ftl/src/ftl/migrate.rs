@@ -163,8 +163,11 @@ impl Ftl {
     /// Whether migrations have stopped: the remap table (or the checkpoint)
     /// has no room for a zone's live blocks. Then the dead blocks of the
     /// nameless zones count as used (`nameless_dead_blocks`).
+    /// In band migration is not built (a copy's md would need its own
+    /// record): nameless zones are collected only once nothing in them
+    /// lives, and their dead blocks count as used.
     pub(super) fn migration_stopped(&self) -> bool {
-        self.remap_room_entries() < self.data_cap()
+        self.md_in_zones() || self.remap_room_entries() < self.data_cap()
     }
 
     /// GC's migration victim, if one may be collected now: a Full nameless
@@ -173,7 +176,7 @@ impl Ftl {
     /// reset erased), with room in the remap table for its live blocks.
     /// When only a younger one would do, asks for a checkpoint.
     pub(super) fn migration_victim(&mut self) -> Option<ZoneId> {
-        if self.zones.nameless_zone_count() == 0 {
+        if self.zones.nameless_zone_count() == 0 || self.md_in_zones() {
             return None;
         }
         let data_cap = self.data_cap();
@@ -221,6 +224,9 @@ impl Ftl {
     /// most once in `WL_EVERY_GC_JOBS + 1` jobs. O(zones).
     pub(super) fn nameless_wl_victim(&self) -> Option<ZoneId> {
         let w = self.cfg.nameless_wear?;
+        if self.md_in_zones() {
+            return None; // moves are migrations, not built in band
+        }
         if !self.jobs.is_empty() || self.zones.free_count() == 0 {
             return None;
         }

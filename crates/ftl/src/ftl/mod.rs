@@ -27,6 +27,7 @@
 
 mod ckpt;
 mod lane;
+mod md_groups;
 mod meta;
 mod migrate;
 mod nameless;
@@ -107,6 +108,13 @@ pub(crate) struct Parts {
     pub nameless_commit_seq: Seq,
     /// The remap table as recovered: (old, new), old increasing.
     pub nameless_remap: Vec<(NamelessAddr, NamelessAddr)>,
+    /// In band: per zone, the offset past its last nameless data block and
+    /// where its last group's md landed (`u32::MAX`: right after the data);
+    /// empty for a fresh volume. And the recovered groups whose md the mount
+    /// found on the media nowhere and had no room to write: (zone, group,
+    /// entries).
+    pub nameless_tails: Vec<(u32, u32)>,
+    pub nameless_stuck: Vec<(ZoneId, u64, Vec<crate::nameless::MdEntry>)>,
 }
 
 /// Who gets the answer to a request the core runs: the caller (its id),
@@ -161,6 +169,11 @@ enum Op {
         copy: usize,
     },
     SummaryWrite {
+        zone: ZoneId,
+        blocks: u64,
+    },
+    /// Md blocks of a nameless zone's group (md placement log).
+    MdWrite {
         zone: ZoneId,
         blocks: u64,
     },
@@ -356,8 +369,24 @@ impl Ftl {
         let max_commands = p.config.max_inflight_commands.max(1) as usize;
         let max_reads = p.config.max_host_requests.max(1) as usize;
         let zone_capacity_blocks = p.geometry.zone_capacity_blocks;
-        let nameless_supported =
-            nameless::segment_supported(p.tag_mode, p.geometry.oob_size_bytes as usize);
+        let placement = nameless::segment_placement(p.tag_mode, p.geometry.oob_size_bytes as usize);
+        let nameless_supported = placement.is_some();
+        let md_groups = (placement == Some(crate::nameless::MdPlacement::Log)).then(|| {
+            let layout = crate::nameless::MdLayout::new(
+                p.geometry.block_size_bytes as usize,
+                NAMELESS_MD_BYTES,
+                p.geometry.zone_capacity_blocks,
+            );
+            let mut m = md_groups::MdGroups::new(layout, NAMELESS_MD_BYTES, zone_count);
+            if !p.nameless_tails.is_empty() {
+                m.tails = p.nameless_tails;
+            }
+            for (zone, group, entries) in p.nameless_stuck {
+                m.add_stuck(zone, group, entries);
+            }
+            m
+        });
+        let stuck_groups = md_groups.as_ref().map_or(0, |m| m.open.len() as u64);
         let nameless_empty_zones = p
             .zones
             .iter()
@@ -366,6 +395,7 @@ impl Ftl {
         let usable = data_zones.saturating_sub(set_aside) * data_cap;
         let stats = FtlStats {
             nameless_remap_peak_entries: p.nameless_remap.len() as u64,
+            nameless_md_stuck_groups: stuck_groups,
             ..FtlStats::default()
         };
         Ftl {
@@ -455,6 +485,7 @@ impl Ftl {
                 },
                 nameless_empty_zones,
                 nameless_supported,
+                md_groups,
                 max_reads,
                 p.config.nameless_uncommitted_blocks,
                 p.config.nameless_remap_entries,
@@ -851,6 +882,7 @@ impl Ftl {
             .or_else(|| self.next_handover_read())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_summary_command())
+            .or_else(|| self.next_md_command())
             .or_else(|| self.next_finish_command())
             .or_else(|| self.next_gc_append())
             .or_else(|| self.next_migrate_append())
@@ -1034,6 +1066,7 @@ impl Ftl {
             },
             Op::SuperWrite { copy } => self.super_write_done(copy, result),
             Op::SummaryWrite { zone, blocks } => self.summary_write_done(zone, blocks, result),
+            Op::MdWrite { zone, blocks } => self.md_write_done(zone, blocks, result),
             // A zone that went read-only or offline cannot be finished, and
             // need not be: it no longer counts against the open limits.
             Op::ZoneFinish { zone } => self.append_settled(zone),

@@ -5,6 +5,7 @@
 //! recovery, as a host block's tag is.
 
 use super::lane::Lane;
+use super::md_groups::MdGroups;
 use super::migrate::Moves;
 use super::read::READ_ATTEMPTS;
 use super::request::{Reply, ReplyData};
@@ -16,7 +17,8 @@ use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{
-    MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
+    MdEntry, MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
+    OpenMdRecord,
 };
 use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
 use crate::note::Note;
@@ -40,8 +42,10 @@ pub(super) const NAMELESS_QUEUE_BLOCKS: u64 = 1024;
 #[derive(Debug)]
 pub(super) struct NamelessState {
     /// Whether the volume has the segment (tags in OOB with room for the
-    /// metadata).
+    /// metadata, or in band).
     supported: bool,
+    /// In band (md placement log): the md groups.
+    pub(super) md: Option<MdGroups>,
     /// Per zone, the generation of its nameless data: the birth generation
     /// of every address in it (0: never held nameless data). It goes up each
     /// time the zone is opened for nameless data, so an address from before
@@ -160,6 +164,9 @@ pub(super) struct NamelessRead {
     old: NamelessAddr,
     attempts: u8,
     host_aborts: u8,
+    /// In band, once the block is read and its md is not in memory: the
+    /// block, while its md block is read.
+    data: Option<Vec<u8>>,
 }
 
 /// The blocks of one nameless append: `count` blocks of write `key` from
@@ -173,6 +180,8 @@ pub(super) struct NamelessAppend {
     pad_blocks: u64,
     /// The blocks its overwrites replace (`Moves::replacing`).
     replaced: Vec<Ppa>,
+    /// Seq of its first block (the rest follow).
+    first_seq: Seq,
 }
 
 impl NamelessState {
@@ -180,10 +189,12 @@ impl NamelessState {
     /// Every block of the recovered uncommitted set is handed over (its
     /// event prepared by a read); the set's bound is the larger of
     /// `uncommitted_capacity` and what was recovered.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         r: Recovered,
         empty_zones: u32,
         supported: bool,
+        md: Option<MdGroups>,
         max_requests: usize,
         uncommitted_capacity: u32,
         remap_capacity: u32,
@@ -203,6 +214,7 @@ impl NamelessState {
             empty_zones,
             any_generation: r.gens.iter().any(|&g| g > 0),
             supported,
+            md,
             gens: r.gens,
             uncommitted: r.uncommitted.into_iter().collect(),
             uncommitted_capacity: capacity,
@@ -270,9 +282,16 @@ impl NamelessState {
     }
 }
 
-/// Whether a volume of this tag mode and OOB size has the physical segment.
-pub(super) fn segment_supported(tag_mode: TagMode, oob_size_bytes: usize) -> bool {
-    tag_mode == TagMode::Oob && oob_size_bytes >= TAG_BYTES + NAMELESS_MD_BYTES
+/// Where a volume of this tag mode and OOB size keeps nameless md, if it
+/// has the physical segment: in OOB after the tag when there is room; in
+/// band in md groups (docs/format.md §11). Tags in an OOB too small for
+/// the md: no segment (their blocks would need both records).
+pub(crate) fn segment_placement(tag_mode: TagMode, oob_size_bytes: usize) -> Option<MdPlacement> {
+    match tag_mode {
+        TagMode::Oob if oob_size_bytes >= TAG_BYTES + NAMELESS_MD_BYTES => Some(MdPlacement::Oob),
+        TagMode::Oob => None,
+        TagMode::InBand => Some(MdPlacement::Log),
+    }
 }
 
 impl Ftl {
@@ -338,12 +357,27 @@ impl Ftl {
         let nameless = u64::from(self.zones.nameless_zone_count());
         let set = 16 + 8 + 4 * self.nameless.uncommitted_blocks();
         let remap = 16 + 8 + 16 * u64::from(self.nameless.remap.len());
-        4 * 16 + 32 + 8 * zones + 8 + nameless * (24 + self.cap().div_ceil(64) * 8) + set + remap
+        let open_md = self
+            .nameless
+            .md
+            .as_ref()
+            .map_or(0, |m| 16 + m.checkpoint_bytes());
+        4 * 16
+            + 32
+            + 8 * zones
+            + 8
+            + nameless * (24 + self.cap().div_ceil(64) * 8)
+            + set
+            + remap
+            + open_md
     }
 
     /// A nameless zone was reset or retired (it held nothing live).
-    pub(super) fn nameless_zone_gone(&mut self) {
+    pub(super) fn nameless_zone_gone(&mut self, zone: ZoneId) {
         self.nameless.empty_zones -= 1;
+        if let Some(m) = &mut self.nameless.md {
+            m.zone_reset(zone);
+        }
     }
 
     /// The nameless block at `ppa` is freed: its zone may be empty now,
@@ -403,13 +437,24 @@ impl Ftl {
         let zones = (0..self.geo.zone_count)
             .filter(|&z| recorded(z))
             .map(|z| {
-                let end = self.zones.get(z).write_pointer_blocks();
+                let (end, last_md_at, md_written) = match &self.nameless.md {
+                    Some(m) => {
+                        let (end, at) = m.tails[z as usize];
+                        let open = m.group(z).is_some();
+                        (
+                            u64::from(end),
+                            (at != u32::MAX).then_some(at),
+                            end > 0 && !open,
+                        )
+                    }
+                    None => (self.zones.get(z).write_pointer_blocks(), None, false),
+                };
                 NamelessZoneRecord {
                     zone: z,
                     data_end: u32::try_from(end).expect("zone capacity fits u32"),
-                    last_md_at: None,
+                    last_md_at,
                     live_blocks: self.mapping.valid_blocks(z) as u32,
-                    md_written: false,
+                    md_written,
                     held: self.lanes.iter().any(|l| l.zone == Some(z)),
                     valid: self.mapping.zone_bitmap(z, end),
                 }
@@ -422,11 +467,27 @@ impl Ftl {
                 "uncommitted block {p:?} is not a live block of a nameless zone"
             );
         }
+        let mut open_md: Vec<OpenMdRecord> = self
+            .nameless
+            .md
+            .iter()
+            .flat_map(|m| &m.open)
+            .filter(|g| recorded(g.zone))
+            .map(|g| OpenMdRecord {
+                zone: g.zone,
+                entries: g.entries.clone(),
+            })
+            .collect();
+        open_md.sort_by_key(|r| r.zone);
+        let (placement, group_blocks) = match &self.nameless.md {
+            Some(m) => (MdPlacement::Log, m.layout.group_blocks as u32),
+            None => (MdPlacement::Oob, 0),
+        };
         NamelessImage {
             header: Some(NamelessHeader {
                 md_bytes: NAMELESS_MD_BYTES as u16,
-                placement: MdPlacement::Oob,
-                group_blocks: 0,
+                placement,
+                group_blocks,
                 remap_capacity: self.nameless.remap.capacity(),
                 uncommitted_capacity: u32::try_from(self.nameless.uncommitted_capacity)
                     .expect("the uncommitted capacity fits u32"),
@@ -436,7 +497,18 @@ impl Ftl {
             zones,
             remap: self.nameless.remap.entries(),
             uncommitted,
+            open_md,
             ..NamelessImage::default()
+        }
+    }
+
+    /// Offsets of a zone nameless blocks may have: in band the md groups
+    /// lie among them (an md block's offset is never live).
+    fn nameless_offset_limit(&self) -> u64 {
+        if self.md_in_zones() {
+            self.cap()
+        } else {
+            self.data_cap()
         }
     }
 
@@ -484,7 +556,7 @@ impl Ftl {
             || addr.generation() == 0
             || ppa.0 >= self.mapping.physical_blocks()
             || ppa.zone(cap) < self.layout.first_data_zone()
-            || ppa.offset_blocks(cap) >= self.data_cap();
+            || ppa.offset_blocks(cap) >= self.nameless_offset_limit();
         if outside {
             return Err(NamelessError::OutOfSegment { addr });
         }
@@ -679,10 +751,16 @@ impl Ftl {
         for &p in &replaced {
             self.nameless.moves.replacing(p);
         }
+        let in_band = self.md_in_zones();
         let w = self.nameless.writes.get_mut(key).expect("queued write");
         let first = w.sent;
         for i in first..first + n as usize {
             data.push(w.blocks[i].clone());
+            if in_band {
+                // The record goes to the log once the block landed.
+                oob.resize(oob.len() + ob, 0);
+                continue;
+            }
             let at = oob.len();
             oob.resize(at + ob, 0);
             let tag = NamelessTag {
@@ -716,6 +794,7 @@ impl Ftl {
             count: n as usize,
             pad_blocks: pad,
             replaced,
+            first_seq,
         };
         Some((
             Op::NamelessAppend(append),
@@ -829,13 +908,58 @@ impl Ftl {
             w.addrs[a.first + i] = NamelessAddr::new(ppa, generation);
             w.needs_log |= opening;
             let old = w.old.get(a.first + i).copied();
-            if let Some(old) = old.and_then(|o| self.nameless_resolve(o).ok()) {
+            let replaced = old.and_then(|o| self.nameless_resolve(o).ok());
+            if self.md_in_zones() {
+                self.nameless_record(a, i, ppa, replaced.unwrap_or(NamelessAddr::NONE));
+            }
+            if let Some(old) = replaced {
                 if self.mapping.nameless_clear(old.ppa()) {
                     self.stats.nameless_free_blocks += 1;
                     self.nameless_cleared(old.ppa());
                 }
             }
         }
+    }
+
+    /// In band, block `i` of append `a` landed at `ppa`: its record, as
+    /// the NamelessWrite note and its NamelessMd notes (the write is
+    /// answered once they are durable) and as its entry in the zone's
+    /// open group (its md block's, later).
+    fn nameless_record(&mut self, a: &NamelessAppend, i: usize, ppa: Ppa, replaced: NamelessAddr) {
+        let cap = self.cap();
+        let generation = self.nameless.gens[a.zone as usize];
+        let w = self
+            .nameless
+            .writes
+            .get_mut(a.key)
+            .expect("write in flight");
+        w.needs_log = true;
+        let b = a.first + i;
+        let md = w.md[b * NAMELESS_MD_BYTES..(b + 1) * NAMELESS_MD_BYTES].to_vec();
+        let data_crc = w.crcs[b];
+        let seq = a.first_seq + i as u64;
+        self.log.push_note(Note::NamelessWrite {
+            seq,
+            ppa,
+            data_crc,
+            birth_gen: generation,
+            replaced,
+        });
+        for n in crate::note::nameless_md_notes(&md, seq) {
+            self.log.push_note(n);
+        }
+        let offset = ppa.offset_blocks(cap);
+        let m = self.nameless.md.as_mut().expect("md placement log");
+        let start = m.layout.group_start(m.layout.group_of(offset));
+        let g = m
+            .open
+            .iter_mut()
+            .find(|g| g.zone == a.zone)
+            .expect("the open group of a block that landed");
+        let e = &mut g.entries[(offset - start) as usize];
+        e.data_crc = data_crc;
+        e.birth_gen = generation;
+        e.md = md;
     }
 
     /// `count` more blocks of write `key` are done: answers it once all
@@ -961,22 +1085,107 @@ impl Ftl {
             old: NamelessAddr::NONE,
             attempts: 0,
             host_aborts: 0,
+            data: None,
         });
         Ok(())
     }
 
     pub(super) fn next_nameless_read(&mut self) -> Option<(Op, Command)> {
         let r = self.nameless.reads.pop_front()?;
+        self.nameless.reads_in_flight += 1;
+        let cmd = self.nameless_read_command(&r);
+        Some((Op::NamelessRead(r), cmd))
+    }
+
+    /// The read of `r`'s block, or, once that is read (in band), of the
+    /// md block holding its entry.
+    fn nameless_read_command(&self, r: &NamelessRead) -> Command {
         let cap = self.cap();
         let ppa = r.addr.ppa();
-        self.nameless.reads_in_flight += 1;
-        let cmd = Command::Read {
-            zone: ppa.zone(cap),
-            offset_blocks: ppa.offset_blocks(cap),
+        let (zone, offset) = (ppa.zone(cap), ppa.offset_blocks(cap));
+        let offset_blocks = match (&r.data, &self.nameless.md) {
+            // A live block below its zone's data end has a location (the
+            // caller found no entry in memory); offset 0 reads a block
+            // that fails the check otherwise.
+            (Some(_), Some(m)) => m.md_location(zone, offset).map_or(0, |(at, _)| at),
+            _ => offset,
+        };
+        Command::Read {
+            zone,
+            offset_blocks,
             block_count: 1,
             priority: ReadPriority::Host,
+        }
+    }
+
+    /// The answer to read `r` once `block` is read: with md in OOB, at
+    /// once; in band, from the entry in memory, or (`None`) after a read
+    /// of the md block (`r` keeps the data; the caller issues it again).
+    fn nameless_read_result(
+        &self,
+        r: &mut NamelessRead,
+        block: Vec<u8>,
+        oob: &[u8],
+    ) -> Option<Result<ReplyData, IoError>> {
+        if !self.md_in_zones() {
+            return Some(self.nameless_verify(r.addr, block, oob));
+        }
+        let Some(data) = r.data.take() else {
+            if let Some(e) = self.md_in_memory(r.addr) {
+                return Some(self.nameless_verify_entry(r.addr, block, Some(e)));
+            }
+            r.data = Some(block);
+            r.attempts = 0;
+            return None;
         };
-        Some((Op::NamelessRead(r), cmd))
+        let entry = self.md_entry_in_block(r.addr, &block);
+        Some(self.nameless_verify_entry(r.addr, data, entry.as_ref()))
+    }
+
+    /// The entry of `addr`'s block in the md block `bytes`, if it decodes
+    /// as the md of that block's group.
+    fn md_entry_in_block(&self, addr: NamelessAddr, bytes: &[u8]) -> Option<MdEntry> {
+        let m = self.nameless.md.as_ref()?;
+        let cap = self.cap();
+        let (zone, offset) = (addr.ppa().zone(cap), addr.ppa().offset_blocks(cap));
+        m.layout.entry_in_block(zone, offset, bytes, m.md_bytes)
+    }
+
+    /// In band: the block read at `addr` against its entry (none: its md
+    /// block did not hold it).
+    fn nameless_verify_entry(
+        &self,
+        addr: NamelessAddr,
+        data: Vec<u8>,
+        entry: Option<&MdEntry>,
+    ) -> Result<ReplyData, IoError> {
+        let cap = self.cap();
+        let (zone, offset_blocks) = (addr.ppa().zone(cap), addr.ppa().offset_blocks(cap));
+        let actual_crc = self.data_crc().checksum(&data);
+        let corrupt = |expected_crc| NamelessError::Corrupt {
+            addr,
+            zone,
+            offset_blocks,
+            expected_crc,
+            actual_crc,
+        };
+        let Some(e) = entry.filter(|e| e.is_present()) else {
+            return Err(corrupt(0).into());
+        };
+        if e.birth_gen != addr.generation() {
+            return Err(NamelessError::Stale {
+                addr,
+                zone_generation: self.nameless.gens[zone as usize],
+            }
+            .into());
+        }
+        if e.data_crc != actual_crc {
+            return Err(corrupt(e.data_crc).into());
+        }
+        Ok(ReplyData::NamelessBlock {
+            data,
+            md: e.md.clone(),
+        })
     }
 
     /// Whether read `r` goes again after `result`: a host-side abort, or
@@ -1006,9 +1215,16 @@ impl Ftl {
             return;
         }
         let cap = self.cap();
-        self.zone_readers[r.addr.ppa().zone(cap) as usize] -= 1;
         let result = match result {
-            Ok(Outcome::Read { data, oob }) => self.nameless_verify(r.addr, data, &oob),
+            Ok(Outcome::Read { data, oob }) => {
+                match self.nameless_read_result(&mut r, data, &oob) {
+                    Some(result) => result,
+                    None => {
+                        self.nameless.reads.push_front(r);
+                        return;
+                    }
+                }
+            }
             Ok(other) => panic!("read completed as {other:?}"),
             Err(DeviceError::DeviceGone) => Err(IoError::DeviceGone),
             Err(e) => Err(IoError::Device {
@@ -1016,6 +1232,7 @@ impl Ftl {
                 source: e,
             }),
         };
+        self.zone_readers[r.addr.ppa().zone(cap) as usize] -= 1;
         self.stats.read_errors += u64::from(result.is_err());
         if result.is_ok() {
             self.stats.nameless_read_blocks += 1;
@@ -1205,18 +1422,12 @@ impl Ftl {
                     old,
                     attempts: 0,
                     host_aborts: 0,
+                    data: None,
                 }
             }
         };
-        let cap = self.cap();
-        let ppa = r.addr.ppa();
         self.nameless.handover_reads += 1;
-        let cmd = Command::Read {
-            zone: ppa.zone(cap),
-            offset_blocks: ppa.offset_blocks(cap),
-            block_count: 1,
-            priority: ReadPriority::Host,
-        };
+        let cmd = self.nameless_read_command(&r);
         Some((Op::HandoverRead(r), cmd))
     }
 
@@ -1249,10 +1460,16 @@ impl Ftl {
             self.nameless.handover_retry.push_front(r);
             return;
         }
-        let zone = r.addr.ppa().zone(self.cap());
-        self.zone_readers[zone as usize] -= 1;
         let block = match result {
-            Ok(Outcome::Read { data, oob }) => self.nameless_verify(r.addr, data, &oob),
+            Ok(Outcome::Read { data, oob }) => {
+                match self.nameless_read_result(&mut r, data, &oob) {
+                    Some(result) => result,
+                    None => {
+                        self.nameless.handover_retry.push_front(r);
+                        return;
+                    }
+                }
+            }
             Ok(other) => panic!("read completed as {other:?}"),
             Err(e) => Err(IoError::Device {
                 lba: u64::MAX,
@@ -1275,6 +1492,8 @@ impl Ftl {
             // It stays in the set: the next mount tries again.
             Err(_) => self.stats.read_errors += 1,
         }
+        let zone = r.addr.ppa().zone(self.cap());
+        self.zone_readers[zone as usize] -= 1;
         self.serve_event_waiters();
     }
 

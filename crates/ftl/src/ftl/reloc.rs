@@ -1197,7 +1197,7 @@ impl Ftl {
             }
         }
         if was_nameless && !self.zones.get(zone).kind().is_nameless() {
-            self.nameless_zone_gone();
+            self.nameless_zone_gone(zone);
         }
     }
 }

@@ -14,6 +14,7 @@
 //! device's zone report.
 
 mod log_reader;
+mod md;
 mod replay;
 mod tags;
 mod zones;
@@ -129,6 +130,8 @@ impl<B: Backend> Driver<B> {
             nameless_uncommitted: Vec::new(),
             nameless_commit_seq: 0,
             nameless_remap: Vec::new(),
+            nameless_tails: Vec::new(),
+            nameless_stuck: Vec::new(),
             geometry,
             config,
             layout,
@@ -194,7 +197,23 @@ impl<B: Backend> Driver<B> {
     /// `ftl().is_read_only()` tells; every write answers
     /// [`IoError::ReadOnly`](crate::error::IoError::ReadOnly).
     pub fn mount(mut backend: B, config: FtlConfig) -> Result<Driver<B>, MountError> {
-        let r = recover_state(&mut backend, config.data_crc_impl())?;
+        let mut r = recover_state(&mut backend, config.data_crc_impl())?;
+        // In band, nameless groups whose md the media may lack: before the
+        // zones are finished (no room after).
+        let settled = match r.nameless_md.take() {
+            Some(md) => {
+                let mapping = &r.mapping;
+                let is_live = |p: Ppa| mapping.is_live(p);
+                Some(md::settle(
+                    &mut backend,
+                    &r.geometry,
+                    md,
+                    is_live,
+                    &mut r.reports,
+                )?)
+            }
+            None => None,
+        };
         for &z in &r.finish {
             again_after_abort(|| backend.finish_zone(z))
                 .map_err(dev("mount: finishing a half-written zone"))?;
@@ -215,6 +234,8 @@ impl<B: Backend> Driver<B> {
             nameless_remap,
             ..
         } = r;
+        let (nameless_tails, nameless_stuck) =
+            settled.map_or_else(|| (Vec::new(), Vec::new()), |s| (s.tails, s.stuck));
         let log = log.writer(&mut backend, &geometry, sb.checkpoint_log_seq)?;
         let in_band = sb.tag_mode == TagMode::InBand;
         let config_reserve = reserve_from_layout(&geometry, &layout, in_band);
@@ -236,6 +257,8 @@ impl<B: Backend> Driver<B> {
             nameless_uncommitted,
             nameless_commit_seq,
             nameless_remap,
+            nameless_tails,
+            nameless_stuck,
             uuid: sb.uuid,
             tag_mode: sb.tag_mode,
             geometry,
@@ -288,6 +311,8 @@ pub struct Recovered {
     /// The remap table: (old, new) of each migration not acknowledged,
     /// old increasing.
     pub nameless_remap: Vec<(NamelessAddr, NamelessAddr)>,
+    /// In band: the md groups' records, settled by the mount.
+    pub(crate) nameless_md: Option<md::RecoveredMd>,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -363,6 +388,7 @@ pub fn recover_state<B: Backend>(
         nameless_commit_seq: state.nameless_commit_seq,
         nameless_remap: state.nameless_remap.into_iter().collect(),
         nameless_gens: state.nameless_gens,
+        nameless_md: state.nameless_md,
         data_crc: crc,
         log,
         reports,

@@ -274,6 +274,8 @@ pub(super) struct Rebuild {
     /// The same entries by their new side: a free of that block drops its
     /// entry.
     pub(super) nameless_remap_by_new: BTreeMap<Ppa, NamelessAddr>,
+    /// In band: the md groups' records (md placement log).
+    pub(super) nameless_md: Option<super::md::RecoveredMd>,
 }
 
 impl Rebuild {
@@ -354,6 +356,17 @@ impl Rebuild {
             in_reset_zones,
         );
         rebuild.load_nameless(image)?;
+        if in_band {
+            let md = super::md::RecoveredMd::from_image(g, &image.nameless);
+            let g_recorded = image.nameless.header.map(|h| u64::from(h.group_blocks));
+            if g_recorded.is_some_and(|gb| gb != md.layout.group_blocks) {
+                return Err(MountError::Damaged(format!(
+                    "checkpoint: md group of {g_recorded:?} blocks, this volume's is {}",
+                    md.layout.group_blocks
+                )));
+            }
+            rebuild.nameless_md = Some(md);
+        }
         Ok(rebuild)
     }
 
@@ -364,18 +377,24 @@ impl Rebuild {
         if n.is_empty() {
             return Ok(());
         }
+        let placement = if self.in_band {
+            MdPlacement::Log
+        } else {
+            MdPlacement::Oob
+        };
         let oob_md = n.header.as_ref().is_some_and(|h| {
-            h.placement == MdPlacement::Oob && usize::from(h.md_bytes) == NAMELESS_MD_BYTES
+            h.placement == placement && usize::from(h.md_bytes) == NAMELESS_MD_BYTES
         });
         let scratch = image
             .zones
             .iter()
             .any(|z| z.kind == RecordKind::NamelessScratch);
-        let unbuilt = !oob_md || scratch || !n.open_md.is_empty() || n.job.is_some();
+        let unbuilt = !oob_md || scratch || n.job.is_some();
         if unbuilt {
             return Err(MountError::Unsupported(format!(
-                "the checkpoint holds nameless state this build does not mount (md in the log, \
-                 md of other than {NAMELESS_MD_BYTES} bytes or an in-place collection): {:?}",
+                "the checkpoint holds nameless state this build does not mount (md placed \
+                 other than the tag mode has it, md of other than {NAMELESS_MD_BYTES} bytes or \
+                 an in-place collection): {:?}",
                 n.header
             )));
         }
@@ -466,6 +485,7 @@ impl Rebuild {
             nameless_commit_seq: 0,
             nameless_remap: BTreeMap::new(),
             nameless_remap_by_new: BTreeMap::new(),
+            nameless_md: None,
         }
     }
 
@@ -579,7 +599,7 @@ impl Rebuild {
     /// A nameless block's tag: live, unless its zone's NamelessZone note
     /// did not survive (no reply carried its generation); frees what it
     /// replaced.
-    fn nameless_tag(
+    pub(super) fn nameless_tag(
         &mut self,
         ppa: Ppa,
         birth_gen: u32,
@@ -756,6 +776,7 @@ impl Rebuild {
                 Event::Note(n) => self.note(n, g, &ppa_ok)?,
             }
         }
+        self.nameless_md_end();
         Ok(())
     }
 
@@ -848,6 +869,7 @@ impl Rebuild {
                 self.erase_counts.insert(zone, erase_count);
                 self.zone_reset(zone)?;
                 self.nameless_zone_reset(zone)?;
+                self.nameless_md_reset(zone);
             }
             Note::NamelessZone {
                 seq,
@@ -894,13 +916,21 @@ impl Rebuild {
                 ppa_ok(new_ppa, "NamelessMigrate note")?;
                 self.nameless_migrate(seq, old, NamelessAddr::new(new_ppa, birth_gen))?;
             }
-            // Nameless notes this build never writes (md in the log,
-            // in-place collection; format.md §11): a log holding one is
-            // refused rather than half applied.
-            Note::NamelessWrite { .. }
-            | Note::NamelessMd { .. }
-            | Note::InPlaceStaged { .. }
-            | Note::InPlaceDone { .. } => {
+            Note::NamelessWrite {
+                seq,
+                ppa,
+                data_crc,
+                birth_gen,
+                replaced,
+            } => {
+                ppa_ok(ppa, "NamelessWrite note")?;
+                self.nameless_write_note(seq, ppa, data_crc, birth_gen, replaced)?;
+            }
+            Note::NamelessMd { seq, bytes } => self.nameless_md_note(seq, bytes)?,
+            // Nameless notes this build never writes (in-place collection;
+            // format.md §11): a log holding one is refused rather than
+            // half applied.
+            Note::InPlaceStaged { .. } | Note::InPlaceDone { .. } => {
                 return Err(MountError::Damaged(format!(
                     "{n:?}: nameless notes are not replayed by this build"
                 )));
@@ -1232,6 +1262,81 @@ mod tests {
         let r = try_rebuild(&events).unwrap();
         assert!(r.nameless_remap.is_empty());
         assert!(r.mapping.is_live(Ppa(24)) && !r.mapping.is_live(Ppa(16)));
+    }
+
+    /// A NamelessWrite note at `seq` for block `ppa` and its md notes
+    /// (`md_notes` of them: a group the log's end cut short has fewer).
+    fn nameless_write(seq: Seq, ppa: u32, md_notes: usize) -> Vec<Event> {
+        let w = Note::NamelessWrite {
+            seq,
+            ppa: Ppa(ppa),
+            data_crc: 7,
+            birth_gen: 1,
+            replaced: NamelessAddr::NONE,
+        };
+        let md = note::nameless_md_notes(&[seq as u8; NAMELESS_MD_BYTES], seq);
+        std::iter::once(w)
+            .chain(md.into_iter().take(md_notes))
+            .map(Event::Note)
+            .collect()
+    }
+
+    /// In band: zone 2 nameless, md groups with no checkpoint state.
+    fn try_rebuild_in_band(events: &[Event]) -> Result<Rebuild, MountError> {
+        let g = Geometry {
+            oob_size_bytes: 0,
+            ..small_geometry()
+        };
+        let mapping = Mapping::new(16, 4, 8, true);
+        let mut r =
+            Rebuild::with_mapping(&g, mapping, AttrMap::new(8), 10, true, std::iter::empty());
+        r.nameless_md = Some(super::super::md::RecoveredMd::from_image(
+            &g,
+            &crate::nameless::NamelessImage::default(),
+        ));
+        let mut events: Vec<Event> = events
+            .iter()
+            .map(|e| match e {
+                Event::Note(n) => Event::Note(*n),
+                _ => unreachable!("notes only"),
+            })
+            .collect();
+        events.sort_by_key(Event::seq);
+        r.replay(&events, &g)?;
+        Ok(r)
+    }
+
+    #[test]
+    fn nameless_write_notes_make_blocks_live_and_a_group_the_log_cut_short_does_not() {
+        let full = 32usize.div_ceil(note::NAMELESS_MD_NOTE_BYTES);
+        let mut events = vec![nameless_zone(11, 2)];
+        // Pushed in completion order: the block of seq 14 before 12's,
+        // whose group the log's end cut short.
+        events.extend(nameless_write(14, 17, full));
+        events.extend(nameless_write(12, 16, full - 1));
+        let r = try_rebuild_in_band(&events).unwrap();
+        assert!(r.mapping.is_live(Ppa(17)) && !r.mapping.is_live(Ppa(16)));
+        assert_eq!(r.live_uncommitted(), vec![Ppa(17)]);
+        let md = r.nameless_md.as_ref().unwrap();
+        let (group, entries) = &md.groups[&2];
+        assert_eq!(*group, 0);
+        assert!(!entries[0].is_present(), "the torn block has no entry");
+        assert_eq!(
+            (entries[1].data_crc, entries[1].md[0]),
+            (7, 14),
+            "the block's CRC and md from its notes"
+        );
+        // An md note without its write, or a write outside a nameless zone.
+        let stray = vec![nameless_zone(11, 2), nameless_write(12, 16, full).remove(1)];
+        assert!(matches!(
+            try_rebuild_in_band(&stray),
+            Err(MountError::Damaged(_))
+        ));
+        let outside = nameless_write(12, 8, full);
+        assert!(matches!(
+            try_rebuild_in_band(&outside),
+            Err(MountError::Damaged(_))
+        ));
     }
 
     #[test]

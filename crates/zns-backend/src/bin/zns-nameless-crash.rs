@@ -1,0 +1,376 @@
+//! `zns-nameless-crash <device> [rounds] [seed]`: nameless writes killed
+//! mid-stream on an NVMe ZNS namespace (`/dev/ngXnY`), run inside the test
+//! guest. On a namespace without per-block metadata the FTL keeps its tags
+//! in band, so the blocks' md goes to the log and the zones' md groups
+//! (docs/format.md §11, placement log).
+//!
+//! The parent formats zftl on the device, then runs rounds. In each round a
+//! child (role `writer`) mounts the FTL, takes the hand-over and commits,
+//! then writes one nameless block per sequence number (data and 32 bytes of
+//! md a pure function of seed and seq), printing `wrote SEQ ADDR` after
+//! each reply and `flushed SEQ` after each flush of every [`FLUSH_EVERY`]
+//! writes; the parent kills it with SIGKILL after a random delay. A fresh
+//! child (role `verify`) mounts again and reads every block whose write was
+//! flushed: each must hold its data and md at the address it was given.
+//! Every block it is handed over (`NamelessEvent::Unrecorded`) must hold
+//! the data its md names. Exit status: 0 pass, 1 a check failed, 2 setup.
+
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use zftl_core::{Driver, FormatOptions, FtlConfig, NamelessAddr, NamelessEvent};
+use zftl_zns::ZnsDevice;
+
+/// Writes between two flushes.
+const FLUSH_EVERY: u64 = 16;
+/// Writes per round at most (then the writer waits for its kill): the
+/// segment has no migration in band, so the volume must not fill.
+const ROUND_WRITES: u64 = 3000;
+const MAGIC: &[u8; 8] = b"ZFTLNMLS";
+const DEFAULT_ROUNDS: u32 = 6;
+/// How long a busy device is waited for after a kill (zns-ftl-crash's
+/// `BUSY_WAIT`: the dead process's passthrough commands hold the device).
+const BUSY_WAIT: Duration = Duration::from_secs(150);
+
+fn open_device(dev: &str) -> Result<ZnsDevice, String> {
+    let t0 = Instant::now();
+    loop {
+        match ZnsDevice::open(dev) {
+            Err(zftl_zns::OpenError::Busy { .. }) if t0.elapsed() < BUSY_WAIT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.to_string()),
+            Ok(d) => return Ok(d),
+        }
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The block write `seq` puts.
+fn block_of(seed: u64, seq: u64, block_size: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(block_size);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&seed.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    let mut x = mix(seed ^ mix(seq));
+    while b.len() < block_size {
+        x = mix(x);
+        let take = (block_size - b.len()).min(8);
+        b.extend_from_slice(&x.to_le_bytes()[..take]);
+    }
+    b
+}
+
+/// The md of write `seq`: seed, seq, then a fill.
+fn md_of(seed: u64, seq: u64, md_bytes: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(md_bytes);
+    m.extend_from_slice(&seed.to_le_bytes());
+    m.extend_from_slice(&seq.to_le_bytes());
+    m.extend_from_slice(&mix(seed ^ seq).to_le_bytes());
+    m.resize(md_bytes, 0x5a);
+    m
+}
+
+/// Takes the hand-over: each block must hold what its md names. Returns
+/// the blocks handed over.
+fn take_handover(ftl: &mut Driver<ZnsDevice>, seed: u64) -> Result<u64, String> {
+    let bs = ftl.block_size();
+    let mut n = 0;
+    loop {
+        let events = ftl.next_events(64).map_err(|e| format!("events: {e}"))?;
+        if events.is_empty() {
+            return Ok(n);
+        }
+        for e in events {
+            let NamelessEvent::Unrecorded { addr, md } = e else {
+                return Err(format!("an event of another kind: {e:?}"));
+            };
+            let seq = u64::from_le_bytes(md[8..16].try_into().expect("8 bytes"));
+            if md != md_of(seed, seq, md.len()) {
+                return Err(format!("{addr:?} handed over with md naming no write"));
+            }
+            let (data, got_md) = ftl
+                .nameless_read(addr)
+                .map_err(|e| format!("read of handed-over {addr:?}: {e}"))?;
+            if data != block_of(seed, seq, bs) || got_md != md {
+                return Err(format!("handed-over {addr:?} does not hold write {seq}"));
+            }
+            n += 1;
+        }
+    }
+}
+
+/// `writer DEV SEED START`: mount, take the hand-over and commit, then
+/// write from START on, reporting; runs until killed.
+fn writer(dev: &str, seed: u64, start: u64) -> Result<(), String> {
+    let d = open_device(dev)?;
+    let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
+    take_handover(&mut ftl, seed)?;
+    ftl.nameless_commit().map_err(|e| format!("commit: {e}"))?;
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let mut out = std::io::stdout().lock();
+    let say = |out: &mut std::io::StdoutLock, line: String| {
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    };
+    say(&mut out, "mounted".to_string());
+    for seq in start..start + ROUND_WRITES {
+        let a = ftl
+            .nameless_write(&block_of(seed, seq, bs), &md_of(seed, seq, mb))
+            .map_err(|e| format!("nameless write {seq}: {e}"))?;
+        say(&mut out, format!("wrote {seq} {}", a[0].to_u64()));
+        if (seq - start + 1).is_multiple_of(FLUSH_EVERY) {
+            ftl.flush()
+                .map_err(|e| format!("flush after seq {seq}: {e}"))?;
+            say(&mut out, format!("flushed {seq}"));
+        }
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `verify DEV SEED FILE`: mount, take the hand-over, then read every
+/// `SEQ ADDR` line of FILE (the flushed writes); clean shutdown after.
+fn verify(dev: &str, seed: u64, file: &str) -> Result<(), String> {
+    let t0 = Instant::now();
+    let list = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let d = open_device(dev)?;
+    let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
+    let handed = take_handover(&mut ftl, seed)?;
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let mut checked = 0u64;
+    for line in list.lines() {
+        let mut it = line.split(' ');
+        let (Some(seq), Some(addr)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let seq: u64 = seq.parse().map_err(|_| format!("bad line {line:?}"))?;
+        let raw: u64 = addr.parse().map_err(|_| format!("bad line {line:?}"))?;
+        let addr = NamelessAddr::from_u64(raw);
+        let got = ftl
+            .nameless_read(addr)
+            .map_err(|e| format!("flushed write {seq} at {addr:?}: {e}"))?;
+        if got != (block_of(seed, seq, bs), md_of(seed, seq, mb)) {
+            return Err(format!("flushed write {seq} at {addr:?}: other data or md"));
+        }
+        checked += 1;
+    }
+    let stats = ftl.stats();
+    let tags = ftl.ftl().tag_mode();
+    ftl.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+    println!(
+        "verify: {checked} flushed blocks at their addresses, {handed} handed over, in {:.1} s; \
+         {} live nameless blocks, {} stuck md groups, tags {tags:?}",
+        t0.elapsed().as_secs_f64(),
+        stats.nameless_live_blocks,
+        stats.nameless_md_stuck_groups,
+    );
+    Ok(())
+}
+
+// ----- the parent -------------------------------------------------------------
+
+fn self_exe() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))
+}
+
+/// One round: a writer from `start`, killed `delay` after it mounted.
+/// Returns the last seq reported flushed and every (seq, addr) reported.
+fn round(
+    dev: &str,
+    seed: u64,
+    start: u64,
+    delay: Duration,
+) -> Result<(u64, Vec<(u64, u64)>), String> {
+    let mut child = Command::new(self_exe()?)
+        .args(["writer", dev, &seed.to_string(), &start.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the writer: {e}"))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut flushed = start - 1;
+    let mut wrote = Vec::new();
+    let mut note = |line: &str, flushed: &mut u64| {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            ["flushed", s] => *flushed = s.parse().unwrap_or(*flushed),
+            ["wrote", s, a] => {
+                if let (Ok(s), Ok(a)) = (s.parse(), a.parse()) {
+                    wrote.push((s, a));
+                }
+            }
+            _ => {}
+        }
+    };
+    match rx.recv_timeout(Duration::from_secs(300)) {
+        Ok(line) if line == "mounted" => {}
+        other => {
+            let _ = child.kill();
+            let status = child.wait();
+            return Err(format!("writer did not mount: {other:?} {status:?}"));
+        }
+    }
+    let deadline = Instant::now() + delay;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => note(&line, &mut flushed),
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait();
+                return Err(format!("writer stopped before the kill: {status:?}"));
+            }
+        }
+    }
+    child
+        .kill()
+        .map_err(|e| format!("kill -9 of the writer: {e}"))?;
+    let _ = child.wait();
+    let _ = reader.join();
+    while let Ok(line) = rx.try_recv() {
+        note(&line, &mut flushed);
+    }
+    Ok((flushed, wrote))
+}
+
+fn run_verify(dev: &str, seed: u64, known: &[(u64, u64)]) -> Result<(), String> {
+    // (The guest's initramfs may have no /tmp yet.)
+    let dir = std::env::temp_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = dir.join("zns-nameless-crash.list");
+    let text: String = known.iter().map(|(s, a)| format!("{s} {a}\n")).collect();
+    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let status = Command::new(self_exe()?)
+        .args(["verify", dev, &seed.to_string(), &file.to_string_lossy()])
+        .status()
+        .map_err(|e| format!("cannot start the verifier: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("verification failed ({status})"))
+    }
+}
+
+fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
+    let t0 = Instant::now();
+    println!("zns-nameless-crash: {dev}: {rounds} rounds, seed {seed}");
+    {
+        let d = open_device(dev)?;
+        let ftl = Driver::format(d, &FormatOptions::default(), FtlConfig::default())
+            .map_err(|e| format!("format: {e}"))?;
+        println!(
+            "formatted: blocks of {} bytes, tags {:?}, {} md bytes per nameless block",
+            ftl.block_size(),
+            ftl.ftl().tag_mode(),
+            ftl.nameless_md_bytes()
+        );
+        ftl.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+    }
+    // Every write known flushed: (seq, address).
+    let mut known: Vec<(u64, u64)> = Vec::new();
+    let mut next = 1u64;
+    let mut rng = mix(seed ^ 0x5eed);
+    for r in 0..rounds {
+        rng = mix(rng);
+        let delay = Duration::from_millis(300 + rng % 4000);
+        let t = Instant::now();
+        let (flushed, wrote) = round(dev, seed, next, delay)?;
+        let before = known.len();
+        known.extend(wrote.iter().copied().filter(|&(s, _)| s <= flushed));
+        println!(
+            "round {r}: writer killed after {:.1} s: {} writes answered, {} flushed",
+            delay.as_secs_f64(),
+            wrote.len(),
+            known.len() - before
+        );
+        // Seqs are never reused: a later round's write differs in seq.
+        next += ROUND_WRITES;
+        run_verify(dev, seed, &known).map_err(|e| format!("round {r}: {e}"))?;
+        println!("round {r}: verified ({:.1} s)", t.elapsed().as_secs_f64());
+    }
+    if known.is_empty() {
+        return Err("no write was ever flushed: the test proved nothing".to_string());
+    }
+    // The verifier must notice a lie: a flushed write claimed at another
+    // write's address.
+    if known.len() >= 2 {
+        let mut lie = known.clone();
+        lie[0].1 = known[1].1;
+        println!("self-check: a write claimed at another's address (must fail)");
+        if run_verify(dev, seed, &lie).is_ok() {
+            return Err("the verifier accepted a false address: it checks nothing".to_string());
+        }
+        println!("self-check: the verifier rejected it");
+    }
+    println!(
+        "zns-nameless-crash: {rounds} kills survived, {} flushed blocks checked, {:.1} s",
+        known.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize| -> Result<u64, String> {
+        args.get(i)
+            .ok_or_else(|| "missing argument".to_string())?
+            .parse()
+            .map_err(|_| format!("argument {i} is not a number"))
+    };
+    let result = match args.get(1).map(String::as_str) {
+        Some("writer") => (|| writer(&args[2], num(3)?, num(4)?))(),
+        Some("verify") => (|| verify(&args[2], num(3)?, &args[4]))(),
+        Some(dev) if dev.starts_with('/') => {
+            let rounds = args
+                .get(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(DEFAULT_ROUNDS);
+            let seed = args.get(3).and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+            return match parent(dev, rounds, seed) {
+                Ok(()) => {
+                    println!("ZFTL NAMELESS CRASH: PASS");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("ZFTL NAMELESS CRASH: FAIL: {e} (seed {seed})");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {
+            eprintln!("usage: zns-nameless-crash /dev/ngXnY [rounds] [seed]");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zns-nameless-crash {}: {e}", args[1]);
+            ExitCode::from(1)
+        }
+    }
+}
