@@ -1159,33 +1159,10 @@ impl Ftl {
         data: Vec<u8>,
         entry: Option<&MdEntry>,
     ) -> Result<ReplyData, IoError> {
-        let cap = self.cap();
-        let (zone, offset_blocks) = (addr.ppa().zone(cap), addr.ppa().offset_blocks(cap));
-        let actual_crc = self.data_crc().checksum(&data);
-        let corrupt = |expected_crc| NamelessError::Corrupt {
-            addr,
-            zone,
-            offset_blocks,
-            expected_crc,
-            actual_crc,
-        };
-        let Some(e) = entry.filter(|e| e.is_present()) else {
-            return Err(corrupt(0).into());
-        };
-        if e.birth_gen != addr.generation() {
-            return Err(NamelessError::Stale {
-                addr,
-                zone_generation: self.nameless.gens[zone as usize],
-            }
-            .into());
-        }
-        if e.data_crc != actual_crc {
-            return Err(corrupt(e.data_crc).into());
-        }
-        Ok(ReplyData::NamelessBlock {
-            data,
-            md: e.md.clone(),
-        })
+        let found = entry
+            .filter(|e| e.is_present())
+            .map(|e| (e.birth_gen, e.data_crc, e.md.as_slice()));
+        self.nameless_accept(addr, data, found)
     }
 
     /// Whether read `r` goes again after `result`: a host-side abort, or
@@ -1240,18 +1217,38 @@ impl Ftl {
         self.replies.push_back(Reply { id: r.id, result });
     }
 
-    /// The block read at `addr` is the one the address names (its tag's
-    /// birth generation) and is intact (its CRC).
+    /// The block read at `addr` against its tag in `oob` (a staged copy's
+    /// tag names no address a client holds).
     fn nameless_verify(
         &self,
         addr: NamelessAddr,
         data: Vec<u8>,
         oob: &[u8],
     ) -> Result<ReplyData, IoError> {
+        let ob = (self.geo.oob_size_bytes as usize).min(oob.len());
+        let found = match NamelessTag::decode(&oob[..ob]) {
+            Ok(Some((tag, md))) if tag.kind == NamelessTagKind::Staged => {
+                Some((0, tag.data_crc, md))
+            }
+            Ok(Some((tag, md))) => Some((tag.birth_gen, tag.data_crc, md)),
+            Ok(None) | Err(_) => None,
+        };
+        self.nameless_accept(addr, data, found)
+    }
+
+    /// The block read at `addr` is the one the address names (the birth
+    /// generation its record gives) and is intact (the record's CRC);
+    /// `found`: the record as (birth generation, data CRC, md), none if
+    /// unreadable.
+    fn nameless_accept(
+        &self,
+        addr: NamelessAddr,
+        data: Vec<u8>,
+        found: Option<(u32, u32, &[u8])>,
+    ) -> Result<ReplyData, IoError> {
         let cap = self.cap();
         let (zone, offset_blocks) = (addr.ppa().zone(cap), addr.ppa().offset_blocks(cap));
         let actual_crc = self.data_crc().checksum(&data);
-        let ob = (self.geo.oob_size_bytes as usize).min(oob.len());
         let corrupt = |expected_crc| NamelessError::Corrupt {
             addr,
             zone,
@@ -1259,19 +1256,18 @@ impl Ftl {
             expected_crc,
             actual_crc,
         };
-        let (tag, md) = match NamelessTag::decode(&oob[..ob]) {
-            Ok(Some(found)) => found,
-            Ok(None) | Err(_) => return Err(corrupt(0).into()),
+        let Some((birth_gen, data_crc, md)) = found else {
+            return Err(corrupt(0).into());
         };
-        if tag.birth_gen != addr.generation() || tag.kind == NamelessTagKind::Staged {
+        if birth_gen != addr.generation() {
             return Err(NamelessError::Stale {
                 addr,
                 zone_generation: self.nameless.gens[zone as usize],
             }
             .into());
         }
-        if tag.data_crc != actual_crc {
-            return Err(corrupt(tag.data_crc).into());
+        if data_crc != actual_crc {
+            return Err(corrupt(data_crc).into());
         }
         Ok(ReplyData::NamelessBlock {
             data,
