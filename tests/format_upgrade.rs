@@ -1260,3 +1260,122 @@ fn version_3_migrated_image_mounts_and_follows_its_moves() {
     let report = zftl::core::check::check(&mut dev);
     assert!(report.is_clean(), "{what}: check: {:?}", report.problems);
 }
+
+/// The frozen image with nameless md in the log (tags in band, md groups
+/// in the zones): the first build that writes them froze it
+/// (`make_frozen_inband_md_image`).
+const INBAND_MD_IMAGE: &str = "v3-inband-md.img.gz";
+/// First pass: fillers written and freed (zones filled, their groups' md
+/// blocks written), keys written (groups left open), two freed, two
+/// overwritten, a commit; a clean shutdown (its checkpoint holds the open
+/// groups). The index block holds at most 204 keys.
+const INBAND_MD_KEYS_1: std::ops::Range<u64> = 0..120;
+/// Second pass, after the mount: the same on these keys, a commit, then
+/// `NAMELESS_UNRECORDED` written (handed over), all in the log.
+const INBAND_MD_KEYS_2: std::ops::Range<u64> = 200..250;
+/// Written and freed before the first pass.
+const INBAND_MD_FILLERS: std::ops::Range<u64> = 1000..1400;
+
+#[test]
+#[ignore = "writes tests/images/; run by hand with a build that writes the format to freeze"]
+fn make_frozen_inband_md_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let dev = SimDevice::create_file(&path, sim_config(false)).unwrap();
+    let opts = FormatOptions {
+        tag_placement: TagPlacement::Auto,
+        seed: 7,
+        ..FormatOptions::default()
+    };
+    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    // Fillers, freed at once, so the lanes' zones fill (their groups' md
+    // blocks written) while the index stays within its block.
+    let fillers = nameless_put(&mut ftl, INBAND_MD_FILLERS, 1);
+    ftl.nameless_free(&fillers).unwrap();
+    let mut index = NamelessIndex::new();
+    nameless_pass(&mut ftl, &mut index, INBAND_MD_KEYS_1, [0, 1], [2, 3]);
+    assert!(
+        ftl.stats().nameless_md_write_blocks > 0,
+        "no md block written"
+    );
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    let mount_checkpoints = ftl.stats().checkpoints;
+    nameless_pass(&mut ftl, &mut index, INBAND_MD_KEYS_2, [4, 200], [5, 201]);
+    nameless_put(&mut ftl, NAMELESS_UNRECORDED, 1);
+    ftl.flush().unwrap();
+    check_nameless(&mut ftl, &index, "before freezing");
+    // No checkpoint after the mount's: the second pass stays in the log.
+    assert_eq!(ftl.stats().checkpoints, mount_checkpoints);
+    drop(ftl.into_backend());
+    let raw = std::fs::read(&path).unwrap();
+    let out = std::fs::File::create(images_dir().join(INBAND_MD_IMAGE)).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+    gz.write_all(&raw).unwrap();
+    gz.finish().unwrap();
+}
+
+/// The in-band md image mounts clean: every recorded block reads back
+/// with its md (from md blocks, the checkpoint's open group and the log's
+/// notes), the blocks written after the last commit are handed over with
+/// theirs, and it takes writes, a free and a commit, across a clean
+/// remount and a crash.
+#[test]
+fn version_3_inband_md_image_mounts_and_reads_its_md() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let packed = std::fs::File::open(images_dir().join(INBAND_MD_IMAGE)).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(packed)
+        .read_to_end(&mut raw)
+        .unwrap();
+    std::fs::write(&path, raw).unwrap();
+    let what = INBAND_MD_IMAGE;
+    let mut dev = SimDevice::open_file_expecting(&path, &sim_config(false)).unwrap();
+    let report = zftl::core::check::check(&mut dev);
+    assert!(report.is_clean(), "{what}: check: {:?}", report.problems);
+
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    let mut index = read_index(&mut ftl);
+    let keys = INBAND_MD_KEYS_1.chain(INBAND_MD_KEYS_2);
+    assert!(index.keys().copied().eq(keys), "{what}: index {index:?}");
+    check_nameless(&mut ftl, &index, what);
+    let handed = take_handover(&mut ftl, what);
+    let mut got: Vec<(u64, u32)> = handed.values().map(|md| md_key(md)).collect();
+    got.sort();
+    let want: Vec<(u64, u32)> = NAMELESS_UNRECORDED.map(|k| (k, 1)).collect();
+    assert_eq!(got, want, "{what}: the hand-over");
+    for (addr, md) in &handed {
+        let (key, version) = md_key(md);
+        index.insert(key, (*addr, version));
+    }
+    let first = NAMELESS_UNRECORDED.start;
+    ftl.nameless_free(&[index[&first].0]).unwrap();
+    index.get_mut(&first).unwrap().1 = 0;
+    let new = nameless_put(&mut ftl, [NAMELESS_KEY_NEW].into_iter(), 3);
+    index.insert(NAMELESS_KEY_NEW, (new[0], 3));
+    ftl.write(NAMELESS_INDEX_LBA, &encode_index(&index))
+        .unwrap();
+    ftl.nameless_commit().unwrap();
+    check_nameless(&mut ftl, &index, what);
+
+    let dev = ftl.shutdown().unwrap();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    assert!(
+        take_handover(&mut ftl, what).is_empty(),
+        "{what}: a second hand-over"
+    );
+    assert_eq!(
+        read_index(&mut ftl),
+        index,
+        "{what}: the index after a remount"
+    );
+    check_nameless(&mut ftl, &index, what);
+    let dev = ftl.into_backend();
+    let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+    assert!(
+        take_handover(&mut ftl, what).is_empty(),
+        "{what}: a hand-over after a crash"
+    );
+    check_nameless(&mut ftl, &index, what);
+}
