@@ -550,17 +550,22 @@ fn make_frozen_images() {
         // No checkpoint after the mount's: the second pass stays in the log.
         assert_eq!(ftl.stats().checkpoints, mount_checkpoints);
         drop(ftl.into_backend());
-        let raw = std::fs::read(&path).unwrap();
-        let name = image_name(FROZEN_NOW, oob);
-        let out = std::fs::File::create(images_dir().join(name)).unwrap();
-        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-        gz.write_all(&raw).unwrap();
-        gz.finish().unwrap();
+        freeze(&path, &image_name(FROZEN_NOW, oob));
     }
 }
 
-fn unpack(version: u32, oob: bool, dir: &Path) -> PathBuf {
-    let packed = std::fs::File::open(images_dir().join(image_name(version, oob))).unwrap();
+/// Packs the image file at `path` into `tests/images/name`.
+fn freeze(path: &Path, name: &str) {
+    let raw = std::fs::read(path).unwrap();
+    let out = std::fs::File::create(images_dir().join(name)).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+    gz.write_all(&raw).unwrap();
+    gz.finish().unwrap();
+}
+
+/// Frozen image `name` unpacked into `dir`; its path.
+fn unpack(name: &str, dir: &Path) -> PathBuf {
+    let packed = std::fs::File::open(images_dir().join(name)).unwrap();
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(packed)
         .read_to_end(&mut raw)
@@ -575,7 +580,7 @@ fn unpack(version: u32, oob: bool, dir: &Path) -> PathBuf {
 fn mount_read_and_upgrade(version: u32) {
     for oob in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let path = unpack(version, oob, dir.path());
+        let path = unpack(&image_name(version, oob), dir.path());
         let what = format!("{} image", image_name(version, oob));
         let dev = SimDevice::open_file_expecting(&path, &sim_config(oob)).unwrap();
         let mut ftl = Driver::mount(dev, FtlConfig::default())
@@ -1049,11 +1054,7 @@ fn make_frozen_migrated_image() {
     );
     assert_image_holds_migration_state(&client.index, what);
     drop(ftl.into_backend());
-    let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(MIGRATED_IMAGE)).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap();
+    freeze(&path, MIGRATED_IMAGE);
 }
 
 /// The image holds what it is frozen for: moves acknowledged, not
@@ -1193,13 +1194,7 @@ fn mount_and_check(dev: SimDevice, index: &MigrationIndex, what: &str) -> Driver
 #[test]
 fn version_3_migrated_image_mounts_and_follows_its_moves() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("image");
-    let packed = std::fs::File::open(images_dir().join(MIGRATED_IMAGE)).unwrap();
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(packed)
-        .read_to_end(&mut raw)
-        .unwrap();
-    std::fs::write(&path, raw).unwrap();
+    let path = unpack(MIGRATED_IMAGE, dir.path());
     let what = MIGRATED_IMAGE;
     let mut dev = SimDevice::open_file_expecting(&path, &migrated_sim_config()).unwrap();
     let report = zftl::core::check::check(&mut dev);
@@ -1308,11 +1303,7 @@ fn make_frozen_inband_md_image() {
     // No checkpoint after the mount's: the second pass stays in the log.
     assert_eq!(ftl.stats().checkpoints, mount_checkpoints);
     drop(ftl.into_backend());
-    let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(INBAND_MD_IMAGE)).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap();
+    freeze(&path, INBAND_MD_IMAGE);
 }
 
 /// The in-band md image mounts clean: every recorded block reads back
@@ -1323,13 +1314,7 @@ fn make_frozen_inband_md_image() {
 #[test]
 fn version_3_inband_md_image_mounts_and_reads_its_md() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("image");
-    let packed = std::fs::File::open(images_dir().join(INBAND_MD_IMAGE)).unwrap();
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(packed)
-        .read_to_end(&mut raw)
-        .unwrap();
-    std::fs::write(&path, raw).unwrap();
+    let path = unpack(INBAND_MD_IMAGE, dir.path());
     let what = INBAND_MD_IMAGE;
     let mut dev = SimDevice::open_file_expecting(&path, &sim_config(false)).unwrap();
     let report = zftl::core::check::check(&mut dev);
