@@ -22,13 +22,14 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use zftl_core::{Driver, FormatOptions, FtlConfig};
 use zftl_zns::ZnsDevice;
+
+mod crash;
 
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
@@ -281,10 +282,6 @@ fn verify(dev: &str, seed: u64, blocks: u64, rounds: &[u64], quiet: bool) -> Res
 
 // ----- the parent -------------------------------------------------------------
 
-fn self_exe() -> Result<std::path::PathBuf, String> {
-    std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))
-}
-
 /// One round: start a writer at `start`, kill it `delay` after it mounted;
 /// returns the last sequence number it reported flushed (or `start - 1`).
 fn round(
@@ -294,77 +291,23 @@ fn round(
     blocks: u64,
     delay: Duration,
 ) -> Result<(u64, u64), String> {
-    let mut child = Command::new(self_exe()?)
-        .args([
-            "writer",
-            dev,
-            &seed.to_string(),
-            &start.to_string(),
-            &blocks.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start the writer: {e}"))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let args = [
+        "writer".to_string(),
+        dev.to_string(),
+        seed.to_string(),
+        start.to_string(),
+        blocks.to_string(),
+    ];
     let mut flushed = start - 1;
     let mut flushes = 0u64;
-    let mut note = |line: &str, flushed: &mut u64| {
+    let status = crash::kill_round(&args, delay, |line| {
         if let Some(s) = line.strip_prefix("flushed ") {
             if let Ok(s) = s.parse::<u64>() {
-                *flushed = s;
+                flushed = s;
                 flushes += 1;
             }
         }
-    };
-    // Wait for the mount (recovery of the previous round's crash).
-    match rx.recv_timeout(Duration::from_secs(300)) {
-        Ok(line) if line == "mounted" => {}
-        Ok(line) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("writer said {line:?} instead of mounted"));
-        }
-        Err(_) => {
-            let _ = child.kill();
-            let status = child.wait();
-            return Err(format!("writer did not mount: {status:?}"));
-        }
-    }
-    let deadline = Instant::now() + delay;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        match rx.recv_timeout(deadline - now) {
-            Ok(line) => note(&line, &mut flushed),
-            Err(mpsc::RecvTimeoutError::Timeout) => break,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.wait();
-                return Err(format!(
-                    "writer stopped on its own before the kill: {status:?}"
-                ));
-            }
-        }
-    }
-    child
-        .kill()
-        .map_err(|e| format!("kill -9 of the writer: {e}"))?;
-    let status = child.wait().map_err(|e| format!("wait: {e}"))?;
-    // Lines written before the kill are still in the pipe.
-    let _ = reader.join();
-    while let Ok(line) = rx.try_recv() {
-        note(&line, &mut flushed);
-    }
+    })?;
     use std::os::unix::process::ExitStatusExt;
     if status.signal() != Some(libc::SIGKILL) {
         return Err(format!("writer ended with {status}, not SIGKILL"));
@@ -380,7 +323,7 @@ fn run_verify(
     quiet: bool,
 ) -> Result<(), String> {
     let list: Vec<String> = rounds.iter().map(u64::to_string).collect();
-    let mut cmd = Command::new(self_exe()?);
+    let mut cmd = Command::new(crash::self_exe()?);
     cmd.args([
         "verify",
         dev,

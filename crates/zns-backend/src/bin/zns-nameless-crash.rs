@@ -17,13 +17,14 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use zftl_core::{Driver, FormatOptions, FtlConfig, NamelessAddr, NamelessEvent};
 use zftl_zns::ZnsDevice;
+
+mod crash;
 
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
@@ -181,10 +182,6 @@ fn verify(dev: &str, seed: u64, file: &str) -> Result<(), String> {
 
 // ----- the parent -------------------------------------------------------------
 
-fn self_exe() -> Result<std::path::PathBuf, String> {
-    std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))
-}
-
 /// One round: a writer from `start`, killed `delay` after it mounted.
 /// Returns the last seq reported flushed and every (seq, addr) reported.
 fn round(
@@ -193,27 +190,18 @@ fn round(
     start: u64,
     delay: Duration,
 ) -> Result<(u64, Vec<(u64, u64)>), String> {
-    let mut child = Command::new(self_exe()?)
-        .args(["writer", dev, &seed.to_string(), &start.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start the writer: {e}"))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let args = [
+        "writer".to_string(),
+        dev.to_string(),
+        seed.to_string(),
+        start.to_string(),
+    ];
     let mut flushed = start - 1;
     let mut wrote = Vec::new();
-    let mut note = |line: &str, flushed: &mut u64| {
+    crash::kill_round(&args, delay, |line| {
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
-            ["flushed", s] => *flushed = s.parse().unwrap_or(*flushed),
+            ["flushed", s] => flushed = s.parse().unwrap_or(flushed),
             ["wrote", s, a] => {
                 if let (Ok(s), Ok(a)) = (s.parse(), a.parse()) {
                     wrote.push((s, a));
@@ -221,34 +209,7 @@ fn round(
             }
             _ => {}
         }
-    };
-    match rx.recv_timeout(Duration::from_secs(300)) {
-        Ok(line) if line == "mounted" => {}
-        other => {
-            let _ = child.kill();
-            let status = child.wait();
-            return Err(format!("writer did not mount: {other:?} {status:?}"));
-        }
-    }
-    let deadline = Instant::now() + delay;
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) => note(&line, &mut flushed),
-            Err(mpsc::RecvTimeoutError::Timeout) => break,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.wait();
-                return Err(format!("writer stopped before the kill: {status:?}"));
-            }
-        }
-    }
-    child
-        .kill()
-        .map_err(|e| format!("kill -9 of the writer: {e}"))?;
-    let _ = child.wait();
-    let _ = reader.join();
-    while let Ok(line) = rx.try_recv() {
-        note(&line, &mut flushed);
-    }
+    })?;
     Ok((flushed, wrote))
 }
 
@@ -259,7 +220,7 @@ fn run_verify(dev: &str, seed: u64, known: &[(u64, u64)]) -> Result<(), String> 
     let file = dir.join("zns-nameless-crash.list");
     let text: String = known.iter().map(|(s, a)| format!("{s} {a}\n")).collect();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let status = Command::new(self_exe()?)
+    let status = Command::new(crash::self_exe()?)
         .args(["verify", dev, &seed.to_string(), &file.to_string_lossy()])
         .status()
         .map_err(|e| format!("cannot start the verifier: {e}"))?;
