@@ -85,6 +85,8 @@ pub struct WaReport {
     /// The GC settings the run used (`FtlConfig::gc_lanes`, `gc_victims`).
     pub gc_lanes: u32,
     pub gc_victims: u32,
+    /// Appends in flight per open data zone (`FtlConfig::zone_max_appends`; 0: no bound).
+    pub zone_max_appends: u32,
     pub seed: u64,
     /// Over the overwrite phase only (FtlStats deltas).
     pub host_writes: u64,
@@ -148,7 +150,7 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
         temperature_streams: args.streams == super::Streams::Temperature,
         ..args.gc.apply(ftl.clone())
     };
-    let (gc_lanes, gc_victims) = (config.gc_lanes, config.gc_victims);
+    let gc = (config.gc_lanes, config.gc_victims, config.zone_max_appends);
     let mut drv = format(&plan, &args.space, config)?;
     let mut pipe = Pipeline::new(args.space.queue_depth, drv.block_size());
 
@@ -186,7 +188,7 @@ pub fn run(args: &WaArgs, ftl: &FtlConfig) -> Result<WaReport, BenchError> {
     let end = drv.stats();
     let device_counts = drv.backend().erase_counts();
     let measured = Measured {
-        gc_lanes_victims: (gc_lanes, gc_victims),
+        gc,
         base,
         end,
         device_counts,
@@ -240,8 +242,8 @@ pub fn fill<B: Backend>(
 
 /// What the run measured.
 struct Measured {
-    /// `FtlConfig::gc_lanes` and `gc_victims` of the run.
-    gc_lanes_victims: (u32, u32),
+    /// `FtlConfig::gc_lanes`, `gc_victims` and `zone_max_appends` of the run.
+    gc: (u32, u32, u32),
     base: FtlStats,
     end: FtlStats,
     device_counts: Vec<u32>,
@@ -273,7 +275,7 @@ impl FreeZones {
 fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
     let (base, end, device_counts, free) = (&m.base, &m.end, &m.device_counts, &m.free);
     let (fill_s, elapsed_s) = (m.fill_s, m.elapsed_s);
-    let (gc_lanes, gc_victims) = m.gc_lanes_victims;
+    let (gc_lanes, gc_victims, zone_max_appends) = m.gc;
     let host_writes = end.host_write_blocks - base.host_write_blocks;
     let media_writes = end.media_write_blocks - base.media_write_blocks;
     let device_erase_max = device_counts.iter().copied().max().unwrap_or(0);
@@ -314,6 +316,7 @@ fn report(args: &WaArgs, plan: &Plan, m: &Measured) -> WaReport {
         static_wl_threshold: args.static_wl_threshold,
         gc_lanes,
         gc_victims,
+        zone_max_appends,
         seed: args.space.seed,
         host_writes,
         media_writes,
@@ -378,6 +381,7 @@ impl WaReport {
             "gc lanes, victims",
             format!("{}, {}", self.gc_lanes, self.gc_victims),
         );
+        t.row("zone max appends", self.zone_max_appends);
         t.row("write buffer blocks", self.write_buffer_blocks);
         t.row("queue depth", self.queue_depth);
         t.row("seed", self.seed);
@@ -393,6 +397,10 @@ impl WaReport {
         t.row("free zones mean", self.free_zones_mean);
         t.row("checkpoints", self.checkpoints);
         t.row("WA", self.wa);
+        t.row(
+            "map bytes per mapped block",
+            self.map_bytes_per_mapped_block,
+        );
         t.section("wear (ftl zones)");
         t.row("erase min", self.erase_min);
         t.row("erase max", self.erase_max);
