@@ -194,6 +194,7 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("kept_zones", s.kept_zones);
     t.row("meta_write_blocks", s.meta_write_blocks);
     t.row("pad_blocks", s.pad_blocks);
+    t.row("urgent_lane_blocks", s.urgent_lane_blocks);
     t.row("summary_write_blocks", s.summary_write_blocks);
     t.row("summary_map_walks", s.summary_map_walks);
     t.row("erases", s.erases);

@@ -24,6 +24,9 @@ pub struct FtlStats {
     pub gc_kept_blocks: u64,
     pub meta_write_blocks: u64,
     pub pad_blocks: u64,
+    /// Blocks of FUA writes written into the urgent lane's zone, while the
+    /// host lanes had no room (padding included; `ftl/urgent.rs`).
+    pub urgent_lane_blocks: u64,
     /// Zone summary blocks written (tags in band; part of media writes).
     pub summary_write_blocks: u64,
     /// GC victims whose LBAs came from a walk of the map because they had

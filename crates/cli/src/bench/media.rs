@@ -193,6 +193,10 @@ pub struct Latency {
     /// GC copies while the GC probes ran, and while the idle ones did.
     pub gc_copy_blocks_during_probes: u64,
     pub gc_copy_blocks_during_idle_probes: u64,
+    /// FUA blocks (and their padding) written into the urgent lane's zone
+    /// while the GC probes ran: the host lanes had no room then
+    /// (`FtlStats::urgent_lane_blocks`).
+    pub urgent_lane_blocks_during_probes: u64,
     pub read_p999_gc_over_idle: f64,
     pub write_p999_gc_over_idle: f64,
 }
@@ -610,8 +614,8 @@ impl Bench {
         count: usize,
         load_depth: usize,
         budget_ns: u64,
-    ) -> Result<(Vec<u64>, Vec<u64>, u64), BenchError> {
-        let before = self.drv.stats().gc_copy_blocks;
+    ) -> Result<(Vec<u64>, Vec<u64>, u64, u64), BenchError> {
+        let before = self.drv.stats();
         let start = self.now();
         let mut streams = [
             Stream::timed(Kind::RandRead),
@@ -628,7 +632,13 @@ impl Bench {
         bar.finish_and_clear();
         let reads = std::mem::take(&mut streams[0].lat.as_mut().expect("timed").0);
         let writes = std::mem::take(&mut streams[1].lat.as_mut().expect("timed").1);
-        Ok((reads, writes, self.drv.stats().gc_copy_blocks - before))
+        let after = self.drv.stats();
+        Ok((
+            reads,
+            writes,
+            after.gc_copy_blocks - before.gc_copy_blocks,
+            after.urgent_lane_blocks - before.urgent_lane_blocks,
+        ))
     }
 }
 
@@ -742,7 +752,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     b.drive(&mut warm, &mut |_, s| {
         s[0].done + s[0].in_flight as u64 >= again
     })?;
-    let (mut read_gc, mut write_gc, gc_copies) =
+    let (mut read_gc, mut write_gc, gc_copies, urgent_blocks) =
         b.gc_probes(args.probes, args.load_depth, args.gc_probe_ms * 1_000_000)?;
     b.drv.settle()?;
     let mut windows = Vec::new();
@@ -762,6 +772,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         write_gc: percentiles(&mut write_gc),
         gc_copy_blocks_during_probes: gc_copies,
         gc_copy_blocks_during_idle_probes: idle_gc,
+        urgent_lane_blocks_during_probes: urgent_blocks,
         read_p999_gc_over_idle: 0.0,
         write_p999_gc_over_idle: 0.0,
     };
@@ -899,6 +910,10 @@ impl MediaReport {
         t.row("4 KiB FUA write, during GC", p(&l.write_gc));
         t.row("read p99.9 GC / idle", l.read_p999_gc_over_idle);
         t.row("write p99.9 GC / idle", l.write_p999_gc_over_idle);
+        t.row(
+            "FUA blocks in the urgent lane during GC",
+            l.urgent_lane_blocks_during_probes,
+        );
         t.section("targets");
         for (w, ok) in &self.targets.utilization_at_depth_ge_luns {
             t.row(&format!("utilization >= 0.9, {w}"), ok);

@@ -62,6 +62,8 @@ pub(super) enum Lane {
     /// Nameless blocks wear leveling moves: opened on the most-worn free
     /// zone.
     NamelessLevel,
+    /// FUA writes' blocks while the host lanes have no room (`ftl/urgent.rs`).
+    Urgent,
     /// Another open zone nameless writes go to beside `Nameless`'s, on
     /// another zone group, while that zone's appends keep its units busy
     /// (`NAMELESS_STRIPES`).
@@ -75,7 +77,7 @@ pub(super) enum Lane {
 impl Lane {
     /// The base lanes (with the nameless stripes), in `Ftl::lanes` order;
     /// the extra lanes follow.
-    const BASE: u8 = 8 + NAMELESS_STRIPES - 1;
+    const BASE: u8 = 9 + NAMELESS_STRIPES - 1;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -87,14 +89,15 @@ impl Lane {
             Lane::Nameless => 5,
             Lane::NamelessMoved => 6,
             Lane::NamelessLevel => 7,
-            Lane::NamelessStripe(i) => 8 + usize::from(i),
+            Lane::Urgent => 8,
+            Lane::NamelessStripe(i) => 9 + usize::from(i),
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
 
     pub(super) fn stream(self) -> Stream {
         match self {
-            Lane::HostHot => Stream::Host,
+            Lane::HostHot | Lane::Urgent => Stream::Host,
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
@@ -129,7 +132,7 @@ impl Ftl {
     /// zone when needed. Host streams may not dip into the GC reserve; an
     /// extra GC lane opens a zone only with a free zone and the device's
     /// open-zone budget left for the base lanes.
-    fn lane_room(
+    pub(super) fn lane_room(
         &mut self,
         lane: Lane,
         wanted: u64,
@@ -151,10 +154,10 @@ impl Ftl {
             // The extra and kept lanes are optional: their data has a base
             // lane to go to.
             let optional = matches!(lane, Lane::Extra(_) | Lane::Kept);
-            let headroom = if optional {
-                self.base_lanes_closed()
-            } else {
-                0
+            let headroom = match lane {
+                _ if optional => self.base_lanes_closed(),
+                Lane::Urgent => self.urgent_open_headroom(),
+                _ => 0,
             };
             if !self.may_open_data_zone(headroom) {
                 return None; // busy: zones filled earlier are still draining
@@ -166,7 +169,8 @@ impl Ftl {
             // The kept lane may take it: GC's other data may follow it
             // there (`Ftl::extra_lane_room`).
             let last_barred = matches!(lane, Lane::Extra(_)) && free <= 1;
-            if free == 0 || (from_reserve && host_barred) || last_barred {
+            let urgent_barred = lane == Lane::Urgent && !self.urgent_may_open(free);
+            if free == 0 || (from_reserve && host_barred) || last_barred || urgent_barred {
                 return None;
             }
             let stream = match lane {
@@ -179,6 +183,7 @@ impl Ftl {
                 Lane::Nameless | Lane::NamelessStripe(_) if self.nameless_stripes() > 1 => {
                     self.take_free_spread(kind)?
                 }
+                Lane::Urgent => self.take_free_spread(kind)?,
                 _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
                 _ => self.take_free_spread(kind)?,
             };
@@ -208,7 +213,7 @@ impl Ftl {
     }
 
     /// A free zone for `kind` on the zone group the open lanes use least.
-    fn take_free_spread(&mut self, kind: ZoneKind) -> Option<ZoneId> {
+    pub(super) fn take_free_spread(&mut self, kind: ZoneKind) -> Option<ZoneId> {
         let groups = self.open_zone_groups();
         let g = self.geo.zone_groups.max(1);
         self.zones
@@ -374,9 +379,12 @@ impl Ftl {
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
             // Nameless blocks go to nameless zones only.
-            Lane::Extra(_) | Lane::Nameless | Lane::NamelessMoved | Lane::NamelessStripe(_) => {
-                return None
-            }
+            // The urgent lane's blocks took the host lanes' room first.
+            Lane::Extra(_)
+            | Lane::Urgent
+            | Lane::Nameless
+            | Lane::NamelessMoved
+            | Lane::NamelessStripe(_) => return None,
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
@@ -526,20 +534,44 @@ impl Ftl {
         let temp = [Temp::Hot, Temp::Cold]
             .into_iter()
             .find(|&t| self.buffer.urgent_in(t) > 0)?;
-        self.host_append(temp, self.buffer.urgent_in(temp) as u64, true)
+        if !self.may_append_host() {
+            return None;
+        }
+        let queued = self.buffer.urgent_in(temp) as u64;
+        let to = self.urgent_room(Self::host_lane(temp), queued)?;
+        self.host_append_to(to, temp, queued, true)
+    }
+
+    /// Whether host data may go to the device now.
+    fn may_append_host(&self) -> bool {
+        !self.read_only && !matches!(self.ckpt, CkptState::Draining)
+    }
+
+    pub(super) fn host_lane(temp: Temp) -> Lane {
+        match temp {
+            Temp::Hot => Lane::HostHot,
+            Temp::Cold => Lane::HostCold,
+        }
     }
 
     /// An append of up to `queued` blocks of the buffer's `temp` queues,
     /// urgent ones first; `urgent`: pad a partial write unit.
     fn host_append(&mut self, temp: Temp, queued: u64, urgent: bool) -> Option<(Op, Command)> {
-        if self.read_only || matches!(self.ckpt, CkptState::Draining) {
+        if !self.may_append_host() {
             return None;
         }
-        let lane = match temp {
-            Temp::Hot => Lane::HostHot,
-            Temp::Cold => Lane::HostCold,
-        };
-        let (lane, zone, room) = self.room_in(lane, queued, false)?;
+        let to = self.room_in(Self::host_lane(temp), queued, false)?;
+        self.host_append_to(to, temp, queued, urgent)
+    }
+
+    /// The append of `host_append` into `(lane, zone, room)`.
+    fn host_append_to(
+        &mut self,
+        (lane, zone, room): (Lane, ZoneId, u64),
+        temp: Temp,
+        queued: u64,
+        urgent: bool,
+    ) -> Option<(Op, Command)> {
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;
@@ -570,6 +602,9 @@ impl Ftl {
         self.earn_gc_credit(n + pad);
         self.stats.media_write_blocks += n + pad;
         self.stats.pad_blocks += pad;
+        if lane == Lane::Urgent {
+            self.stats.urgent_lane_blocks += n + pad;
+        }
         self.blocks_since_checkpoint += n + pad;
         Some((
             Op::HostAppend {

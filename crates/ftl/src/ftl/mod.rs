@@ -36,6 +36,7 @@ mod read;
 mod reloc;
 mod request;
 mod summaries;
+mod urgent;
 mod window;
 mod write;
 
