@@ -514,6 +514,99 @@ fn sequential_rounds_that_wrap_are_not_collected() {
     }
 }
 
+/// A device of four zone groups (16 LUNs, zones 4 LUNs wide, as the
+/// default) with 128 zones of 256 blocks, timing on (appends stay in
+/// flight while their programs run).
+fn four_zone_groups() -> SimDevice {
+    let cfg = SimConfig {
+        blocks_per_lun: 32,
+        pages_per_block: 64,
+        timing: Some(zftl::sim::Timing::default()),
+        ..SimConfig::default()
+    };
+    SimDevice::create_memory(cfg).expect("sim")
+}
+
+/// The zone groups the blocks `lbas` are mapped to, and their zones.
+fn groups_and_zones<B: Backend>(
+    ftl: &Driver<B>,
+    lbas: impl Iterator<Item = u64>,
+) -> (usize, usize) {
+    let geo = ftl.ftl().geometry();
+    let cap = geo.zone_capacity_blocks;
+    let zone_groups = u64::from(geo.zone_groups);
+    let zones: std::collections::BTreeSet<u64> = lbas
+        .map(|lba| ftl.ftl().lookup(lba).expect("mapped").zone(cap).into())
+        .collect();
+    let groups: std::collections::BTreeSet<u64> = zones.iter().map(|z| z % zone_groups).collect();
+    (groups.len(), zones.len())
+}
+
+/// Host writes with appends in flight stripe each stream over a zone per
+/// zone group (one zone programs on its group's units only), and a stream
+/// written one request at a time stays in one zone.
+#[test]
+fn host_writes_at_depth_stripe_over_the_zone_groups() {
+    let mut ftl = Driver::format(
+        four_zone_groups(),
+        &FormatOptions::default(),
+        FtlConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(ftl.ftl().geometry().zone_groups, 4);
+    // 4 KiB first writes of distinct blocks (the cold stream), 32 in
+    // flight: under a zone's worth.
+    let lbas: Vec<u64> = (0..200).map(|i| i * 37 % ftl.logical_blocks()).collect();
+    write_requests(
+        &mut ftl,
+        32,
+        1,
+        lbas.len() as u64,
+        |i| lbas[i as usize],
+        |_| {},
+    );
+    let (groups, zones) = groups_and_zones(&ftl, lbas.iter().copied());
+    assert_eq!(
+        (groups, zones),
+        (4, 4),
+        "4 KiB writes at depth 32: (groups, zones)"
+    );
+    // One 128 KiB FUA write at a time (one append in flight), from block
+    // 4096 on.
+    let data = vec![0x5a; ftl.block_size() * 32];
+    for i in 0..6 {
+        ftl.write_fua(4096 + i * 32, &data).unwrap();
+    }
+    let (groups, zones) = groups_and_zones(&ftl, 4096..4096 + 6 * 32);
+    assert_eq!(
+        (groups, zones),
+        (1, 1),
+        "128 KiB FUA writes at depth 1: (groups, zones)"
+    );
+}
+
+/// Sequential overwrites in 128 KiB writes, 32 in flight, on a device of
+/// four zone groups: the stream is striped over four zones, each holding
+/// its blocks alone, so an overwrite leaves them all stale together and
+/// GC finds empty victims.
+#[test]
+fn sequential_overwrites_striped_over_zone_groups_are_not_collected() {
+    let mut ftl = Driver::format(
+        four_zone_groups(),
+        &FormatOptions::default(),
+        FtlConfig::default(),
+    )
+    .unwrap();
+    let slots = ftl.logical_blocks() / 32;
+    for round in 0..4 {
+        let (host, copies, _) = sequential_round(&mut ftl, 32, slots + 23);
+        assert!(
+            copies * 20 <= host,
+            "round {round}: GC copied {copies} blocks for {host} host blocks"
+        );
+    }
+}
+
 /// 4 KiB random writes, 16 in flight (as `zftl bench nbd`'s fio jobs), on
 /// the device `zftl serve --memory-mib 1024` serves: 384 zones of 1024
 /// blocks, a third of them spare. GC must start early enough that the
