@@ -33,11 +33,7 @@ pub(super) const MAX_GC_LANES: u32 = 16;
 /// segment's write rate at a group's.
 pub(super) const NAMELESS_STRIPES: u8 = 4;
 
-/// Most zones each host stream (hot, cold) writes to at once, for the same
-/// reason: one open zone bounds the host's rate at a group's units.
-const HOST_STRIPES: u8 = NAMELESS_STRIPES;
-
-/// Data zones per stripe of a striped stream at least (`Ftl::stripes`).
+/// Data zones per nameless stripe at least (`Ftl::nameless_stripes`).
 const DATA_ZONES_PER_STRIPE: u32 = 8;
 
 /// Free zones (least worn first) a lane looks through for one on the zone
@@ -70,11 +66,6 @@ pub(super) enum Lane {
     /// another zone group, while that zone's appends keep its units busy
     /// (`NAMELESS_STRIPES`).
     NamelessStripe(u8),
-    /// Another open zone the host stream of this temperature writes to
-    /// beside its base lane's (`HostHot`, `HostCold`), on another zone
-    /// group, while that zone's appends keep its units busy
-    /// (`HOST_STRIPES`).
-    HostStripe(Temp, u8),
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -84,10 +75,7 @@ pub(super) enum Lane {
 impl Lane {
     /// The base lanes (with the nameless stripes), in `Ftl::lanes` order;
     /// the extra lanes follow.
-    const BASE: u8 = Lane::HOST_STRIPES_AT + 2 * (HOST_STRIPES - 1);
-
-    /// Where the host stripes start in `Ftl::lanes`.
-    const HOST_STRIPES_AT: u8 = 8 + NAMELESS_STRIPES - 1;
+    const BASE: u8 = 8 + NAMELESS_STRIPES - 1;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -100,18 +88,14 @@ impl Lane {
             Lane::NamelessMoved => 6,
             Lane::NamelessLevel => 7,
             Lane::NamelessStripe(i) => 8 + usize::from(i),
-            Lane::HostStripe(temp, i) => {
-                let first = Lane::HOST_STRIPES_AT + temp as u8 * (HOST_STRIPES - 1);
-                usize::from(first + i)
-            }
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
 
     pub(super) fn stream(self) -> Stream {
         match self {
-            Lane::HostHot | Lane::HostStripe(Temp::Hot, _) => Stream::Host,
-            Lane::HostCold | Lane::HostStripe(Temp::Cold, _) => Stream::HostCold,
+            Lane::HostHot => Stream::Host,
+            Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
             Lane::Nameless | Lane::NamelessStripe(_) => Stream::Nameless,
@@ -164,9 +148,9 @@ impl Ftl {
             st.gc_only = false;
         }
         if st.zone.is_none() {
-            // The extra, kept and host stripe lanes are optional: their
-            // data has a base lane to go to.
-            let optional = matches!(lane, Lane::Extra(_) | Lane::Kept | Lane::HostStripe(..));
+            // The extra and kept lanes are optional: their data has a base
+            // lane to go to.
+            let optional = matches!(lane, Lane::Extra(_) | Lane::Kept);
             let headroom = if optional {
                 self.base_lanes_closed()
             } else {
@@ -192,10 +176,7 @@ impl Ftl {
             let kind = ZoneKind::Data { stream };
             let z = match lane {
                 Lane::WearLeveling | Lane::NamelessLevel => self.zones.take_free_most_worn(kind)?,
-                Lane::Nameless | Lane::NamelessStripe(_) if self.stripes() > 1 => {
-                    self.take_free_spread(kind)?
-                }
-                Lane::HostHot | Lane::HostCold | Lane::HostStripe(..) if self.stripes() > 1 => {
+                Lane::Nameless | Lane::NamelessStripe(_) if self.nameless_stripes() > 1 => {
                     self.take_free_spread(kind)?
                 }
                 _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
@@ -234,12 +215,11 @@ impl Ftl {
             .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| groups[(z % g) as usize])
     }
 
-    /// Zones a striped stream (nameless writes, each host stream) may
-    /// write to at once: one per zone group, at most `NAMELESS_STRIPES`
-    /// (`HOST_STRIPES`), and one per `DATA_ZONES_PER_STRIPE` data zones (an
-    /// open zone's unwritten tail is space no write can use until it
-    /// fills: on a small device a few of them are a large share).
-    pub(super) fn stripes(&self) -> u8 {
+    /// Zones nameless writes may go to at once: one per zone group, at
+    /// most `NAMELESS_STRIPES`, and one per `DATA_ZONES_PER_STRIPE` data
+    /// zones (an open zone's unwritten tail is space no write can use
+    /// until it fills: on a small device a few of them are a large share).
+    pub(super) fn nameless_stripes(&self) -> u8 {
         let data_zones = self.geo.zone_count - self.layout.first_data_zone();
         let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
         self.geo
@@ -250,55 +230,21 @@ impl Ftl {
 
     /// The lanes nameless writes go to: `Nameless` and its stripes.
     pub(super) fn nameless_lanes(&self) -> impl Iterator<Item = Lane> {
-        (0..self.stripes()).map(|i| match i {
+        (0..self.nameless_stripes()).map(|i| match i {
             0 => Lane::Nameless,
             i => Lane::NamelessStripe(i - 1),
         })
     }
 
-    /// The lanes the host's `temp` stream goes to: its base lane and its
-    /// stripes.
-    fn host_lanes(&self, temp: Temp) -> impl Iterator<Item = Lane> {
-        (0..self.stripes().min(HOST_STRIPES)).map(move |i| match (i, temp) {
-            (0, Temp::Hot) => Lane::HostHot,
-            (0, Temp::Cold) => Lane::HostCold,
-            (i, temp) => Lane::HostStripe(temp, i - 1),
-        })
-    }
-
-    /// Room for `blocks` of a striped stream (`lanes`, its base lane
-    /// first): in the lane `stripe_destination` picks, or, if it cannot
-    /// open a zone (the open-zone budget, the reserve), in any of them
-    /// holding one.
-    pub(super) fn striped_room(
-        &mut self,
-        lanes: &[Lane],
-        blocks: u64,
-    ) -> Option<(Lane, ZoneId, u64)> {
-        let lane = self.stripe_destination(lanes);
-        if let Some(room) = self.room_in(lane, blocks, false) {
-            return Some(room);
-        }
-        let open: Vec<Lane> = lanes
-            .iter()
-            .copied()
-            .filter(|&l| l != lane && self.lanes[l.index()].zone.is_some())
-            .collect();
-        open.into_iter()
-            .find_map(|l| self.room_in(l, blocks, false))
-    }
-
-    /// The lane of a striped stream (`lanes`, its base lane first) the
-    /// next append goes to: of the stripes holding a zone, the one whose
-    /// zone has the fewest appends in flight; once each has one in flight,
-    /// a stripe without a zone (it opens one on the least used zone
-    /// group). So a stream written at depth keeps several groups' units
-    /// busy, and at depth 1 stays in one zone; each zone holds that
-    /// stream's blocks alone.
-    fn stripe_destination(&self, lanes: &[Lane]) -> Lane {
+    /// The lane the next nameless append goes to: of the stripes holding a
+    /// zone, the one whose zone has the fewest appends in flight; once each
+    /// has one in flight, a stripe without a zone (it opens one on the
+    /// least used zone group). So nameless writes at depth keep several
+    /// groups' units busy, and at depth 1 stay in one zone.
+    pub(super) fn nameless_destination(&self) -> Lane {
         let mut best: Option<(u32, Lane)> = None;
         let mut closed = None;
-        for &lane in lanes {
+        for lane in self.nameless_lanes() {
             match self.lanes[lane.index()].zone {
                 Some(z) => {
                     let appends = self.zone_appends[z as usize];
@@ -312,7 +258,7 @@ impl Ftl {
         match (best, closed) {
             (Some((0, lane)), _) | (Some((_, lane)), None) => lane,
             (_, Some(lane)) => lane,
-            (None, None) => lanes[0],
+            (None, None) => Lane::Nameless,
         }
     }
 
@@ -428,11 +374,9 @@ impl Ftl {
         let sibling = match lane {
             // Extra lanes are optional: the caller falls back to a base lane.
             // Nameless blocks go to nameless zones only.
-            Lane::Extra(_)
-            | Lane::Nameless
-            | Lane::NamelessMoved
-            | Lane::NamelessStripe(_)
-            | Lane::HostStripe(..) => return None,
+            Lane::Extra(_) | Lane::Nameless | Lane::NamelessMoved | Lane::NamelessStripe(_) => {
+                return None
+            }
             Lane::HostHot => Lane::HostCold,
             Lane::HostCold if may_use_reserve => Lane::Gc,
             Lane::HostCold => Lane::HostHot,
@@ -591,8 +535,11 @@ impl Ftl {
         if self.read_only || matches!(self.ckpt, CkptState::Draining) {
             return None;
         }
-        let lanes: Vec<Lane> = self.host_lanes(temp).collect();
-        let (lane, zone, room) = self.striped_room(&lanes, queued)?;
+        let lane = match temp {
+            Temp::Hot => Lane::HostHot,
+            Temp::Cold => Lane::HostCold,
+        };
+        let (lane, zone, room) = self.room_in(lane, queued, false)?;
         let (n, pad) = self.batch_size(queued, room, urgent);
         if n == 0 {
             return None;

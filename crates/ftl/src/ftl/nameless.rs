@@ -802,10 +802,20 @@ impl Ftl {
         ))
     }
 
-    /// Room for `blocks` nameless blocks in `Nameless` or its stripes.
+    /// Room for `blocks` nameless blocks: in the stripe
+    /// `nameless_destination` picks, or, if it cannot open a zone (the
+    /// open-zone budget, the reserve), in any stripe holding one.
     fn nameless_room(&mut self, blocks: u64) -> Option<(Lane, ZoneId, u64)> {
-        let lanes: Vec<Lane> = self.nameless_lanes().collect();
-        self.striped_room(&lanes, blocks)
+        let lane = self.nameless_destination();
+        if let Some(room) = self.room_in(lane, blocks, false) {
+            return Some(room);
+        }
+        let open: Vec<Lane> = self
+            .nameless_lanes()
+            .filter(|&l| l != lane && self.lanes[l.index()].zone.is_some())
+            .collect();
+        open.into_iter()
+            .find_map(|l| self.room_in(l, blocks, false))
     }
 
     /// A nameless zone was opened: its generation goes up, logged before
