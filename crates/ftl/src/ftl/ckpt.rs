@@ -116,7 +116,11 @@ impl Ftl {
 
     pub(super) fn advance_checkpoint(&mut self) {
         match self.ckpt {
-            CkptState::Idle if !self.read_only && self.checkpoint_due() => {
+            CkptState::Idle
+                if !self.read_only
+                    && self.checkpoint_due()
+                    && !self.inplace_blocks_checkpoint() =>
+            {
                 self.ckpt_requested = false;
                 self.ckpt = CkptState::Draining;
                 self.advance_checkpoint();

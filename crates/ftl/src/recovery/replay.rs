@@ -276,6 +276,8 @@ pub(super) struct Rebuild {
     pub(super) nameless_remap_by_new: BTreeMap<Ppa, NamelessAddr>,
     /// In band: the md groups' records (md placement log).
     pub(super) nameless_md: Option<super::md::RecoveredMd>,
+    /// The in-place job the log leaves pending, if any.
+    pub(super) inplace_pending: Option<super::inplace::PendingInPlace>,
 }
 
 impl Rebuild {
@@ -486,6 +488,7 @@ impl Rebuild {
             nameless_remap: BTreeMap::new(),
             nameless_remap_by_new: BTreeMap::new(),
             nameless_md: None,
+            inplace_pending: None,
         }
     }
 
@@ -927,14 +930,28 @@ impl Rebuild {
                 self.nameless_write_note(seq, ppa, data_crc, birth_gen, replaced)?;
             }
             Note::NamelessMd { seq, bytes } => self.nameless_md_note(seq, bytes)?,
-            // Nameless notes this build never writes (in-place collection;
-            // format.md §11): a log holding one is refused rather than
-            // half applied.
-            Note::InPlaceStaged { .. } | Note::InPlaceDone { .. } => {
-                return Err(MountError::Damaged(format!(
-                    "{n:?}: nameless notes are not replayed by this build"
-                )));
+            Note::InPlaceStaged {
+                seq,
+                victim,
+                scratch,
+                gap_gen,
+                first_scratch_offset,
+                staged_blocks,
+            } => {
+                let job = super::inplace::PendingInPlace {
+                    victim,
+                    scratch,
+                    staged_blocks: u64::from(staged_blocks),
+                    staged_seq: seq,
+                };
+                self.inplace_staged(g, job, gap_gen, first_scratch_offset)?
             }
+            Note::InPlaceDone {
+                seq,
+                victim,
+                erase_count,
+                ..
+            } => self.inplace_done(seq, victim, erase_count)?,
             Note::VectorBegin { .. }
             | Note::ForkCreate { .. }
             | Note::Clone { .. }
