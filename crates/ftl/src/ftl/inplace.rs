@@ -106,8 +106,10 @@ impl Ftl {
             && self.zones.get(zone).state() == ZoneUse::Full
             && self.zones.get(zone).last_write_seq() < self.committed_next_seq
             && !self.excluded(zone)
-            && !self.nameless.moves.pinned_zones().any(|z| z == zone)
-            && self.zones.free_count() > 0;
+            && self.zones.free_count() > 0
+            // The scratch zone and the victim's rewrite each hold an open
+            // zone of the device's budget for the whole job.
+            && self.may_open_data_zone(1);
         if !ok {
             return false;
         }
@@ -149,18 +151,23 @@ impl Ftl {
     }
 
     /// No checkpoint is captured from the `InPlaceStaged` push until
-    /// `InPlaceDone` is durable (the mount redoes the job from the log).
+    /// `InPlaceDone` is durable (the mount redoes the job from the log):
+    /// none starts once the staging flush is issued, which waits for one
+    /// being captured.
     pub(super) fn inplace_blocks_checkpoint(&self) -> bool {
         self.inplace
             .as_ref()
-            .is_some_and(|j| !matches!(j.phase, Phase::Staging | Phase::StageFlush))
+            .is_some_and(|j| j.phase != Phase::Staging)
     }
 
     /// A read of `ppa` waits: its block is in a victim being reset or
-    /// rewritten, and the rewrite has not passed it.
+    /// rewritten, and the rewrite has not passed it. Not once the volume is
+    /// read-only: the job stops, and such a read gets the device's error
+    /// or a checksum mismatch (the mount redoes the job).
     pub(super) fn inplace_parks(&self, ppa: Ppa) -> bool {
         let cap = self.cap();
-        self.inplace_rewriting()
+        !self.read_only
+            && self.inplace_rewriting()
             && self
                 .inplace
                 .as_ref()
@@ -234,6 +241,9 @@ impl Ftl {
             first += 1;
         }
         if first >= end {
+            if matches!(self.ckpt, super::ckpt::CkptState::Draining) {
+                return None; // the note must follow the capture
+            }
             let job = self.inplace.as_mut().expect("job");
             job.scan = end;
             job.phase = Phase::StageFlush;
@@ -355,9 +365,11 @@ impl Ftl {
             Phase::Noting { log_barrier } if durable >= log_barrier => job.phase = Phase::Reset,
             Phase::Done { log_barrier } if durable >= log_barrier => {
                 let job = self.inplace.take().expect("job");
-                // The scratch copies are dead: the zone goes to GC as a
-                // full data zone with nothing live.
-                self.zones.finish(job.scratch);
+                // The scratch copies are dead: the zone is finished and
+                // goes to GC as a full data zone with nothing live.
+                if self.zones.get(job.scratch).state() != ZoneUse::Full {
+                    self.finish_pending.push(job.scratch);
+                }
                 self.stats.nameless_inplace_jobs += 1;
                 self.advanced_then_read = false;
             }
