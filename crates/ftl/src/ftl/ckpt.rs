@@ -33,7 +33,7 @@ pub(super) enum CkptState {
 }
 
 impl Ftl {
-    fn checkpoint_due(&self) -> bool {
+    pub(super) fn checkpoint_due(&self) -> bool {
         // A range-operation vector being applied must land in one piece.
         if self.range_applying() {
             return false;

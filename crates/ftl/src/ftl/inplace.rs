@@ -93,7 +93,8 @@ impl Ftl {
     /// Starts an in-place collection of nameless zone `zone`, if one may
     /// run now: md in OOB, no job running, the zone Full, not held by a
     /// lane or another job, its newest block older than the committed
-    /// checkpoint, a free zone for scratch, no checkpoint under way.
+    /// checkpoint, a free zone for scratch and two open zones of the
+    /// device's budget, no checkpoint due.
     /// Returns whether it started.
     pub fn start_in_place(&mut self, zone: ZoneId) -> bool {
         let placement_oob = self.nameless.supported && !self.md_in_zones();
@@ -107,6 +108,9 @@ impl Ftl {
             && self.zones.get(zone).last_write_seq() < self.committed_next_seq
             && !self.excluded(zone)
             && self.zones.free_count() > 0
+            // The log keeps its room for two checkpoints while none may
+            // be captured (the job's notes and the host's meanwhile).
+            && !self.checkpoint_due()
             // The scratch zone and the victim's rewrite each hold an open
             // zone of the device's budget for the whole job.
             && self.may_open_data_zone(1);
