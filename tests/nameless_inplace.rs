@@ -232,6 +232,11 @@ fn a_power_cut_after_any_command_of_the_job_or_of_the_mounts_redo_loses_no_live_
                 .inplace_pending
                 .is_some();
             pending_seen += u64::from(pending);
+            if pending {
+                // `zftl check` before the mount: the victim's live blocks
+                // are checked in the scratch zone.
+                assert_check_clean(&mut dev, "a pending job");
+            }
             if pending && (seed + after) % 2 == 0 {
                 // Cut the mount's redo too: the next mount redoes it again.
                 dev.set_faults(Faults {

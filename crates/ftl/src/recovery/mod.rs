@@ -20,6 +20,7 @@ mod replay;
 mod tags;
 mod zones;
 
+pub use inplace::PendingInPlace;
 use log_reader::read_one;
 pub(crate) use log_reader::LogReader;
 pub(crate) use replay::MAX_ATTRIBUTE_RANGES;
