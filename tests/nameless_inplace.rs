@@ -268,3 +268,34 @@ fn a_power_cut_after_any_command_of_the_job_or_of_the_mounts_redo_loses_no_live_
     );
     assert!(pending_seen > 0, "some cut left the job pending");
 }
+
+#[test]
+fn controller_resets_during_the_job_repeat_its_flushes_and_reset_or_leave_the_volume_read_only() {
+    let cfg = FtlConfig::default();
+    let (mut finished, mut stopped) = (0, 0);
+    for seed in seeds().map(|s| s * 7 + 1).chain(10..30) {
+        let mut v = victim();
+        v.ftl.backend_mut().set_faults(Faults {
+            seed,
+            controller_reset_per_million: 30_000,
+            ..Faults::default()
+        });
+        assert!(v.ftl.start_in_place(v.zone));
+        let settled = v.ftl.settle();
+        let when = format!("controller resets, seed {seed}");
+        if settled.is_ok() && !v.ftl.ftl().is_read_only() {
+            assert!(!v.ftl.ftl().in_place_running(), "{when}: the job ends");
+            finished += 1;
+        } else {
+            stopped += 1;
+        }
+        let mut dev = v.ftl.into_backend();
+        dev.set_faults(Faults::default());
+        v.ftl = Driver::mount(dev, cfg.clone()).unwrap_or_else(|e| panic!("{when}: {e}"));
+        check_victim(&mut v, &when);
+        let mut dev = v.ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, &when);
+    }
+    eprintln!("controller resets: {finished} jobs finished, {stopped} stopped read-only");
+    assert!(finished > 0, "some job finished through the resets");
+}

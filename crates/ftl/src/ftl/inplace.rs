@@ -31,11 +31,23 @@ pub(super) enum InPlaceOp {
     /// The flush after staging or after the rewrite.
     Flush,
     /// The victim's reset.
-    Reset,
+    Reset { zone: ZoneId },
     /// Staged copies read back for the rewrite.
     ScratchRead { count: u32 },
     /// Blocks rewritten at the victim's write pointer.
     Rewrite { count: u64 },
+}
+
+impl InPlaceOp {
+    /// The command to issue again after a host-side failure: the
+    /// idempotent ones (the flushes and the victim's reset).
+    pub(super) fn repeatable(&self) -> Option<Command> {
+        match *self {
+            InPlaceOp::Flush => Some(Command::Flush),
+            InPlaceOp::Reset { zone } => Some(Command::Reset { zone }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,7 +220,10 @@ impl Ftl {
                 {
                     return None;
                 }
-                (InPlaceOp::Reset, Command::Reset { zone: victim })
+                (
+                    InPlaceOp::Reset { zone: victim },
+                    Command::Reset { zone: victim },
+                )
             }
             Phase::Rewriting => self.next_rewrite_command(victim, scratch)?,
         };
@@ -402,7 +417,7 @@ impl Ftl {
                 self.stats.nameless_staged_blocks += count;
             }
             InPlaceOp::Flush => self.inplace_flushed(),
-            InPlaceOp::Reset => {
+            InPlaceOp::Reset { .. } => {
                 let victim = self.inplace.as_ref().expect("job").victim;
                 self.zones.reset_in_place(victim);
                 self.stats.erases += 1;

@@ -1110,6 +1110,7 @@ impl Ftl {
                 Some(Command::Flush)
             }
             Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),
+            Op::InPlace(ref op) => op.repeatable(),
             Op::SuperReset { copy } => Some(Command::Reset {
                 zone: SUPER_ZONES[copy],
             }),
