@@ -339,6 +339,8 @@ struct NamelessRig {
     to_ack: Vec<NamelessAddr>,
     /// Blocks nameless wear leveling moved, before each cut.
     wl_moves: u64,
+    /// In-place collections started (md in OOB).
+    inplace_started: u64,
 }
 
 impl NamelessRig {
@@ -389,6 +391,7 @@ impl NamelessRig {
             moves: 0,
             to_ack: Vec::new(),
             wl_moves: 0,
+            inplace_started: 0,
         }
     }
 
@@ -497,6 +500,14 @@ impl NamelessRig {
     /// One random operation; `Err` only from a power cut.
     fn step(&mut self) -> Result<(), IoError> {
         self.take_events()?;
+        if self.rng.next_u64().is_multiple_of(40) {
+            // An in-place collection of a live block's zone, if one may
+            // start (md in OOB): it runs beside the next steps.
+            if let Some(a) = self.pick_live() {
+                let cap = self.ftl().ftl().geometry().zone_capacity_blocks;
+                self.inplace_started += u64::from(self.ftl().start_in_place(a.ppa().zone(cap)));
+            }
+        }
         let (bs, mb) = (self.ftl().block_size(), self.ftl().nameless_md_bytes());
         match self.rng.next_u64() % 100 {
             0..=34 => {
@@ -897,6 +908,7 @@ impl NamelessRig {
             }
         }
         assert!(self.checked > 0, "checked no block after a cut");
+        eprintln!("in-place collections started: {}", self.inplace_started);
         Coverage {
             cuts: self.cuts,
             during_recovery: self.mount_cuts,

@@ -298,6 +298,11 @@ enum Op {
     /// Runs the loop until the core is idle: GC, resets of emptied zones
     /// and checkpoints finish.
     Settle,
+    /// An in-place collection of a held block's zone, if one may start
+    /// (md in OOB): it runs beside the ops after it.
+    InPlace {
+        pick: usize,
+    },
     /// Requests submitted together, then all answers awaited, or (`cut`)
     /// the loop turned that many times and the power cut with whatever is
     /// in flight.
@@ -485,6 +490,13 @@ impl Rig {
             Op::Events { max } => self.events(*max),
             Op::Flush => self.flush(),
             Op::Settle => self.ftl().settle(),
+            Op::InPlace { pick } => {
+                if let Some(&a) = self.pick_live(*pick, 1).first() {
+                    let cap = self.ftl().ftl().geometry().zone_capacity_blocks;
+                    self.ftl().start_in_place(a.ppa().zone(cap));
+                }
+                Ok(())
+            }
             Op::Batch { reqs, cut } => self.batch(reqs, *cut),
             Op::Cut {
                 after_commands,
@@ -1613,6 +1625,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..4).prop_map(|max| Op::Events { max }),
         6 => Just(Op::Flush),
         2 => Just(Op::Settle),
+        2 => i.prop_map(|pick| Op::InPlace { pick }),
         5 => (prop::collection::vec(req(), 1..6), prop::option::weighted(0.6, 0u8..6))
             .prop_map(|(reqs, cut)| Op::Batch { reqs, cut }),
         3 => (0u16..120, prop::option::weighted(0.4, 0u8..24))

@@ -570,7 +570,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
         return;
     };
     up(&mut w, 1);
-    let counters: [(&str, &str, u64); 43] = [
+    let counters: &[(&str, &str, u64)] = &[
         (
             "snapshot_creates",
             "Snapshots created.",
@@ -750,13 +750,28 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Bytes of remap entries the checkpoints written carried (16 per entry per checkpoint).",
             s.nameless_remap_checkpoint_bytes,
         ),
+        (
+            "nameless_inplace_jobs",
+            "In-place collections of nameless zones finished (their live blocks kept their addresses).",
+            s.nameless_inplace_jobs,
+        ),
+        (
+            "nameless_staged_blocks",
+            "Live blocks in-place collections staged in a scratch zone (also in media_write_blocks).",
+            s.nameless_staged_blocks,
+        ),
+        (
+            "nameless_pad_blocks",
+            "Pad blocks in-place collections wrote into the gaps of their victims (wasted until collected again).",
+            s.nameless_pad_blocks,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
             &format!("zftl_ftl_{name}_total"),
             MetricKind::Counter,
             &format!("{help} Since this mount."),
-            v,
+            *v,
         );
     }
     let gauges: [(&str, &str, f64); 32] = [

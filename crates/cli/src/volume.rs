@@ -175,6 +175,9 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_migrated_blocks", s.nameless_migrated_blocks);
     t.row("nameless_remap_full_stops", s.nameless_remap_full_stops);
     t.row("nameless_remap_peak_entries", s.nameless_remap_peak_entries);
+    t.row("nameless_inplace_jobs", s.nameless_inplace_jobs);
+    t.row("nameless_staged_blocks", s.nameless_staged_blocks);
+    t.row("nameless_pad_blocks", s.nameless_pad_blocks);
     t.row(
         "nameless_migration_note_bytes",
         s.nameless_migration_note_bytes,

@@ -1122,10 +1122,25 @@ fn check_nameless<B: Backend>(
         m.cover_groups();
         m
     });
+    // A pending in-place job's victim holds its live blocks in the
+    // scratch zone until the mount redoes it: each is checked there.
+    let staged = r
+        .inplace_pending
+        .map(|job| (job.victim, staged_homes(backend, g, &job)));
     for ppa in live {
         let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
         let here = |detail: String| Problem::new(ProblemKind::Nameless, detail).at(zone, off);
-        let (data, oob) = match read_retrying(backend, zone, off, 1) {
+        let at = match &staged {
+            Some((victim, homes)) if *victim == zone => match homes.get(&off) {
+                Some(&(scratch, o)) => (scratch, o),
+                None => {
+                    report.problem(here("a pending in-place job staged no copy of it".into()));
+                    continue;
+                }
+            },
+            _ => (zone, off),
+        };
+        let (data, oob) = match read_retrying(backend, at.0, at.1, 1) {
             Ok(read) => read,
             Err(DeviceError::DeviceGone) => {
                 report.problem(device_problem("reading data", &DeviceError::DeviceGone));
@@ -1167,10 +1182,13 @@ fn check_nameless<B: Backend>(
             }
             continue;
         }
+        let kinds: &[NamelessTagKind] = if at.0 == zone {
+            &[NamelessTagKind::Data, NamelessTagKind::Moved]
+        } else {
+            &[NamelessTagKind::Staged]
+        };
         match NamelessTag::decode(oob.get(..ob).unwrap_or(&[])) {
-            Ok(Some((t, _)))
-                if matches!(t.kind, NamelessTagKind::Data | NamelessTagKind::Moved)
-                    && t.birth_gen == generation =>
+            Ok(Some((t, _))) if kinds.contains(&t.kind) && t.birth_gen == generation =>
             {
                 let actual = r.data_crc.checksum(&data);
                 if actual != t.data_crc {
@@ -1188,6 +1206,27 @@ fn check_nameless<B: Backend>(
             Err(e) => report.problem(here(format!("nameless tag does not decode: {e}"))),
         }
     }
+}
+
+/// Where a pending in-place job staged each block: home offset in the
+/// victim -> (scratch zone, offset), from the staged copies' tags (a copy
+/// that cannot be read or decoded is left out: its block is reported).
+fn staged_homes<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    job: &crate::recovery::PendingInPlace,
+) -> std::collections::HashMap<u64, (ZoneId, u64)> {
+    let cap = g.zone_capacity_blocks;
+    let ob = g.oob_size_bytes as usize;
+    (0..job.staged_blocks)
+        .filter_map(|o| {
+            let (_, oob) = read_retrying(backend, job.scratch, o, 1).ok()?;
+            let (tag, _) = NamelessTag::decode(oob.get(..ob)?).ok()??;
+            let home = tag.link.ppa();
+            (tag.kind == NamelessTagKind::Staged && home.zone(cap) == job.victim)
+                .then(|| (home.offset_blocks(cap), (job.scratch, o)))
+        })
+        .collect()
 }
 
 /// Each shared entry's reference count against the L2P entries and kept
@@ -1285,7 +1324,9 @@ fn check_zones(g: &Geometry, r: &Recovered, zones: &[ZoneInfo], report: &mut Che
         if !matches!(kind, ZoneKind::Data { .. } | ZoneKind::Retired) {
             report.problem(at(format!("mapped block in a {kind:?} zone")));
         }
-        if off >= dev.write_pointer_blocks || dev.state == ZoneState::Offline {
+        // A pending in-place job's victim may be reset or half rewritten.
+        let staged = r.inplace_pending.is_some_and(|j| j.victim == z);
+        if !staged && (off >= dev.write_pointer_blocks || dev.state == ZoneState::Offline) {
             report.problem(at(format!(
                 "mapped block at or above the device write pointer {} (zone {:?})",
                 dev.write_pointer_blocks, dev.state

@@ -78,6 +78,13 @@ impl<B: Backend> Driver<B> {
         &self.backend
     }
 
+    /// Starts an in-place collection of nameless zone `zone`
+    /// ([`Ftl::start_in_place`]); it runs as the loop turns (`settle`).
+    /// Returns whether it started.
+    pub fn start_in_place(&mut self, zone: crate::backend::ZoneId) -> bool {
+        self.ftl.start_in_place(zone)
+    }
+
     pub fn backend_mut(&mut self) -> &mut B {
         &mut self.backend
     }

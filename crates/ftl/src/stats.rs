@@ -93,6 +93,13 @@ pub struct FtlStats {
     /// The most entries the remap table held since mount (it holds
     /// `nameless_remap_entries` now).
     pub nameless_remap_peak_entries: u64,
+    /// In-place collections of nameless zones finished since mount, the
+    /// live blocks they staged in scratch zones (in media_write_blocks),
+    /// and the pad blocks they wrote into gaps (wasted until the zone is
+    /// collected again).
+    pub nameless_inplace_jobs: u64,
+    pub nameless_staged_blocks: u64,
+    pub nameless_pad_blocks: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
     /// (0 before any write).

@@ -33,7 +33,7 @@ pub(super) enum CkptState {
 }
 
 impl Ftl {
-    fn checkpoint_due(&self) -> bool {
+    pub(super) fn checkpoint_due(&self) -> bool {
         // A range-operation vector being applied must land in one piece.
         if self.range_applying() {
             return false;
@@ -116,7 +116,11 @@ impl Ftl {
 
     pub(super) fn advance_checkpoint(&mut self) {
         match self.ckpt {
-            CkptState::Idle if !self.read_only && self.checkpoint_due() => {
+            CkptState::Idle
+                if !self.read_only
+                    && self.checkpoint_due()
+                    && !self.inplace_blocks_checkpoint() =>
+            {
                 self.ckpt_requested = false;
                 self.ckpt = CkptState::Draining;
                 self.advance_checkpoint();

@@ -328,7 +328,7 @@ impl Ftl {
     /// superblock zones too; the data zones counted are the lanes' and
     /// those still taking appends or waiting for their summary.
     /// `headroom`: open zones to leave for other lanes.
-    fn may_open_data_zone(&self, headroom: usize) -> bool {
+    pub(super) fn may_open_data_zone(&self, headroom: usize) -> bool {
         let limits = [self.geo.max_open_zones, self.geo.max_active_zones];
         let Some(limit) = limits.into_iter().filter(|&l| l != 0).min() else {
             return true;
@@ -341,7 +341,8 @@ impl Ftl {
                     && (zone.state() == ZoneUse::Open
                         || self.zone_appends[z as usize] > 0
                         || self.finish_pending.contains(&z)
-                        || self.lanes.iter().any(|l| l.zone == Some(z)))
+                        || self.lanes.iter().any(|l| l.zone == Some(z))
+                        || self.inplace_holds(z))
             })
             .count();
         open + headroom < budget

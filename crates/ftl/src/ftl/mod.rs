@@ -26,6 +26,7 @@
 //! introspection.
 
 mod ckpt;
+mod inplace;
 mod lane;
 mod md_groups;
 mod meta;
@@ -208,6 +209,8 @@ enum Op {
     NamelessRead(nameless::NamelessRead),
     /// A read that prepares a hand-over event.
     HandoverRead(nameless::NamelessRead),
+    /// A command of the in-place job.
+    InPlace(inplace::InPlaceOp),
 }
 
 /// The FTL core. See the module documentation.
@@ -352,6 +355,8 @@ pub struct Ftl {
     window: window::WindowState,
     /// The physical segment (nameless writes).
     nameless: nameless::NamelessState,
+    /// The in-place collection running, if any (at most one).
+    inplace: Option<inplace::InPlaceJob>,
     stats: FtlStats,
 }
 
@@ -492,6 +497,7 @@ impl Ftl {
                 p.config.nameless_remap_entries,
                 zone_capacity_blocks,
             ),
+            inplace: None,
             stats,
         }
     }
@@ -571,6 +577,7 @@ impl Ftl {
             && self.checkpoint_idle()
             && self.ranges.is_idle()
             && self.nameless.is_idle()
+            && self.inplace.is_none()
     }
 
     /// What background work is under way (tests use it to aim power cuts).
@@ -881,6 +888,7 @@ impl Ftl {
             .or_else(|| self.next_read_command())
             .or_else(|| self.next_nameless_read())
             .or_else(|| self.next_handover_read())
+            .or_else(|| self.next_inplace_command())
             .or_else(|| self.next_job_command())
             .or_else(|| self.next_summary_command())
             .or_else(|| self.next_md_command())
@@ -901,7 +909,8 @@ impl Ftl {
             || !self.waiting_writes.is_empty()
             || !self.checkpoint_idle()
             || (!self.ranges.is_idle() && !self.range_runnable())
-            || self.log.blocked();
+            || self.log.blocked()
+            || self.inplace.is_some();
         !self.read_only && self.ops.is_empty() && pending
     }
 
@@ -1023,6 +1032,7 @@ impl Ftl {
                     return;
                 }
             }
+            Op::InPlace(op) => self.inplace_done(op, result),
             Op::LogWrite {
                 first_log_seq,
                 count,
@@ -1101,6 +1111,7 @@ impl Ftl {
                 Some(Command::Flush)
             }
             Op::VictimReset { zone } | Op::LogReset { zone } => Some(Command::Reset { zone }),
+            Op::InPlace(ref op) => op.repeatable(),
             Op::SuperReset { copy } => Some(Command::Reset {
                 zone: SUPER_ZONES[copy],
             }),

@@ -43,7 +43,7 @@ pub(super) const NAMELESS_QUEUE_BLOCKS: u64 = 1024;
 pub(super) struct NamelessState {
     /// Whether the volume has the segment (tags in OOB with room for the
     /// metadata, or in band).
-    supported: bool,
+    pub(super) supported: bool,
     /// In band (md placement log): the md groups.
     pub(super) md: Option<MdGroups>,
     /// Per zone, the generation of its nameless data: the birth generation
@@ -1091,6 +1091,12 @@ impl Ftl {
     }
 
     pub(super) fn next_nameless_read(&mut self) -> Option<(Op, Command)> {
+        // A block of an in-place victim not yet rewritten: the reads wait
+        // (at most one zone's rewrite).
+        let first = self.nameless.reads.front()?;
+        if self.inplace_parks(first.addr.ppa()) {
+            return None;
+        }
         let r = self.nameless.reads.pop_front()?;
         self.nameless.reads_in_flight += 1;
         let cmd = self.nameless_read_command(&r);
@@ -1403,6 +1409,9 @@ impl Ftl {
     /// The next read that prepares a hand-over event; a block freed since
     /// the mount is skipped.
     pub(super) fn next_handover_read(&mut self) -> Option<(Op, Command)> {
+        if self.inplace_rewriting() {
+            return None; // its block may be in the victim (reads park)
+        }
         let r = match self.nameless.handover_retry.pop_front() {
             Some(r) => r,
             None => {

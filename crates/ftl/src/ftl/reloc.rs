@@ -294,6 +294,7 @@ impl Ftl {
             || self.jobs.iter().any(|j| j.victim == z)
             || self.zone_appends[z as usize] > 0
             || self.finish_pending.contains(&z)
+            || self.inplace_holds(z)
     }
 
     fn pick_job(&mut self) -> Option<GcJob> {

@@ -13,12 +13,14 @@
 //! `zones` rebuilds the zone table from the checkpoint, the replay and the
 //! device's zone report.
 
+mod inplace;
 mod log_reader;
 mod md;
 mod replay;
 mod tags;
 mod zones;
 
+pub use inplace::PendingInPlace;
 use log_reader::read_one;
 pub(crate) use log_reader::LogReader;
 pub(crate) use replay::MAX_ATTRIBUTE_RANGES;
@@ -214,6 +216,16 @@ impl<B: Backend> Driver<B> {
             }
             None => None,
         };
+        if let Some(job) = r.inplace_pending.take() {
+            inplace::redo(
+                &mut backend,
+                &r.geometry,
+                &job,
+                &r.mapping,
+                &mut r.zones,
+                r.data_crc,
+            )?;
+        }
         for &z in &r.finish {
             again_after_abort(|| backend.finish_zone(z))
                 .map_err(dev("mount: finishing a half-written zone"))?;
@@ -313,6 +325,9 @@ pub struct Recovered {
     pub nameless_remap: Vec<(NamelessAddr, NamelessAddr)>,
     /// In band: the md groups' records, settled by the mount.
     pub(crate) nameless_md: Option<md::RecoveredMd>,
+    /// The in-place job the log leaves pending: the mount redoes it (its
+    /// victim's live blocks are in the scratch zone until then).
+    pub inplace_pending: Option<inplace::PendingInPlace>,
     log: LogReader,
     reports: Vec<crate::backend::ZoneInfo>,
 }
@@ -389,6 +404,7 @@ pub fn recover_state<B: Backend>(
         nameless_remap: state.nameless_remap.into_iter().collect(),
         nameless_gens: state.nameless_gens,
         nameless_md: state.nameless_md,
+        inplace_pending: state.inplace_pending,
         data_crc: crc,
         log,
         reports,

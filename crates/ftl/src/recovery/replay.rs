@@ -276,6 +276,8 @@ pub(super) struct Rebuild {
     pub(super) nameless_remap_by_new: BTreeMap<Ppa, NamelessAddr>,
     /// In band: the md groups' records (md placement log).
     pub(super) nameless_md: Option<super::md::RecoveredMd>,
+    /// The in-place job the log leaves pending, if any.
+    pub(super) inplace_pending: Option<super::inplace::PendingInPlace>,
 }
 
 impl Rebuild {
@@ -486,6 +488,7 @@ impl Rebuild {
             nameless_remap: BTreeMap::new(),
             nameless_remap_by_new: BTreeMap::new(),
             nameless_md: None,
+            inplace_pending: None,
         }
     }
 
@@ -927,14 +930,28 @@ impl Rebuild {
                 self.nameless_write_note(seq, ppa, data_crc, birth_gen, replaced)?;
             }
             Note::NamelessMd { seq, bytes } => self.nameless_md_note(seq, bytes)?,
-            // Nameless notes this build never writes (in-place collection;
-            // format.md §11): a log holding one is refused rather than
-            // half applied.
-            Note::InPlaceStaged { .. } | Note::InPlaceDone { .. } => {
-                return Err(MountError::Damaged(format!(
-                    "{n:?}: nameless notes are not replayed by this build"
-                )));
+            Note::InPlaceStaged {
+                seq,
+                victim,
+                scratch,
+                gap_gen,
+                first_scratch_offset,
+                staged_blocks,
+            } => {
+                let job = super::inplace::PendingInPlace {
+                    victim,
+                    scratch,
+                    staged_blocks: u64::from(staged_blocks),
+                    staged_seq: seq,
+                };
+                self.inplace_staged(g, job, gap_gen, first_scratch_offset)?
             }
+            Note::InPlaceDone {
+                seq,
+                victim,
+                erase_count,
+                ..
+            } => self.inplace_done(seq, victim, erase_count)?,
             Note::VectorBegin { .. }
             | Note::ForkCreate { .. }
             | Note::Clone { .. }
@@ -1348,5 +1365,65 @@ mod tests {
         assert!(matches!(try_rebuild(&outside), Err(MountError::Damaged(_))));
         let held = nameless_events(vec![migrate(20, 16, 17)]);
         assert!(matches!(try_rebuild(&held), Err(MountError::Damaged(_))));
+    }
+
+    fn staged(seq: Seq, victim: ZoneId, scratch: ZoneId, gap_gen: u32) -> Event {
+        Event::Note(Note::InPlaceStaged {
+            seq,
+            victim,
+            scratch,
+            gap_gen,
+            first_scratch_offset: 0,
+            staged_blocks: 2,
+        })
+    }
+
+    fn done(seq: Seq, victim: ZoneId, erase_count: u32) -> Event {
+        Event::Note(Note::InPlaceDone {
+            seq,
+            victim,
+            erase_count,
+            pad_blocks: 6,
+            gap_fill_blocks: 0,
+        })
+    }
+
+    #[test]
+    fn in_place_notes_leave_a_job_pending_until_its_done_note() {
+        // Zone 2 holds nameless blocks 16 and 17; zone 1 is the scratch.
+        let r = try_rebuild(&nameless_events(vec![staged(20, 2, 1, 0)])).unwrap();
+        let job = r.inplace_pending.expect("a pending job");
+        assert_eq!(
+            (job.victim, job.scratch, job.staged_blocks, job.staged_seq),
+            (2, 1, 2, 20)
+        );
+        assert!(r.mapping.is_live(Ppa(16)) && r.mapping.is_live(Ppa(17)));
+        let r = try_rebuild(&nameless_events(vec![staged(20, 2, 1, 0), done(21, 2, 5)])).unwrap();
+        assert!(r.inplace_pending.is_none());
+        assert_eq!(r.erase_counts.get(&2), Some(&5), "the victim's erase count");
+        assert!(r.mapping.is_live(Ppa(16)) && r.mapping.is_live(Ppa(17)));
+    }
+
+    #[test]
+    fn in_place_notes_out_of_order_or_of_an_unbuilt_kind_are_refused() {
+        let refused = [
+            vec![done(20, 2, 1)],                           // no job pending
+            vec![staged(20, 2, 1, 0), done(21, 3, 1)],      // another victim
+            vec![staged(20, 2, 1, 0), staged(21, 3, 1, 0)], // two at once
+            vec![staged(20, 1, 3, 0)],                      // not a nameless zone
+            vec![staged(20, 2, 2, 0)],                      // victim == scratch
+            vec![staged(20, 2, 9, 0)],                      // scratch past the device
+            vec![staged(20, 2, 1, 2)],                      // gap fills: not built
+        ];
+        for (i, events) in refused.into_iter().enumerate() {
+            let r = try_rebuild(&nameless_events(events));
+            assert!(matches!(r, Err(MountError::Damaged(_))), "case {i}");
+        }
+        // In band in-place collection is not built.
+        let band = vec![nameless_zone(11, 2), staged(20, 2, 1, 0)];
+        assert!(matches!(
+            try_rebuild_in_band(&band),
+            Err(MountError::Damaged(_))
+        ));
     }
 }

@@ -59,6 +59,19 @@ impl Rebuild {
                     ZoneUse::Full,
                     g.zone_capacity_blocks,
                 )
+            } else if self.inplace_pending.is_some_and(|j| j.victim == z) {
+                // Reset or half rewritten: the mount redoes it from the
+                // scratch zone before anything reads it.
+                let stream = if self.nameless_moved[z as usize] {
+                    Stream::NamelessMoved
+                } else {
+                    Stream::Nameless
+                };
+                (
+                    ZoneKind::Data { stream },
+                    ZoneUse::Full,
+                    g.zone_capacity_blocks,
+                )
             } else if rep.write_pointer_blocks == 0 {
                 (ZoneKind::Free, ZoneUse::Empty, 0)
             } else {

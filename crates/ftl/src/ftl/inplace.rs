@@ -1,0 +1,537 @@
+//! In-place collection of a nameless zone on ZNS (docs/design.md,
+//! "In-place collection on ZNS"): the victim's live blocks are staged in a
+//! scratch zone, made durable and noted (`InPlaceStaged`), the victim is
+//! reset and rewritten from offset 0 with every live block at its old
+//! offset (its original tag), and `InPlaceDone` ends the job. This build
+//! pads every gap: no queued write fills one yet, so a job keeps every
+//! address and frees no room (it is started by `Ftl::start_in_place`).
+//!
+//! One command of the job is in flight at a time. No checkpoint is
+//! captured between the `InPlaceStaged` push and a durable `InPlaceDone`
+//! (a mount redoes a pending job from the log alone: `recovery::inplace`).
+
+use super::{Ftl, Op};
+use crate::addr::Ppa;
+use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
+use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
+use crate::note::Note;
+use crate::zone::{Stream, ZoneKind, ZoneUse};
+use std::collections::VecDeque;
+
+/// The most blocks one read or write of a job spans.
+const INPLACE_SPAN_BLOCKS: u64 = 64;
+
+/// A device command of the in-place job.
+#[derive(Debug)]
+pub(super) enum InPlaceOp {
+    /// Live blocks of the victim, to stage.
+    StageRead { first: u64, count: u32 },
+    /// Staged copies written at the scratch zone's write pointer.
+    StageWrite { count: u64 },
+    /// The flush after staging or after the rewrite.
+    Flush,
+    /// The victim's reset.
+    Reset { zone: ZoneId },
+    /// Staged copies read back for the rewrite.
+    ScratchRead { count: u32 },
+    /// Blocks rewritten at the victim's write pointer.
+    Rewrite { count: u64 },
+}
+
+impl InPlaceOp {
+    /// The command to issue again after a host-side failure: the
+    /// idempotent ones (the flushes and the victim's reset).
+    pub(super) fn repeatable(&self) -> Option<Command> {
+        match *self {
+            InPlaceOp::Flush => Some(Command::Flush),
+            InPlaceOp::Reset { zone } => Some(Command::Reset { zone }),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Staging,
+    StageFlush,
+    /// `InPlaceStaged` is pushed; waits until the log is durable through it.
+    Noting {
+        log_barrier: u64,
+    },
+    /// Waits for the victim's readers, then resets it.
+    Reset,
+    Rewriting,
+    RewriteFlush,
+    /// `InPlaceDone` is pushed; waits until the log is durable through it.
+    Done {
+        log_barrier: u64,
+    },
+}
+
+/// A staged block read back: its home offset, data and OOB (kind 7 tag).
+#[derive(Debug)]
+struct Staged {
+    home: u64,
+    data: Vec<u8>,
+    tag: NamelessTag,
+    md: Vec<u8>,
+}
+
+/// The running in-place job (at most one).
+#[derive(Debug)]
+pub(super) struct InPlaceJob {
+    victim: ZoneId,
+    scratch: ZoneId,
+    phase: Phase,
+    /// A command of the job is in flight.
+    busy: bool,
+    /// Staging: the next offset of the victim to look at.
+    scan: u64,
+    /// Staging: blocks read and waiting for their write to the scratch zone.
+    to_stage: Option<(Payload, Vec<u8>, u64)>,
+    /// Blocks staged in the scratch zone (from offset 0).
+    staged: u64,
+    /// Rewrite: staged blocks read back so far, and those not yet rewritten.
+    read_back: u64,
+    ready: VecDeque<Staged>,
+    /// Rewrite: the victim's write pointer after the writes completed, and
+    /// after those issued.
+    rewritten: u64,
+    rewrite_issued: u64,
+    pads: u64,
+}
+
+impl Ftl {
+    /// Starts an in-place collection of nameless zone `zone`, if one may
+    /// run now: md in OOB, no job running, the zone Full, not held by a
+    /// lane or another job, its newest block older than the committed
+    /// checkpoint, a free zone for scratch and two open zones of the
+    /// device's budget, no checkpoint due.
+    /// Returns whether it started.
+    pub fn start_in_place(&mut self, zone: ZoneId) -> bool {
+        let placement_oob = self.nameless.supported && !self.md_in_zones();
+        let ok = placement_oob
+            && self.inplace.is_none()
+            && !self.read_only
+            && !self.first_checkpoint_pending
+            && zone < self.geo.zone_count
+            && self.zones.get(zone).kind().is_nameless()
+            && self.zones.get(zone).state() == ZoneUse::Full
+            && self.zones.get(zone).last_write_seq() < self.committed_next_seq
+            && !self.excluded(zone)
+            && self.zones.free_count() > 0
+            // The log keeps its room for two checkpoints while none may
+            // be captured (the job's notes and the host's meanwhile).
+            && !self.checkpoint_due()
+            // The scratch zone and the victim's rewrite each hold an open
+            // zone of the device's budget for the whole job.
+            && self.may_open_data_zone(1);
+        if !ok {
+            return false;
+        }
+        let kind = ZoneKind::Data {
+            stream: Stream::Host,
+        };
+        let Some(scratch) = self.zones.take_free(kind) else {
+            return false;
+        };
+        self.inplace = Some(InPlaceJob {
+            victim: zone,
+            scratch,
+            phase: Phase::Staging,
+            busy: false,
+            scan: 0,
+            to_stage: None,
+            staged: 0,
+            read_back: 0,
+            ready: VecDeque::new(),
+            rewritten: 0,
+            rewrite_issued: 0,
+            pads: 0,
+        });
+        self.advanced_then_read = false;
+        true
+    }
+
+    /// Whether an in-place job is running.
+    pub fn in_place_running(&self) -> bool {
+        self.inplace.is_some()
+    }
+
+    /// Zones the in-place job holds (victim and scratch): no other job
+    /// takes them.
+    pub(super) fn inplace_holds(&self, zone: ZoneId) -> bool {
+        self.inplace
+            .as_ref()
+            .is_some_and(|j| j.victim == zone || j.scratch == zone)
+    }
+
+    /// No checkpoint is captured from the `InPlaceStaged` push until
+    /// `InPlaceDone` is durable (the mount redoes the job from the log):
+    /// none starts once the staging flush is issued, which waits for one
+    /// being captured.
+    pub(super) fn inplace_blocks_checkpoint(&self) -> bool {
+        self.inplace
+            .as_ref()
+            .is_some_and(|j| j.phase != Phase::Staging)
+    }
+
+    /// A read of `ppa` waits: its block is in a victim being reset or
+    /// rewritten, and the rewrite has not passed it. Not once the volume is
+    /// read-only: the job stops, and such a read gets the device's error
+    /// or a checksum mismatch (the mount redoes the job).
+    pub(super) fn inplace_parks(&self, ppa: Ppa) -> bool {
+        let cap = self.cap();
+        !self.read_only
+            && self.inplace_rewriting()
+            && self
+                .inplace
+                .as_ref()
+                .is_some_and(|j| ppa.zone(cap) == j.victim && ppa.offset_blocks(cap) >= j.rewritten)
+    }
+
+    /// Whether the victim is being reset or rewritten: hand-over reads wait.
+    pub(super) fn inplace_rewriting(&self) -> bool {
+        self.inplace.as_ref().is_some_and(|j| {
+            matches!(
+                j.phase,
+                Phase::Rewriting | Phase::RewriteFlush | Phase::Done { .. }
+            ) || (j.phase == Phase::Reset && j.busy)
+        })
+    }
+
+    /// The next command of the in-place job, if one is due.
+    pub(super) fn next_inplace_command(&mut self) -> Option<(Op, Command)> {
+        if self.read_only {
+            return None;
+        }
+        self.advance_inplace();
+        let job = self.inplace.as_ref()?;
+        if job.busy {
+            return None;
+        }
+        let (victim, scratch) = (job.victim, job.scratch);
+        let (op, cmd) = match job.phase {
+            Phase::Staging => self.next_stage_command(victim, scratch)?,
+            Phase::StageFlush | Phase::RewriteFlush => (InPlaceOp::Flush, Command::Flush),
+            Phase::Noting { .. } | Phase::Done { .. } => return None,
+            Phase::Reset => {
+                if self.zone_readers[victim as usize] > 0 || self.zone_appends[victim as usize] > 0
+                {
+                    return None;
+                }
+                (
+                    InPlaceOp::Reset { zone: victim },
+                    Command::Reset { zone: victim },
+                )
+            }
+            Phase::Rewriting => self.next_rewrite_command(victim, scratch)?,
+        };
+        self.inplace.as_mut().expect("job").busy = true;
+        Some((Op::InPlace(op), cmd))
+    }
+
+    /// Staging: write what was read, or read the next run of live blocks,
+    /// or, once the victim is read through, go on to the flush.
+    fn next_stage_command(
+        &mut self,
+        victim: ZoneId,
+        scratch: ZoneId,
+    ) -> Option<(InPlaceOp, Command)> {
+        let cap = self.cap();
+        let job = self.inplace.as_mut().expect("job");
+        if let Some((data, oob, count)) = job.to_stage.take() {
+            let offset = job.staged;
+            return Some((
+                InPlaceOp::StageWrite { count },
+                Command::Write {
+                    zone: scratch,
+                    offset_blocks: offset,
+                    data,
+                    oob,
+                },
+            ));
+        }
+        let end = self.zones.get(victim).write_pointer_blocks();
+        let span = self.inplace_span();
+        let live = |o: u64| self.mapping.is_live(Ppa::new(victim, o, cap));
+        let mut first = self.inplace.as_ref().expect("job").scan;
+        while first < end && !live(first) {
+            first += 1;
+        }
+        if first >= end {
+            if matches!(self.ckpt, super::ckpt::CkptState::Draining) {
+                return None; // the note must follow the capture
+            }
+            let job = self.inplace.as_mut().expect("job");
+            job.scan = end;
+            job.phase = Phase::StageFlush;
+            return Some((InPlaceOp::Flush, Command::Flush));
+        }
+        let mut count = 1;
+        while count < span && first + count < end && live(first + count) {
+            count += 1;
+        }
+        self.inplace.as_mut().expect("job").scan = first + count;
+        Some((
+            InPlaceOp::StageRead {
+                first,
+                count: count as u32,
+            },
+            Command::Read {
+                zone: victim,
+                offset_blocks: first,
+                block_count: count as u32,
+                priority: ReadPriority::Background,
+            },
+        ))
+    }
+
+    /// Rewriting: the next run of the victim from its write pointer (live
+    /// staged blocks at their offsets with their original tags, pads in the
+    /// gaps), or staged copies read back first, or, once the victim is
+    /// written to its capacity, the flush.
+    fn next_rewrite_command(
+        &mut self,
+        victim: ZoneId,
+        scratch: ZoneId,
+    ) -> Option<(InPlaceOp, Command)> {
+        let cap = self.cap();
+        let span = self.inplace_span();
+        let job = self.inplace.as_ref().expect("job");
+        let at = job.rewrite_issued;
+        if at >= cap {
+            self.inplace.as_mut().expect("job").phase = Phase::RewriteFlush;
+            return Some((InPlaceOp::Flush, Command::Flush));
+        }
+        if job.ready.is_empty() && job.read_back < job.staged {
+            let count = span.min(job.staged - job.read_back) as u32;
+            return Some((
+                InPlaceOp::ScratchRead { count },
+                Command::Read {
+                    zone: scratch,
+                    offset_blocks: job.read_back,
+                    block_count: count,
+                    priority: ReadPriority::Background,
+                },
+            ));
+        }
+        let (bs, ob) = (self.block_size(), self.geo.oob_size_bytes as usize);
+        let (mut data, mut oob) = (Payload::new(), Vec::new());
+        let (mut pads, mut newest) = (0, 0);
+        let mut o = at;
+        while o < (at + span).min(cap) {
+            let job = self.inplace.as_mut().expect("job");
+            if job.ready.is_empty() && job.read_back < job.staged {
+                break; // which offsets are gaps is known once read back
+            }
+            let home = job.ready.front().is_some_and(|s| s.home == o);
+            let staged = if home { job.ready.pop_front() } else { None };
+            match staged.filter(|_| self.mapping.is_live(Ppa::new(victim, o, cap))) {
+                Some(s) => {
+                    let tag = NamelessTag {
+                        kind: NamelessTagKind::Data,
+                        link: NamelessAddr::NONE,
+                        ..s.tag
+                    };
+                    let at_oob = oob.len();
+                    oob.resize(at_oob + ob, 0);
+                    tag.encode(&s.md, &mut oob[at_oob..at_oob + ob]);
+                    data.push(s.data.into());
+                    newest = newest.max(tag.seq);
+                }
+                // A gap, or a block freed since it was staged.
+                None => {
+                    self.push_padding(&mut data, &mut oob, 1, bs);
+                    pads += 1;
+                }
+            }
+            o += 1;
+        }
+        let count = o - at;
+        let job = self.inplace.as_mut().expect("job");
+        job.rewrite_issued = o;
+        job.pads += pads;
+        self.zones.record_write(victim, count, newest);
+        self.stats.media_write_blocks += count;
+        self.stats.nameless_pad_blocks += pads;
+        Some((
+            InPlaceOp::Rewrite { count },
+            Command::Write {
+                zone: victim,
+                offset_blocks: at,
+                data,
+                oob,
+            },
+        ))
+    }
+
+    /// The most blocks one command of a job moves.
+    fn inplace_span(&self) -> u64 {
+        INPLACE_SPAN_BLOCKS
+            .min(u64::from(self.geo.max_append_blocks))
+            .min(u64::from(self.geo.max_transfer_blocks))
+    }
+
+    /// Moves the job on where it waits for the log, and ends it once its
+    /// `InPlaceDone` is durable.
+    fn advance_inplace(&mut self) {
+        let durable = self.log.durable_next();
+        let Some(job) = self.inplace.as_mut() else {
+            return;
+        };
+        match job.phase {
+            Phase::Noting { log_barrier } if durable >= log_barrier => job.phase = Phase::Reset,
+            Phase::Done { log_barrier } if durable >= log_barrier => {
+                let job = self.inplace.take().expect("job");
+                // The scratch copies are dead: the zone is finished and
+                // goes to GC as a full data zone with nothing live.
+                if self.zones.get(job.scratch).state() != ZoneUse::Full {
+                    self.finish_pending.push(job.scratch);
+                }
+                self.stats.nameless_inplace_jobs += 1;
+                self.advanced_then_read = false;
+            }
+            _ => {}
+        }
+    }
+
+    /// A command of the in-place job completed.
+    pub(super) fn inplace_done(&mut self, op: InPlaceOp, result: Result<Outcome, DeviceError>) {
+        let job = self.inplace.as_mut().expect("a command of a running job");
+        job.busy = false;
+        if result.is_err() {
+            // A job that cannot go on leaves the volume read-only: a
+            // remount redoes or forgets it (format.md §11, crash step 9).
+            self.metadata_failed();
+            return;
+        }
+        match op {
+            InPlaceOp::StageRead { first, count } => self.stage_read_done(first, count, result),
+            InPlaceOp::StageWrite { count } => {
+                let job = self.inplace.as_mut().expect("job");
+                job.staged += count;
+                let scratch = job.scratch;
+                self.zones.record_write(scratch, count, 0);
+                self.stats.media_write_blocks += count;
+                self.stats.nameless_staged_blocks += count;
+            }
+            InPlaceOp::Flush => self.inplace_flushed(),
+            InPlaceOp::Reset { .. } => {
+                let victim = self.inplace.as_ref().expect("job").victim;
+                self.zones.reset_in_place(victim);
+                self.stats.erases += 1;
+                self.inplace.as_mut().expect("job").phase = Phase::Rewriting;
+            }
+            InPlaceOp::ScratchRead { count } => self.scratch_read_done(count, result),
+            InPlaceOp::Rewrite { count } => {
+                self.inplace.as_mut().expect("job").rewritten += count;
+            }
+        }
+    }
+
+    /// Live blocks read from the victim: their staged copies (kind 7 tags
+    /// naming their home) are built for the scratch zone.
+    fn stage_read_done(&mut self, first: u64, count: u32, result: Result<Outcome, DeviceError>) {
+        let Ok(Outcome::Read { data, oob }) = result else {
+            unreachable!("a read completes with data")
+        };
+        let cap = self.cap();
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let victim = self.inplace.as_ref().expect("job").victim;
+        let mut payload = Payload::new();
+        let mut out = Vec::with_capacity(count as usize * ob);
+        let mut n = 0;
+        for i in 0..count as usize {
+            let home = Ppa::new(victim, first + i as u64, cap);
+            let Ok(Some((tag, md))) = NamelessTag::decode(&oob[i * ob..(i + 1) * ob]) else {
+                // A live block with no tag: the job cannot keep it.
+                self.metadata_failed();
+                return;
+            };
+            assert!(
+                matches!(tag.kind, NamelessTagKind::Data | NamelessTagKind::Moved),
+                "live block {home:?} holds a {:?} tag",
+                tag.kind
+            );
+            let staged = NamelessTag {
+                kind: NamelessTagKind::Staged,
+                birth_gen: tag.birth_gen,
+                link: NamelessAddr::new(home, tag.birth_gen),
+                seq: tag.seq,
+                data_crc: tag.data_crc,
+            };
+            let at = out.len();
+            out.resize(at + ob, 0);
+            staged.encode(md, &mut out[at..at + ob]);
+            payload.push(data[i * bs..(i + 1) * bs].to_vec().into());
+            n += 1;
+        }
+        self.inplace.as_mut().expect("job").to_stage = Some((payload, out, n));
+    }
+
+    /// Staged copies read back: queued for the rewrite, in home order.
+    fn scratch_read_done(&mut self, count: u32, result: Result<Outcome, DeviceError>) {
+        let Ok(Outcome::Read { data, oob }) = result else {
+            unreachable!("a read completes with data")
+        };
+        let cap = self.cap();
+        let bs = self.block_size();
+        let ob = self.geo.oob_size_bytes as usize;
+        let job = self.inplace.as_mut().expect("job");
+        for i in 0..count as usize {
+            let Ok(Some((tag, md))) = NamelessTag::decode(&oob[i * ob..(i + 1) * ob]) else {
+                panic!(
+                    "staged copy {} of the scratch zone has no tag",
+                    job.read_back
+                );
+            };
+            assert_eq!(tag.kind, NamelessTagKind::Staged, "a staged copy's tag");
+            let home = tag.link.ppa().offset_blocks(cap);
+            job.ready.push_back(Staged {
+                home,
+                data: data[i * bs..(i + 1) * bs].to_vec(),
+                tag,
+                md: md.to_vec(),
+            });
+        }
+        job.read_back += u64::from(count);
+    }
+
+    /// The flush after staging (then the note) or after the rewrite (then
+    /// the end note) completed.
+    fn inplace_flushed(&mut self) {
+        let seq = self.take_seq();
+        let job = self.inplace.as_ref().expect("job");
+        let (victim, scratch, staged) = (job.victim, job.scratch, job.staged);
+        let note = match job.phase {
+            Phase::StageFlush => Note::InPlaceStaged {
+                seq,
+                victim,
+                scratch,
+                gap_gen: 0,
+                first_scratch_offset: 0,
+                staged_blocks: u32::try_from(staged).expect("a zone's blocks fit u32"),
+            },
+            Phase::RewriteFlush => Note::InPlaceDone {
+                seq,
+                victim,
+                erase_count: self.zones.get(victim).erase_count(),
+                pad_blocks: u32::try_from(job.pads).expect("a zone's blocks fit u32"),
+                gap_fill_blocks: 0,
+            },
+            other => unreachable!("an in-place flush in phase {other:?}"),
+        };
+        let staging = job.phase == Phase::StageFlush;
+        self.log.push_note(note);
+        self.log.pack(true);
+        let log_barrier = self.log.next_log_seq();
+        let job = self.inplace.as_mut().expect("job");
+        job.phase = if staging {
+            Phase::Noting { log_barrier }
+        } else {
+            Phase::Done { log_barrier }
+        };
+    }
+}

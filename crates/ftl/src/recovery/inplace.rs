@@ -1,0 +1,236 @@
+//! In-place collection at mount (format.md §11, crash analysis step 9):
+//! replay of the `InPlaceStaged` and `InPlaceDone` notes, and the redo of
+//! a job the log leaves pending. The redo resets the victim and rewrites
+//! it from the scratch zone's staged copies, every live block at its home
+//! offset with its original tag and every gap padded, then flushes; the
+//! mount's checkpoint then ends the job (a cut before it redoes it again:
+//! the scratch zone is untouched until a job is over).
+
+use super::replay::Rebuild;
+use crate::addr::{Ppa, Seq};
+use crate::backend::{again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId};
+use crate::error::MountError;
+use crate::mapping::Mapping;
+use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
+use crate::tag::{DataCrcImpl, Tag, TagKind};
+use crate::zone::ZoneTable;
+
+/// A job whose `InPlaceStaged` note the log holds and no `InPlaceDone`
+/// after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingInPlace {
+    pub victim: ZoneId,
+    pub scratch: ZoneId,
+    /// Staged copies in the scratch zone, from offset 0.
+    pub staged_blocks: u64,
+    /// Seq of its `InPlaceStaged` note.
+    pub staged_seq: Seq,
+}
+
+impl Rebuild {
+    /// An `InPlaceStaged` note: the job is pending until its `InPlaceDone`.
+    /// `gap_gen` and `first_scratch_offset` are the note's (this build
+    /// writes 0 for both).
+    pub(super) fn inplace_staged(
+        &mut self,
+        g: &Geometry,
+        job: PendingInPlace,
+        gap_gen: u32,
+        first_scratch_offset: u32,
+    ) -> Result<(), MountError> {
+        let PendingInPlace {
+            victim,
+            scratch,
+            staged_blocks,
+            staged_seq: seq,
+        } = job;
+        let damaged = |why: &str| {
+            MountError::Damaged(format!("InPlaceStaged note {seq} (victim {victim}): {why}"))
+        };
+        if self.inplace_pending.is_some() {
+            return Err(damaged("another job is pending"));
+        }
+        if self.in_band {
+            return Err(damaged(
+                "in-place collection with md in the log is not built",
+            ));
+        }
+        if victim >= g.zone_count || scratch >= g.zone_count || victim == scratch {
+            return Err(damaged("zones out of range"));
+        }
+        if !self.nameless_now[victim as usize] {
+            return Err(damaged("the victim is not a nameless zone"));
+        }
+        // This build fills no gap and stages from the scratch zone's start.
+        if gap_gen != 0 || first_scratch_offset != 0 {
+            return Err(damaged(
+                "gap fills or a scratch offset this build never writes",
+            ));
+        }
+        if staged_blocks > g.zone_capacity_blocks {
+            return Err(damaged("more staged blocks than a zone holds"));
+        }
+        self.inplace_pending = Some(job);
+        Ok(())
+    }
+
+    /// An `InPlaceDone` note: the pending job is over.
+    pub(super) fn inplace_done(
+        &mut self,
+        seq: Seq,
+        victim: ZoneId,
+        erase_count: u32,
+    ) -> Result<(), MountError> {
+        match self.inplace_pending.take() {
+            Some(job) if job.victim == victim => {
+                self.erase_counts.insert(victim, erase_count);
+                Ok(())
+            }
+            _ => Err(MountError::Damaged(format!(
+                "InPlaceDone note {seq} for zone {victim}: no job pending for it"
+            ))),
+        }
+    }
+}
+
+fn dev(step: &'static str) -> impl Fn(DeviceError) -> MountError {
+    move |source| MountError::Device { step, source }
+}
+
+/// A staged copy read back from the scratch zone.
+struct Staged {
+    home: u64,
+    data: Vec<u8>,
+    tag: NamelessTag,
+    md: Vec<u8>,
+}
+
+/// Redoes `job` (format.md §11, crash step 9): resets the victim, rewrites
+/// it to its capacity from the staged copies (a block `mapping` holds
+/// live at its home offset, a pad block elsewhere), flushes, and counts
+/// the erase and the writes in `zones`.
+pub(crate) fn redo<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    job: &PendingInPlace,
+    mapping: &Mapping,
+    zones: &mut ZoneTable,
+    crc: DataCrcImpl,
+) -> Result<(), MountError> {
+    let cap = g.zone_capacity_blocks;
+    let span = u64::from(g.max_transfer_blocks.min(g.max_append_blocks)).clamp(1, 64);
+    again_after_abort(|| backend.reset_zone(job.victim)).map_err(dev("mount: in-place reset"))?;
+    let mut staged = std::collections::VecDeque::new();
+    let mut read_back = 0;
+    let mut newest = 0;
+    let mut at = 0;
+    while at < cap {
+        if staged.is_empty() && read_back < job.staged_blocks {
+            let n = span.min(job.staged_blocks - read_back);
+            staged.extend(read_staged(backend, g, job, read_back, n)?);
+            read_back += n;
+        }
+        let end = (at + span).min(cap);
+        let (mut data, mut oob) = (Vec::new(), Vec::new());
+        let mut o = at;
+        while o < end {
+            if staged.is_empty() && read_back < job.staged_blocks {
+                break;
+            }
+            let home = staged.front().is_some_and(|s: &Staged| s.home == o);
+            let s = if home { staged.pop_front() } else { None };
+            match s.filter(|_| mapping.is_live(Ppa::new(job.victim, o, cap))) {
+                Some(s) => {
+                    let tag = NamelessTag {
+                        kind: NamelessTagKind::Data,
+                        link: NamelessAddr::NONE,
+                        ..s.tag
+                    };
+                    push_block(&mut data, &mut oob, g, &s.data, |out| {
+                        tag.encode(&s.md, out)
+                    });
+                    newest = newest.max(tag.seq);
+                }
+                None => {
+                    let zeros = vec![0u8; g.block_size_bytes as usize];
+                    let pad = Tag {
+                        kind: TagKind::Pad,
+                        epoch: 0,
+                        lba: u64::MAX,
+                        seq: 0,
+                        data_crc: crc.checksum(&zeros),
+                    };
+                    push_block(&mut data, &mut oob, g, &zeros, |out| pad.encode(out));
+                }
+            }
+            o += 1;
+        }
+        if o > at {
+            backend
+                .write_blocks(job.victim, at, data, oob)
+                .map_err(dev("mount: in-place rewrite"))?;
+            at = o;
+        }
+    }
+    again_after_abort(|| backend.flush()).map_err(dev("mount: in-place flush"))?;
+    zones.reset_in_place(job.victim);
+    zones.record_write(job.victim, cap, newest);
+    Ok(())
+}
+
+/// Appends one block and its OOB (written by `tag`) to a write's buffers.
+fn push_block(
+    data: &mut Vec<u8>,
+    oob: &mut Vec<u8>,
+    g: &Geometry,
+    block: &[u8],
+    tag: impl FnOnce(&mut [u8]),
+) {
+    data.extend_from_slice(block);
+    let at = oob.len();
+    oob.resize(at + g.oob_size_bytes as usize, 0);
+    tag(&mut oob[at..]);
+}
+
+/// `n` staged copies of `job` from scratch offset `first`.
+fn read_staged<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    job: &PendingInPlace,
+    first: u64,
+    n: u64,
+) -> Result<Vec<Staged>, MountError> {
+    let (bs, ob, cap) = (
+        g.block_size_bytes as usize,
+        g.oob_size_bytes as usize,
+        g.zone_capacity_blocks,
+    );
+    let (data, oob) = again_after_abort(|| backend.read_blocks(job.scratch, first, n as u32))
+        .map_err(dev("mount: reading staged copies"))?;
+    (0..n as usize)
+        .map(|i| {
+            let damaged = || {
+                MountError::Damaged(format!(
+                    "in-place job of zone {}: scratch zone {} offset {} holds no staged copy",
+                    job.victim,
+                    job.scratch,
+                    first + i as u64
+                ))
+            };
+            let (tag, md) = NamelessTag::decode(&oob[i * ob..(i + 1) * ob])
+                .ok()
+                .flatten()
+                .ok_or_else(damaged)?;
+            let home = tag.link.ppa();
+            if tag.kind != NamelessTagKind::Staged || home.zone(cap) != job.victim {
+                return Err(damaged());
+            }
+            Ok(Staged {
+                home: home.offset_blocks(cap),
+                data: data[i * bs..(i + 1) * bs].to_vec(),
+                tag,
+                md: md.to_vec(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,301 @@
+//! In-place collection of a nameless zone (docs/design.md, "In-place
+//! collection on ZNS"), md in OOB on the simulator: a zone of mixed live
+//! and dead blocks is staged, reset and rewritten while writes, reads and
+//! frees arrive; every live block keeps its address, data and md, and a
+//! power cut after any device command of the job (and during the mount's
+//! redo) loses none of them. `ZFTL_SEEDS` widens the cut run.
+
+use std::collections::BTreeMap;
+use zftl::core::{Driver, FtlConfig, IoError, NamelessAddr, NamelessError};
+use zftl::sim::{Faults, PowerCut, SimDevice};
+
+mod common;
+use common::{assert_check_clean, format_on, pattern, volume_config};
+
+fn md(key: u64, version: u32, md_bytes: usize) -> Vec<u8> {
+    let mut m = vec![0u8; md_bytes];
+    m[..8].copy_from_slice(&key.to_le_bytes());
+    m[8..12].copy_from_slice(&version.to_le_bytes());
+    m
+}
+
+fn put(ftl: &mut Driver<SimDevice>, keys: &[u64]) -> Result<Vec<NamelessAddr>, IoError> {
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let data: Vec<u8> = keys.iter().flat_map(|&k| pattern(k, 1, bs)).collect();
+    let meta: Vec<u8> = keys.iter().flat_map(|&k| md(k, 1, mb)).collect();
+    ftl.nameless_write(&data, &meta)
+}
+
+fn holds(ftl: &mut Driver<SimDevice>, addr: NamelessAddr, key: u64, when: &str) {
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let (data, meta) = ftl
+        .nameless_read(addr)
+        .unwrap_or_else(|e| panic!("{when}: read of key {key} at {addr:?}: {e}"));
+    assert!(
+        data == pattern(key, 1, bs),
+        "{when}: data of key {key} at {addr:?}"
+    );
+    assert_eq!(meta, md(key, 1, mb), "{when}: md of key {key} at {addr:?}");
+}
+
+/// A volume with one Full nameless zone of mixed live and dead blocks,
+/// flushed, committed and older than the committed checkpoint: the zone,
+/// its live blocks by address (with their keys) and its freed addresses.
+struct Victim {
+    ftl: Driver<SimDevice>,
+    zone: u32,
+    live: BTreeMap<NamelessAddr, u64>,
+    freed: Vec<NamelessAddr>,
+}
+
+fn victim() -> Victim {
+    let mut ftl = format_on(true, volume_config(true));
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let mut addrs = Vec::new();
+    // One write at a time stays in one zone; a zone and a half.
+    for first in (0..cap * 3 / 2).step_by(8) {
+        let keys: Vec<u64> = (first..first + 8).collect();
+        addrs.extend(put(&mut ftl, &keys).unwrap().into_iter().zip(keys));
+    }
+    let zone = addrs[0].0.ppa().zone(cap);
+    let mut live = BTreeMap::new();
+    let mut freed = Vec::new();
+    for (i, &(a, k)) in addrs.iter().enumerate() {
+        if a.ppa().zone(cap) != zone {
+            continue;
+        }
+        // Dead runs and single dead blocks among the live ones.
+        if i % 3 == 1 || (i / 8) % 4 == 2 {
+            freed.push(a);
+        } else {
+            live.insert(a, k);
+        }
+    }
+    assert_eq!(
+        (live.len() + freed.len()) as u64,
+        cap,
+        "the victim zone is written full"
+    );
+    ftl.nameless_free(&freed).unwrap();
+    ftl.nameless_commit().unwrap();
+    ftl.checkpoint().unwrap();
+    Victim {
+        ftl,
+        zone,
+        live,
+        freed,
+    }
+}
+
+fn check_victim(v: &mut Victim, when: &str) {
+    let live: Vec<(NamelessAddr, u64)> = v.live.iter().map(|(&a, &k)| (a, k)).collect();
+    for (a, k) in live {
+        holds(&mut v.ftl, a, k, when);
+    }
+    for &a in &v.freed {
+        match v.ftl.nameless_read(a) {
+            Err(IoError::Nameless(NamelessError::NotLive { .. })) => {}
+            other => panic!("{when}: freed {a:?} read as {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn in_place_collection_keeps_every_live_block_at_its_address_while_requests_arrive() {
+    let mut v = victim();
+    let cap = v.ftl.ftl().geometry().zone_capacity_blocks;
+    let erases = v.ftl.ftl().stats().erases;
+    assert!(v.ftl.start_in_place(v.zone), "the job starts");
+    assert!(!v.ftl.start_in_place(v.zone), "one job at a time");
+    // Requests while it runs: writes (other zones), reads of the victim's
+    // blocks (served from it, or parked until the rewrite passes them),
+    // and a free of one of its live blocks (a gap, padded).
+    let mut turns = 0;
+    let mut next_key = 10_000;
+    let mut freed_during = None;
+    while v.ftl.ftl().in_place_running() {
+        let keys: Vec<u64> = (next_key..next_key + 2).collect();
+        next_key += 2;
+        for a in put(&mut v.ftl, &keys).unwrap() {
+            assert_ne!(a.ppa().zone(cap), v.zone, "a write landed in the victim");
+        }
+        let (&a, &k) = v.live.iter().nth(turns % v.live.len()).unwrap();
+        holds(&mut v.ftl, a, k, "during the job");
+        if turns == 3 {
+            let (&a, _) = v.live.iter().next_back().unwrap();
+            v.ftl.nameless_free(&[a]).unwrap();
+            v.live.remove(&a);
+            v.freed.push(a);
+            freed_during = Some(a);
+        }
+        v.ftl.turn().unwrap();
+        turns += 1;
+        assert!(turns < 10_000, "the job does not end");
+    }
+    assert!(freed_during.is_some(), "the job ran past a few requests");
+    v.ftl.settle().unwrap();
+    let s = v.ftl.ftl().stats();
+    assert_eq!(s.nameless_inplace_jobs, 1);
+    assert!(s.nameless_staged_blocks >= v.live.len() as u64);
+    assert!(s.nameless_staged_blocks <= v.live.len() as u64 + 1);
+    assert_eq!(s.nameless_pad_blocks, cap - v.live.len() as u64);
+    assert!(s.erases > erases, "the victim was reset");
+    check_victim(&mut v, "after the job");
+    // A crash (no checkpoint since the job) and a clean remount.
+    let cfg = FtlConfig::default();
+    v.ftl.flush().unwrap();
+    v.ftl = Driver::mount(v.ftl.into_backend(), cfg.clone()).unwrap();
+    check_victim(&mut v, "after a crash");
+    let mut dev = v.ftl.shutdown().unwrap();
+    assert_check_clean(&mut dev, "after the job");
+    v.ftl = Driver::mount(dev, cfg).unwrap();
+    check_victim(&mut v, "after a clean remount");
+    // The zone can be collected in place again.
+    v.ftl.checkpoint().unwrap();
+    assert!(v.ftl.start_in_place(v.zone), "a second job starts");
+    v.ftl.settle().unwrap();
+    check_victim(&mut v, "after a second job");
+}
+
+#[test]
+fn a_zone_that_is_not_a_full_nameless_zone_older_than_the_checkpoint_is_refused() {
+    let mut v = victim();
+    let cap = v.ftl.ftl().geometry().zone_capacity_blocks;
+    let zones = v.ftl.ftl().geometry().zone_count;
+    assert!(!v.ftl.start_in_place(zones), "a zone past the device");
+    assert!(!v.ftl.start_in_place(0), "a superblock zone");
+    let fresh = put(&mut v.ftl, &[77]).unwrap()[0].ppa().zone(cap);
+    assert!(!v.ftl.start_in_place(fresh), "a zone a lane holds");
+    // Written since the committed checkpoint: it waits for the next.
+    let last = put(&mut v.ftl, &[78]).unwrap()[0];
+    let z = last.ppa().zone(cap);
+    assert_ne!(z, v.zone);
+    assert_eq!(v.ftl.ftl().stats().nameless_inplace_jobs, 0);
+    // In band (md in the log) in-place collection is not built.
+    let mut band = format_on(false, volume_config(false));
+    let a = put(&mut band, &(0..64).collect::<Vec<_>>()).unwrap();
+    band.checkpoint().unwrap();
+    let cap_band = band.ftl().geometry().zone_capacity_blocks;
+    assert!(!band.start_in_place(a[0].ppa().zone(cap_band)));
+}
+
+/// Seeds of the cut run: `ZFTL_SEEDS=a..b` (a cut after each device
+/// command of the job for every seed; the seed picks the requests that
+/// arrive and whether the mount is cut too).
+fn seeds() -> std::ops::Range<u64> {
+    std::env::var("ZFTL_SEEDS")
+        .ok()
+        .and_then(|s| {
+            let (a, b) = s.split_once("..")?;
+            Some(a.parse().ok()?..b.parse().ok()?)
+        })
+        .unwrap_or(0..3)
+}
+
+#[test]
+fn a_power_cut_after_any_command_of_the_job_or_of_the_mounts_redo_loses_no_live_block() {
+    let cfg = FtlConfig::default();
+    let mut pending_seen = 0;
+    let mut mount_cuts = 0;
+    let mut cuts = 0;
+    for seed in seeds() {
+        for after in 1.. {
+            let mut v = victim();
+            v.ftl.backend_mut().set_faults(Faults {
+                seed: seed * 1_000 + after,
+                power_cut: PowerCut::AfterSubmits(after),
+                shuffle_completions: true,
+                ..Faults::default()
+            });
+            assert!(v.ftl.start_in_place(v.zone));
+            let mut k = 20_000;
+            // Writes arrive while it runs (their blocks are not checked:
+            // none was flushed).
+            while v.ftl.ftl().in_place_running() && v.ftl.backend().is_powered() {
+                if seed % 2 == 0 && put(&mut v.ftl, &[k, k + 1]).is_err() {
+                    break;
+                }
+                k += 2;
+                if v.ftl.turn().is_err() {
+                    break;
+                }
+            }
+            let _ = v.ftl.settle();
+            let finished = v.ftl.backend().is_powered();
+            let mut dev = v.ftl.into_backend();
+            dev.power_cut();
+            dev.power_on().unwrap();
+            dev.set_faults(Faults::default());
+            let crc = FtlConfig::default().data_crc_impl();
+            let pending = zftl::core::recovery::recover_state(&mut dev, crc)
+                .expect("recovery after a cut")
+                .inplace_pending
+                .is_some();
+            pending_seen += u64::from(pending);
+            if pending {
+                // `zftl check` before the mount: the victim's live blocks
+                // are checked in the scratch zone.
+                assert_check_clean(&mut dev, "a pending job");
+            }
+            if pending && (seed + after) % 2 == 0 {
+                // Cut the mount's redo too: the next mount redoes it again.
+                dev.set_faults(Faults {
+                    seed: seed ^ after,
+                    power_cut: PowerCut::AfterSubmits(1 + (seed + after) % 9),
+                    ..Faults::default()
+                });
+                if Driver::mount(&mut dev, cfg.clone()).is_err() {
+                    mount_cuts += 1;
+                }
+                dev.power_cut();
+                dev.power_on().unwrap();
+                dev.set_faults(Faults::default());
+            }
+            let when = format!("seed {seed}, cut after {after} commands");
+            v.ftl = Driver::mount(dev, cfg.clone()).unwrap_or_else(|e| panic!("{when}: {e}"));
+            assert!(!v.ftl.ftl().in_place_running());
+            check_victim(&mut v, &when);
+            let mut dev = v.ftl.shutdown().unwrap();
+            assert_check_clean(&mut dev, &when);
+            cuts += 1;
+            if finished {
+                break; // the job ended before the cut
+            }
+        }
+    }
+    eprintln!(
+        "in-place cuts: {cuts} ({pending_seen} with the job pending, {mount_cuts} mounts cut)"
+    );
+    assert!(pending_seen > 0, "some cut left the job pending");
+}
+
+#[test]
+fn controller_resets_during_the_job_repeat_its_flushes_and_reset_or_leave_the_volume_read_only() {
+    let cfg = FtlConfig::default();
+    let (mut finished, mut stopped) = (0, 0);
+    for seed in seeds().map(|s| s * 7 + 1).chain(10..30) {
+        let mut v = victim();
+        v.ftl.backend_mut().set_faults(Faults {
+            seed,
+            controller_reset_per_million: 30_000,
+            ..Faults::default()
+        });
+        assert!(v.ftl.start_in_place(v.zone));
+        let settled = v.ftl.settle();
+        let when = format!("controller resets, seed {seed}");
+        if settled.is_ok() && !v.ftl.ftl().is_read_only() {
+            assert!(!v.ftl.ftl().in_place_running(), "{when}: the job ends");
+            finished += 1;
+        } else {
+            stopped += 1;
+        }
+        let mut dev = v.ftl.into_backend();
+        dev.set_faults(Faults::default());
+        v.ftl = Driver::mount(dev, cfg.clone()).unwrap_or_else(|e| panic!("{when}: {e}"));
+        check_victim(&mut v, &when);
+        let mut dev = v.ftl.shutdown().unwrap();
+        assert_check_clean(&mut dev, &when);
+    }
+    eprintln!("controller resets: {finished} jobs finished, {stopped} stopped read-only");
+    assert!(finished > 0, "some job finished through the resets");
+}
