@@ -622,13 +622,14 @@ impl Rebuild {
         Ok(())
     }
 
-    /// A NamelessMigrate note (placement OOB: no md notes follow): the
+    /// A NamelessMigrate note (placement OOB; with placement log once its
+    /// md notes are all there, `Rebuild::nameless_migrate_note`): the
     /// block at `old` moved to `new`, which the copy's tag does not make
     /// live (kind 6 never counts, format.md §11), so the note does: old
     /// bit cleared, new set, the entry inserted and `new` in the
     /// uncommitted set in place of `old`. A move whose victim's tag a reset
     /// erased finds `old` not live and still makes `new` live.
-    fn nameless_migrate(
+    pub(super) fn nameless_migrate(
         &mut self,
         seq: Seq,
         old: NamelessAddr,
@@ -910,11 +911,16 @@ impl Rebuild {
                 seq,
                 new_ppa,
                 old,
+                data_crc,
                 birth_gen,
-                ..
             } => {
                 ppa_ok(new_ppa, "NamelessMigrate note")?;
-                self.nameless_migrate(seq, old, NamelessAddr::new(new_ppa, birth_gen))?;
+                let new = NamelessAddr::new(new_ppa, birth_gen);
+                if self.nameless_md.is_some() {
+                    self.nameless_migrate_note(seq, new, data_crc, old)?;
+                } else {
+                    self.nameless_migrate(seq, old, new)?;
+                }
             }
             Note::NamelessWrite {
                 seq,
