@@ -355,9 +355,11 @@ impl NamelessRig {
         let mut sim = sim_config(seed, oob, false);
         if !oob && seed % 2 == 1 {
             // Zones of several md groups: 512-byte blocks (10 entries an
-            // md block, groups of 80 data blocks) in zones of 256.
+            // md block, groups of 80 data blocks) in zones of 128 (a
+            // group of 80 and one of 36), few enough that GC migrates.
             sim.page_size_bytes = 512;
-            sim.pages_per_block = 256;
+            sim.pages_per_block = 128;
+            sim.blocks_per_lun = 6;
         }
         let dev = SimDevice::create_memory(sim).unwrap();
         let opts = FormatOptions {
@@ -958,8 +960,8 @@ fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in
     common::assert_check_clean(&mut dev, "after nameless writes");
 }
 
-/// In band (md in the log and in md groups): no migration or leveling
-/// yet, the rest as with md in OOB.
+/// In band (md in the log and in md groups, also zones of several groups):
+/// every path as with md in OOB, migrations and leveling moves included.
 #[test]
 fn crash_torture_with_nameless_blocks_in_band() {
     let (seeds, cov) = run_seeds("crash_torture_with_nameless_blocks_in_band", 60, |seed| {
@@ -968,7 +970,10 @@ fn crash_torture_with_nameless_blocks_in_band() {
     if seeds >= 60 {
         assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
         assert!(
-            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0,
+            cov.nameless_handed_over > 0
+                && cov.nameless_orphans > 0
+                && cov.nameless_moves > 0
+                && cov.wl_moves > 0,
             "{cov:?}"
         );
     }
