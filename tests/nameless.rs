@@ -1452,6 +1452,8 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events_in(o
     for (&a, &(k, v)) in &held {
         holds(&mut ftl, a, k, v);
     }
+    let mut dev = ftl.shutdown().unwrap();
+    common::assert_check_clean(&mut dev, "after migrations");
 }
 
 #[test]
