@@ -70,6 +70,19 @@ pub(super) struct Moves {
     victim_md: BTreeMap<ZoneId, VictimGroup>,
 }
 
+/// What a migration job does before reading its victim's data at an
+/// offset (`Ftl::victim_md_ready`).
+pub(super) enum VictimMdStep {
+    /// The entries of the offset's group are at hand, up to `end` (the
+    /// group's data end).
+    Ready { end: u64 },
+    /// The group's md blocks come first: this read.
+    Read(Op, Command),
+    /// Wait: for that read, or for the job's reads of the previous group
+    /// (which still need its entries).
+    Wait,
+}
+
 /// In band, the entries of the group of a migration victim whose data its
 /// job reads now, from the group's md blocks (or from memory while those
 /// are not written).
@@ -390,45 +403,49 @@ impl Ftl {
     }
 
     /// In band, before a migration job reads `victim`'s data from
-    /// `offset`: where the entries at hand end (the end of that group's
-    /// data), or `Err`: the group's md blocks come first (`Some`: their
-    /// next read; `None`: wait for it, or for the job's reads of the
-    /// previous group, which still need its entries). With md in OOB,
-    /// no limit.
+    /// `offset`: whether the entries of that group are at hand, or its md
+    /// blocks come first. With md in OOB, no limit.
     pub(super) fn victim_md_ready(
         &mut self,
         victim: ZoneId,
         offset: u64,
         reads_in_flight: u32,
-    ) -> Result<u64, Option<(Op, Command)>> {
+    ) -> VictimMdStep {
         let Some(m) = self.nameless.md.as_ref() else {
-            return Ok(u64::MAX);
+            return VictimMdStep::Ready { end: u64::MAX };
         };
         let layout = m.layout;
         let k = layout.group_of(offset);
         let start = layout.group_start(k);
+        assert!(
+            offset < u64::from(m.tails[victim as usize].0),
+            "zone {victim}: a live block at {offset}, past the zone's data end"
+        );
         let current = self.nameless.moves.victim_md.get(&victim);
         match current {
             Some(v) if v.group == k => {
                 if v.read_blocks == layout.md_blocks_for(v.data_blocks) {
-                    return Ok(start + v.data_blocks);
+                    return VictimMdStep::Ready {
+                        end: start + v.data_blocks,
+                    };
                 }
                 if v.in_flight {
-                    return Err(None);
+                    return VictimMdStep::Wait;
                 }
             }
-            _ if reads_in_flight > 0 => return Err(None),
+            _ if reads_in_flight > 0 => return VictimMdStep::Wait,
             _ => {
                 let v = self.victim_group(victim, k);
                 let done = v.read_blocks == layout.md_blocks_for(v.data_blocks);
                 let end = start + v.data_blocks;
                 self.nameless.moves.victim_md.insert(victim, v);
                 if done {
-                    return Ok(end);
+                    return VictimMdStep::Ready { end };
                 }
             }
         }
-        Err(Some(self.victim_md_read(victim)))
+        let (op, cmd) = self.victim_md_read(victim);
+        VictimMdStep::Read(op, cmd)
     }
 
     /// Group `k` of `victim`, its entries from memory if its md blocks are

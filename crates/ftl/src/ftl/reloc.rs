@@ -2,6 +2,7 @@
 //! retirement, from victim choice through copying to the victim's reset.
 
 use super::lane::Lane;
+use super::migrate::VictimMdStep;
 use super::read::READ_ATTEMPTS;
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
@@ -566,8 +567,9 @@ impl Ftl {
         let mut limit = wp;
         if nameless && off < wp {
             match self.victim_md_ready(victim, off, self.jobs[i].reads_in_flight) {
-                Ok(end) => limit = limit.min(end),
-                Err(read) => return read,
+                VictimMdStep::Ready { end } => limit = limit.min(end),
+                VictimMdStep::Read(op, cmd) => return Some((op, cmd)),
+                VictimMdStep::Wait => return None,
             }
         }
         let job = &self.jobs[i];
