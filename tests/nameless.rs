@@ -357,9 +357,11 @@ impl NamelessRig {
         let mut sim = sim_config(seed, oob, false);
         if !oob && seed % 2 == 1 {
             // Zones of several md groups: 512-byte blocks (10 entries an
-            // md block, groups of 80 data blocks) in zones of 256.
+            // md block, groups of 80 data blocks) in zones of 128 (a
+            // group of 80 and one of 36), few enough that GC migrates.
             sim.page_size_bytes = 512;
-            sim.pages_per_block = 256;
+            sim.pages_per_block = 128;
+            sim.blocks_per_lun = 6;
         }
         let dev = SimDevice::create_memory(sim).unwrap();
         let opts = FormatOptions {
@@ -970,8 +972,8 @@ fn both_kinds_of_remount_keep_blocks_at_their_addresses_and_generations_go_on_in
     common::assert_check_clean(&mut dev, "after nameless writes");
 }
 
-/// In band (md in the log and in md groups): no migration or leveling
-/// yet, the rest as with md in OOB.
+/// In band (md in the log and in md groups, also zones of several groups):
+/// every path as with md in OOB, migrations and leveling moves included.
 #[test]
 fn crash_torture_with_nameless_blocks_in_band() {
     let (seeds, cov) = run_seeds("crash_torture_with_nameless_blocks_in_band", 60, |seed| {
@@ -980,7 +982,10 @@ fn crash_torture_with_nameless_blocks_in_band() {
     if seeds >= 60 {
         assert!(cov.cuts > 0 && cov.during_recovery > 0, "{cov:?}");
         assert!(
-            cov.nameless_handed_over > 0 && cov.nameless_orphans > 0,
+            cov.nameless_handed_over > 0
+                && cov.nameless_orphans > 0
+                && cov.nameless_moves > 0
+                && cov.wl_moves > 0,
             "{cov:?}"
         );
     }
@@ -1364,9 +1369,8 @@ fn follow_moves(
 /// after, and the volume writes on far past its size without `NoSpace`.
 /// Unacknowledged moves survive a crash (their events come again) and a
 /// clean remount.
-#[test]
-fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
-    let mut ftl = format(true);
+fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events_in(oob: bool) {
+    let mut ftl = format(oob);
     let capacity = ftl.logical_blocks();
     let mut rng = Rng::new(7);
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
@@ -1460,15 +1464,26 @@ fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
     for (&a, &(k, v)) in &held {
         holds(&mut ftl, a, k, v);
     }
+    let mut dev = ftl.shutdown().unwrap();
+    common::assert_check_clean(&mut dev, "after migrations");
+}
+
+#[test]
+fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events() {
+    gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events_in(true);
+}
+
+#[test]
+fn gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events_in_band() {
+    gc_migrates_partly_live_nameless_zones_and_the_client_follows_the_events_in(false);
 }
 
 /// A client that follows moves but never acknowledges them leaves GC
 /// zones it may not collect: writes then answer `MovesUnacknowledged`
 /// (not `NoSpace`: the live blocks fit), and a commit, acknowledging the
 /// moves delivered, lets them go on past the volume's size again.
-#[test]
-fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it() {
-    let mut ftl = format(true);
+fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it_in(oob: bool) {
+    let mut ftl = format(oob);
     let capacity = ftl.logical_blocks();
     let mut rng = Rng::new(11);
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
@@ -1516,8 +1531,20 @@ fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_
         other => panic!("after {written} blocks: {other:?} ({s:?})"),
     }
     assert!(s.nameless_live_blocks < capacity, "{s:?}");
+    // The moves whose events were not out when the write failed (their
+    // notes not yet durable) are taken first: a commit acknowledges only
+    // those delivered.
+    ftl.settle().unwrap();
+    follow_moves(&mut ftl, &mut held);
+    assert_eq!(ftl.stats().nameless_events_pending, 0);
+    let before = ftl.stats().nameless_migrated_blocks;
     ftl.nameless_commit().unwrap();
-    assert_eq!(ftl.stats().nameless_remap_entries, 0);
+    // Every entry left is of a move made while the commit flushed.
+    let after = ftl.stats();
+    assert!(
+        after.nameless_remap_entries <= after.nameless_migrated_blocks - before,
+        "{after:?}"
+    );
     let mut more = 0u64;
     while more < 2 * capacity {
         churn(&mut ftl, &mut held, &mut key).unwrap();
@@ -1529,18 +1556,27 @@ fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_
     }
 }
 
+#[test]
+fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it() {
+    unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it_in(true);
+}
+
+#[test]
+fn unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it_in_band() {
+    unacknowledged_moves_holding_the_room_get_their_own_error_and_a_commit_frees_it_in(false);
+}
+
 /// Erases of the least and most worn zones in service, and the blocks
 /// leveling moved, after cold nameless blocks (written once, 40 % of the
 /// volume) sit beside hot ones written and freed a zone at a time until
 /// the most-worn zone has `erases` erases. The client follows every move
 /// (a commit every round acknowledges them); the cold blocks read back.
-fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> zftl_core::FtlStats {
+fn hot_and_cold(oob: bool, wear: Option<NamelessWear>, erases: u32) -> zftl_core::FtlStats {
     let cfg = FtlConfig {
         nameless_wear: wear,
         ..FtlConfig::default()
     };
-    let dev = SimDevice::create_memory(volume_config(true)).unwrap();
-    let mut ftl = Driver::format(dev, &FormatOptions::default(), cfg).unwrap();
+    let mut ftl = common::format_with(oob, volume_config(oob), cfg);
     let cold_blocks = ftl.logical_blocks() * 2 / 5;
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
     for first in (0..cold_blocks).step_by(32) {
@@ -1564,7 +1600,8 @@ fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> zftl_core::FtlStats 
         );
     }
     ftl.settle().unwrap();
-    follow_moves(&mut ftl, &mut held);
+    let f = follow_moves(&mut ftl, &mut held);
+    eprintln!("DEBUG followed {} {:?}", f.len(), ftl.stats());
     ftl.nameless_commit().unwrap();
     assert_eq!(ftl.stats().nameless_live_blocks, cold_blocks);
     for (&a, &(k, v)) in &held {
@@ -1578,11 +1615,10 @@ fn hot_and_cold(wear: Option<NamelessWear>, erases: u32) -> zftl_core::FtlStats 
 /// onto the most-worn free zones, so the zones the cold data held take
 /// erases too: the spread of erase counts narrows against the same run
 /// without it, and every cold block follows its moves.
-#[test]
-fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
+fn nameless_wear_leveling_moves_cold_data_onto_worn_zones_in(oob: bool) {
     let endurance = 24;
-    let off = hot_and_cold(None, endurance);
-    let on = hot_and_cold(Some(NamelessWear::paper(endurance)), endurance);
+    let off = hot_and_cold(oob, None, endurance);
+    let on = hot_and_cold(oob, Some(NamelessWear::paper(endurance)), endurance);
     let (min_off, max_off, moved_off) =
         (off.erase_count_min, off.erase_count_max, off.wl_move_blocks);
     let (min_on, max_on, moved_on) = (on.erase_count_min, on.erase_count_max, on.wl_move_blocks);
@@ -1601,15 +1637,30 @@ fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
         max_on - min_on < max_off - min_off,
         "spread with leveling {min_on}..{max_on}, without {min_off}..{max_off}"
     );
-    // What the moves cost in metadata: a note per block moved and one per
-    // entry acknowledged (every move is followed and acknowledged here),
-    // and the peak of the remap table.
+    // What the moves cost in metadata: a NamelessMigrate note per block
+    // moved (in band with its two NamelessMd notes) and one NamelessAck
+    // per entry acknowledged (every move is followed and acknowledged
+    // here), and the peak of the remap table.
     assert_eq!(off.nameless_migration_note_bytes, 0);
     assert_eq!(off.nameless_remap_peak_entries, 0);
     let notes = on.nameless_migration_note_bytes;
     let moved = on.nameless_migrated_blocks;
-    assert!(notes > 32 * moved && notes <= 64 * moved, "{on:?}");
+    let per_move = if oob { 32 } else { 96 };
+    assert!(
+        notes > per_move * moved && notes <= (per_move + 32) * moved,
+        "{on:?}"
+    );
     assert!(on.nameless_remap_peak_entries > 0, "{on:?}");
     assert!(on.nameless_remap_peak_entries <= on.nameless_migrated_blocks);
     assert_eq!(on.nameless_remap_entries, 0, "every move acknowledged");
+}
+
+#[test]
+fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
+    nameless_wear_leveling_moves_cold_data_onto_worn_zones_in(true);
+}
+
+#[test]
+fn nameless_wear_leveling_moves_cold_data_onto_worn_zones_in_band() {
+    nameless_wear_leveling_moves_cold_data_onto_worn_zones_in(false);
 }

@@ -111,6 +111,12 @@ pub struct NamelessArgs {
     /// Erase blocks per LUN of the wear-leveling device (16 makes 256 MiB).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub wear_blocks_per_lun: u32,
+    /// Tags in band on the random-write and wear-leveling devices (no
+    /// OOB: nameless md in the log and md groups, page-mapped tags in the
+    /// log and zone summaries); the map-memory and store comparisons keep
+    /// tags in OOB.
+    #[arg(long)]
+    pub in_band_tags: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -210,6 +216,7 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         depth: args.rw_depth,
         passes: args.rw_passes,
         blocks_per_lun: args.rw_blocks_per_lun,
+        in_band_tags: args.in_band_tags,
         seed: args.seed,
     };
     let wear = WearSetup {
@@ -220,6 +227,7 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         page_threshold_erases: args.wear_page_threshold,
         depth: args.rw_depth,
         blocks_per_lun: args.wear_blocks_per_lun,
+        in_band_tags: args.in_band_tags,
         seed: args.seed,
     };
     wear.check()?;

@@ -44,6 +44,8 @@ pub struct RandomWriteSetup {
     pub depth: usize,
     pub passes: u64,
     pub blocks_per_lun: u32,
+    /// Tags in band (the device has no OOB).
+    pub in_band_tags: bool,
     pub seed: u64,
 }
 
@@ -72,6 +74,7 @@ pub struct WorkingSetRow {
 #[derive(Debug, Serialize)]
 pub struct RandomWrites {
     pub device_bytes: u64,
+    pub in_band_tags: bool,
     pub depth: usize,
     pub passes: u64,
     pub commit_every_writes: u64,
@@ -83,10 +86,16 @@ pub struct RandomWrites {
 /// The simulated device of the random writes (and of the wear-leveling
 /// workloads): the default geometry with `blocks_per_lun` erase blocks per
 /// LUN, timing on, blocks that never wear out (the FTL's policies act on
-/// their erase counts).
-pub(super) fn sim_config(blocks_per_lun: u32) -> SimConfig {
+/// their erase counts); no OOB with `in_band_tags` (tags go in band).
+pub(super) fn sim_config(blocks_per_lun: u32, in_band_tags: bool) -> SimConfig {
+    let oob_size_bytes = if in_band_tags {
+        0
+    } else {
+        SimConfig::default().oob_size_bytes
+    };
     SimConfig {
         blocks_per_lun,
+        oob_size_bytes,
         timing: Some(Timing::default()),
         endurance_erases: u32::MAX,
         ..SimConfig::default()
@@ -105,7 +114,7 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
                 .into(),
         ));
     }
-    let cfg = sim_config(s.blocks_per_lun);
+    let cfg = sim_config(s.blocks_per_lun, s.in_band_tags);
     let g = cfg.geometry()?;
     let device_bytes =
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes);
@@ -140,6 +149,7 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
         .fold(f64::INFINITY, f64::min);
     Ok(RandomWrites {
         device_bytes,
+        in_band_tags: s.in_band_tags,
         depth: s.depth,
         passes: s.passes,
         commit_every_writes: commit_every_blocks,

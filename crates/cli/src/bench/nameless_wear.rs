@@ -35,6 +35,8 @@ pub struct WearSetup {
     pub page_threshold_erases: Option<u32>,
     pub depth: usize,
     pub blocks_per_lun: u32,
+    /// Tags in band (the device has no OOB).
+    pub in_band_tags: bool,
     pub seed: u64,
 }
 
@@ -98,6 +100,7 @@ pub struct WearRow {
 #[derive(Debug, Serialize)]
 pub struct WearLeveling {
     pub device_bytes: u64,
+    pub in_band_tags: bool,
     pub endurance_erases: u32,
     pub fill_percent: u32,
     pub nameless_trigger_percent: u32,
@@ -138,7 +141,7 @@ pub fn run(w: &WearSetup, ftl: &FtlConfig) -> Result<WearLeveling, BenchError> {
     let threshold = w
         .page_threshold_erases
         .unwrap_or(w.endurance_erases * policy.trigger_percent / 100);
-    let cfg = sim_config(w.blocks_per_lun);
+    let cfg = sim_config(w.blocks_per_lun, w.in_band_tags);
     let g = cfg.geometry()?;
     let device_bytes =
         u64::from(g.zone_count) * g.zone_capacity_blocks * u64::from(g.block_size_bytes);
@@ -169,6 +172,7 @@ pub fn run(w: &WearSetup, ftl: &FtlConfig) -> Result<WearLeveling, BenchError> {
     }
     Ok(WearLeveling {
         device_bytes,
+        in_band_tags: w.in_band_tags,
         endurance_erases: w.endurance_erases,
         fill_percent: w.fill_percent,
         nameless_trigger_percent: policy.trigger_percent,

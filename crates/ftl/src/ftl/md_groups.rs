@@ -146,6 +146,26 @@ impl MdGroups {
         self.layout.md_location(data_end, last_md_at, offset)
     }
 
+    /// The data block at `offset` of `zone` landed with this record: its
+    /// entry in the zone's open group (a write's, or a migration's copy).
+    pub(super) fn landed(
+        &mut self,
+        zone: ZoneId,
+        offset: u64,
+        data_crc: u32,
+        birth_gen: u32,
+        md: Vec<u8>,
+    ) {
+        let start = self.layout.group_start(self.layout.group_of(offset));
+        let g = self
+            .group_mut(zone)
+            .expect("the open group of a block that landed");
+        let e = &mut g.entries[(offset - start) as usize];
+        e.data_crc = data_crc;
+        e.birth_gen = birth_gen;
+        e.md = md;
+    }
+
     /// The zone was reset: nothing of it is left.
     pub(super) fn zone_reset(&mut self, zone: ZoneId) {
         self.open.retain(|g| g.zone != zone);
@@ -154,11 +174,12 @@ impl MdGroups {
 
     /// Bytes section 22 may take by the next checkpoint: each open group
     /// at its full size, and one more per nameless lane (each may open a
-    /// group meanwhile). O(1).
+    /// group meanwhile: the stripes, the moved and the leveling lane).
+    /// O(1).
     pub(super) fn checkpoint_bytes(&self) -> u64 {
         let entry = MdEntry::encoded_bytes(self.md_bytes) as u64;
         let group = 8 + entry * self.layout.group_data_blocks(0);
-        let lanes = u64::from(super::lane::NAMELESS_STRIPES) + 1;
+        let lanes = u64::from(super::lane::NAMELESS_STRIPES) + 2;
         8 + (self.open.len() as u64 + lanes) * group
     }
 }

@@ -2,17 +2,22 @@
 //! `NamelessMoved` lane and telling the client where each went
 //! (docs/design.md, "Migration events and the remap table"). A remap entry
 //! redirects the old address until the client acknowledges; the event goes
-//! out once the `NamelessMigrate` note and the copy are durable.
+//! out once the `NamelessMigrate` note and the copy are durable. In band
+//! (md placement log) the victim's CRCs and md come from its md blocks, a
+//! group at a time, and a copy's record is its note with NamelessMd notes
+//! and its entry in the destination zone's group (format.md §11, step 6).
 
 use super::lane::Lane;
 use super::nameless::NAMELESS_MD_BYTES;
 use super::request::ReplyData;
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Ppa, Seq};
-use crate::backend::{Command, DeviceError, Outcome, Payload, ZoneId};
+use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::buffer::BlockData;
 use crate::error::IoError;
-use crate::nameless::{NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind};
+use crate::nameless::{
+    MdBlock, MdBlockKind, MdEntry, NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind,
+};
 use crate::note::{Note, NOTE_BYTES};
 use crate::zone::{ZoneKind, ZoneUse};
 use std::collections::{BTreeMap, VecDeque};
@@ -60,6 +65,40 @@ pub(super) struct Moves {
     /// Migration stopped for want of remap room (for the statistic, which
     /// counts each stop once).
     stopped: bool,
+    /// In band, per migration victim, the md group its job reads data in:
+    /// one group (`G` entries) per job.
+    victim_md: BTreeMap<ZoneId, VictimGroup>,
+}
+
+/// What a migration job does before reading its victim's data at an
+/// offset (`Ftl::victim_md_ready`).
+pub(super) enum VictimMdStep {
+    /// The entries of the offset's group are at hand, up to `end` (the
+    /// group's data end).
+    Ready { end: u64 },
+    /// The group's md blocks come first: this read.
+    Read(Op, Command),
+    /// Wait: for that read, or for the job's reads of the previous group
+    /// (which still need its entries).
+    Wait,
+}
+
+/// In band, the entries of the group of a migration victim whose data its
+/// job reads now, from the group's md blocks (or from memory while those
+/// are not written).
+#[derive(Debug)]
+struct VictimGroup {
+    group: u64,
+    /// Data blocks the group holds.
+    data_blocks: u64,
+    /// Entries 0.. of the group; an md block that could not be read or
+    /// did not decode leaves its entries absent (those blocks are
+    /// unreadable: the victim is retired).
+    entries: Vec<MdEntry>,
+    /// Md blocks read (or given up on) so far.
+    read_blocks: u64,
+    in_flight: bool,
+    attempts: u8,
 }
 
 impl Moves {
@@ -163,11 +202,8 @@ impl Ftl {
     /// Whether migrations have stopped: the remap table (or the checkpoint)
     /// has no room for a zone's live blocks. Then the dead blocks of the
     /// nameless zones count as used (`nameless_dead_blocks`).
-    /// In band migration is not built (a copy's md would need its own
-    /// record): nameless zones are collected only once nothing in them
-    /// lives, and their dead blocks count as used.
     pub(super) fn migration_stopped(&self) -> bool {
-        self.md_in_zones() || self.remap_room_entries() < self.data_cap()
+        self.remap_room_entries() < self.data_cap()
     }
 
     /// GC's migration victim, if one may be collected now: a Full nameless
@@ -176,7 +212,7 @@ impl Ftl {
     /// reset erased), with room in the remap table for its live blocks.
     /// When only a younger one would do, asks for a checkpoint.
     pub(super) fn migration_victim(&mut self) -> Option<ZoneId> {
-        if self.zones.nameless_zone_count() == 0 || self.md_in_zones() {
+        if self.zones.nameless_zone_count() == 0 {
             return None;
         }
         let data_cap = self.data_cap();
@@ -224,9 +260,6 @@ impl Ftl {
     /// most once in `WL_EVERY_GC_JOBS + 1` jobs. O(zones).
     pub(super) fn nameless_wl_victim(&self) -> Option<ZoneId> {
         let w = self.cfg.nameless_wear?;
-        if self.md_in_zones() {
-            return None; // moves are migrations, not built in band
-        }
         if !self.jobs.is_empty() || self.zones.free_count() == 0 {
             return None;
         }
@@ -282,9 +315,11 @@ impl Ftl {
         n
     }
 
-    /// A migration job ends with `left` of its reservation unused.
-    pub(super) fn release_moves(&mut self, left: u64) {
+    /// The migration job of `victim` ends with `left` of its reservation
+    /// unused.
+    pub(super) fn release_moves(&mut self, victim: ZoneId, left: u64) {
         self.nameless.moves.reserved -= left;
+        self.nameless.moves.victim_md.remove(&victim);
     }
 
     /// Whether GC reads `ppa` of a nameless victim: not while an
@@ -294,31 +329,251 @@ impl Ftl {
     }
 
     /// A live block read from nameless victim `zone`: queued for its copy,
-    /// or `false` if its tag does not name it (unreadable).
+    /// or `false` if its record (its tag, or in band its md entry) does not
+    /// name it (unreadable).
     pub(super) fn queue_move(&mut self, ppa: Ppa, data: BlockData, oob: &[u8]) -> bool {
         let cap = self.cap();
-        let generation = self.nameless.gens[ppa.zone(cap) as usize];
-        let ob = (self.geo.oob_size_bytes as usize).min(oob.len());
-        let Ok(Some((tag, md))) = NamelessTag::decode(&oob[..ob]) else {
+        let zone = ppa.zone(cap);
+        let generation = self.nameless.gens[zone as usize];
+        let record = if self.md_in_zones() {
+            self.victim_entry(ppa, generation)
+        } else {
+            Self::victim_tag(oob, self.geo.oob_size_bytes as usize, generation)
+        };
+        let Some((crc, md, seq)) = record else {
             return false;
         };
-        let named = matches!(tag.kind, NamelessTagKind::Data | NamelessTagKind::Moved)
-            && tag.birth_gen == generation
-            && md.len() == NAMELESS_MD_BYTES;
-        if !named {
-            return false;
-        }
-        let mut md_bytes = Box::new([0u8; NAMELESS_MD_BYTES]);
-        md_bytes.copy_from_slice(md);
+        // In band a block's seq is not kept: its zone's newest stands in
+        // (the victim is older than the committed checkpoint).
+        let seq = seq.unwrap_or_else(|| self.zones.get(zone).last_write_seq());
         self.nameless.moves.queue.push_back(MoveItem {
             src: ppa,
             old: NamelessAddr::new(ppa, generation),
             data,
-            md: md_bytes,
-            seq: tag.seq,
-            crc: tag.data_crc,
+            md,
+            seq,
+            crc,
         });
         true
+    }
+
+    /// The record in a victim block's OOB, if its tag names it: (data
+    /// CRC, md, seq).
+    fn victim_tag(
+        oob: &[u8],
+        oob_bytes: usize,
+        generation: u32,
+    ) -> Option<(u32, Box<[u8; NAMELESS_MD_BYTES]>, Option<Seq>)> {
+        let ob = oob_bytes.min(oob.len());
+        let (tag, md) = NamelessTag::decode(&oob[..ob]).ok().flatten()?;
+        let named = matches!(tag.kind, NamelessTagKind::Data | NamelessTagKind::Moved)
+            && tag.birth_gen == generation
+            && md.len() == NAMELESS_MD_BYTES;
+        if !named {
+            return None;
+        }
+        let mut md_bytes = Box::new([0u8; NAMELESS_MD_BYTES]);
+        md_bytes.copy_from_slice(md);
+        Some((tag.data_crc, md_bytes, Some(tag.seq)))
+    }
+
+    /// In band, the record of victim block `ppa` in its job's group, if
+    /// its entry names it: (data CRC, md, no seq).
+    fn victim_entry(
+        &self,
+        ppa: Ppa,
+        generation: u32,
+    ) -> Option<(u32, Box<[u8; NAMELESS_MD_BYTES]>, Option<Seq>)> {
+        let cap = self.cap();
+        let (zone, offset) = (ppa.zone(cap), ppa.offset_blocks(cap));
+        let layout = self.nameless.md.as_ref()?.layout;
+        let v = self.nameless.moves.victim_md.get(&zone)?;
+        let i = offset.checked_sub(layout.group_start(v.group))?;
+        let e = v.entries.get(i as usize)?;
+        let named = e.is_present()
+            && u64::from(e.home_offset) == offset
+            && e.birth_gen == generation
+            && e.md.len() == NAMELESS_MD_BYTES;
+        if !named {
+            return None;
+        }
+        let mut md_bytes = Box::new([0u8; NAMELESS_MD_BYTES]);
+        md_bytes.copy_from_slice(&e.md);
+        Some((e.data_crc, md_bytes, None))
+    }
+
+    /// In band, before a migration job reads `victim`'s data from
+    /// `offset`: whether the entries of that group are at hand, or its md
+    /// blocks come first. With md in OOB, no limit.
+    pub(super) fn victim_md_ready(
+        &mut self,
+        victim: ZoneId,
+        offset: u64,
+        reads_in_flight: u32,
+    ) -> VictimMdStep {
+        let Some(m) = self.nameless.md.as_ref() else {
+            return VictimMdStep::Ready { end: u64::MAX };
+        };
+        let layout = m.layout;
+        let k = layout.group_of(offset);
+        let start = layout.group_start(k);
+        assert!(
+            offset < u64::from(m.tails[victim as usize].0),
+            "zone {victim}: a live block at {offset}, past the zone's data end"
+        );
+        let current = self.nameless.moves.victim_md.get(&victim);
+        match current {
+            Some(v) if v.group == k => {
+                if v.read_blocks == layout.md_blocks_for(v.data_blocks) {
+                    return VictimMdStep::Ready {
+                        end: start + v.data_blocks,
+                    };
+                }
+                if v.in_flight {
+                    return VictimMdStep::Wait;
+                }
+            }
+            _ if reads_in_flight > 0 => return VictimMdStep::Wait,
+            _ => {
+                let v = self.victim_group(victim, k);
+                let done = v.read_blocks == layout.md_blocks_for(v.data_blocks);
+                let end = start + v.data_blocks;
+                self.nameless.moves.victim_md.insert(victim, v);
+                if done {
+                    return VictimMdStep::Ready { end };
+                }
+            }
+        }
+        let (op, cmd) = self.victim_md_read(victim);
+        VictimMdStep::Read(op, cmd)
+    }
+
+    /// Group `k` of `victim`, its entries from memory if its md blocks are
+    /// not written, else to be read.
+    fn victim_group(&self, victim: ZoneId, k: u64) -> VictimGroup {
+        let m = self.nameless.md.as_ref().expect("md placement log");
+        let layout = m.layout;
+        let start = layout.group_start(k);
+        let data_end = u64::from(m.tails[victim as usize].0);
+        let last = layout.group_of(data_end.saturating_sub(1).max(start));
+        let data_blocks = if k < last {
+            layout.group_blocks
+        } else {
+            data_end.saturating_sub(start)
+        };
+        let absent = |i: u64| MdEntry::absent((start + i) as u32, NAMELESS_MD_BYTES);
+        let mut entries: Vec<MdEntry> = (0..data_blocks).map(absent).collect();
+        let mut read_blocks = 0;
+        if let Some(g) = m.group(victim).filter(|g| g.group == k) {
+            for (slot, e) in entries.iter_mut().zip(&g.entries) {
+                *slot = e.clone();
+            }
+            read_blocks = layout.md_blocks_for(data_blocks);
+        }
+        VictimGroup {
+            group: k,
+            data_blocks,
+            entries,
+            read_blocks,
+            in_flight: false,
+            attempts: 0,
+        }
+    }
+
+    /// The next read of `victim`'s current group's md blocks (they lie
+    /// together: after the group's data, or where the zone's last group's
+    /// landed).
+    fn victim_md_read(&mut self, victim: ZoneId) -> (Op, Command) {
+        let m = self.nameless.md.as_ref().expect("md placement log");
+        let (layout, tails) = (m.layout, m.tails[victim as usize]);
+        let v = self
+            .nameless
+            .moves
+            .victim_md
+            .get_mut(&victim)
+            .expect("the victim's group");
+        let first_entry = layout.group_start(v.group) + v.read_blocks * layout.entries_per_block;
+        let (at, _) = layout
+            .md_location(tails.0, tails.1, first_entry)
+            .expect("a data block below the zone's data end");
+        let total = layout.md_blocks_for(v.data_blocks);
+        let max = u64::from(self.geo.max_transfer_blocks).max(1);
+        let blocks = (total - v.read_blocks).min(max);
+        v.in_flight = true;
+        let first_block = v.read_blocks;
+        self.gc_in_flight += 1;
+        self.zone_readers[victim as usize] += 1;
+        if let Some(job) = self.job_of(victim) {
+            job.reads_in_flight += 1;
+        }
+        (
+            Op::VictimMdRead {
+                zone: victim,
+                first_block,
+                blocks,
+            },
+            Command::Read {
+                zone: victim,
+                offset_blocks: at,
+                block_count: blocks as u32,
+                priority: ReadPriority::Background,
+            },
+        )
+    }
+
+    /// Md blocks `first_block ..` of a migration victim's current group
+    /// were read: their entries are at hand. A failed read is tried again
+    /// up to `READ_ATTEMPTS` times, then its blocks' entries stay absent.
+    pub(super) fn victim_md_read_done(
+        &mut self,
+        zone: ZoneId,
+        first_block: u64,
+        blocks: u64,
+        result: Result<Outcome, DeviceError>,
+    ) {
+        self.gc_in_flight -= 1;
+        self.zone_readers[zone as usize] -= 1;
+        if let Some(job) = self.job_of(zone) {
+            job.reads_in_flight -= 1;
+        }
+        let bs = self.block_size();
+        let m = self.nameless.md.as_ref().expect("md placement log");
+        let (layout, md_bytes) = (m.layout, m.md_bytes);
+        let Some(v) = self.nameless.moves.victim_md.get_mut(&zone) else {
+            return; // the job is over
+        };
+        v.in_flight = false;
+        let data = match result {
+            Ok(Outcome::Read { data, .. }) => data,
+            Ok(other) => panic!("read completed as {other:?}"),
+            Err(DeviceError::DeviceGone) => return,
+            Err(_) if v.attempts + 1 < super::read::READ_ATTEMPTS => {
+                v.attempts += 1;
+                return;
+            }
+            Err(_) => Vec::new(),
+        };
+        let (e, group, d) = (layout.entries_per_block, v.group, v.data_blocks);
+        for j in 0..blocks {
+            let i = first_block + j;
+            let bytes = data.get((j as usize) * bs..(j as usize + 1) * bs);
+            let decoded = bytes.and_then(|b| MdBlock::decode(b, md_bytes).ok());
+            let fits = |b: &MdBlock| {
+                b.kind == MdBlockKind::Group
+                    && b.zone == zone
+                    && u64::from(b.group) == group
+                    && u64::from(b.first_entry) == i * e
+                    && u64::from(b.group_data_blocks) == d
+            };
+            if let Some(b) = decoded.filter(fits) {
+                let at = (i * e) as usize;
+                for (slot, entry) in v.entries[at..].iter_mut().zip(b.entries) {
+                    *slot = entry;
+                }
+            }
+        }
+        v.read_blocks = first_block + blocks;
+        v.attempts = 0;
     }
 
     /// The next append of migrated blocks, into the `NamelessMoved` lane.
@@ -347,10 +602,14 @@ impl Ftl {
         let ob = self.geo.oob_size_bytes as usize;
         let (mut data, mut oob) = (Payload::new(), self.alloc_oob(n + pad));
         let items: Vec<MoveItem> = self.nameless.moves.queue.drain(..n as usize).collect();
+        let in_band = self.md_in_zones();
         for it in &items {
             data.push(it.data.clone());
             let at = oob.len();
             oob.resize(at + ob, 0);
+            if in_band {
+                continue; // the record goes to the log once the copy landed
+            }
             let tag = NamelessTag {
                 kind: NamelessTagKind::Moved,
                 birth_gen: generation,
@@ -458,8 +717,12 @@ impl Ftl {
             data_crc: it.crc,
             birth_gen: new.generation(),
         });
+        let mut notes = 1;
+        if self.md_in_zones() {
+            notes += self.moved_record(&it, new, seq);
+        }
         self.stats.nameless_migrated_blocks += 1;
-        self.stats.nameless_migration_note_bytes += NOTE_BYTES as u64;
+        self.stats.nameless_migration_note_bytes += notes * NOTE_BYTES as u64;
         let entries = u64::from(self.nameless.remap.len());
         let peak = &mut self.stats.nameless_remap_peak_entries;
         *peak = (*peak).max(entries);
@@ -468,6 +731,23 @@ impl Ftl {
             new,
             md: it.md.to_vec(),
         })
+    }
+
+    /// In band, the rest of a moved block's record (format.md §11, step
+    /// 6): its NamelessMd notes after its NamelessMigrate note `seq`, and
+    /// its entry in the destination zone's open group. Returns the notes
+    /// pushed.
+    fn moved_record(&mut self, it: &MoveItem, new: NamelessAddr, seq: Seq) -> u64 {
+        let notes = crate::note::nameless_md_notes(&it.md[..], seq);
+        let pushed = notes.len() as u64;
+        for n in notes {
+            self.log.push_note(n);
+        }
+        let cap = self.cap();
+        let (zone, offset) = (new.ppa().zone(cap), new.ppa().offset_blocks(cap));
+        let m = self.nameless.md.as_mut().expect("md placement log");
+        m.landed(zone, offset, it.crc, new.generation(), it.md.to_vec());
+        pushed
     }
 
     /// The notes of batch `batch` are durable (or the core went read-only:

@@ -206,6 +206,13 @@ enum Op {
         items: Vec<migrate::MoveItem>,
         pad_blocks: u32,
     },
+    /// In band, md blocks of a migration victim's group (`first_block`
+    /// is the index of the first in the group's md).
+    VictimMdRead {
+        zone: ZoneId,
+        first_block: u64,
+        blocks: u64,
+    },
     NamelessRead(nameless::NamelessRead),
     /// A read that prepares a hand-over event.
     HandoverRead(nameless::NamelessRead),
@@ -1014,6 +1021,11 @@ impl Ftl {
                 count,
                 attempts,
             } => self.gc_read_done(ppa, count, attempts + 1, result),
+            Op::VictimMdRead {
+                zone,
+                first_block,
+                blocks,
+            } => self.victim_md_read_done(zone, first_block, blocks, result),
             Op::NamelessAppend(a) => self.nameless_append_done(a, result),
             Op::MigrateAppend {
                 zone,

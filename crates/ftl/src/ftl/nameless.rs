@@ -948,18 +948,8 @@ impl Ftl {
         for n in crate::note::nameless_md_notes(&md, seq) {
             self.log.push_note(n);
         }
-        let offset = ppa.offset_blocks(cap);
         let m = self.nameless.md.as_mut().expect("md placement log");
-        let start = m.layout.group_start(m.layout.group_of(offset));
-        let g = m
-            .open
-            .iter_mut()
-            .find(|g| g.zone == a.zone)
-            .expect("the open group of a block that landed");
-        let e = &mut g.entries[(offset - start) as usize];
-        e.data_crc = data_crc;
-        e.birth_gen = generation;
-        e.md = md;
+        m.landed(a.zone, ppa.offset_blocks(cap), data_crc, generation, md);
     }
 
     /// `count` more blocks of write `key` are done: answers it once all

@@ -2,6 +2,7 @@
 //! retirement, from victim choice through copying to the victim's reset.
 
 use super::lane::Lane;
+use super::migrate::VictimMdStep;
 use super::read::READ_ATTEMPTS;
 use super::{Ftl, Op};
 use crate::addr::{Lba, Ppa, Seq};
@@ -62,7 +63,7 @@ pub(super) struct GcJob {
     pub(super) victim: ZoneId,
     pub(super) purpose: JobPurpose,
     scan_offset: u64,
-    reads_in_flight: u32,
+    pub(super) reads_in_flight: u32,
     pub(super) phase: JobPhase,
     /// Reads that failed, to issue again: (first block, count, attempts so far).
     retries: Vec<(Ppa, u32, u8)>,
@@ -378,7 +379,7 @@ impl Ftl {
     }
 
     /// The job collecting `zone`.
-    fn job_of(&mut self, zone: ZoneId) -> Option<&mut GcJob> {
+    pub(super) fn job_of(&mut self, zone: ZoneId) -> Option<&mut GcJob> {
         self.jobs.iter_mut().find(|j| j.victim == zone)
     }
 
@@ -563,6 +564,22 @@ impl Ftl {
         while off < wp && !movable(off) {
             off += 1;
         }
+        // In band a nameless victim's md comes first, a group at a time.
+        let mut limit = wp;
+        if nameless && off < wp {
+            match self.victim_md_ready(victim, off, self.jobs[i].reads_in_flight) {
+                VictimMdStep::Ready { end } => limit = limit.min(end),
+                VictimMdStep::Read(op, cmd) => return Some((op, cmd)),
+                VictimMdStep::Wait => return None,
+            }
+        }
+        let job = &self.jobs[i];
+        let movable = |off: u64| {
+            let p = Ppa::new(victim, off, cap);
+            self.mapping.is_live(p)
+                && !job.unreadable.contains(&p)
+                && (!nameless || self.movable_nameless(p))
+        };
         // Wide, one read spans the live blocks of up to
         // `GC_READ_SPAN_BLOCKS`, the dead ones between them included: a read
         // command per run of live blocks took a few blocks each in a mostly
@@ -572,7 +589,7 @@ impl Ftl {
         let most_live = paced.unwrap_or(u64::MAX);
         let wide = self.gc_wide();
         let (mut end, mut live) = (off, 0);
-        while off < wp && off - start < span && live < most_live {
+        while off < limit && off - start < span && live < most_live {
             if movable(off) {
                 live += 1;
                 end = off + 1;
@@ -1110,7 +1127,7 @@ impl Ftl {
         self.log.pack(true);
         let log_barrier = self.log.next_log_seq();
         let mut job = self.jobs.remove(i);
-        self.release_moves(job.reserved_entries);
+        self.release_moves(job.victim, job.reserved_entries);
         job.reserved_entries = 0;
         job.phase = JobPhase::Noting { log_barrier };
         self.closing.push(job);

@@ -29,14 +29,23 @@ pub(crate) struct RecoveredMd {
     pending: Option<PendingWrite>,
 }
 
+/// A NamelessWrite or NamelessMigrate note waiting for its md notes.
 #[derive(Clone)]
 struct PendingWrite {
     seq: Seq,
     ppa: Ppa,
     data_crc: u32,
     birth_gen: u32,
-    replaced: NamelessAddr,
+    /// A write: the address it replaced (or none); a migration: where the
+    /// block moved from.
+    link: Link,
     md: Vec<[u8; NAMELESS_MD_NOTE_BYTES]>,
+}
+
+#[derive(Clone, Copy)]
+enum Link {
+    Replaced(NamelessAddr),
+    MovedFrom(NamelessAddr),
 }
 
 /// Blocks the mount reads past a group's stride, and before the write
@@ -127,6 +136,30 @@ impl Rebuild {
         birth_gen: u32,
         replaced: NamelessAddr,
     ) -> Result<(), MountError> {
+        self.nameless_md_pending(seq, ppa, data_crc, birth_gen, Link::Replaced(replaced))
+    }
+
+    /// A NamelessMigrate note with md placement log: its NamelessMd notes
+    /// follow (the group counts only whole, format.md §11).
+    pub(super) fn nameless_migrate_note(
+        &mut self,
+        seq: Seq,
+        new: NamelessAddr,
+        data_crc: u32,
+        old: NamelessAddr,
+    ) -> Result<(), MountError> {
+        let (ppa, birth_gen) = (new.ppa(), new.generation());
+        self.nameless_md_pending(seq, ppa, data_crc, birth_gen, Link::MovedFrom(old))
+    }
+
+    fn nameless_md_pending(
+        &mut self,
+        seq: Seq,
+        ppa: Ppa,
+        data_crc: u32,
+        birth_gen: u32,
+        link: Link,
+    ) -> Result<(), MountError> {
         let Some(md) = self.nameless_md.as_mut() else {
             return Err(MountError::Damaged(format!(
                 "NamelessWrite note {seq} on a volume with md in OOB"
@@ -141,7 +174,7 @@ impl Rebuild {
             ppa,
             data_crc,
             birth_gen,
-            replaced,
+            link,
             md: Vec::new(),
         });
         Ok(())
@@ -156,7 +189,7 @@ impl Rebuild {
         let md = self.nameless_md.as_mut();
         let Some(p) = md.and_then(|m| m.pending.as_mut()).filter(|p| p.seq == seq) else {
             return Err(MountError::Damaged(format!(
-                "NamelessMd note {seq} without its NamelessWrite"
+                "NamelessMd note {seq} without its NamelessWrite or NamelessMigrate"
             )));
         };
         p.md.push(bytes);
@@ -183,7 +216,12 @@ impl Rebuild {
             )));
         }
         let offset = p.ppa.offset_blocks(cap);
-        self.nameless_tag(p.ppa, p.birth_gen, p.replaced)?;
+        match p.link {
+            Link::Replaced(replaced) => self.nameless_tag(p.ppa, p.birth_gen, replaced)?,
+            Link::MovedFrom(old) => {
+                self.nameless_migrate(seq, old, NamelessAddr::new(p.ppa, p.birth_gen))?
+            }
+        }
         let entry = MdEntry {
             home_offset: offset as u32,
             data_crc: p.data_crc,

@@ -625,13 +625,14 @@ impl Rebuild {
         Ok(())
     }
 
-    /// A NamelessMigrate note (placement OOB: no md notes follow): the
+    /// A NamelessMigrate note (placement OOB; with placement log once its
+    /// md notes are all there, `Rebuild::nameless_migrate_note`): the
     /// block at `old` moved to `new`, which the copy's tag does not make
     /// live (kind 6 never counts, format.md §11), so the note does: old
     /// bit cleared, new set, the entry inserted and `new` in the
     /// uncommitted set in place of `old`. A move whose victim's tag a reset
     /// erased finds `old` not live and still makes `new` live.
-    fn nameless_migrate(
+    pub(super) fn nameless_migrate(
         &mut self,
         seq: Seq,
         old: NamelessAddr,
@@ -913,11 +914,16 @@ impl Rebuild {
                 seq,
                 new_ppa,
                 old,
+                data_crc,
                 birth_gen,
-                ..
             } => {
                 ppa_ok(new_ppa, "NamelessMigrate note")?;
-                self.nameless_migrate(seq, old, NamelessAddr::new(new_ppa, birth_gen))?;
+                let new = NamelessAddr::new(new_ppa, birth_gen);
+                if self.nameless_md.is_some() {
+                    self.nameless_migrate_note(seq, new, data_crc, old)?;
+                } else {
+                    self.nameless_migrate(seq, old, new)?;
+                }
             }
             Note::NamelessWrite {
                 seq,
@@ -1354,6 +1360,51 @@ mod tests {
             try_rebuild_in_band(&outside),
             Err(MountError::Damaged(_))
         ));
+    }
+
+    /// In band: a NamelessMigrate note at `seq` moving `old` to `new` (zone
+    /// generation 1) and `md_notes` of its md notes.
+    fn migrate_in_band(seq: Seq, old: u32, new: u32, md_notes: usize) -> Vec<Event> {
+        let Event::Note(m) = migrate(seq, old, new) else {
+            unreachable!("a note")
+        };
+        let md = note::nameless_md_notes(&[0x5A; NAMELESS_MD_BYTES], seq);
+        std::iter::once(m)
+            .chain(md.into_iter().take(md_notes))
+            .map(Event::Note)
+            .collect()
+    }
+
+    #[test]
+    fn in_band_a_move_counts_once_its_md_notes_are_all_there_and_its_entry_joins_the_new_zone() {
+        let full = 32usize.div_ceil(note::NAMELESS_MD_NOTE_BYTES);
+        let zone3 = || {
+            Event::Note(Note::NamelessZone {
+                seq: 13,
+                zone: 3,
+                generation: 1,
+                kind: NamelessZoneKind::Moved,
+            })
+        };
+        let mut events = vec![nameless_zone(11, 2), zone3()];
+        events.extend(nameless_write(12, 16, full));
+        events.extend(migrate_in_band(20, 16, 24, full));
+        let r = try_rebuild_in_band(&events).unwrap();
+        let (old, new) = (NamelessAddr::new(Ppa(16), 1), NamelessAddr::new(Ppa(24), 1));
+        assert!(!r.mapping.is_live(Ppa(16)) && r.mapping.is_live(Ppa(24)));
+        assert_eq!(r.nameless_remap.get(&old), Some(&new));
+        assert_eq!(r.live_uncommitted(), vec![Ppa(24)]);
+        let md = r.nameless_md.as_ref().unwrap();
+        let e = md.entry(3, 0).expect("the copy's entry in zone 3's group");
+        assert_eq!((e.home_offset, e.birth_gen, e.md[0]), (0, 1, 0x5A));
+        // Cut inside the move's md notes: it never happened.
+        let mut cut = vec![nameless_zone(11, 2), zone3()];
+        cut.extend(nameless_write(12, 16, full));
+        cut.extend(migrate_in_band(20, 16, 24, full - 1));
+        let r = try_rebuild_in_band(&cut).unwrap();
+        assert!(r.mapping.is_live(Ppa(16)) && !r.mapping.is_live(Ppa(24)));
+        assert!(r.nameless_remap.is_empty());
+        assert!(r.nameless_md.as_ref().unwrap().entry(3, 0).is_none());
     }
 
     #[test]

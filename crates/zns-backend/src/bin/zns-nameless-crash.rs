@@ -29,7 +29,7 @@ mod crash;
 /// Writes between two flushes.
 const FLUSH_EVERY: u64 = 16;
 /// Writes per round at most (then the writer waits for its kill): the
-/// segment has no migration in band, so the volume must not fill.
+/// writer frees nothing, so the volume must not fill.
 const ROUND_WRITES: u64 = 3000;
 const MAGIC: &[u8; 8] = b"ZFTLNMLS";
 const DEFAULT_ROUNDS: u32 = 6;
