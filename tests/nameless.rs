@@ -815,9 +815,10 @@ impl NamelessRig {
                 });
                 let old_here = self.survives(old, &o);
                 // Both gone: the overwrite in flight at the cut replaced
-                // the new block too.
+                // the new block too, or the old block was never durable
+                // (in band its record is its notes, durable at a flush).
                 assert!(
-                    here != old_here || (replaced && !here),
+                    here != old_here || (replaced && !here) || (!here && !old_here && !o.durable),
                     "overwrite {old:?} -> {a:?}: new {here}, old {old_here}"
                 );
                 if old_here {

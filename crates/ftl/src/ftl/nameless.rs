@@ -922,8 +922,8 @@ impl Ftl {
     }
 
     /// In band, block `i` of append `a` landed at `ppa`: its record, as
-    /// the NamelessWrite note and its NamelessMd notes (the write is
-    /// answered once they are durable) and as its entry in the zone's
+    /// the NamelessWrite note and its NamelessMd notes (durable at the
+    /// next flush, as the block is; the write is answered at once) and as its entry in the zone's
     /// open group (its md block's, later).
     fn nameless_record(&mut self, a: &NamelessAppend, i: usize, ppa: Ppa, replaced: NamelessAddr) {
         let cap = self.cap();
@@ -933,7 +933,6 @@ impl Ftl {
             .writes
             .get_mut(a.key)
             .expect("write in flight");
-        w.needs_log = true;
         let b = a.first + i;
         let md = w.md[b * NAMELESS_MD_BYTES..(b + 1) * NAMELESS_MD_BYTES].to_vec();
         let data_crc = w.crcs[b];
