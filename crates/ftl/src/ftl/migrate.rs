@@ -206,6 +206,22 @@ impl Ftl {
         self.remap_room_entries() < self.data_cap()
     }
 
+    /// Blocks of nameless zone `z` that hold no data (0 with md in OOB):
+    /// in band its md blocks and, if it was sealed early, the offsets past
+    /// its last group. No migration frees them for data.
+    fn nameless_non_data_blocks(&self, z: ZoneId) -> u64 {
+        let Some(m) = self.nameless.md.as_ref().filter(|_| self.md_in_zones()) else {
+            return 0;
+        };
+        let (l, end) = (m.layout, u64::from(m.tails[z as usize].0));
+        if end == 0 {
+            return 0;
+        }
+        let k = l.group_of(end - 1);
+        let data = k * l.group_blocks + (end - l.group_start(k));
+        self.cap().saturating_sub(data)
+    }
+
     /// GC's migration victim, if one may be collected now: a Full nameless
     /// zone holding no block awaiting acknowledgement, whose newest block
     /// is older than the committed checkpoint (replay never needs a tag a
@@ -217,12 +233,16 @@ impl Ftl {
         }
         let data_cap = self.data_cap();
         let room = self.remap_room_entries();
-        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        // In band a zone's md blocks are no room a migration frees: counted
+        // as live, a zone whose data all lives is no victim and scores none.
+        let live = |z: ZoneId| self.mapping.valid_blocks(z);
+        let valid = |z: ZoneId| live(z) + self.nameless_non_data_blocks(z);
         let ex = |z: ZoneId| {
             self.excluded(z)
                 || self.nameless.moves.moved_in.contains_key(&z)
-                || valid(z) >= data_cap
-                || valid(z) > room
+                || live(z) >= data_cap
+                || valid(z) >= self.cap()
+                || live(z) > room
         };
         let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
         let policy = self.cfg.gc_policy;
