@@ -51,6 +51,10 @@ pub(super) struct NamelessState {
     /// time the zone is opened for nameless data, so an address from before
     /// a reset is told apart from a block written after it.
     pub(super) gens: Vec<u32>,
+    /// Per zone, blocks landed for nameless writes not answered yet. GC
+    /// moves none of them: a write that fails frees its landed blocks at
+    /// the addresses they landed at, and its client never held them.
+    pub(super) unanswered_blocks: Vec<u32>,
     /// Nameless zones opened whose `NamelessZone` note is not durable yet,
     /// with the log position that makes it so: replies that carry their
     /// generation wait for it, so no generation is handed out twice.
@@ -215,6 +219,7 @@ impl NamelessState {
             any_generation: r.gens.iter().any(|&g| g > 0),
             supported,
             md,
+            unanswered_blocks: vec![0; r.gens.len()],
             gens: r.gens,
             uncommitted: r.uncommitted.into_iter().collect(),
             uncommitted_capacity: capacity,
@@ -897,6 +902,7 @@ impl Ftl {
             let fresh = self.mapping.nameless_set(ppa);
             assert!(fresh, "nameless block {ppa:?} landed on a live block");
             self.nameless.uncommitted.insert(ppa);
+            self.nameless.unanswered_blocks[a.zone as usize] += 1;
             if self.mapping.valid_blocks(a.zone) == 1 {
                 self.nameless.empty_zones -= 1;
             }
@@ -969,6 +975,10 @@ impl Ftl {
             return;
         }
         let w = self.nameless.writes.remove(key).expect("write in flight");
+        let cap = self.cap();
+        for a in w.addrs.iter().filter(|a| !a.is_none()) {
+            self.nameless.unanswered_blocks[a.ppa().zone(cap) as usize] -= 1;
+        }
         self.nameless.moves.overwritten(&w.old);
         self.nameless.pending_blocks -= w.blocks.len() as u64;
         if w.old.is_empty() {

@@ -296,6 +296,7 @@ impl Ftl {
             || self.zone_appends[z as usize] > 0
             || self.finish_pending.contains(&z)
             || self.inplace_holds(z)
+            || self.nameless.unanswered_blocks[z as usize] > 0
     }
 
     fn pick_job(&mut self) -> Option<GcJob> {
