@@ -14,13 +14,25 @@
 //! flushed: each must hold its data and md at the address it was given.
 //! Every block it is handed over (`NamelessEvent::Unrecorded`) must hold
 //! the data its md names. Exit status: 0 pass, 1 a check failed, 2 setup.
+//!
+//! So that zones hold dead blocks, after each flush the writer frees three
+//! in four blocks of the batch flushed two flushes before (printing
+//! `freeing SEQ…` before the call; the verifier skips them, freed or not).
+//! With md in OOB (a namespace with 64 bytes of metadata per block) it also
+//! asks for an in-place collection of a zone after each flush
+//! (`Driver::start_in_place`, docs/design.md "In-place collection on ZNS"),
+//! printing `inplace ZONE` when one starts, so kills land in the middle of
+//! jobs and the verifier's mount redoes them; the run fails if none
+//! started.
 
 #![forbid(unsafe_code)]
 
+use std::collections::{BTreeSet, VecDeque};
 use std::io::Write;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use zftl_core::superblock::TagMode;
 use zftl_core::{Driver, FormatOptions, FtlConfig, NamelessAddr, NamelessEvent};
 use zftl_zns::ZnsDevice;
 
@@ -120,20 +132,45 @@ fn writer(dev: &str, seed: u64, start: u64) -> Result<(), String> {
     take_handover(&mut ftl, seed)?;
     ftl.nameless_commit().map_err(|e| format!("commit: {e}"))?;
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let zone_count = ftl.ftl().geometry().zone_count;
     let mut out = std::io::stdout().lock();
     let say = |out: &mut std::io::StdoutLock, line: String| {
         let _ = writeln!(out, "{line}").and_then(|()| out.flush());
     };
     say(&mut out, "mounted".to_string());
+    // The batches flushed, newest last: (seq, address) each.
+    let mut flushed: VecDeque<Vec<(u64, NamelessAddr)>> = VecDeque::new();
+    let mut batch = Vec::new();
+    let mut next_zone = (mix(seed ^ start) % u64::from(zone_count)) as u32;
     for seq in start..start + ROUND_WRITES {
         let a = ftl
             .nameless_write(&block_of(seed, seq, bs), &md_of(seed, seq, mb))
             .map_err(|e| format!("nameless write {seq}: {e}"))?;
         say(&mut out, format!("wrote {seq} {}", a[0].to_u64()));
+        batch.push((seq, a[0]));
         if (seq - start + 1).is_multiple_of(FLUSH_EVERY) {
             ftl.flush()
                 .map_err(|e| format!("flush after seq {seq}: {e}"))?;
             say(&mut out, format!("flushed {seq}"));
+            flushed.push_back(std::mem::take(&mut batch));
+            if flushed.len() > 2 {
+                let old = flushed.pop_front().expect("three batches");
+                let (seqs, addrs): (Vec<u64>, Vec<NamelessAddr>) =
+                    old.into_iter().filter(|(s, _)| s % 4 != 0).unzip();
+                let list: Vec<String> = seqs.iter().map(u64::to_string).collect();
+                say(&mut out, format!("freeing {}", list.join(" ")));
+                ftl.nameless_free(&addrs)
+                    .map_err(|e| format!("free of {seqs:?}: {e}"))?;
+            }
+            // In-place collection (md in OOB only): the first zone, from a
+            // point that moves, that may start one now.
+            for _ in 0..zone_count {
+                next_zone = (next_zone + 1) % zone_count;
+                if ftl.start_in_place(next_zone) {
+                    say(&mut out, format!("inplace {next_zone}"));
+                    break;
+                }
+            }
         }
     }
     loop {
@@ -182,35 +219,49 @@ fn verify(dev: &str, seed: u64, file: &str) -> Result<(), String> {
 
 // ----- the parent -------------------------------------------------------------
 
+/// What a writer reported before its kill.
+struct Round {
+    /// The last seq reported flushed.
+    flushed: u64,
+    /// Every (seq, addr) reported written.
+    wrote: Vec<(u64, u64)>,
+    /// Every seq whose free was asked for (done or not).
+    freed: Vec<u64>,
+    /// In-place collections started.
+    inplace: u64,
+}
+
 /// One round: a writer from `start`, killed `delay` after it mounted.
-/// Returns the last seq reported flushed and every (seq, addr) reported.
-fn round(
-    dev: &str,
-    seed: u64,
-    start: u64,
-    delay: Duration,
-) -> Result<(u64, Vec<(u64, u64)>), String> {
+fn round(dev: &str, seed: u64, start: u64, delay: Duration) -> Result<Round, String> {
     let args = [
         "writer".to_string(),
         dev.to_string(),
         seed.to_string(),
         start.to_string(),
     ];
-    let mut flushed = start - 1;
-    let mut wrote = Vec::new();
+    let mut r = Round {
+        flushed: start - 1,
+        wrote: Vec::new(),
+        freed: Vec::new(),
+        inplace: 0,
+    };
     crash::kill_round(&args, delay, |line| {
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
-            ["flushed", s] => flushed = s.parse().unwrap_or(flushed),
+            ["flushed", s] => r.flushed = s.parse().unwrap_or(r.flushed),
             ["wrote", s, a] => {
                 if let (Ok(s), Ok(a)) = (s.parse(), a.parse()) {
-                    wrote.push((s, a));
+                    r.wrote.push((s, a));
                 }
             }
+            ["freeing", seqs @ ..] => r
+                .freed
+                .extend(seqs.iter().filter_map(|s| s.parse::<u64>().ok())),
+            ["inplace", _] => r.inplace += 1,
             _ => {}
         }
     })?;
-    Ok((flushed, wrote))
+    Ok(r)
 }
 
 fn run_verify(dev: &str, seed: u64, known: &[(u64, u64)]) -> Result<(), String> {
@@ -234,7 +285,7 @@ fn run_verify(dev: &str, seed: u64, known: &[(u64, u64)]) -> Result<(), String> 
 fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
     let t0 = Instant::now();
     println!("zns-nameless-crash: {dev}: {rounds} rounds, seed {seed}");
-    {
+    let tags = {
         let d = open_device(dev)?;
         let ftl = Driver::format(d, &FormatOptions::default(), FtlConfig::default())
             .map_err(|e| format!("format: {e}"))?;
@@ -244,24 +295,34 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
             ftl.ftl().tag_mode(),
             ftl.nameless_md_bytes()
         );
+        let tags = ftl.ftl().tag_mode();
         ftl.shutdown().map_err(|e| format!("shutdown: {e}"))?;
-    }
-    // Every write known flushed: (seq, address).
+        tags
+    };
+    // Every write known flushed and never freed: (seq, address).
     let mut known: Vec<(u64, u64)> = Vec::new();
+    let mut freed: BTreeSet<u64> = BTreeSet::new();
+    let mut inplace = 0u64;
     let mut next = 1u64;
     let mut rng = mix(seed ^ 0x5eed);
     for r in 0..rounds {
         rng = mix(rng);
         let delay = Duration::from_millis(300 + rng % 4000);
         let t = Instant::now();
-        let (flushed, wrote) = round(dev, seed, next, delay)?;
+        let w = round(dev, seed, next, delay)?;
+        freed.extend(&w.freed);
+        inplace += w.inplace;
         let before = known.len();
-        known.extend(wrote.iter().copied().filter(|&(s, _)| s <= flushed));
+        known.extend(w.wrote.iter().copied().filter(|&(s, _)| s <= w.flushed));
+        known.retain(|(s, _)| !freed.contains(s));
         println!(
-            "round {r}: writer killed after {:.1} s: {} writes answered, {} flushed",
+            "round {r}: writer killed after {:.1} s: {} writes answered, {} flushed and kept, \
+             {} freed, {} in-place collections started",
             delay.as_secs_f64(),
-            wrote.len(),
-            known.len() - before
+            w.wrote.len(),
+            known.len().saturating_sub(before),
+            w.freed.len(),
+            w.inplace
         );
         // Seqs are never reused: a later round's write differs in seq.
         next += ROUND_WRITES;
@@ -270,6 +331,11 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
     }
     if known.is_empty() {
         return Err("no write was ever flushed: the test proved nothing".to_string());
+    }
+    // With md in OOB the writer asks for in-place collections; a run where
+    // none started tested none.
+    if tags == TagMode::Oob && inplace == 0 {
+        return Err("no in-place collection started: the test proved nothing of them".to_string());
     }
     // The verifier must notice a lie: a flushed write claimed at another
     // write's address.
@@ -283,8 +349,10 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
         println!("self-check: the verifier rejected it");
     }
     println!(
-        "zns-nameless-crash: {rounds} kills survived, {} flushed blocks checked, {:.1} s",
+        "zns-nameless-crash: {rounds} kills survived, {} flushed blocks checked, \
+         {} freed, {inplace} in-place collections started, {:.1} s",
         known.len(),
+        freed.len(),
         t0.elapsed().as_secs_f64()
     );
     Ok(())
