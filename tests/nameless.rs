@@ -1770,3 +1770,112 @@ fn nameless_wear_leveling_moves_cold_data_onto_worn_zones() {
 fn nameless_wear_leveling_moves_cold_data_onto_worn_zones_in_band() {
     nameless_wear_leveling_moves_cold_data_onto_worn_zones_in(false);
 }
+
+/// Past the endurance (these blocks never wear out) leveling still acts
+/// only where it helps: it copies a zone's data onto zones that were more
+/// than one erase above the mean when leveling took them (worn), off a
+/// zone below the mean, so a block it moved waits for the mean to pass
+/// the zone it went to: between two leveling moves of one block the mean
+/// of the zones in service gains more than an erase since its zone was
+/// taken. And it goes on once every zone is past the endurance, on erase
+/// counts. (Before, remaining lives decided: a zone past the endurance had
+/// none left and stayed worn while any zone had some, so leveling copied
+/// onto whatever free zone was most worn; once none had any, nothing was
+/// worn and leveling stopped, the least-worn zones left behind.) Cold
+/// blocks (40 %) written once, hot ones written and freed a zone at a
+/// time, so every move is leveling's: GC collects the hot zones empty.
+fn nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean_in(oob: bool) {
+    let endurance = 6;
+    let cfg = FtlConfig {
+        nameless_wear: Some(NamelessWear::paper(endurance)),
+        ..FtlConfig::default()
+    };
+    let mut ftl = common::format_with(oob, volume_config(oob), cfg);
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let cold_blocks = ftl.logical_blocks() * 2 / 5;
+    let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
+    for first in (0..cold_blocks).step_by(32) {
+        let keys: Vec<u64> = (first..(first + 32).min(cold_blocks)).collect();
+        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
+            held.insert(a, (k, 1));
+        }
+    }
+    ftl.nameless_commit().unwrap();
+    // Per zone leveling copies into: the mean seen before the first copy
+    // (when leveling took it, the mean was at least that). Per cold key:
+    // that mean of the zone it went to.
+    let mut taken_at: BTreeMap<u32, f64> = BTreeMap::new();
+    let mut placed_at: BTreeMap<u64, f64> = BTreeMap::new();
+    let (mut again, mut least_gain) = (0u64, f64::MAX);
+    let mut mean_seen = ftl.stats().erase_count_mean;
+    let mut round = 0u32;
+    // Blocks leveling had moved when every zone had reached the endurance.
+    let mut moved_at_end_of_life = None;
+    while ftl.stats().erase_count_max < 4 * endurance {
+        round += 1;
+        let s = ftl.stats();
+        if s.erase_count_min >= endurance && moved_at_end_of_life.is_none() {
+            moved_at_end_of_life = Some(s.wl_move_blocks);
+        }
+        let keys: Vec<u64> = (1 << 32..(1 << 32) + 64).collect();
+        let hot = put(&mut ftl, &keys, round);
+        ftl.nameless_free(&hot).unwrap();
+        // The moves followed here were made since the last look, at a
+        // mean between the one seen then and the one now.
+        let mean_now = ftl.stats().erase_count_mean;
+        for (old, new) in follow_moves(&mut ftl, &mut held) {
+            let key = held[&new].0;
+            assert!(key < cold_blocks, "hot key {key} moved");
+            // The zone moved off is reset: a later copy into it is to a
+            // zone taken anew.
+            taken_at.remove(&old.ppa().zone(cap));
+            let taken = *taken_at.entry(new.ppa().zone(cap)).or_insert(mean_seen);
+            if let Some(before) = placed_at.insert(key, taken) {
+                again += 1;
+                least_gain = least_gain.min(mean_now - before);
+                assert!(
+                    mean_now - before > 1.0,
+                    "key {key} moved again at mean {mean_now:.2}, its zone taken at mean \
+                     {before:.2} or more (round {round})"
+                );
+            }
+        }
+        mean_seen = mean_now;
+        ftl.nameless_commit().unwrap();
+        assert!(round < 200_000, "no zone reached {} erases", 4 * endurance);
+    }
+    let s = ftl.stats();
+    eprintln!(
+        "erases {}..{} (mean {:.2}): {} blocks moved, {again} of them moved before, \
+         the mean gained {least_gain:.2} or more in between",
+        s.erase_count_min, s.erase_count_max, s.erase_count_mean, s.wl_move_blocks
+    );
+    assert_eq!(s.wl_move_blocks, s.nameless_migrated_blocks, "{s:?}");
+    assert!(
+        again > 0,
+        "no block moved twice: the property went untested"
+    );
+    let before = moved_at_end_of_life.expect("every zone reached the endurance");
+    assert!(
+        s.wl_move_blocks > before,
+        "leveling stopped once every zone was past the endurance: erases {}..{}",
+        s.erase_count_min,
+        s.erase_count_max
+    );
+    ftl.settle().unwrap();
+    follow_moves(&mut ftl, &mut held);
+    ftl.nameless_commit().unwrap();
+    for (&a, &(k, v)) in &held {
+        holds(&mut ftl, a, k, v);
+    }
+}
+
+#[test]
+fn nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean() {
+    nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean_in(true);
+}
+
+#[test]
+fn nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean_in_band() {
+    nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean_in(false);
+}

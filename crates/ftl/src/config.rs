@@ -164,11 +164,12 @@ pub struct FtlConfig {
     pub nameless_wear: Option<NamelessWear>,
 }
 
-/// When GC moves cold nameless data onto worn zones: once the most-worn
-/// zone in service has used `trigger_percent` of `endurance_erases`, while
-/// a zone's remaining life is below `candidate_percent` of the mean
-/// remaining life, the coldest Full nameless zone on a less-worn zone is
-/// migrated into the most-worn free zone.
+/// When GC moves cold nameless data onto worn zones (docs/design.md,
+/// "Wear leveling"): once the most-worn zone in service has used
+/// `trigger_percent` of `endurance_erases`, while the most-worn free zone
+/// is worn (its remaining life below `candidate_percent` of the mean
+/// remaining life, and more than one erase above the mean), the coldest
+/// Full nameless zone less worn than the mean is migrated into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamelessWear {
     pub endurance_erases: u32,
@@ -186,6 +187,30 @@ impl NamelessWear {
             trigger_percent: 75,
             candidate_percent: 90,
         }
+    }
+
+    /// Whether leveling may act at all: the most-worn zone in service
+    /// (`max_erases`) has used `trigger_percent` of the endurance.
+    pub fn triggered(&self, max_erases: u32) -> bool {
+        u64::from(max_erases) * 100
+            >= u64::from(self.endurance_erases) * u64::from(self.trigger_percent)
+    }
+
+    /// Whether a zone of `erases` is worn among `zones` zones in service
+    /// that hold `total_erases` and `total_life` remaining erases (each
+    /// zone's `endurance - erases`, at least 0): the paper's test,
+    /// remaining life below `candidate_percent` of the mean remaining
+    /// life, stated on erase counts as `erases - mean > (1 - candidate) ×
+    /// mean remaining life`, and by more than one erase. On remaining
+    /// lives, a zone past the endurance (life 0) would be worn while any
+    /// zone has life left, and near the endurance a tenth of the mean
+    /// remaining life is under an erase: every zone above the mean worn.
+    pub fn is_worn(&self, erases: u32, zones: u64, total_erases: u64, total_life: u64) -> bool {
+        // Every term × 100 × zones, in whole numbers.
+        let above_mean = (u64::from(erases) * zones).saturating_sub(total_erases);
+        let spare = 100u64.saturating_sub(u64::from(self.candidate_percent));
+        let margin = (spare * total_life).max(100 * zones);
+        100 * above_mean > margin
     }
 }
 
@@ -225,5 +250,89 @@ impl Default for FtlConfig {
             nameless_remap_entries: 1 << 16,
             nameless_wear: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NamelessWear;
+
+    /// Totals of erases and remaining life (at least 0) over `zones`.
+    fn totals(w: &NamelessWear, zones: &[u32]) -> (u64, u64, u64) {
+        let erases = zones.iter().map(|&e| u64::from(e)).sum();
+        let life = zones
+            .iter()
+            .map(|&e| u64::from(w.endurance_erases.saturating_sub(e)))
+            .sum();
+        (zones.len() as u64, erases, life)
+    }
+
+    /// The paper's test on remaining lives, as the policy stated it before
+    /// (life × 100 × zones < candidate × total life).
+    fn paper_worn(w: &NamelessWear, e: u32, zones: &[u32]) -> bool {
+        let (n, _, life) = totals(w, zones);
+        let own = u64::from(w.endurance_erases.saturating_sub(e));
+        own * 100 * n < u64::from(w.candidate_percent) * life
+    }
+
+    #[test]
+    fn worn_is_the_papers_test_while_a_tenth_of_the_mean_life_is_an_erase_or_more() {
+        let w = NamelessWear::paper(50);
+        for low in 0..=30u32 {
+            let zones = [low, low, low + 5, low + 10, low + 15];
+            let (n, erases, life) = totals(&w, &zones);
+            assert!(life >= 10 * n, "mean life under 10 erases: {zones:?}");
+            for e in low..=50 {
+                assert_eq!(
+                    w.is_worn(e, n, erases, life),
+                    paper_worn(&w, e, &zones),
+                    "{e} among {zones:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn past_the_endurance_only_a_zone_more_than_an_erase_above_the_mean_is_worn() {
+        let w = NamelessWear::paper(16);
+        // Mean 20.5, every zone past the endurance.
+        let zones = [18, 20, 21, 23];
+        let (n, erases, life) = totals(&w, &zones);
+        assert_eq!(life, 0);
+        // Remaining lives would call every zone worn: 0 < 90 % of 0 is
+        // false for all, and with one zone below the endurance true for all.
+        for e in [18, 20, 21] {
+            assert!(!w.is_worn(e, n, erases, life), "{e} of {zones:?}");
+        }
+        assert!(w.is_worn(23, n, erases, life));
+        let zones = [15, 20, 21, 23];
+        assert!(paper_worn(&w, 20, &zones), "the old test: worn");
+        let (n, erases, life) = totals(&w, &zones);
+        assert!(!w.is_worn(20, n, erases, life));
+        assert!(w.is_worn(23, n, erases, life));
+    }
+
+    #[test]
+    fn near_the_endurance_a_zone_within_an_erase_of_the_mean_is_not_worn() {
+        let w = NamelessWear::paper(16);
+        // Mean 13, mean remaining life 3: a tenth of it is 0.3 erase.
+        let zones = [12, 13, 13, 14];
+        let (n, erases, life) = totals(&w, &zones);
+        assert!(paper_worn(&w, 14, &zones), "the old test: worn");
+        assert!(!w.is_worn(14, n, erases, life));
+        assert!(!w.is_worn(13, n, erases, life));
+        let zones = [12, 12, 13, 15];
+        let (n, erases, life) = totals(&w, &zones);
+        assert!(w.is_worn(15, n, erases, life), "mean 13, 15 is 2 above");
+    }
+
+    #[test]
+    fn triggered_at_the_share_of_the_endurance() {
+        let w = NamelessWear::paper(16);
+        assert!(!w.triggered(11));
+        assert!(w.triggered(12));
+        let w = NamelessWear::paper(50);
+        assert!(!w.triggered(37));
+        assert!(w.triggered(38));
     }
 }

@@ -394,6 +394,11 @@ impl ZoneTable {
         Some(z)
     }
 
+    /// The most-worn free zone and its erase count, left free. O(log zones).
+    pub fn most_worn_free(&self) -> Option<(ZoneId, u32)> {
+        self.free.last().map(|&(erases, z)| (z, erases))
+    }
+
     /// Static wear leveling's destination: the most-worn free zone, where
     /// cold data rests and stops adding erases. O(log zones).
     pub fn take_free_most_worn(&mut self, kind: ZoneKind) -> Option<ZoneId> {

@@ -14,6 +14,7 @@ use super::{Ftl, Op, ReplyTo};
 use crate::addr::{Ppa, Seq};
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::buffer::BlockData;
+use crate::config::NamelessWear;
 use crate::error::IoError;
 use crate::nameless::{
     MdBlock, MdBlockKind, MdEntry, NamelessAddr, NamelessEvent, NamelessTag, NamelessTagKind,
@@ -272,40 +273,26 @@ impl Ftl {
     /// A zone for nameless wear leveling to move (docs/design.md, "Wear
     /// leveling"), if `FtlConfig::nameless_wear` is set and leveling is
     /// due: the most-worn zone in service has used the trigger share of
-    /// the endurance, and some zone's remaining life is below the
-    /// candidate share of the mean remaining life. The victim is the
-    /// coldest (oldest newest block) Full nameless zone less worn than the
-    /// mean, which a migration can take now; its copies go to the most-worn
-    /// free zone. It runs alone (no other job) and, while GC is busy, at
-    /// most once in `WL_EVERY_GC_JOBS + 1` jobs. O(zones).
+    /// the endurance, and the zones the copies go to are worn. They go to
+    /// the leveling lane's open zone (worn when leveling took it) and, what
+    /// does not fit there, to the most-worn free zone, which must be worn
+    /// now (`NamelessWear::is_worn`). A worn zone that holds data does not
+    /// make leveling due: the cold data a move put there stays until the
+    /// mean has passed its erase count. The victim is the coldest (oldest
+    /// newest block) Full nameless zone less worn than the mean, which a
+    /// migration can take now. It runs alone (no other job) and, while GC
+    /// is busy, at most once in `WL_EVERY_GC_JOBS + 1` jobs. O(zones).
     pub(super) fn nameless_wl_victim(&self) -> Option<ZoneId> {
         let w = self.cfg.nameless_wear?;
-        if !self.jobs.is_empty() || self.zones.free_count() == 0 {
+        if !self.jobs.is_empty() {
             return None;
         }
         if self.gc_needed() && self.jobs_since_wl < super::reloc::WL_EVERY_GC_JOBS {
             return None;
         }
-        let in_service = || {
-            self.zones
-                .iter()
-                .filter(|(_, z)| matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. }))
-        };
-        let count = in_service().count() as u64;
-        let max = in_service().map(|(_, z)| z.erase_count()).max()?;
-        let endurance = u64::from(w.endurance_erases);
-        if u64::from(max) * 100 < endurance * u64::from(w.trigger_percent) {
-            return None;
-        }
-        let life = |e: u32| endurance.saturating_sub(u64::from(e));
-        let erases: u64 = in_service().map(|(_, z)| u64::from(z.erase_count())).sum();
-        let remaining: u64 = in_service().map(|(_, z)| life(z.erase_count())).sum();
-        // A zone below the candidate share of the mean remaining life:
-        // life × 100 × count < candidate × remaining.
-        let candidate = u64::from(w.candidate_percent);
-        let worn =
-            in_service().any(|(_, z)| life(z.erase_count()) * 100 * count < candidate * remaining);
-        if !worn {
+        let (count, erases, worn_free) = self.nameless_wear_tally(w)?;
+        let tail = self.level_lane_tail_blocks();
+        if !worn_free && tail == 0 {
             return None;
         }
         let room = self.remap_room_entries();
@@ -318,12 +305,45 @@ impl Ftl {
                     && u64::from(zone.erase_count()) * count < erases
                     && zone.last_write_seq() < self.committed_next_seq
                     && valid(z) > 0
+                    && (worn_free || valid(z) <= tail)
                     && !self.excluded(z)
                     && !self.nameless.moves.moved_in.contains_key(&z)
                     && valid(z) <= room
             })
             .min_by_key(|&(z, zone)| (zone.last_write_seq(), z))
             .map(|(z, _)| z)
+    }
+
+    /// The zones in service (free and data), their erases, and whether the
+    /// most-worn free zone is worn; `None` before the trigger.
+    fn nameless_wear_tally(&self, w: NamelessWear) -> Option<(u64, u64, bool)> {
+        let in_service = || {
+            self.zones
+                .iter()
+                .filter(|(_, z)| matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. }))
+        };
+        let max = in_service().map(|(_, z)| z.erase_count()).max()?;
+        if !w.triggered(max) {
+            return None;
+        }
+        let count = in_service().count() as u64;
+        let erases: u64 = in_service().map(|(_, z)| u64::from(z.erase_count())).sum();
+        let life: u64 = in_service()
+            .map(|(_, z)| u64::from(w.endurance_erases.saturating_sub(z.erase_count())))
+            .sum();
+        let worn_free = self
+            .zones
+            .most_worn_free()
+            .is_some_and(|(_, e)| w.is_worn(e, count, erases, life));
+        Some((count, erases, worn_free))
+    }
+
+    /// Data blocks the nameless leveling lane's open zone can still take
+    /// (0 without one).
+    fn level_lane_tail_blocks(&self) -> u64 {
+        let st = &self.lanes[Lane::NamelessLevel.index()];
+        st.zone
+            .map_or(0, |_| self.data_cap().saturating_sub(st.allocated_blocks))
     }
 
     /// A migration job starts on `victim`: its live blocks' entries are
