@@ -13,6 +13,7 @@ use super::write::Room;
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::Ppa;
 use crate::addr::Seq;
+use crate::births::Births;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
 use crate::error::{IoError, NamelessError};
@@ -51,6 +52,9 @@ pub(super) struct NamelessState {
     /// time the zone is opened for nameless data, so an address from before
     /// a reset is told apart from a block written after it.
     pub(super) gens: Vec<u32>,
+    /// Per zone, the generation it was opened with (`base_gen`), and the
+    /// live gap fills born with another (step 7 of the address check).
+    pub(super) births: Births,
     /// Nameless zones opened whose `NamelessZone` note is not durable yet,
     /// with the log position that makes it so: replies that carry their
     /// generation wait for it, so no generation is handed out twice.
@@ -110,6 +114,7 @@ pub(super) struct NamelessState {
 /// What a mount recovered of the segment.
 pub(super) struct Recovered {
     pub(super) gens: Vec<u32>,
+    pub(super) births: Births,
     /// The uncommitted set (live blocks, increasing).
     pub(super) uncommitted: Vec<Ppa>,
     pub(super) commit_seq: Seq,
@@ -169,6 +174,15 @@ pub(super) struct NamelessRead {
     data: Option<Vec<u8>>,
 }
 
+/// Block `index` of write `key`, written as a gap fill at `offset` of the
+/// in-place victim.
+#[derive(Debug)]
+pub(super) struct GapFill {
+    key: Key,
+    index: usize,
+    offset: u64,
+}
+
 /// The blocks of one nameless append: `count` blocks of write `key` from
 /// its block `first`, then `pad_blocks` of padding.
 #[derive(Debug)]
@@ -204,7 +218,8 @@ impl NamelessState {
             .uncommitted
             .iter()
             .map(|&p| {
-                let addr = NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]);
+                let zone = p.zone(zone_capacity_blocks);
+                let addr = NamelessAddr::new(p, r.births.birth(p, zone));
                 (addr, NamelessAddr::NONE)
             })
             .chain(r.remap.iter().map(|&(old, new)| (new, old)))
@@ -216,6 +231,7 @@ impl NamelessState {
             supported,
             md,
             gens: r.gens,
+            births: r.births,
             uncommitted: r.uncommitted.into_iter().collect(),
             uncommitted_capacity: capacity,
             commit_seq: r.commit_seq,
@@ -362,6 +378,8 @@ impl Ftl {
             .md
             .as_ref()
             .map_or(0, |m| 16 + m.checkpoint_bytes());
+        // Section 24: the live fills and those a running job may add.
+        let fills = 16 + 8 + 8 * (self.nameless.births.fill_count() + self.inplace_fills_pending());
         4 * 16
             + 32
             + 8 * zones
@@ -370,6 +388,7 @@ impl Ftl {
             + set
             + remap
             + open_md
+            + fills
     }
 
     /// A nameless zone was reset or retired (it held nothing live).
@@ -384,6 +403,7 @@ impl Ftl {
     /// and it leaves the uncommitted set.
     fn nameless_cleared(&mut self, ppa: Ppa) {
         self.nameless.uncommitted.remove(&ppa);
+        self.nameless.births.forget(ppa);
         // A moved block freed: its entry goes too (replay drops it with
         // the same free).
         if let Some(old) = self.nameless.moves.unpin(ppa, self.cap()) {
@@ -493,7 +513,14 @@ impl Ftl {
                     .expect("the uncommitted capacity fits u32"),
                 commit_seq: self.nameless.commit_seq,
             }),
-            generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
+            generations: self
+                .nameless
+                .gens
+                .iter()
+                .zip(self.nameless.births.bases())
+                .map(|(&g, &base)| (g, base))
+                .collect(),
+            fills: self.nameless.births.fills().collect(),
             zones,
             remap: self.nameless.remap.entries(),
             uncommitted,
@@ -571,17 +598,23 @@ impl Ftl {
         let ppa = addr.ppa();
         let zone = ppa.zone(cap);
         let generation = self.nameless.gens[zone as usize];
+        let stale = || NamelessError::Stale {
+            addr,
+            zone_generation: generation,
+        };
         if addr.generation() > generation {
             return Err(NamelessError::NotLive { addr });
         }
-        if !self.is_nameless_zone(zone) || addr.generation() < generation {
-            return Err(NamelessError::Stale {
-                addr,
-                zone_generation: generation,
-            });
+        if !self.is_nameless_zone(zone) || addr.generation() < self.nameless.births.base(zone) {
+            return Err(stale());
         }
         if !self.mapping.is_live(ppa) {
             return Err(NamelessError::NotLive { addr });
+        }
+        // Steps 6 and 7: the block there now was born with the address's
+        // generation (a gap fill's is in the map, any other's is the base).
+        if self.nameless.births.birth(ppa, zone) != addr.generation() {
+            return Err(stale());
         }
         Ok(ppa)
     }
@@ -628,6 +661,9 @@ impl Ftl {
         let new_blocks = if old.is_empty() { n as u64 } else { 0 };
         match self.space_for(new_blocks, false) {
             Room::Fits => {}
+            // With migrations stopped, GC's in-place victim collects the
+            // held dead blocks for queued plain writes (its gap fills).
+            Room::HeldDead if old.is_empty() && self.gap_fills_collect() => {}
             Room::HeldDead => {
                 let entries = self.nameless.remap.len();
                 if entries > 0 {
@@ -662,6 +698,13 @@ impl Ftl {
         self.nameless.pending_blocks += n as u64;
         self.nameless.pending_new_blocks += new_blocks;
         Ok(())
+    }
+
+    /// Whether the nameless zones' dead blocks the space account holds
+    /// (`nameless_dead_blocks`) are room for plain writes: migrations have
+    /// stopped, and in-place collection (md in OOB) fills gaps with them.
+    fn gap_fills_collect(&self) -> bool {
+        self.nameless.supported && !self.md_in_zones() && self.migration_stopped()
     }
 
     /// Whether the uncommitted set, and its section in the next checkpoint,
@@ -825,6 +868,7 @@ impl Ftl {
             .checked_add(1)
             .expect("zone generations outlast the zone's erases");
         self.nameless.gens[zone as usize] = generation;
+        self.nameless.births.set_base(zone, generation);
         self.nameless.any_generation = true;
         self.nameless.empty_zones += 1;
         let seq = self.take_seq();
@@ -997,6 +1041,85 @@ impl Ftl {
                 id: w.id,
                 result: Ok(reply),
             });
+        }
+    }
+
+    /// The next block of the oldest queued nameless write, to fill the gap
+    /// at `offset` of the in-place victim (docs/design.md, step 5), its
+    /// tag written to `oob`: birth generation `gap_gen`, link none, a new
+    /// seq. Only a plain write's (an overwrite's free of its old block
+    /// could not be undone if a cut discards the fill) and not one a
+    /// pending commit must precede.
+    pub(super) fn take_gap_fill(
+        &mut self,
+        gap_gen: u32,
+        offset: u64,
+        oob: &mut [u8],
+    ) -> Option<(GapFill, BlockData)> {
+        let key = *self.nameless.queue.front()?;
+        let w = self.nameless.writes.get(key).expect("queued write");
+        let after_commit = self
+            .nameless
+            .commits
+            .front()
+            .is_some_and(|c| w.order >= c.before);
+        if !w.old.is_empty() || w.error.is_some() || after_commit {
+            return None;
+        }
+        let seq = self.take_seq();
+        let w = self.nameless.writes.get_mut(key).expect("queued write");
+        let index = w.sent;
+        w.sent += 1;
+        let tag = NamelessTag {
+            kind: NamelessTagKind::Data,
+            birth_gen: gap_gen,
+            link: NamelessAddr::NONE,
+            seq,
+            data_crc: w.crcs[index],
+        };
+        tag.encode(
+            &w.md[index * NAMELESS_MD_BYTES..(index + 1) * NAMELESS_MD_BYTES],
+            oob,
+        );
+        let block = w.blocks[index].clone();
+        if w.sent == w.blocks.len() {
+            self.nameless.queue.pop_front();
+        }
+        self.nameless.queued_blocks -= 1;
+        self.stats.nameless_write_blocks += 1;
+        Some((GapFill { key, index, offset }, block))
+    }
+
+    /// Gap fills of in-place victim `zone` were written: live at their
+    /// offsets, born with `gap_gen` (in the map of step 7), in the
+    /// uncommitted set. Their writes are answered later
+    /// (`answer_gap_fills`).
+    pub(super) fn gap_fills_landed(&mut self, zone: ZoneId, gap_gen: u32, fills: &[GapFill]) {
+        let cap = self.cap();
+        for f in fills {
+            let ppa = Ppa::new(zone, f.offset, cap);
+            let fresh = self.mapping.nameless_set(ppa);
+            assert!(fresh, "gap fill {ppa:?} landed on a live block");
+            if self.mapping.valid_blocks(zone) == 1 {
+                self.nameless.empty_zones -= 1;
+            }
+            self.nameless.uncommitted.insert(ppa);
+            self.nameless.births.fill(ppa, zone, gap_gen);
+            let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
+            w.addrs[f.index] = NamelessAddr::new(ppa, gap_gen);
+        }
+        self.stats.nameless_gap_fill_blocks += fills.len() as u64;
+    }
+
+    /// A job's gap fills are answered: its `InPlaceDone` is durable
+    /// (`error` none), or the job stopped (their writes fail with `error`).
+    pub(super) fn answer_gap_fills(&mut self, fills: Vec<GapFill>, error: Option<&IoError>) {
+        for f in fills {
+            if let Some(e) = error {
+                let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
+                w.error.get_or_insert_with(|| e.clone());
+            }
+            self.nameless_write_progress(f.key, 1);
         }
     }
 
