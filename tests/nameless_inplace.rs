@@ -8,9 +8,7 @@
 //! is full. `ZFTL_SEEDS` widens the cut run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use zftl::core::{
-    Driver, FtlConfig, IoError, NamelessAddr, NamelessError, NamelessEvent, Request,
-};
+use zftl::core::{Driver, FtlConfig, IoError, NamelessAddr, NamelessError, NamelessEvent, Request};
 use zftl::sim::{Faults, PowerCut, SimDevice};
 
 mod common;
@@ -197,7 +195,10 @@ fn in_place_collection_keeps_every_live_block_at_its_address_while_requests_arri
     assert!(s.nameless_staged_blocks >= kept as u64);
     assert!(s.nameless_staged_blocks <= kept as u64 + 1);
     assert_eq!(s.nameless_gap_fill_blocks, fills as u64);
-    assert_eq!(s.nameless_pad_blocks + s.nameless_gap_fill_blocks, cap - kept as u64);
+    assert_eq!(
+        s.nameless_pad_blocks + s.nameless_gap_fill_blocks,
+        cap - kept as u64
+    );
     assert!(s.erases > erases, "the victim was reset");
     check_victim(&mut v, "after the job");
     // A crash (no checkpoint since the job) and a clean remount.
@@ -421,18 +422,28 @@ fn queued_writes_fill_the_gaps_and_the_freed_addresses_there_answer_stale() {
         .iter()
         .filter(|f| fills.iter().any(|a| a.ppa() == f.ppa()))
         .count();
-    assert_eq!(filled_freed, fills.len(), "each fill sits on a freed offset");
+    assert_eq!(
+        filled_freed,
+        fills.len(),
+        "each fill sits on a freed offset"
+    );
     check_victim(&mut v, "after the job");
     let cfg = FtlConfig::default();
     v.ftl.flush().unwrap();
     v.ftl = Driver::mount(v.ftl.into_backend(), cfg.clone()).unwrap();
     check_victim(&mut v, "after a crash");
-    assert_eq!(v.ftl.ftl().stats().nameless_fill_entries, fills.len() as u64);
+    assert_eq!(
+        v.ftl.ftl().stats().nameless_fill_entries,
+        fills.len() as u64
+    );
     let mut dev = v.ftl.shutdown().unwrap();
     assert_check_clean(&mut dev, "after the job with fills");
     v.ftl = Driver::mount(dev, cfg).unwrap();
     check_victim(&mut v, "after a clean remount (fills from the checkpoint)");
-    assert_eq!(v.ftl.ftl().stats().nameless_fill_entries, fills.len() as u64);
+    assert_eq!(
+        v.ftl.ftl().stats().nameless_fill_entries,
+        fills.len() as u64
+    );
     // A fill freed leaves the map; its old address stays stale.
     let gone = fills[0];
     v.ftl.nameless_free(&[gone]).unwrap();
@@ -482,7 +493,7 @@ fn gc_collects_in_place_by_itself_when_the_remap_table_is_full() {
             held.remove(&a);
             ftl.nameless_free(&[a]).unwrap();
         }
-        if written % 512 == 0 {
+        if written.is_multiple_of(512) {
             ftl.nameless_commit().unwrap();
         }
     }

@@ -667,15 +667,23 @@ impl Rig {
                 (Model::nth_set(&dead, i)?, Expect::Dead)
             }
             Target::Unborn(i) => {
-                // No gap fills in this build: a live block's generation is
-                // its zone's, so one more was never handed out. With moves
-                // pending the client may hold an old address whose zone
-                // was reset since: a generation far on, then.
+                // One generation on from a live block's: never handed out
+                // at that offset, `NotLive` (above the zone's generation)
+                // or, once an in-place job gave the zone a gap generation,
+                // `Stale` (step 7: not the block's birth generation). With
+                // moves pending the client may hold an old address whose
+                // zone was reset since: a generation far on, then, which
+                // is `NotLive` always.
                 let a = live(i)?;
                 let moves = self.ftl.as_ref()?.stats().nameless_remap_entries;
                 let on = if moves == 0 { 1 } else { 1 << 20 };
                 let unborn = NamelessAddr::new(a.ppa(), a.generation() + on);
-                (unborn, Expect::NotLive)
+                let expect = if on == 1 {
+                    Expect::Dead
+                } else {
+                    Expect::NotLive
+                };
+                (unborn, expect)
             }
             Target::Outside(k) => {
                 let any = live(0).unwrap_or(NamelessAddr::from_u64(1 << 40));

@@ -3121,8 +3121,8 @@ mod nameless_tests {
             // Section 24.
             ("gap fill ppa", n(|n| n.fills[0].0 = Ppa(301))), // not live
             ("gap fill ppa", n(|n| n.fills.push((Ppa(300), 5)))), // not increasing
-            ("gap fill birth_gen", n(|n| n.fills[0].1 = 4)), // the base
-            ("gap fill birth_gen", n(|n| n.fills[0].1 = 6)), // above gen
+            ("gap fill birth_gen", n(|n| n.fills[0].1 = 4)),  // the base
+            ("gap fill birth_gen", n(|n| n.fills[0].1 = 6)),  // above gen
         ];
         for (i, (want, edit)) in cases.into_iter().enumerate() {
             assert_eq!(field(decode_edited(edit)), want, "case {i}");

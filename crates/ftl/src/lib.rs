@@ -12,8 +12,8 @@
 
 pub mod addr;
 pub mod attr;
-pub mod births;
 pub mod backend;
+pub mod births;
 mod buffer;
 pub mod check;
 pub mod checkpoint;

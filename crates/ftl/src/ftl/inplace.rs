@@ -106,9 +106,10 @@ impl InPlaceScore {
     }
 }
 
-/// The nameless write blocks arriving per time (S_write): over the last
-/// window of `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the
-/// driver passes in (`Ftl::handle_time`).
+/// The plain nameless write blocks arriving per time (S_write; an
+/// overwrite never fills a gap): over the last window of
+/// `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the driver passes
+/// in (`Ftl::handle_time`).
 #[derive(Debug, Default)]
 pub(super) struct Arrivals {
     since_ns: u64,
@@ -124,13 +125,15 @@ const ARRIVAL_WINDOW_BLOCKS: u64 = 4096;
 
 impl Arrivals {
     /// The last full window's (blocks, ns), the window moved on when due.
-    fn rate(&mut self, now_ns: u64, s: &crate::stats::FtlStats) -> (u64, u64) {
-        if s.media_write_blocks >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
-            self.blocks = s.nameless_write_blocks - self.since_blocks;
+    /// `admitted`: plain nameless blocks admitted so far; `media`: media
+    /// write blocks so far.
+    fn rate(&mut self, now_ns: u64, admitted: u64, media: u64) -> (u64, u64) {
+        if media >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
+            self.blocks = admitted - self.since_blocks;
             self.ns = now_ns.saturating_sub(self.since_ns);
             self.since_ns = now_ns;
-            self.since_blocks = s.nameless_write_blocks;
-            self.since_media = s.media_write_blocks;
+            self.since_blocks = admitted;
+            self.since_media = media;
         }
         (self.blocks, self.ns)
     }
@@ -244,20 +247,23 @@ impl Ftl {
             return None;
         }
         let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
-        let n_wait = self.nameless.queued_blocks();
+        let n_wait = self.nameless.queued_new_blocks();
         let n_last = self.last_inplace_fills;
-        let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, &self.stats);
+        let admitted = self.nameless.admitted_new_blocks;
+        let media = self.stats.media_write_blocks;
+        let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
         let score = |z: ZoneId, n_valid: u64| {
             // Blocks arriving while the job writes: T_write × (N_valid +
             // N_wait) µs at S_write blocks per µs.
-            let arriving = (u128::from(t.write_us) * u128::from(n_valid + n_wait)
+            let arriving = (u128::from(t.write_us)
+                * u128::from(n_valid + n_wait)
                 * u128::from(rate_blocks)
                 * 1000)
                 .checked_div(u128::from(rate_ns))
                 .unwrap_or(0);
             let benefit = u128::from(cap - n_valid).min(u128::from(n_wait + n_last) + arriving);
-            let cost = u128::from(t.erase_us)
-                + u128::from(t.read_us + t.write_us) * u128::from(n_valid);
+            let cost =
+                u128::from(t.erase_us) + u128::from(t.read_us + t.write_us) * u128::from(n_valid);
             InPlaceScore {
                 zone: z,
                 valid: n_valid,

@@ -13,9 +13,9 @@ use super::write::Room;
 use super::{Ftl, Op, ReplyTo};
 use crate::addr::Ppa;
 use crate::addr::Seq;
-use crate::births::Births;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
+use crate::births::Births;
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{
     MdEntry, MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
@@ -64,6 +64,12 @@ pub(super) struct NamelessState {
     queue: VecDeque<Key>,
     /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`).
     queued_blocks: u64,
+    /// Of those, the blocks of plain writes: what gap fills may take
+    /// (N_wait of GC's in-place score).
+    queued_new_blocks: u64,
+    /// Blocks of plain writes admitted since mount (S_write of GC's
+    /// in-place score: the writes that may fill gaps).
+    pub(super) admitted_new_blocks: u64,
     /// Blocks admitted and not yet answered: counted against the media's
     /// room (an overwrite's new block lands before its old one goes).
     pending_blocks: u64,
@@ -246,6 +252,8 @@ impl NamelessState {
             writes: Slab::new(max_requests.max(1)),
             queue: VecDeque::new(),
             queued_blocks: 0,
+            queued_new_blocks: 0,
+            admitted_new_blocks: 0,
             pending_blocks: 0,
             pending_new_blocks: 0,
             reads: VecDeque::new(),
@@ -295,6 +303,19 @@ impl NamelessState {
 
     pub(super) fn queued_blocks(&self) -> u64 {
         self.queued_blocks
+    }
+
+    pub(super) fn queued_new_blocks(&self) -> u64 {
+        self.queued_new_blocks
+    }
+
+    /// `n` queued blocks were sent (or dropped), of a plain write if
+    /// `plain`.
+    fn dequeued(&mut self, n: u64, plain: bool) {
+        self.queued_blocks -= n;
+        if plain {
+            self.queued_new_blocks -= n;
+        }
     }
 }
 
@@ -695,6 +716,8 @@ impl Ftl {
         self.nameless.moves.overwriting(&w.old);
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
+        self.nameless.queued_new_blocks += new_blocks;
+        self.nameless.admitted_new_blocks += new_blocks;
         self.nameless.pending_blocks += n as u64;
         self.nameless.pending_new_blocks += new_blocks;
         Ok(())
@@ -820,7 +843,8 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.queued_blocks -= n;
+        let plain = w.old.is_empty();
+        self.nameless.dequeued(n, plain);
         let bs = self.block_size();
         self.push_padding(&mut data, &mut oob, pad, bs);
         self.lane_commit(lane, zone, n + pad, first_seq + n - 1);
@@ -1005,7 +1029,8 @@ impl Ftl {
             let unsent = (w.blocks.len() - w.sent) as u64;
             w.done += w.blocks.len() - w.sent;
             w.sent = w.blocks.len();
-            self.nameless.queued_blocks -= unsent;
+            let plain = w.old.is_empty();
+            self.nameless.dequeued(unsent, plain);
             self.nameless.queue.retain(|&k| k != key);
         }
         let w = self.nameless.writes.get_mut(key).expect("write in flight");
@@ -1085,7 +1110,7 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.queued_blocks -= 1;
+        self.nameless.dequeued(1, true);
         self.stats.nameless_write_blocks += 1;
         Some((GapFill { key, index, offset }, block))
     }

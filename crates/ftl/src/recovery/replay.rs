@@ -216,10 +216,7 @@ pub(super) fn reset_seqs(events: &[Event]) -> HashMap<ZoneId, Seq> {
 /// reset), and the victims of in-place jobs (from the first InPlaceStaged
 /// note: a gap fill is newer; a kept block's tag is older than the
 /// checkpoint). A zone with both takes the later seq.
-pub(super) fn rescan_seqs(
-    events: &[Event],
-    resets: &HashMap<ZoneId, Seq>,
-) -> HashMap<ZoneId, Seq> {
+pub(super) fn rescan_seqs(events: &[Event], resets: &HashMap<ZoneId, Seq>) -> HashMap<ZoneId, Seq> {
     let mut out = resets.clone();
     for e in events {
         if let Event::Note(Note::InPlaceStaged { seq, victim, .. }) = e {
