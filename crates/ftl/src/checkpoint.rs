@@ -2696,7 +2696,7 @@ mod tests {
     }
 }
 
-/// The nameless sections (16–23) in the checkpoint stream.
+/// The nameless sections (16–24) in the checkpoint stream.
 #[cfg(test)]
 mod nameless_tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! 5–7 with the associated metadata after them in OOB ([`NamelessTag`]),
 //! the md block that carries the metadata when it lives in the log
 //! placement ([`MdBlock`]), where the metadata goes ([`MdPlacement`]), and
-//! the checkpoint's nameless state ([`NamelessImage`], sections 16–23).
+//! the checkpoint's nameless state ([`NamelessImage`], sections 16–24).
 //! The notes (kinds 24–31) are in [`crate::note`].
 //!
 //! Every decoder here follows the conventions of format.md Part 1: it

@@ -383,9 +383,10 @@ impl Ftl {
         self.nameless_cleared(src);
     }
 
-    /// What the nameless sections (16–21) add to a checkpoint at most:
-    /// their headers, the header, a generation per zone, and a record and
-    /// a full bitmap per nameless zone. O(1); 0 before any nameless zone.
+    /// What the nameless sections (16–22, 24) add to a checkpoint at most:
+    /// their headers, the header, a generation per zone, a record and a
+    /// full bitmap per nameless zone, and 8 bytes per gap fill live or
+    /// written by the running job. O(1); 0 before any nameless zone.
     pub(super) fn nameless_checkpoint_bytes(&self) -> u64 {
         if self.zones.nameless_zone_count() == 0 && !self.nameless.any_generation {
             return 0;
