@@ -339,8 +339,11 @@ struct NamelessRig {
     to_ack: Vec<NamelessAddr>,
     /// Blocks nameless wear leveling moved, before each cut.
     wl_moves: u64,
-    /// In-place collections started (md in OOB).
+    /// In-place collections started (md in OOB), those GC started by
+    /// itself, and the gap fills they wrote, before each cut.
     inplace_started: u64,
+    inplace_by_gc: u64,
+    gap_fills: u64,
 }
 
 impl NamelessRig {
@@ -353,6 +356,12 @@ impl NamelessRig {
         if seed % 4 == 3 {
             // Wear leveling of nameless data, due after a few erases.
             cfg.nameless_wear = Some(NamelessWear::paper(2));
+        }
+        if seed % 5 == 2 {
+            // A remap table of one entry: migrations stop at once, and GC
+            // collects nameless zones in place (md in OOB), its gap fills
+            // taking queued writes.
+            cfg.nameless_remap_entries = 1;
         }
         let mut sim = sim_config(seed, oob, false);
         if !oob && seed % 2 == 1 {
@@ -394,6 +403,8 @@ impl NamelessRig {
             to_ack: Vec::new(),
             wl_moves: 0,
             inplace_started: 0,
+            inplace_by_gc: 0,
+            gap_fills: 0,
         }
     }
 
@@ -632,6 +643,9 @@ impl NamelessRig {
     fn crash_and_check(&mut self) {
         self.cuts += 1;
         self.wl_moves += self.ftl().stats().wl_move_blocks;
+        let s = self.ftl().stats();
+        self.inplace_by_gc += s.nameless_inplace_gc_victims;
+        self.gap_fills += s.nameless_gap_fill_blocks;
         // Unsent acks: their entries come back with their events.
         self.to_ack.clear();
         let mut dev = self.ftl.take().unwrap().into_backend();
@@ -911,7 +925,10 @@ impl NamelessRig {
             }
         }
         assert!(self.checked > 0, "checked no block after a cut");
-        eprintln!("in-place collections started: {}", self.inplace_started);
+        eprintln!(
+            "in-place collections started: {}, by GC: {}, gap fills: {}",
+            self.inplace_started, self.inplace_by_gc, self.gap_fills
+        );
         Coverage {
             cuts: self.cuts,
             during_recovery: self.mount_cuts,

@@ -765,6 +765,16 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Pad blocks in-place collections wrote into the gaps of their victims (wasted until collected again).",
             s.nameless_pad_blocks,
         ),
+        (
+            "nameless_gap_fill_blocks",
+            "Queued nameless write blocks in-place collections wrote into their victims' gaps (room reclaimed).",
+            s.nameless_gap_fill_blocks,
+        ),
+        (
+            "nameless_inplace_gc_victims",
+            "In-place collections GC started by itself (its in-place victim).",
+            s.nameless_inplace_gc_victims,
+        ),
     ];
     for (name, help, v) in counters {
         w.metric(
@@ -774,7 +784,7 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             *v,
         );
     }
-    let gauges: [(&str, &str, f64); 32] = [
+    let gauges: [(&str, &str, f64); 33] = [
         (
             "write_amplification",
             "Media writes per host write since this mount (0 before any host write).",
@@ -859,6 +869,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "nameless_remap_entries",
             "Remap table entries: migrated nameless blocks the client has not acknowledged.",
             s.nameless_remap_entries as f64,
+        ),
+        (
+            "nameless_fill_entries",
+            "Live gap fills: entries of the address check's birth-generation map (8 bytes each).",
+            s.nameless_fill_entries as f64,
         ),
         (
             "nameless_remap_capacity",

@@ -178,6 +178,9 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_inplace_jobs", s.nameless_inplace_jobs);
     t.row("nameless_staged_blocks", s.nameless_staged_blocks);
     t.row("nameless_pad_blocks", s.nameless_pad_blocks);
+    t.row("nameless_gap_fill_blocks", s.nameless_gap_fill_blocks);
+    t.row("nameless_inplace_gc_victims", s.nameless_inplace_gc_victims);
+    t.row("nameless_fill_entries", s.nameless_fill_entries);
     t.row(
         "nameless_migration_note_bytes",
         s.nameless_migration_note_bytes,

@@ -1103,7 +1103,8 @@ fn check_block(
 }
 
 /// Every live block of a nameless zone: a nameless data tag (or a
-/// migration's copy) of the zone's generation whose CRC matches the data.
+/// migration's copy) of the block's birth generation (its zone's base, or
+/// a gap fill's from the map) whose CRC matches the data.
 fn check_nameless<B: Backend>(
     backend: &mut B,
     g: &Geometry,
@@ -1151,7 +1152,8 @@ fn check_nameless<B: Backend>(
                 continue;
             }
         };
-        let generation = r.nameless_gens[zone as usize];
+        // Its own birth generation: a gap fill's is in the map (step 7).
+        let generation = r.nameless_births.birth(ppa, zone);
         if let Some(m) = md.as_mut() {
             // In band: the block's entry, recovered or in its md block.
             let entry = match m.entry(zone, off) {

@@ -12,7 +12,7 @@
 //! sections      section_count x (u32 kind, u32 flags, u64 payload_bytes, payload)
 //!               (version 3), kinds strictly increasing:
 //!               1 snapshot table, 2 births, 3 history, 4 pending sweeps,
-//!               7 forks, 16 ..= 23 the nameless state ([`NamelessImage`],
+//!               7 forks, 16 ..= 24 the nameless state ([`NamelessImage`],
 //!               codecs in `nameless.rs`)
 //! trailer       u32 CRC32C of everything before it
 //! ```
@@ -36,7 +36,7 @@ use crate::note::{chunk_payload_bytes, ChunkRef, LogBlock};
 
 /// The nameless space's section kinds (docs/format.md §11).
 const NAMELESS_SECTIONS: std::ops::RangeInclusive<u32> =
-    nameless_section::HEADER..=nameless_section::IN_PLACE_JOB;
+    nameless_section::HEADER..=nameless_section::GAP_FILLS;
 
 const STRUCTURE: &str = "checkpoint";
 
@@ -335,7 +335,7 @@ pub struct CheckpointImage {
     pub forks: Vec<ForkRecord>,
     /// The id the next fork create gets (version 3).
     pub next_fork_id: u32,
-    /// The nameless state, sections 16–23 (version 3; docs/format.md §11).
+    /// The nameless state, sections 16–24 (version 3; docs/format.md §11).
     /// Empty by default, and then no section is written.
     pub nameless: NamelessImage,
 }
@@ -974,10 +974,10 @@ fn decode_with(bytes: &[u8], physical_blocks: Option<u32>) -> Result<CheckpointI
 }
 
 /// The version-3 sections' contents; the nameless sections' payloads
-/// (kinds 16 ..= 23) are decoded after the walk, with the zone table.
+/// (kinds 16 ..= 24) are decoded after the walk, with the zone table.
 #[derive(Default)]
 struct Sections<'a> {
-    nameless: [Option<&'a [u8]>; 8],
+    nameless: [Option<&'a [u8]>; 9],
     snapshots: Vec<SnapshotRecord>,
     next_snapshot_id: u32,
     births: Vec<Leaf>,
@@ -1011,7 +1011,7 @@ fn decode_sections<'a>(mut rest: &'a [u8], h: &Header) -> Result<Sections<'a>, F
             return Err(section_range(
                 "kind",
                 kind.into(),
-                "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
+                "a section kind this build knows (1 ..= 4, 7, 16 ..= 24); a newer zftl wrote it, and skipping it could lose state",
             ));
         }
         if kind <= previous {
@@ -2132,14 +2132,14 @@ mod tests {
     #[test]
     fn unknown_section_kind_is_refused() {
         // Kinds 5 (clock) and 6 (window) are not built yet: refused, not skipped.
-        for kind in [0, 5, 6, 24, u32::MAX] {
+        for kind in [0, 5, 6, 25, u32::MAX] {
             let b = with_sections(&small_image(), &[(kind, 0, vec![0; 24])]);
             assert_eq!(
                 CheckpointImage::decode(&b, 800),
                 Err(section_range(
                     "kind",
                     kind.into(),
-                    "a section kind this build knows (1 ..= 4, 7, 16 ..= 23); a newer zftl wrote it, and skipping it could lose state",
+                    "a section kind this build knows (1 ..= 4, 7, 16 ..= 24); a newer zftl wrote it, and skipping it could lose state",
                 )),
                 "kind {kind}"
             );
@@ -2696,7 +2696,7 @@ mod tests {
     }
 }
 
-/// The nameless sections (16–23) in the checkpoint stream.
+/// The nameless sections (16–24) in the checkpoint stream.
 #[cfg(test)]
 mod nameless_tests {
     use super::*;
@@ -2829,6 +2829,8 @@ mod nameless_tests {
                 gap_gen: 5,
                 staged_seq: 990,
             }),
+            // Zone 3: base 4, gen 5; block 305 is a gap fill.
+            fills: vec![(Ppa(305), 5)],
         };
         image
     }
@@ -2871,7 +2873,7 @@ mod nameless_tests {
         assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
         let sections = sections_of(&b);
         let kinds: Vec<u32> = sections.iter().map(|s| s.0).collect();
-        assert_eq!(kinds, (16..=23).collect::<Vec<_>>());
+        assert_eq!(kinds, (16..=24).collect::<Vec<_>>());
         let p = |k: u32| &sections[(k - 16) as usize].1[..];
         // 16: md_bytes u16, placement u8, reserved u8, G, remap and
         // uncommitted capacity, commit seq, reserved u64.
@@ -2917,6 +2919,8 @@ mod nameless_tests {
         let j = p(23);
         assert_eq!(u32s(&j[..24]), [3, 5, 7, 4, 5, 0]);
         assert_eq!(&j[24..32], &990u64.to_le_bytes());
+        // 24: count, reserved, (ppa, birth_gen) pairs.
+        assert_eq!(u32s(p(24)), [1, 0, 305, 5]);
         // The zone table records kinds 7, 8 and 9.
         let zone = |z: usize| b[CHECKPOINT_HEADER_BYTES + z * ZONE_RECORD_BYTES];
         assert_eq!((zone(3), zone(4), zone(5)), (7, 8, 9));
@@ -2934,6 +2938,7 @@ mod nameless_tests {
             sparse.nameless.uncommitted.clear();
             sparse.nameless.open_md.clear();
             sparse.nameless.job = None;
+            sparse.nameless.fills.clear();
             sparse.zones[5].kind = ZoneKind::Free;
             let b = sparse.encode();
             let kinds: Vec<u32> = sections_of(&b).iter().map(|s| s.0).collect();
@@ -3113,6 +3118,11 @@ mod nameless_tests {
                 "staged blocks",
                 n(|n| n.job.as_mut().unwrap().staged_blocks = 94),
             ),
+            // Section 24.
+            ("gap fill ppa", n(|n| n.fills[0].0 = Ppa(301))), // not live
+            ("gap fill ppa", n(|n| n.fills.push((Ppa(300), 5)))), // not increasing
+            ("gap fill birth_gen", n(|n| n.fills[0].1 = 4)),  // the base
+            ("gap fill birth_gen", n(|n| n.fills[0].1 = 6)),  // above gen
         ];
         for (i, (want, edit)) in cases.into_iter().enumerate() {
             assert_eq!(field(decode_edited(edit)), want, "case {i}");
@@ -3425,12 +3435,13 @@ mod nameless_tests {
             uncommitted,
             open_md,
             job,
+            fills: Vec::new(),
         };
         image
     }
 
     fn arb_payloads() -> impl Strategy<Value = Vec<(u32, Vec<u8>)>> {
-        vec((16u32..=23, vec(any::<u8>(), 0..200)), 0..4)
+        vec((16u32..=24, vec(any::<u8>(), 0..200)), 0..4)
     }
 
     proptest! {

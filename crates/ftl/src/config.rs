@@ -162,6 +162,29 @@ pub struct FtlConfig {
     /// Wear leveling of nameless data by migration (docs/design.md, "Wear
     /// leveling"; the paper's §6.6 policy); `None`: off.
     pub nameless_wear: Option<NamelessWear>,
+    /// The device's read, program and erase times GC's in-place victim is
+    /// scored with (docs/design.md, "Choosing a victim": the paper's §4.2
+    /// cost and benefit).
+    pub nameless_cost_us: NamelessCostUs,
+}
+
+/// Times of one block read, one block program and one zone reset, in µs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamelessCostUs {
+    pub read_us: u32,
+    pub write_us: u32,
+    pub erase_us: u32,
+}
+
+impl Default for NamelessCostUs {
+    /// The simulator's timing model.
+    fn default() -> Self {
+        NamelessCostUs {
+            read_us: 25,
+            write_us: 200,
+            erase_us: 1500,
+        }
+    }
 }
 
 /// When GC moves cold nameless data onto worn zones (docs/design.md,
@@ -249,6 +272,7 @@ impl Default for FtlConfig {
             nameless_uncommitted_blocks: 1 << 16,
             nameless_remap_entries: 1 << 16,
             nameless_wear: None,
+            nameless_cost_us: NamelessCostUs::default(),
         }
     }
 }

@@ -13,6 +13,7 @@
 pub mod addr;
 pub mod attr;
 pub mod backend;
+pub mod births;
 mod buffer;
 pub mod check;
 pub mod checkpoint;
@@ -47,7 +48,9 @@ pub use backend::{
     Payload, ReadPriority, SubmitError, ZoneInfo, ZoneState,
 };
 pub use codec::FormatError;
-pub use config::{FormatOptions, FtlConfig, NamelessWear, ProtectWindow, TagPlacement};
+pub use config::{
+    FormatOptions, FtlConfig, NamelessCostUs, NamelessWear, ProtectWindow, TagPlacement,
+};
 pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,
     join_runs, nameless_events, nameless_request, snapshot_create_request, snapshot_data,

@@ -3,7 +3,7 @@
 //! 5–7 with the associated metadata after them in OOB ([`NamelessTag`]),
 //! the md block that carries the metadata when it lives in the log
 //! placement ([`MdBlock`]), where the metadata goes ([`MdPlacement`]), and
-//! the checkpoint's nameless state ([`NamelessImage`], sections 16–23).
+//! the checkpoint's nameless state ([`NamelessImage`], sections 16–24).
 //! The notes (kinds 24–31) are in [`crate::note`].
 //!
 //! Every decoder here follows the conventions of format.md Part 1: it
@@ -1000,6 +1000,7 @@ pub mod nameless_section {
     pub const UNCOMMITTED: u32 = 21;
     pub const OPEN_MD: u32 = 22;
     pub const IN_PLACE_JOB: u32 = 23;
+    pub const GAP_FILLS: u32 = 24;
 }
 
 /// Payload bytes of section 16.
@@ -1010,6 +1011,8 @@ pub const NAMELESS_ZONE_RECORD_BYTES: usize = 24;
 pub const REMAP_ENTRY_BYTES: usize = 16;
 /// Payload bytes of section 23.
 pub const IN_PLACE_JOB_BYTES: usize = 32;
+/// Bytes of one gap fill of section 24.
+pub const GAP_FILL_BYTES: usize = 8;
 /// Section 18 flag: the zone's last group's md blocks are written.
 pub const ZONE_FLAG_MD_WRITTEN: u32 = 1;
 /// Section 18 flag: the zone is held by a lane.
@@ -1071,7 +1074,7 @@ pub struct InPlaceJobRecord {
     pub staged_seq: Seq,
 }
 
-/// The nameless state of a checkpoint (sections 16–23). The default is
+/// The nameless state of a checkpoint (sections 16–24). The default is
 /// empty, and an empty image writes no section, so a volume without
 /// nameless state encodes as before. A section is written only when its
 /// part is non-empty; a reader takes an absent section as empty.
@@ -1091,6 +1094,9 @@ pub struct NamelessImage {
     pub open_md: Vec<OpenMdRecord>,
     /// Section 23.
     pub job: Option<InPlaceJobRecord>,
+    /// Section 24: live gap fills as (block, birth generation), blocks
+    /// strictly increasing.
+    pub fills: Vec<(Ppa, u32)>,
 }
 
 /// Worst-case bytes the nameless sections add to a checkpoint
@@ -1289,26 +1295,37 @@ impl NamelessImage {
             w.u64(j.staged_seq);
             out.push((IN_PLACE_JOB, w.bytes));
         }
+        if !self.fills.is_empty() {
+            let n = self.fills.len();
+            let mut w = Writer::with_capacity(8 + GAP_FILL_BYTES * n);
+            w.u32(u32::try_from(n).expect("gap fills fit u32"));
+            w.u32(0);
+            for &(ppa, birth_gen) in &self.fills {
+                w.u32(ppa.0);
+                w.u32(birth_gen);
+            }
+            out.push((GAP_FILLS, w.bytes));
+        }
         out
     }
 
-    /// Decodes sections 16–23 from their payloads (`payloads[k - 16]`,
+    /// Decodes sections 16–24 from their payloads (`payloads[k - 16]`,
     /// `None` when absent) and checks every rule of format.md §11's section
     /// table against the rest of the checkpoint (`ctx`). Each payload's
     /// size is checked against its own counts (section 19's against
     /// section 18's) before anything is allocated.
     pub(crate) fn decode(
-        payloads: &[Option<&[u8]>; 8],
+        payloads: &[Option<&[u8]>; 9],
         ctx: &SectionContext,
     ) -> Result<NamelessImage, FormatError> {
-        let [header, gens, zones, validity, remap, uncommitted, open_md, job] = *payloads;
+        let [header, gens, zones, validity, remap, uncommitted, open_md, job, fills] = *payloads;
         let nameless_kind = |k: &u8| (ZONE_KIND_NAMELESS..=ZONE_KIND_SCRATCH).contains(k);
         let Some(header) = header else {
             if let Some(k) = payloads.iter().position(Option::is_some) {
                 return Err(bad(
                     "kind",
                     k as u64 + 16,
-                    "nameless sections 17 ..= 23 only with section 16",
+                    "nameless sections 17 ..= 24 only with section 16",
                 ));
             }
             if let Some(z) = ctx.zone_kinds.iter().position(nameless_kind) {
@@ -1355,6 +1372,9 @@ impl NamelessImage {
         }
         if let Some(p) = job {
             image.job = Some(decode_job(p, &image, ctx)?);
+        }
+        if let Some(p) = fills {
+            image.fills = decode_fills(p, &image, ctx)?;
         }
         Ok(image)
     }
@@ -1827,6 +1847,57 @@ fn decode_job(
         gap_gen,
         staged_seq,
     })
+}
+
+/// Section 24: each gap fill a live block of a zone of section 18, with a
+/// birth generation above its zone's `base_gen` and at most its `gen`.
+fn decode_fills(
+    p: &[u8],
+    image: &NamelessImage,
+    ctx: &SectionContext,
+) -> Result<Vec<(Ppa, u32)>, FormatError> {
+    const S: &str = "checkpoint gap fills (section 24)";
+    let count = counted(S, p)?;
+    sized(S, p, 8, count.into(), GAP_FILL_BYTES as u64)?;
+    let mut r = Reader::new(p, 8);
+    let mut out: Vec<(Ppa, u32)> = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let (ppa, birth_gen) = (Ppa(r.u32()), r.u32());
+        if ppa.is_none() || out.last().is_some_and(|&(p, _)| ppa <= p) {
+            return Err(bad(
+                "gap fill ppa",
+                ppa.0.into(),
+                "strictly increasing, not Ppa::NONE",
+            ));
+        }
+        if let Some((_, capacity)) = ctx.device {
+            let (zone, offset) = (ppa.zone(capacity), ppa.offset_blocks(capacity));
+            let live = image.zone_record(zone).is_some_and(|z| {
+                z.valid
+                    .get((offset / 64) as usize)
+                    .is_some_and(|w| w >> (offset % 64) & 1 == 1)
+            });
+            if !live {
+                return Err(bad(
+                    "gap fill ppa",
+                    ppa.0.into(),
+                    "a live block of a zone of section 18",
+                ));
+            }
+            let fits = image
+                .generation(zone)
+                .is_some_and(|(gen, base)| base < birth_gen && birth_gen <= gen);
+            if !fits {
+                return Err(bad(
+                    "gap fill birth_gen",
+                    birth_gen.into(),
+                    "above its zone's base_gen, at most its gen (section 17)",
+                ));
+            }
+        }
+        out.push((ppa, birth_gen));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

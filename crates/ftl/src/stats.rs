@@ -100,6 +100,15 @@ pub struct FtlStats {
     pub nameless_inplace_jobs: u64,
     pub nameless_staged_blocks: u64,
     pub nameless_pad_blocks: u64,
+    /// Queued nameless write blocks in-place collections wrote into their
+    /// victims' gaps (gap fills: room reclaimed; also in
+    /// nameless_write_blocks), and the in-place collections GC chose by
+    /// itself (its in-place victim, beside the logical and migration ones).
+    pub nameless_gap_fill_blocks: u64,
+    pub nameless_inplace_gc_victims: u64,
+    /// Live gap fills now: the entries of step 7's map (8 bytes each in
+    /// memory and in every checkpoint).
+    pub nameless_fill_entries: u64,
     // Derived by `fill_from`.
     /// media_write_blocks ÷ (host_write_blocks + nameless_write_blocks)
     /// (0 before any write).

@@ -117,6 +117,11 @@ pub struct NamelessArgs {
     /// tags in OOB.
     #[arg(long)]
     pub in_band_tags: bool,
+    /// Entries of the FTL's nameless remap table on the random-write
+    /// device (`FtlConfig::nameless_remap_entries`; default the FTL's): a
+    /// small table stops migrations, and GC collects in place.
+    #[arg(long, value_name = "N")]
+    pub remap_entries: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -231,7 +236,16 @@ pub fn run(args: &NamelessArgs, ftl: &FtlConfig) -> Result<NamelessReport, Bench
         seed: args.seed,
     };
     wear.check()?;
-    let random_writes = super::nameless_rw::run(&setup, ftl)?;
+    let rw_ftl = FtlConfig {
+        nameless_remap_entries: args.remap_entries.unwrap_or(ftl.nameless_remap_entries),
+        ..ftl.clone()
+    };
+    if rw_ftl.nameless_remap_entries == 0 {
+        return Err(BenchError::Args(
+            "--remap-entries must be at least 1".into(),
+        ));
+    }
+    let random_writes = super::nameless_rw::run(&setup, &rw_ftl)?;
     let wear_leveling = super::nameless_wear::run(&wear, ftl)?;
     let memory = memory(args, ftl)?;
     let store = store_rates(args, ftl)?;
@@ -544,18 +558,21 @@ impl NamelessReport {
         let w = &self.random_writes;
         t.section(&format!(
             "4 KiB random writes, nameless vs page-mapped ({} simulated, timing on, virtual time; \
-             depth {}, {} passes, the first not measured; commit / flush every {} writes)",
+             depth {}, {} passes, the first not measured; commit / flush every {} writes; \
+             remap table {} entries)",
             crate::report::human_bytes(w.device_bytes),
             w.depth,
             w.passes,
-            w.commit_every_writes
+            w.commit_every_writes,
+            w.remap_entries
         ));
         for r in &w.rows {
             t.row(
                 &format!("working_set_{}%", r.working_set_percent),
                 format!(
                     "writes/s page {} nameless {} ratio {}; GC copies/write page {} nameless {}; \
-                     WA page {} nameless {}; moves followed {}",
+                     WA page {} nameless {}; moves followed {}; in-place jobs {} \
+                     (gap fills {}, pads {})",
                     r.page_mapped.writes_per_s,
                     r.nameless.writes_per_s,
                     r.throughput_ratio,
@@ -563,7 +580,10 @@ impl NamelessReport {
                     r.nameless.gc_copies_per_write,
                     r.page_mapped.write_amplification,
                     r.nameless.write_amplification,
-                    r.nameless_moves_followed
+                    r.nameless_moves_followed,
+                    r.nameless_inplace_jobs,
+                    r.nameless_gap_fill_blocks,
+                    r.nameless_pad_blocks
                 ),
             );
         }

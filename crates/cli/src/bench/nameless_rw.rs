@@ -69,6 +69,12 @@ pub struct WorkingSetRow {
     pub throughput_ratio: f64,
     /// Moves the nameless side followed (`Migrated` events) while measured.
     pub nameless_moves_followed: u64,
+    /// In-place collections the nameless side's GC ran, and the blocks
+    /// they filled and padded, while measured (its overwrites never fill
+    /// a gap: only plain writes do).
+    pub nameless_inplace_jobs: u64,
+    pub nameless_gap_fill_blocks: u64,
+    pub nameless_pad_blocks: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,6 +84,8 @@ pub struct RandomWrites {
     pub depth: usize,
     pub passes: u64,
     pub commit_every_writes: u64,
+    /// The FTL's remap table entries (`--remap-entries`).
+    pub remap_entries: u32,
     pub rows: Vec<WorkingSetRow>,
     /// The smallest throughput ratio over the working sets.
     pub min_throughput_ratio: f64,
@@ -139,6 +147,9 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
                 4,
             ),
             nameless_moves_followed: nameless.moves,
+            nameless_inplace_jobs: nameless.inplace.0,
+            nameless_gap_fill_blocks: nameless.inplace.1,
+            nameless_pad_blocks: nameless.inplace.2,
             page_mapped: page.figures,
             nameless: nameless.figures,
         });
@@ -153,6 +164,7 @@ pub fn run(s: &RandomWriteSetup, ftl: &FtlConfig) -> Result<RandomWrites, BenchE
         depth: s.depth,
         passes: s.passes,
         commit_every_writes: commit_every_blocks,
+        remap_entries: ftl.nameless_remap_entries,
         rows,
         min_throughput_ratio: if min.is_finite() { min } else { 0.0 },
     })
@@ -164,6 +176,8 @@ struct SideRun {
     commit_every: u64,
     figures: SideFigures,
     moves: u64,
+    /// In-place jobs, gap fills and pads while measured.
+    inplace: (u64, u64, u64),
 }
 
 /// One side's volume and the client's state: the nameless side's own
@@ -272,6 +286,11 @@ impl Side {
             commit_every: self.commit_every,
             figures,
             moves: self.moves - moves0,
+            inplace: (
+                s1.nameless_inplace_jobs - s0.nameless_inplace_jobs,
+                s1.nameless_gap_fill_blocks - s0.nameless_gap_fill_blocks,
+                s1.nameless_pad_blocks - s0.nameless_pad_blocks,
+            ),
         })
     }
 

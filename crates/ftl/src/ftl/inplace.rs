@@ -2,17 +2,21 @@
 //! "In-place collection on ZNS"): the victim's live blocks are staged in a
 //! scratch zone, made durable and noted (`InPlaceStaged`), the victim is
 //! reset and rewritten from offset 0 with every live block at its old
-//! offset (its original tag), and `InPlaceDone` ends the job. This build
-//! pads every gap: no queued write fills one yet, so a job keeps every
-//! address and frees no room (it is started by `Ftl::start_in_place`).
+//! offset (its original tag), and `InPlaceDone` ends the job. Each gap
+//! takes a block of a queued plain nameless write (a gap fill, born with
+//! the job's gap generation, answered once `InPlaceDone` is durable), or a
+//! pad block when none is queued: the fills are the room a job frees.
 //!
 //! One command of the job is in flight at a time. No checkpoint is
 //! captured between the `InPlaceStaged` push and a durable `InPlaceDone`
-//! (a mount redoes a pending job from the log alone: `recovery::inplace`).
+//! (a mount redoes a pending job from the log alone: `recovery::inplace`,
+//! which drops the fills: none was answered).
 
+use super::nameless::GapFill;
 use super::{Ftl, Op};
 use crate::addr::Ppa;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
+use crate::error::IoError;
 use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
 use crate::note::Note;
 use crate::zone::{Stream, ZoneKind, ZoneUse};
@@ -77,6 +81,64 @@ struct Staged {
     md: Vec<u8>,
 }
 
+/// A candidate of GC's in-place victim: `benefit` blocks reclaimed for
+/// `cost` µs, `valid` live blocks to stage and rewrite.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InPlaceScore {
+    pub(super) zone: ZoneId,
+    pub(super) valid: u64,
+    pub(super) benefit: u64,
+    cost: u128,
+}
+
+impl InPlaceScore {
+    /// A better benefit per cost (exact: cross-multiplied).
+    fn beats(&self, other: &InPlaceScore) -> bool {
+        u128::from(self.benefit) * other.cost > u128::from(other.benefit) * self.cost
+    }
+
+    /// Frees more blocks per block written than a logical victim with
+    /// `valid` of `cap` blocks live: `benefit / (2 × N_valid)` (stage and
+    /// rewrite) against `(cap - valid) / valid`.
+    pub(super) fn beats_logical(&self, valid: u64, cap: u64) -> bool {
+        u128::from(self.benefit) * u128::from(valid)
+            > 2 * u128::from(self.valid) * u128::from(cap - valid)
+    }
+}
+
+/// The plain nameless write blocks arriving per time (S_write; an
+/// overwrite never fills a gap): over the last window of
+/// `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the driver passes
+/// in (`Ftl::handle_time`).
+#[derive(Debug, Default)]
+pub(super) struct Arrivals {
+    since_ns: u64,
+    since_blocks: u64,
+    since_media: u64,
+    /// The last window's nameless blocks and ns.
+    blocks: u64,
+    ns: u64,
+}
+
+/// Media write blocks per window of the arrival rate.
+const ARRIVAL_WINDOW_BLOCKS: u64 = 4096;
+
+impl Arrivals {
+    /// The last full window's (blocks, ns), the window moved on when due.
+    /// `admitted`: plain nameless blocks admitted so far; `media`: media
+    /// write blocks so far.
+    fn rate(&mut self, now_ns: u64, admitted: u64, media: u64) -> (u64, u64) {
+        if media >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
+            self.blocks = admitted - self.since_blocks;
+            self.ns = now_ns.saturating_sub(self.since_ns);
+            self.since_ns = now_ns;
+            self.since_blocks = admitted;
+            self.since_media = media;
+        }
+        (self.blocks, self.ns)
+    }
+}
+
 /// The running in-place job (at most one).
 #[derive(Debug)]
 pub(super) struct InPlaceJob {
@@ -99,6 +161,16 @@ pub(super) struct InPlaceJob {
     rewritten: u64,
     rewrite_issued: u64,
     pads: u64,
+    /// The generation of the job's gap fills (the victim's `gen + 1`,
+    /// logged in `InPlaceStaged`); 0 before the note.
+    gap_gen: u32,
+    /// Gap fills of the rewrite command in flight, and those written,
+    /// waiting for `InPlaceDone` to be durable to be answered.
+    fills_in_flight: Vec<GapFill>,
+    fills: Vec<GapFill>,
+    /// Gap fills so far: the next in-place victim's score takes them as
+    /// N_last.
+    fill_blocks: u64,
 }
 
 impl Ftl {
@@ -109,23 +181,12 @@ impl Ftl {
     /// device's budget, no checkpoint due.
     /// Returns whether it started.
     pub fn start_in_place(&mut self, zone: ZoneId) -> bool {
-        let placement_oob = self.nameless.supported && !self.md_in_zones();
-        let ok = placement_oob
-            && self.inplace.is_none()
-            && !self.read_only
-            && !self.first_checkpoint_pending
+        let ok = self.inplace_may_start()
             && zone < self.geo.zone_count
             && self.zones.get(zone).kind().is_nameless()
             && self.zones.get(zone).state() == ZoneUse::Full
             && self.zones.get(zone).last_write_seq() < self.committed_next_seq
-            && !self.excluded(zone)
-            && self.zones.free_count() > 0
-            // The log keeps its room for two checkpoints while none may
-            // be captured (the job's notes and the host's meanwhile).
-            && !self.checkpoint_due()
-            // The scratch zone and the victim's rewrite each hold an open
-            // zone of the device's budget for the whole job.
-            && self.may_open_data_zone(1);
+            && !self.excluded(zone);
         if !ok {
             return false;
         }
@@ -148,9 +209,96 @@ impl Ftl {
             rewritten: 0,
             rewrite_issued: 0,
             pads: 0,
+            gap_gen: 0,
+            fills_in_flight: Vec::new(),
+            fills: Vec::new(),
+            fill_blocks: 0,
         });
         self.advanced_then_read = false;
         true
+    }
+
+    /// Whether a job may start on some zone: md in OOB, none running, a
+    /// free zone for scratch and two open zones of the device's budget, no
+    /// checkpoint due.
+    fn inplace_may_start(&self) -> bool {
+        let placement_oob = self.nameless.supported && !self.md_in_zones();
+        placement_oob
+            && self.inplace.is_none()
+            && !self.read_only
+            && !self.first_checkpoint_pending
+            && self.zones.free_count() > 0
+            // The log keeps its room for two checkpoints while none may
+            // be captured (the job's notes and the host's meanwhile).
+            && !self.checkpoint_due()
+            // The scratch zone and the victim's rewrite each hold an open
+            // zone of the device's budget for the whole job.
+            && self.may_open_data_zone(1)
+    }
+
+    /// GC's in-place victim (docs/design.md, "Choosing a victim"): of the
+    /// Full nameless zones a job may take, the one of the best ratio of
+    /// the paper's §4.2 benefit (blocks the gap fills reclaim) to cost
+    /// (µs of the job), with the benefit; none when no zone would free a
+    /// block. Asks for a checkpoint when only a younger zone would do.
+    /// O(zones).
+    pub(super) fn inplace_victim(&mut self) -> Option<InPlaceScore> {
+        if self.zones.nameless_zone_count() == 0 || !self.inplace_may_start() {
+            return None;
+        }
+        let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
+        let n_wait = self.nameless.queued_new_blocks();
+        let n_last = self.last_inplace_fills;
+        let admitted = self.nameless.admitted_new_blocks;
+        let media = self.stats.media_write_blocks;
+        let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
+        let score = |z: ZoneId, n_valid: u64| {
+            // Blocks arriving while the job writes: T_write × (N_valid +
+            // N_wait) µs at S_write blocks per µs.
+            let arriving = (u128::from(t.write_us)
+                * u128::from(n_valid + n_wait)
+                * u128::from(rate_blocks)
+                * 1000)
+                .checked_div(u128::from(rate_ns))
+                .unwrap_or(0);
+            let benefit = u128::from(cap - n_valid).min(u128::from(n_wait + n_last) + arriving);
+            let cost =
+                u128::from(t.erase_us) + u128::from(t.read_us + t.write_us) * u128::from(n_valid);
+            InPlaceScore {
+                zone: z,
+                valid: n_valid,
+                benefit: benefit as u64,
+                cost: cost.max(1),
+            }
+        };
+        let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
+        let mut best: Option<InPlaceScore> = None;
+        let mut waits = false;
+        for (z, zone) in self.zones.iter() {
+            let n_valid = self.mapping.valid_blocks(z);
+            if !zone.kind().is_nameless()
+                || zone.state() != ZoneUse::Full
+                || n_valid >= cap
+                || self.excluded(z)
+            {
+                continue;
+            }
+            let s = score(z, n_valid);
+            if s.benefit == 0 {
+                continue;
+            }
+            if young(z) {
+                waits = true;
+                continue;
+            }
+            if best.as_ref().is_none_or(|b| s.beats(b)) {
+                best = Some(s);
+            }
+        }
+        if best.is_none() && waits && matches!(self.ckpt, super::ckpt::CkptState::Idle) {
+            self.ckpt_requested = true;
+        }
+        best
     }
 
     /// Whether an in-place job is running.
@@ -319,6 +467,11 @@ impl Ftl {
         let (bs, ob) = (self.block_size(), self.geo.oob_size_bytes as usize);
         let (mut data, mut oob) = (Payload::new(), Vec::new());
         let (mut pads, mut newest) = (0, 0);
+        // Each fill takes 8 bytes of every checkpoint (section 24) until
+        // freed: past the room left, gaps are padded.
+        let mut fill_room = self.checkpoint_room_bytes() / 8;
+        let gap_gen = job.gap_gen;
+        let mut fills = Vec::new();
         let mut o = at;
         while o < (at + span).min(cap) {
             let job = self.inplace.as_mut().expect("job");
@@ -340,10 +493,27 @@ impl Ftl {
                     data.push(s.data.into());
                     newest = newest.max(tag.seq);
                 }
-                // A gap, or a block freed since it was staged.
+                // A gap, or a block freed since it was staged: a queued
+                // write's block if there is one, else a pad.
                 None => {
-                    self.push_padding(&mut data, &mut oob, 1, bs);
-                    pads += 1;
+                    let at_oob = oob.len();
+                    oob.resize(at_oob + ob, 0);
+                    let fill = (fill_room > 0)
+                        .then(|| self.take_gap_fill(gap_gen, o, &mut oob[at_oob..]))
+                        .flatten();
+                    match fill {
+                        Some((fill, block)) => {
+                            fill_room -= 1;
+                            data.push(block);
+                            fills.push(fill);
+                            newest = newest.max(self.next_seq - 1);
+                        }
+                        None => {
+                            oob.truncate(at_oob);
+                            self.push_padding(&mut data, &mut oob, 1, bs);
+                            pads += 1;
+                        }
+                    }
                 }
             }
             o += 1;
@@ -352,6 +522,8 @@ impl Ftl {
         let job = self.inplace.as_mut().expect("job");
         job.rewrite_issued = o;
         job.pads += pads;
+        job.fill_blocks += fills.len() as u64;
+        job.fills_in_flight = fills;
         self.zones.record_write(victim, count, newest);
         self.stats.media_write_blocks += count;
         self.stats.nameless_pad_blocks += pads;
@@ -364,6 +536,37 @@ impl Ftl {
                 oob,
             },
         ))
+    }
+
+    /// The victim's gap generation, `gen + 1`: its `gen` from now on (no
+    /// address carries it before `InPlaceDone` is durable, and the note
+    /// that logs it is durable before any fill is written).
+    fn take_gap_gen(&mut self, victim: ZoneId) -> u32 {
+        let gap_gen = self.nameless.gens[victim as usize]
+            .checked_add(1)
+            .expect("zone generations outlast the zone's erases");
+        self.nameless.gens[victim as usize] = gap_gen;
+        self.inplace.as_mut().expect("job").gap_gen = gap_gen;
+        gap_gen
+    }
+
+    /// Gap fills the running job holds beside the map (written or in
+    /// flight): the next checkpoint's section 24 takes them.
+    pub(super) fn inplace_fills_pending(&self) -> u64 {
+        self.inplace
+            .as_ref()
+            .map_or(0, |j| (j.fills.len() + j.fills_in_flight.len()) as u64)
+    }
+
+    /// The job stops (the volume is read-only): the writes of its gap fills
+    /// fail with `error` (a remount drops the fills).
+    pub(super) fn fail_inplace_fills(&mut self, error: &IoError) {
+        let Some(job) = self.inplace.as_mut() else {
+            return;
+        };
+        let mut fills = std::mem::take(&mut job.fills);
+        fills.append(&mut job.fills_in_flight);
+        self.answer_gap_fills(fills, Some(error));
     }
 
     /// The most blocks one command of a job moves.
@@ -383,7 +586,9 @@ impl Ftl {
         match job.phase {
             Phase::Noting { log_barrier } if durable >= log_barrier => job.phase = Phase::Reset,
             Phase::Done { log_barrier } if durable >= log_barrier => {
-                let job = self.inplace.take().expect("job");
+                let mut job = self.inplace.take().expect("job");
+                self.last_inplace_fills = job.fill_blocks;
+                self.answer_gap_fills(std::mem::take(&mut job.fills), None);
                 // The scratch copies are dead: the zone is finished and
                 // goes to GC as a full data zone with nothing live.
                 if self.zones.get(job.scratch).state() != ZoneUse::Full {
@@ -402,8 +607,10 @@ impl Ftl {
         job.busy = false;
         if result.is_err() {
             // A job that cannot go on leaves the volume read-only: a
-            // remount redoes or forgets it (format.md §11, crash step 9).
+            // remount redoes or forgets it (format.md §11, crash step 9),
+            // its gap fills dropped.
             self.metadata_failed();
+            self.fail_inplace_fills(&IoError::ReadOnly);
             return;
         }
         match op {
@@ -425,7 +632,12 @@ impl Ftl {
             }
             InPlaceOp::ScratchRead { count } => self.scratch_read_done(count, result),
             InPlaceOp::Rewrite { count } => {
-                self.inplace.as_mut().expect("job").rewritten += count;
+                let job = self.inplace.as_mut().expect("job");
+                job.rewritten += count;
+                let (victim, gap_gen) = (job.victim, job.gap_gen);
+                let fills = std::mem::take(&mut job.fills_in_flight);
+                self.gap_fills_landed(victim, gap_gen, &fills);
+                self.inplace.as_mut().expect("job").fills.extend(fills);
             }
         }
     }
@@ -505,12 +717,16 @@ impl Ftl {
         let seq = self.take_seq();
         let job = self.inplace.as_ref().expect("job");
         let (victim, scratch, staged) = (job.victim, job.scratch, job.staged);
+        if job.phase == Phase::StageFlush {
+            self.take_gap_gen(victim);
+        }
+        let job = self.inplace.as_ref().expect("job");
         let note = match job.phase {
             Phase::StageFlush => Note::InPlaceStaged {
                 seq,
                 victim,
                 scratch,
-                gap_gen: 0,
+                gap_gen: job.gap_gen,
                 first_scratch_offset: 0,
                 staged_blocks: u32::try_from(staged).expect("a zone's blocks fit u32"),
             },
@@ -519,7 +735,7 @@ impl Ftl {
                 victim,
                 erase_count: self.zones.get(victim).erase_count(),
                 pad_blocks: u32::try_from(job.pads).expect("a zone's blocks fit u32"),
-                gap_fill_blocks: 0,
+                gap_fill_blocks: u32::try_from(job.fills.len()).expect("a zone's blocks fit u32"),
             },
             other => unreachable!("an in-place flush in phase {other:?}"),
         };

@@ -374,7 +374,8 @@ impl Ftl {
     pub(super) fn queue_move(&mut self, ppa: Ppa, data: BlockData, oob: &[u8]) -> bool {
         let cap = self.cap();
         let zone = ppa.zone(cap);
-        let generation = self.nameless.gens[zone as usize];
+        // The block's own: a gap fill's differs from its zone's base.
+        let generation = self.nameless.births.birth(ppa, zone);
         let record = if self.md_in_zones() {
             self.victim_entry(ppa, generation)
         } else {

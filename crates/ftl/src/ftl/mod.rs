@@ -104,6 +104,8 @@ pub(crate) struct Parts {
     pub gc_reserve_zones: u32,
     /// Per zone, the generation of its nameless data.
     pub nameless_gens: Vec<u32>,
+    /// Per zone, the `base_gen`, and the live gap fills' birth generations.
+    pub nameless_births: crate::births::Births,
     /// The uncommitted set as recovered (live blocks, increasing), and the
     /// seq of the newest commit note (0: none).
     pub nameless_uncommitted: Vec<Ppa>,
@@ -364,6 +366,10 @@ pub struct Ftl {
     nameless: nameless::NamelessState,
     /// The in-place collection running, if any (at most one).
     inplace: Option<inplace::InPlaceJob>,
+    /// Gap fills of the last in-place job (N_last of GC's in-place score).
+    last_inplace_fills: u64,
+    /// S_write of GC's in-place score.
+    arrivals: inplace::Arrivals,
     stats: FtlStats,
 }
 
@@ -492,6 +498,7 @@ impl Ftl {
             nameless: nameless::NamelessState::new(
                 nameless::Recovered {
                     gens: p.nameless_gens,
+                    births: p.nameless_births,
                     uncommitted: p.nameless_uncommitted,
                     commit_seq: p.nameless_commit_seq,
                     remap: p.nameless_remap,
@@ -505,6 +512,8 @@ impl Ftl {
                 zone_capacity_blocks,
             ),
             inplace: None,
+            last_inplace_fills: 0,
+            arrivals: inplace::Arrivals::default(),
             stats,
         }
     }
@@ -1242,6 +1251,7 @@ impl Ftl {
         }
         self.fail_ranges(&error);
         self.fail_nameless_writes(&error);
+        self.fail_inplace_fills(&error);
         self.fail_nameless_commits(&error);
         if self.device_gone {
             self.plan_reads(); // buffered and unmapped blocks still answer
@@ -1278,6 +1288,7 @@ impl Ftl {
         s.nameless_uncommitted_blocks = self.nameless.uncommitted_blocks();
         s.nameless_events_pending = self.nameless.events_pending();
         s.nameless_remap_entries = u64::from(self.nameless.remap.len());
+        s.nameless_fill_entries = self.nameless.births.fill_count();
         s.nameless_remap_capacity = u64::from(self.nameless.remap.capacity());
         s.snapshot_room_versions = self.history_room();
         s.window_reach_blocks = self.window_reach_blocks();

@@ -15,6 +15,7 @@ use crate::addr::Ppa;
 use crate::addr::Seq;
 use crate::backend::HOST_ATTEMPTS;
 use crate::backend::{Command, DeviceError, Outcome, Payload, ReadPriority, ZoneId};
+use crate::births::Births;
 use crate::error::{IoError, NamelessError};
 use crate::nameless::{
     MdEntry, MdPlacement, NamelessHeader, NamelessImage, NamelessZoneKind, NamelessZoneRecord,
@@ -55,6 +56,9 @@ pub(super) struct NamelessState {
     /// moves none of them: a write that fails frees its landed blocks at
     /// the addresses they landed at, and its client never held them.
     pub(super) unanswered_blocks: Vec<u32>,
+    /// Per zone, the generation it was opened with (`base_gen`), and the
+    /// live gap fills born with another (step 7 of the address check).
+    pub(super) births: Births,
     /// Nameless zones opened whose `NamelessZone` note is not durable yet,
     /// with the log position that makes it so: replies that carry their
     /// generation wait for it, so no generation is handed out twice.
@@ -64,6 +68,12 @@ pub(super) struct NamelessState {
     queue: VecDeque<Key>,
     /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`).
     queued_blocks: u64,
+    /// Of those, the blocks of plain writes: what gap fills may take
+    /// (N_wait of GC's in-place score).
+    queued_new_blocks: u64,
+    /// Blocks of plain writes admitted since mount (S_write of GC's
+    /// in-place score: the writes that may fill gaps).
+    pub(super) admitted_new_blocks: u64,
     /// Blocks admitted and not yet answered: counted against the media's
     /// room (an overwrite's new block lands before its old one goes).
     pending_blocks: u64,
@@ -114,6 +124,7 @@ pub(super) struct NamelessState {
 /// What a mount recovered of the segment.
 pub(super) struct Recovered {
     pub(super) gens: Vec<u32>,
+    pub(super) births: Births,
     /// The uncommitted set (live blocks, increasing).
     pub(super) uncommitted: Vec<Ppa>,
     pub(super) commit_seq: Seq,
@@ -173,6 +184,15 @@ pub(super) struct NamelessRead {
     data: Option<Vec<u8>>,
 }
 
+/// Block `index` of write `key`, written as a gap fill at `offset` of the
+/// in-place victim.
+#[derive(Debug)]
+pub(super) struct GapFill {
+    key: Key,
+    index: usize,
+    offset: u64,
+}
+
 /// The blocks of one nameless append: `count` blocks of write `key` from
 /// its block `first`, then `pad_blocks` of padding.
 #[derive(Debug)]
@@ -208,7 +228,8 @@ impl NamelessState {
             .uncommitted
             .iter()
             .map(|&p| {
-                let addr = NamelessAddr::new(p, r.gens[p.zone(zone_capacity_blocks) as usize]);
+                let zone = p.zone(zone_capacity_blocks);
+                let addr = NamelessAddr::new(p, r.births.birth(p, zone));
                 (addr, NamelessAddr::NONE)
             })
             .chain(r.remap.iter().map(|&(old, new)| (new, old)))
@@ -221,6 +242,7 @@ impl NamelessState {
             md,
             unanswered_blocks: vec![0; r.gens.len()],
             gens: r.gens,
+            births: r.births,
             uncommitted: r.uncommitted.into_iter().collect(),
             uncommitted_capacity: capacity,
             commit_seq: r.commit_seq,
@@ -235,6 +257,8 @@ impl NamelessState {
             writes: Slab::new(max_requests.max(1)),
             queue: VecDeque::new(),
             queued_blocks: 0,
+            queued_new_blocks: 0,
+            admitted_new_blocks: 0,
             pending_blocks: 0,
             pending_new_blocks: 0,
             reads: VecDeque::new(),
@@ -284,6 +308,19 @@ impl NamelessState {
 
     pub(super) fn queued_blocks(&self) -> u64 {
         self.queued_blocks
+    }
+
+    pub(super) fn queued_new_blocks(&self) -> u64 {
+        self.queued_new_blocks
+    }
+
+    /// `n` queued blocks were sent (or dropped), of a plain write if
+    /// `plain`.
+    fn dequeued(&mut self, n: u64, plain: bool) {
+        self.queued_blocks -= n;
+        if plain {
+            self.queued_new_blocks -= n;
+        }
     }
 }
 
@@ -351,9 +388,10 @@ impl Ftl {
         self.nameless_cleared(src);
     }
 
-    /// What the nameless sections (16–21) add to a checkpoint at most:
-    /// their headers, the header, a generation per zone, and a record and
-    /// a full bitmap per nameless zone. O(1); 0 before any nameless zone.
+    /// What the nameless sections (16–22, 24) add to a checkpoint at most:
+    /// their headers, the header, a generation per zone, a record and a
+    /// full bitmap per nameless zone, and 8 bytes per gap fill live or
+    /// written by the running job. O(1); 0 before any nameless zone.
     pub(super) fn nameless_checkpoint_bytes(&self) -> u64 {
         if self.zones.nameless_zone_count() == 0 && !self.nameless.any_generation {
             return 0;
@@ -367,6 +405,8 @@ impl Ftl {
             .md
             .as_ref()
             .map_or(0, |m| 16 + m.checkpoint_bytes());
+        // Section 24: the live fills and those a running job may add.
+        let fills = 16 + 8 + 8 * (self.nameless.births.fill_count() + self.inplace_fills_pending());
         4 * 16
             + 32
             + 8 * zones
@@ -375,6 +415,7 @@ impl Ftl {
             + set
             + remap
             + open_md
+            + fills
     }
 
     /// A nameless zone was reset or retired (it held nothing live).
@@ -389,6 +430,7 @@ impl Ftl {
     /// and it leaves the uncommitted set.
     fn nameless_cleared(&mut self, ppa: Ppa) {
         self.nameless.uncommitted.remove(&ppa);
+        self.nameless.births.forget(ppa);
         // A moved block freed: its entry goes too (replay drops it with
         // the same free).
         if let Some(old) = self.nameless.moves.unpin(ppa, self.cap()) {
@@ -498,7 +540,14 @@ impl Ftl {
                     .expect("the uncommitted capacity fits u32"),
                 commit_seq: self.nameless.commit_seq,
             }),
-            generations: self.nameless.gens.iter().map(|&g| (g, g)).collect(),
+            generations: self
+                .nameless
+                .gens
+                .iter()
+                .zip(self.nameless.births.bases())
+                .map(|(&g, &base)| (g, base))
+                .collect(),
+            fills: self.nameless.births.fills().collect(),
             zones,
             remap: self.nameless.remap.entries(),
             uncommitted,
@@ -576,17 +625,23 @@ impl Ftl {
         let ppa = addr.ppa();
         let zone = ppa.zone(cap);
         let generation = self.nameless.gens[zone as usize];
+        let stale = || NamelessError::Stale {
+            addr,
+            zone_generation: generation,
+        };
         if addr.generation() > generation {
             return Err(NamelessError::NotLive { addr });
         }
-        if !self.is_nameless_zone(zone) || addr.generation() < generation {
-            return Err(NamelessError::Stale {
-                addr,
-                zone_generation: generation,
-            });
+        if !self.is_nameless_zone(zone) || addr.generation() < self.nameless.births.base(zone) {
+            return Err(stale());
         }
         if !self.mapping.is_live(ppa) {
             return Err(NamelessError::NotLive { addr });
+        }
+        // Steps 6 and 7: the block there now was born with the address's
+        // generation (a gap fill's is in the map, any other's is the base).
+        if self.nameless.births.birth(ppa, zone) != addr.generation() {
+            return Err(stale());
         }
         Ok(ppa)
     }
@@ -633,6 +688,9 @@ impl Ftl {
         let new_blocks = if old.is_empty() { n as u64 } else { 0 };
         match self.space_for(new_blocks, false) {
             Room::Fits => {}
+            // With migrations stopped, GC's in-place victim collects the
+            // held dead blocks for queued plain writes (its gap fills).
+            Room::HeldDead if old.is_empty() && self.gap_fills_collect() => {}
             Room::HeldDead => {
                 let entries = self.nameless.remap.len();
                 if entries > 0 {
@@ -664,9 +722,18 @@ impl Ftl {
         self.nameless.moves.overwriting(&w.old);
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
+        self.nameless.queued_new_blocks += new_blocks;
+        self.nameless.admitted_new_blocks += new_blocks;
         self.nameless.pending_blocks += n as u64;
         self.nameless.pending_new_blocks += new_blocks;
         Ok(())
+    }
+
+    /// Whether the nameless zones' dead blocks the space account holds
+    /// (`nameless_dead_blocks`) are room for plain writes: migrations have
+    /// stopped, and in-place collection (md in OOB) fills gaps with them.
+    fn gap_fills_collect(&self) -> bool {
+        self.nameless.supported && !self.md_in_zones() && self.migration_stopped()
     }
 
     /// Whether the uncommitted set, and its section in the next checkpoint,
@@ -782,7 +849,8 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.queued_blocks -= n;
+        let plain = w.old.is_empty();
+        self.nameless.dequeued(n, plain);
         let bs = self.block_size();
         self.push_padding(&mut data, &mut oob, pad, bs);
         self.lane_commit(lane, zone, n + pad, first_seq + n - 1);
@@ -830,6 +898,7 @@ impl Ftl {
             .checked_add(1)
             .expect("zone generations outlast the zone's erases");
         self.nameless.gens[zone as usize] = generation;
+        self.nameless.births.set_base(zone, generation);
         self.nameless.any_generation = true;
         self.nameless.empty_zones += 1;
         let seq = self.take_seq();
@@ -967,7 +1036,8 @@ impl Ftl {
             let unsent = (w.blocks.len() - w.sent) as u64;
             w.done += w.blocks.len() - w.sent;
             w.sent = w.blocks.len();
-            self.nameless.queued_blocks -= unsent;
+            let plain = w.old.is_empty();
+            self.nameless.dequeued(unsent, plain);
             self.nameless.queue.retain(|&k| k != key);
         }
         let w = self.nameless.writes.get_mut(key).expect("write in flight");
@@ -1007,6 +1077,86 @@ impl Ftl {
                 id: w.id,
                 result: Ok(reply),
             });
+        }
+    }
+
+    /// The next block of the oldest queued nameless write, to fill the gap
+    /// at `offset` of the in-place victim (docs/design.md, step 5), its
+    /// tag written to `oob`: birth generation `gap_gen`, link none, a new
+    /// seq. Only a plain write's (an overwrite's free of its old block
+    /// could not be undone if a cut discards the fill) and not one a
+    /// pending commit must precede.
+    pub(super) fn take_gap_fill(
+        &mut self,
+        gap_gen: u32,
+        offset: u64,
+        oob: &mut [u8],
+    ) -> Option<(GapFill, BlockData)> {
+        let key = *self.nameless.queue.front()?;
+        let w = self.nameless.writes.get(key).expect("queued write");
+        let after_commit = self
+            .nameless
+            .commits
+            .front()
+            .is_some_and(|c| w.order >= c.before);
+        if !w.old.is_empty() || w.error.is_some() || after_commit {
+            return None;
+        }
+        let seq = self.take_seq();
+        let w = self.nameless.writes.get_mut(key).expect("queued write");
+        let index = w.sent;
+        w.sent += 1;
+        let tag = NamelessTag {
+            kind: NamelessTagKind::Data,
+            birth_gen: gap_gen,
+            link: NamelessAddr::NONE,
+            seq,
+            data_crc: w.crcs[index],
+        };
+        tag.encode(
+            &w.md[index * NAMELESS_MD_BYTES..(index + 1) * NAMELESS_MD_BYTES],
+            oob,
+        );
+        let block = w.blocks[index].clone();
+        if w.sent == w.blocks.len() {
+            self.nameless.queue.pop_front();
+        }
+        self.nameless.dequeued(1, true);
+        self.stats.nameless_write_blocks += 1;
+        Some((GapFill { key, index, offset }, block))
+    }
+
+    /// Gap fills of in-place victim `zone` were written: live at their
+    /// offsets, born with `gap_gen` (in the map of step 7), in the
+    /// uncommitted set. Their writes are answered later
+    /// (`answer_gap_fills`).
+    pub(super) fn gap_fills_landed(&mut self, zone: ZoneId, gap_gen: u32, fills: &[GapFill]) {
+        let cap = self.cap();
+        for f in fills {
+            let ppa = Ppa::new(zone, f.offset, cap);
+            let fresh = self.mapping.nameless_set(ppa);
+            assert!(fresh, "gap fill {ppa:?} landed on a live block");
+            if self.mapping.valid_blocks(zone) == 1 {
+                self.nameless.empty_zones -= 1;
+            }
+            self.nameless.uncommitted.insert(ppa);
+            self.nameless.unanswered_blocks[zone as usize] += 1;
+            self.nameless.births.fill(ppa, zone, gap_gen);
+            let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
+            w.addrs[f.index] = NamelessAddr::new(ppa, gap_gen);
+        }
+        self.stats.nameless_gap_fill_blocks += fills.len() as u64;
+    }
+
+    /// A job's gap fills are answered: its `InPlaceDone` is durable
+    /// (`error` none), or the job stopped (their writes fail with `error`).
+    pub(super) fn answer_gap_fills(&mut self, fills: Vec<GapFill>, error: Option<&IoError>) {
+        for f in fills {
+            if let Some(e) = error {
+                let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
+                w.error.get_or_insert_with(|| e.clone());
+            }
+            self.nameless_write_progress(f.key, 1);
         }
     }
 

@@ -328,11 +328,25 @@ impl Ftl {
             // fewer blocks (each frees a zone).
             let nameless = self.migration_victim();
             let valid = |z: ZoneId| self.mapping.valid_blocks(z);
-            let z = match (logical, nameless) {
-                (Some(l), Some(n)) if valid(n) < valid(l) => n,
-                (Some(l), _) => l,
-                (None, n) => n?,
+            let pick = match (logical, nameless) {
+                (Some(l), Some(n)) if valid(n) < valid(l) => Some(n),
+                (Some(l), _) => Some(l),
+                (None, n) => n,
             };
+            // Migration keeps the choice when it wins; else the in-place
+            // victim, if it frees more per block written than the logical
+            // one (it runs beside GC's jobs, as its own job).
+            if pick.is_none() || pick == logical {
+                if let Some(ip) = self.inplace_victim() {
+                    let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+                    let wins = pick.is_none_or(|l| ip.beats_logical(valid(l), data_cap));
+                    if wins && self.start_in_place(ip.zone) {
+                        self.stats.nameless_inplace_gc_victims += 1;
+                        return None;
+                    }
+                }
+            }
+            let z = pick?;
             self.jobs_since_wl = self.jobs_since_wl.saturating_add(1);
             (z, JobPurpose::Gc)
         } else {

@@ -28,9 +28,10 @@ pub struct PendingInPlace {
 }
 
 impl Rebuild {
-    /// An `InPlaceStaged` note: the job is pending until its `InPlaceDone`.
-    /// `gap_gen` and `first_scratch_offset` are the note's (this build
-    /// writes 0 for both).
+    /// An `InPlaceStaged` note: the job is pending until its `InPlaceDone`,
+    /// and the victim's `gen` is its gap generation (`gen + 1`; 0 from a
+    /// build that filled no gap). `first_scratch_offset` is the note's
+    /// (this build writes 0).
     pub(super) fn inplace_staged(
         &mut self,
         g: &Geometry,
@@ -61,29 +62,49 @@ impl Rebuild {
         if !self.nameless_now[victim as usize] {
             return Err(damaged("the victim is not a nameless zone"));
         }
-        // This build fills no gap and stages from the scratch zone's start.
-        if gap_gen != 0 || first_scratch_offset != 0 {
-            return Err(damaged(
-                "gap fills or a scratch offset this build never writes",
-            ));
+        let gen = self.nameless_gens[victim as usize];
+        if gap_gen != 0 && Some(gap_gen) != gen.checked_add(1) {
+            return Err(damaged("a gap generation other than the victim's gen + 1"));
+        }
+        // This build stages from the scratch zone's start.
+        if first_scratch_offset != 0 {
+            return Err(damaged("a scratch offset this build never writes"));
         }
         if staged_blocks > g.zone_capacity_blocks {
             return Err(damaged("more staged blocks than a zone holds"));
+        }
+        if gap_gen != 0 {
+            self.nameless_gens[victim as usize] = gap_gen;
         }
         self.inplace_pending = Some(job);
         Ok(())
     }
 
-    /// An `InPlaceDone` note: the pending job is over.
+    /// An `InPlaceDone` note: the pending job is over, and its gap fills
+    /// (`gap_fill_blocks` of them, the note says) are live.
     pub(super) fn inplace_done(
         &mut self,
         seq: Seq,
         victim: ZoneId,
         erase_count: u32,
+        gap_fill_blocks: u32,
     ) -> Result<(), MountError> {
         match self.inplace_pending.take() {
             Some(job) if job.victim == victim => {
                 self.erase_counts.insert(victim, erase_count);
+                let fills = std::mem::take(&mut self.inplace_fills);
+                // The victim's scan finds at most the fills the job wrote
+                // (fewer where a later reset of the zone erased them).
+                if fills.len() > gap_fill_blocks as usize {
+                    return Err(MountError::Damaged(format!(
+                        "InPlaceDone note {seq} for zone {victim}: {gap_fill_blocks} gap fills \
+                         noted, {} found in the zone",
+                        fills.len()
+                    )));
+                }
+                for (ppa, birth_gen) in fills {
+                    self.nameless_live(ppa, birth_gen)?;
+                }
                 Ok(())
             }
             _ => Err(MountError::Damaged(format!(

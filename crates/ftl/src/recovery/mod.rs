@@ -129,6 +129,7 @@ impl<B: Backend> Driver<B> {
             super_dead: [false, false],
             gc_reserve_zones: options.gc_reserve_zones,
             nameless_gens: vec![0; geometry.zone_count as usize],
+            nameless_births: crate::births::Births::new(geometry.zone_count),
             nameless_uncommitted: Vec::new(),
             nameless_commit_seq: 0,
             nameless_remap: Vec::new(),
@@ -241,6 +242,7 @@ impl<B: Backend> Driver<B> {
             log,
             reports,
             nameless_gens,
+            nameless_births,
             nameless_uncommitted,
             nameless_commit_seq,
             nameless_remap,
@@ -266,6 +268,7 @@ impl<B: Backend> Driver<B> {
                 .map(|i| matches!(reports[i].state, ZoneState::ReadOnly | ZoneState::Offline)),
             gc_reserve_zones: config_reserve,
             nameless_gens,
+            nameless_births,
             nameless_uncommitted,
             nameless_commit_seq,
             nameless_remap,
@@ -316,6 +319,9 @@ pub struct Recovered {
     pub data_crc: DataCrcImpl,
     /// Per zone, the generation of its nameless data (0: never nameless).
     pub nameless_gens: Vec<u32>,
+    /// Per zone, the `base_gen`, and the live gap fills' birth generations
+    /// (step 7 of the address check).
+    pub nameless_births: crate::births::Births,
     /// The uncommitted set: live nameless blocks written since the newest
     /// commit note, increasing; and that note's seq (0: none).
     pub nameless_uncommitted: Vec<Ppa>,
@@ -371,8 +377,11 @@ pub fn recover_state<B: Backend>(
     let note_events = events.len();
     let resets = reset_seqs(&events);
     if sb.tag_mode == TagMode::Oob {
+        // In-place victims too: their gap fills' tags (seq above the
+        // InPlaceStaged note's) are their only record.
+        let rescan = replay::rescan_seqs(&events, &resets);
         events.extend(scan_tags(
-            backend, &geometry, &layout, &image, &reports, &resets, crc,
+            backend, &geometry, &layout, &image, &reports, &rescan, crc,
         )?);
     }
     let mut state = Rebuild::from_image(&geometry, &sb, &mut image, resets.keys().copied())?;
@@ -403,6 +412,7 @@ pub fn recover_state<B: Backend>(
         nameless_commit_seq: state.nameless_commit_seq,
         nameless_remap: state.nameless_remap.into_iter().collect(),
         nameless_gens: state.nameless_gens,
+        nameless_births: state.nameless_births,
         nameless_md: state.nameless_md,
         inplace_pending: state.inplace_pending,
         data_crc: crc,

@@ -4,6 +4,7 @@
 use crate::addr::{physical_blocks, Lba, Ppa, Seq};
 use crate::attr::AttrMap;
 use crate::backend::{Geometry, ZoneId};
+use crate::births::Births;
 use crate::checkpoint::CheckpointImage;
 use crate::checkpoint::ZoneKind as RecordKind;
 use crate::error::MountError;
@@ -210,6 +211,23 @@ pub(super) fn reset_seqs(events: &[Event]) -> HashMap<ZoneId, Seq> {
     out
 }
 
+/// The zones the tag scan reads whatever the checkpoint recorded, and the
+/// seq from which their tags count: those `resets` resets (from the
+/// reset), and the victims of in-place jobs (from the first InPlaceStaged
+/// note: a gap fill is newer; a kept block's tag is older than the
+/// checkpoint). A zone with both takes the later seq.
+pub(super) fn rescan_seqs(events: &[Event], resets: &HashMap<ZoneId, Seq>) -> HashMap<ZoneId, Seq> {
+    let mut out = resets.clone();
+    for e in events {
+        if let Event::Note(Note::InPlaceStaged { seq, victim, .. }) = e {
+            out.entry(*victim)
+                .and_modify(|s| *s = (*s).max(*seq))
+                .or_insert(*seq);
+        }
+    }
+    out
+}
+
 /// Which zones the log resets, by zone id. A note naming a zone past the
 /// device is refused by the replay, so it is not flagged here.
 fn reset_flags(g: &Geometry, reset_zones: impl Iterator<Item = ZoneId>) -> Vec<bool> {
@@ -260,6 +278,12 @@ pub(super) struct Rebuild {
     /// whether it holds nameless data now.
     pub(super) nameless_gens: Vec<u32>,
     pub(super) nameless_now: Vec<bool>,
+    /// Per zone its `base_gen`, and the live gap fills' birth generations
+    /// (the checkpoint's section 24, then the fills of each job done).
+    pub(super) nameless_births: Births,
+    /// The gap fills of the pending in-place job, counted at its
+    /// InPlaceDone (none of its writes was answered before).
+    pub(super) inplace_fills: Vec<(Ppa, u32)>,
     /// Of those, the zones of migrated blocks (zone kind 8).
     pub(super) nameless_moved: Vec<bool>,
     /// Nameless blocks written since the newest commit note (the
@@ -400,8 +424,9 @@ impl Rebuild {
                 n.header
             )));
         }
-        for (z, &(gen, _)) in n.generations.iter().enumerate() {
+        for (z, &(gen, base)) in n.generations.iter().enumerate() {
             self.nameless_gens[z] = gen;
+            self.nameless_births.set_base(z as ZoneId, base);
         }
         let cap = self.zone_capacity_blocks;
         for r in &n.zones {
@@ -422,6 +447,12 @@ impl Rebuild {
                     )));
                 }
             }
+        }
+        // The decoder checked each fill live, born between its zone's base
+        // and gen.
+        for &(ppa, birth_gen) in &n.fills {
+            let zone = ppa.zone(cap);
+            self.nameless_births.fill(ppa, zone, birth_gen);
         }
         // The decoder checked each to be live in a nameless zone.
         self.nameless_uncommitted = n.uncommitted.iter().copied().collect();
@@ -482,6 +513,8 @@ impl Rebuild {
             in_reset_zones,
             nameless_gens: vec![0; g.zone_count as usize],
             nameless_now: vec![false; g.zone_count as usize],
+            nameless_births: Births::new(g.zone_count),
+            inplace_fills: Vec::new(),
             nameless_moved: vec![false; g.zone_count as usize],
             nameless_uncommitted: BTreeSet::new(),
             nameless_commit_seq: 0,
@@ -594,6 +627,7 @@ impl Rebuild {
             )));
         }
         self.nameless_gens[z] = generation;
+        self.nameless_births.set_base(zone, generation);
         self.nameless_now[z] = true;
         self.nameless_moved[z] = kind == NamelessZoneKind::Moved;
         Ok(())
@@ -612,6 +646,24 @@ impl Rebuild {
         if !self.nameless_now[z] || birth_gen != self.nameless_gens[z] {
             return Ok(());
         }
+        // A gap fill of the pending job (seq above its InPlaceStaged note's:
+        // the victim's scan reads no older tag) counts at its InPlaceDone.
+        if self.inplace_pending.is_some_and(|j| j.victim as usize == z) {
+            self.inplace_fills.push((ppa, birth_gen));
+            return Ok(());
+        }
+        self.nameless_live(ppa, birth_gen)?;
+        if !link.is_none() {
+            self.nameless_free(link.ppa(), link.generation());
+        }
+        Ok(())
+    }
+
+    /// The nameless block at `ppa`, born with `birth_gen`, is live (a tag,
+    /// or a gap fill of a job done): in the uncommitted set, and in the
+    /// births map if it is a fill.
+    pub(super) fn nameless_live(&mut self, ppa: Ppa, birth_gen: u32) -> Result<(), MountError> {
+        let zone = ppa.zone(self.zone_capacity_blocks);
         if !self.mapping.nameless_set(ppa) {
             return Err(MountError::Damaged(format!(
                 "nameless block {} is held twice",
@@ -619,8 +671,8 @@ impl Rebuild {
             )));
         }
         self.nameless_uncommitted.insert(ppa);
-        if !link.is_none() {
-            self.nameless_free(link.ppa(), link.generation());
+        if birth_gen != self.nameless_births.base(zone) {
+            self.nameless_births.fill(ppa, zone, birth_gen);
         }
         Ok(())
     }
@@ -687,8 +739,9 @@ impl Rebuild {
         let z = ppa.zone(cap) as usize;
         let in_segment = u64::from(ppa.0) < u64::from(self.mapping.physical_blocks())
             && self.nameless_now[z]
-            && self.nameless_gens[z] == birth_gen;
+            && self.nameless_births.birth(ppa, z as ZoneId) == birth_gen;
         if in_segment && self.mapping.nameless_clear(ppa) {
+            self.nameless_births.forget(ppa);
             // Out of the set too: a migration may make a later block live
             // at this Ppa without a tag that adds it.
             self.nameless_uncommitted.remove(&ppa);
@@ -956,8 +1009,9 @@ impl Rebuild {
                 seq,
                 victim,
                 erase_count,
+                gap_fill_blocks,
                 ..
-            } => self.inplace_done(seq, victim, erase_count)?,
+            } => self.inplace_done(seq, victim, erase_count, gap_fill_blocks)?,
             Note::VectorBegin { .. }
             | Note::ForkCreate { .. }
             | Note::Clone { .. }
@@ -1455,6 +1509,70 @@ mod tests {
         assert!(r.mapping.is_live(Ppa(16)) && r.mapping.is_live(Ppa(17)));
     }
 
+    fn fill(seq: Seq, ppa: u32, birth_gen: u32) -> Event {
+        Event::NamelessTag {
+            seq,
+            ppa: Ppa(ppa),
+            birth_gen,
+            link: NamelessAddr::NONE,
+        }
+    }
+
+    fn free(seq: Seq, ppa: u32, birth_gen: u32) -> Event {
+        Event::Note(Note::NamelessFree {
+            seq,
+            ppa: Ppa(ppa),
+            birth_gen,
+        })
+    }
+
+    #[test]
+    fn gap_fills_count_at_their_jobs_done_note_and_only_their_own_address_frees_them() {
+        // Zone 2 (generation 1) holds 16 and 17; 18 and 19 are gaps the
+        // job (gap generation 2) fills; the done note counts `noted`.
+        let job = |noted: Option<u32>, more: Vec<Event>| {
+            let mut e = vec![staged(20, 2, 1, 2), fill(21, 18, 2), fill(22, 19, 2)];
+            if let Some(n) = noted {
+                e.push(Event::Note(Note::InPlaceDone {
+                    seq: 23,
+                    victim: 2,
+                    erase_count: 5,
+                    pad_blocks: 4,
+                    gap_fill_blocks: n,
+                }));
+            }
+            e.extend(more);
+            nameless_events(e)
+        };
+        let r = try_rebuild(&job(Some(2), vec![])).unwrap();
+        assert!(r.inplace_pending.is_none());
+        assert!(r.mapping.is_live(Ppa(18)) && r.mapping.is_live(Ppa(19)));
+        assert_eq!(r.nameless_gens[2], 2);
+        assert_eq!(r.nameless_births.base(2), 1);
+        assert_eq!(r.nameless_births.birth(Ppa(18), 2), 2);
+        assert_eq!(r.nameless_births.birth(Ppa(16), 2), 1);
+        assert!(r.live_uncommitted().contains(&Ppa(18)));
+        // A free of an older address at a filled offset frees nothing;
+        // the fill's own address does, and its entry goes.
+        let r = try_rebuild(&job(Some(2), vec![free(24, 18, 1), free(25, 19, 2)])).unwrap();
+        assert!(r.mapping.is_live(Ppa(18)) && !r.mapping.is_live(Ppa(19)));
+        assert_eq!(r.nameless_births.fill_count(), 1);
+        // The job left pending: its fills never count.
+        let r = try_rebuild(&job(None, vec![])).unwrap();
+        assert!(r.inplace_pending.is_some());
+        assert!(!r.mapping.is_live(Ppa(18)) && !r.mapping.is_live(Ppa(19)));
+        assert_eq!(r.nameless_births.fill_count(), 0);
+        assert_eq!(
+            r.nameless_gens[2], 2,
+            "the gap generation is never handed out again"
+        );
+        // More fills found than the done note counts: damage.
+        assert!(matches!(
+            try_rebuild(&job(Some(1), vec![])),
+            Err(MountError::Damaged(_))
+        ));
+    }
+
     #[test]
     fn in_place_notes_out_of_order_or_of_an_unbuilt_kind_are_refused() {
         let refused = [
@@ -1464,7 +1582,7 @@ mod tests {
             vec![staged(20, 1, 3, 0)],                      // not a nameless zone
             vec![staged(20, 2, 2, 0)],                      // victim == scratch
             vec![staged(20, 2, 9, 0)],                      // scratch past the device
-            vec![staged(20, 2, 1, 2)],                      // gap fills: not built
+            vec![staged(20, 2, 1, 3)],                      // gap gen not gen + 1
         ];
         for (i, events) in refused.into_iter().enumerate() {
             let r = try_rebuild(&nameless_events(events));

@@ -1,0 +1,253 @@
+//! The frozen image of gap fills (docs/format.md §9 and §11):
+//! `tests/images/v3-oob-gap-fills.img.gz`, made by
+//! [`make_frozen_gap_fill_image`] with the first build that fills gaps, is
+//! a crash image (md in OOB) after two in-place collections whose gaps
+//! took queued writes: the first job's fills in its last checkpoint's
+//! section 24 (one of them freed in the log after it), the second job's
+//! only in its victim's tags and the log. Its client's record (live
+//! addresses with their keys, and freed addresses a fill now sits on) is
+//! in logical blocks from LBA 0. Every build must mount it: the live blocks
+//! read back, the freed addresses answer `Stale` to a read, a free and an
+//! overwrite, and `zftl check` is clean.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use zftl::core::{
+    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request,
+    TagPlacement,
+};
+use zftl::sim::{SimConfig, SimDevice};
+
+mod common;
+
+const IMAGE: &str = "v3-oob-gap-fills.img.gz";
+
+/// The client's record: (address, key) of blocks that must read back
+/// (key `u64::MAX`: a freed address a fill now sits on, `Stale`).
+const INDEX_LBA: u64 = 0;
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        pages_per_block: 16,
+        ..common::volume_config(true)
+    }
+}
+
+/// Data of `key`: its bytes then the key's low byte (compresses well).
+fn data(key: u64, bs: usize) -> Vec<u8> {
+    let mut d = vec![key as u8; bs];
+    d[..8].copy_from_slice(&key.to_le_bytes());
+    d
+}
+
+fn md(key: u64, mb: usize) -> Vec<u8> {
+    let mut m = vec![0u8; mb];
+    m[..8].copy_from_slice(&key.to_le_bytes());
+    m
+}
+
+fn put(ftl: &mut Driver<SimDevice>, keys: &[u64]) -> Vec<NamelessAddr> {
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let d: Vec<u8> = keys.iter().flat_map(|&k| data(k, bs)).collect();
+    let m: Vec<u8> = keys.iter().flat_map(|&k| md(k, mb)).collect();
+    ftl.nameless_write(&d, &m).unwrap()
+}
+
+/// A Full zone of mixed live and freed blocks, committed and older than
+/// the checkpoint; an in-place job on it while single-block writes queue.
+/// Returns the live blocks kept and filled, and the freed addresses a
+/// fill sits on.
+fn collect_in_place(
+    ftl: &mut Driver<SimDevice>,
+    first_key: u64,
+) -> (Vec<(NamelessAddr, u64)>, Vec<NamelessAddr>) {
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let mut addrs = Vec::new();
+    for first in (first_key..first_key + cap * 3 / 2).step_by(8) {
+        let keys: Vec<u64> = (first..first + 8).collect();
+        addrs.extend(put(ftl, &keys).into_iter().zip(keys));
+    }
+    let zone = addrs[0].0.ppa().zone(cap);
+    let (mut live, mut freed) = (Vec::new(), Vec::new());
+    for (i, &(a, k)) in addrs.iter().enumerate() {
+        if a.ppa().zone(cap) != zone {
+            live.push((a, k));
+        } else if i % 3 == 1 {
+            freed.push(a);
+        } else {
+            live.push((a, k));
+        }
+    }
+    ftl.nameless_free(&freed).unwrap();
+    ftl.nameless_commit().unwrap();
+    ftl.checkpoint().unwrap();
+    let checkpoints = ftl.stats().checkpoints;
+    assert!(ftl.start_in_place(zone));
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let mut ids = Vec::new();
+    let mut key = first_key + 100_000;
+    while ftl.ftl().in_place_running() {
+        for _ in 0..2 {
+            let request = Request::NamelessWrite {
+                data: data(key, bs),
+                md: md(key, mb),
+                fua: false,
+            };
+            ids.push((ftl.submit(request).unwrap(), key));
+            key += 1;
+        }
+        ftl.turn().unwrap();
+    }
+    ftl.settle().unwrap();
+    let mut filled = Vec::new();
+    for (id, k) in ids {
+        let Ok(ReplyData::Addrs(a)) = ftl.wait_for(id) else {
+            panic!("write of key {k}");
+        };
+        if a[0].ppa().zone(cap) == zone {
+            filled.push(a[0].ppa());
+        }
+        live.push((a[0], k));
+    }
+    assert!(!filled.is_empty(), "no gap was filled");
+    ftl.nameless_commit().unwrap();
+    // The fills are in the log and their tags only, until the caller's
+    // next checkpoint.
+    assert_eq!(ftl.stats().checkpoints, checkpoints);
+    let stale = freed
+        .into_iter()
+        .filter(|f| filled.contains(&f.ppa()))
+        .collect();
+    (live, stale)
+}
+
+fn write_index(ftl: &mut Driver<SimDevice>, live: &[(NamelessAddr, u64)], stale: &[NamelessAddr]) {
+    let bs = ftl.block_size();
+    let mut b: Vec<u8> = Vec::new();
+    b.extend_from_slice(&((live.len() + stale.len()) as u64).to_le_bytes());
+    let entries = live
+        .iter()
+        .copied()
+        .chain(stale.iter().map(|&a| (a, u64::MAX)));
+    for (a, k) in entries {
+        b.extend_from_slice(&a.to_u64().to_le_bytes());
+        b.extend_from_slice(&k.to_le_bytes());
+    }
+    b.resize(b.len().div_ceil(bs) * bs, 0);
+    ftl.write(INDEX_LBA, &b).unwrap();
+}
+
+fn read_index(ftl: &mut Driver<SimDevice>) -> Vec<(NamelessAddr, u64)> {
+    let bs = ftl.block_size() as u64;
+    let head = ftl.read(INDEX_LBA, 1).unwrap();
+    let n = u64::from_le_bytes(head[..8].try_into().unwrap());
+    let blocks = (8 + 16 * n).div_ceil(bs);
+    let b = ftl.read(INDEX_LBA, blocks as u32).unwrap();
+    (0..n as usize)
+        .map(|i| {
+            let at = 8 + 16 * i;
+            let a = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+            let k = u64::from_le_bytes(b[at + 8..at + 16].try_into().unwrap());
+            (NamelessAddr::from_u64(a), k)
+        })
+        .collect()
+}
+
+/// Every recorded block reads back; every recorded stale address answers
+/// `Stale` to a read, a free and an overwrite.
+fn check(ftl: &mut Driver<SimDevice>, index: &[(NamelessAddr, u64)], when: &str) {
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    for &(a, k) in index {
+        if k != u64::MAX {
+            let (d, m) = ftl
+                .nameless_read(a)
+                .unwrap_or_else(|e| panic!("{when}: read of key {k} at {a:?}: {e}"));
+            assert!(d == data(k, bs), "{when}: data of key {k}");
+            assert_eq!(m, md(k, mb), "{when}: md of key {k}");
+            continue;
+        }
+        let answers = [
+            ftl.nameless_read(a).map(drop),
+            ftl.nameless_free(&[a]),
+            ftl.nameless_overwrite(&[a], &data(9, bs), &md(9, mb))
+                .map(drop),
+        ];
+        for r in answers {
+            assert!(
+                matches!(r, Err(IoError::Nameless(NamelessError::Stale { .. }))),
+                "{when}: {a:?} at a filled offset answered {r:?}"
+            );
+        }
+    }
+}
+
+fn images_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images")
+}
+
+#[test]
+#[ignore = "writes tests/images/v3-oob-gap-fills.img.gz; run by hand"]
+fn make_frozen_gap_fill_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let dev = SimDevice::create_file(&path, sim_config()).unwrap();
+    let opts = FormatOptions {
+        tag_placement: TagPlacement::Auto,
+        seed: 11,
+        ..FormatOptions::default()
+    };
+    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    // Job A, then a checkpoint: its fills in section 24; one freed after.
+    let (mut live, mut stale) = collect_in_place(&mut ftl, 0);
+    ftl.checkpoint().unwrap();
+    let fills_a = ftl.stats().nameless_fill_entries;
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let zone_a = stale[0].ppa().zone(cap);
+    let at = live
+        .iter()
+        .position(|(a, _)| a.ppa().zone(cap) == zone_a && a.generation() > stale[0].generation())
+        .expect("a fill of job A");
+    let (gone, _) = live.remove(at);
+    ftl.nameless_free(&[gone]).unwrap();
+    // Its offset holds nothing now: the address freed there is `NotLive`.
+    stale.retain(|a| a.ppa() != gone.ppa());
+    // Job B, no checkpoint after: its fills in its victim's tags only.
+    let (live_b, stale_b) = collect_in_place(&mut ftl, 1_000_000);
+    live.extend(live_b);
+    stale.extend(stale_b);
+    write_index(&mut ftl, &live, &stale);
+    ftl.flush().unwrap();
+    let fills = ftl.stats().nameless_fill_entries;
+    assert!(fills_a > 1 && fills > fills_a, "{fills_a} then {fills}");
+    let index = read_index(&mut ftl);
+    check(&mut ftl, &index, "before freezing");
+    // A crash image: no shutdown.
+    drop(ftl.into_backend());
+    let raw = std::fs::read(&path).unwrap();
+    let out = std::fs::File::create(images_dir().join(IMAGE)).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+    gz.write_all(&raw).unwrap();
+    gz.finish().unwrap();
+}
+
+#[test]
+fn the_frozen_gap_fill_image_mounts_with_its_fills_and_stale_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(IMAGE)).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    let path = dir.path().join("image");
+    std::fs::write(&path, raw).unwrap();
+    let dev = SimDevice::open_file_expecting(&path, &sim_config()).unwrap();
+    let cfg = FtlConfig::default();
+    let mut ftl = Driver::mount(dev, cfg.clone()).unwrap();
+    let index = read_index(&mut ftl);
+    assert!(index.iter().any(|&(_, k)| k == u64::MAX));
+    check(&mut ftl, &index, "after the crash");
+    assert!(ftl.stats().nameless_fill_entries > 0);
+    let mut dev = ftl.shutdown().unwrap();
+    common::assert_check_clean(&mut dev, "the gap-fill image");
+    let mut ftl = Driver::mount(dev, cfg).unwrap();
+    check(&mut ftl, &index, "after a clean remount");
+}
