@@ -338,7 +338,7 @@ fn a_device_failing_every_append_ends_read_only() {
     // (`gc_lanes` above 1: fewer, longer appends per zone), this small
     // device runs out of zones (NoSpace) first: it ends read-only either
     // way, and with one GC lane it gets to retiring, which is tested too.
-    for gc_lanes in [1, FtlConfig::default().gc_lanes] {
+    for gc_lanes in [1, 4] {
         let mut ftl = format_with(FtlConfig {
             gc_start_free_zones: 1,
             gc_lanes,

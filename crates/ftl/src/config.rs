@@ -113,9 +113,9 @@ pub struct FtlConfig {
     /// the other open data zones do not use (`Geometry::zone_groups`): one
     /// zone programs on one group's parallel units only. At most the
     /// device's zone groups (no more than 16); 1 = GC writes one zone per
-    /// stream. Default 4: on a device of one zone group that is 1, and on
-    /// the simulator's default 16 LUNs (4 groups) it lets GC's copies
-    /// program on every LUN (docs/bench.md, "`bench media`"). Above 1 (or with `gc_victims` above 1) GC also reads spans
+    /// stream (the default; 4 lets GC's copies program on every LUN of the
+    /// simulator's default device, docs/bench.md "`bench media`" says why
+    /// it is not the default yet). Above 1 (or with `gc_victims` above 1) GC also reads spans
     /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
     /// time while reads are on their way, and lanes open their zones on
     /// the zone group the open lanes use least (docs/design.md, "A GC job").
@@ -216,7 +216,7 @@ impl Default for FtlConfig {
             zone_max_appends: 0,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
-            gc_lanes: 4,
+            gc_lanes: 1,
             gc_victims: 1,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,
