@@ -332,24 +332,33 @@ fn a_burst_of_aborted_appends_retires_nothing_and_loses_nothing() {
 
 #[test]
 fn a_device_failing_every_append_ends_read_only() {
-    // Each failed append seals a zone. With GC starting two zones above
-    // the reserve, this small device runs out of zones (NoSpace) before
-    // enough failures make the core retire one; retiring is what is tested.
-    let mut ftl = format_with(FtlConfig {
-        gc_start_free_zones: 1,
-        ..FtlConfig::default()
-    });
-    write_all(&mut ftl, 1).unwrap();
-    ftl.backend_mut().fail = Fail::Appends(ftl.backend().appends..u64::MAX);
-    let err = write_all(&mut ftl, 2).expect_err("a dead device cannot take writes");
-    assert!(
-        matches!(
-            err,
-            IoError::NoSpace | IoError::ReadOnly | IoError::Device { .. }
-        ),
-        "{err:?}"
-    );
-    assert!(ftl.stats().retired_zones > 0);
+    // Each failed append seals a zone, and the core retires zones once
+    // `max_inflight_commands` appends in a row failed. With GC starting two
+    // zones above the reserve, or GC's appends spread over the zone groups
+    // (`gc_lanes` above 1: fewer, longer appends per zone), this small
+    // device runs out of zones (NoSpace) first: it ends read-only either
+    // way, and with one GC lane it gets to retiring, which is tested too.
+    for gc_lanes in [1, 4] {
+        let mut ftl = format_with(FtlConfig {
+            gc_start_free_zones: 1,
+            gc_lanes,
+            ..FtlConfig::default()
+        });
+        write_all(&mut ftl, 1).unwrap();
+        ftl.backend_mut().fail = Fail::Appends(ftl.backend().appends..u64::MAX);
+        let err = write_all(&mut ftl, 2).expect_err("a dead device cannot take writes");
+        assert!(
+            matches!(
+                err,
+                IoError::NoSpace | IoError::ReadOnly | IoError::Device { .. }
+            ),
+            "gc_lanes {gc_lanes}: {err:?}"
+        );
+        assert!(ftl.ftl().is_read_only(), "gc_lanes {gc_lanes}");
+        if gc_lanes == 1 {
+            assert!(ftl.stats().retired_zones > 0);
+        }
+    }
 }
 
 /// Eight stalls of 1 to 16 commands each, at random points of the next

@@ -113,7 +113,9 @@ pub struct FtlConfig {
     /// the other open data zones do not use (`Geometry::zone_groups`): one
     /// zone programs on one group's parallel units only. At most the
     /// device's zone groups (no more than 16); 1 = GC writes one zone per
-    /// stream. Above 1 (or with `gc_victims` above 1) GC also reads spans
+    /// stream (the default; 4 lets GC's copies program on every LUN of the
+    /// simulator's default device, docs/bench.md "`bench media`" says why
+    /// it is not the default yet). Above 1 (or with `gc_victims` above 1) GC also reads spans
     /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
     /// time while reads are on their way, and lanes open their zones on
     /// the zone group the open lanes use least (docs/design.md, "A GC job").

@@ -359,9 +359,9 @@ impl MetaLog {
 
     /// A write failed: it and every later write to its zone, completed or
     /// not, are staged again in log order, for the start of the next zone.
-    /// A media failure (`media`) takes the zone out of the ring; after a
-    /// host-side one the zone only ends here (it is reset when the ring
-    /// comes round). The completions of writes staged again find nothing
+    /// The zone ends here and is finished first; a media failure (`media`)
+    /// also takes it out of the ring; after a host-side one it is reset
+    /// when the ring comes round. The completions of writes staged again find nothing
     /// to do.
     pub fn on_write_failed(&mut self, first_log_seq: u64, media: bool) {
         if self.superseded.remove(&first_log_seq) {
@@ -393,7 +393,10 @@ impl MetaLog {
         self.staged.make_contiguous().sort_by_key(|&(s, _)| s);
         if media {
             self.mark_dead(zone_index);
-        } else if zone_index == self.cur {
+        }
+        if zone_index == self.cur {
+            // Finished before the log moves on, so it does not hold one of
+            // the device's open zones (a write failure may leave it open).
             self.wp_blocks = self.zone_capacity_blocks;
             self.finish_due = Some(zone_index);
         }

@@ -61,16 +61,12 @@ struct Slot {
 /// A command's timing while it is pending.
 #[derive(Debug)]
 struct CmdTime {
-    /// The latest end among its operations (`now` at queueing if none).
-    ops_end_ns: u64,
-    /// `ops_end_ns`, and no earlier than the previous command of its zone.
+    /// The latest end among its operations (`now` at queueing if none),
+    /// and no earlier than the previous command of its zone.
     finish_ns: u64,
     zone: Option<u32>,
     /// The next command of its zone, while pending.
     next_in_zone: Option<u64>,
-    /// A flush: the commands owning the last program queued on each LUN
-    /// when it was queued.
-    flush_after: Vec<u64>,
 }
 
 pub(crate) struct Scheduler {
@@ -94,10 +90,6 @@ pub(crate) struct Scheduler {
     /// the next ordered command of the zone finishes after them. Bounded
     /// by the commands in flight.
     zone_unordered: Vec<Vec<u64>>,
-    /// Finish time of the latest program queued anywhere, as queued (for Flush).
-    last_program_finish_ns: u64,
-    /// The command of the latest program queued on each LUN (for Flush).
-    last_program_cmd: Vec<Option<u64>>,
     /// Sum over LUNs of time spent on operations.
     pub busy_ns_total: u64,
     /// Time each LUN spent on operations.
@@ -123,8 +115,6 @@ impl Scheduler {
             zone_last_finish_ns: vec![0; zones],
             zone_reset: vec![None; zones],
             zone_unordered: vec![Vec::new(); zones],
-            last_program_finish_ns: 0,
-            last_program_cmd: vec![None; luns],
             busy_ns_total: 0,
             lun_busy_ns: vec![0; luns],
             reads_passed: 0,
@@ -175,10 +165,6 @@ impl Scheduler {
         let finish = start.saturating_add(cost);
         *free = finish;
         self.add_busy(lun, cost);
-        if op == Op::Program {
-            self.last_program_finish_ns = self.last_program_finish_ns.max(finish);
-            self.last_program_cmd[lun] = Some(cmd);
-        }
         if self.reads_pass() {
             self.lun_ops[lun].push_back(Slot {
                 cmd,
@@ -350,10 +336,6 @@ impl Scheduler {
     /// An operation of pending command `cmd` now ends at `end_ns`: its
     /// finish, and that of the later commands of its zone, move with it.
     fn raise(&mut self, cmd: u64, end_ns: u64) {
-        let Some(c) = self.cmds.get_mut(&cmd) else {
-            return;
-        };
-        c.ops_end_ns = c.ops_end_ns.max(end_ns);
         let mut at = cmd;
         let finish = end_ns;
         while let Some(c) = self.cmds.get_mut(&at) {
@@ -402,11 +384,9 @@ impl Scheduler {
         self.cmds.insert(
             cmd,
             CmdTime {
-                ops_end_ns,
                 finish_ns: finish,
                 zone,
                 next_in_zone: None,
-                flush_after: Vec::new(),
             },
         );
         finish
@@ -430,51 +410,17 @@ impl Scheduler {
         self.cmds.insert(
             cmd,
             CmdTime {
-                ops_end_ns,
                 finish_ns: ops_end_ns,
                 zone: None,
                 next_in_zone: None,
-                flush_after: Vec::new(),
             },
         );
         Some(ops_end_ns)
     }
 
-    /// A flush, command `cmd`, finishes once every program queued before
-    /// it has; returns its finish as of now.
-    pub fn flush(&mut self, cmd: u64, now_ns: u64) -> u64 {
-        let mut after: Vec<u64> = Vec::new();
-        if self.reads_pass() {
-            for c in self.last_program_cmd.iter().flatten() {
-                if self.cmds.contains_key(c) && !after.contains(c) {
-                    after.push(*c);
-                }
-            }
-        }
-        let finish = now_ns.max(self.last_program_finish_ns);
-        self.cmds.insert(
-            cmd,
-            CmdTime {
-                ops_end_ns: finish,
-                finish_ns: finish,
-                zone: None,
-                next_in_zone: None,
-                flush_after: after,
-            },
-        );
-        self.finish_of(cmd).unwrap_or(finish)
-    }
-
     /// A pending command's finish as of now (`None` if not recorded).
     pub fn finish_of(&self, cmd: u64) -> Option<u64> {
-        let c = self.cmds.get(&cmd)?;
-        Some(
-            c.flush_after
-                .iter()
-                .filter_map(|p| self.cmds.get(p))
-                .map(|p| p.ops_end_ns)
-                .fold(c.finish_ns, u64::max),
-        )
+        self.cmds.get(&cmd).map(|c| c.finish_ns)
     }
 
     /// The command ran (or was dropped): forget it.
@@ -495,8 +441,6 @@ impl Scheduler {
         self.zone_last.fill(None);
         self.zone_reset.fill(None);
         self.zone_unordered.iter_mut().for_each(Vec::clear);
-        self.last_program_finish_ns = now_ns;
-        self.last_program_cmd.fill(None);
         self.lun_ops.iter_mut().for_each(VecDeque::clear);
         self.cmds.clear();
     }
@@ -533,7 +477,6 @@ mod tests {
         assert_eq!(s.queue(0, 0, Op::Program, 0), 200_000);
         assert_eq!(s.queue(1, 1, Op::Program, 0), 200_000);
         assert_eq!(s.queue(2, 0, Op::Program, 0), 400_000);
-        assert_eq!(s.flush(3, 0), 400_000);
         assert_eq!(s.busy_ns_total, 600_000);
         assert_eq!(s.lun_busy_ns, [400_000, 200_000]);
         assert_eq!(s.command(4, Some(0), 10, false), 10);

@@ -152,10 +152,12 @@ impl Ftl {
         }
         if st.zone.is_none() {
             // The extra and kept lanes are optional: their data has a base
-            // lane to go to.
-            let optional = matches!(lane, Lane::Extra(_) | Lane::Kept);
+            // lane to go to. GC's extra lanes leave the urgent lane a zone
+            // too, so a FUA write does not wait for them to fill.
+            let urgent_closed = usize::from(self.lane_zone(Lane::Urgent).is_none());
             let headroom = match lane {
-                _ if optional => self.base_lanes_closed(),
+                Lane::Extra(_) => self.base_lanes_closed() + urgent_closed,
+                Lane::Kept => self.base_lanes_closed(),
                 Lane::Urgent => self.urgent_open_headroom(),
                 _ => 0,
             };

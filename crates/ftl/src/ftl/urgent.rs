@@ -12,7 +12,8 @@
 //! one of the last `URGENT_MIN_FREE_ZONES` free zones (an extra GC lane
 //! leaves GC the last one; this leaves one more). It leaves one zone of
 //! the device's open-zone budget to GC's lane, not to the host lanes:
-//! those wait for GC anyway when it opens. What it costs: one more open
+//! those wait for GC anyway when it opens; GC's extra lanes leave one to
+//! it while it holds none. What it costs: one more open
 //! zone while it holds one, and up to one zone of the GC reserve while its
 //! zone fills.
 
