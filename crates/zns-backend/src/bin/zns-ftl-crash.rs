@@ -27,7 +27,6 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use zftl_core::{Driver, FormatOptions, FtlConfig};
-use zftl_zns::ZnsDevice;
 
 mod crash;
 
@@ -42,54 +41,6 @@ const MAX_WRITE_BLOCKS: u64 = 32;
 const TEST_BLOCKS: u64 = 8192;
 const MAGIC: &[u8; 8] = b"ZFTLCRSH";
 const DEFAULT_ROUNDS: u32 = 6;
-
-/// How long a busy device is waited for after a kill. The kernel tears the
-/// dead process's io_uring down asynchronously, and a 6.1 kernel cannot
-/// cancel NVMe passthrough commands in flight: the ring, and with it the
-/// device's file and its lock, lives until every one of them completes. A
-/// command the (emulated) controller never completes holds it until the
-/// NVMe driver's timeout (30 s) aborts it and, when the abort times out
-/// too, resets the controller (another 30 s) and cancels it.
-const BUSY_WAIT: Duration = Duration::from_secs(150);
-
-/// NVMe "host path error": what the kernel answers while it resets the
-/// controller (after a command timed out), before the namespace is back.
-const NVME_SC_HOST_PATH_ERROR: u16 = 0x370;
-
-/// Open errors that end by themselves: the dead writer's ring still holds
-/// the device, or the controller is being reset.
-fn transient(e: &zftl_zns::OpenError) -> bool {
-    match e {
-        zftl_zns::OpenError::Busy { .. } => true,
-        zftl_zns::OpenError::Nvme { status, .. } => status & 0x7ff == NVME_SC_HOST_PATH_ERROR,
-        _ => false,
-    }
-}
-
-/// Opens the device, waiting while it is busy (see [`BUSY_WAIT`]).
-fn open_device(dev: &str) -> Result<ZnsDevice, String> {
-    let t0 = Instant::now();
-    let mut busy = false;
-    loop {
-        match ZnsDevice::open(dev) {
-            Err(e) if transient(&e) && t0.elapsed() < BUSY_WAIT => {
-                busy = true;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(e.to_string()),
-            Ok(d) => {
-                let waited = t0.elapsed();
-                if busy {
-                    eprintln!(
-                        "zns-ftl-crash: {dev} was busy for {:.2} s after the kill",
-                        waited.as_secs_f64()
-                    );
-                }
-                return Ok(d);
-            }
-        }
-    }
-}
 
 fn mix(mut x: u64) -> u64 {
     // splitmix64
@@ -167,7 +118,7 @@ fn parse_rounds(s: &str) -> Result<Vec<u64>, String> {
 /// `writer DEV SEED START BLOCKS`: mount, write from START on, flushing and
 /// reporting; runs until killed.
 fn writer(dev: &str, seed: u64, start: u64, blocks: u64) -> Result<(), String> {
-    let d = open_device(dev)?;
+    let d = crash::open_device(dev, "zns-ftl-crash")?;
     let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
     let bs = ftl.block_size();
     let mut out = std::io::stdout().lock();
@@ -199,7 +150,7 @@ fn writer(dev: &str, seed: u64, start: u64, blocks: u64) -> Result<(), String> {
 fn verify(dev: &str, seed: u64, blocks: u64, rounds: &[u64], quiet: bool) -> Result<(), String> {
     let t0 = Instant::now();
     let possible = expected(seed, rounds, blocks);
-    let d = open_device(dev)?;
+    let d = crash::open_device(dev, "zns-ftl-crash")?;
     let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
     let mounted = t0.elapsed();
     let bs = ftl.block_size();
@@ -348,7 +299,7 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
     let t0 = Instant::now();
     println!("zns-ftl-crash: {dev}: {rounds} rounds, seed {seed}");
     let blocks = {
-        let d = open_device(dev)?;
+        let d = crash::open_device(dev, "zns-ftl-crash")?;
         let ftl = Driver::format(d, &FormatOptions::default(), FtlConfig::default())
             .map_err(|e| format!("format: {e}"))?;
         let logical = ftl.logical_blocks();

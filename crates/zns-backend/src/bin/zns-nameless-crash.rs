@@ -45,22 +45,6 @@ const FLUSH_EVERY: u64 = 16;
 const ROUND_WRITES: u64 = 3000;
 const MAGIC: &[u8; 8] = b"ZFTLNMLS";
 const DEFAULT_ROUNDS: u32 = 6;
-/// How long a busy device is waited for after a kill (zns-ftl-crash's
-/// `BUSY_WAIT`: the dead process's passthrough commands hold the device).
-const BUSY_WAIT: Duration = Duration::from_secs(150);
-
-fn open_device(dev: &str) -> Result<ZnsDevice, String> {
-    let t0 = Instant::now();
-    loop {
-        match ZnsDevice::open(dev) {
-            Err(zftl_zns::OpenError::Busy { .. }) if t0.elapsed() < BUSY_WAIT => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(e.to_string()),
-            Ok(d) => return Ok(d),
-        }
-    }
-}
 
 fn mix(mut x: u64) -> u64 {
     // splitmix64
@@ -127,7 +111,7 @@ fn take_handover(ftl: &mut Driver<ZnsDevice>, seed: u64) -> Result<u64, String> 
 /// `writer DEV SEED START`: mount, take the hand-over and commit, then
 /// write from START on, reporting; runs until killed.
 fn writer(dev: &str, seed: u64, start: u64) -> Result<(), String> {
-    let d = open_device(dev)?;
+    let d = crash::open_device(dev, "zns-nameless-crash")?;
     let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
     take_handover(&mut ftl, seed)?;
     ftl.nameless_commit().map_err(|e| format!("commit: {e}"))?;
@@ -183,7 +167,7 @@ fn writer(dev: &str, seed: u64, start: u64) -> Result<(), String> {
 fn verify(dev: &str, seed: u64, file: &str) -> Result<(), String> {
     let t0 = Instant::now();
     let list = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-    let d = open_device(dev)?;
+    let d = crash::open_device(dev, "zns-nameless-crash")?;
     let mut ftl = Driver::mount(d, FtlConfig::default()).map_err(|e| format!("mount: {e}"))?;
     let handed = take_handover(&mut ftl, seed)?;
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
@@ -286,7 +270,7 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
     let t0 = Instant::now();
     println!("zns-nameless-crash: {dev}: {rounds} rounds, seed {seed}");
     let tags = {
-        let d = open_device(dev)?;
+        let d = crash::open_device(dev, "zns-nameless-crash")?;
         let ftl = Driver::format(d, &FormatOptions::default(), FtlConfig::default())
             .map_err(|e| format!("format: {e}"))?;
         println!(

@@ -7,6 +7,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use zftl_zns::ZnsDevice;
+
 pub fn self_exe() -> Result<std::path::PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))
 }
@@ -71,4 +73,53 @@ pub fn kill_round(
         line(&l);
     }
     Ok(status)
+}
+
+/// How long a busy device is waited for after a kill. The kernel tears the
+/// dead process's io_uring down asynchronously, and a 6.1 kernel cannot
+/// cancel NVMe passthrough commands in flight: the ring, and with it the
+/// device's file and its lock, lives until every one of them completes. A
+/// command the (emulated) controller never completes holds it until the
+/// NVMe driver's timeout (30 s) aborts it and, when the abort times out
+/// too, resets the controller (another 30 s) and cancels it.
+pub const BUSY_WAIT: Duration = Duration::from_secs(150);
+
+/// NVMe "host path error": what the kernel answers while it resets the
+/// controller (after a command timed out), before the namespace is back.
+const NVME_SC_HOST_PATH_ERROR: u16 = 0x370;
+
+/// Open errors that end by themselves: the dead writer's ring still holds
+/// the device, or the controller is being reset.
+fn transient(e: &zftl_zns::OpenError) -> bool {
+    match e {
+        zftl_zns::OpenError::Busy { .. } => true,
+        zftl_zns::OpenError::Nvme { status, .. } => status & 0x7ff == NVME_SC_HOST_PATH_ERROR,
+        _ => false,
+    }
+}
+
+/// Opens the device, waiting while it is busy (see [`BUSY_WAIT`]);
+/// `program` names the caller in the note it prints after a wait.
+pub fn open_device(dev: &str, program: &str) -> Result<ZnsDevice, String> {
+    let t0 = Instant::now();
+    let mut busy = false;
+    loop {
+        match ZnsDevice::open(dev) {
+            Err(e) if transient(&e) && t0.elapsed() < BUSY_WAIT => {
+                busy = true;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.to_string()),
+            Ok(d) => {
+                let waited = t0.elapsed();
+                if busy {
+                    eprintln!(
+                        "{program}: {dev} was busy for {:.2} s after the kill",
+                        waited.as_secs_f64()
+                    );
+                }
+                return Ok(d);
+            }
+        }
+    }
 }
