@@ -317,20 +317,20 @@ impl Ftl {
     /// The zones in service (free and data), their erases, and whether the
     /// most-worn free zone is worn; `None` before the trigger.
     fn nameless_wear_tally(&self, w: NamelessWear) -> Option<(u64, u64, bool)> {
-        let in_service = || {
-            self.zones
-                .iter()
-                .filter(|(_, z)| matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. }))
-        };
-        let max = in_service().map(|(_, z)| z.erase_count()).max()?;
-        if !w.triggered(max) {
+        // One pass: zones in service, the most erases, their sum and the
+        // remaining lives' sum.
+        let (count, max, erases, life) = self
+            .zones
+            .iter()
+            .filter(|(_, z)| matches!(z.kind(), ZoneKind::Free | ZoneKind::Data { .. }))
+            .map(|(_, z)| z.erase_count())
+            .fold((0u64, None, 0u64, 0u64), |(n, max, sum, life), e| {
+                let left = u64::from(w.endurance_erases.saturating_sub(e));
+                (n + 1, max.max(Some(e)), sum + u64::from(e), life + left)
+            });
+        if !w.triggered(max?) {
             return None;
         }
-        let count = in_service().count() as u64;
-        let erases: u64 = in_service().map(|(_, z)| u64::from(z.erase_count())).sum();
-        let life: u64 = in_service()
-            .map(|(_, z)| u64::from(w.endurance_erases.saturating_sub(z.erase_count())))
-            .sum();
         let worn_free = self
             .zones
             .most_worn_free()
