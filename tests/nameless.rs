@@ -46,6 +46,25 @@ fn put(ftl: &mut Driver<SimDevice>, keys: &[u64], version: u32) -> Vec<NamelessA
     ftl.nameless_write(&data, &meta).unwrap()
 }
 
+/// Writes keys `0..n` (version 1) 32 blocks a write, holds them and
+/// commits; returns their addresses, key `k`'s at index `k`.
+fn put_keys(
+    ftl: &mut Driver<SimDevice>,
+    n: u64,
+    held: &mut BTreeMap<NamelessAddr, (u64, u32)>,
+) -> Vec<NamelessAddr> {
+    let mut addrs = Vec::with_capacity(n as usize);
+    for first in (0..n).step_by(32) {
+        let keys: Vec<u64> = (first..(first + 32).min(n)).collect();
+        for (a, &k) in put(ftl, &keys, 1).into_iter().zip(&keys) {
+            held.insert(a, (k, 1));
+            addrs.push(a);
+        }
+    }
+    ftl.nameless_commit().unwrap();
+    addrs
+}
+
 fn holds(ftl: &mut Driver<SimDevice>, addr: NamelessAddr, key: u64, version: u32) {
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
     let (data, meta) = ftl.nameless_read(addr).unwrap();
@@ -1597,13 +1616,7 @@ fn hot_and_cold(oob: bool, wear: Option<NamelessWear>, erases: u32) -> zftl_core
     let mut ftl = common::format_with(oob, volume_config(oob), cfg);
     let cold_blocks = ftl.logical_blocks() * 2 / 5;
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
-    for first in (0..cold_blocks).step_by(32) {
-        let keys: Vec<u64> = (first..(first + 32).min(cold_blocks)).collect();
-        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
-            held.insert(a, (k, 1));
-        }
-    }
-    ftl.nameless_commit().unwrap();
+    put_keys(&mut ftl, cold_blocks, &mut held);
     let mut round = 0u32;
     while ftl.stats().erase_count_max < erases {
         round += 1;
@@ -1655,18 +1668,11 @@ fn gc_never_migrates_a_zone_whose_data_all_lives_in(oob: bool) {
     let hot_keys = ftl.logical_blocks() / 8;
     let all_keys = ftl.logical_blocks() * 9 / 10;
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
-    let mut at: Vec<(NamelessAddr, u32)> = Vec::new();
-    for first in (0..all_keys).step_by(32) {
-        let keys: Vec<u64> = (first..(first + 32).min(all_keys)).collect();
-        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
-            held.insert(a, (k, 1));
-            at.push((a, 1));
-            if k < hot_keys {
-                mixed.insert(use_of(a));
-            }
-        }
-    }
-    ftl.nameless_commit().unwrap();
+    let mut at: Vec<(NamelessAddr, u32)> = put_keys(&mut ftl, all_keys, &mut held)
+        .into_iter()
+        .map(|a| (a, 1))
+        .collect();
+    mixed.extend(at[..hot_keys as usize].iter().map(|&(a, _)| use_of(a)));
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let (mut moves, mut all_live_moves) = (0u64, 0u64);
     for round in 0..hot_keys * 20 / 16 {
@@ -1811,13 +1817,7 @@ fn nameless_leveling_past_the_endurance_goes_on_and_waits_for_the_mean_in(oob: b
     let cap = ftl.ftl().geometry().zone_capacity_blocks;
     let cold_blocks = ftl.logical_blocks() * 2 / 5;
     let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
-    for first in (0..cold_blocks).step_by(32) {
-        let keys: Vec<u64> = (first..(first + 32).min(cold_blocks)).collect();
-        for (a, &k) in put(&mut ftl, &keys, 1).into_iter().zip(&keys) {
-            held.insert(a, (k, 1));
-        }
-    }
-    ftl.nameless_commit().unwrap();
+    put_keys(&mut ftl, cold_blocks, &mut held);
     // Per zone leveling copies into: the mean seen before the first copy
     // (when leveling took it, the mean was at least that). Per cold key:
     // that mean of the zone it went to.
