@@ -335,6 +335,14 @@ impl Model {
         self.committed[lba as usize] = version;
         self.pending[lba as usize].clear();
     }
+    /// Whether a write or trim of `lba` is not known durable yet.
+    pub fn has_pending(&self, lba: u64) -> bool {
+        !self.pending[lba as usize].is_empty()
+    }
+    /// Whether `v` is one of `lba`'s writes not known durable yet.
+    pub fn allowed_pending(&self, lba: u64, v: u32) -> bool {
+        self.pending[lba as usize].contains(&v)
+    }
     pub fn allowed(&self, lba: u64, v: u32) -> bool {
         let i = lba as usize;
         self.committed[i] == v || self.pending[i].contains(&v)
@@ -447,6 +455,11 @@ pub struct ForkModel {
     /// Blocks a write or trim of the fork was answered for (the others
     /// read as its base).
     pub changed: Vec<bool>,
+    /// Blocks a write or trim of the fork is known durable for: a cut keeps
+    /// them changed. An answered change not yet flushed may be lost, and
+    /// the block then reads as its base again (zeros if the base was
+    /// non-persistent).
+    pub durably_changed: Vec<bool>,
     /// Blocks its base may read as zeros (see [`SnapModel::may_be_zero`]).
     pub may_be_zero: Vec<bool>,
 }
@@ -992,6 +1005,9 @@ impl Rig {
                 self.ftl().flush()?;
                 self.model.flush();
                 for f in &mut self.fork_models {
+                    for l in 0..f.changed.len() {
+                        f.durably_changed[l] |= f.model.has_pending(l as u64);
+                    }
                     f.model.flush();
                 }
                 Ok(())
@@ -1243,6 +1259,7 @@ impl Rig {
                 state,
                 model: Model::holding(&versions),
                 changed: vec![false; self.blocks as usize],
+                durably_changed: vec![false; self.blocks as usize],
                 may_be_zero,
             });
             return result;
@@ -1362,6 +1379,8 @@ impl Rig {
         let attrs = self.model.attrs().to_vec();
         for f in &mut self.fork_models {
             for (l, &a) in attrs.iter().enumerate() {
+                // A change the cut may have lost leaves the block its base's.
+                f.changed[l] = f.durably_changed[l];
                 f.may_be_zero[l] |= a & attr_bits::NON_PERSISTENT != 0 && !f.changed[l];
             }
         }
@@ -1386,6 +1405,11 @@ impl Rig {
                         "fork {name} block {l} read {got} after recovery; model: {}",
                         f.model.describe(l)
                     );
+                    if f.model.has_pending(l) && f.model.allowed_pending(l, got) {
+                        // The fork's own change survived the cut.
+                        f.changed[l as usize] = true;
+                        f.durably_changed[l as usize] = true;
+                    }
                     f.model.durable(l, got);
                 }
                 self.coverage.fork_blocks_checked += u64::from(n);
