@@ -411,10 +411,7 @@ impl Ftl {
     /// block. Asks for a checkpoint when only a younger zone would do.
     /// O(zones).
     pub(super) fn inplace_victim(&mut self) -> Option<InPlaceScore> {
-        // In band every gap is padded (no gap fills yet): a job frees
-        // nothing, so GC never picks one.
-        if self.zones.nameless_zone_count() == 0 || self.md_in_zones() || !self.inplace_may_start()
-        {
+        if self.zones.nameless_zone_count() == 0 || !self.inplace_may_start() {
             return None;
         }
         let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
@@ -423,7 +420,7 @@ impl Ftl {
         let admitted = self.nameless.admitted_new_blocks;
         let media = self.stats.media_write_blocks;
         let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
-        let score = |z: ZoneId, n_valid: u64| {
+        let score = |z: ZoneId, n_valid: u64, data_blocks: u64| {
             // Blocks arriving while the job writes: T_write × (N_valid +
             // N_wait) µs at S_write blocks per µs.
             let arriving = (u128::from(t.write_us)
@@ -432,7 +429,8 @@ impl Ftl {
                 * 1000)
                 .checked_div(u128::from(rate_ns))
                 .unwrap_or(0);
-            let benefit = u128::from(cap - n_valid).min(u128::from(n_wait + n_last) + arriving);
+            let dead = data_blocks.saturating_sub(n_valid);
+            let benefit = u128::from(dead).min(u128::from(n_wait + n_last) + arriving);
             let cost =
                 u128::from(t.erase_us) + u128::from(t.read_us + t.write_us) * u128::from(n_valid);
             InPlaceScore {
@@ -454,7 +452,9 @@ impl Ftl {
             {
                 continue;
             }
-            let s = score(z, n_valid);
+            // In band its md blocks hold no data: only dead data blocks
+            // can be filled.
+            let s = score(z, n_valid, cap - self.nameless_non_data_blocks(z));
             if s.benefit == 0 {
                 continue;
             }
@@ -721,12 +721,8 @@ impl Ftl {
         let (mut data, mut oob) = (Payload::new(), Vec::new());
         let (mut pads, mut newest) = (0, 0);
         // Each fill takes 8 bytes of every checkpoint (section 24) until
-        // freed: past the room left, gaps are padded. In band every gap is
-        // padded (no gap fills yet).
-        let mut fill_room = match job.band {
-            Some(_) => 0,
-            None => self.checkpoint_room_bytes() / 8,
-        };
+        // freed: past the room left, gaps are padded.
+        let mut fill_room = self.checkpoint_room_bytes() / 8;
         let (gap_gen, in_band) = (job.gap_gen, job.band.is_some());
         let mut fills = Vec::new();
         let mut o = at;
@@ -793,6 +789,13 @@ impl Ftl {
                     match fill {
                         Some((fill, block)) => {
                             fill_room -= 1;
+                            if in_band {
+                                // The gap's entry is the fill's.
+                                let e = self.gap_fill_entry(&fill, gap_gen);
+                                let job = self.inplace.as_mut().expect("job");
+                                let b = job.band.as_mut().expect("in band");
+                                *b.group.last_mut().expect("the gap's entry") = e;
+                            }
                             data.push(block);
                             fills.push(fill);
                             newest = newest.max(self.next_seq - 1);
@@ -1162,8 +1165,7 @@ impl Ftl {
         let seq = self.take_seq();
         let job = self.inplace.as_ref().expect("job");
         let (victim, scratch, staged) = (job.victim, job.scratch, job.staged);
-        // In band no gap is filled: no gap generation.
-        if job.phase == Phase::StageFlush && job.band.is_none() {
+        if job.phase == Phase::StageFlush {
             self.take_gap_gen(victim);
         }
         let job = self.inplace.as_ref().expect("job");

@@ -53,10 +53,6 @@ impl Rebuild {
         if self.inplace_pending.is_some() {
             return Err(damaged("another job is pending"));
         }
-        // In band no gap is filled (format.md §11, crash step 9).
-        if self.in_band && gap_gen != 0 {
-            return Err(damaged("a gap generation with md in the log"));
-        }
         if victim >= g.zone_count || scratch >= g.zone_count || victim == scratch {
             return Err(damaged("zones out of range"));
         }
