@@ -452,9 +452,13 @@ impl Ftl {
             {
                 continue;
             }
-            // In band its md blocks hold no data: only dead data blocks
-            // can be filled.
-            let s = score(z, n_valid, cap - self.nameless_non_data_blocks(z));
+            // In band its md blocks hold no data (and no zone summary is
+            // written): only dead data blocks can be filled.
+            let data_blocks = match self.md_in_zones() {
+                true => self.cap() - self.nameless_non_data_blocks(z),
+                false => cap,
+            };
+            let s = score(z, n_valid, data_blocks);
             if s.benefit == 0 {
                 continue;
             }
