@@ -52,11 +52,7 @@ struct Victim {
     freed: Vec<NamelessAddr>,
 }
 
-fn victim() -> Victim {
-    victim_on(true)
-}
-
-/// `victim()` with tags in OOB (md in OOB) or in band (md in the log).
+/// With tags in OOB (md in OOB) or in band (md in the log).
 fn victim_on(oob: bool) -> Victim {
     let mut ftl = format_on(oob, volume_config(oob));
     let cap = ftl.ftl().geometry().zone_capacity_blocks;
