@@ -9,10 +9,10 @@
 //!
 //! With md in the log (in band) no block carries a tag: the scratch zone
 //! keeps a staging index (md blocks of kind 2) after each group of staged
-//! blocks, the victim's entries come from its md blocks, and the rewrite
-//! writes each group's md blocks after it; every gap is padded (no gap
-//! fills in band yet). Layout and crash analysis: docs/format.md §11,
-//! crash step 9, "Placement log".
+//! blocks, the victim's entries come from its md blocks, the rewrite
+//! writes each group's md blocks after it, and a gap fill's record is its
+//! NamelessWrite and NamelessMd notes. Layout and crash analysis:
+//! docs/format.md §11, crash step 9, "Placement log".
 //!
 //! One command of the job is in flight at a time. No checkpoint is
 //! captured between the `InPlaceStaged` push and a durable `InPlaceDone`
@@ -280,13 +280,6 @@ impl Band {
         );
         self.index_out.extend(blocks);
         self.index_group += 1;
-    }
-
-    /// Offset past the last data block of a zone written full.
-    fn full_data_end(&self) -> u64 {
-        let l = &self.layout;
-        let last = l.groups().saturating_sub(1);
-        l.group_start(last) + l.group_data_blocks(last)
     }
 
     /// The scratch offset of staged block `i` (data offset `i` of the
@@ -967,7 +960,7 @@ impl Ftl {
             InPlaceOp::Reset { .. } => {
                 let job = self.inplace.as_ref().expect("job");
                 let victim = job.victim;
-                if let Some(end) = job.band.as_ref().map(Band::full_data_end) {
+                if let Some(end) = job.band.as_ref().map(|b| b.layout.full_data_end()) {
                     // Its open or stuck group is staged; the rewrite writes
                     // every group's md blocks where the full layout has them.
                     let m = self.nameless.md.as_mut().expect("md placement log");

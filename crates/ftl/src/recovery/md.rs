@@ -88,7 +88,7 @@ impl RecoveredMd {
     /// settle.
     pub(crate) fn rewritten_full(&mut self, zone: ZoneId) {
         self.groups.remove(&zone);
-        self.tails[zone as usize] = (full_data_end(&self.layout), u32::MAX);
+        self.tails[zone as usize] = (self.layout.full_data_end() as u32, u32::MAX);
     }
 
     /// Tails that place every recovered group's blocks in their zone's
@@ -459,10 +459,4 @@ fn find_md<B: Backend>(
         }
     }
     Ok(None)
-}
-
-/// Offset past the last data block of a zone written full.
-pub(crate) fn full_data_end(l: &MdLayout) -> u32 {
-    let last = l.groups().saturating_sub(1);
-    (l.group_start(last) + l.group_data_blocks(last)) as u32
 }
