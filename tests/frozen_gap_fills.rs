@@ -1,10 +1,14 @@
-//! The frozen image of gap fills (docs/format.md §9 and §11):
+//! The frozen images of gap fills (docs/format.md §9 and §11):
 //! `tests/images/v3-oob-gap-fills.img.gz`, made by
 //! [`make_frozen_gap_fill_image`] with the first build that fills gaps, is
 //! a crash image (md in OOB) after two in-place collections whose gaps
 //! took queued writes: the first job's fills in its last checkpoint's
 //! section 24 (one of them freed in the log after it), the second job's
-//! only in its victim's tags and the log. Its client's record (live
+//! only in its victim's tags and the log. `v3-inband-gap-fills.img.gz`
+//! ([`make_frozen_gap_fill_image_in_band`], the first build that collects
+//! in place in band) is the same with tags in band: the victims' staging
+//! indexes in their scratch zones, the second job's fills in its
+//! victim's md blocks and their NamelessWrite notes only. Its client's record (live
 //! addresses with their keys, and freed addresses a fill now sits on) is
 //! in logical blocks from LBA 0. Every build must mount it: the live blocks
 //! read back, the freed addresses answer `Stale` to a read, a free and an
@@ -20,16 +24,23 @@ use zftl::sim::{SimConfig, SimDevice};
 
 mod common;
 
-const IMAGE: &str = "v3-oob-gap-fills.img.gz";
+/// The image of tags in OOB (md in OOB) or in band (md in the log).
+fn image(oob: bool) -> &'static str {
+    if oob {
+        "v3-oob-gap-fills.img.gz"
+    } else {
+        "v3-inband-gap-fills.img.gz"
+    }
+}
 
 /// The client's record: (address, key) of blocks that must read back
 /// (key `u64::MAX`: a freed address a fill now sits on, `Stale`).
 const INDEX_LBA: u64 = 0;
 
-fn sim_config() -> SimConfig {
+fn sim_config(oob: bool) -> SimConfig {
     SimConfig {
         pages_per_block: 16,
-        ..common::volume_config(true)
+        ..common::volume_config(oob)
     }
 }
 
@@ -188,11 +199,25 @@ fn images_dir() -> PathBuf {
 #[test]
 #[ignore = "writes tests/images/v3-oob-gap-fills.img.gz; run by hand"]
 fn make_frozen_gap_fill_image() {
+    make_image(true);
+}
+
+#[test]
+#[ignore = "writes tests/images/v3-inband-gap-fills.img.gz; run by hand"]
+fn make_frozen_gap_fill_image_in_band() {
+    make_image(false);
+}
+
+fn make_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("image");
-    let dev = SimDevice::create_file(&path, sim_config()).unwrap();
+    let dev = SimDevice::create_file(&path, sim_config(oob)).unwrap();
     let opts = FormatOptions {
-        tag_placement: TagPlacement::Auto,
+        tag_placement: if oob {
+            TagPlacement::Auto
+        } else {
+            TagPlacement::InBand
+        },
         seed: 11,
         ..FormatOptions::default()
     };
@@ -224,7 +249,7 @@ fn make_frozen_gap_fill_image() {
     // A crash image: no shutdown.
     drop(ftl.into_backend());
     let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(IMAGE)).unwrap();
+    let out = std::fs::File::create(images_dir().join(image(oob))).unwrap();
     let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
     gz.write_all(&raw).unwrap();
     gz.finish().unwrap();
@@ -232,14 +257,23 @@ fn make_frozen_gap_fill_image() {
 
 #[test]
 fn the_frozen_gap_fill_image_mounts_with_its_fills_and_stale_addresses() {
+    mount_image(true);
+}
+
+#[test]
+fn the_frozen_gap_fill_image_mounts_with_its_fills_and_stale_addresses_in_band() {
+    mount_image(false);
+}
+
+fn mount_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(IMAGE)).unwrap())
+    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(image(oob))).unwrap())
         .read_to_end(&mut raw)
         .unwrap();
     let path = dir.path().join("image");
     std::fs::write(&path, raw).unwrap();
-    let dev = SimDevice::open_file_expecting(&path, &sim_config()).unwrap();
+    let dev = SimDevice::open_file_expecting(&path, &sim_config(oob)).unwrap();
     let cfg = FtlConfig::default();
     let mut ftl = Driver::mount(dev, cfg.clone()).unwrap();
     let index = read_index(&mut ftl);

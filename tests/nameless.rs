@@ -358,7 +358,7 @@ struct NamelessRig {
     to_ack: Vec<NamelessAddr>,
     /// Blocks nameless wear leveling moved, before each cut.
     wl_moves: u64,
-    /// In-place collections started (md in OOB), those GC started by
+    /// In-place collections started (both tag modes), those GC started by
     /// itself, and the gap fills they wrote, before each cut.
     inplace_started: u64,
     inplace_by_gc: u64,
@@ -378,7 +378,7 @@ impl NamelessRig {
         }
         if seed % 5 == 2 {
             // A remap table of one entry: migrations stop at once, and GC
-            // collects nameless zones in place (md in OOB), its gap fills
+            // collects nameless zones in place (both tag modes), its gap fills
             // taking queued writes.
             cfg.nameless_remap_entries = 1;
         }
@@ -534,7 +534,7 @@ impl NamelessRig {
         self.take_events()?;
         if self.rng.next_u64().is_multiple_of(40) {
             // An in-place collection of a live block's zone, if one may
-            // start (md in OOB): it runs beside the next steps.
+            // start: it runs beside the next steps.
             if let Some(a) = self.pick_live() {
                 let cap = self.ftl().ftl().geometry().zone_capacity_blocks;
                 self.inplace_started += u64::from(self.ftl().start_in_place(a.ppa().zone(cap)));

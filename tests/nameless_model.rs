@@ -1720,7 +1720,7 @@ fn model_cases(test: &str, oob: bool) {
     let result = runner.run(&case, |(seed, timing, long_replay, ops)| {
         let mut cfg = self::config(long_replay);
         if seed % 4 == 1 {
-            // Migrations stop at once: GC collects in place (md in OOB).
+            // Migrations stop at once: GC collects in place (both tag modes).
             cfg.nameless_remap_entries = 1;
         }
         let mut rig = Rig::new_in(seed, timing, cfg, oob);

@@ -22,7 +22,7 @@ use crate::error::MountError;
 use crate::ftl::NAMELESS_MD_BYTES;
 use crate::layout::{Layout, SUPER_ZONES};
 use crate::mapping::{Owner, Target};
-use crate::nameless::{NamelessTag, NamelessTagKind};
+use crate::nameless::{MdEntry, NamelessTag, NamelessTagKind};
 use crate::note::LogBlock;
 use crate::recovery::{recover_state, LogReader, Recovered};
 use crate::summary;
@@ -1125,15 +1125,19 @@ fn check_nameless<B: Backend>(
     });
     // A pending in-place job's victim holds its live blocks in the
     // scratch zone until the mount redoes it: each is checked there.
-    let staged = r
-        .inplace_pending
-        .map(|job| (job.victim, staged_homes(backend, g, &job)));
+    let staged = r.inplace_pending.map(|job| {
+        let homes = match md.as_ref() {
+            Some(m) => staged_homes_in_band(backend, g, &m.layout, &job),
+            None => staged_homes(backend, g, &job),
+        };
+        (job.victim, homes)
+    });
     for ppa in live {
         let (zone, off) = (ppa.zone(cap), ppa.offset_blocks(cap));
         let here = |detail: String| Problem::new(ProblemKind::Nameless, detail).at(zone, off);
         let at = match &staged {
             Some((victim, homes)) if *victim == zone => match homes.get(&off) {
-                Some(&(scratch, o)) => (scratch, o),
+                Some(&(scratch, o, _)) => (scratch, o),
                 None => {
                     report.problem(here("a pending in-place job staged no copy of it".into()));
                     continue;
@@ -1155,8 +1159,15 @@ fn check_nameless<B: Backend>(
         // Its own birth generation: a gap fill's is in the map (step 7).
         let generation = r.nameless_births.birth(ppa, zone);
         if let Some(m) = md.as_mut() {
-            // In band: the block's entry, recovered or in its md block.
+            // In band: the block's entry, recovered or in its md block (a
+            // staged copy's in its staging index).
+            let staged_entry = staged
+                .as_ref()
+                .filter(|(victim, _)| *victim == zone)
+                .and_then(|(_, homes)| homes.get(&off))
+                .map(|(_, _, e)| e.clone());
             let entry = match m.entry(zone, off) {
+                _ if staged_entry.is_some() => staged_entry.flatten(),
                 Some(e) => Some(e.clone()),
                 None => {
                     let (end, at) = m.tails[zone as usize];
@@ -1217,7 +1228,7 @@ fn staged_homes<B: Backend>(
     backend: &mut B,
     g: &Geometry,
     job: &crate::recovery::PendingInPlace,
-) -> std::collections::HashMap<u64, (ZoneId, u64)> {
+) -> StagedHomes {
     let cap = g.zone_capacity_blocks;
     let ob = g.oob_size_bytes as usize;
     (0..job.staged_blocks)
@@ -1226,9 +1237,46 @@ fn staged_homes<B: Backend>(
             let (tag, _) = NamelessTag::decode(oob.get(..ob)?).ok()??;
             let home = tag.link.ppa();
             (tag.kind == NamelessTagKind::Staged && home.zone(cap) == job.victim)
-                .then(|| (home.offset_blocks(cap), (job.scratch, o)))
+                .then(|| (home.offset_blocks(cap), (job.scratch, o, None)))
         })
         .collect()
+}
+
+/// Home offset in the victim -> (scratch zone, offset, entry in band).
+type StagedHomes = std::collections::HashMap<u64, (ZoneId, u64, Option<MdEntry>)>;
+
+/// In band, where a pending job staged each block and its entry, from the
+/// scratch zone's staging index (format.md §11, crash step 9): a group
+/// whose index cannot be read or decoded is left out (its blocks are
+/// reported).
+fn staged_homes_in_band<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    l: &crate::nameless::MdLayout,
+    job: &crate::recovery::PendingInPlace,
+) -> StagedHomes {
+    let bs = g.block_size_bytes as usize;
+    let mut homes = StagedHomes::new();
+    for k in 0..job.staged_blocks.div_ceil(l.group_blocks) {
+        let d = (job.staged_blocks - k * l.group_blocks).min(l.group_blocks);
+        let start = l.group_start(k);
+        let index: Option<Vec<u8>> = (0..l.md_blocks_for(d))
+            .map(|i| {
+                read_retrying(backend, job.scratch, start + d + i, 1)
+                    .ok()
+                    .map(|r| r.0)
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|blocks| blocks.concat());
+        let entries = index.and_then(|index| {
+            crate::ftl::staging_index_entries(&index, bs, l, NAMELESS_MD_BYTES, job.victim, k, d)
+        });
+        for (i, e) in entries.into_iter().flatten().enumerate() {
+            let home = u64::from(e.home_offset);
+            homes.insert(home, (job.scratch, start + i as u64, Some(e)));
+        }
+    }
+    homes
 }
 
 /// Each shared entry's reference count against the L2P entries and kept

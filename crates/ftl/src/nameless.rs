@@ -564,6 +564,13 @@ impl MdLayout {
         full * self.group_blocks + self.group_data_blocks(full)
     }
 
+    /// Offset past the last data block of a zone written full (its data
+    /// end, with its last group's md blocks where the layout has them).
+    pub fn full_data_end(&self) -> u64 {
+        let last = self.groups().saturating_sub(1);
+        self.group_start(last) + self.group_data_blocks(last)
+    }
+
     /// True when a zone written full has a data block at `offset` (not an
     /// md block, not past the capacity, not a block the last group leaves
     /// unused).
@@ -2191,6 +2198,14 @@ mod tests {
         // The last group: r = 280 blocks, 280 - ceil(280 / 93) = 276 data
         // blocks, then ceil(276 / 92) = 3 md blocks (one block unused).
         assert_eq!(l.group_data_blocks(0), 736);
+        assert_eq!(l.full_data_end(), 744 + 276);
+        // Groups of 80 in zones of 128: 80, then 40 - ceil(40 / 11) = 36.
+        assert_eq!(
+            MdLayout::from_group_blocks(80, 128).full_data_end(),
+            88 + 36
+        );
+        // One group: 64 - ceil(64 / 93) = 63 data blocks.
+        assert_eq!(MdLayout::new(4096, 32, 64).full_data_end(), 63);
         assert_eq!(l.group_data_blocks(1), 276);
         assert_eq!(l.group_data_blocks(2), 0);
         assert_eq!(group_data_blocks(1024, 4096, 32, 1), 276);

@@ -210,7 +210,7 @@ impl Ftl {
     /// Blocks of nameless zone `z` that hold no data (0 with md in OOB):
     /// in band its md blocks and, if it was sealed early, the offsets past
     /// its last group. No migration frees them for data.
-    fn nameless_non_data_blocks(&self, z: ZoneId) -> u64 {
+    pub(super) fn nameless_non_data_blocks(&self, z: ZoneId) -> u64 {
         let Some(m) = self.nameless.md.as_ref().filter(|_| self.md_in_zones()) else {
             return 0;
         };

@@ -75,6 +75,7 @@ const KEPT_SLACK_ZONES: u64 = 2;
 type UnplannedRead = (u64, Lba, u32, Option<(SnapshotId, Seq, Epoch)>);
 use write::{FlushWait, WaitingWrite};
 
+pub(crate) use inplace::staging_index_entries;
 pub use nameless::NAMELESS_MD_BYTES;
 pub use request::{Extent, Reply, ReplyData, Request, MAX_EXTENT_QUERY_BLOCKS};
 pub use window::{MAX_WINDOW_POINTS, MIN_POINT_INTERVAL_BLOCKS};

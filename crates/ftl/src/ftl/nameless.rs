@@ -191,6 +191,8 @@ pub(super) struct GapFill {
     key: Key,
     index: usize,
     offset: u64,
+    /// Its seq (in band its NamelessWrite note's).
+    seq: Seq,
 }
 
 /// The blocks of one nameless append: `count` blocks of write `key` from
@@ -731,9 +733,9 @@ impl Ftl {
 
     /// Whether the nameless zones' dead blocks the space account holds
     /// (`nameless_dead_blocks`) are room for plain writes: migrations have
-    /// stopped, and in-place collection (md in OOB) fills gaps with them.
+    /// stopped, and in-place collection fills gaps with them.
     fn gap_fills_collect(&self) -> bool {
-        self.nameless.supported && !self.md_in_zones() && self.migration_stopped()
+        self.nameless.supported && self.migration_stopped()
     }
 
     /// Whether the uncommitted set, and its section in the next checkpoint,
@@ -1082,7 +1084,8 @@ impl Ftl {
 
     /// The next block of the oldest queued nameless write, to fill the gap
     /// at `offset` of the in-place victim (docs/design.md, step 5), its
-    /// tag written to `oob`: birth generation `gap_gen`, link none, a new
+    /// tag written to `oob` (md in OOB; in band its entry is
+    /// `gap_fill_entry`'s): birth generation `gap_gen`, link none, a new
     /// seq. Only a plain write's (an overwrite's free of its old block
     /// could not be undone if a cut discards the fill) and not one a
     /// pending commit must precede.
@@ -1113,17 +1116,36 @@ impl Ftl {
             seq,
             data_crc: w.crcs[index],
         };
-        tag.encode(
-            &w.md[index * NAMELESS_MD_BYTES..(index + 1) * NAMELESS_MD_BYTES],
-            oob,
-        );
+        if self.nameless.md.is_none() {
+            tag.encode(
+                &w.md[index * NAMELESS_MD_BYTES..(index + 1) * NAMELESS_MD_BYTES],
+                oob,
+            );
+        }
         let block = w.blocks[index].clone();
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
         self.nameless.dequeued(1, true);
         self.stats.nameless_write_blocks += 1;
-        Some((GapFill { key, index, offset }, block))
+        let fill = GapFill {
+            key,
+            index,
+            offset,
+            seq,
+        };
+        Some((fill, block))
+    }
+
+    /// In band, the md entry of gap fill `f`, born with `gap_gen`.
+    pub(super) fn gap_fill_entry(&self, f: &GapFill, gap_gen: u32) -> crate::nameless::MdEntry {
+        let w = self.nameless.writes.get(f.key).expect("a fill's write");
+        crate::nameless::MdEntry {
+            home_offset: f.offset as u32,
+            data_crc: w.crcs[f.index],
+            birth_gen: gap_gen,
+            md: w.md[f.index * NAMELESS_MD_BYTES..(f.index + 1) * NAMELESS_MD_BYTES].to_vec(),
+        }
     }
 
     /// Gap fills of in-place victim `zone` were written: live at their
@@ -1142,6 +1164,22 @@ impl Ftl {
             self.nameless.uncommitted.insert(ppa);
             self.nameless.unanswered_blocks[zone as usize] += 1;
             self.nameless.births.fill(ppa, zone, gap_gen);
+            if self.md_in_zones() {
+                // In band its record is its NamelessWrite and NamelessMd
+                // notes (before InPlaceDone, which makes it live at replay)
+                // and its entry in the victim's md blocks.
+                let e = self.gap_fill_entry(f, gap_gen);
+                self.log.push_note(Note::NamelessWrite {
+                    seq: f.seq,
+                    ppa,
+                    data_crc: e.data_crc,
+                    birth_gen: gap_gen,
+                    replaced: NamelessAddr::NONE,
+                });
+                for n in crate::note::nameless_md_notes(&e.md, f.seq) {
+                    self.log.push_note(n);
+                }
+            }
             let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
             w.addrs[f.index] = NamelessAddr::new(ppa, gap_gen);
         }

@@ -10,10 +10,12 @@ use super::replay::Rebuild;
 use crate::addr::{Ppa, Seq};
 use crate::backend::{again_after_abort, Backend, BackendExt, DeviceError, Geometry, ZoneId};
 use crate::error::MountError;
+use crate::ftl::NAMELESS_MD_BYTES;
 use crate::mapping::Mapping;
-use crate::nameless::{NamelessAddr, NamelessTag, NamelessTagKind};
+use crate::nameless::{MdEntry, MdLayout, NamelessAddr, NamelessTag, NamelessTagKind};
 use crate::tag::{DataCrcImpl, Tag, TagKind};
 use crate::zone::ZoneTable;
+use std::collections::VecDeque;
 
 /// A job whose `InPlaceStaged` note the log holds and no `InPlaceDone`
 /// after it.
@@ -51,11 +53,6 @@ impl Rebuild {
         if self.inplace_pending.is_some() {
             return Err(damaged("another job is pending"));
         }
-        if self.in_band {
-            return Err(damaged(
-                "in-place collection with md in the log is not built",
-            ));
-        }
         if victim >= g.zone_count || scratch >= g.zone_count || victim == scratch {
             return Err(damaged("zones out of range"));
         }
@@ -92,6 +89,11 @@ impl Rebuild {
         match self.inplace_pending.take() {
             Some(job) if job.victim == victim => {
                 self.erase_counts.insert(victim, erase_count);
+                if let Some(md) = self.nameless_md.as_mut() {
+                    // The rewrite wrote every group's md blocks where the
+                    // full layout has them, durable before this note.
+                    md.rewritten_full(victim);
+                }
                 let fills = std::mem::take(&mut self.inplace_fills);
                 // The victim's scan finds at most the fills the job wrote
                 // (fewer where a later reset of the zone erased them).
@@ -130,6 +132,11 @@ struct Staged {
 /// it to its capacity from the staged copies (a block `mapping` holds
 /// live at its home offset, a pad block elsewhere), flushes, and counts
 /// the erase and the writes in `zones`.
+///
+/// In band (`layout` given) the blocks and their entries come from the
+/// scratch zone's staging index, and the victim is written in the
+/// full-zone layout with every group's md blocks (format.md §11, crash
+/// step 9, "Placement log").
 pub(crate) fn redo<B: Backend>(
     backend: &mut B,
     g: &Geometry,
@@ -137,7 +144,11 @@ pub(crate) fn redo<B: Backend>(
     mapping: &Mapping,
     zones: &mut ZoneTable,
     crc: DataCrcImpl,
+    layout: Option<MdLayout>,
 ) -> Result<(), MountError> {
+    if let Some(l) = layout {
+        return redo_in_band(backend, g, job, mapping, zones, crc, &l);
+    }
     let cap = g.zone_capacity_blocks;
     let span = u64::from(g.max_transfer_blocks.min(g.max_append_blocks)).clamp(1, 64);
     again_after_abort(|| backend.reset_zone(job.victim)).map_err(dev("mount: in-place reset"))?;
@@ -254,4 +265,151 @@ fn read_staged<B: Backend>(
             })
         })
         .collect()
+}
+
+/// The redo in band: the victim reset, then written group by group (each
+/// data offset a block the replay holds live, from the scratch zone, or a
+/// pad; then the group's md blocks), the blocks past the last group
+/// padded, and a flush.
+fn redo_in_band<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    job: &PendingInPlace,
+    mapping: &Mapping,
+    zones: &mut ZoneTable,
+    crc: DataCrcImpl,
+    l: &MdLayout,
+) -> Result<(), MountError> {
+    let (cap, bs) = (g.zone_capacity_blocks, g.block_size_bytes as usize);
+    again_after_abort(|| backend.reset_zone(job.victim)).map_err(dev("mount: in-place reset"))?;
+    let scratch_groups = job.staged_blocks.div_ceil(l.group_blocks);
+    let (mut staged, mut next_group) = (VecDeque::new(), 0);
+    let mut at = 0;
+    for k in 0..l.groups() {
+        let (start, d) = (l.group_start(k), l.group_data_blocks(k));
+        let mut entries = Vec::with_capacity(d as usize);
+        let mut data = Vec::with_capacity((d as usize + 8) * bs);
+        for o in start..start + d {
+            while staged.is_empty() && next_group < scratch_groups {
+                staged.extend(read_staged_group(backend, g, l, job, next_group, crc)?);
+                next_group += 1;
+            }
+            let s = match staged.front() {
+                Some((e, _)) if u64::from(e.home_offset) == o => staged.pop_front(),
+                _ => None,
+            };
+            match s.filter(|_| mapping.is_live(Ppa::new(job.victim, o, cap))) {
+                Some((e, block)) => {
+                    data.extend_from_slice(&block);
+                    entries.push(e);
+                }
+                None => {
+                    data.resize(data.len() + bs, 0);
+                    entries.push(MdEntry::absent(o as u32, NAMELESS_MD_BYTES));
+                }
+            }
+        }
+        data.extend(super::md::encode_group(g, l, job.victim, k, &entries));
+        at = write_run(backend, g, job.victim, at, data)?;
+    }
+    // Blocks the last group leaves over.
+    let rest = vec![0; (cap - at) as usize * bs];
+    write_run(backend, g, job.victim, at, rest)?;
+    if let Some((e, _)) = staged.front() {
+        return Err(MountError::Damaged(format!(
+            "in-place job of zone {}: staged block of home offset {} is no data block",
+            job.victim, e.home_offset
+        )));
+    }
+    again_after_abort(|| backend.flush()).map_err(dev("mount: in-place flush"))?;
+    zones.reset_in_place(job.victim);
+    zones.record_write(job.victim, cap, 0);
+    Ok(())
+}
+
+/// Writes `data` at `at` of `zone` in commands the device takes; returns
+/// the offset past it.
+fn write_run<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    zone: ZoneId,
+    at: u64,
+    data: Vec<u8>,
+) -> Result<u64, MountError> {
+    let bs = g.block_size_bytes as usize;
+    let span = u64::from(g.max_transfer_blocks.min(g.max_append_blocks)).clamp(1, 64);
+    let mut at = at;
+    for part in data.chunks(span as usize * bs) {
+        let n = (part.len() / bs) as u64;
+        backend
+            .write_blocks(zone, at, part.to_vec(), vec![0; g.oob_bytes(n)])
+            .map_err(dev("mount: in-place rewrite"))?;
+        at += n;
+    }
+    Ok(at)
+}
+
+/// In band: the staged blocks of scratch group `k` with their entries,
+/// from its staging index; the index must decode as that group's and each
+/// block's CRC match its entry (the scratch zone was flushed before the
+/// job's note), else `Damaged`.
+fn read_staged_group<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    l: &MdLayout,
+    job: &PendingInPlace,
+    k: u64,
+    crc: DataCrcImpl,
+) -> Result<Vec<(MdEntry, Vec<u8>)>, MountError> {
+    let bs = g.block_size_bytes as usize;
+    let d = job
+        .staged_blocks
+        .saturating_sub(k * l.group_blocks)
+        .min(l.group_blocks);
+    let start = l.group_start(k);
+    let damaged = |what: String| {
+        MountError::Damaged(format!(
+            "in-place job of zone {}: scratch zone {} group {k}: {what}",
+            job.victim, job.scratch
+        ))
+    };
+    let md_blocks = l.md_blocks_for(d);
+    let index = read_scratch(backend, g, job.scratch, start + d, md_blocks)?;
+    let entries =
+        crate::ftl::staging_index_entries(&index, bs, l, NAMELESS_MD_BYTES, job.victim, k, d)
+            .ok_or_else(|| damaged("no staging index".into()))?;
+    let data = read_scratch(backend, g, job.scratch, start, d)?;
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let block = data[i * bs..(i + 1) * bs].to_vec();
+            if crc.checksum(&block) != e.data_crc {
+                return Err(damaged(format!("staged block {i} does not match its CRC")));
+            }
+            Ok((e, block))
+        })
+        .collect()
+}
+
+/// `n` blocks of the scratch zone from `first`, read in commands the
+/// device takes.
+fn read_scratch<B: Backend>(
+    backend: &mut B,
+    g: &Geometry,
+    zone: ZoneId,
+    first: u64,
+    n: u64,
+) -> Result<Vec<u8>, MountError> {
+    let span = u64::from(g.max_transfer_blocks).clamp(1, 64);
+    let mut out = Vec::with_capacity(n as usize * g.block_size_bytes as usize);
+    let mut at = first;
+    while at < first + n {
+        let k = span.min(first + n - at);
+        let (data, _) = again_after_abort(|| backend.read_blocks(zone, at, k as u32))
+            .map_err(dev("mount: reading staged copies"))?;
+        out.extend_from_slice(&data);
+        at += k;
+    }
+    Ok(out)
 }

@@ -83,6 +83,14 @@ impl RecoveredMd {
         }
     }
 
+    /// `zone` was rewritten whole by an in-place job: its md blocks lie
+    /// where a zone written full has them, and no group of it is left to
+    /// settle.
+    pub(crate) fn rewritten_full(&mut self, zone: ZoneId) {
+        self.groups.remove(&zone);
+        self.tails[zone as usize] = (self.layout.full_data_end() as u32, u32::MAX);
+    }
+
     /// Tails that place every recovered group's blocks in their zone's
     /// last group (older groups are full, their md blocks regular).
     pub(crate) fn cover_groups(&mut self) {
@@ -254,6 +262,7 @@ impl Rebuild {
 
 /// Where the mount left each recovered group.
 pub(crate) struct SettledMd {
+    pub(crate) layout: MdLayout,
     pub(crate) tails: Vec<(u32, u32)>,
     /// Groups with md on the media nowhere and no room to write it.
     pub(crate) stuck: Vec<(ZoneId, u64, Vec<MdEntry>)>,
@@ -269,11 +278,16 @@ pub(crate) fn settle<B: Backend>(
     backend: &mut B,
     g: &Geometry,
     md: RecoveredMd,
+    inplace_victim: Option<ZoneId>,
     is_live: impl Fn(Ppa) -> bool,
     reports: &mut [ZoneInfo],
 ) -> Result<SettledMd, MountError> {
     let cap = g.zone_capacity_blocks;
     let mut md = md;
+    if let Some(v) = inplace_victim {
+        // The mount's redo rewrites it whole, its md with it.
+        md.rewritten_full(v);
+    }
     md.cover_groups();
     let l = md.layout;
     let mut tails = md.tails;
@@ -324,7 +338,11 @@ pub(crate) fn settle<B: Backend>(
             source: e,
         })?;
     }
-    Ok(SettledMd { tails, stuck })
+    Ok(SettledMd {
+        layout: l,
+        tails,
+        stuck,
+    })
 }
 
 /// Appends `blocks` blocks of `data` to `zone` in appends the device takes,
@@ -356,7 +374,13 @@ fn append_in_parts<B: Backend>(
 }
 
 /// The md blocks of group `k` of `zone` holding `entries` 0 .. d.
-fn encode_group(g: &Geometry, l: &MdLayout, zone: ZoneId, k: u64, entries: &[MdEntry]) -> Vec<u8> {
+pub(super) fn encode_group(
+    g: &Geometry,
+    l: &MdLayout,
+    zone: ZoneId,
+    k: u64,
+    entries: &[MdEntry],
+) -> Vec<u8> {
     let bs = g.block_size_bytes as usize;
     let e = l.entries_per_block as usize;
     let d = entries.len();

@@ -211,6 +211,7 @@ impl<B: Backend> Driver<B> {
                     &mut backend,
                     &r.geometry,
                     md,
+                    r.inplace_pending.map(|j| j.victim),
                     is_live,
                     &mut r.reports,
                 )?)
@@ -225,6 +226,7 @@ impl<B: Backend> Driver<B> {
                 &r.mapping,
                 &mut r.zones,
                 r.data_crc,
+                settled.as_ref().map(|s| s.layout),
             )?;
         }
         for &z in &r.finish {

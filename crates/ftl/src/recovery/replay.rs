@@ -1574,7 +1574,7 @@ mod tests {
     }
 
     #[test]
-    fn in_place_notes_out_of_order_or_of_an_unbuilt_kind_are_refused() {
+    fn in_place_notes_out_of_order_are_refused_in_both_tag_modes() {
         let refused = [
             vec![done(20, 2, 1)],                           // no job pending
             vec![staged(20, 2, 1, 0), done(21, 3, 1)],      // another victim
@@ -1588,11 +1588,28 @@ mod tests {
             let r = try_rebuild(&nameless_events(events));
             assert!(matches!(r, Err(MountError::Damaged(_))), "case {i}");
         }
-        // In band in-place collection is not built.
-        let band = vec![nameless_zone(11, 2), staged(20, 2, 1, 0)];
-        assert!(matches!(
-            try_rebuild_in_band(&band),
-            Err(MountError::Damaged(_))
-        ));
+        // In band the job is pending until its done note, which sets the
+        // victim's md where a zone written full has it; the same refusals
+        // hold.
+        let band = vec![nameless_zone(11, 2), staged(20, 2, 1, 2)];
+        let r = try_rebuild_in_band(&band).unwrap();
+        assert_eq!(r.inplace_pending.map(|j| j.victim), Some(2));
+        let mut band = band;
+        band.push(done(21, 2, 5));
+        let r = try_rebuild_in_band(&band).unwrap();
+        assert!(r.inplace_pending.is_none());
+        let md = r.nameless_md.as_ref().unwrap();
+        assert_eq!(
+            md.tails[2],
+            (md.layout.full_data_end() as u32, u32::MAX),
+            "the victim's md after the rewrite"
+        );
+        for bad in [staged(21, 2, 1, 3), staged(21, 2, 2, 0), done(21, 3, 1)] {
+            let band = vec![nameless_zone(11, 2), staged(20, 2, 1, 0), bad];
+            assert!(matches!(
+                try_rebuild_in_band(&band),
+                Err(MountError::Damaged(_))
+            ));
+        }
     }
 }
