@@ -17,11 +17,11 @@
 # process that remounts and verifies every block (ZNS_GUEST_CRASH_ROUNDS,
 # default 6); then again (ftl-crash-oob) on a namespace with 32 bytes of
 # metadata per block, where the FTL keeps its tags in the metadata; then
-# (nameless-crash) nameless writes killed the same way on a namespace
-# without metadata (md in band), each round verifying every flushed block
-# at its address and every block handed over, and (nameless-inplace) on a
-# namespace with 64 bytes of metadata (md in OOB) with in-place
-# collections started between the writes.
+# (nameless-crash) nameless writes, frees and in-place collections killed
+# the same way on a namespace without metadata (md in band), each round
+# verifying every flushed block at its address and every block handed
+# over, and (nameless-inplace) on a namespace with 64 bytes of metadata
+# (md in OOB).
 #
 # Then the CLI (its own guest boot): zftl info / format / stats / check
 # --device on /dev/ng0n1 and zftl serve --device with a write and verify
@@ -170,14 +170,15 @@ fi
 # room for the FTL's tags: they go in the NVMe metadata (OOB) instead of
 # the metadata log.
 run ftl-crash-oob "${CRASH_ARGS[0]},ms=32" ftl-crash 512M || FAILED_RUNS+=(ftl-crash-oob)
-# Nameless writes killed mid-stream on the same namespace without
-# metadata: tags in band, so md in the log and the zones' md groups.
-run nameless-crash "${CRASH_ARGS[0]}" nameless-crash 512M || FAILED_RUNS+=(nameless-crash)
-# And on a namespace with 64 bytes of metadata per block (tags and md in
-# OOB), where the writer also starts in-place collections of zones it freed
-# blocks in, so kills land inside jobs; zones of 4 MiB (capacity 3 MiB) so
-# that they fill between kills.
-run nameless-inplace "logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=4M,zoned.zone_capacity=3M,zoned.max_open=16,zoned.max_active=24,ms=64" nameless-crash 512M || FAILED_RUNS+=(nameless-inplace)
+# Nameless writes and frees killed mid-stream, the writer also starting
+# in-place collections of zones it freed blocks in, so kills land inside
+# jobs; zones of 4 MiB (capacity 3 MiB) so that they fill between kills.
+# On a namespace without metadata: tags in band, so md in the log and the
+# zones' md groups, and the jobs' staging index in md blocks.
+NAMELESS_ZONES="logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=4M,zoned.zone_capacity=3M,zoned.max_open=16,zoned.max_active=24"
+run nameless-crash "$NAMELESS_ZONES" nameless-crash 512M || FAILED_RUNS+=(nameless-crash)
+# And with 64 bytes of metadata per block: tags and md in OOB.
+run nameless-inplace "$NAMELESS_ZONES,ms=64" nameless-crash 512M || FAILED_RUNS+=(nameless-inplace)
 run cli "$BASE,zoned.zone_capacity=0" cli || FAILED_RUNS+=(cli)
 run nbd-kernel "$BASE,zoned.zone_capacity=0" nbd-kernel || FAILED_RUNS+=(nbd-kernel)
 

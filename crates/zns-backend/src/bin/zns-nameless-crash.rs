@@ -18,12 +18,12 @@
 //! So that zones hold dead blocks, after each flush the writer frees three
 //! in four blocks of the batch flushed two flushes before (printing
 //! `freeing SEQ…` before the call; the verifier skips them, freed or not).
-//! With md in OOB (a namespace with 64 bytes of metadata per block) it also
-//! asks for an in-place collection of a zone after each flush
+//! It also asks for an in-place collection of a zone after each flush
 //! (`Driver::start_in_place`, docs/design.md "In-place collection on ZNS"),
-//! printing `inplace ZONE` when one starts, so kills land in the middle of
-//! jobs and the verifier's mount redoes them; the run fails if none
-//! started.
+//! in either tag mode, printing `inplace ZONE` when one starts, so kills
+//! land in the middle of jobs and the verifier's mount redoes them; the run
+//! fails if none started (the namespace's zones must be small enough to
+//! fill between kills).
 
 #![forbid(unsafe_code)]
 
@@ -146,8 +146,8 @@ fn writer(dev: &str, seed: u64, start: u64) -> Result<(), String> {
                 ftl.nameless_free(&addrs)
                     .map_err(|e| format!("free of {seqs:?}: {e}"))?;
             }
-            // In-place collection (md in OOB only): the first zone, from a
-            // point that moves, that may start one now.
+            // In-place collection: the first zone, from a point that
+            // moves, that may start one now.
             for _ in 0..zone_count {
                 next_zone = (next_zone + 1) % zone_count;
                 if ftl.start_in_place(next_zone) {
@@ -316,9 +316,9 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
     if known.is_empty() {
         return Err("no write was ever flushed: the test proved nothing".to_string());
     }
-    // With md in OOB the writer asks for in-place collections; a run where
-    // none started tested none.
-    if tags == TagMode::Oob && inplace == 0 {
+    // The writer asks for in-place collections; a run where none started
+    // tested none.
+    if inplace == 0 {
         return Err("no in-place collection started: the test proved nothing of them".to_string());
     }
     // The verifier must notice a lie: a flushed write claimed at another
@@ -333,8 +333,8 @@ fn parent(dev: &str, rounds: u32, seed: u64) -> Result<(), String> {
         println!("self-check: the verifier rejected it");
     }
     println!(
-        "zns-nameless-crash: {rounds} kills survived, {} flushed blocks checked, \
-         {} freed, {inplace} in-place collections started, {:.1} s",
+        "zns-nameless-crash: {rounds} kills survived (tags {tags:?}), {} flushed blocks \
+         checked, {} freed, {inplace} in-place collections started, {:.1} s",
         known.len(),
         freed.len(),
         t0.elapsed().as_secs_f64()
