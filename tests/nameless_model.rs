@@ -2081,3 +2081,76 @@ fn found_by_the_model_a_mount_fails_on_a_reset_zone_with_live_blocks() {
     }
     rig.finish();
 }
+
+/// The property test's shrunk case (seed 470316621035668531, long replay)
+/// with GC's copies over four zone groups: a checkpoint fell due while an
+/// in-place job ran (none may be captured inside its window), and the
+/// extra lanes' zone opens and victim closes, a forced log block each,
+/// filled the rest of the ring before the job ended: the log had no room
+/// for the checkpoint, and the volume went read-only without a cut.
+/// `Ftl::checkpoint_held` holds that work until the job ends.
+#[test]
+fn found_by_the_model_a_checkpoint_due_during_an_in_place_job_finds_log_room() {
+    let w = |blocks| Op::Write { blocks, fua: false };
+    let fua = |blocks| Op::Write { blocks, fua: true };
+    let o = |pick, blocks| Op::Overwrite { pick, blocks };
+    let f = |pick, blocks| Op::Free { pick, blocks };
+    #[rustfmt::skip]
+    let ops = [
+        w(4), Op::Commit, w(2),
+        Op::Batch { reqs: vec![Req::Write { blocks: 2 }, Req::Overwrite { pick: 986399451300127254 }, Req::Overwrite { pick: 311068040375419 }], cut: Some(2) },
+        w(2), o(5945164141814072716, 1), w(71), f(6765130129066498971, 1),
+        Op::Cut { after_commands: 37, mount_cut: None }, w(1), Op::Commit,
+        f(6557170872636429171, 3), Op::Flush, w(4), w(3), w(2), w(4), w(2),
+        f(3807509847814203664, 1), f(7443114637834990595, 3), w(32), f(13620261612820315675, 1),
+        f(4962397056227817249, 2), o(966684315999199896, 3), w(3),
+        Op::Read { target: Target::Live(18133444144431422142) },
+        Op::Batch { reqs: vec![Req::Read { pick: 10121112707961788347 }, Req::Overwrite { pick: 2162884421455224887 }, Req::Free { pick: 12143998870947559517 }], cut: None },
+        f(8704220796864177739, 1), w(1), w(4), o(10063363120225124971, 1), w(3), fua(1),
+        Op::Flush, w(1),
+        Op::Batch { reqs: vec![Req::Write { blocks: 3 }, Req::Overwrite { pick: 15911447588511850242 }, Req::Flush, Req::Overwrite { pick: 3565843738824123113 }, Req::Flush], cut: None },
+        w(1), f(13675117975365344739, 2), o(501973852074958592, 1), w(3), w(2), w(3), w(1), w(3),
+        o(12041523313368348775, 1), w(1),
+        Op::Batch { reqs: vec![Req::Write { blocks: 1 }, Req::Commit, Req::Read { pick: 2488475987289280484 }, Req::FreeRacing], cut: Some(2) },
+        Op::Commit, w(41), f(2166931327413124968, 1), w(102), fua(1), fua(3), w(3), w(138),
+        Op::Batch { reqs: vec![Req::FreeRacing], cut: Some(2) }, w(3), f(7964848194043352820, 1),
+        w(1), w(1), w(3), Op::Commit, w(49), o(2603974546018465108, 1),
+        f(11244843206323126978, 2), w(2), w(1),
+        Op::Batch { reqs: vec![Req::Write { blocks: 2 }, Req::Commit], cut: Some(5) },
+        f(4728815452461954441, 2), w(2), w(1), w(4), o(14152971483730991985, 4), Op::Commit, w(1),
+        Op::Commit, Op::Commit, Op::Commit, w(1), w(2), w(4), Op::Commit, w(3), w(87), Op::Commit,
+        o(1200577696587524182, 1), w(1), w(67), w(2), w(135), Op::Settle,
+        Op::Batch { reqs: vec![Req::Read { pick: 4215600604569895315 }, Req::Read { pick: 7808936532226281712 }, Req::Commit, Req::Flush], cut: Some(4) },
+        w(4), w(2), Op::Batch { reqs: vec![Req::Write { blocks: 3 }], cut: Some(2) }, w(3),
+        f(2854181104041070996, 3), fua(2),
+        Op::Batch { reqs: vec![Req::Write { blocks: 1 }], cut: Some(3) },
+        f(7431652495309737056, 1), o(5710100203185814750, 6), o(13847454727113096319, 1),
+        o(14286875292128500806, 7), fua(1), w(2),
+        Op::Batch { reqs: vec![Req::Free { pick: 17899819901650539192 }], cut: Some(4) },
+        Op::Ack { pick: 11670865686560979900 }, w(1), w(1), w(4),
+        Op::Ack { pick: 16645320316349837367 }, w(1), w(2), w(1),
+        Op::Cut { after_commands: 14, mount_cut: Some(6) }, w(2), w(1),
+        Op::Ack { pick: 13066990125261718624 },
+        Op::Batch { reqs: vec![Req::Commit, Req::Write { blocks: 1 }], cut: Some(0) }, w(2),
+        o(9613888688733268199, 1), w(2), w(1), w(2), w(2),
+        Op::InPlace { pick: 7947483511692316521 }, Op::Commit,
+        Op::Read { target: Target::Unborn(1244380376829508398) }, f(11880470496627772733, 1),
+        w(3), f(10849902549817029438, 3), Op::Commit, w(3), fua(3), Op::Commit, w(2),
+        Op::Cut { after_commands: 19, mount_cut: None }, o(7927020026922818935, 1), w(3),
+        o(9056796245630691323, 1), w(1), w(2), w(119), w(3), o(1988080330836030620, 1), w(1),
+        Op::Ack { pick: 5625900019651062750 }, Op::Cut { after_commands: 83, mount_cut: None },
+        w(2), w(4), w(4), o(1115256307155774371, 1), w(2), w(156), o(12141967602216358075, 4),
+        Op::InPlace { pick: 16651494336517119113 }, Op::Commit, o(12962480460572022514, 1), w(2),
+        w(4), w(3), o(1427153371887191935, 2), o(1089183376277037242, 1), w(1),
+        Op::Batch { reqs: vec![Req::Write { blocks: 2 }, Req::Flush, Req::FreeRacing, Req::Commit, Req::Flush], cut: None },
+    ];
+    let cfg = FtlConfig {
+        gc_lanes: 4,
+        ..config(true)
+    };
+    let mut rig = Rig::new(470316621035668531, false, cfg);
+    for op in &ops {
+        rig.apply(op);
+    }
+    rig.finish();
+}

@@ -50,6 +50,21 @@ impl Ftl {
         self.log.free_blocks() < 2 * est + 2
     }
 
+    /// A checkpoint is due but waits for the in-place job (none is captured
+    /// inside its window, `Ftl::inplace_blocks_checkpoint`). The due rule
+    /// left the log room for the checkpoint and a checkpoint's worth of
+    /// notes; the job is bounded, the rest of the work is not: GC into
+    /// extra lanes opens a zone and closes a victim, each a forced log
+    /// block, several times in one job's window. So until the job's
+    /// `InPlaceDone` is durable the work that would log more waits: host
+    /// and nameless appends, GC's appends and jobs, flushes' packing. Only
+    /// the job and the completions of commands in flight log.
+    pub(super) fn checkpoint_held(&self) -> bool {
+        matches!(self.ckpt, CkptState::Idle)
+            && self.inplace_blocks_checkpoint()
+            && self.checkpoint_due()
+    }
+
     /// Upper bound of the next checkpoint's size: the fixed part at its
     /// largest, the tables as they are, and while snapshots keep books, a
     /// birth for every block.

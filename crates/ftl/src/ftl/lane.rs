@@ -547,7 +547,7 @@ impl Ftl {
 
     /// Whether host data may go to the device now.
     fn may_append_host(&self) -> bool {
-        !self.read_only && !matches!(self.ckpt, CkptState::Draining)
+        !self.read_only && !matches!(self.ckpt, CkptState::Draining) && !self.checkpoint_held()
     }
 
     pub(super) fn host_lane(temp: Temp) -> Lane {

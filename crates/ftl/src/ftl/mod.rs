@@ -910,10 +910,16 @@ impl Ftl {
             .or_else(|| self.next_summary_command())
             .or_else(|| self.next_md_command())
             .or_else(|| self.next_finish_command())
-            .or_else(|| self.next_gc_append())
-            .or_else(|| self.next_migrate_append())
+            .or_else(|| self.gc_appends_go().then(|| self.next_gc_append())?)
+            .or_else(|| self.gc_appends_go().then(|| self.next_migrate_append())?)
             .or_else(|| self.next_host_append())
             .or_else(|| self.next_nameless_append())
+    }
+
+    /// GC's appends (and migrations) may go: not while a due checkpoint is
+    /// held (`Ftl::checkpoint_held`).
+    fn gc_appends_go(&self) -> bool {
+        !self.checkpoint_held()
     }
 
     /// Work is pending, nothing is in flight and nothing can be issued:
@@ -1219,7 +1225,9 @@ impl Ftl {
         self.admit_writes();
         self.advance_nameless_commits();
         self.advance_flushes();
-        self.advance_job();
+        if !self.checkpoint_held() {
+            self.advance_job();
+        }
         self.advance_checkpoint();
     }
 

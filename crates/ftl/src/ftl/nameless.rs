@@ -794,7 +794,10 @@ impl Ftl {
 
     /// The next append of queued nameless blocks, into the nameless lane.
     pub(super) fn next_nameless_append(&mut self) -> Option<(Op, Command)> {
-        if self.read_only || matches!(self.ckpt, super::ckpt::CkptState::Draining) {
+        if self.read_only
+            || matches!(self.ckpt, super::ckpt::CkptState::Draining)
+            || self.checkpoint_held()
+        {
             return None;
         }
         let key = *self.nameless.queue.front()?;

@@ -584,11 +584,16 @@ impl Ftl {
                 }
             )
         };
-        if !need_pack && !self.log.writing() && self.flushes.iter().any(unpacked) {
+        if !need_pack
+            && !self.log.writing()
+            && self.flushes.iter().any(unpacked)
+            && !self.checkpoint_held()
+        {
             need_pack = true;
             self.stats.range_commits += 1;
         }
-        if need_pack {
+        // (A held checkpoint keeps the log's room: the flushes wait for it.)
+        if need_pack && !self.checkpoint_held() {
             self.log.pack(true);
             let barrier = self.log.next_log_seq();
             for f in &mut self.flushes {
