@@ -33,7 +33,8 @@ pub(super) const MAX_GC_LANES: u32 = 16;
 /// segment's write rate at a group's.
 pub(super) const NAMELESS_STRIPES: u8 = 4;
 
-/// Data zones per nameless stripe at least (`Ftl::nameless_stripes`).
+/// Data zones per nameless stripe, and per GC lane, at least
+/// (`Ftl::nameless_stripes`, `new_lanes`).
 const DATA_ZONES_PER_STRIPE: u32 = 8;
 
 /// Free zones (least worn first) a lane looks through for one on the zone
@@ -108,9 +109,19 @@ impl Lane {
 }
 
 /// The lanes of a mounted FTL: the base lanes and as many extra GC
-/// lanes as `gc_lanes` asks and the device has zone groups for.
-pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32) -> Vec<StreamState> {
-    let extra = gc_lanes.min(zone_groups).clamp(1, MAX_GC_LANES) - 1;
+/// lanes as `gc_lanes` asks, the device has zone groups for, and its
+/// `data_zones` allow, one GC lane per `DATA_ZONES_PER_STRIPE` (an extra
+/// lane's open zone is a tail GC's other copies cannot use: on a device
+/// of 26 data zones, 4 of them GC's reserve, four GC lanes held three
+/// zones half written while the free zones fell to the reserve, and GC
+/// ran flat out after a fill that leaves 7 % free).
+pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32, data_zones: u32) -> Vec<StreamState> {
+    let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
+    let extra = gc_lanes
+        .min(zone_groups)
+        .min(by_size)
+        .clamp(1, MAX_GC_LANES)
+        - 1;
     (0..u32::from(Lane::BASE) + extra)
         .map(|_| StreamState::default())
         .collect()

@@ -378,6 +378,7 @@ impl Ftl {
     pub(crate) fn from_parts(p: Parts) -> Ftl {
         let zone_count = p.geometry.zone_count as usize;
         let zone_groups = p.geometry.zone_groups;
+        let lane_data_zones = p.geometry.zone_count - p.layout.first_data_zone();
         let epoch = p.mapping.history().epoch();
         let in_band = p.tag_mode == TagMode::InBand;
         let summary_blocks = crate::layout::summary_blocks_per_zone(&p.geometry, in_band);
@@ -452,7 +453,7 @@ impl Ftl {
             next_seq: p.next_seq,
             epoch,
             log: p.log,
-            lanes: lane::new_lanes(p.config.gc_lanes, zone_groups),
+            lanes: lane::new_lanes(p.config.gc_lanes, zone_groups, lane_data_zones),
             host_clock: 0,
             zone_clock: vec![0; zone_count],
             jobs: Vec::new(),
