@@ -111,11 +111,13 @@ pub struct FtlConfig {
     pub gc_max_inflight: u32,
     /// Zones GC may write relocated data into at once, each on a zone group
     /// the other open data zones do not use (`Geometry::zone_groups`): one
-    /// zone programs on one group's parallel units only. At most the
-    /// device's zone groups (no more than 16); 1 = GC writes one zone per
-    /// stream (the default; 4 lets GC's copies program on every LUN of the
-    /// simulator's default device, docs/bench.md "`bench media`" says why
-    /// it is not the default yet). Above 1 (or with `gc_victims` above 1) GC also reads spans
+    /// zone programs on one group's parallel units only. Clamped to the
+    /// device's zone groups, one per 8 data zones, and 16: a device of one
+    /// zone group (every backend but the simulator) gets one whatever is
+    /// asked. 1 = GC writes one zone per stream (the default; 4 lets GC's
+    /// copies program on every LUN of the simulator's default device,
+    /// docs/bench.md "`bench media`" says why it is not the default).
+    /// Above 1 (or with `gc_victims` above 1) GC also reads spans
     /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
     /// time while reads are on their way, and lanes open their zones on
     /// the zone group the open lanes use least (docs/design.md, "A GC job").

@@ -113,7 +113,7 @@ impl Lane {
 /// `data_zones` allow, one GC lane per `DATA_ZONES_PER_STRIPE` (an extra
 /// lane's open zone is a tail GC's other copies cannot use: on a device
 /// of 26 data zones, 4 of them GC's reserve, four GC lanes held three
-/// zones half written while the free zones fell to the reserve, and GC
+/// zones part written while the free zones fell to the reserve, and GC
 /// ran flat out after a fill that leaves 7 % free).
 pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32, data_zones: u32) -> Vec<StreamState> {
     let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
