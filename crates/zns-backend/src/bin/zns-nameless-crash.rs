@@ -32,7 +32,6 @@ use std::io::Write;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use zftl_core::superblock::TagMode;
 use zftl_core::{Driver, FormatOptions, FtlConfig, NamelessAddr, NamelessEvent};
 use zftl_zns::ZnsDevice;
 
