@@ -505,8 +505,33 @@ impl Ftl {
     /// Blocks to send now: full write units; a partial unit is padded only
     /// when something waits for durability.
     pub(super) fn batch_size(&self, queued: u64, room: u64, urgent: bool) -> (u64, u64) {
+        self.batch_size_within(self.append_max_blocks(), queued, room, urgent)
+    }
+
+    /// Blocks one data append carries at most: the device's largest
+    /// append, or `FtlConfig::append_max_blocks` if set and smaller (at
+    /// least one write unit).
+    pub(super) fn append_max_blocks(&self) -> u64 {
+        let device = u64::from(self.geo.max_append_blocks);
+        match u64::from(self.cfg.append_max_blocks) {
+            0 => device,
+            most => {
+                let wu = self.write_unit();
+                (most / wu * wu).max(wu).min(device)
+            }
+        }
+    }
+
+    /// `batch_size` with appends of at most `max_blocks`.
+    pub(super) fn batch_size_within(
+        &self,
+        max_blocks: u64,
+        queued: u64,
+        room: u64,
+        urgent: bool,
+    ) -> (u64, u64) {
         let wu = self.write_unit();
-        let max = u64::from(self.geo.max_append_blocks).min(room);
+        let max = max_blocks.min(room);
         let take = queued.min(max);
         let full = take / wu * wu;
         if full > 0 || !urgent || take == 0 {
