@@ -202,12 +202,15 @@ pub struct Latency {
     /// while the GC probes ran: the host lanes had no room then
     /// (`FtlStats::urgent_lane_blocks`).
     pub urgent_lane_blocks_during_probes: u64,
-    /// Over the GC probes: the random writes beside them (host blocks a
-    /// second, all three streams), GC's device time ÷ (LUNs × elapsed), the
+    /// Over the GC probes: the `--load-depth` random writes beside them
+    /// (blocks a second), GC's device time ÷ (LUNs × elapsed), the
     /// part of it that went out whatever the budget said (free zones at the
     /// reserve: `FtlStats::gc_unbudgeted_us`) and the times a GC read
     /// waited for the budget.
-    pub host_blocks_per_s_during_probes: f64,
+    pub load_write_blocks_per_s_during_probes: f64,
+    /// Virtual time the GC probes took, and the FUA writes a second in it.
+    pub gc_probes_ms: f64,
+    pub fua_writes_per_s_during_probes: f64,
     pub gc_device_share_during_probes: f64,
     pub gc_unbudgeted_share_during_probes: f64,
     pub gc_budget_waits_during_probes: u64,
@@ -665,13 +668,16 @@ impl Bench {
         let writes = std::mem::take(&mut streams[1].lat.as_mut().expect("timed").1);
         let after = self.drv.stats();
         let elapsed_ns = (self.now() - start) as f64;
-        let host_blocks: u64 = streams.iter().map(|s| s.blocks_done).sum();
+        let load_blocks = streams[2].blocks_done;
+        let fua_writes = writes.len() as f64;
         Ok(GcProbes {
             reads,
             writes,
             gc_copies: after.gc_copy_blocks - before.gc_copy_blocks,
             urgent_blocks: after.urgent_lane_blocks - before.urgent_lane_blocks,
-            host_blocks_per_s: round(ratio(host_blocks as f64 * 1e9, elapsed_ns), 0),
+            load_blocks_per_s: round(ratio(load_blocks as f64 * 1e9, elapsed_ns), 0),
+            elapsed_ms: round(elapsed_ns / 1e6, 1),
+            fua_per_s: round(ratio(fua_writes * 1e9, elapsed_ns), 0),
             gc_device_share: round(
                 ratio(
                     (after.gc_device_us - before.gc_device_us) as f64 * 1e3,
@@ -697,8 +703,10 @@ struct GcProbes {
     writes: Vec<u64>,
     gc_copies: u64,
     urgent_blocks: u64,
-    /// Host blocks a second of all three streams.
-    host_blocks_per_s: f64,
+    /// Blocks a second of the random writes beside the probes.
+    load_blocks_per_s: f64,
+    elapsed_ms: f64,
+    fua_per_s: f64,
     gc_device_share: f64,
     gc_unbudgeted_share: f64,
     gc_budget_waits: u64,
@@ -837,7 +845,9 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         gc_copy_blocks_during_probes: probes.gc_copies,
         gc_copy_blocks_during_idle_probes: idle_gc,
         urgent_lane_blocks_during_probes: probes.urgent_blocks,
-        host_blocks_per_s_during_probes: probes.host_blocks_per_s,
+        load_write_blocks_per_s_during_probes: probes.load_blocks_per_s,
+        gc_probes_ms: probes.elapsed_ms,
+        fua_writes_per_s_during_probes: probes.fua_per_s,
         gc_device_share_during_probes: probes.gc_device_share,
         gc_unbudgeted_share_during_probes: probes.gc_unbudgeted_share,
         gc_budget_waits_during_probes: probes.gc_budget_waits,
@@ -987,10 +997,12 @@ impl MediaReport {
             l.urgent_lane_blocks_during_probes,
         );
         t.row(
-            "during GC: host blocks/s, GC device share (unbudgeted), budget waits",
+            "during GC: ms, FUA writes/s, load writes/s, GC device share (unbudgeted), budget waits",
             format!(
-                "{} / {} ({}) / {}",
-                l.host_blocks_per_s_during_probes,
+                "{} / {} / {} / {} ({}) / {}",
+                l.gc_probes_ms,
+                l.fua_writes_per_s_during_probes,
+                l.load_write_blocks_per_s_during_probes,
                 l.gc_device_share_during_probes,
                 l.gc_unbudgeted_share_during_probes,
                 l.gc_budget_waits_during_probes
