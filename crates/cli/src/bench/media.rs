@@ -35,6 +35,10 @@
 //!   short after `--gc-probe-ms` of virtual time): p50, p99, p99.9.
 //!
 //! `--svg FILE` plots utilization against depth and the latency CDFs.
+//! `--zone-max-appends` with `--append-max-blocks` bounds the programs
+//! queued per open data zone, `--gc-budget-us-per-ms` GC's device time
+//! (docs/bench.md, "Bounded queues per zone, and GC's device-time
+//! budget"); each window reports GC's device share and budget waits.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
