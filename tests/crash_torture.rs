@@ -139,7 +139,8 @@ fn crash_torture_with_spread_gc() {
 /// (`zone_max_appends` 1, `append_max_blocks` 4): cuts land while GC
 /// waits for tokens and while appends queue per zone; OOB and in-band
 /// tags, timing on (the budget fills with virtual time) and off (only the
-/// burst), alternate.
+/// burst), the urgent lane below the GC reserve (`urgent_below_reserve`)
+/// on and off, alternate.
 #[test]
 fn crash_torture_with_gc_budget() {
     let run = |seed: u64| {
@@ -158,6 +159,7 @@ fn crash_torture_with_gc_budget() {
             }),
             zone_max_appends: if bounded { 1 } else { 0 },
             append_max_blocks: if bounded { 4 } else { 0 },
+            urgent_below_reserve: seed % 4 < 2,
             ..common::ftl_config()
         };
         Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)

@@ -101,6 +101,14 @@ pub struct FtlConfig {
     /// write's append, a read of the same units) waits for a few programs,
     /// not hundreds (`zftl bench media`, docs/bench.md).
     pub append_max_blocks: u32,
+    /// The urgent lane (FUA writes' blocks while the host lanes wait for
+    /// GC) may open a zone below the GC reserve too, one at a time in turn
+    /// with the host lanes, not only at it (docs/design.md, step 4 of a
+    /// write). Off by default: a FUA write then waits while GC refills the
+    /// reserve (up to 518 ms in `zftl bench media` with bounded zone
+    /// queues), and on, the buffered writes wait longer for the host lanes
+    /// (sequential writes at depth 64 fewer by 41 % there, docs/bench.md).
+    pub urgent_below_reserve: bool,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
     /// blocks) falls below this many zones, or below 1/32 of the blocks
@@ -293,6 +301,7 @@ impl Default for FtlConfig {
             max_inflight_commands: 128,
             zone_max_appends: 0,
             append_max_blocks: 0,
+            urgent_below_reserve: false,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
             gc_lanes: 1,

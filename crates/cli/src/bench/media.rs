@@ -265,6 +265,8 @@ pub struct MediaReport {
     /// `FtlConfig::zone_max_appends`, `append_max_blocks`.
     pub zone_max_appends: u32,
     pub append_max_blocks: u32,
+    /// `FtlConfig::urgent_below_reserve` (`--urgent-below-reserve`).
+    pub urgent_below_reserve: bool,
 }
 
 /// What a stream sends.
@@ -915,6 +917,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         gc_budget: ftl.gc_budget,
         zone_max_appends: ftl.zone_max_appends,
         append_max_blocks: ftl.append_max_blocks,
+        urgent_below_reserve: ftl.urgent_below_reserve,
     };
     if let Some(path) = &args.svg {
         let cdfs = [

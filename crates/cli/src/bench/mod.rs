@@ -228,6 +228,10 @@ pub struct GcArgs {
     /// configuration's).
     #[arg(long, value_name = "N")]
     pub append_max_blocks: Option<u32>,
+    /// `FtlConfig::urgent_below_reserve`: FUA writes' blocks may take a
+    /// zone below the GC reserve, in turn with the host lanes.
+    #[arg(long)]
+    pub urgent_below_reserve: bool,
     /// `FtlConfig::gc_budget`: device µs (summed over the parallel units)
     /// GC may spend per ms elapsed, its reads, copies and resets costed at
     /// `nameless_cost_us`; 4000 lets GC keep four units busy. It binds
@@ -258,6 +262,7 @@ impl GcArgs {
             zone_max_appends: self.zone_max_appends.unwrap_or(ftl.zone_max_appends),
             append_max_blocks: self.append_max_blocks.unwrap_or(ftl.append_max_blocks),
             gc_budget: budget.or(ftl.gc_budget),
+            urgent_below_reserve: self.urgent_below_reserve || ftl.urgent_below_reserve,
             ..ftl
         }
     }

@@ -142,6 +142,9 @@ impl Ftl {
         let reserve = u64::from(self.gc_reserve_zones);
         let host_barred = !may_use_reserve && !self.reserve_unlocked;
         let above_reserve = self.zones.free_count() as u64 > reserve;
+        if above_reserve {
+            self.urgent_below_reserve = false;
+        }
         let st = self.lane_mut(lane);
         if st.zone.is_some() && st.gc_only && host_barred {
             if !above_reserve {
@@ -190,6 +193,11 @@ impl Ftl {
                 _ => self.take_free_spread(kind)?,
             };
             self.zone_clock[z as usize] = 0;
+            match lane {
+                Lane::Urgent if free < reserve => self.urgent_below_reserve = true,
+                Lane::HostHot | Lane::HostCold => self.urgent_below_reserve = false,
+                _ => {}
+            }
             if stream.is_nameless() {
                 self.nameless_zone_opened(z, stream);
             } else {

@@ -359,6 +359,10 @@ pub struct Ftl {
     device_gone: bool,
     /// Host writes may use the GC reserve: GC found nothing to collect.
     reserve_unlocked: bool,
+    /// The urgent lane's zone came from below the GC reserve: it opens no
+    /// other there until a host lane has opened one or the reserve is
+    /// refilled (`ftl/urgent.rs`).
+    urgent_below_reserve: bool,
     /// The media has no room left for data already accepted: read-only.
     space_exhausted: bool,
     now_ns: u64,
@@ -498,6 +502,7 @@ impl Ftl {
             read_only: false,
             device_gone: false,
             reserve_unlocked: false,
+            urgent_below_reserve: false,
             space_exhausted: false,
             now_ns: 0,
             gc_bucket: p.config.gc_budget.map(gc_budget::GcBucket::new),
