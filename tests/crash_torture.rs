@@ -9,7 +9,7 @@
 mod common;
 
 use common::Rig;
-use zftl::core::{FtlConfig, ProtectWindow, VictimPolicy};
+use zftl::core::{FtlConfig, GcBudget, ProtectWindow, VictimPolicy};
 
 fn run_seed(seed: u64) -> common::Coverage {
     let oob = seed.is_multiple_of(2);
@@ -129,6 +129,46 @@ fn crash_torture_with_spread_gc() {
     if seeds >= 100 {
         assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
         assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+    }
+}
+
+/// GC under its device-time budget (`FtlConfig::gc_budget`), from none
+/// at all (GC reads only while host writes wait for the buffer, the
+/// reserve is lent or nothing else is in flight) to four units' worth, and
+/// on every other seed the programs queued per zone bounded
+/// (`zone_max_appends` 1, `append_max_blocks` 4): cuts land while GC
+/// waits for tokens and while appends queue per zone; OOB and in-band
+/// tags, timing on (the budget fills with virtual time) and off (only the
+/// burst), the urgent lane below the GC reserve (`urgent_below_reserve`)
+/// on and off, alternate.
+#[test]
+fn crash_torture_with_gc_budget() {
+    let run = |seed: u64| {
+        let device_seed = seed / 6;
+        let sim = common::sim_config(
+            seed,
+            device_seed.is_multiple_of(2),
+            !device_seed.is_multiple_of(3),
+        );
+        let (device_us_per_ms, burst_us) = [(0, 0), (250, 2000), (4000, 10_000)][seed as usize % 3];
+        let bounded = seed.is_multiple_of(2);
+        let cfg = FtlConfig {
+            gc_budget: Some(GcBudget {
+                device_us_per_ms,
+                burst_us,
+            }),
+            zone_max_appends: if bounded { 1 } else { 0 },
+            append_max_blocks: if bounded { 4 } else { 0 },
+            urgent_below_reserve: seed % 4 < 2,
+            ..common::ftl_config()
+        };
+        Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_gc_budget", 300, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+        assert!(total.during_gc > 0, "no cut landed during GC: {total:?}");
     }
 }
 

@@ -674,6 +674,21 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.summary_map_walks,
         ),
         ("erases", "Zone erases (resets).", s.erases),
+        (
+            "gc_device_us",
+            "GC's device time in microseconds, as its budget costs it (reads, copies, resets).",
+            s.gc_device_us,
+        ),
+        (
+            "gc_unbudgeted_us",
+            "Of GC's device time, microseconds that went out whatever its budget said (free zones at the reserve, device idle).",
+            s.gc_unbudgeted_us,
+        ),
+        (
+            "gc_budget_waits",
+            "Times a GC read waited for GC's device-time budget.",
+            s.gc_budget_waits,
+        ),
         ("flushes", "Flushes.", s.flushes),
         ("checkpoints", "Checkpoints written.", s.checkpoints),
         (

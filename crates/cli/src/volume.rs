@@ -204,6 +204,9 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("summary_write_blocks", s.summary_write_blocks);
     t.row("summary_map_walks", s.summary_map_walks);
     t.row("erases", s.erases);
+    t.row("gc_device_us", s.gc_device_us);
+    t.row("gc_unbudgeted_us", s.gc_unbudgeted_us);
+    t.row("gc_budget_waits", s.gc_budget_waits);
     t.row("flushes", s.flushes);
     t.row("checkpoints", s.checkpoints);
     t.row("read_errors", s.read_errors);

@@ -94,6 +94,21 @@ pub struct FtlConfig {
     /// random writes at depth 16 over a small working set: a quarter
     /// fewer with 2, `zftl bench nameless`).
     pub zone_max_appends: u32,
+    /// Blocks one append of host or GC data carries at most (0, the
+    /// default: the device's largest append; rounded down to the write
+    /// unit). With `zone_max_appends` it bounds the programs queued on an
+    /// open data zone's parallel units, so what waits behind them (a FUA
+    /// write's append, a read of the same units) waits for a few programs,
+    /// not hundreds (`zftl bench media`, docs/bench.md).
+    pub append_max_blocks: u32,
+    /// The urgent lane (FUA writes' blocks while the host lanes wait for
+    /// GC) may open a zone below the GC reserve too, one at a time in turn
+    /// with the host lanes, not only at it (docs/design.md, step 4 of a
+    /// write). Off by default: a FUA write then waits while GC refills the
+    /// reserve (up to 518 ms in `zftl bench media` with bounded zone
+    /// queues), and on, the buffered writes wait longer for the host lanes
+    /// (sequential writes at depth 64 fewer by 41 % there, docs/bench.md).
+    pub urgent_below_reserve: bool,
     /// GC starts when the room left for writes above the reserve (the free
     /// zones and the unwritten tails of the open data zones, counted in
     /// blocks) falls below this many zones, or below 1/32 of the blocks
@@ -168,8 +183,31 @@ pub struct FtlConfig {
     pub nameless_wear: Option<NamelessWear>,
     /// The device's read, program and erase times GC's in-place victim is
     /// scored with (docs/design.md, "Choosing a victim": the paper's §4.2
-    /// cost and benefit).
+    /// cost and benefit), and GC's commands are costed with against
+    /// `gc_budget`.
     pub nameless_cost_us: NamelessCostUs,
+    /// A rate limit on GC's device time (docs/design.md, "GC's device-time
+    /// budget"); `None` (the default): GC runs at its pace alone.
+    pub gc_budget: Option<GcBudget>,
+}
+
+/// GC's device-time budget: a token bucket in device time, filled by the
+/// time the driver reports (`Ftl::handle_time`) and spent by GC's reads,
+/// copies and resets at [`FtlConfig::nameless_cost_us`] (a block read, a
+/// block program; a zone reset on each of the zone's parallel units). A
+/// paced collection reads only with tokens left; once the free zones are
+/// down to the GC reserve, or nothing is in flight on the device, it runs
+/// whatever the budget says, so the host never waits on it for space and
+/// a driver whose clock only moves with the device (the simulator's
+/// virtual time) never stalls. In a config file: `gc_budget = {
+/// device_us_per_ms = 4000, burst_us = 20000 }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcBudget {
+    /// Device time GC may spend per millisecond elapsed, in µs summed over
+    /// the parallel units: 4000 lets GC keep four units busy on average.
+    pub device_us_per_ms: u32,
+    /// Device time GC may save up while it does not spend it, in µs.
+    pub burst_us: u32,
 }
 
 /// Times of one block read, one block program and one zone reset, in µs.
@@ -264,6 +302,8 @@ impl Default for FtlConfig {
             max_host_requests: 1024,
             max_inflight_commands: 128,
             zone_max_appends: 0,
+            append_max_blocks: 0,
+            urgent_below_reserve: false,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
             gc_lanes: 1,
@@ -277,6 +317,7 @@ impl Default for FtlConfig {
             nameless_remap_entries: 1 << 16,
             nameless_wear: None,
             nameless_cost_us: NamelessCostUs::default(),
+            gc_budget: None,
         }
     }
 }

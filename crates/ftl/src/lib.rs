@@ -49,7 +49,7 @@ pub use backend::{
 };
 pub use codec::FormatError;
 pub use config::{
-    FormatOptions, FtlConfig, NamelessCostUs, NamelessWear, ProtectWindow, TagPlacement,
+    FormatOptions, FtlConfig, GcBudget, NamelessCostUs, NamelessWear, ProtectWindow, TagPlacement,
 };
 pub use driver::{
     changed_runs, diff_requests, diff_volume, fork_create_request, fork_data, fork_named,

@@ -33,6 +33,15 @@ pub struct FtlStats {
     /// no usable summary (closed early, cut by a power loss, damaged).
     pub summary_map_walks: u64,
     pub erases: u64,
+    /// GC's device time in µs as `FtlConfig::gc_budget` costs it (reads,
+    /// copies, resets of collections; counted with or without a budget).
+    pub gc_device_us: u64,
+    /// Of it, what went out whatever the budget said: while the free zones
+    /// were down to the GC reserve, nothing else was in flight, or a
+    /// failing zone was retired.
+    pub gc_unbudgeted_us: u64,
+    /// Times a collection's read waited for the budget.
+    pub gc_budget_waits: u64,
     pub flushes: u64,
     pub checkpoints: u64,
     pub read_errors: u64,

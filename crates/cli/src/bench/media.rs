@@ -35,13 +35,17 @@
 //!   short after `--gc-probe-ms` of virtual time): p50, p99, p99.9.
 //!
 //! `--svg FILE` plots utilization against depth and the latency CDFs.
+//! `--zone-max-appends` with `--append-max-blocks` bounds the programs
+//! queued per open data zone, `--gc-budget-us-per-ms` GC's device time
+//! (docs/bench.md, "Bounded queues per zone, and GC's device-time
+//! budget"); each window reports GC's device share and budget waits.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, IoError, Request};
+use zftl_core::{Backend, Driver, FormatOptions, FtlConfig, GcBudget, IoError, Request};
 use zftl_sim::rng::Rng;
 use zftl_sim::{NandScheduling, SimConfig, SimDevice, SimStats, Timing};
 
@@ -143,6 +147,11 @@ pub struct Window {
     pub media_reads_per_host_block: f64,
     pub erases_per_host_block: f64,
     pub gc_copy_blocks: u64,
+    /// GC's device time as its budget costs it (`FtlStats::gc_device_us`)
+    /// ÷ (LUNs × elapsed), and the times a GC read waited for the budget
+    /// (`--gc-budget-us-per-ms`).
+    pub gc_device_share: f64,
+    pub gc_budget_waits: u64,
     /// Page reads the LUNs ran ahead of operations queued before them, and
     /// programs and erases they suspended for a read (`--nand-scheduling`).
     pub reads_passed: u64,
@@ -197,6 +206,18 @@ pub struct Latency {
     /// while the GC probes ran: the host lanes had no room then
     /// (`FtlStats::urgent_lane_blocks`).
     pub urgent_lane_blocks_during_probes: u64,
+    /// Over the GC probes: the `--load-depth` random writes beside them
+    /// (blocks a second), GC's device time ÷ (LUNs × elapsed), the
+    /// part of it that went out whatever the budget said (free zones at the
+    /// reserve: `FtlStats::gc_unbudgeted_us`) and the times a GC read
+    /// waited for the budget.
+    pub load_write_blocks_per_s_during_probes: f64,
+    /// Virtual time the GC probes took, and the FUA writes a second in it.
+    pub gc_probes_ms: f64,
+    pub fua_writes_per_s_during_probes: f64,
+    pub gc_device_share_during_probes: f64,
+    pub gc_unbudgeted_share_during_probes: f64,
+    pub gc_budget_waits_during_probes: u64,
     pub read_p999_gc_over_idle: f64,
     pub write_p999_gc_over_idle: f64,
 }
@@ -239,6 +260,13 @@ pub struct MediaReport {
     pub gc_lanes: u32,
     pub gc_victims: u32,
     pub gc_max_inflight: u32,
+    /// `FtlConfig::gc_budget` (`--gc-budget-us-per-ms`, `--gc-budget-burst-us`).
+    pub gc_budget: Option<GcBudget>,
+    /// `FtlConfig::zone_max_appends`, `append_max_blocks`.
+    pub zone_max_appends: u32,
+    pub append_max_blocks: u32,
+    /// `FtlConfig::urgent_below_reserve` (`--urgent-below-reserve`).
+    pub urgent_below_reserve: bool,
 }
 
 /// What a stream sends.
@@ -319,6 +347,8 @@ struct Mark {
     /// the clock.
     lun_busy_ns: Vec<u64>,
     gc_copies: u64,
+    gc_device_us: u64,
+    gc_budget_waits: u64,
     /// Host requests and blocks answered so far in the window's stream.
     done: u64,
     blocks_done: u64,
@@ -343,6 +373,8 @@ impl Bench {
                 .map(|(&busy, &until)| busy - until.saturating_sub(now))
                 .collect(),
             gc_copies: self.drv.stats().gc_copy_blocks,
+            gc_device_us: self.drv.stats().gc_device_us,
+            gc_budget_waits: self.drv.stats().gc_budget_waits,
             done: stream.done,
             blocks_done: stream.blocks_done,
         }
@@ -580,6 +612,14 @@ impl Bench {
             media_reads_per_host_block: round(per(reads), 4),
             erases_per_host_block: round(per(erases), 5),
             gc_copy_blocks: after.gc_copies - before.gc_copies,
+            gc_device_share: round(
+                ratio(
+                    (after.gc_device_us - before.gc_device_us) as f64 * 1e3,
+                    f64::from(self.luns) * elapsed_ns as f64,
+                ),
+                4,
+            ),
+            gc_budget_waits: after.gc_budget_waits - before.gc_budget_waits,
             reads_passed: after.sim.reads_passed - before.sim.reads_passed,
             suspensions: after.sim.suspensions - before.sim.suspensions,
             limit_host_blocks_per_s: round(limit, 0),
@@ -614,7 +654,7 @@ impl Bench {
         count: usize,
         load_depth: usize,
         budget_ns: u64,
-    ) -> Result<(Vec<u64>, Vec<u64>, u64, u64), BenchError> {
+    ) -> Result<GcProbes, BenchError> {
         let before = self.drv.stats();
         let start = self.now();
         let mut streams = [
@@ -633,14 +673,52 @@ impl Bench {
         let reads = std::mem::take(&mut streams[0].lat.as_mut().expect("timed").0);
         let writes = std::mem::take(&mut streams[1].lat.as_mut().expect("timed").1);
         let after = self.drv.stats();
-        Ok((
+        let elapsed_ns = (self.now() - start) as f64;
+        let load_blocks = streams[2].blocks_done;
+        let fua_writes = writes.len() as f64;
+        Ok(GcProbes {
             reads,
             writes,
-            after.gc_copy_blocks - before.gc_copy_blocks,
-            after.urgent_lane_blocks - before.urgent_lane_blocks,
-        ))
+            gc_copies: after.gc_copy_blocks - before.gc_copy_blocks,
+            urgent_blocks: after.urgent_lane_blocks - before.urgent_lane_blocks,
+            load_blocks_per_s: round(ratio(load_blocks as f64 * 1e9, elapsed_ns), 0),
+            elapsed_ms: round(elapsed_ns / 1e6, 1),
+            fua_per_s: round(ratio(fua_writes * 1e9, elapsed_ns), 0),
+            gc_device_share: round(
+                ratio(
+                    (after.gc_device_us - before.gc_device_us) as f64 * 1e3,
+                    f64::from(self.luns) * elapsed_ns,
+                ),
+                4,
+            ),
+            gc_unbudgeted_share: round(
+                ratio(
+                    (after.gc_unbudgeted_us - before.gc_unbudgeted_us) as f64 * 1e3,
+                    f64::from(self.luns) * elapsed_ns,
+                ),
+                4,
+            ),
+            gc_budget_waits: after.gc_budget_waits - before.gc_budget_waits,
+        })
     }
 }
+
+/// What the latency probes during GC measured.
+struct GcProbes {
+    reads: Vec<u64>,
+    writes: Vec<u64>,
+    gc_copies: u64,
+    urgent_blocks: u64,
+    /// Blocks a second of the random writes beside the probes.
+    load_blocks_per_s: f64,
+    elapsed_ms: f64,
+    fua_per_s: f64,
+    gc_device_share: f64,
+    gc_unbudgeted_share: f64,
+    gc_budget_waits: u64,
+}
+
+impl Bench {}
 
 fn percentiles(v: &mut [u64]) -> Percentiles {
     v.sort_unstable();
@@ -752,8 +830,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     b.drive(&mut warm, &mut |_, s| {
         s[0].done + s[0].in_flight as u64 >= again
     })?;
-    let (mut read_gc, mut write_gc, gc_copies, urgent_blocks) =
-        b.gc_probes(args.probes, args.load_depth, args.gc_probe_ms * 1_000_000)?;
+    let probes = b.gc_probes(args.probes, args.load_depth, args.gc_probe_ms * 1_000_000)?;
+    let (mut read_gc, mut write_gc) = (probes.reads, probes.writes);
     b.drv.settle()?;
     let mut windows = Vec::new();
     for &d in &args.depths {
@@ -770,9 +848,15 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         write_idle: percentiles(&mut write_idle),
         read_gc: percentiles(&mut read_gc),
         write_gc: percentiles(&mut write_gc),
-        gc_copy_blocks_during_probes: gc_copies,
+        gc_copy_blocks_during_probes: probes.gc_copies,
         gc_copy_blocks_during_idle_probes: idle_gc,
-        urgent_lane_blocks_during_probes: urgent_blocks,
+        urgent_lane_blocks_during_probes: probes.urgent_blocks,
+        load_write_blocks_per_s_during_probes: probes.load_blocks_per_s,
+        gc_probes_ms: probes.elapsed_ms,
+        fua_writes_per_s_during_probes: probes.fua_per_s,
+        gc_device_share_during_probes: probes.gc_device_share,
+        gc_unbudgeted_share_during_probes: probes.gc_unbudgeted_share,
+        gc_budget_waits_during_probes: probes.gc_budget_waits,
         read_p999_gc_over_idle: 0.0,
         write_p999_gc_over_idle: 0.0,
     };
@@ -830,6 +914,10 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         gc_lanes: ftl.gc_lanes,
         gc_victims: ftl.gc_victims,
         gc_max_inflight: ftl.gc_max_inflight,
+        gc_budget: ftl.gc_budget,
+        zone_max_appends: ftl.zone_max_appends,
+        append_max_blocks: ftl.append_max_blocks,
+        urgent_below_reserve: ftl.urgent_below_reserve,
     };
     if let Some(path) = &args.svg {
         let cdfs = [
@@ -883,7 +971,7 @@ impl MediaReport {
                     format!(
                         "utilization {:.3} (LUNs {:.2}-{:.2})  host {:.0} blocks/s = {:.3} of \
                          limit {:.0}  WA {:.2}  reads/blk {:.2}  in flight: {:.0} write blocks, \
-                         {:.0} reads  free zones {}-{:.1}",
+                         {:.0} reads  free zones {}-{:.1}  GC device share {:.3}",
                         w.utilization,
                         w.lun_utilization_min,
                         w.lun_utilization_max,
@@ -895,7 +983,8 @@ impl MediaReport {
                         w.device_write_blocks_in_flight,
                         w.device_reads_in_flight,
                         w.free_zones_min,
-                        w.free_zones_mean
+                        w.free_zones_mean,
+                        w.gc_device_share
                     ),
                 );
             }
@@ -913,6 +1002,18 @@ impl MediaReport {
         t.row(
             "FUA blocks in the urgent lane during GC",
             l.urgent_lane_blocks_during_probes,
+        );
+        t.row(
+            "during GC: ms, FUA writes/s, load writes/s, GC device share (unbudgeted), budget waits",
+            format!(
+                "{} / {} / {} / {} ({}) / {}",
+                l.gc_probes_ms,
+                l.fua_writes_per_s_during_probes,
+                l.load_write_blocks_per_s_during_probes,
+                l.gc_device_share_during_probes,
+                l.gc_unbudgeted_share_during_probes,
+                l.gc_budget_waits_during_probes
+            ),
         );
         t.section("targets");
         for (w, ok) in &self.targets.utilization_at_depth_ge_luns {

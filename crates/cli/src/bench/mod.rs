@@ -60,7 +60,7 @@ use std::io::{self, IsTerminal};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use zftl_core::layout::Layout;
-use zftl_core::{FtlConfig, IoError, MountError, VictimPolicy};
+use zftl_core::{FtlConfig, GcBudget, IoError, MountError, VictimPolicy};
 use zftl_sim::{SimConfig, SimError};
 
 use crate::error::CliError;
@@ -223,15 +223,46 @@ pub struct GcArgs {
     /// at most, 0 for none (default: the configuration's).
     #[arg(long, value_name = "N")]
     pub zone_max_appends: Option<u32>,
+    /// `FtlConfig::append_max_blocks`: blocks one host or GC append
+    /// carries at most, 0 for the device's largest (default: the
+    /// configuration's).
+    #[arg(long, value_name = "N")]
+    pub append_max_blocks: Option<u32>,
+    /// `FtlConfig::urgent_below_reserve`: FUA writes' blocks may take a
+    /// zone below the GC reserve, in turn with the host lanes.
+    #[arg(long)]
+    pub urgent_below_reserve: bool,
+    /// `FtlConfig::gc_budget`: device µs (summed over the parallel units)
+    /// GC may spend per ms elapsed, its reads, copies and resets costed at
+    /// `nameless_cost_us`; 4000 lets GC keep four units busy. It binds
+    /// until the free zones fall to the GC reserve (default: the
+    /// configuration's, none).
+    #[arg(long, value_name = "US")]
+    pub gc_budget_us_per_ms: Option<u32>,
+    /// The budget's burst: device µs GC may save up while idle.
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = 10_000,
+        requires = "gc_budget_us_per_ms"
+    )]
+    pub gc_budget_burst_us: u32,
 }
 
 impl GcArgs {
     /// `ftl` with the settings given on the command line.
     pub fn apply(&self, ftl: FtlConfig) -> FtlConfig {
+        let budget = self.gc_budget_us_per_ms.map(|rate| GcBudget {
+            device_us_per_ms: rate,
+            burst_us: self.gc_budget_burst_us,
+        });
         FtlConfig {
             gc_lanes: self.gc_lanes.unwrap_or(ftl.gc_lanes),
             gc_victims: self.gc_victims.unwrap_or(ftl.gc_victims),
             zone_max_appends: self.zone_max_appends.unwrap_or(ftl.zone_max_appends),
+            append_max_blocks: self.append_max_blocks.unwrap_or(ftl.append_max_blocks),
+            gc_budget: budget.or(ftl.gc_budget),
+            urgent_below_reserve: self.urgent_below_reserve || ftl.urgent_below_reserve,
             ..ftl
         }
     }

@@ -153,6 +153,9 @@ impl Ftl {
         let reserve = u64::from(self.gc_reserve_zones);
         let host_barred = !may_use_reserve && !self.reserve_unlocked;
         let above_reserve = self.zones.free_count() as u64 > reserve;
+        if above_reserve {
+            self.urgent_below_reserve = false;
+        }
         let st = self.lane_mut(lane);
         if st.zone.is_some() && st.gc_only && host_barred {
             if !above_reserve {
@@ -201,6 +204,11 @@ impl Ftl {
                 _ => self.take_free_spread(kind)?,
             };
             self.zone_clock[z as usize] = 0;
+            match lane {
+                Lane::Urgent if free < reserve => self.urgent_below_reserve = true,
+                Lane::HostHot | Lane::HostCold => self.urgent_below_reserve = false,
+                _ => {}
+            }
             if stream.is_nameless() {
                 self.nameless_zone_opened(z, stream);
             } else {
@@ -516,8 +524,33 @@ impl Ftl {
     /// Blocks to send now: full write units; a partial unit is padded only
     /// when something waits for durability.
     pub(super) fn batch_size(&self, queued: u64, room: u64, urgent: bool) -> (u64, u64) {
+        self.batch_size_within(self.append_max_blocks(), queued, room, urgent)
+    }
+
+    /// Blocks one data append carries at most: the device's largest
+    /// append, or `FtlConfig::append_max_blocks` if set and smaller (at
+    /// least one write unit).
+    pub(super) fn append_max_blocks(&self) -> u64 {
+        let device = u64::from(self.geo.max_append_blocks);
+        match u64::from(self.cfg.append_max_blocks) {
+            0 => device,
+            most => {
+                let wu = self.write_unit();
+                (most / wu * wu).max(wu).min(device)
+            }
+        }
+    }
+
+    /// `batch_size` with appends of at most `max_blocks`.
+    pub(super) fn batch_size_within(
+        &self,
+        max_blocks: u64,
+        queued: u64,
+        room: u64,
+        urgent: bool,
+    ) -> (u64, u64) {
         let wu = self.write_unit();
-        let max = u64::from(self.geo.max_append_blocks).min(room);
+        let max = max_blocks.min(room);
         let take = queued.min(max);
         let full = take / wu * wu;
         if full > 0 || !urgent || take == 0 {

@@ -26,6 +26,7 @@
 //! introspection.
 
 mod ckpt;
+mod gc_budget;
 mod inplace;
 mod lane;
 mod md_groups;
@@ -359,9 +360,18 @@ pub struct Ftl {
     device_gone: bool,
     /// Host writes may use the GC reserve: GC found nothing to collect.
     reserve_unlocked: bool,
+    /// The urgent lane's zone came from below the GC reserve: it opens no
+    /// other there until a host lane has opened one or the reserve is
+    /// refilled (`ftl/urgent.rs`).
+    urgent_below_reserve: bool,
     /// The media has no room left for data already accepted: read-only.
     space_exhausted: bool,
     now_ns: u64,
+    /// GC's device-time budget (`FtlConfig::gc_budget`), if one is set.
+    gc_bucket: Option<gc_budget::GcBucket>,
+    /// A collection's read waits for the budget (`FtlStats::gc_budget_waits`
+    /// counts the waits, not the polls).
+    gc_budget_waiting: bool,
     window: window::WindowState,
     /// The physical segment (nameless writes).
     nameless: nameless::NamelessState,
@@ -494,8 +504,11 @@ impl Ftl {
             read_only: false,
             device_gone: false,
             reserve_unlocked: false,
+            urgent_below_reserve: false,
             space_exhausted: false,
             now_ns: 0,
+            gc_bucket: p.config.gc_budget.map(gc_budget::GcBucket::new),
+            gc_budget_waiting: false,
             window: window::WindowState::default(),
             nameless: nameless::NamelessState::new(
                 nameless::Recovered {
@@ -549,9 +562,13 @@ impl Ftl {
         self.tag_mode
     }
 
-    /// The driver tells the core the time; used for latency statistics.
+    /// The driver tells the core the time: it fills GC's device-time
+    /// budget (`FtlConfig::gc_budget`) and paces the in-place collection.
     pub fn handle_time(&mut self, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
+        if let Some(bucket) = &mut self.gc_bucket {
+            bucket.refill(self.now_ns);
+        }
     }
 
     /// Requests a checkpoint as soon as possible (shutdown, after mount).

@@ -810,7 +810,10 @@ impl Ftl {
         }
         let remaining = (w.blocks.len() - w.sent) as u64;
         let (lane, zone, room) = self.nameless_room(remaining)?;
-        let (n, pad) = self.batch_size(remaining, room, true);
+        // Nameless appends keep the device's largest (`append_max_blocks`
+        // bounds the logical lanes' only).
+        let max_blocks = u64::from(self.geo.max_append_blocks);
+        let (n, pad) = self.batch_size_within(max_blocks, remaining, room, true);
         if n == 0 {
             return None;
         }

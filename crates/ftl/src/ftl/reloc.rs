@@ -485,6 +485,8 @@ impl Ftl {
                 let first = (job.summary.len() / self.block_size()) as u64;
                 let (cmd, count) = self.summary_read(victim, first);
                 self.jobs[i].phase = JobPhase::Summary { issued: true };
+                let cost = u64::from(count) * u64::from(self.cfg.nameless_cost_us.read_us);
+                self.charge_gc(cost, self.gc_budget_binds());
                 Some((
                     Op::SummaryRead {
                         zone: victim,
@@ -513,6 +515,7 @@ impl Ftl {
             return Some((Op::VictimFlush { zone: victim }, Command::Flush));
         }
         job.phase = JobPhase::Resetting;
+        self.charge_gc(self.reset_cost_us(), self.gc_budget_binds());
         Some((
             Op::VictimReset { zone: victim },
             Command::Reset { zone: victim },
@@ -550,9 +553,61 @@ impl Ftl {
         }
     }
 
+    /// Device µs of a zone reset: an erase on each parallel unit the zone
+    /// spans.
+    fn reset_cost_us(&self) -> u64 {
+        let units = (self.geo.parallel_units / self.geo.zone_groups.max(1)).max(1);
+        u64::from(self.cfg.nameless_cost_us.erase_us) * u64::from(units)
+    }
+
+    /// GC issued a command of `device_us` (`FtlConfig::gc_budget`); `binds`:
+    /// the budget held it back until it had tokens (else the command went
+    /// out whatever the budget said: `FtlStats::gc_unbudgeted_us`).
+    pub(super) fn charge_gc(&mut self, device_us: u64, binds: bool) {
+        self.stats.gc_device_us += device_us;
+        if !binds {
+            self.stats.gc_unbudgeted_us += device_us;
+        }
+        if let Some(bucket) = &mut self.gc_bucket {
+            bucket.charge(device_us.saturating_mul(1000));
+        }
+    }
+
+    /// Whether GC's device-time budget holds GC's commands back now: not
+    /// while host writes wait for room in the write buffer (it drains only
+    /// as fast as GC frees zones once the host lanes are down to the
+    /// reserve), nor once GC has lent the reserve (the free zones below it),
+    /// nor with nothing in flight (no completion would come to move a clock
+    /// that only moves with the device). The free zones at the reserve do
+    /// not lift it: GC starts with the spare blocks in the open lanes'
+    /// tails, so they are at the reserve whenever GC runs.
+    fn gc_budget_binds(&self) -> bool {
+        let reserve_lent = u64::from(self.zones.free_count()) < u64::from(self.gc_reserve_zones);
+        self.waiting_writes.is_empty() && !reserve_lent && !self.ops.is_empty()
+    }
+
+    /// Whether job `i` may read now as far as GC's device-time budget
+    /// goes; a retirement (a failing zone) reads whatever it says.
+    fn gc_budget_allows(&mut self, i: usize) -> bool {
+        let Some(bucket) = &self.gc_bucket else {
+            return true;
+        };
+        let allows = bucket.allows()
+            || !self.gc_budget_binds()
+            || self.jobs[i].purpose == JobPurpose::Retire;
+        if !allows && !self.gc_budget_waiting {
+            self.stats.gc_budget_waits += 1;
+        }
+        self.gc_budget_waiting = !allows;
+        allows
+    }
+
     /// The next read of job `i`'s victim.
     fn next_gc_read(&mut self, i: usize) -> Option<(Op, Command)> {
         if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
+            return None;
+        }
+        if !self.gc_budget_allows(i) {
             return None;
         }
         let paced = self.paced_read_blocks();
@@ -560,7 +615,10 @@ impl Ftl {
             return None;
         }
         let cap = self.cap();
+        let read_us = u64::from(self.cfg.nameless_cost_us.read_us);
+        let binds = self.gc_budget_binds() && self.jobs[i].purpose != JobPurpose::Retire;
         if let Some((ppa, count, attempts)) = self.jobs[i].retries.pop() {
+            self.charge_gc(u64::from(count) * read_us, binds);
             return Some(self.gc_read(ppa, count, attempts));
         }
         let job = &self.jobs[i];
@@ -620,6 +678,9 @@ impl Ftl {
         if let Some(pace) = self.pace_mut() {
             pace.spend(live);
         }
+        // The copies the read leads to are paid for here, with it.
+        let write_us = u64::from(self.cfg.nameless_cost_us.write_us);
+        self.charge_gc((end - start) * read_us + live * write_us, binds);
         Some(self.gc_read(Ppa::new(victim, start, cap), (end - start) as u32, 0))
     }
 
@@ -858,7 +919,7 @@ impl Ftl {
         // pace waits for the host) the queue goes out as it is.
         let more_coming = self.gc_wide() && self.gc_reads_in_flight();
         let batch = if self.gc_wide() {
-            GC_APPEND_BATCH_BLOCKS.min(u64::from(self.geo.max_append_blocks))
+            GC_APPEND_BATCH_BLOCKS.min(self.append_max_blocks())
         } else {
             1
         };

@@ -1,0 +1,138 @@
+//! The programs queued per open data zone (`FtlConfig::zone_max_appends`
+//! with `append_max_blocks`): with one append of at most 4 blocks per
+//! zone, no data zone ever has more than 4 blocks of appends on the
+//! device, host writes and GC copies alike, under random overwrites at
+//! depth that keep GC running; without the bound it has many more.
+
+use std::collections::HashMap;
+
+use zftl::core::layout::Layout;
+use zftl::core::{
+    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
+    Request, SubmitError, ZoneInfo,
+};
+use zftl::sim::SimDevice;
+
+mod common;
+use common::{pattern, volume_config};
+
+/// The simulator, counting the blocks of appends in flight per zone.
+struct Counting {
+    inner: SimDevice,
+    /// Append tag → its zone and blocks, while in flight.
+    appends: HashMap<u64, (u32, u64)>,
+    in_flight: HashMap<u32, u64>,
+    /// The most blocks of appends in flight to any data zone.
+    most_data: u64,
+    first_data_zone: u32,
+}
+
+impl Backend for Counting {
+    fn geometry(&self) -> &Geometry {
+        self.inner.geometry()
+    }
+    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+        if let Command::Append { zone, data, .. } = &command {
+            let blocks = (data.len() / self.inner.geometry().block_size_bytes as usize) as u64;
+            self.appends.insert(tag, (*zone, blocks));
+            let n = self.in_flight.entry(*zone).or_default();
+            *n += blocks;
+            if *zone >= self.first_data_zone {
+                self.most_data = self.most_data.max(*n);
+            }
+        }
+        self.inner.submit(tag, command)
+    }
+    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let from = out.len();
+        let n = self.inner.reap(out, max);
+        for c in &out[from..] {
+            if let Some((zone, blocks)) = self.appends.remove(&c.tag) {
+                *self.in_flight.get_mut(&zone).expect("counted") -= blocks;
+            }
+        }
+        n
+    }
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        self.inner.wait()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
+}
+
+/// Fills the volume and overwrites it at random twice over, 32 writes in
+/// flight; returns the most blocks of appends in flight to one data zone.
+fn most_queued_per_zone(zone_max_appends: u32, append_max_blocks: u32) -> u64 {
+    let sim = volume_config(true);
+    let geometry = sim.geometry().expect("geometry");
+    let options = FormatOptions::default();
+    let layout = Layout::plan(&geometry, None, options.gc_reserve_zones, false).expect("layout");
+    let dev = Counting {
+        inner: SimDevice::create_memory(sim).expect("device"),
+        appends: HashMap::new(),
+        in_flight: HashMap::new(),
+        most_data: 0,
+        first_data_zone: layout.first_data_zone(),
+    };
+    let cfg = FtlConfig {
+        zone_max_appends,
+        append_max_blocks,
+        write_buffer_blocks: 256,
+        ..FtlConfig::default()
+    };
+    let mut d = Driver::format(dev, &options, cfg).expect("format");
+    let (logical, bs) = (d.logical_blocks(), d.block_size());
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let lbas = (0..logical).chain(std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % logical
+    }));
+    let count = 3 * logical;
+    let (mut sent, mut answered) = (0u64, 0u64);
+    let mut lbas = lbas.peekable();
+    while answered < count {
+        while sent < count && sent - answered < 32 {
+            let lba = *lbas.peek().expect("endless");
+            let request = Request::Write {
+                lba,
+                data: pattern(lba, 1, bs),
+                fua: false,
+            };
+            match d.try_submit(sent, request) {
+                Ok(()) => {
+                    sent += 1;
+                    lbas.next();
+                }
+                Err(IoError::Busy) => break,
+                Err(e) => panic!("write {sent}: {e}"),
+            }
+        }
+        d.turn().expect("turn");
+        while let Some(reply) = d.take_reply() {
+            reply.result.expect("write answered");
+            answered += 1;
+        }
+    }
+    assert!(d.stats().gc_copy_blocks > 0, "GC never ran");
+    d.backend().most_data
+}
+
+#[test]
+fn one_short_append_per_zone_bounds_its_queue() {
+    let bounded = most_queued_per_zone(1, 4);
+    assert!(bounded <= 4, "{bounded} blocks queued on one data zone");
+    let free = most_queued_per_zone(0, 0);
+    assert!(
+        free > 4 * bounded,
+        "without the bound only {free} blocks queued per zone: the test shows nothing"
+    );
+}
