@@ -955,6 +955,9 @@ impl NamelessRig {
             nameless_orphans: self.orphans,
             nameless_moves: self.moves,
             wl_moves: self.wl_moves,
+            inplace_jobs: self.inplace_started + self.inplace_by_gc,
+            inplace_gc_victims: self.inplace_by_gc,
+            gap_fills: self.gap_fills,
             ..Coverage::default()
         }
     }
@@ -974,6 +977,11 @@ fn crash_torture_with_nameless_blocks() {
                 && cov.nameless_orphans > 0
                 && cov.nameless_moves > 0
                 && cov.wl_moves > 0,
+            "{cov:?}"
+        );
+        // In-place collections, GC's own among them, and their gap fills.
+        assert!(
+            cov.inplace_jobs > 0 && cov.inplace_gc_victims > 0 && cov.gap_fills > 0,
             "{cov:?}"
         );
     }
@@ -1023,6 +1031,11 @@ fn crash_torture_with_nameless_blocks_in_band() {
                 && cov.nameless_orphans > 0
                 && cov.nameless_moves > 0
                 && cov.wl_moves > 0,
+            "{cov:?}"
+        );
+        // In-place collections, GC's own among them, and their gap fills.
+        assert!(
+            cov.inplace_jobs > 0 && cov.inplace_gc_victims > 0 && cov.gap_fills > 0,
             "{cov:?}"
         );
     }

@@ -607,6 +607,11 @@ pub struct Coverage {
     pub nameless_orphans: u64,
     /// `Migrated` events the host followed.
     pub nameless_moves: u64,
+    /// In-place collections started (by the test and by GC), of those GC's,
+    /// and gap fills written.
+    pub inplace_jobs: u64,
+    pub inplace_gc_victims: u64,
+    pub gap_fills: u64,
 }
 
 impl Coverage {
@@ -632,6 +637,9 @@ impl Coverage {
         self.nameless_handed_over += other.nameless_handed_over;
         self.nameless_orphans += other.nameless_orphans;
         self.nameless_moves += other.nameless_moves;
+        self.inplace_jobs += other.inplace_jobs;
+        self.inplace_gc_victims += other.inplace_gc_victims;
+        self.gap_fills += other.gap_fills;
     }
 }
 
