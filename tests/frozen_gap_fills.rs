@@ -13,14 +13,24 @@
 //! in logical blocks from LBA 0. Every build must mount it: the live blocks
 //! read back, the freed addresses answer `Stale` to a read, a free and an
 //! overwrite, and `zftl check` is clean.
+//!
+//! `v3-oob-inplace-pending.img.gz` and `v3-inband-inplace-pending.img.gz`
+//! ([`make_frozen_pending_job_image`], in each tag mode) are crash images
+//! of an in-place job cut during its rewrite: its `InPlaceStaged` note
+//! durable, its victim reset and written past half its capacity, its
+//! `InPlaceDone` not written, gap fills queued and unanswered. `zftl
+//! check` checks the pending job against its scratch zone; every build's
+//! mount must redo it: the victim's live blocks read back at their
+//! addresses, its freed ones answer `NotLive` or `Stale`.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use zftl::core::backend::Backend;
 use zftl::core::{
     Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request,
     TagPlacement,
 };
-use zftl::sim::{SimConfig, SimDevice};
+use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
 
 mod common;
 
@@ -34,8 +44,12 @@ fn image(oob: bool) -> &'static str {
 }
 
 /// The client's record: (address, key) of blocks that must read back
-/// (key `u64::MAX`: a freed address a fill now sits on, `Stale`).
+/// (key `u64::MAX`: a freed address a fill now sits on, `Stale`; key
+/// [`FREED`]: a freed address, `NotLive` or `Stale`).
 const INDEX_LBA: u64 = 0;
+
+/// The key of a freed address in the client's record.
+const FREED: u64 = u64::MAX - 1;
 
 fn sim_config(oob: bool) -> SimConfig {
     SimConfig {
@@ -65,13 +79,12 @@ fn put(ftl: &mut Driver<SimDevice>, keys: &[u64]) -> Vec<NamelessAddr> {
 }
 
 /// A Full zone of mixed live and freed blocks, committed and older than
-/// the checkpoint; an in-place job on it while single-block writes queue.
-/// Returns the live blocks kept and filled, and the freed addresses a
-/// fill sits on.
-fn collect_in_place(
+/// the checkpoint, for an in-place job. Returns the zone, the live blocks
+/// (in it and beside it) and the freed addresses in it.
+fn victim(
     ftl: &mut Driver<SimDevice>,
     first_key: u64,
-) -> (Vec<(NamelessAddr, u64)>, Vec<NamelessAddr>) {
+) -> (u32, Vec<(NamelessAddr, u64)>, Vec<NamelessAddr>) {
     let cap = ftl.ftl().geometry().zone_capacity_blocks;
     let mut addrs = Vec::new();
     for first in (first_key..first_key + cap * 3 / 2).step_by(8) {
@@ -92,6 +105,18 @@ fn collect_in_place(
     ftl.nameless_free(&freed).unwrap();
     ftl.nameless_commit().unwrap();
     ftl.checkpoint().unwrap();
+    (zone, live, freed)
+}
+
+/// An in-place job on a [`victim`] while single-block writes queue.
+/// Returns the live blocks kept and filled, and the freed addresses a
+/// fill sits on.
+fn collect_in_place(
+    ftl: &mut Driver<SimDevice>,
+    first_key: u64,
+) -> (Vec<(NamelessAddr, u64)>, Vec<NamelessAddr>) {
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let (zone, mut live, freed) = victim(ftl, first_key);
     let checkpoints = ftl.stats().checkpoints;
     assert!(ftl.start_in_place(zone));
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
@@ -132,15 +157,13 @@ fn collect_in_place(
     (live, stale)
 }
 
-fn write_index(ftl: &mut Driver<SimDevice>, live: &[(NamelessAddr, u64)], stale: &[NamelessAddr]) {
+/// The client's record: live blocks by key, freed addresses by
+/// `u64::MAX` (a fill sits there) or [`FREED`].
+fn write_index(ftl: &mut Driver<SimDevice>, entries: &[(NamelessAddr, u64)]) {
     let bs = ftl.block_size();
     let mut b: Vec<u8> = Vec::new();
-    b.extend_from_slice(&((live.len() + stale.len()) as u64).to_le_bytes());
-    let entries = live
-        .iter()
-        .copied()
-        .chain(stale.iter().map(|&a| (a, u64::MAX)));
-    for (a, k) in entries {
+    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for &(a, k) in entries {
         b.extend_from_slice(&a.to_u64().to_le_bytes());
         b.extend_from_slice(&k.to_le_bytes());
     }
@@ -169,6 +192,26 @@ fn read_index(ftl: &mut Driver<SimDevice>) -> Vec<(NamelessAddr, u64)> {
 fn check(ftl: &mut Driver<SimDevice>, index: &[(NamelessAddr, u64)], when: &str) {
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
     for &(a, k) in index {
+        if k == FREED {
+            let answers = [
+                ftl.nameless_read(a).map(drop),
+                ftl.nameless_free(&[a]),
+                ftl.nameless_overwrite(&[a], &data(9, bs), &md(9, mb))
+                    .map(drop),
+            ];
+            for r in answers {
+                assert!(
+                    matches!(
+                        r,
+                        Err(IoError::Nameless(
+                            NamelessError::NotLive { .. } | NamelessError::Stale { .. }
+                        ))
+                    ),
+                    "{when}: freed {a:?} answered {r:?}"
+                );
+            }
+            continue;
+        }
         if k != u64::MAX {
             let (d, m) = ftl
                 .nameless_read(a)
@@ -192,6 +235,158 @@ fn check(ftl: &mut Driver<SimDevice>, index: &[(NamelessAddr, u64)], when: &str)
     }
 }
 
+/// The image of a job cut during its rewrite, in each tag mode.
+fn pending_image(oob: bool) -> &'static str {
+    if oob {
+        "v3-oob-inplace-pending.img.gz"
+    } else {
+        "v3-inband-inplace-pending.img.gz"
+    }
+}
+
+/// On a fresh image file at `path`: job A done (its fills answered), then
+/// a job on a second victim with the power cut after `after` of its
+/// commands. Returns whether the cut left the job pending with the victim
+/// written past half its capacity.
+fn cut_during_a_job(path: &Path, oob: bool, after: u64) -> bool {
+    let dev = SimDevice::create_file(path, sim_config(oob)).unwrap();
+    let mut ftl = Driver::format(dev, &format_options(oob, 13), FtlConfig::default()).unwrap();
+    let (mut live, stale) = collect_in_place(&mut ftl, 0);
+    ftl.checkpoint().unwrap();
+    let (zone, live_b, freed_b) = victim(&mut ftl, 1_000_000);
+    live.extend(live_b);
+    live.extend(stale.iter().map(|&a| (a, u64::MAX)));
+    live.extend(freed_b.iter().map(|&a| (a, FREED)));
+    write_index(&mut ftl, &live);
+    ftl.flush().unwrap();
+    ftl.backend_mut().set_faults(Faults {
+        seed: after,
+        power_cut: PowerCut::AfterSubmits(after),
+        ..Faults::default()
+    });
+    assert!(ftl.start_in_place(zone));
+    let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
+    let mut key = 2_000_000;
+    while ftl.ftl().in_place_running() && ftl.backend().is_powered() {
+        let request = Request::NamelessWrite {
+            data: data(key, bs),
+            md: md(key, mb),
+            fua: false,
+        };
+        if ftl.submit(request).is_err() || ftl.turn().is_err() {
+            break;
+        }
+        key += 1;
+    }
+    let _ = ftl.settle();
+    let mut dev = ftl.into_backend();
+    dev.power_cut();
+    dev.power_on().unwrap();
+    dev.set_faults(Faults::default());
+    let crc = FtlConfig::default().data_crc_impl();
+    let pending = zftl::core::recovery::recover_state(&mut dev, crc)
+        .expect("recovery after the cut")
+        .inplace_pending
+        .is_some_and(|j| j.victim == zone);
+    let cap = dev.geometry().zone_capacity_blocks;
+    pending && dev.zone_info(zone).unwrap().write_pointer_blocks > cap / 2
+}
+
+fn format_options(oob: bool, seed: u64) -> FormatOptions {
+    FormatOptions {
+        tag_placement: if oob {
+            TagPlacement::Auto
+        } else {
+            TagPlacement::InBand
+        },
+        seed,
+        ..FormatOptions::default()
+    }
+}
+
+#[test]
+#[ignore = "writes tests/images/v3-oob-inplace-pending.img.gz; run by hand"]
+fn make_frozen_pending_job_image() {
+    make_pending_image(true);
+}
+
+#[test]
+#[ignore = "writes tests/images/v3-inband-inplace-pending.img.gz; run by hand"]
+fn make_frozen_pending_job_image_in_band() {
+    make_pending_image(false);
+}
+
+/// The first cut that leaves the job pending past half its rewrite.
+fn make_pending_image(oob: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image");
+    let after = (1..10_000)
+        .find(|&after| {
+            let _ = std::fs::remove_file(&path);
+            cut_during_a_job(&path, oob, after)
+        })
+        .expect("a cut leaves the job pending during its rewrite");
+    eprintln!("cut after {after} commands of the job");
+    let raw = std::fs::read(&path).unwrap();
+    let out = std::fs::File::create(images_dir().join(pending_image(oob))).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+    gz.write_all(&raw).unwrap();
+    gz.finish().unwrap();
+}
+
+#[test]
+fn the_frozen_pending_job_image_is_checked_then_redone_by_the_mount() {
+    mount_pending_image(true);
+}
+
+#[test]
+fn the_frozen_pending_job_image_is_checked_then_redone_by_the_mount_in_band() {
+    mount_pending_image(false);
+}
+
+fn mount_pending_image(oob: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unpack(pending_image(oob), dir.path());
+    let mut dev = SimDevice::open_file_expecting(&path, &sim_config(oob)).unwrap();
+    let crc = FtlConfig::default().data_crc_impl();
+    let job = zftl::core::recovery::recover_state(&mut dev, crc)
+        .expect("recovery of the frozen image")
+        .inplace_pending
+        .expect("the image leaves an in-place job pending");
+    assert!(job.staged_blocks > 0);
+    let victim_wp = dev.zone_info(job.victim).unwrap().write_pointer_blocks;
+    assert!(victim_wp > 0, "the victim's rewrite had begun");
+    common::assert_check_clean(&mut dev, "the pending-job image");
+    let cfg = FtlConfig::default();
+    let mut ftl = Driver::mount(dev, cfg.clone()).unwrap();
+    assert!(!ftl.ftl().in_place_running());
+    let index = read_index(&mut ftl);
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let in_victim = |(a, _): &&(NamelessAddr, u64)| a.ppa().zone(cap) == job.victim;
+    let victim: Vec<(NamelessAddr, u64)> = index.iter().filter(in_victim).copied().collect();
+    let freed = victim.iter().filter(|(_, k)| *k == FREED).count();
+    assert!(
+        freed > 0 && freed < victim.len(),
+        "freed and live blocks in the victim"
+    );
+    check(&mut ftl, &index, "after the redo");
+    let mut dev = ftl.shutdown().unwrap();
+    common::assert_check_clean(&mut dev, "the pending-job image after its redo");
+    let mut ftl = Driver::mount(dev, cfg).unwrap();
+    check(&mut ftl, &index, "after a clean remount");
+}
+
+/// The image `name` unpacked into `dir`.
+fn unpack(name: &str, dir: &Path) -> PathBuf {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(name)).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    let path = dir.join("image");
+    std::fs::write(&path, raw).unwrap();
+    path
+}
+
 fn images_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images")
 }
@@ -212,16 +407,7 @@ fn make_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("image");
     let dev = SimDevice::create_file(&path, sim_config(oob)).unwrap();
-    let opts = FormatOptions {
-        tag_placement: if oob {
-            TagPlacement::Auto
-        } else {
-            TagPlacement::InBand
-        },
-        seed: 11,
-        ..FormatOptions::default()
-    };
-    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    let mut ftl = Driver::format(dev, &format_options(oob, 11), FtlConfig::default()).unwrap();
     // Job A, then a checkpoint: its fills in section 24; one freed after.
     let (mut live, mut stale) = collect_in_place(&mut ftl, 0);
     ftl.checkpoint().unwrap();
@@ -240,7 +426,8 @@ fn make_image(oob: bool) {
     let (live_b, stale_b) = collect_in_place(&mut ftl, 1_000_000);
     live.extend(live_b);
     stale.extend(stale_b);
-    write_index(&mut ftl, &live, &stale);
+    live.extend(stale.iter().map(|&a| (a, u64::MAX)));
+    write_index(&mut ftl, &live);
     ftl.flush().unwrap();
     let fills = ftl.stats().nameless_fill_entries;
     assert!(fills_a > 1 && fills > fills_a, "{fills_a} then {fills}");
@@ -267,12 +454,7 @@ fn the_frozen_gap_fill_image_mounts_with_its_fills_and_stale_addresses_in_band()
 
 fn mount_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(image(oob))).unwrap())
-        .read_to_end(&mut raw)
-        .unwrap();
-    let path = dir.path().join("image");
-    std::fs::write(&path, raw).unwrap();
+    let path = unpack(image(oob), dir.path());
     let dev = SimDevice::open_file_expecting(&path, &sim_config(oob)).unwrap();
     let cfg = FtlConfig::default();
     let mut ftl = Driver::mount(dev, cfg.clone()).unwrap();
