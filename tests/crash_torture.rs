@@ -140,7 +140,10 @@ fn crash_torture_with_spread_gc() {
 /// waits for tokens and while appends queue per zone; OOB and in-band
 /// tags, timing on (the budget fills with virtual time) and off (only the
 /// burst), the urgent lane below the GC reserve (`urgent_below_reserve`)
-/// on and off, alternate.
+/// on and off, alternate; GC's victim reads in flight per zone group
+/// (`gc_read_max_blocks_per_group`) unbounded, at most one block, or at
+/// most 16, in turn; a victim's reset waiting for FUA writes' appends to
+/// its zone group (`gc_reset_yields_to_urgent`) on half the seeds.
 #[test]
 fn crash_torture_with_gc_budget() {
     let run = |seed: u64| {
@@ -160,6 +163,8 @@ fn crash_torture_with_gc_budget() {
             zone_max_appends: if bounded { 1 } else { 0 },
             append_max_blocks: if bounded { 4 } else { 0 },
             urgent_below_reserve: seed % 4 < 2,
+            gc_read_max_blocks_per_group: [0, 1, 16][(seed / 2 % 3) as usize],
+            gc_reset_yields_to_urgent: (seed / 3).is_multiple_of(2),
             ..common::ftl_config()
         };
         Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)

@@ -124,6 +124,22 @@ pub struct FtlConfig {
     pub gc_start_free_zones: u32,
     /// Device commands GC may have in flight while the host is busy.
     pub gc_max_inflight: u32,
+    /// Blocks of GC's victim reads in flight at most on one zone group's
+    /// parallel units (`Geometry::zone_groups`; 0, the default: no bound).
+    /// Once the free zones are down to the GC reserve, `gc_max_inflight`
+    /// no longer holds GC back, and with `fifo` LUNs a burst of victim
+    /// reads queued milliseconds of reads ahead of whatever the host
+    /// appended to that group (a FUA write's program; `zftl bench media`,
+    /// docs/bench.md). A read is cut to what the bound leaves.
+    pub gc_read_max_blocks_per_group: u32,
+    /// A GC victim's reset (an erase on each of its zone group's units,
+    /// milliseconds long) waits while urgent appends (FUA writes' blocks,
+    /// and those a flush waits for) went to that zone group in the last
+    /// 2 ms, for at most 1 s, and the urgent lane opens its zone where no
+    /// victim waits: a FUA write queued behind an erase waits for all of it
+    /// (`zftl bench media`, docs/bench.md). Off by default: the zone GC
+    /// frees comes later.
+    pub gc_reset_yields_to_urgent: bool,
     /// Zones GC may write relocated data into at once, each on a zone group
     /// the other open data zones do not use (`Geometry::zone_groups`): one
     /// zone programs on one group's parallel units only. Clamped to the
@@ -306,6 +322,8 @@ impl Default for FtlConfig {
             urgent_below_reserve: false,
             gc_start_free_zones: 2,
             gc_max_inflight: 32,
+            gc_read_max_blocks_per_group: 0,
+            gc_reset_yields_to_urgent: false,
             gc_lanes: 1,
             gc_victims: 1,
             checkpoint_interval_blocks: 1 << 18,

@@ -267,6 +267,11 @@ pub struct MediaReport {
     pub append_max_blocks: u32,
     /// `FtlConfig::urgent_below_reserve` (`--urgent-below-reserve`).
     pub urgent_below_reserve: bool,
+    /// `FtlConfig::gc_read_max_blocks_per_group`
+    /// (`--gc-read-max-blocks-per-group`).
+    pub gc_read_max_blocks_per_group: u32,
+    /// `FtlConfig::gc_reset_yields_to_urgent`.
+    pub gc_reset_yields_to_urgent: bool,
 }
 
 /// What a stream sends.
@@ -918,6 +923,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         zone_max_appends: ftl.zone_max_appends,
         append_max_blocks: ftl.append_max_blocks,
         urgent_below_reserve: ftl.urgent_below_reserve,
+        gc_read_max_blocks_per_group: ftl.gc_read_max_blocks_per_group,
+        gc_reset_yields_to_urgent: ftl.gc_reset_yields_to_urgent,
     };
     if let Some(path) = &args.svg {
         let cdfs = [

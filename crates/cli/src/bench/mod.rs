@@ -247,6 +247,15 @@ pub struct GcArgs {
         requires = "gc_budget_us_per_ms"
     )]
     pub gc_budget_burst_us: u32,
+    /// `FtlConfig::gc_read_max_blocks_per_group`: blocks of GC's victim
+    /// reads in flight on one zone group's units at most, 0 for no bound
+    /// (default: the configuration's).
+    #[arg(long, value_name = "N")]
+    pub gc_read_max_blocks_per_group: Option<u32>,
+    /// `FtlConfig::gc_reset_yields_to_urgent`: a GC victim's reset waits
+    /// while FUA writes' appends go to its zone group.
+    #[arg(long)]
+    pub gc_reset_yields_to_urgent: bool,
 }
 
 impl GcArgs {
@@ -263,6 +272,11 @@ impl GcArgs {
             append_max_blocks: self.append_max_blocks.unwrap_or(ftl.append_max_blocks),
             gc_budget: budget.or(ftl.gc_budget),
             urgent_below_reserve: self.urgent_below_reserve || ftl.urgent_below_reserve,
+            gc_read_max_blocks_per_group: self
+                .gc_read_max_blocks_per_group
+                .unwrap_or(ftl.gc_read_max_blocks_per_group),
+            gc_reset_yields_to_urgent: self.gc_reset_yields_to_urgent
+                || ftl.gc_reset_yields_to_urgent,
             ..ftl
         }
     }

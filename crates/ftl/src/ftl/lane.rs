@@ -199,7 +199,7 @@ impl Ftl {
                 Lane::Nameless | Lane::NamelessStripe(_) if self.nameless_stripes() > 1 => {
                     self.take_free_spread(kind)?
                 }
-                Lane::Urgent => self.take_free_spread(kind)?,
+                Lane::Urgent => self.take_free_for_urgent(kind)?,
                 _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
                 _ => self.take_free_spread(kind)?,
             };
@@ -239,6 +239,25 @@ impl Ftl {
         let g = self.geo.zone_groups.max(1);
         self.zones
             .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| groups[(z % g) as usize])
+    }
+
+    /// A free zone for the urgent lane: on the zone group the open lanes
+    /// use least, and with `FtlConfig::gc_reset_yields_to_urgent` one
+    /// where no GC victim waits for its reset first (an erase there would
+    /// hold the FUA writes' programs for milliseconds).
+    fn take_free_for_urgent(&mut self, kind: ZoneKind) -> Option<ZoneId> {
+        if !self.cfg.gc_reset_yields_to_urgent {
+            return self.take_free_spread(kind);
+        }
+        let mut load = self.open_zone_groups();
+        let victims = self.closing.iter().chain(&self.jobs).map(|j| j.victim);
+        for v in victims.collect::<Vec<_>>() {
+            // Past any count of open lanes: a victim outweighs them all.
+            load[self.zone_group(v)] += u32::from(u8::MAX);
+        }
+        let g = self.geo.zone_groups.max(1);
+        self.zones
+            .take_free_spread(kind, SPREAD_SCAN_ZONES, |z| load[(z % g) as usize])
     }
 
     /// Zones nameless writes may go to at once: one per zone group, at
@@ -651,6 +670,10 @@ impl Ftl {
         self.stats.pad_blocks += pad;
         if lane == Lane::Urgent {
             self.stats.urgent_lane_blocks += n + pad;
+        }
+        if urgent {
+            let group = self.zone_group(zone);
+            self.urgent_appended_ns[group] = Some(self.now_ns);
         }
         self.blocks_since_checkpoint += n + pad;
         Some((

@@ -237,6 +237,9 @@ pub struct Ftl {
     zones: ZoneTable,
     zone_readers: Vec<u32>,
     zone_appends: Vec<u32>,
+    /// Blocks of GC's victim reads in flight, by zone group
+    /// (`FtlConfig::gc_read_max_blocks_per_group`).
+    gc_read_blocks_by_group: Vec<u32>,
     buffer: WriteBuffer,
     buffered_new: u64,
     /// Map leaves of fork regions that buffered writes will take when they
@@ -367,6 +370,10 @@ pub struct Ftl {
     /// The media has no room left for data already accepted: read-only.
     space_exhausted: bool,
     now_ns: u64,
+    /// By zone group, the clock at the last urgent append there (FUA
+    /// blocks, or blocks a flush waits for)
+    /// (`FtlConfig::gc_reset_yields_to_urgent`).
+    urgent_appended_ns: Vec<Option<u64>>,
     /// GC's device-time budget (`FtlConfig::gc_budget`), if one is set.
     gc_bucket: Option<gc_budget::GcBucket>,
     /// A collection's read waits for the budget (`FtlStats::gc_budget_waits`
@@ -439,6 +446,7 @@ impl Ftl {
             summary_blocks,
             zone_readers: vec![0; zone_count],
             zone_appends: vec![0; zone_count],
+            gc_read_blocks_by_group: vec![0; zone_groups.max(1) as usize],
             geo: p.geometry,
             // Resolved once: the implementation stays the same while mounted.
             cfg: FtlConfig {
@@ -507,6 +515,7 @@ impl Ftl {
             urgent_below_reserve: false,
             space_exhausted: false,
             now_ns: 0,
+            urgent_appended_ns: vec![None; zone_groups.max(1) as usize],
             gc_bucket: p.config.gc_budget.map(gc_budget::GcBucket::new),
             gc_budget_waiting: false,
             window: window::WindowState::default(),

@@ -54,7 +54,11 @@ pub(super) enum JobPhase {
     /// so the relocated copies are durable before the originals go.
     ReadyToFlush,
     Flushing,
-    ReadyToReset,
+    /// Flushed; the clock then (`Ftl::now_ns`), for how long a reset may
+    /// wait for urgent appends (`FtlConfig::gc_reset_yields_to_urgent`).
+    ReadyToReset {
+        since_ns: u64,
+    },
     Resetting,
 }
 
@@ -100,6 +104,17 @@ const CLOSING_JOBS_WIDE: usize = 16;
 
 /// Most victims collected at once (`FtlConfig::gc_victims`).
 pub(super) const MAX_GC_VICTIMS: u32 = 16;
+
+/// With `FtlConfig::gc_reset_yields_to_urgent`, urgent appends count as
+/// going on for this long after the last one: a FUA writer that waits for
+/// each write and does a little in between (a read) leaves gaps of a few
+/// hundred µs, and a reset let out in one erases under its next write.
+const URGENT_QUIET_NS: u64 = 2_000_000;
+
+/// The longest a victim's reset waits for urgent appends, so a steady FUA
+/// stream delays the zone GC frees, never withholds it (the urgent zone
+/// usually fills, and its lane moves on, well within this).
+const RESET_YIELD_MAX_NS: u64 = 1_000_000_000;
 
 /// While GC is busy, GC jobs between two static wear-leveling moves.
 pub(super) const WL_EVERY_GC_JOBS: u32 = 4;
@@ -504,11 +519,13 @@ impl Ftl {
     fn next_closing_command(&mut self) -> Option<(Op, Command)> {
         let readers = &self.zone_readers;
         let may_reset = !self.first_checkpoint_pending;
-        let job = self.closing.iter_mut().find(|j| match j.phase {
+        let yields = |j: &GcJob, since_ns: u64| self.reset_yields(j.victim, since_ns);
+        let i = self.closing.iter().position(|j| match j.phase {
             JobPhase::ReadyToFlush => readers[j.victim as usize] == 0,
-            JobPhase::ReadyToReset => may_reset,
+            JobPhase::ReadyToReset { since_ns } => may_reset && !yields(j, since_ns),
             _ => false,
         })?;
+        let job = &mut self.closing[i];
         let victim = job.victim;
         if matches!(job.phase, JobPhase::ReadyToFlush) {
             job.phase = JobPhase::Flushing;
@@ -520,6 +537,22 @@ impl Ftl {
             Op::VictimReset { zone: victim },
             Command::Reset { zone: victim },
         ))
+    }
+
+    /// Whether `victim`'s reset, ready since `since_ns`, waits
+    /// (`FtlConfig::gc_reset_yields_to_urgent`): urgent (FUA) appends went
+    /// to its zone group within `URGENT_QUIET_NS`, and an erase there would
+    /// hold each program queued behind it for milliseconds. Never with
+    /// nothing in flight: the clock moves only with the device on some
+    /// drivers.
+    fn reset_yields(&self, victim: ZoneId, since_ns: u64) -> bool {
+        if !self.cfg.gc_reset_yields_to_urgent || self.ops.is_empty() {
+            return false;
+        }
+        let now = self.now_ns;
+        let recent = self.urgent_appended_ns[self.zone_group(victim)]
+            .is_some_and(|at| now.saturating_sub(at) < URGENT_QUIET_NS);
+        recent && now.saturating_sub(since_ns) < RESET_YIELD_MAX_NS
     }
 
     /// The free zones are down to the reserve: GC runs flat out.
@@ -607,6 +640,7 @@ impl Ftl {
         if !self.gc_budget_left() || self.gc_queued() >= 4 * self.geo.max_append_blocks as usize {
             return None;
         }
+        let group_room = self.gc_read_room(self.jobs[i].victim)?;
         if !self.gc_budget_allows(i) {
             return None;
         }
@@ -617,7 +651,12 @@ impl Ftl {
         let cap = self.cap();
         let read_us = u64::from(self.cfg.nameless_cost_us.read_us);
         let binds = self.gc_budget_binds() && self.jobs[i].purpose != JobPurpose::Retire;
-        if let Some((ppa, count, attempts)) = self.jobs[i].retries.pop() {
+        if let Some(&(ppa, count, attempts)) = self.jobs[i].retries.last() {
+            // A retry is not cut: it waits for the group's reads to drain.
+            if u64::from(count) > group_room && group_room < self.gc_read_bound() {
+                return None;
+            }
+            self.jobs[i].retries.pop();
             self.charge_gc(u64::from(count) * read_us, binds);
             return Some(self.gc_read(ppa, count, attempts));
         }
@@ -658,7 +697,9 @@ impl Ftl {
         // command per run of live blocks took a few blocks each in a mostly
         // live victim, and the commands in flight, not the media, bounded GC.
         let start = off;
-        let span = u64::from(self.geo.max_transfer_blocks).min(GC_READ_SPAN_BLOCKS);
+        let span = u64::from(self.geo.max_transfer_blocks)
+            .min(GC_READ_SPAN_BLOCKS)
+            .min(group_room);
         let most_live = paced.unwrap_or(u64::MAX);
         let wide = self.gc_wide();
         let (mut end, mut live) = (off, 0);
@@ -684,6 +725,28 @@ impl Ftl {
         Some(self.gc_read(Ppa::new(victim, start, cap), (end - start) as u32, 0))
     }
 
+    /// `FtlConfig::gc_read_max_blocks_per_group` as a bound (`u64::MAX`:
+    /// none).
+    fn gc_read_bound(&self) -> u64 {
+        match self.cfg.gc_read_max_blocks_per_group {
+            0 => u64::MAX,
+            n => u64::from(n),
+        }
+    }
+
+    /// Blocks GC may read from `victim` now as far as the bound on its zone
+    /// group's reads in flight goes; `None`: none until some complete.
+    fn gc_read_room(&self, victim: ZoneId) -> Option<u64> {
+        let in_flight = u64::from(self.gc_read_blocks_by_group[self.zone_group(victim)]);
+        let room = self.gc_read_bound().saturating_sub(in_flight);
+        (room > 0).then_some(room)
+    }
+
+    /// The zone group whose parallel units hold `zone`.
+    pub(super) fn zone_group(&self, zone: ZoneId) -> usize {
+        (zone % self.geo.zone_groups.max(1)) as usize
+    }
+
     fn gc_read(&mut self, ppa: Ppa, count: u32, attempts: u8) -> (Op, Command) {
         let cap = self.cap();
         let zone = ppa.zone(cap);
@@ -691,6 +754,8 @@ impl Ftl {
             job.reads_in_flight += 1;
         }
         self.gc_in_flight += 1;
+        let group = self.zone_group(zone);
+        self.gc_read_blocks_by_group[group] += count;
         self.zone_readers[zone as usize] += 1;
         let cmd = Command::Read {
             zone,
@@ -719,6 +784,8 @@ impl Ftl {
         self.gc_in_flight -= 1;
         let zone = first.zone(cap);
         self.zone_readers[zone as usize] -= 1;
+        let group = self.zone_group(zone);
+        self.gc_read_blocks_by_group[group] -= count;
         if let Some(job) = self.job_of(zone) {
             job.reads_in_flight -= 1;
         }
@@ -1269,8 +1336,9 @@ impl Ftl {
             self.metadata_failed();
             return;
         }
+        let since_ns = self.now_ns;
         if let Some(job) = self.closing.iter_mut().find(|j| j.victim == zone) {
-            job.phase = JobPhase::ReadyToReset;
+            job.phase = JobPhase::ReadyToReset { since_ns };
         }
     }
 

@@ -1,0 +1,144 @@
+//! GC's victim reads in flight per zone group
+//! (`FtlConfig::gc_read_max_blocks_per_group`): with a bound of 8 blocks no
+//! zone group ever has more than 8 blocks of GC's reads on the device, under
+//! random overwrites at depth that keep GC running flat out; without the
+//! bound it has many more.
+
+use std::collections::HashMap;
+
+use zftl::core::{
+    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
+    ReadPriority, Request, SubmitError, ZoneInfo,
+};
+use zftl::sim::SimDevice;
+
+mod common;
+use common::{pattern, volume_config};
+
+/// The simulator, counting the blocks of background (GC) reads in flight
+/// per zone group.
+struct Counting {
+    inner: SimDevice,
+    /// Read tag → its zone group and blocks, while in flight.
+    reads: HashMap<u64, (u32, u64)>,
+    in_flight: HashMap<u32, u64>,
+    /// The most blocks of background reads in flight on any zone group.
+    most: u64,
+}
+
+impl Backend for Counting {
+    fn geometry(&self) -> &Geometry {
+        self.inner.geometry()
+    }
+    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+        if let Command::Read {
+            zone,
+            block_count,
+            priority: ReadPriority::Background,
+            ..
+        } = &command
+        {
+            let group = zone % self.inner.geometry().zone_groups;
+            self.reads.insert(tag, (group, u64::from(*block_count)));
+            let n = self.in_flight.entry(group).or_default();
+            *n += u64::from(*block_count);
+            self.most = self.most.max(*n);
+        }
+        self.inner.submit(tag, command)
+    }
+    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let from = out.len();
+        let n = self.inner.reap(out, max);
+        for c in &out[from..] {
+            if let Some((group, blocks)) = self.reads.remove(&c.tag) {
+                *self.in_flight.get_mut(&group).expect("counted") -= blocks;
+            }
+        }
+        n
+    }
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        self.inner.wait()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
+}
+
+/// Fills the volume and overwrites it at random twice over, 32 writes in
+/// flight; returns the most blocks of GC's reads in flight on one zone
+/// group, and the blocks GC copied.
+fn most_gc_reads_per_group(gc_read_max_blocks_per_group: u32) -> (u64, u64) {
+    let sim = volume_config(true);
+    assert!(sim.geometry().expect("geometry").zone_groups > 1);
+    let dev = Counting {
+        inner: SimDevice::create_memory(sim).expect("device"),
+        reads: HashMap::new(),
+        in_flight: HashMap::new(),
+        most: 0,
+    };
+    let cfg = FtlConfig {
+        gc_read_max_blocks_per_group,
+        write_buffer_blocks: 256,
+        ..FtlConfig::default()
+    };
+    let mut d = Driver::format(dev, &FormatOptions::default(), cfg).expect("format");
+    let (logical, bs) = (d.logical_blocks(), d.block_size());
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut lbas = (0..logical)
+        .chain(std::iter::repeat_with(move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % logical
+        }))
+        .peekable();
+    let count = 3 * logical;
+    let (mut sent, mut answered) = (0u64, 0u64);
+    while answered < count {
+        while sent < count && sent - answered < 32 {
+            let lba = *lbas.peek().expect("endless");
+            let request = Request::Write {
+                lba,
+                data: pattern(lba, 1, bs),
+                fua: false,
+            };
+            match d.try_submit(sent, request) {
+                Ok(()) => {
+                    sent += 1;
+                    lbas.next();
+                }
+                Err(IoError::Busy) => break,
+                Err(e) => panic!("write {sent}: {e}"),
+            }
+        }
+        d.turn().expect("turn");
+        while let Some(reply) = d.take_reply() {
+            reply.result.expect("write answered");
+            answered += 1;
+        }
+    }
+    let copied = d.stats().gc_copy_blocks;
+    (d.backend().most, copied)
+}
+
+#[test]
+fn gc_reads_in_flight_per_zone_group_stay_within_the_bound() {
+    let (bounded, copied) = most_gc_reads_per_group(8);
+    assert!(copied > 0, "GC never ran");
+    assert!(
+        bounded <= 8,
+        "{bounded} blocks of GC reads on one zone group"
+    );
+    let (free, copied) = most_gc_reads_per_group(0);
+    assert!(copied > 0, "GC never ran");
+    assert!(
+        free > 2 * bounded,
+        "without the bound only {free} blocks of GC reads per zone group: the test shows nothing"
+    );
+}

@@ -1,0 +1,219 @@
+//! GC's victim resets beside FUA writes
+//! (`FtlConfig::gc_reset_yields_to_urgent`): a reset is an erase on each
+//! unit of the victim's zone group (1.5 ms on the simulator), and a FUA
+//! write's append queued behind it waits for all of it. With the knob a
+//! victim's reset waits while FUA writes' appends go to its zone group, so
+//! no FUA append finds a victim's erase on its units; without it some do.
+//! Counted in the simulator's virtual time, one FUA write at a time beside
+//! buffered random writes that keep GC running.
+
+use std::collections::HashMap;
+
+use zftl::core::layout::Layout;
+use zftl::core::{
+    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
+    Request, SubmitError, ZoneInfo,
+};
+use zftl::sim::{SimConfig, SimDevice, Timing};
+
+mod common;
+use common::pattern;
+
+/// FUA writes counted in each run.
+const FUA_WRITES: u64 = 3000;
+
+/// Buffered random writes kept in flight beside the FUA writes.
+const LOAD_DEPTH: u64 = 8;
+
+/// What the FUA writes carry: this byte, then the write's number.
+const FUA_MARK: u8 = 0xf7;
+
+/// The simulator, watching the FUA writes' appends and the victims' resets.
+struct Watch {
+    inner: SimDevice,
+    first_data_zone: u32,
+    /// The data the FUA write in flight carries, once the test sends one.
+    fua_data: Option<Vec<u8>>,
+    /// Data zones' resets in flight: tag → zone group.
+    resets: HashMap<u64, u32>,
+    /// FUA appends sent to a zone group with a victim's reset in flight.
+    fua_behind_erase: u64,
+    fua_appends: u64,
+}
+
+impl Watch {
+    fn group(&self, zone: u32) -> u32 {
+        zone % self.inner.geometry().zone_groups
+    }
+}
+
+impl Backend for Watch {
+    fn geometry(&self) -> &Geometry {
+        self.inner.geometry()
+    }
+    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+        match &command {
+            Command::Reset { zone } if *zone >= self.first_data_zone => {
+                self.resets.insert(tag, self.group(*zone));
+            }
+            Command::Append { zone, data, .. } => {
+                let bs = self.inner.geometry().block_size_bytes as usize;
+                let bytes = data.to_vec();
+                let fua = self
+                    .fua_data
+                    .as_ref()
+                    .is_some_and(|f| bytes.chunks(bs).any(|b| b == &f[..]));
+                if fua {
+                    self.fua_appends += 1;
+                    let group = self.group(*zone);
+                    if self.resets.values().any(|&g| g == group) {
+                        self.fua_behind_erase += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.inner.submit(tag, command)
+    }
+    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let from = out.len();
+        let n = self.inner.reap(out, max);
+        for c in &out[from..] {
+            self.resets.remove(&c.tag);
+        }
+        n
+    }
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        self.inner.wait()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
+}
+
+/// Fills the volume, then runs random buffered writes beside random FUA
+/// writes one at a time; returns the FUA appends that found a victim's
+/// erase on their zone group, the FUA appends, and GC's copies.
+fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool) -> (u64, u64, u64) {
+    // The simulator's default shape (16 LUNs, zones 4 LUNs wide: 4 zone
+    // groups), smaller.
+    let sim = SimConfig {
+        blocks_per_lun: 16,
+        pages_per_block: 64,
+        timing: Some(Timing::default()),
+        ..SimConfig::default()
+    };
+    let geometry = sim.geometry().expect("geometry");
+    let options = FormatOptions::default();
+    let layout = Layout::plan(&geometry, None, options.gc_reserve_zones, false).expect("layout");
+    let dev = Watch {
+        inner: SimDevice::create_memory(sim).expect("device"),
+        first_data_zone: layout.first_data_zone(),
+        fua_data: None,
+        resets: HashMap::new(),
+        fua_behind_erase: 0,
+        fua_appends: 0,
+    };
+    let cfg = FtlConfig {
+        zone_max_appends: 1,
+        append_max_blocks: 4,
+        gc_read_max_blocks_per_group: 8,
+        urgent_below_reserve: true,
+        gc_reset_yields_to_urgent,
+        write_buffer_blocks: 256,
+        ..FtlConfig::default()
+    };
+    let mut d = Driver::format(dev, &options, cfg).expect("format");
+    let (logical, bs) = (d.logical_blocks(), d.block_size());
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next_random = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % logical
+    };
+    const FUA_ID: u64 = u64::MAX;
+    let (mut next_id, mut load_in_flight, mut filled) = (0u64, 0u64, 0u64);
+    let (mut fua_in_flight, mut fua_sent) = (false, 0u64);
+    while fua_sent < FUA_WRITES || fua_in_flight {
+        // The fill first (in order), then random overwrites.
+        while load_in_flight < LOAD_DEPTH {
+            let lba = if filled < logical {
+                filled
+            } else {
+                next_random()
+            };
+            let write = Request::Write {
+                lba,
+                data: pattern(lba, 1, bs),
+                fua: false,
+            };
+            match d.try_submit(next_id, write) {
+                Ok(()) => {
+                    next_id += 1;
+                    load_in_flight += 1;
+                    filled = (filled + 1).min(logical);
+                }
+                Err(IoError::Busy) => break,
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        let gc_ran = d.stats().gc_copy_blocks > 0;
+        if gc_ran && !fua_in_flight && fua_sent < FUA_WRITES {
+            let mut data = vec![FUA_MARK; bs];
+            data[..8].copy_from_slice(&fua_sent.to_le_bytes());
+            d.backend_mut().fua_data = Some(data.clone());
+            let lba = next_random();
+            match d.try_submit(
+                FUA_ID,
+                Request::Write {
+                    lba,
+                    data,
+                    fua: true,
+                },
+            ) {
+                Ok(()) => {
+                    fua_in_flight = true;
+                    fua_sent += 1;
+                }
+                Err(IoError::Busy) => {}
+                Err(e) => panic!("FUA write: {e}"),
+            }
+        }
+        d.turn().expect("turn");
+        while let Some(reply) = d.take_reply() {
+            reply.result.expect("write answered");
+            if reply.id == FUA_ID {
+                fua_in_flight = false;
+            } else {
+                load_in_flight -= 1;
+            }
+        }
+    }
+    let w = d.backend();
+    (w.fua_behind_erase, w.fua_appends, d.stats().gc_copy_blocks)
+}
+
+#[test]
+fn no_fua_append_queues_behind_a_victims_erase_when_resets_yield() {
+    let (without, appends, copied) = fua_appends_behind_an_erase(false);
+    assert!(copied > 0, "GC never ran");
+    assert!(appends >= FUA_WRITES, "{appends} FUA appends seen");
+    assert!(
+        without > 0,
+        "without the knob no FUA append found an erase: the test shows nothing"
+    );
+    let (with, appends, copied) = fua_appends_behind_an_erase(true);
+    assert!(copied > 0 && appends >= FUA_WRITES);
+    assert_eq!(
+        with, 0,
+        "{with} FUA appends found a victim's erase on their zone group with resets yielding \
+         ({without} without)"
+    );
+}
