@@ -103,7 +103,9 @@ fn crash_torture_with_other_settings() {
 /// GC spread over the device's zone groups and several victims at once
 /// (`gc_lanes`, `gc_victims` above 1): cuts land while several victims
 /// are copied, one closes and extra GC lanes hold zones; OOB and in-band
-/// tags, timing on and off, greedy and cost-benefit alternate.
+/// tags, timing on and off, greedy and cost-benefit alternate, and every
+/// third seed bounds the appends in flight per zone (`zone_max_appends`
+/// 2, so a GC queue whose zones are busy lets the other go).
 #[test]
 fn crash_torture_with_spread_gc() {
     let run = |seed: u64| {
@@ -116,6 +118,7 @@ fn crash_torture_with_spread_gc() {
         let cfg = FtlConfig {
             gc_lanes: 4,
             gc_victims: 4,
+            zone_max_appends: if seed.is_multiple_of(3) { 2 } else { 0 },
             gc_policy: if seed.is_multiple_of(2) {
                 VictimPolicy::Greedy
             } else {
