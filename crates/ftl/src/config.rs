@@ -134,8 +134,10 @@ pub struct FtlConfig {
     /// docs/bench.md "`bench media`" says why it is not the default).
     /// Above 1 (or with `gc_victims` above 1) GC also reads spans
     /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
-    /// time while reads are on their way, and lanes open their zones on
-    /// the zone group the open lanes use least (docs/design.md, "A GC job").
+    /// time while reads are on their way, lanes open their zones on the
+    /// zone group the open lanes use least, and a victim comes from the
+    /// zone group with the fewest free zones and victims if it copies at
+    /// most 1/32 of a zone more (docs/design.md, "A GC job").
     pub gc_lanes: u32,
     /// Victims GC holds at once, copying or waiting for their reset: the
     /// next starts once the running ones are read through, while their
