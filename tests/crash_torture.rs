@@ -103,7 +103,11 @@ fn crash_torture_with_other_settings() {
 /// GC spread over the device's zone groups and several victims at once
 /// (`gc_lanes`, `gc_victims` above 1): cuts land while several victims
 /// are copied, one closes and extra GC lanes hold zones; OOB and in-band
-/// tags, timing on and off, greedy and cost-benefit alternate.
+/// tags, timing on and off, greedy and cost-benefit alternate, and every
+/// third seed bounds the appends in flight per zone (`zone_max_appends`
+/// 2, so a GC queue whose zones are busy lets the other go); every fourth
+/// asks for 8 GC lanes (two per zone group, as many as the device's size
+/// allows).
 #[test]
 fn crash_torture_with_spread_gc() {
     let run = |seed: u64| {
@@ -114,8 +118,9 @@ fn crash_torture_with_spread_gc() {
             device_seed.is_multiple_of(5),
         );
         let cfg = FtlConfig {
-            gc_lanes: 4,
+            gc_lanes: if seed % 4 == 1 { 8 } else { 4 },
             gc_victims: 4,
+            zone_max_appends: if seed.is_multiple_of(3) { 2 } else { 0 },
             gc_policy: if seed.is_multiple_of(2) {
                 VictimPolicy::Greedy
             } else {

@@ -141,17 +141,21 @@ pub struct FtlConfig {
     /// frees comes later.
     pub gc_reset_yields_to_urgent: bool,
     /// Zones GC may write relocated data into at once, each on a zone group
-    /// the other open data zones do not use (`Geometry::zone_groups`): one
-    /// zone programs on one group's parallel units only. Clamped to the
-    /// device's zone groups, one per 8 data zones, and 16: a device of one
-    /// zone group (every backend but the simulator) gets one whatever is
-    /// asked. 1 = GC writes one zone per stream (the default; 4 lets GC's
-    /// copies program on every LUN of the simulator's default device,
-    /// docs/bench.md "`bench media`" says why it is not the default).
+    /// the other open data zones use least (`Geometry::zone_groups`): one
+    /// zone programs on one group's parallel units only. Clamped to two per
+    /// zone group (one for each GC stream, survivors and cold data), one
+    /// per 8 data zones, and 16: a device of one zone group (every backend
+    /// but the simulator) gets one whatever is asked. 1 = GC writes one
+    /// zone per stream (the default; 4 lets GC's copies program on every
+    /// LUN of the simulator's default device, 8 on every zone group for
+    /// each stream; docs/bench.md "`bench media`" says why it is not the
+    /// default).
     /// Above 1 (or with `gc_victims` above 1) GC also reads spans
     /// of up to 64 blocks, dead ones included, and appends 128 blocks at a
-    /// time while reads are on their way, and lanes open their zones on
-    /// the zone group the open lanes use least (docs/design.md, "A GC job").
+    /// time while reads are on their way, lanes open their zones on the
+    /// zone group the open lanes use least, and a victim comes from the
+    /// zone group with the fewest free zones and victims if it copies at
+    /// most 1/32 of a zone more (docs/design.md, "A GC job").
     pub gc_lanes: u32,
     /// Victims GC holds at once, copying or waiting for their reset: the
     /// next starts once the running ones are read through, while their

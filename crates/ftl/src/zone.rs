@@ -353,6 +353,11 @@ impl ZoneTable {
     }
 
     /// Zones in the free set.
+    /// The free zones, least worn first.
+    pub fn free_zones(&self) -> impl Iterator<Item = ZoneId> + '_ {
+        self.free.iter().map(|&(_, z)| z)
+    }
+
     pub fn free_count(&self) -> u32 {
         self.free.len() as u32
     }

@@ -211,8 +211,9 @@ pub struct WaArgs {
 /// that take it.
 #[derive(Debug, Clone, Args)]
 pub struct GcArgs {
-    /// `FtlConfig::gc_lanes`: zones GC writes into at once, on distinct
-    /// zone groups (default: the configuration's).
+    /// `FtlConfig::gc_lanes`: zones GC writes into at once, on the zone
+    /// groups the open zones use least, two per group at most (default:
+    /// the configuration's).
     #[arg(long, value_name = "N")]
     pub gc_lanes: Option<u32>,
     /// `FtlConfig::gc_victims`: victims GC holds at once (default: the

@@ -25,6 +25,14 @@ const META_OPEN_ZONES: u32 = 3;
 /// copying the zones the host was about to overwrite.
 const STREAM_WRITE_BYTES: u64 = 64 << 10;
 
+/// GC's streams whose copies spread over the extra lanes: survivors
+/// (`Lane::Gc`) and cold data (`Lane::HostCold`). An extra lane holds a
+/// zone of one stream until it is full, so with one lane per zone group
+/// the copies of the stream holding most of them waited at
+/// `zone_max_appends` while the other stream's zones idled; `gc_lanes`
+/// may ask for a lane per zone group for each.
+const GC_STREAMS: u32 = 2;
+
 /// Most zones GC writes into at once (`FtlConfig::gc_lanes`).
 pub(super) const MAX_GC_LANES: u32 = 16;
 
@@ -109,7 +117,8 @@ impl Lane {
 }
 
 /// The lanes of a mounted FTL: the base lanes and as many extra GC
-/// lanes as `gc_lanes` asks, the device has zone groups for, and its
+/// lanes as `gc_lanes` asks, the device has zone groups for (one per
+/// group for each of `GC_STREAMS`; none on a device of one group), and its
 /// `data_zones` allow, one GC lane per `DATA_ZONES_PER_STRIPE` (an extra
 /// lane's open zone is a tail GC's other copies cannot use: on a device
 /// of 26 data zones, 4 of them GC's reserve, four GC lanes held three
@@ -118,7 +127,11 @@ impl Lane {
 pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32, data_zones: u32) -> Vec<StreamState> {
     let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
     let extra = gc_lanes
-        .min(zone_groups)
+        .min(if zone_groups > 1 {
+            zone_groups * GC_STREAMS
+        } else {
+            1
+        })
         .min(by_size)
         .clamp(1, MAX_GC_LANES)
         - 1;
@@ -852,5 +865,25 @@ impl Ftl {
         if !self.retire_queue.contains(&zone) && !victim && !nameless {
             self.retire_queue.push_back(zone);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gc_lanes_reach_one_per_zone_group_for_each_gc_stream() {
+        let extra = |gc_lanes, groups, data_zones| {
+            new_lanes(gc_lanes, groups, data_zones).len() - usize::from(Lane::BASE)
+        };
+        assert_eq!(extra(1, 4, 1000), 0);
+        assert_eq!(extra(4, 4, 1000), 3);
+        assert_eq!(extra(8, 4, 1000), 7);
+        // Two per zone group at most, one per 8 data zones, and 16.
+        assert_eq!(extra(12, 4, 1000), 7);
+        assert_eq!(extra(8, 4, 40), 4);
+        assert_eq!(extra(8, 1, 1000), 0);
+        assert_eq!(extra(64, 16, 1000), MAX_GC_LANES as usize - 1);
     }
 }

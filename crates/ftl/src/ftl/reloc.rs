@@ -147,6 +147,11 @@ const GC_READ_SPAN_BLOCKS: u64 = 64;
 /// not the media, bounded GC.
 const GC_APPEND_BATCH_BLOCKS: u64 = 128;
 
+/// Spread GC takes a victim on the zone group with the fewest free zones
+/// and victims if it holds at most this share (one part in it) of a zone
+/// more live blocks than the best victim (`Ftl::balanced_victim`).
+const VICTIM_GROUP_SLACK_SHARE: u64 = 32;
+
 /// `Ftl::gc_queues`' queue of blocks only snapshots hold, after the two
 /// temperatures' (`Temp as usize`).
 pub(super) const KEPT_QUEUE: usize = 2;
@@ -339,6 +344,7 @@ impl Ftl {
             let logical = self
                 .zones
                 .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex);
+            let logical = logical.map(|z| self.balanced_victim(z));
             // Of the logical and the migration victim, the one that copies
             // fewer blocks (each frees a zone).
             let nameless = self.migration_victim();
@@ -406,6 +412,49 @@ impl Ftl {
             pending: 0,
             reserved_entries,
         })
+    }
+
+    /// Spread GC's victim: `best`, or the best victim of the zone group
+    /// that has the fewest free zones and victims held if it copies at most
+    /// `VICTIM_GROUP_SLACK_SHARE` of a zone more. A victim's reads load its
+    /// group's units and its reset frees a zone there; picked by score
+    /// alone, victims written together sit on the groups the lanes used
+    /// then, so their reads queue on one group while the free zones every
+    /// lane opens from (a few at steady state) lie on the same groups and
+    /// the others idle (`zftl bench media`, docs/bench.md).
+    fn balanced_victim(&self, best: ZoneId) -> ZoneId {
+        let g = self.geo.zone_groups.max(1);
+        if g == 1 || !self.gc_wide() {
+            return best;
+        }
+        let mut crowding = vec![0u32; g as usize];
+        for z in self.zones.free_zones() {
+            crowding[(z % g) as usize] += 1;
+        }
+        for j in self.jobs.iter().chain(&self.closing) {
+            crowding[(j.victim % g) as usize] += 1;
+        }
+        let group = (0..g)
+            .min_by_key(|&i| crowding[i as usize])
+            .expect("groups");
+        if best % g == group {
+            return best;
+        }
+        let data_cap = self.data_cap();
+        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        let ex = |z: ZoneId| z % g != group || self.excluded(z) || valid(z) >= data_cap;
+        let Some(there) = self
+            .zones
+            .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)
+        else {
+            return best;
+        };
+        let slack = data_cap / VICTIM_GROUP_SLACK_SHARE;
+        if valid(there) <= valid(best) + slack {
+            there
+        } else {
+            best
+        }
     }
 
     /// The job collecting `zone`.
@@ -962,11 +1011,17 @@ impl Ftl {
             .jobs
             .first()
             .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
-        // The longest queue goes first (ties to the hot one).
-        let queue = (0..self.gc_queues.len())
-            .rev()
-            .max_by_key(|&q| self.gc_queues[q].len())
-            .expect("GC queues");
+        // The longest queue goes first (ties to the hot one); one whose
+        // zones are busy (`zone_max_appends`) lets a shorter one go.
+        let mut queues: Vec<usize> = (0..self.gc_queues.len())
+            .filter(|&q| !self.gc_queues[q].is_empty())
+            .collect();
+        queues.sort_by_key(|&q| (std::cmp::Reverse(self.gc_queues[q].len()), q));
+        queues.into_iter().find_map(|q| self.gc_append_of(q, wl))
+    }
+
+    /// A GC append of queue `queue`'s blocks, if its lanes have room.
+    fn gc_append_of(&mut self, queue: usize, wl: bool) -> Option<(Op, Command)> {
         // Relocated data joins the stream of its temperature: cold with cold
         // host writes, the rest in the GC stream (survivors of a collection);
         // blocks only snapshots hold in a stream of their own.
