@@ -3,9 +3,10 @@
 //! scratch zone, made durable and noted (`InPlaceStaged`), the victim is
 //! reset and rewritten from offset 0 with every live block at its old
 //! offset (its original tag), and `InPlaceDone` ends the job. Each gap
-//! takes a block of a queued plain nameless write (a gap fill, born with
-//! the job's gap generation, answered once `InPlaceDone` is durable), or a
-//! pad block when none is queued: the fills are the room a job frees.
+//! takes a block of a queued nameless write or overwrite (a gap fill, born
+//! with the job's gap generation, answered once `InPlaceDone` is durable;
+//! an overwrite's old block is freed then), or a pad block when none is
+//! queued: the fills are the room a job frees.
 //!
 //! With md in the log (in band) no block carries a tag: the scratch zone
 //! keeps a staging index (md blocks of kind 2) after each group of staged
@@ -124,8 +125,8 @@ impl InPlaceScore {
     }
 }
 
-/// The plain nameless write blocks arriving per time (S_write; an
-/// overwrite never fills a gap): over the last window of
+/// The nameless write and overwrite blocks arriving per time (S_write):
+/// over the last window of
 /// `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the driver passes
 /// in (`Ftl::handle_time`).
 #[derive(Debug, Default)]
@@ -143,7 +144,7 @@ const ARRIVAL_WINDOW_BLOCKS: u64 = 4096;
 
 impl Arrivals {
     /// The last full window's (blocks, ns), the window moved on when due.
-    /// `admitted`: plain nameless blocks admitted so far; `media`: media
+    /// `admitted`: nameless blocks admitted so far; `media`: media
     /// write blocks so far.
     fn rate(&mut self, now_ns: u64, admitted: u64, media: u64) -> (u64, u64) {
         if media >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
@@ -408,9 +409,9 @@ impl Ftl {
             return None;
         }
         let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
-        let n_wait = self.nameless.queued_new_blocks();
+        let n_wait = self.nameless.queued_blocks();
         let n_last = self.last_inplace_fills;
-        let admitted = self.nameless.admitted_new_blocks;
+        let admitted = self.nameless.admitted_blocks;
         let media = self.stats.media_write_blocks;
         let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
         let score = |z: ZoneId, n_valid: u64, data_blocks: u64| {

@@ -282,8 +282,10 @@ pub(super) struct Rebuild {
     /// (the checkpoint's section 24, then the fills of each job done).
     pub(super) nameless_births: Births,
     /// The gap fills of the pending in-place job, counted at its
-    /// InPlaceDone (none of its writes was answered before).
-    pub(super) inplace_fills: Vec<(Ppa, u32)>,
+    /// InPlaceDone (none of its writes was answered before): block, birth
+    /// generation, and the block an overwrite fill replaces (its link,
+    /// freed at that note) or none.
+    pub(super) inplace_fills: Vec<(Ppa, u32, NamelessAddr)>,
     /// Of those, the zones of migrated blocks (zone kind 8).
     pub(super) nameless_moved: Vec<bool>,
     /// Nameless blocks written since the newest commit note (the
@@ -649,7 +651,7 @@ impl Rebuild {
         // A gap fill of the pending job (seq above its InPlaceStaged note's:
         // the victim's scan reads no older tag) counts at its InPlaceDone.
         if self.inplace_pending.is_some_and(|j| j.victim as usize == z) {
-            self.inplace_fills.push((ppa, birth_gen));
+            self.inplace_fills.push((ppa, birth_gen, link));
             return Ok(());
         }
         self.nameless_live(ppa, birth_gen)?;
@@ -734,7 +736,7 @@ impl Rebuild {
     /// Frees the nameless block at `ppa` of generation `birth_gen` if it
     /// is live: the running core logged only frees of live blocks, but a
     /// block whose tag a later reset erased is not live here.
-    fn nameless_free(&mut self, ppa: Ppa, birth_gen: u32) {
+    pub(super) fn nameless_free(&mut self, ppa: Ppa, birth_gen: u32) {
         let cap = self.zone_capacity_blocks;
         let z = ppa.zone(cap) as usize;
         let in_segment = u64::from(ppa.0) < u64::from(self.mapping.physical_blocks())
