@@ -1184,6 +1184,8 @@ impl Ftl {
             w.addrs[f.index] = NamelessAddr::new(ppa, gap_gen);
         }
         self.stats.nameless_gap_fill_blocks += fills.len() as u64;
+        let overwrites = fills.iter().filter(|f| !f.replaced.is_none()).count();
+        self.stats.nameless_overwrite_fill_blocks += overwrites as u64;
     }
 
     /// A job's gap fills are answered: its `InPlaceDone` is durable
