@@ -125,8 +125,8 @@ impl InPlaceScore {
     }
 }
 
-/// The nameless write and overwrite blocks arriving per time (S_write):
-/// over the last window of
+/// The nameless blocks that may fill gaps arriving per time (S_write,
+/// `Ftl::inplace_arrivals`): over the last window of
 /// `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the driver passes
 /// in (`Ftl::handle_time`).
 #[derive(Debug, Default)]
@@ -148,7 +148,9 @@ impl Arrivals {
     /// write blocks so far.
     fn rate(&mut self, now_ns: u64, admitted: u64, media: u64) -> (u64, u64) {
         if media >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
-            self.blocks = admitted - self.since_blocks;
+            // `admitted` counts other blocks once migrations stop or
+            // resume: that window's rate is off, never negative.
+            self.blocks = admitted.saturating_sub(self.since_blocks);
             self.ns = now_ns.saturating_sub(self.since_ns);
             self.since_ns = now_ns;
             self.since_blocks = admitted;
@@ -409,9 +411,8 @@ impl Ftl {
             return None;
         }
         let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
-        let n_wait = self.nameless.queued_blocks();
+        let (n_wait, admitted) = self.inplace_arrivals();
         let n_last = self.last_inplace_fills;
-        let admitted = self.nameless.admitted_blocks;
         let media = self.stats.media_write_blocks;
         let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
         let score = |z: ZoneId, n_valid: u64, data_blocks: u64| {
@@ -468,6 +469,20 @@ impl Ftl {
             self.ckpt_requested = true;
         }
         best
+    }
+
+    /// N_wait and the admitted blocks S_write is taken from: of writes and
+    /// overwrites once migrations stopped (both are admitted past the dead
+    /// blocks unacknowledged moves hold, for gap fills to reclaim them),
+    /// of plain writes while migrations run (an overwrite frees its old
+    /// block wherever it lands: counting it made GC pick in-place victims
+    /// a migration collects for less, as `zftl bench nameless` measured).
+    fn inplace_arrivals(&self) -> (u64, u64) {
+        let n = &self.nameless;
+        match self.migration_stopped() {
+            true => (n.queued_blocks(), n.admitted_blocks),
+            false => (n.queued_new_blocks(), n.admitted_new_blocks),
+        }
     }
 
     /// Whether an in-place job is running.

@@ -67,11 +67,15 @@ pub(super) struct NamelessState {
     /// Writes with blocks not yet sent, oldest first.
     queue: VecDeque<Key>,
     /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`):
-    /// what gap fills may take (N_wait of GC's in-place score).
+    /// what gap fills may take.
     queued_blocks: u64,
-    /// Blocks of writes and overwrites admitted since mount (S_write of
-    /// GC's in-place score: the writes that may fill gaps).
+    /// Of those, the blocks of plain writes (N_wait of GC's in-place score
+    /// while migrations run: see `Ftl::inplace_arrivals`).
+    queued_new_blocks: u64,
+    /// Blocks of writes and overwrites admitted since mount, and of plain
+    /// writes (S_write of GC's in-place score).
     pub(super) admitted_blocks: u64,
+    pub(super) admitted_new_blocks: u64,
     /// Blocks admitted and not yet answered: counted against the media's
     /// room (an overwrite's new block lands before its old one goes).
     pending_blocks: u64,
@@ -260,7 +264,9 @@ impl NamelessState {
             writes: Slab::new(max_requests.max(1)),
             queue: VecDeque::new(),
             queued_blocks: 0,
+            queued_new_blocks: 0,
             admitted_blocks: 0,
+            admitted_new_blocks: 0,
             pending_blocks: 0,
             pending_new_blocks: 0,
             reads: VecDeque::new(),
@@ -310,6 +316,19 @@ impl NamelessState {
 
     pub(super) fn queued_blocks(&self) -> u64 {
         self.queued_blocks
+    }
+
+    pub(super) fn queued_new_blocks(&self) -> u64 {
+        self.queued_new_blocks
+    }
+
+    /// `n` queued blocks were sent (or dropped), of a plain write if
+    /// `plain`.
+    fn dequeued(&mut self, n: u64, plain: bool) {
+        self.queued_blocks -= n;
+        if plain {
+            self.queued_new_blocks -= n;
+        }
     }
 }
 
@@ -713,7 +732,9 @@ impl Ftl {
         self.nameless.moves.overwriting(&w.old);
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
+        self.nameless.queued_new_blocks += new_blocks;
         self.nameless.admitted_blocks += n as u64;
+        self.nameless.admitted_new_blocks += new_blocks;
         self.nameless.pending_blocks += n as u64;
         self.nameless.pending_new_blocks += new_blocks;
         Ok(())
@@ -846,7 +867,8 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.queued_blocks -= n;
+        let plain = w.old.is_empty();
+        self.nameless.dequeued(n, plain);
         let bs = self.block_size();
         self.push_padding(&mut data, &mut oob, pad, bs);
         self.lane_commit(lane, zone, n + pad, first_seq + n - 1);
@@ -1032,7 +1054,8 @@ impl Ftl {
             let unsent = (w.blocks.len() - w.sent) as u64;
             w.done += w.blocks.len() - w.sent;
             w.sent = w.blocks.len();
-            self.nameless.queued_blocks -= unsent;
+            let plain = w.old.is_empty();
+            self.nameless.dequeued(unsent, plain);
             self.nameless.queue.retain(|&k| k != key);
         }
         let w = self.nameless.writes.get_mut(key).expect("write in flight");
@@ -1125,7 +1148,8 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.queued_blocks -= 1;
+        let plain = w.old.is_empty();
+        self.nameless.dequeued(1, plain);
         self.stats.nameless_write_blocks += 1;
         let fill = GapFill {
             key,
