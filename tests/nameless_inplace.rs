@@ -960,12 +960,14 @@ fn overwrite_only_client(oob: bool) {
         let olds: Vec<NamelessAddr> = picks.iter().map(|&i| held[i].0).collect();
         let data: Vec<u8> = keys.iter().flat_map(|&k| pattern(k, 1, bs)).collect();
         let meta: Vec<u8> = keys.iter().flat_map(|&k| md(k, 1, mb)).collect();
-        let addrs = ftl.nameless_overwrite(&olds, &data, &meta).unwrap_or_else(|e| {
-            panic!(
-                "after {written} blocks overwritten: {e} ({:?})",
-                ftl.ftl().stats()
-            )
-        });
+        let addrs = ftl
+            .nameless_overwrite(&olds, &data, &meta)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "after {written} blocks overwritten: {e} ({:?})",
+                    ftl.ftl().stats()
+                )
+            });
         for ((&i, a), k) in picks.iter().zip(addrs).zip(keys) {
             held[i] = (a, k);
         }

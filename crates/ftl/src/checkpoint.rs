@@ -2867,6 +2867,20 @@ mod nameless_tests {
             .collect()
     }
 
+    /// Section 16's flags byte: bit 0 (a gap fill's link frees at its
+    /// job's InPlaceDone) as written, and 0 (an older build's) read alike.
+    #[test]
+    fn the_nameless_headers_fill_links_flag_round_trips() {
+        let mut image = nameless_image(MdPlacement::Oob);
+        for links in [false, true] {
+            image.nameless.header.as_mut().unwrap().fill_links = links;
+            let b = image.encode();
+            assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
+            let header = &sections_of(&b)[0];
+            assert_eq!((header.0, header.1[3]), (16, u8::from(links)));
+        }
+    }
+
     #[test]
     fn nameless_sections_are_laid_out_as_documented() {
         let image = nameless_image(MdPlacement::Log);

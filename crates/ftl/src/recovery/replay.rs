@@ -1575,6 +1575,49 @@ mod tests {
         ));
     }
 
+    /// An overwrite fill (format.md §11, step 9, "Overwrite fills"): its
+    /// link frees the block it replaces at its job's done note, not at its
+    /// own seq; a job left pending keeps the replaced block; a free that
+    /// ended the block first leaves nothing for the link to free.
+    #[test]
+    fn an_overwrite_fills_link_frees_its_old_block_at_the_done_note_only() {
+        // Zone 2 (generation 1) holds 16 and 17; the job fills gap 18 with
+        // an overwrite of 17 (in the victim itself), then `more`, then its
+        // done note if `ended`.
+        let job = |more: Vec<Event>, ended: bool| {
+            let mut e = vec![
+                staged(20, 2, 1, 2),
+                Event::NamelessTag {
+                    seq: 21,
+                    ppa: Ppa(18),
+                    birth_gen: 2,
+                    link: NamelessAddr::new(Ppa(17), 1),
+                },
+            ];
+            e.extend(more);
+            if ended {
+                e.push(Event::Note(Note::InPlaceDone {
+                    seq: 23,
+                    victim: 2,
+                    erase_count: 5,
+                    pad_blocks: 5,
+                    gap_fill_blocks: 1,
+                }));
+            }
+            try_rebuild(&nameless_events(e)).unwrap()
+        };
+        let r = job(vec![], false);
+        assert!(r.inplace_pending.is_some());
+        assert!(r.mapping.is_live(Ppa(17)) && !r.mapping.is_live(Ppa(18)));
+        let r = job(vec![], true);
+        assert!(!r.mapping.is_live(Ppa(17)) && r.mapping.is_live(Ppa(18)));
+        assert!(r.mapping.is_live(Ppa(16)));
+        // A racing free of 17 before the done note wins.
+        let r = job(vec![free(22, 17, 1)], true);
+        assert!(!r.mapping.is_live(Ppa(17)) && r.mapping.is_live(Ppa(18)));
+        assert!(r.mapping.is_live(Ppa(16)));
+    }
+
     #[test]
     fn in_place_notes_out_of_order_are_refused_in_both_tag_modes() {
         let refused = [
