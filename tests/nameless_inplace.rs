@@ -620,7 +620,7 @@ impl OverwritePlan {
         let s = ftl.ftl().stats();
         self.turn += 1;
         let due = match self.in_band {
-            true => s.erases > self.erases && self.turn % 2 == 0,
+            true => s.erases > self.erases && self.turn.is_multiple_of(2),
             false => s.erases > self.erases,
         };
         if due {
