@@ -1765,6 +1765,8 @@ fn model_cases(test: &str, oob: bool) {
         if oob {
             assert!(c.gap_fills > 0, "{c:?}");
         }
+        // Overwrites among the gap fills, in both tag modes.
+        assert!(c.overwrite_fills > 0, "{c:?}");
     }
 }
 
