@@ -363,6 +363,7 @@ struct NamelessRig {
     inplace_started: u64,
     inplace_by_gc: u64,
     gap_fills: u64,
+    overwrite_fills: u64,
 }
 
 impl NamelessRig {
@@ -424,6 +425,7 @@ impl NamelessRig {
             inplace_started: 0,
             inplace_by_gc: 0,
             gap_fills: 0,
+            overwrite_fills: 0,
         }
     }
 
@@ -665,6 +667,7 @@ impl NamelessRig {
         let s = self.ftl().stats();
         self.inplace_by_gc += s.nameless_inplace_gc_victims;
         self.gap_fills += s.nameless_gap_fill_blocks;
+        self.overwrite_fills += s.nameless_overwrite_fill_blocks;
         // Unsent acks: their entries come back with their events.
         self.to_ack.clear();
         let mut dev = self.ftl.take().unwrap().into_backend();
@@ -945,8 +948,8 @@ impl NamelessRig {
         }
         assert!(self.checked > 0, "checked no block after a cut");
         eprintln!(
-            "in-place collections started: {}, by GC: {}, gap fills: {}",
-            self.inplace_started, self.inplace_by_gc, self.gap_fills
+            "in-place collections started: {}, by GC: {}, gap fills: {} ({} of overwrites)",
+            self.inplace_started, self.inplace_by_gc, self.gap_fills, self.overwrite_fills
         );
         Coverage {
             cuts: self.cuts,
@@ -958,6 +961,7 @@ impl NamelessRig {
             inplace_jobs: self.inplace_started + self.inplace_by_gc,
             inplace_gc_victims: self.inplace_by_gc,
             gap_fills: self.gap_fills,
+            overwrite_fills: self.overwrite_fills,
             ..Coverage::default()
         }
     }
@@ -979,9 +983,13 @@ fn crash_torture_with_nameless_blocks() {
                 && cov.wl_moves > 0,
             "{cov:?}"
         );
-        // In-place collections, GC's own among them, and their gap fills.
+        // In-place collections, GC's own among them, and their gap fills,
+        // overwrites' among them.
         assert!(
-            cov.inplace_jobs > 0 && cov.inplace_gc_victims > 0 && cov.gap_fills > 0,
+            cov.inplace_jobs > 0
+                && cov.inplace_gc_victims > 0
+                && cov.gap_fills > 0
+                && cov.overwrite_fills > 0,
             "{cov:?}"
         );
     }
@@ -1033,9 +1041,13 @@ fn crash_torture_with_nameless_blocks_in_band() {
                 && cov.wl_moves > 0,
             "{cov:?}"
         );
-        // In-place collections, GC's own among them, and their gap fills.
+        // In-place collections, GC's own among them, and their gap fills,
+        // overwrites' among them.
         assert!(
-            cov.inplace_jobs > 0 && cov.inplace_gc_victims > 0 && cov.gap_fills > 0,
+            cov.inplace_jobs > 0
+                && cov.inplace_gc_victims > 0
+                && cov.gap_fills > 0
+                && cov.overwrite_fills > 0,
             "{cov:?}"
         );
     }

@@ -371,6 +371,7 @@ struct Counts {
     /// entry) and the gap fills of all jobs, summed at each cut.
     inplace_by_gc: u64,
     gap_fills: u64,
+    overwrite_fills: u64,
 }
 
 impl Counts {
@@ -394,6 +395,7 @@ impl Counts {
         self.acks += o.acks;
         self.inplace_by_gc += o.inplace_by_gc;
         self.gap_fills += o.gap_fills;
+        self.overwrite_fills += o.overwrite_fills;
     }
 }
 
@@ -1182,6 +1184,7 @@ impl Rig {
         let s = self.ftl().stats();
         self.counts.inplace_by_gc += s.nameless_inplace_gc_victims;
         self.counts.gap_fills += s.nameless_gap_fill_blocks;
+        self.counts.overwrite_fills += s.nameless_overwrite_fill_blocks;
         let mut dev = self.ftl.take().expect("mounted").into_backend();
         dev.power_cut();
         dev.power_on().unwrap();
@@ -1762,6 +1765,8 @@ fn model_cases(test: &str, oob: bool) {
         if oob {
             assert!(c.gap_fills > 0, "{c:?}");
         }
+        // Overwrites among the gap fills, in both tag modes.
+        assert!(c.overwrite_fills > 0, "{c:?}");
     }
 }
 

@@ -608,10 +608,11 @@ pub struct Coverage {
     /// `Migrated` events the host followed.
     pub nameless_moves: u64,
     /// In-place collections started (by the test and by GC), of those GC's,
-    /// and gap fills written.
+    /// and gap fills written, of those overwrites' blocks.
     pub inplace_jobs: u64,
     pub inplace_gc_victims: u64,
     pub gap_fills: u64,
+    pub overwrite_fills: u64,
 }
 
 impl Coverage {
@@ -640,6 +641,7 @@ impl Coverage {
         self.inplace_jobs += other.inplace_jobs;
         self.inplace_gc_victims += other.inplace_gc_victims;
         self.gap_fills += other.gap_fills;
+        self.overwrite_fills += other.overwrite_fills;
     }
 }
 

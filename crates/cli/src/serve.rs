@@ -786,6 +786,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             s.nameless_gap_fill_blocks,
         ),
         (
+            "nameless_overwrite_fill_blocks",
+            "Of the gap fills, the blocks of overwrites (their old blocks freed once the job was done).",
+            s.nameless_overwrite_fill_blocks,
+        ),
+        (
             "nameless_inplace_gc_victims",
             "In-place collections GC started by itself (its in-place victim).",
             s.nameless_inplace_gc_victims,

@@ -179,6 +179,10 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("nameless_staged_blocks", s.nameless_staged_blocks);
     t.row("nameless_pad_blocks", s.nameless_pad_blocks);
     t.row("nameless_gap_fill_blocks", s.nameless_gap_fill_blocks);
+    t.row(
+        "nameless_overwrite_fill_blocks",
+        s.nameless_overwrite_fill_blocks,
+    );
     t.row("nameless_inplace_gc_victims", s.nameless_inplace_gc_victims);
     t.row("nameless_fill_entries", s.nameless_fill_entries);
     t.row(

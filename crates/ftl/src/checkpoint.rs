@@ -2789,6 +2789,7 @@ mod nameless_tests {
                 remap_capacity: 64,
                 uncommitted_capacity: 128,
                 commit_seq: 900,
+                fill_links: true,
             }),
             generations,
             zones: vec![
@@ -2866,6 +2867,20 @@ mod nameless_tests {
             .collect()
     }
 
+    /// Section 16's flags byte: bit 0 (a gap fill's link frees at its
+    /// job's InPlaceDone) as written, and 0 (an older build's) read alike.
+    #[test]
+    fn the_nameless_headers_fill_links_flag_round_trips() {
+        let mut image = nameless_image(MdPlacement::Oob);
+        for links in [false, true] {
+            image.nameless.header.as_mut().unwrap().fill_links = links;
+            let b = image.encode();
+            assert_eq!(CheckpointImage::decode(&b, PHYSICAL), Ok(image.clone()));
+            let header = &sections_of(&b)[0];
+            assert_eq!((header.0, header.1[3]), (16, u8::from(links)));
+        }
+    }
+
     #[test]
     fn nameless_sections_are_laid_out_as_documented() {
         let image = nameless_image(MdPlacement::Log);
@@ -2875,11 +2890,11 @@ mod nameless_tests {
         let kinds: Vec<u32> = sections.iter().map(|s| s.0).collect();
         assert_eq!(kinds, (16..=24).collect::<Vec<_>>());
         let p = |k: u32| &sections[(k - 16) as usize].1[..];
-        // 16: md_bytes u16, placement u8, reserved u8, G, remap and
+        // 16: md_bytes u16, placement u8, flags u8 (bit 0: fill links), G, remap and
         // uncommitted capacity, commit seq, reserved u64.
         let h = p(16);
         assert_eq!(h.len(), 32);
-        assert_eq!(&h[..4], &[32, 0, 2, 0]);
+        assert_eq!(&h[..4], &[32, 0, 2, 1]);
         assert_eq!(u32s(&h[4..16]), [80, 64, 128]);
         assert_eq!(&h[16..24], &900u64.to_le_bytes());
         assert_eq!(&h[24..32], &[0; 8]);
@@ -3428,6 +3443,7 @@ mod nameless_tests {
                 remap_capacity: next() as u32,
                 uncommitted_capacity: next() as u32,
                 commit_seq: next() % 1000,
+                fill_links: next() % 2 == 1,
             }),
             generations,
             zones,

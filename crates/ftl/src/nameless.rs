@@ -1012,6 +1012,10 @@ pub mod nameless_section {
 
 /// Payload bytes of section 16.
 pub const NAMELESS_HEADER_BYTES: usize = 32;
+
+/// Section 16's flags, bit 0: a gap fill's link frees the block it names
+/// at its job's `InPlaceDone` (overwrite fills, format.md §11 step 9).
+const HEADER_FLAG_FILL_LINKS: u8 = 1;
 /// Bytes of one zone record of section 18.
 pub const NAMELESS_ZONE_RECORD_BYTES: usize = 24;
 /// Bytes of one remap entry of section 20.
@@ -1037,6 +1041,11 @@ pub struct NamelessHeader {
     pub uncommitted_capacity: u32,
     /// Seq of the newest commit; 0: none. Below the checkpoint's next seq.
     pub commit_seq: Seq,
+    /// Flags bit 0: a gap fill's link is freed at its job's `InPlaceDone`.
+    /// This build sets it in every checkpoint (an older build refuses the
+    /// nonzero byte rather than make such a fill live without its free)
+    /// and reads either value alike (an older build's fills have none).
+    pub fill_links: bool,
 }
 
 /// One nameless zone (section 18) and its validity bitmap (section 19).
@@ -1216,7 +1225,11 @@ impl NamelessImage {
             let mut w = Writer::with_capacity(NAMELESS_HEADER_BYTES);
             w.u16(h.md_bytes);
             w.u8(h.placement.code());
-            w.u8(0);
+            w.u8(if h.fill_links {
+                HEADER_FLAG_FILL_LINKS
+            } else {
+                0
+            });
             w.u32(h.group_blocks);
             w.u32(h.remap_capacity);
             w.u32(h.uncommitted_capacity);
@@ -1425,7 +1438,11 @@ fn decode_header(p: &[u8], ctx: &SectionContext) -> Result<NamelessHeader, Forma
     let mut r = Reader::new(p, 0);
     let md_bytes = r.u16();
     let placement_code = r.u8();
-    zero(SECTION, "header reserved (byte 3)", r.u8().into())?;
+    // Flags: 0 from an older build (its fills have no link) reads alike.
+    let flags = r.u8();
+    if flags & !HEADER_FLAG_FILL_LINKS != 0 {
+        return Err(bad("flags (byte 3)", flags.into(), "only bit 0"));
+    }
     let group_blocks = r.u32();
     let remap_capacity = r.u32();
     let uncommitted_capacity = r.u32();
@@ -1465,6 +1482,7 @@ fn decode_header(p: &[u8], ctx: &SectionContext) -> Result<NamelessHeader, Forma
         remap_capacity,
         uncommitted_capacity,
         commit_seq,
+        fill_links: flags & HEADER_FLAG_FILL_LINKS != 0,
     })
 }
 

@@ -114,6 +114,9 @@ pub struct FtlStats {
     /// nameless_write_blocks), and the in-place collections GC chose by
     /// itself (its in-place victim, beside the logical and migration ones).
     pub nameless_gap_fill_blocks: u64,
+    /// Of the gap fills, the blocks of overwrites (each replaced block
+    /// freed once its job's `InPlaceDone` was durable).
+    pub nameless_overwrite_fill_blocks: u64,
     pub nameless_inplace_gc_victims: u64,
     /// Live gap fills now: the entries of step 7's map (8 bytes each in
     /// memory and in every checkpoint).

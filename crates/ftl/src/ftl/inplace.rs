@@ -3,9 +3,10 @@
 //! scratch zone, made durable and noted (`InPlaceStaged`), the victim is
 //! reset and rewritten from offset 0 with every live block at its old
 //! offset (its original tag), and `InPlaceDone` ends the job. Each gap
-//! takes a block of a queued plain nameless write (a gap fill, born with
-//! the job's gap generation, answered once `InPlaceDone` is durable), or a
-//! pad block when none is queued: the fills are the room a job frees.
+//! takes a block of a queued nameless write or overwrite (a gap fill, born
+//! with the job's gap generation, answered once `InPlaceDone` is durable;
+//! an overwrite's old block is freed then), or a pad block when none is
+//! queued: the fills are the room a job frees.
 //!
 //! With md in the log (in band) no block carries a tag: the scratch zone
 //! keeps a staging index (md blocks of kind 2) after each group of staged
@@ -124,8 +125,8 @@ impl InPlaceScore {
     }
 }
 
-/// The plain nameless write blocks arriving per time (S_write; an
-/// overwrite never fills a gap): over the last window of
+/// The nameless blocks that may fill gaps arriving per time (S_write,
+/// `Ftl::inplace_arrivals`): over the last window of
 /// `ARRIVAL_WINDOW_BLOCKS` media writes, from the times the driver passes
 /// in (`Ftl::handle_time`).
 #[derive(Debug, Default)]
@@ -143,11 +144,13 @@ const ARRIVAL_WINDOW_BLOCKS: u64 = 4096;
 
 impl Arrivals {
     /// The last full window's (blocks, ns), the window moved on when due.
-    /// `admitted`: plain nameless blocks admitted so far; `media`: media
+    /// `admitted`: nameless blocks admitted so far; `media`: media
     /// write blocks so far.
     fn rate(&mut self, now_ns: u64, admitted: u64, media: u64) -> (u64, u64) {
         if media >= self.since_media + ARRIVAL_WINDOW_BLOCKS {
-            self.blocks = admitted - self.since_blocks;
+            // `admitted` counts other blocks once migrations stop or
+            // resume: that window's rate is off, never negative.
+            self.blocks = admitted.saturating_sub(self.since_blocks);
             self.ns = now_ns.saturating_sub(self.since_ns);
             self.since_ns = now_ns;
             self.since_blocks = admitted;
@@ -408,9 +411,8 @@ impl Ftl {
             return None;
         }
         let (cap, t) = (self.data_cap(), self.cfg.nameless_cost_us);
-        let n_wait = self.nameless.queued_new_blocks();
+        let (n_wait, admitted) = self.inplace_arrivals();
         let n_last = self.last_inplace_fills;
-        let admitted = self.nameless.admitted_new_blocks;
         let media = self.stats.media_write_blocks;
         let (rate_blocks, rate_ns) = self.arrivals.rate(self.now_ns, admitted, media);
         let score = |z: ZoneId, n_valid: u64, data_blocks: u64| {
@@ -467,6 +469,20 @@ impl Ftl {
             self.ckpt_requested = true;
         }
         best
+    }
+
+    /// N_wait and the admitted blocks S_write is taken from: of writes and
+    /// overwrites once migrations stopped (both are admitted past the dead
+    /// blocks unacknowledged moves hold, for gap fills to reclaim them),
+    /// of plain writes while migrations run (an overwrite frees its old
+    /// block wherever it lands: counting it made GC pick in-place victims
+    /// a migration collects for less, as `zftl bench nameless` measured).
+    fn inplace_arrivals(&self) -> (u64, u64) {
+        let n = &self.nameless;
+        match self.migration_stopped() {
+            true => (n.queued_blocks(), n.admitted_blocks),
+            false => (n.queued_new_blocks(), n.admitted_new_blocks),
+        }
     }
 
     /// Whether an in-place job is running.

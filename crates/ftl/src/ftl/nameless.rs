@@ -66,13 +66,15 @@ pub(super) struct NamelessState {
     writes: Slab<NamelessWrite>,
     /// Writes with blocks not yet sent, oldest first.
     queue: VecDeque<Key>,
-    /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`).
+    /// Blocks of `queue` not yet sent (at most `NAMELESS_QUEUE_BLOCKS`):
+    /// what gap fills may take.
     queued_blocks: u64,
-    /// Of those, the blocks of plain writes: what gap fills may take
-    /// (N_wait of GC's in-place score).
+    /// Of those, the blocks of plain writes (N_wait of GC's in-place score
+    /// while migrations run: see `Ftl::inplace_arrivals`).
     queued_new_blocks: u64,
-    /// Blocks of plain writes admitted since mount (S_write of GC's
-    /// in-place score: the writes that may fill gaps).
+    /// Blocks of writes and overwrites admitted since mount, and of plain
+    /// writes (S_write of GC's in-place score).
+    pub(super) admitted_blocks: u64,
     pub(super) admitted_new_blocks: u64,
     /// Blocks admitted and not yet answered: counted against the media's
     /// room (an overwrite's new block lands before its old one goes).
@@ -193,6 +195,9 @@ pub(super) struct GapFill {
     offset: u64,
     /// Its seq (in band its NamelessWrite note's).
     seq: Seq,
+    /// For an overwrite, the block it replaces (its link: freed once the
+    /// job's `InPlaceDone` is durable), else none.
+    replaced: NamelessAddr,
 }
 
 /// The blocks of one nameless append: `count` blocks of write `key` from
@@ -260,6 +265,7 @@ impl NamelessState {
             queue: VecDeque::new(),
             queued_blocks: 0,
             queued_new_blocks: 0,
+            admitted_blocks: 0,
             admitted_new_blocks: 0,
             pending_blocks: 0,
             pending_new_blocks: 0,
@@ -541,6 +547,7 @@ impl Ftl {
                 uncommitted_capacity: u32::try_from(self.nameless.uncommitted_capacity)
                     .expect("the uncommitted capacity fits u32"),
                 commit_seq: self.nameless.commit_seq,
+                fill_links: true,
             }),
             generations: self
                 .nameless
@@ -691,8 +698,9 @@ impl Ftl {
         match self.space_for(new_blocks, false) {
             Room::Fits => {}
             // With migrations stopped, GC's in-place victim collects the
-            // held dead blocks for queued plain writes (its gap fills).
-            Room::HeldDead if old.is_empty() && self.gap_fills_collect() => {}
+            // held dead blocks for queued writes and overwrites (its gap
+            // fills).
+            Room::HeldDead if self.gap_fills_collect() => {}
             Room::HeldDead => {
                 let entries = self.nameless.remap.len();
                 if entries > 0 {
@@ -725,6 +733,7 @@ impl Ftl {
         self.nameless.queue.push_back(key);
         self.nameless.queued_blocks += n as u64;
         self.nameless.queued_new_blocks += new_blocks;
+        self.nameless.admitted_blocks += n as u64;
         self.nameless.admitted_new_blocks += new_blocks;
         self.nameless.pending_blocks += n as u64;
         self.nameless.pending_new_blocks += new_blocks;
@@ -732,8 +741,9 @@ impl Ftl {
     }
 
     /// Whether the nameless zones' dead blocks the space account holds
-    /// (`nameless_dead_blocks`) are room for plain writes: migrations have
-    /// stopped, and in-place collection fills gaps with them.
+    /// (`nameless_dead_blocks`) are room for writes and overwrites:
+    /// migrations have stopped, and in-place collection fills gaps with
+    /// them.
     fn gap_fills_collect(&self) -> bool {
         self.nameless.supported && self.migration_stopped()
     }
@@ -1091,10 +1101,11 @@ impl Ftl {
     /// The next block of the oldest queued nameless write, to fill the gap
     /// at `offset` of the in-place victim (docs/design.md, step 5), its
     /// tag written to `oob` (md in OOB; in band its entry is
-    /// `gap_fill_entry`'s): birth generation `gap_gen`, link none, a new
-    /// seq. Only a plain write's (an overwrite's free of its old block
-    /// could not be undone if a cut discards the fill) and not one a
-    /// pending commit must precede.
+    /// `gap_fill_entry`'s): birth generation `gap_gen`, a new seq, and
+    /// link none, or for an overwrite the block it replaces, which stays
+    /// live (and unmoved) until the job's `InPlaceDone` is durable: a cut
+    /// before drops the fill and keeps the old block (format.md §11, step
+    /// 9, "Overwrite fills"). Not a block a pending commit must precede.
     pub(super) fn take_gap_fill(
         &mut self,
         gap_gen: u32,
@@ -1108,8 +1119,13 @@ impl Ftl {
             .commits
             .front()
             .is_some_and(|c| w.order >= c.before);
-        if !w.old.is_empty() || w.error.is_some() || after_commit {
+        if w.error.is_some() || after_commit {
             return None;
+        }
+        let replaced = self.replaced_links(key, 1)[0];
+        if !replaced.is_none() {
+            // No migration moves it before the fill is answered.
+            self.nameless.moves.replacing(replaced.ppa());
         }
         let seq = self.take_seq();
         let w = self.nameless.writes.get_mut(key).expect("queued write");
@@ -1118,7 +1134,7 @@ impl Ftl {
         let tag = NamelessTag {
             kind: NamelessTagKind::Data,
             birth_gen: gap_gen,
-            link: NamelessAddr::NONE,
+            link: replaced,
             seq,
             data_crc: w.crcs[index],
         };
@@ -1132,13 +1148,15 @@ impl Ftl {
         if w.sent == w.blocks.len() {
             self.nameless.queue.pop_front();
         }
-        self.nameless.dequeued(1, true);
+        let plain = w.old.is_empty();
+        self.nameless.dequeued(1, plain);
         self.stats.nameless_write_blocks += 1;
         let fill = GapFill {
             key,
             index,
             offset,
             seq,
+            replaced,
         };
         Some((fill, block))
     }
@@ -1180,7 +1198,7 @@ impl Ftl {
                     ppa,
                     data_crc: e.data_crc,
                     birth_gen: gap_gen,
-                    replaced: NamelessAddr::NONE,
+                    replaced: f.replaced,
                 });
                 for n in crate::note::nameless_md_notes(&e.md, f.seq) {
                     self.log.push_note(n);
@@ -1190,17 +1208,41 @@ impl Ftl {
             w.addrs[f.index] = NamelessAddr::new(ppa, gap_gen);
         }
         self.stats.nameless_gap_fill_blocks += fills.len() as u64;
+        let overwrites = fills.iter().filter(|f| !f.replaced.is_none()).count();
+        self.stats.nameless_overwrite_fill_blocks += overwrites as u64;
     }
 
     /// A job's gap fills are answered: its `InPlaceDone` is durable
-    /// (`error` none), or the job stopped (their writes fail with `error`).
+    /// (`error` none: an overwrite fill's replaced block is freed now, as
+    /// replay frees it at that note), or the job stopped (their writes
+    /// fail with `error`; the replaced blocks stay live).
     pub(super) fn answer_gap_fills(&mut self, fills: Vec<GapFill>, error: Option<&IoError>) {
         for f in fills {
+            if !f.replaced.is_none() {
+                self.nameless.moves.replaced(f.replaced.ppa());
+                if error.is_none() {
+                    self.free_replaced_by_fill(f.replaced);
+                }
+            }
             if let Some(e) = error {
                 let w = self.nameless.writes.get_mut(f.key).expect("a fill's write");
                 w.error.get_or_insert_with(|| e.clone());
             }
             self.nameless_write_progress(f.key, 1);
+        }
+    }
+
+    /// Frees the block an overwrite fill replaced (its link), if it is
+    /// still the live block of that generation: a racing free or overwrite
+    /// may have ended it first (replay's rule, format.md §11 step 9). No
+    /// note: the fill's record and `InPlaceDone` are the free's.
+    fn free_replaced_by_fill(&mut self, link: NamelessAddr) {
+        if self.nameless_check_at(link).is_err() {
+            return;
+        }
+        if self.mapping.nameless_clear(link.ppa()) {
+            self.stats.nameless_free_blocks += 1;
+            self.nameless_cleared(link.ppa());
         }
     }
 

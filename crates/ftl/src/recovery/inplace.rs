@@ -78,7 +78,9 @@ impl Rebuild {
     }
 
     /// An `InPlaceDone` note: the pending job is over, and its gap fills
-    /// (`gap_fill_blocks` of them, the note says) are live.
+    /// (`gap_fill_blocks` of them, the note says) are live; the blocks its
+    /// overwrite fills replace are freed now, not at the fills' seqs
+    /// (format.md §11, step 9, "Overwrite fills").
     pub(super) fn inplace_done(
         &mut self,
         seq: Seq,
@@ -104,8 +106,11 @@ impl Rebuild {
                         fills.len()
                     )));
                 }
-                for (ppa, birth_gen) in fills {
+                for (ppa, birth_gen, link) in fills {
                     self.nameless_live(ppa, birth_gen)?;
+                    if !link.is_none() {
+                        self.nameless_free(link.ppa(), link.generation());
+                    }
                 }
                 Ok(())
             }

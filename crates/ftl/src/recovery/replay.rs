@@ -282,8 +282,10 @@ pub(super) struct Rebuild {
     /// (the checkpoint's section 24, then the fills of each job done).
     pub(super) nameless_births: Births,
     /// The gap fills of the pending in-place job, counted at its
-    /// InPlaceDone (none of its writes was answered before).
-    pub(super) inplace_fills: Vec<(Ppa, u32)>,
+    /// InPlaceDone (none of its writes was answered before): block, birth
+    /// generation, and the block an overwrite fill replaces (its link,
+    /// freed at that note) or none.
+    pub(super) inplace_fills: Vec<(Ppa, u32, NamelessAddr)>,
     /// Of those, the zones of migrated blocks (zone kind 8).
     pub(super) nameless_moved: Vec<bool>,
     /// Nameless blocks written since the newest commit note (the
@@ -649,7 +651,7 @@ impl Rebuild {
         // A gap fill of the pending job (seq above its InPlaceStaged note's:
         // the victim's scan reads no older tag) counts at its InPlaceDone.
         if self.inplace_pending.is_some_and(|j| j.victim as usize == z) {
-            self.inplace_fills.push((ppa, birth_gen));
+            self.inplace_fills.push((ppa, birth_gen, link));
             return Ok(());
         }
         self.nameless_live(ppa, birth_gen)?;
@@ -734,7 +736,7 @@ impl Rebuild {
     /// Frees the nameless block at `ppa` of generation `birth_gen` if it
     /// is live: the running core logged only frees of live blocks, but a
     /// block whose tag a later reset erased is not live here.
-    fn nameless_free(&mut self, ppa: Ppa, birth_gen: u32) {
+    pub(super) fn nameless_free(&mut self, ppa: Ppa, birth_gen: u32) {
         let cap = self.zone_capacity_blocks;
         let z = ppa.zone(cap) as usize;
         let in_segment = u64::from(ppa.0) < u64::from(self.mapping.physical_blocks())
@@ -1571,6 +1573,49 @@ mod tests {
             try_rebuild(&job(Some(1), vec![])),
             Err(MountError::Damaged(_))
         ));
+    }
+
+    /// An overwrite fill (format.md §11, step 9, "Overwrite fills"): its
+    /// link frees the block it replaces at its job's done note, not at its
+    /// own seq; a job left pending keeps the replaced block; a free that
+    /// ended the block first leaves nothing for the link to free.
+    #[test]
+    fn an_overwrite_fills_link_frees_its_old_block_at_the_done_note_only() {
+        // Zone 2 (generation 1) holds 16 and 17; the job fills gap 18 with
+        // an overwrite of 17 (in the victim itself), then `more`, then its
+        // done note if `ended`.
+        let job = |more: Vec<Event>, ended: bool| {
+            let mut e = vec![
+                staged(20, 2, 1, 2),
+                Event::NamelessTag {
+                    seq: 21,
+                    ppa: Ppa(18),
+                    birth_gen: 2,
+                    link: NamelessAddr::new(Ppa(17), 1),
+                },
+            ];
+            e.extend(more);
+            if ended {
+                e.push(Event::Note(Note::InPlaceDone {
+                    seq: 23,
+                    victim: 2,
+                    erase_count: 5,
+                    pad_blocks: 5,
+                    gap_fill_blocks: 1,
+                }));
+            }
+            try_rebuild(&nameless_events(e)).unwrap()
+        };
+        let r = job(vec![], false);
+        assert!(r.inplace_pending.is_some());
+        assert!(r.mapping.is_live(Ppa(17)) && !r.mapping.is_live(Ppa(18)));
+        let r = job(vec![], true);
+        assert!(!r.mapping.is_live(Ppa(17)) && r.mapping.is_live(Ppa(18)));
+        assert!(r.mapping.is_live(Ppa(16)));
+        // A racing free of 17 before the done note wins.
+        let r = job(vec![free(22, 17, 1)], true);
+        assert!(!r.mapping.is_live(Ppa(17)) && r.mapping.is_live(Ppa(18)));
+        assert!(r.mapping.is_live(Ppa(16)));
     }
 
     #[test]
