@@ -23,16 +23,15 @@
 //! mount must redo it: the victim's live blocks read back at their
 //! addresses, its freed ones answer `NotLive` or `Stale`.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use zftl::core::backend::Backend;
-use zftl::core::{
-    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request,
-    TagPlacement,
-};
-use zftl::sim::{Faults, PowerCut, SimConfig, SimDevice};
+use zftl::core::{Driver, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request};
+use zftl::sim::{Faults, PowerCut, SimDevice};
 
 mod common;
+use common::frozen::{
+    data, format_options, freeze, md, read_index, sim_config, unpack, write_index,
+};
 
 /// The image of tags in OOB (md in OOB) or in band (md in the log).
 fn image(oob: bool) -> &'static str {
@@ -46,30 +45,7 @@ fn image(oob: bool) -> &'static str {
 /// The client's record: (address, key) of blocks that must read back
 /// (key `u64::MAX`: a freed address a fill now sits on, `Stale`; key
 /// [`FREED`]: a freed address, `NotLive` or `Stale`).
-const INDEX_LBA: u64 = 0;
-
-/// The key of a freed address in the client's record.
 const FREED: u64 = u64::MAX - 1;
-
-fn sim_config(oob: bool) -> SimConfig {
-    SimConfig {
-        pages_per_block: 16,
-        ..common::volume_config(oob)
-    }
-}
-
-/// Data of `key`: its bytes then the key's low byte (compresses well).
-fn data(key: u64, bs: usize) -> Vec<u8> {
-    let mut d = vec![key as u8; bs];
-    d[..8].copy_from_slice(&key.to_le_bytes());
-    d
-}
-
-fn md(key: u64, mb: usize) -> Vec<u8> {
-    let mut m = vec![0u8; mb];
-    m[..8].copy_from_slice(&key.to_le_bytes());
-    m
-}
 
 fn put(ftl: &mut Driver<SimDevice>, keys: &[u64]) -> Vec<NamelessAddr> {
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
@@ -155,36 +131,6 @@ fn collect_in_place(
         .filter(|f| filled.contains(&f.ppa()))
         .collect();
     (live, stale)
-}
-
-/// The client's record: live blocks by key, freed addresses by
-/// `u64::MAX` (a fill sits there) or [`FREED`].
-fn write_index(ftl: &mut Driver<SimDevice>, entries: &[(NamelessAddr, u64)]) {
-    let bs = ftl.block_size();
-    let mut b: Vec<u8> = Vec::new();
-    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for &(a, k) in entries {
-        b.extend_from_slice(&a.to_u64().to_le_bytes());
-        b.extend_from_slice(&k.to_le_bytes());
-    }
-    b.resize(b.len().div_ceil(bs) * bs, 0);
-    ftl.write(INDEX_LBA, &b).unwrap();
-}
-
-fn read_index(ftl: &mut Driver<SimDevice>) -> Vec<(NamelessAddr, u64)> {
-    let bs = ftl.block_size() as u64;
-    let head = ftl.read(INDEX_LBA, 1).unwrap();
-    let n = u64::from_le_bytes(head[..8].try_into().unwrap());
-    let blocks = (8 + 16 * n).div_ceil(bs);
-    let b = ftl.read(INDEX_LBA, blocks as u32).unwrap();
-    (0..n as usize)
-        .map(|i| {
-            let at = 8 + 16 * i;
-            let a = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-            let k = u64::from_le_bytes(b[at + 8..at + 16].try_into().unwrap());
-            (NamelessAddr::from_u64(a), k)
-        })
-        .collect()
 }
 
 /// Every recorded block reads back; every recorded stale address answers
@@ -292,18 +238,6 @@ fn cut_during_a_job(path: &Path, oob: bool, after: u64) -> bool {
     pending && dev.zone_info(zone).unwrap().write_pointer_blocks > cap / 2
 }
 
-fn format_options(oob: bool, seed: u64) -> FormatOptions {
-    FormatOptions {
-        tag_placement: if oob {
-            TagPlacement::Auto
-        } else {
-            TagPlacement::InBand
-        },
-        seed,
-        ..FormatOptions::default()
-    }
-}
-
 #[test]
 #[ignore = "writes tests/images/v3-oob-inplace-pending.img.gz; run by hand"]
 fn make_frozen_pending_job_image() {
@@ -327,11 +261,7 @@ fn make_pending_image(oob: bool) {
         })
         .expect("a cut leaves the job pending during its rewrite");
     eprintln!("cut after {after} commands of the job");
-    let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(pending_image(oob))).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap();
+    freeze(&path, pending_image(oob));
 }
 
 #[test]
@@ -374,21 +304,6 @@ fn mount_pending_image(oob: bool) {
     common::assert_check_clean(&mut dev, "the pending-job image after its redo");
     let mut ftl = Driver::mount(dev, cfg).unwrap();
     check(&mut ftl, &index, "after a clean remount");
-}
-
-/// The image `name` unpacked into `dir`.
-fn unpack(name: &str, dir: &Path) -> PathBuf {
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(name)).unwrap())
-        .read_to_end(&mut raw)
-        .unwrap();
-    let path = dir.join("image");
-    std::fs::write(&path, raw).unwrap();
-    path
-}
-
-fn images_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images")
 }
 
 #[test]
@@ -435,11 +350,7 @@ fn make_image(oob: bool) {
     check(&mut ftl, &index, "before freezing");
     // A crash image: no shutdown.
     drop(ftl.into_backend());
-    let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(image(oob))).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap();
+    freeze(&path, image(oob));
 }
 
 #[test]

@@ -12,15 +12,13 @@
 //! blocks read back, no replaced address reads (`NotLive`, or `Stale`
 //! where a fill sits), and `zftl check` is clean.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use zftl::core::{
-    Driver, FormatOptions, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request,
-    TagPlacement,
-};
-use zftl::sim::{SimConfig, SimDevice};
+use zftl::core::{Driver, FtlConfig, IoError, NamelessAddr, NamelessError, ReplyData, Request};
+use zftl::sim::SimDevice;
 
 mod common;
+use common::frozen::{
+    data, format_options, freeze, md, read_index, sim_config, unpack, write_index,
+};
 
 fn image(oob: bool) -> &'static str {
     if oob {
@@ -30,30 +28,9 @@ fn image(oob: bool) -> &'static str {
     }
 }
 
-/// The client's record: (address, key), key `REPLACED` for an address an
-/// answered overwrite replaced.
-const INDEX_LBA: u64 = 0;
+/// The client's record's key for an address an answered overwrite
+/// replaced (else the key of the live block there).
 const REPLACED: u64 = u64::MAX;
-
-fn sim_config(oob: bool) -> SimConfig {
-    SimConfig {
-        pages_per_block: 16,
-        ..common::volume_config(oob)
-    }
-}
-
-/// Data of `key`: its bytes then the key's low byte (compresses well).
-fn data(key: u64, bs: usize) -> Vec<u8> {
-    let mut d = vec![key as u8; bs];
-    d[..8].copy_from_slice(&key.to_le_bytes());
-    d
-}
-
-fn md(key: u64, mb: usize) -> Vec<u8> {
-    let mut m = vec![0u8; mb];
-    m[..8].copy_from_slice(&key.to_le_bytes());
-    m
-}
 
 /// A Full zone of mixed live and freed blocks and five zones of other
 /// live blocks, committed and older than the checkpoint; an in-place job
@@ -136,38 +113,6 @@ fn overwrite_in_place(
     (live, replaced)
 }
 
-fn write_index(ftl: &mut Driver<SimDevice>, live: &[(NamelessAddr, u64)], gone: &[NamelessAddr]) {
-    let bs = ftl.block_size();
-    let mut b: Vec<u8> = Vec::new();
-    b.extend_from_slice(&((live.len() + gone.len()) as u64).to_le_bytes());
-    let entries = live
-        .iter()
-        .copied()
-        .chain(gone.iter().map(|&a| (a, REPLACED)));
-    for (a, k) in entries {
-        b.extend_from_slice(&a.to_u64().to_le_bytes());
-        b.extend_from_slice(&k.to_le_bytes());
-    }
-    b.resize(b.len().div_ceil(bs) * bs, 0);
-    ftl.write(INDEX_LBA, &b).unwrap();
-}
-
-fn read_index(ftl: &mut Driver<SimDevice>) -> Vec<(NamelessAddr, u64)> {
-    let bs = ftl.block_size() as u64;
-    let head = ftl.read(INDEX_LBA, 1).unwrap();
-    let n = u64::from_le_bytes(head[..8].try_into().unwrap());
-    let blocks = (8 + 16 * n).div_ceil(bs);
-    let b = ftl.read(INDEX_LBA, blocks as u32).unwrap();
-    (0..n as usize)
-        .map(|i| {
-            let at = 8 + 16 * i;
-            let a = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-            let k = u64::from_le_bytes(b[at + 8..at + 16].try_into().unwrap());
-            (NamelessAddr::from_u64(a), k)
-        })
-        .collect()
-}
-
 /// Every recorded block reads back; no replaced address reads.
 fn check(ftl: &mut Driver<SimDevice>, index: &[(NamelessAddr, u64)], when: &str) {
     let (bs, mb) = (ftl.block_size(), ftl.nameless_md_bytes());
@@ -192,10 +137,6 @@ fn check(ftl: &mut Driver<SimDevice>, index: &[(NamelessAddr, u64)], when: &str)
     }
 }
 
-fn images_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images")
-}
-
 #[test]
 #[ignore = "writes tests/images/v3-oob-overwrite-fills.img.gz; run by hand"]
 fn make_frozen_overwrite_fill_image() {
@@ -212,28 +153,17 @@ fn make_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("image");
     let dev = SimDevice::create_file(&path, sim_config(oob)).unwrap();
-    let opts = FormatOptions {
-        tag_placement: if oob {
-            TagPlacement::Auto
-        } else {
-            TagPlacement::InBand
-        },
-        seed: 13,
-        ..FormatOptions::default()
-    };
-    let mut ftl = Driver::format(dev, &opts, FtlConfig::default()).unwrap();
+    let mut ftl = Driver::format(dev, &format_options(oob, 13), FtlConfig::default()).unwrap();
     let (live, replaced) = overwrite_in_place(&mut ftl);
-    write_index(&mut ftl, &live, &replaced);
+    let mut index = live;
+    index.extend(replaced.iter().map(|&a| (a, REPLACED)));
+    write_index(&mut ftl, &index);
     ftl.flush().unwrap();
     let index = read_index(&mut ftl);
     check(&mut ftl, &index, "before freezing");
     // A crash image: no shutdown.
     drop(ftl.into_backend());
-    let raw = std::fs::read(&path).unwrap();
-    let out = std::fs::File::create(images_dir().join(image(oob))).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap();
+    freeze(&path, image(oob));
 }
 
 #[test]
@@ -248,12 +178,7 @@ fn the_frozen_overwrite_fill_image_mounts_with_each_overwrites_new_block_only_in
 
 fn mount_image(oob: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(images_dir().join(image(oob))).unwrap())
-        .read_to_end(&mut raw)
-        .unwrap();
-    let path = dir.path().join("image");
-    std::fs::write(&path, raw).unwrap();
+    let path = unpack(image(oob), dir.path());
     let dev = SimDevice::open_file_expecting(&path, &sim_config(oob)).unwrap();
     let cfg = FtlConfig::default();
     let mut ftl = Driver::mount(dev, cfg.clone()).unwrap();

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)]
 
+pub mod frozen;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
