@@ -352,12 +352,12 @@ impl ZoneTable {
             .map(|(z, zone)| (z as ZoneId, zone))
     }
 
-    /// Zones in the free set.
     /// The free zones, least worn first.
     pub fn free_zones(&self) -> impl Iterator<Item = ZoneId> + '_ {
         self.free.iter().map(|&(_, z)| z)
     }
 
+    /// Zones in the free set.
     pub fn free_count(&self) -> u32 {
         self.free.len() as u32
     }
