@@ -21,9 +21,7 @@ impl Ftl {
     }
 
     pub(super) fn next_log_command(&mut self) -> Option<(Op, Command)> {
-        let waits = (self.log.reset_ahead_zone()).is_some_and(|z| self.log_reset_ahead_waits(z));
-        let cmd = self.log.next_command(waits)?;
-        match cmd {
+        match self.log.next_command()? {
             LogCommand::Write {
                 zone,
                 offset_blocks,
