@@ -1013,11 +1013,13 @@ impl Ftl {
             .is_some_and(|j| j.purpose == JobPurpose::StaticWl);
         // The longest queue goes first (ties to the hot one); one whose
         // zones are busy (`zone_max_appends`) lets a shorter one go.
-        let mut queues: Vec<usize> = (0..self.gc_queues.len())
-            .filter(|&q| !self.gc_queues[q].is_empty())
-            .collect();
+        let mut queues: [usize; 3] = std::array::from_fn(|q| q);
         queues.sort_by_key(|&q| (std::cmp::Reverse(self.gc_queues[q].len()), q));
-        queues.into_iter().find_map(|q| self.gc_append_of(q, wl))
+        queues.into_iter().find_map(|q| {
+            (!self.gc_queues[q].is_empty())
+                .then(|| self.gc_append_of(q, wl))
+                .flatten()
+        })
     }
 
     /// A GC append of queue `queue`'s blocks, if its lanes have room.
