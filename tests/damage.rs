@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use zftl::core::addr::Ppa;
 use zftl::core::backend::{Command, Completion, Outcome, SubmitError, ZoneId, ZoneInfo};
 use zftl::core::check::{check, CheckReport, ProblemKind};
-use zftl::core::note::{LogBlock, Note};
+use zftl::core::note::{intact_log_seq, LogBlock, Note, LOG_HEADER_BYTES, LOG_TRAILER_BYTES};
 use zftl::core::superblock::Superblock;
 use zftl::core::{
-    Backend, BackendExt, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
-    MountError,
+    Backend, BackendExt, DeviceError, Driver, FormatError, FormatOptions, FtlConfig, Geometry,
+    IoError, MountError,
 };
 use zftl::sim::image::ImageLayout;
 use zftl::sim::rng::Rng;
@@ -705,6 +705,59 @@ fn damaged_range_notes_are_detected() {
                     Ok(_) => panic!("mount accepted a clone past the end"),
                 }
             }
+        }
+    }
+}
+
+/// A note block a newer build wrote (a note kind this build does not know,
+/// the block's CRC intact) in the middle of the log: mount refuses the log
+/// with a typed error rather than take the block for the log's end and
+/// drop the notes after it (docs/format.md: "it never skips what it does
+/// not know"), and `check()` reports it.
+#[test]
+fn unknown_note_kind_in_the_log_refuses_the_mount() {
+    const UNKNOWN_NOTE_KIND: u8 = 0xee;
+    for oob in [64, 0] {
+        let img = image(oob);
+        let mut ftl = mount(open(&img.path)).expect("mount");
+        for round in 0..3u8 {
+            let lba = BLOCKS + u64::from(round);
+            ftl.write(lba, &pattern(lba, 2, img.bs)).expect("write");
+            ftl.trim(u64::from(round) * 3, 1).expect("trim");
+            ftl.flush().expect("flush");
+        }
+        drop(ftl.into_backend()); // no clean shutdown: notes stay after the checkpoint
+        let log = log_after_checkpoint(&mut open(&img.path));
+        let notes: Vec<_> = log
+            .iter()
+            .filter(|(_, _, b)| matches!(b, LogBlock::Notes { .. }))
+            .collect();
+        assert!(notes.len() >= 2, "oob {oob}: notes blocks {notes:?}");
+        let (z, o, block) = notes[0];
+        let mut bytes = block.encode(img.bs);
+        bytes[LOG_HEADER_BYTES] = UNKNOWN_NOTE_KIND; // the first note's kind
+        let crc_off = img.bs - LOG_TRAILER_BYTES;
+        let crc = crc32c::crc32c(&bytes[..crc_off]);
+        bytes[crc_off..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(intact_log_seq(&bytes), Some(block.log_seq()));
+        let f = OpenOptions::new().write(true).open(&img.path).unwrap();
+        f.write_all_at(&bytes, data_byte(&img.cfg, *z, *o, 0))
+            .unwrap();
+        let (dev, report) = img.check();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.detail.contains("unknown note kind")),
+            "oob {oob}: {report:#?}"
+        );
+        match mount(dev) {
+            Err(MountError::Format {
+                source: FormatError::UnknownNoteKind { kind },
+                ..
+            }) => assert_eq!(kind, UNKNOWN_NOTE_KIND),
+            Err(e) => panic!("oob {oob}: mount failed otherwise: {e}"),
+            Ok(_) => panic!("oob {oob}: mount took an unknown note for the log's end"),
         }
     }
 }

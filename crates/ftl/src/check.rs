@@ -780,6 +780,10 @@ fn check_log<B: Backend>(
                     MountError::Device { source, .. } => {
                         device_problem("reading the metadata log", source)
                     }
+                    format @ MountError::Format { .. } => Problem::new(
+                        ProblemKind::LogBlock,
+                        format!("reading the metadata log: {format}"),
+                    ),
                     other => Problem::new(
                         ProblemKind::Device,
                         format!("reading the metadata log: {other}"),

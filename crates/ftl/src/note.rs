@@ -1228,6 +1228,14 @@ impl LogBlock {
     }
 }
 
+/// The log_seq of a log block whose header and CRC check, whatever its
+/// kind and notes: `None` for an erased, torn, damaged or older-version
+/// block. Tells a block a newer build wrote (intact, not decodable here)
+/// from the log's end.
+pub fn intact_log_seq(bytes: &[u8]) -> Option<u64> {
+    decode_header(bytes).ok().map(|h| h.log_seq)
+}
+
 /// A checkpoint chunk with its payload borrowed: what a checkpoint's
 /// writer encodes straight from the stream, without a copy per chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

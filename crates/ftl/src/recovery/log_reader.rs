@@ -11,7 +11,7 @@ use crate::checkpoint::{self, CheckpointImage};
 use crate::error::MountError;
 use crate::layout::Layout;
 use crate::log::MetaLog;
-use crate::note::{LogBlock, Note};
+use crate::note::{self, LogBlock, Note};
 
 /// Walks the metadata log ring block by block, as mount rolls it forward
 /// (`zftl check` walks it the same way).
@@ -47,7 +47,10 @@ impl LogReader {
     }
 
     /// The block with log_seq `expected`, or `None` at the log's end (an
-    /// erased, torn, damaged or older block). After a failed write the
+    /// erased, torn, damaged or older block). A block that is intact (its
+    /// header and CRC check) and carries `expected` but does not decode was
+    /// written by a newer build (a note kind this one does not know): an
+    /// error, not the log's end, which would drop the notes after it. After a failed write the
     /// writer ends its ring zone and writes that write and all after it
     /// again, same log_seqs and bytes, at the start of the next zone it can
     /// use; the failed write may have landed, in part or whole. So a miss
@@ -63,7 +66,7 @@ impl LogReader {
             self.ring_index = (self.ring_index + 1) % self.ring.len();
             self.offset_blocks = 0;
         }
-        let here = self.read_at(backend, self.ring_index, self.offset_blocks)?;
+        let here = self.read_at(backend, self.ring_index, self.offset_blocks, expected)?;
         if let Some(block) = here.filter(|b| b.log_seq() == expected) {
             return Ok(Some(block));
         }
@@ -72,7 +75,7 @@ impl LogReader {
             if self.last.is_some_and(|(i, _)| i == j) {
                 continue;
             }
-            let Some((first_bytes, first)) = self.read_raw_at(backend, j, 0)? else {
+            let Some((first_bytes, first)) = self.read_raw_at(backend, j, 0, expected)? else {
                 continue;
             };
             let s0 = first.log_seq();
@@ -80,7 +83,7 @@ impl LogReader {
                 (0, Some(first))
             } else if self.is_copy_of_read(backend, s0, expected, &first_bytes)? {
                 let at = expected - s0;
-                (at, self.read_at(backend, j, at)?)
+                (at, self.read_at(backend, j, at, expected)?)
             } else {
                 continue;
             };
@@ -115,7 +118,7 @@ impl LogReader {
             return Ok(false);
         }
         Ok(self
-            .read_raw_at(backend, i, last_offset - back)?
+            .read_raw_at(backend, i, last_offset - back, expected)?
             .is_some_and(|(b, block)| block.log_seq() == s0 && b == bytes))
     }
 
@@ -124,27 +127,35 @@ impl LogReader {
         backend: &mut B,
         ring_index: usize,
         offset_blocks: u64,
+        expected: u64,
     ) -> Result<Option<LogBlock>, MountError> {
         Ok(self
-            .read_raw_at(backend, ring_index, offset_blocks)?
+            .read_raw_at(backend, ring_index, offset_blocks, expected)?
             .map(|(_, block)| block))
     }
 
-    /// A log block's bytes and decoded form; `None` if unreadable or invalid.
+    /// A log block's bytes and decoded form; `None` if unreadable or
+    /// invalid, an error if it is the intact block `expected` and does not
+    /// decode.
     fn read_raw_at<B: Backend>(
         &self,
         backend: &mut B,
         ring_index: usize,
         offset_blocks: u64,
+        expected: u64,
     ) -> Result<Option<(Vec<u8>, LogBlock)>, MountError> {
         let zone = self.ring[ring_index];
         let step = "mount: reading the metadata log";
-        Ok(
-            read_one(backend, zone, offset_blocks, step)?.and_then(|(data, _)| {
-                let block = LogBlock::decode(&data).ok()?;
-                Some((data, block))
-            }),
-        )
+        let Some((data, _)) = read_one(backend, zone, offset_blocks, step)? else {
+            return Ok(None);
+        };
+        match LogBlock::decode(&data) {
+            Ok(block) => Ok(Some((data, block))),
+            Err(source) if note::intact_log_seq(&data) == Some(expected) => {
+                Err(MountError::Format { step, source })
+            }
+            Err(_) => Ok(None),
+        }
     }
 
     /// Where the next block is looked for first: the block after the last
