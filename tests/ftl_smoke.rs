@@ -8,6 +8,7 @@ use zftl::sim::rng::Rng;
 use zftl::sim::{SimConfig, SimDevice};
 
 mod common;
+use common::watch::{Watched, Watcher};
 use common::{assert_check_clean, block};
 
 fn sim(oob: u32) -> SimDevice {
@@ -577,58 +578,27 @@ fn a_write_larger_than_the_buffer_is_refused_clearly() {
     assert_eq!(ftl.read(63, 1).unwrap(), vec![7; bs]);
 }
 
-/// A backend that counts the appends in flight to each zone and keeps the
-/// most it saw.
+/// Counts the appends in flight to each zone and keeps the most it saw.
+#[derive(Default)]
 struct AppendCounter {
-    inner: SimDevice,
     zone_of: std::collections::HashMap<u64, u32>,
     in_flight: std::collections::HashMap<u32, u32>,
     most: u32,
 }
 
-impl Backend for AppendCounter {
-    fn geometry(&self) -> &zftl::core::Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: u32) -> Result<zftl::core::ZoneInfo, zftl::core::DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(
-        &mut self,
-        tag: u64,
-        command: zftl::core::Command,
-    ) -> Result<(), zftl::core::SubmitError> {
-        let zone = match &command {
-            zftl::core::Command::Append { zone, .. } => Some(*zone),
-            _ => None,
-        };
-        self.inner.submit(tag, command)?;
-        if let Some(zone) = zone {
-            self.zone_of.insert(tag, zone);
-            let n = self.in_flight.entry(zone).or_default();
+impl Watcher for AppendCounter {
+    fn submitted(&mut self, _: &zftl::core::Geometry, tag: u64, command: &zftl::core::Command) {
+        if let zftl::core::Command::Append { zone, .. } = command {
+            self.zone_of.insert(tag, *zone);
+            let n = self.in_flight.entry(*zone).or_default();
             *n += 1;
             self.most = self.most.max(*n);
         }
-        Ok(())
     }
-    fn reap(&mut self, out: &mut Vec<zftl::core::Completion>, max: usize) -> usize {
-        let first = out.len();
-        let n = self.inner.reap(out, max);
-        for c in &out[first..] {
-            if let Some(zone) = self.zone_of.remove(&c.tag) {
-                *self.in_flight.get_mut(&zone).expect("counted") -= 1;
-            }
+    fn completed(&mut self, tag: u64) {
+        if let Some(zone) = self.zone_of.remove(&tag) {
+            *self.in_flight.get_mut(&zone).expect("counted") -= 1;
         }
-        n
-    }
-    fn wait(&mut self) -> Result<(), zftl::core::DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
     }
 }
 
@@ -640,11 +610,9 @@ fn most_appends_per_zone(most: u32) -> u32 {
         timing: Some(zftl::sim::Timing::default()),
         ..sim(64).config().clone()
     };
-    let dev = AppendCounter {
+    let dev = Watched {
         inner: SimDevice::create_memory(cfg).expect("sim"),
-        zone_of: Default::default(),
-        in_flight: Default::default(),
-        most: 0,
+        watcher: AppendCounter::default(),
     };
     let ftl_cfg = FtlConfig {
         zone_max_appends: most,
@@ -665,7 +633,7 @@ fn most_appends_per_zone(most: u32) -> u32 {
     }
     ftl.flush().unwrap();
     assert!(ftl.stats().gc_copy_blocks > 0, "GC never ran");
-    ftl.backend().most
+    ftl.backend().watcher.most
 }
 
 #[test]

@@ -7,18 +7,17 @@
 use std::collections::HashMap;
 
 use zftl::core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
-    ReadPriority, Request, SubmitError, ZoneInfo,
+    Command, Driver, FormatOptions, FtlConfig, Geometry, IoError, ReadPriority, Request,
 };
 use zftl::sim::SimDevice;
 
 mod common;
+use common::watch::{Watched, Watcher};
 use common::{pattern, volume_config};
 
-/// The simulator, counting the blocks of background (GC) reads in flight
-/// per zone group.
-struct Counting {
-    inner: SimDevice,
+/// Counts the blocks of background (GC) reads in flight per zone group.
+#[derive(Default)]
+struct GcReads {
     /// Read tag → its zone group and blocks, while in flight.
     reads: HashMap<u64, (u32, u64)>,
     in_flight: HashMap<u32, u64>,
@@ -26,47 +25,26 @@ struct Counting {
     most: u64,
 }
 
-impl Backend for Counting {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
+impl Watcher for GcReads {
+    fn submitted(&mut self, geometry: &Geometry, tag: u64, command: &Command) {
         if let Command::Read {
             zone,
             block_count,
             priority: ReadPriority::Background,
             ..
-        } = &command
+        } = command
         {
-            let group = zone % self.inner.geometry().zone_groups;
+            let group = zone % geometry.zone_groups;
             self.reads.insert(tag, (group, u64::from(*block_count)));
             let n = self.in_flight.entry(group).or_default();
             *n += u64::from(*block_count);
             self.most = self.most.max(*n);
         }
-        self.inner.submit(tag, command)
     }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let from = out.len();
-        let n = self.inner.reap(out, max);
-        for c in &out[from..] {
-            if let Some((group, blocks)) = self.reads.remove(&c.tag) {
-                *self.in_flight.get_mut(&group).expect("counted") -= blocks;
-            }
+    fn completed(&mut self, tag: u64) {
+        if let Some((group, blocks)) = self.reads.remove(&tag) {
+            *self.in_flight.get_mut(&group).expect("counted") -= blocks;
         }
-        n
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
     }
 }
 
@@ -76,11 +54,9 @@ impl Backend for Counting {
 fn most_gc_reads_per_group(gc_read_max_blocks_per_group: u32) -> (u64, u64) {
     let sim = volume_config(true);
     assert!(sim.geometry().expect("geometry").zone_groups > 1);
-    let dev = Counting {
+    let dev = Watched {
         inner: SimDevice::create_memory(sim).expect("device"),
-        reads: HashMap::new(),
-        in_flight: HashMap::new(),
-        most: 0,
+        watcher: GcReads::default(),
     };
     let cfg = FtlConfig {
         gc_read_max_blocks_per_group,
@@ -124,7 +100,7 @@ fn most_gc_reads_per_group(gc_read_max_blocks_per_group: u32) -> (u64, u64) {
         }
     }
     let copied = d.stats().gc_copy_blocks;
-    (d.backend().most, copied)
+    (d.backend().watcher.most, copied)
 }
 
 #[test]

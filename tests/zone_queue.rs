@@ -7,18 +7,16 @@
 use std::collections::HashMap;
 
 use zftl::core::layout::Layout;
-use zftl::core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
-    Request, SubmitError, ZoneInfo,
-};
+use zftl::core::{Command, Driver, FormatOptions, FtlConfig, Geometry, IoError, Request};
 use zftl::sim::SimDevice;
 
 mod common;
+use common::watch::{Watched, Watcher};
 use common::{pattern, volume_config};
 
-/// The simulator, counting the blocks of appends in flight per zone.
-struct Counting {
-    inner: SimDevice,
+/// Counts the blocks of appends in flight per zone.
+#[derive(Default)]
+struct Appends {
     /// Append tag → its zone and blocks, while in flight.
     appends: HashMap<u64, (u32, u64)>,
     in_flight: HashMap<u32, u64>,
@@ -27,16 +25,10 @@ struct Counting {
     first_data_zone: u32,
 }
 
-impl Backend for Counting {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        if let Command::Append { zone, data, .. } = &command {
-            let blocks = (data.len() / self.inner.geometry().block_size_bytes as usize) as u64;
+impl Watcher for Appends {
+    fn submitted(&mut self, geometry: &Geometry, tag: u64, command: &Command) {
+        if let Command::Append { zone, data, .. } = command {
+            let blocks = (data.len() / geometry.block_size_bytes as usize) as u64;
             self.appends.insert(tag, (*zone, blocks));
             let n = self.in_flight.entry(*zone).or_default();
             *n += blocks;
@@ -44,26 +36,11 @@ impl Backend for Counting {
                 self.most_data = self.most_data.max(*n);
             }
         }
-        self.inner.submit(tag, command)
     }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let from = out.len();
-        let n = self.inner.reap(out, max);
-        for c in &out[from..] {
-            if let Some((zone, blocks)) = self.appends.remove(&c.tag) {
-                *self.in_flight.get_mut(&zone).expect("counted") -= blocks;
-            }
+    fn completed(&mut self, tag: u64) {
+        if let Some((zone, blocks)) = self.appends.remove(&tag) {
+            *self.in_flight.get_mut(&zone).expect("counted") -= blocks;
         }
-        n
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
     }
 }
 
@@ -74,12 +51,12 @@ fn most_queued_per_zone(zone_max_appends: u32, append_max_blocks: u32) -> u64 {
     let geometry = sim.geometry().expect("geometry");
     let options = FormatOptions::default();
     let layout = Layout::plan(&geometry, None, options.gc_reserve_zones, false).expect("layout");
-    let dev = Counting {
+    let dev = Watched {
         inner: SimDevice::create_memory(sim).expect("device"),
-        appends: HashMap::new(),
-        in_flight: HashMap::new(),
-        most_data: 0,
-        first_data_zone: layout.first_data_zone(),
+        watcher: Appends {
+            first_data_zone: layout.first_data_zone(),
+            ..Appends::default()
+        },
     };
     let cfg = FtlConfig {
         zone_max_appends,
@@ -123,7 +100,7 @@ fn most_queued_per_zone(zone_max_appends: u32, append_max_blocks: u32) -> u64 {
         }
     }
     assert!(d.stats().gc_copy_blocks > 0, "GC never ran");
-    d.backend().most_data
+    d.backend().watcher.most_data
 }
 
 #[test]

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod frozen;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
