@@ -745,8 +745,7 @@ fn unknown_note_kind_in_the_log_refuses_the_mount() {
             .unwrap();
         let (dev, report) = img.check();
         assert!(
-            report
-                .problems
+            problems_of(&report, ProblemKind::LogBlock)
                 .iter()
                 .any(|p| p.detail.contains("unknown note kind")),
             "oob {oob}: {report:#?}"

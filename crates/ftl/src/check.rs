@@ -514,6 +514,7 @@ fn recovery_problem<B: Backend>(
             ProblemKind::SuperblockMismatch
         }
         MountError::Format { step, .. } if step.contains("checkpoint") => ProblemKind::Checkpoint,
+        MountError::Format { step, .. } if step.contains("metadata log") => ProblemKind::LogBlock,
         MountError::Damaged(m) if m.starts_with("checkpoint") => ProblemKind::Checkpoint,
         MountError::Device { .. } => ProblemKind::Device,
         _ => ProblemKind::Recovery,
