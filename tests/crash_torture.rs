@@ -10,6 +10,7 @@ mod common;
 
 use common::Rig;
 use zftl::core::{FtlConfig, GcBudget, ProtectWindow, VictimPolicy};
+use zftl::sim::SimConfig;
 
 fn run_seed(seed: u64) -> common::Coverage {
     let oob = seed.is_multiple_of(2);
@@ -131,6 +132,43 @@ fn crash_torture_with_spread_gc() {
         Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
     };
     let (seeds, total) = common::run_seeds("crash_torture_with_spread_gc", 400, run);
+    if seeds >= 100 {
+        assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
+        assert!(total.gc_copies > 0, "GC never ran: {total:?}");
+    }
+}
+
+/// Host writes striped over zone groups (`FtlConfig::host_stripes` 2 to
+/// 4, in turn): several host zones of a temperature open and taking
+/// appends at once when a cut lands, alone or with GC spread too (every
+/// other seed: `gc_lanes` 4, `gc_victims` 4), with the appends in flight
+/// per zone bounded (`zone_max_appends` 2) on every third seed.
+#[test]
+fn crash_torture_with_host_stripes() {
+    let run = |seed: u64| {
+        let device_seed = seed / 2;
+        let sim = common::sim_config(
+            seed,
+            device_seed.is_multiple_of(2),
+            device_seed.is_multiple_of(5),
+        );
+        // Open zones for the stripes beside the base lanes' and the log's.
+        let sim = SimConfig {
+            max_open_zones: 14,
+            max_active_zones: 16,
+            ..sim
+        };
+        let spread = seed.is_multiple_of(2);
+        let cfg = FtlConfig {
+            host_stripes: 2 + (seed % 3) as u32,
+            gc_lanes: if spread { 4 } else { 1 },
+            gc_victims: if spread { 4 } else { 1 },
+            zone_max_appends: if seed.is_multiple_of(3) { 2 } else { 0 },
+            ..common::ftl_config()
+        };
+        Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
+    };
+    let (seeds, total) = common::run_seeds("crash_torture_with_host_stripes", 200, run);
     if seeds >= 100 {
         assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
         assert!(total.gc_copies > 0, "GC never ran: {total:?}");

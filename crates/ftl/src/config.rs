@@ -157,6 +157,18 @@ pub struct FtlConfig {
     /// zone group with the fewest free zones and victims if it copies at
     /// most 1/32 of a zone more (docs/design.md, "A GC job").
     pub gc_lanes: u32,
+    /// Zones host writes of one temperature may go to at once, each on a
+    /// zone group the open zones use least: one zone programs on one
+    /// group's parallel units only, so with one the host's programs keep a
+    /// quarter of the simulator's default device busy. A write goes to the
+    /// zone of its temperature with the fewest appends in flight, and a
+    /// further zone opens only once each has one in flight, so a host at
+    /// depth 1 stays in one zone. Clamped to the zone groups, 4, and one per
+    /// 8 data zones (an open zone's unwritten tail is space no write can use
+    /// until it fills); a device of one zone group (every backend but the
+    /// simulator) gets one whatever is asked. 1 (the default) = one zone
+    /// per temperature.
+    pub host_stripes: u32,
     /// Victims GC holds at once, copying or waiting for their reset: the
     /// next starts once the running ones are read through, while their
     /// copies are still on their way, so the copies of several victims
@@ -329,6 +341,7 @@ impl Default for FtlConfig {
             gc_read_max_blocks_per_group: 0,
             gc_reset_yields_to_urgent: false,
             gc_lanes: 1,
+            host_stripes: 1,
             gc_victims: 1,
             checkpoint_interval_blocks: 1 << 18,
             static_wl_threshold: 0,

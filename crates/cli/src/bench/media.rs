@@ -259,6 +259,8 @@ pub struct MediaReport {
     /// `gc_max_inflight`).
     pub gc_lanes: u32,
     pub gc_victims: u32,
+    /// `FtlConfig::host_stripes`.
+    pub host_stripes: u32,
     pub gc_max_inflight: u32,
     /// `FtlConfig::gc_budget` (`--gc-budget-us-per-ms`, `--gc-budget-burst-us`).
     pub gc_budget: Option<GcBudget>,
@@ -918,6 +920,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         seed: args.seed,
         gc_lanes: ftl.gc_lanes,
         gc_victims: ftl.gc_victims,
+        host_stripes: ftl.host_stripes,
         gc_max_inflight: ftl.gc_max_inflight,
         gc_budget: ftl.gc_budget,
         zone_max_appends: ftl.zone_max_appends,

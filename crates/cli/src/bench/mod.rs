@@ -216,6 +216,11 @@ pub struct GcArgs {
     /// the configuration's).
     #[arg(long, value_name = "N")]
     pub gc_lanes: Option<u32>,
+    /// `FtlConfig::host_stripes`: zones host writes of one temperature go
+    /// to at once, on the zone groups the open zones use least (default:
+    /// the configuration's).
+    #[arg(long, value_name = "N")]
+    pub host_stripes: Option<u32>,
     /// `FtlConfig::gc_victims`: victims GC holds at once (default: the
     /// configuration's).
     #[arg(long, value_name = "N")]
@@ -269,6 +274,7 @@ impl GcArgs {
         FtlConfig {
             gc_lanes: self.gc_lanes.unwrap_or(ftl.gc_lanes),
             gc_victims: self.gc_victims.unwrap_or(ftl.gc_victims),
+            host_stripes: self.host_stripes.unwrap_or(ftl.host_stripes),
             zone_max_appends: self.zone_max_appends.unwrap_or(ftl.zone_max_appends),
             append_max_blocks: self.append_max_blocks.unwrap_or(ftl.append_max_blocks),
             gc_budget: budget.or(ftl.gc_budget),

@@ -41,6 +41,11 @@ pub(super) const MAX_GC_LANES: u32 = 16;
 /// segment's write rate at a group's.
 pub(super) const NAMELESS_STRIPES: u8 = 4;
 
+/// Most zones host writes of one temperature go to at once
+/// (`FtlConfig::host_stripes`): one per zone group of the simulator's
+/// default device.
+pub(super) const HOST_STRIPES: u8 = 4;
+
 /// Data zones per nameless stripe, and per GC lane, at least
 /// (`Ftl::nameless_stripes`, `new_lanes`).
 const DATA_ZONES_PER_STRIPE: u32 = 8;
@@ -77,6 +82,11 @@ pub(super) enum Lane {
     /// another zone group, while that zone's appends keep its units busy
     /// (`NAMELESS_STRIPES`).
     NamelessStripe(u8),
+    /// Another open zone host writes go to beside `HostHot`'s or
+    /// `HostCold`'s, on another zone group, while that zone's appends keep
+    /// its units busy (`FtlConfig::host_stripes`). Its stream is set when
+    /// it opens a zone.
+    HostStripe(u8),
     /// One more zone GC writes into beside `Gc` or `HostCold`, on another
     /// zone group, while their zones' appends keep their units busy
     /// (`FtlConfig::gc_lanes`). Its stream is set when it opens a zone.
@@ -86,7 +96,7 @@ pub(super) enum Lane {
 impl Lane {
     /// The base lanes (with the nameless stripes), in `Ftl::lanes` order;
     /// the extra lanes follow.
-    const BASE: u8 = 9 + NAMELESS_STRIPES - 1;
+    const BASE: u8 = 9 + NAMELESS_STRIPES - 1 + HOST_STRIPES - 1;
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -100,13 +110,14 @@ impl Lane {
             Lane::NamelessLevel => 7,
             Lane::Urgent => 8,
             Lane::NamelessStripe(i) => 9 + usize::from(i),
+            Lane::HostStripe(i) => usize::from(9 + NAMELESS_STRIPES - 1 + i),
             Lane::Extra(i) => usize::from(Lane::BASE + i),
         }
     }
 
     pub(super) fn stream(self) -> Stream {
         match self {
-            Lane::HostHot | Lane::Urgent => Stream::Host,
+            Lane::HostHot | Lane::Urgent | Lane::HostStripe(_) => Stream::Host,
             Lane::HostCold => Stream::HostCold,
             Lane::Gc | Lane::WearLeveling | Lane::Extra(_) => Stream::Gc,
             Lane::Kept => Stream::Kept,
@@ -138,6 +149,17 @@ pub(super) fn new_lanes(gc_lanes: u32, zone_groups: u32, data_zones: u32) -> Vec
     (0..u32::from(Lane::BASE) + extra)
         .map(|_| StreamState::default())
         .collect()
+}
+
+/// Zones host writes of one temperature go to at once: `host_stripes`
+/// asked, at most one per zone group, `HOST_STRIPES`, and one per
+/// `DATA_ZONES_PER_STRIPE` data zones.
+pub(super) fn host_stripes(host_stripes: u32, zone_groups: u32, data_zones: u32) -> u8 {
+    let by_size = (data_zones / DATA_ZONES_PER_STRIPE).max(1);
+    host_stripes
+        .min(zone_groups)
+        .min(by_size)
+        .clamp(1, u32::from(HOST_STRIPES)) as u8
 }
 
 #[derive(Debug, Default)]
@@ -183,7 +205,7 @@ impl Ftl {
             // too, so a FUA write does not wait for them to fill.
             let urgent_closed = usize::from(self.lane_zone(Lane::Urgent).is_none());
             let headroom = match lane {
-                Lane::Extra(_) => self.base_lanes_closed() + urgent_closed,
+                Lane::Extra(_) | Lane::HostStripe(_) => self.base_lanes_closed() + urgent_closed,
                 Lane::Kept => self.base_lanes_closed(),
                 Lane::Urgent => self.urgent_open_headroom(),
                 _ => 0,
@@ -197,13 +219,14 @@ impl Ftl {
             // it, GC can always finish a victim (less than a zone live).
             // The kept lane may take it: GC's other data may follow it
             // there (`Ftl::extra_lane_room`).
-            let last_barred = matches!(lane, Lane::Extra(_)) && free <= 1;
+            let last_barred = matches!(lane, Lane::Extra(_) | Lane::HostStripe(_)) && free <= 1;
             let urgent_barred = lane == Lane::Urgent && !self.urgent_may_open(free);
             if free == 0 || (from_reserve && host_barred) || last_barred || urgent_barred {
                 return None;
             }
             let stream = match lane {
                 Lane::Extra(_) => self.lane_mut(lane).stream.unwrap_or(Stream::Gc),
+                Lane::HostStripe(_) => self.lane_mut(lane).stream.unwrap_or(Stream::Host),
                 _ => lane.stream(),
             };
             let kind = ZoneKind::Data { stream };
@@ -213,13 +236,18 @@ impl Ftl {
                     self.take_free_spread(kind)?
                 }
                 Lane::Urgent => self.take_free_for_urgent(kind)?,
+                Lane::HostHot | Lane::HostCold | Lane::HostStripe(_) if self.host_stripes > 1 => {
+                    self.take_free_spread(kind)?
+                }
                 _ if !self.gc_wide() || stream.is_nameless() => self.zones.take_free(kind)?,
                 _ => self.take_free_spread(kind)?,
             };
             self.zone_clock[z as usize] = 0;
             match lane {
                 Lane::Urgent if free < reserve => self.urgent_below_reserve = true,
-                Lane::HostHot | Lane::HostCold => self.urgent_below_reserve = false,
+                Lane::HostHot | Lane::HostCold | Lane::HostStripe(_) => {
+                    self.urgent_below_reserve = false
+                }
                 _ => {}
             }
             if stream.is_nameless() {
@@ -435,6 +463,7 @@ impl Ftl {
             // Nameless blocks go to nameless zones only.
             // The urgent lane's blocks took the host lanes' room first.
             Lane::Extra(_)
+            | Lane::HostStripe(_)
             | Lane::Urgent
             | Lane::Nameless
             | Lane::NamelessMoved
@@ -639,8 +668,61 @@ impl Ftl {
         if !self.may_append_host() {
             return None;
         }
-        let to = self.room_in(Self::host_lane(temp), queued, false)?;
+        let base = Self::host_lane(temp);
+        let to = match self.host_destination(base) {
+            stripe @ Lane::HostStripe(_) => self.room_in(stripe, queued, false),
+            _ => None,
+        };
+        let to = match to {
+            Some(to) => to,
+            None => self.room_in(base, queued, false)?,
+        };
         self.host_append_to(to, temp, queued, urgent)
+    }
+
+    /// The lane the next host append of `base`'s stream goes to: of the
+    /// lanes holding a zone of that stream (`base` and its stripes), the
+    /// one whose zone has the fewest appends in flight, the fullest of
+    /// those; once each has one in flight, a stripe without a zone (it
+    /// opens one on the zone group the open zones use least). So host
+    /// writes at depth keep several groups' units busy, and at depth 1 fill
+    /// one zone after another: the stripes a deeper load opened close as
+    /// they fill instead of holding their unwritten tails, space GC cannot
+    /// use, while the load stays low.
+    fn host_destination(&mut self, base: Lane) -> Lane {
+        if self.host_stripes <= 1 {
+            return base;
+        }
+        let stream = base.stream();
+        let lanes = (0..self.host_stripes - 1).map(Lane::HostStripe);
+        // (appends in flight, blocks left in the zone, lane): least first.
+        let mut best: Option<(u32, u64, Lane)> = None;
+        let mut closed = None;
+        for lane in std::iter::once(base).chain(lanes) {
+            let st = &self.lanes[lane.index()];
+            match st.zone {
+                Some(z) if lane == base || st.stream == Some(stream) => {
+                    let load = (
+                        self.zone_appends[z as usize],
+                        u64::MAX - st.allocated_blocks,
+                    );
+                    if best.is_none_or(|(a, l, _)| load < (a, l)) {
+                        best = Some((load.0, load.1, lane));
+                    }
+                }
+                Some(_) => {}
+                None if lane != base => closed = closed.or(Some(lane)),
+                None => {}
+            }
+        }
+        match (best.map(|(a, _, lane)| (a, lane)), closed) {
+            (Some((0, lane)), _) | (Some((_, lane)), None) => lane,
+            (Some(_), Some(lane)) => {
+                self.lanes[lane.index()].stream = Some(stream);
+                lane
+            }
+            (None, _) => base,
+        }
     }
 
     /// The append of `host_append` into `(lane, zone, room)`.
@@ -885,5 +967,18 @@ mod tests {
         assert_eq!(extra(8, 4, 40), 4);
         assert_eq!(extra(8, 1, 1000), 0);
         assert_eq!(extra(64, 16, 1000), MAX_GC_LANES as usize - 1);
+    }
+
+    #[test]
+    fn host_stripes_reach_one_per_zone_group_at_most_four() {
+        assert_eq!(host_stripes(1, 4, 1000), 1);
+        assert_eq!(host_stripes(0, 4, 1000), 1);
+        assert_eq!(host_stripes(4, 4, 1000), 4);
+        assert_eq!(host_stripes(8, 16, 1000), HOST_STRIPES);
+        assert_eq!(host_stripes(4, 2, 1000), 2);
+        assert_eq!(host_stripes(4, 1, 1000), 1);
+        // One per 8 data zones.
+        assert_eq!(host_stripes(4, 4, 26), 3);
+        assert_eq!(host_stripes(4, 4, 7), 1);
     }
 }

@@ -260,6 +260,10 @@ pub struct Ftl {
     /// Open zone of each lane (indexed by `Lane::index`): the base
     /// lanes, then the extra GC lanes (at most `lane::MAX_GC_LANES - 1`).
     lanes: Vec<StreamState>,
+    /// Zones host writes of one temperature go to at once
+    /// (`FtlConfig::host_stripes`, clamped): the host lane and
+    /// `host_stripes - 1` of the `Lane::HostStripe` lanes.
+    host_stripes: u8,
     /// Host blocks admitted so far: the clock temperature is measured in.
     host_clock: u64,
     /// `host_clock` when each zone was opened by a host stream (0 for GC
@@ -472,6 +476,7 @@ impl Ftl {
             epoch,
             log: p.log,
             lanes: lane::new_lanes(p.config.gc_lanes, zone_groups, lane_data_zones),
+            host_stripes: lane::host_stripes(p.config.host_stripes, zone_groups, lane_data_zones),
             host_clock: 0,
             zone_clock: vec![0; zone_count],
             jobs: Vec::new(),
