@@ -607,8 +607,8 @@ impl History {
         self.sweeps.iter().map(|s| (s.next.0 - 1, s.to))
     }
 
-    /// Bytes the books hold (the kept versions' as [`Kept::memory_bytes`]
-    /// counts them).
+    /// Bytes the books hold (the kept versions' as `kept.rs` counts them:
+    /// the loaded array, or the ordered maps).
     pub fn memory_bytes(&self) -> u64 {
         let leaves = self.births.leaves.len() as u64 * (4 * LEAF_ENTRIES as u64 + 16);
         self.kept.memory_bytes() + leaves + self.snapshots.len() as u64 * 96
