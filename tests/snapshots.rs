@@ -1187,3 +1187,67 @@ fn a_snapshot_keeps_its_time_through_a_crash() {
         assert_eq!(times, [s.wall_ns, undo.wall_ns]);
     });
 }
+
+/// After a clean mount the kept versions stay in the array the checkpoint
+/// loaded until a change needs the ordered maps (crates/ftl/src/kept.rs):
+/// reads of every snapshot, diffs and a revert answer from that array, and
+/// the keeps, deletes and sweeps that come after build the maps and agree
+/// with the model, through a clean remount and a crash.
+#[test]
+fn snapshots_read_diff_and_revert_from_the_versions_a_mount_loaded() {
+    both_modes(|oob| {
+        let mut ftl = format(oob);
+        // Snapshot `s{i}` sees version `i + 1` of blocks `i * 4 ..` and
+        // version `i` (or 1) of later ones: each keeps 4 versions.
+        let snapshots = 24u64;
+        let span = snapshots * 4;
+        for lba in 0..span {
+            write(&mut ftl, lba, 1);
+        }
+        for i in 0..snapshots {
+            ftl.snapshot_create(&format!("s{i}")).unwrap();
+            for lba in i * 4..i * 4 + 4 {
+                write(&mut ftl, lba, 2);
+            }
+        }
+        ftl.flush().unwrap();
+        let expect = |s: u64, lba: u64| if lba < s * 4 { 2 } else { 1 };
+        let check_snapshots = move |ftl: &mut Driver<SimDevice>| {
+            for s in [0, 1, snapshots / 2, snapshots - 1] {
+                let name = format!("s{s}");
+                for lba in 0..span {
+                    let want = Some((lba, expect(s, lba)));
+                    assert_eq!(holds(ftl, Some(&name), lba), want, "{name} block {lba}");
+                }
+            }
+            assert_eq!(ftl.snapshot_diff("s0", Some("s1")).unwrap(), vec![(0, 4)]);
+        };
+        let dev = ftl.shutdown().unwrap();
+        let mut ftl = Driver::mount(dev, FtlConfig::default()).unwrap();
+        check_snapshots(&mut ftl);
+        let newest_but_one = format!("s{}", snapshots - 2);
+        let to_live = ftl.snapshot_diff(&newest_but_one, None).unwrap();
+        assert_eq!(to_live, vec![((snapshots - 2) * 4, 8)]);
+        // A revert after the mount: the live volume reads as s0 again.
+        ftl.snapshot_revert("s0", Some("before-revert")).unwrap();
+        for lba in 0..span {
+            assert_eq!(holds(&mut ftl, None, lba), Some((lba, 1)), "block {lba}");
+            assert_eq!(holds(&mut ftl, Some("before-revert"), lba), Some((lba, 2)));
+        }
+        ftl.snapshot_delete("before-revert").unwrap();
+        // A keep (the first change) and a delete's sweep after the mount.
+        write(&mut ftl, 0, 3);
+        ftl.snapshot_delete(&format!("s{}", snapshots / 2 + 1))
+            .unwrap();
+        ftl.settle().unwrap();
+        let check_after = move |ftl: &mut Driver<SimDevice>| {
+            check_snapshots(ftl);
+            assert_eq!(holds(ftl, None, 0), Some((0, 3)));
+            for lba in 1..span {
+                assert_eq!(holds(ftl, None, lba), Some((lba, 1)), "block {lba}");
+            }
+            assert_eq!(ftl.snapshot_diff("s0", None).unwrap(), vec![(0, 1)]);
+        };
+        remount_both_ways_then_clean(ftl, check_after, "after the loaded versions changed");
+    });
+}

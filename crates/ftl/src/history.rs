@@ -15,10 +15,11 @@
 
 use crate::addr::{Epoch, Lba, Seq};
 use crate::checkpoint::{HistoryRecord, SnapshotRecord, LEAF_ENTRIES};
+use crate::kept::Kept;
 use crate::shared::SharedId;
 use std::collections::btree_map::Entry;
 use std::collections::hash_map::Entry as HashEntry;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 
 /// A snapshot's id: handed out in increasing order, never reused.
@@ -196,42 +197,6 @@ fn split(lba: Lba) -> (u32, usize) {
 struct Sweep {
     next: (Seq, Lba),
     to: Seq,
-}
-
-/// [`History`]'s kept versions by `(lba, kill seq)`.
-type Entries = BTreeMap<(Lba, Seq), Version>;
-/// The same keys by `(kill seq, lba)`.
-type ByKill = BTreeSet<(Seq, Lba)>;
-
-/// The ordered entries and their index by kill seq, built in bulk from
-/// records sorted by `(lba, kill seq)` (as a checkpoint stores them): a
-/// sorted input is checked in one pass and loaded without a search per
-/// key. Records out of order are sorted first; a key given twice is an
-/// error.
-fn bulk_entries(records: &[HistoryRecord]) -> Result<(Entries, ByKill), String> {
-    let key = |e: &HistoryRecord| (e.lba, e.kill_seq);
-    let mut sorted: Vec<((Lba, Seq), Version)> = records
-        .iter()
-        .map(|e| {
-            let version = Version {
-                value: e.value,
-                birth: e.birth,
-            };
-            (key(e), version)
-        })
-        .collect();
-    if !sorted.is_sorted_by(|a, b| a.0 < b.0) {
-        sorted.sort_unstable_by_key(|&(k, _)| k);
-        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            let (lba, seq) = w[0].0;
-            return Err(format!("block {lba} replaced twice at seq {seq}"));
-        }
-    }
-    let mut kills: Vec<(Seq, Lba)> = sorted.iter().map(|&((l, q), _)| (q, l)).collect();
-    kills.sort_unstable();
-    // Both inputs are sorted and free of repeats: `from_iter` finds them
-    // sorted in one pass and builds each tree leaf by leaf.
-    Ok((sorted.into_iter().collect(), kills.into_iter().collect()))
 }
 
 /// 64-bit FNV-1a of a snapshot name, its bits mixed at the end so that
@@ -413,9 +378,9 @@ pub struct History {
     names: NameIndex,
     next_id: SnapshotId,
     births: Births,
-    entries: BTreeMap<(Lba, Seq), Version>,
-    /// The same entries by kill seq: what a sweep and a diff walk.
-    by_kill: BTreeSet<(Seq, Lba)>,
+    /// Kept versions by `(lba, kill seq)`, and by kill seq (what a sweep
+    /// walks).
+    kept: Kept,
     /// Kill-seq ranges whose entries a delete may have freed, not yet
     /// checked.
     sweeps: VecDeque<Sweep>,
@@ -432,8 +397,7 @@ impl History {
             names: NameIndex::default(),
             next_id: 0,
             births: Births::default(),
-            entries: BTreeMap::new(),
-            by_kill: BTreeSet::new(),
+            kept: Kept::default(),
             sweeps: VecDeque::new(),
             capacity,
         }
@@ -483,7 +447,18 @@ impl History {
                 entries.len()
             ));
         }
-        (h.entries, h.by_kill) = bulk_entries(entries)?;
+        h.kept = Kept::loaded(
+            entries
+                .iter()
+                .map(|e| {
+                    let version = Version {
+                        value: e.value,
+                        birth: e.birth,
+                    };
+                    ((e.lba, e.kill_seq), version)
+                })
+                .collect(),
+        )?;
         h.sweeps.extend(sweeps.iter().map(|&(from, to)| Sweep {
             next: (from + 1, 0),
             to,
@@ -526,7 +501,7 @@ impl History {
 
     /// Kept versions.
     pub fn entry_count(&self) -> u64 {
-        self.entries.len() as u64
+        self.kept.len() as u64
     }
 
     /// Versions that may still be kept before the bound.
@@ -556,10 +531,10 @@ impl History {
     /// after the snapshot was unmapped at it.
     pub fn version_at(&self, lba: Lba, create_seq: Seq, epoch: Epoch) -> Option<Option<SharedId>> {
         let first = self
-            .entries
-            .range((lba, create_seq + 1)..=(lba, Seq::MAX))
+            .kept
+            .range((lba, create_seq.saturating_add(1))..(lba + 1, 0))
             .next()
-            .map(|(_, v)| *v);
+            .map(|(_, v)| v);
         match first {
             Some(v) if v.birth <= epoch => Some(v.value),
             Some(_) => Some(None),
@@ -583,10 +558,10 @@ impl History {
         epoch: Epoch,
     ) -> Vec<Lba> {
         let mut out: Vec<Lba> = self
-            .entries
+            .kept
             .range((start, 0)..(end, 0))
-            .filter(|(&(_, kill_seq), _)| kill_seq > create_seq)
-            .map(|(&(lba, _), _)| lba)
+            .filter(|&((_, kill_seq), _)| kill_seq > create_seq)
+            .map(|((lba, _), _)| lba)
             .collect();
         if start < end {
             let (first, _) = split(start);
@@ -611,7 +586,7 @@ impl History {
 
     /// Every kept version `(lba, kill seq, version)`, by lba then kill seq.
     pub fn entries(&self) -> impl Iterator<Item = (Lba, Seq, Version)> + '_ {
-        self.entries.iter().map(|(&(l, q), &v)| (l, q, v))
+        self.kept.iter().map(|((l, q), v)| (l, q, v))
     }
 
     /// Leaves of births, for the checkpoint (by leaf index).
@@ -632,13 +607,11 @@ impl History {
         self.sweeps.iter().map(|s| (s.next.0 - 1, s.to))
     }
 
-    /// Bytes the books hold (the ordered maps' overhead estimated at one
-    /// pointer per key).
+    /// Bytes the books hold (the kept versions' as `kept.rs` counts them:
+    /// the loaded array, or the ordered maps).
     pub fn memory_bytes(&self) -> u64 {
-        let entry = (16 + 8 + 8 + 8) as u64;
-        let kill = (16 + 8) as u64;
         let leaves = self.births.leaves.len() as u64 * (4 * LEAF_ENTRIES as u64 + 16);
-        self.entry_count() * (entry + kill) + leaves + self.snapshots.len() as u64 * 96
+        self.kept.memory_bytes() + leaves + self.snapshots.len() as u64 * 96
     }
 
     // ----- changes --------------------------------------------------------
@@ -660,14 +633,13 @@ impl History {
     }
 
     fn insert(&mut self, lba: Lba, kill_seq: Seq, value: Option<SharedId>, birth: Epoch) {
-        let old = self
-            .entries
-            .insert((lba, kill_seq), Version { value, birth });
+        let (entries, by_kill) = self.kept.maps();
+        let old = entries.insert((lba, kill_seq), Version { value, birth });
         assert!(
             old.is_none(),
             "block {lba} replaced twice at seq {kill_seq}"
         );
-        self.by_kill.insert((kill_seq, lba));
+        by_kill.insert((kill_seq, lba));
     }
 
     /// Checks a create's arguments against the books.
@@ -755,9 +727,14 @@ impl History {
     /// births are dropped.
     pub fn sweep_step(&mut self, budget: &mut u64) -> Vec<Option<SharedId>> {
         let mut freed = Vec::new();
+        if self.sweeps.is_empty() {
+            self.drop_births_if_idle();
+            return Vec::new();
+        }
+        let (entries, by_kill) = self.kept.maps();
         while let Some(&Sweep { next, to }) = self.sweeps.front() {
             let mut resume = None;
-            for &(q, lba) in self.by_kill.range(next..) {
+            for &(q, lba) in by_kill.range(next..) {
                 if q > to {
                     break;
                 }
@@ -770,7 +747,7 @@ impl History {
                 // Sweeps may overlap (a delete of an older snapshot after
                 // a newer one's, before the newer one's sweep ran): an
                 // entry an earlier sweep of this step freed is gone.
-                let Entry::Occupied(entry) = self.entries.entry((lba, q)) else {
+                let Entry::Occupied(entry) = entries.entry((lba, q)) else {
                     continue;
                 };
                 if !needed_by(&self.snapshots, entry.get().birth, q) {
@@ -792,7 +769,7 @@ impl History {
         let values = freed
             .into_iter()
             .map(|(q, lba, value)| {
-                self.by_kill.remove(&(q, lba));
+                by_kill.remove(&(q, lba));
                 value
             })
             .collect();
@@ -813,7 +790,7 @@ impl History {
     /// No snapshot, kept version or sweep: births are not needed.
     #[inline]
     pub fn is_idle(&self) -> bool {
-        self.snapshots.is_empty() && self.entries.is_empty() && self.sweeps.is_empty()
+        self.snapshots.is_empty() && self.kept.is_empty() && self.sweeps.is_empty()
     }
 
     fn drop_births_if_idle(&mut self) {
@@ -961,21 +938,33 @@ mod tests {
         shuffled.reverse();
         shuffled.swap(0, 2);
         for entries in [&sorted[..], &shuffled[..]] {
-            let h = load(entries).unwrap();
-            let kept: Vec<_> = h.entries().map(|(l, q, v)| (l, q, v.value)).collect();
-            assert_eq!(
-                kept,
-                vec![
-                    (3, 12, Some(1)),
-                    (3, 15, Some(2)),
-                    (4, 11, None),
-                    (9, 13, Some(3))
-                ]
-            );
-            let by_kill: Vec<_> = h.by_kill.iter().copied().collect();
-            assert_eq!(by_kill, vec![(11, 4), (12, 3), (13, 9), (15, 3)]);
-            assert_eq!(h.version_at(3, 10, 1), Some(Some(1)));
-            assert_eq!(h.entry_count(), 4);
+            let mut h = load(entries).unwrap();
+            assert!(matches!(h.kept, Kept::Loaded(_)), "loaded as an array");
+            // The same answers from the loaded array and, after the maps
+            // are built, from the maps.
+            for built in [false, true] {
+                let kept: Vec<_> = h.entries().map(|(l, q, v)| (l, q, v.value)).collect();
+                assert_eq!(
+                    kept,
+                    vec![
+                        (3, 12, Some(1)),
+                        (3, 15, Some(2)),
+                        (4, 11, None),
+                        (9, 13, Some(3))
+                    ],
+                    "built {built}"
+                );
+                assert_eq!(h.version_at(3, 10, 1), Some(Some(1)));
+                assert_eq!(h.version_at(3, 12, 1), Some(Some(2)));
+                assert_eq!(h.version_at(3, 15, 1), None);
+                assert_eq!(h.version_at(4, 10, 1), Some(None));
+                assert_eq!(h.changed_candidates(0, 10, 11, 1), vec![3, 9]);
+                assert_eq!(h.changed_candidates(4, 9, 10, 1), vec![4]);
+                assert_eq!(h.entry_count(), 4);
+                let (_, by_kill) = h.kept.maps();
+                let by_kill: Vec<_> = by_kill.iter().copied().collect();
+                assert_eq!(by_kill, vec![(11, 4), (12, 3), (13, 9), (15, 3)]);
+            }
         }
         let mut repeated = sorted.to_vec();
         repeated.push(record(3, 15, Some(7)));
@@ -987,6 +976,42 @@ mod tests {
             History::from_checkpoint(3, 2, Vec::new(), 1, Vec::new(), &sorted, &[]).is_err(),
             "more entries than the bound"
         );
+    }
+
+    #[test]
+    fn a_loaded_history_keeps_and_sweeps_as_a_built_one() {
+        let record = |lba, kill_seq| HistoryRecord {
+            lba,
+            kill_seq,
+            value: Some(lba as u32),
+            birth: 1,
+        };
+        let snapshot = SnapshotRecord {
+            id: 0,
+            epoch: 1,
+            create_seq: 10,
+            wall_ns: 0,
+            parent: LIVE_VOLUME,
+            deleting: false,
+            name: "a".into(),
+        };
+        let records = [record(3, 12), record(4, 11), record(9, 13)];
+        let load = || {
+            History::from_checkpoint(100, 2, vec![snapshot.clone()], 1, Vec::new(), &records, &[])
+                .unwrap()
+        };
+        let mut built = load();
+        built.kept.maps();
+        for mut h in [load(), built] {
+            h.keep(5, 14, Some(5), 1);
+            assert_eq!(h.version_at(5, 10, 1), Some(Some(5)));
+            assert_eq!(h.entry_count(), 4);
+            h.delete(0, 20).unwrap();
+            let mut freed = h.sweep_all();
+            freed.sort_unstable();
+            assert_eq!(freed, vec![Some(3), Some(4), Some(5), Some(9)]);
+            assert!(h.is_idle());
+        }
     }
 
     #[test]

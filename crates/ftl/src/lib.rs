@@ -24,6 +24,7 @@ pub mod error;
 pub mod fork;
 mod ftl;
 pub mod history;
+mod kept;
 pub mod l2p;
 pub mod layout;
 mod log;

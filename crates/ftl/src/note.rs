@@ -1258,7 +1258,13 @@ impl ChunkRef<'_> {
             "chunk payload of {} bytes",
             self.payload.len()
         );
-        let mut b = vec![0u8; block_size];
+        // Built in place: only the header's reserved bytes and the tail
+        // after the payload are zeroed, not the whole block first (a
+        // checkpoint's blocks are mostly payload).
+        let mut b = Vec::with_capacity(block_size);
+        b.resize(LOG_HEADER_BYTES, 0);
+        b.extend_from_slice(self.payload);
+        b.resize(block_size, 0);
         let payload_bytes = self.payload.len() as u32;
         put_header(
             &mut b,
@@ -1268,7 +1274,6 @@ impl ChunkRef<'_> {
             self.index,
             self.checkpoint_id,
         );
-        put_bytes(&mut b, LOG_HEADER_BYTES, self.payload);
         seal_crc(&mut b, block_size - LOG_TRAILER_BYTES);
         let decoded = decode_header(&b).and_then(|h| match h.kind {
             LOG_KIND_CHUNK => decode_chunk(&b, &h),
