@@ -1746,6 +1746,89 @@ fn gc_never_migrates_a_zone_whose_data_all_lives_in_band() {
     gc_never_migrates_a_zone_whose_data_all_lives_in(false);
 }
 
+/// GC's best migration victim written since the committed checkpoint waits
+/// for the next one: GC does not migrate an older zone with more live
+/// blocks meanwhile (docs/design.md, "Choosing a victim"). Greedy victims;
+/// cold zones one block short of full, checkpointed; then hot zones
+/// written and mostly freed (after that checkpoint). Taking the best old
+/// zone instead, GC migrated the cold zones (every one a candidate) while
+/// the hot ones were young.
+fn gc_waits_for_a_checkpoint_rather_than_migrate_an_older_fuller_zone_in(oob: bool) {
+    let cfg = FtlConfig {
+        gc_policy: zftl_core::VictimPolicy::Greedy,
+        ..FtlConfig::default()
+    };
+    let mut ftl = common::format_with(oob, volume_config(oob), cfg);
+    let cap = ftl.ftl().geometry().zone_capacity_blocks;
+    let use_of = |a: NamelessAddr| (a.ppa().zone(cap), a.generation());
+    let mut held: BTreeMap<NamelessAddr, (u64, u32)> = BTreeMap::new();
+    let logical = ftl.logical_blocks();
+    let cold = put_keys(&mut ftl, logical * 3 / 5, &mut held);
+    let mut cold_uses = BTreeSet::new();
+    for &a in &cold {
+        if cold_uses.insert(use_of(a)) {
+            held.remove(&a);
+            ftl.nameless_free(&[a]).unwrap();
+        }
+    }
+    // The last cold zone takes hot blocks too.
+    cold_uses.remove(&use_of(*cold.last().unwrap()));
+    ftl.nameless_commit().unwrap();
+    ftl.checkpoint().unwrap();
+    // Hot rounds of a zone's worth, each keeping an eighth; the oldest
+    // survivors freed once they pass a tenth of the volume.
+    let mut survivors: std::collections::VecDeque<NamelessAddr> = Default::default();
+    let (mut moved, mut cold_moved) = (0u64, 0u64);
+    let mut key = 1u64 << 32;
+    for round in 1..=300u32 {
+        let keys: Vec<u64> = (key..key + cap).collect();
+        key += cap;
+        let addrs = put(&mut ftl, &keys, round);
+        for (i, (&a, &k)) in addrs.iter().zip(&keys).enumerate() {
+            if i % 8 == 0 {
+                held.insert(a, (k, round));
+                survivors.push_back(a);
+            } else {
+                ftl.nameless_free(&[a]).unwrap();
+            }
+        }
+        while survivors.len() as u64 > logical / 10 {
+            let a = survivors.pop_front().unwrap();
+            // (Moved since: the client holds its new address.)
+            if held.remove(&a).is_some() {
+                ftl.nameless_free(&[a]).unwrap();
+            }
+        }
+        for (old, new) in follow_moves(&mut ftl, &mut held) {
+            moved += 1;
+            cold_moved += u64::from(cold_uses.contains(&use_of(old)));
+            if let Some(s) = survivors.iter_mut().find(|s| **s == old) {
+                *s = new;
+            }
+        }
+        ftl.nameless_commit().unwrap();
+    }
+    let s = ftl.stats();
+    assert!(moved > 0 && s.erases > 0, "GC migrated nothing: {s:?}");
+    assert_eq!(
+        cold_moved, 0,
+        "GC migrated {cold_moved} blocks of old, nearly full zones ({moved} in all): {s:?}"
+    );
+    for (&a, &(k, v)) in &held {
+        holds(&mut ftl, a, k, v);
+    }
+}
+
+#[test]
+fn gc_waits_for_a_checkpoint_rather_than_migrate_an_older_fuller_zone() {
+    gc_waits_for_a_checkpoint_rather_than_migrate_an_older_fuller_zone_in(true);
+}
+
+#[test]
+fn gc_waits_for_a_checkpoint_rather_than_migrate_an_older_fuller_zone_in_band() {
+    gc_waits_for_a_checkpoint_rather_than_migrate_an_older_fuller_zone_in(false);
+}
+
 /// The paper's §6.6 policy (`FtlConfig::nameless_wear`): once the most
 /// worn zone has used 75 % of its endurance, GC moves cold nameless zones
 /// onto the most-worn free zones, so the zones the cold data held take

@@ -925,7 +925,7 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
         "--wear-passes",
         "16",
         "--wear-endurance",
-        "8",
+        "6",
     ]);
     let m = &v["memory"];
     assert_eq!(num(m, "stored_bytes"), 320.0 * 1048576.0);
@@ -1005,7 +1005,7 @@ fn nameless_reports_map_memory_and_the_store_on_both_segments() {
     // migrations cost notes and held remap entries, and leveling narrowed
     // its erase counts against the same run without it.
     let w = &v["wear_leveling"];
-    assert_eq!(num(w, "page_static_wl_threshold"), 6.0, "{w}");
+    assert_eq!(num(w, "page_static_wl_threshold"), 4.0, "{w}");
     let rows = w["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 1, "{w}");
     let r = &rows[0];

@@ -227,7 +227,7 @@ impl Ftl {
     /// zone holding no block awaiting acknowledgement, whose newest block
     /// is older than the committed checkpoint (replay never needs a tag a
     /// reset erased), with room in the remap table for its live blocks.
-    /// When only a younger one would do, asks for a checkpoint.
+    /// When the best is younger, asks for a checkpoint and takes none.
     pub(super) fn migration_victim(&mut self) -> Option<ZoneId> {
         if self.zones.nameless_zone_count() == 0 {
             return None;
@@ -248,20 +248,20 @@ impl Ftl {
         let young = |z: ZoneId| self.zones.get(z).last_write_seq() >= self.committed_next_seq;
         let policy = self.cfg.gc_policy;
         let now = self.next_seq;
-        if let Some(z) = self
-            .zones
-            .pick_nameless_victim(policy, now, valid, |z| ex(z) || young(z))
-        {
-            self.nameless.moves.stopped = false;
-            return Some(z);
-        }
-        if self
-            .zones
-            .pick_nameless_victim(policy, now, valid, ex)
-            .is_some()
-            && matches!(self.ckpt, super::ckpt::CkptState::Idle)
-        {
-            self.ckpt_requested = true;
+        // A young best victim waits for the next checkpoint rather than give
+        // way to an older zone that frees less: most partly dead zones were
+        // written since the last checkpoint, and the older candidates are
+        // often zones of migrated blocks, mostly live.
+        let best = self.zones.pick_nameless_victim(policy, now, valid, ex);
+        match best {
+            Some(z) if !young(z) => {
+                self.nameless.moves.stopped = false;
+                return Some(z);
+            }
+            Some(_) if matches!(self.ckpt, super::ckpt::CkptState::Idle) => {
+                self.ckpt_requested = true;
+            }
+            _ => {}
         }
         if room < data_cap && !self.nameless.moves.stopped {
             self.nameless.moves.stopped = true;
