@@ -449,7 +449,11 @@ impl Ftl {
         else {
             return best;
         };
-        let slack = data_cap / VICTIM_GROUP_SLACK_SHARE;
+        let slack = if self.gc_urgent() {
+            0
+        } else {
+            data_cap / VICTIM_GROUP_SLACK_SHARE
+        };
         if valid(there) <= valid(best) + slack {
             there
         } else {
