@@ -109,29 +109,46 @@ fn crash_torture_with_other_settings() {
 /// 2, so a GC queue whose zones are busy lets the other go); every fourth
 /// asks for 8 GC lanes (two per zone group, as many as the device's size
 /// allows).
+fn run_spread_seed(seed: u64) -> common::Coverage {
+    let device_seed = seed / 2;
+    let sim = common::sim_config(
+        seed,
+        device_seed.is_multiple_of(2),
+        device_seed.is_multiple_of(5),
+    );
+    let cfg = FtlConfig {
+        gc_lanes: if seed % 4 == 1 { 8 } else { 4 },
+        gc_victims: 4,
+        zone_max_appends: if seed.is_multiple_of(3) { 2 } else { 0 },
+        gc_policy: if seed.is_multiple_of(2) {
+            VictimPolicy::Greedy
+        } else {
+            VictimPolicy::CostBenefit
+        },
+        ..common::ftl_config()
+    };
+    Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
+}
+
+/// Spread seeds past the default range that once failed. 1376: a mount
+/// left no free zone and six victims of the cut round full and empty;
+/// the balanced victim choice took one with a live block over an empty
+/// one, its copy had nowhere to land, and a FUA write was answered
+/// `NoSpace` (`Ftl::victim_slack_blocks`).
+const SPREAD_FOUND_SEEDS: [u64; 1] = [1376];
+
+#[test]
+fn crash_torture_with_spread_gc_found_seeds() {
+    common::run_listed_seeds(
+        "crash_torture_with_spread_gc",
+        &SPREAD_FOUND_SEEDS,
+        run_spread_seed,
+    );
+}
+
 #[test]
 fn crash_torture_with_spread_gc() {
-    let run = |seed: u64| {
-        let device_seed = seed / 2;
-        let sim = common::sim_config(
-            seed,
-            device_seed.is_multiple_of(2),
-            device_seed.is_multiple_of(5),
-        );
-        let cfg = FtlConfig {
-            gc_lanes: if seed % 4 == 1 { 8 } else { 4 },
-            gc_victims: 4,
-            zone_max_appends: if seed.is_multiple_of(3) { 2 } else { 0 },
-            gc_policy: if seed.is_multiple_of(2) {
-                VictimPolicy::Greedy
-            } else {
-                VictimPolicy::CostBenefit
-            },
-            ..common::ftl_config()
-        };
-        Rig::with_configs(seed, sim, cfg).cut_rounds(3, 1500)
-    };
-    let (seeds, total) = common::run_seeds("crash_torture_with_spread_gc", 400, run);
+    let (seeds, total) = common::run_seeds("crash_torture_with_spread_gc", 400, run_spread_seed);
     if seeds >= 100 {
         assert!(total.cuts >= seeds as u64, "too few power cuts: {total:?}");
         assert!(total.gc_copies > 0, "GC never ran: {total:?}");

@@ -149,7 +149,8 @@ const GC_APPEND_BATCH_BLOCKS: u64 = 128;
 
 /// Spread GC takes a victim on the zone group with the fewest free zones
 /// and victims if it holds at most this share (one part in it) of a zone
-/// more live blocks than the best victim (`Ftl::balanced_victim`).
+/// more live blocks than the best victim (`Ftl::balanced_victim`), where
+/// GC has room for them (`Ftl::victim_slack_blocks`).
 const VICTIM_GROUP_SLACK_SHARE: u64 = 32;
 
 /// `Ftl::gc_queues`' queue of blocks only snapshots hold, after the two
@@ -416,7 +417,7 @@ impl Ftl {
 
     /// Spread GC's victim: `best`, or the best victim of the zone group
     /// that has the fewest free zones and victims held if it copies at most
-    /// `VICTIM_GROUP_SLACK_SHARE` of a zone more. A victim's reads load its
+    /// `victim_slack_blocks` more. A victim's reads load its
     /// group's units and its reset frees a zone there; picked by score
     /// alone, victims written together sit on the groups the lanes used
     /// then, so their reads queue on one group while the free zones every
@@ -449,12 +450,39 @@ impl Ftl {
         else {
             return best;
         };
-        let slack = data_cap / VICTIM_GROUP_SLACK_SHARE;
-        if valid(there) <= valid(best) + slack {
+        if valid(there) <= valid(best) + self.victim_slack_blocks(valid(best), valid(there)) {
             there
         } else {
             best
         }
+    }
+
+    /// The live blocks `balanced_victim` may copy beyond the best
+    /// victim's (`best_valid`) to take `there_valid`'s: a share of a zone,
+    /// unless the best victim is empty (its reset frees a zone with no
+    /// read or copy: traded for a victim with one live block after a mount
+    /// that left no free zone or open lane, that block had nowhere to land
+    /// and the media was declared full beside six empty zones) or GC's room
+    /// would not hold the other's copies beside the held victims'.
+    fn victim_slack_blocks(&self, best_valid: u64, there_valid: u64) -> u64 {
+        if best_valid == 0 || self.gc_room_blocks() < self.held_live_blocks() + there_valid {
+            0
+        } else {
+            self.data_cap() / VICTIM_GROUP_SLACK_SHARE
+        }
+    }
+
+    /// Blocks GC can write into: the free zones and the open lanes' tails.
+    fn gc_room_blocks(&self) -> u64 {
+        u64::from(self.zones.free_count()) * self.data_cap() + self.open_tails_blocks()
+    }
+
+    /// The live blocks of the victims the running jobs hold.
+    fn held_live_blocks(&self) -> u64 {
+        self.jobs
+            .iter()
+            .map(|j| self.mapping.valid_blocks(j.victim))
+            .sum()
     }
 
     /// The job collecting `zone`.
@@ -516,13 +544,7 @@ impl Ftl {
         // The running jobs' live blocks, and up to a zone's of the next
         // victim, must fit where GC can write: otherwise the victims read
         // through wait for room no reset will make.
-        let held: u64 = self
-            .jobs
-            .iter()
-            .map(|j| self.mapping.valid_blocks(j.victim))
-            .sum();
-        let room = u64::from(self.zones.free_count()) * self.data_cap() + self.open_tails_blocks();
-        room >= held + self.data_cap()
+        self.gc_room_blocks() >= self.held_live_blocks() + self.data_cap()
             && self.reading_job().is_none()
             && self.jobs.iter().all(|j| j.purpose == JobPurpose::Gc)
             && self.retire_queue.is_empty()
