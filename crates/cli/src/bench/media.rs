@@ -249,6 +249,13 @@ pub struct MediaReport {
     /// LUNs ÷ program time and LUNs ÷ read time, blocks a second.
     pub program_limit_blocks_per_s: f64,
     pub read_limit_blocks_per_s: f64,
+    /// Blocks the sequential fill wrote (each address once: the logical
+    /// size), and GC's copies and the media's erases from the format to the
+    /// end of the fill and its checkpoint (none expected: a fill leaves no
+    /// stale block).
+    pub fill_blocks: u64,
+    pub fill_gc_copy_blocks: u64,
+    pub fill_erases: u64,
     pub warmup_host_writes: u64,
     pub window_ms: u64,
     pub series: Vec<Series>,
@@ -297,6 +304,9 @@ struct Stream {
     blocks_done: u64,
     /// The sequential stream's next address; the probe's turn.
     cursor: u64,
+    /// A sequential stream that writes each address once: it sends nothing
+    /// once its cursor reaches the end of the volume (else it wraps).
+    once: bool,
     /// Latencies (virtual ns) of answered probes: reads, writes.
     lat: Option<(Vec<u64>, Vec<u64>)>,
 }
@@ -310,6 +320,31 @@ impl Stream {
         }
     }
 
+    /// A sequential write stream of `blocks` per request that writes the
+    /// volume once through and stops: the fill.
+    fn fill(blocks: u32, depth: usize) -> Stream {
+        Stream {
+            once: true,
+            ..Stream::new(Kind::SeqWrite { blocks }, depth)
+        }
+    }
+
+    /// Whether the stream has nothing more to send.
+    fn exhausted(&self, logical: u64) -> bool {
+        self.once && self.cursor >= logical
+    }
+
+    /// Takes back the request just made, which the FTL refused as busy, so
+    /// the next one is the same: a sequential stream's blocks or the
+    /// probe's turn (random addresses are drawn afresh).
+    fn unmake(&mut self, blocks: u64) {
+        match self.kind {
+            Kind::SeqWrite { .. } => self.cursor -= blocks,
+            Kind::Probe => self.cursor -= 1,
+            Kind::RandRead | Kind::RandWrite { .. } => {}
+        }
+    }
+
     fn new(kind: Kind, depth: usize) -> Stream {
         Stream {
             kind,
@@ -318,6 +353,7 @@ impl Stream {
             done: 0,
             blocks_done: 0,
             cursor: 0,
+            once: false,
             lat: (kind == Kind::Probe).then(|| (Vec::new(), Vec::new())),
         }
     }
@@ -462,7 +498,7 @@ impl Bench {
             stopping = stopping || stop(self, streams);
             let mut in_flight = 0;
             for (i, s) in streams.iter_mut().enumerate() {
-                while !stopping && s.in_flight < s.depth {
+                while !stopping && s.in_flight < s.depth && !s.exhausted(self.logical) {
                     let (request, read, blocks) = self.make(s);
                     let id = self.next_id;
                     match self.drv.try_submit(id, request) {
@@ -480,7 +516,10 @@ impl Bench {
                                 },
                             );
                         }
-                        Err(IoError::Busy) => break,
+                        Err(IoError::Busy) => {
+                            s.unmake(blocks);
+                            break;
+                        }
                         Err(e) => return Err(e.into()),
                     }
                 }
@@ -789,7 +828,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     };
 
     // Fill, then random overwrites to steady-state GC.
-    let mut fill = [Stream::new(Kind::SeqWrite { blocks: 32 }, 16)];
+    let mut fill = [Stream::fill(32, 16)];
     let bar = progress(logical, "fill");
     b.drive(&mut fill, &mut |_, s| {
         bar.set_position(s[0].blocks_done);
@@ -800,6 +839,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     // Idle: the volume just filled, 7 % of it free, so the probes' writes
     // start no GC; the fill's checkpoint written first.
     b.drv.settle()?;
+    let fill_gc_copy_blocks = b.drv.stats().gc_copy_blocks;
+    let fill_erases = b.drv.backend().inner.stats().media_block_erases;
     let (mut read_idle, mut write_idle, idle_gc) = b.idle_probes(args.probes)?;
     let warmup = (args.warmup.max(0.0) * logical as f64) as u64;
     let mut warm = [Stream::new(Kind::RandWrite { fua: false }, 64)];
@@ -910,6 +951,9 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         timing,
         program_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.program_ns as f64, 0),
         read_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.read_ns as f64, 0),
+        fill_blocks: fill[0].blocks_done,
+        fill_gc_copy_blocks,
+        fill_erases,
         warmup_host_writes: warmup,
         window_ms: args.window_ms,
         series,
