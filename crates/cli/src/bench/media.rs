@@ -206,6 +206,9 @@ pub struct Latency {
     /// while the GC probes ran: the host lanes had no room then
     /// (`FtlStats::urgent_lane_blocks`).
     pub urgent_lane_blocks_during_probes: u64,
+    /// Victims' resets that waited for FUA appends during the GC probes
+    /// (`FtlStats::gc_resets_yielded`, `--gc-reset-yields-to-urgent`).
+    pub gc_resets_yielded_during_probes: u64,
     /// Over the GC probes: the `--load-depth` random writes beside them
     /// (blocks a second), GC's device time ÷ (LUNs × elapsed), the
     /// part of it that went out whatever the budget said (free zones at the
@@ -725,6 +728,7 @@ impl Bench {
             writes,
             gc_copies: after.gc_copy_blocks - before.gc_copy_blocks,
             urgent_blocks: after.urgent_lane_blocks - before.urgent_lane_blocks,
+            resets_yielded: after.gc_resets_yielded - before.gc_resets_yielded,
             load_blocks_per_s: round(ratio(load_blocks as f64 * 1e9, elapsed_ns), 0),
             elapsed_ms: round(elapsed_ns / 1e6, 1),
             fua_per_s: round(ratio(fua_writes * 1e9, elapsed_ns), 0),
@@ -753,6 +757,7 @@ struct GcProbes {
     writes: Vec<u64>,
     gc_copies: u64,
     urgent_blocks: u64,
+    resets_yielded: u64,
     /// Blocks a second of the random writes beside the probes.
     load_blocks_per_s: f64,
     elapsed_ms: f64,
@@ -897,6 +902,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         gc_copy_blocks_during_probes: probes.gc_copies,
         gc_copy_blocks_during_idle_probes: idle_gc,
         urgent_lane_blocks_during_probes: probes.urgent_blocks,
+        gc_resets_yielded_during_probes: probes.resets_yielded,
         load_write_blocks_per_s_during_probes: probes.load_blocks_per_s,
         gc_probes_ms: probes.elapsed_ms,
         fua_writes_per_s_during_probes: probes.fua_per_s,
