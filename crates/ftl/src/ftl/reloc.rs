@@ -629,6 +629,14 @@ impl Ftl {
         recent && now.saturating_sub(since_ns) < RESET_YIELD_MAX_NS
     }
 
+    /// Whether the metadata log's reset of its next ring zone ahead of
+    /// time waits, as a victim's reset does (`reset_yields`) but with no
+    /// limit: if it still waits when the log moves there, the move resets
+    /// the zone itself.
+    pub(super) fn log_reset_ahead_waits(&self, zone: ZoneId) -> bool {
+        self.reset_yields(zone, self.now_ns)
+    }
+
     /// The free zones are down to the reserve: GC runs flat out.
     fn gc_urgent(&self) -> bool {
         (self.zones.free_count() as u64) <= u64::from(self.gc_reserve_zones)
