@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use zftl::core::layout::Layout;
 use zftl::core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, Geometry, IoError,
-    Request, SubmitError, ZoneInfo,
+    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, FtlStats,
+    Geometry, IoError, Request, SubmitError, ZoneInfo,
 };
 use zftl::sim::{SimConfig, SimDevice, Timing};
 
@@ -97,10 +97,17 @@ impl Backend for Watch {
     }
 }
 
+/// What one run counted.
+struct Run {
+    /// FUA appends that found a victim's erase on their zone group.
+    fua_behind_erase: u64,
+    fua_appends: u64,
+    stats: FtlStats,
+}
+
 /// Fills the volume, then runs random buffered writes beside random FUA
-/// writes one at a time; returns the FUA appends that found a victim's
-/// erase on their zone group, the FUA appends, and GC's copies.
-fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool) -> (u64, u64, u64) {
+/// writes one at a time.
+fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool, urgent_below_reserve: bool) -> Run {
     // The simulator's default shape (16 LUNs, zones 4 LUNs wide: 4 zone
     // groups), smaller.
     let sim = SimConfig {
@@ -124,7 +131,7 @@ fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool) -> (u64, u64, u6
         zone_max_appends: 1,
         append_max_blocks: 4,
         gc_read_max_blocks_per_group: 8,
-        urgent_below_reserve: true,
+        urgent_below_reserve,
         gc_reset_yields_to_urgent,
         write_buffer_blocks: 256,
         ..FtlConfig::default()
@@ -197,20 +204,32 @@ fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool) -> (u64, u64, u6
         }
     }
     let w = d.backend();
-    (w.fua_behind_erase, w.fua_appends, d.stats().gc_copy_blocks)
+    Run {
+        fua_behind_erase: w.fua_behind_erase,
+        fua_appends: w.fua_appends,
+        stats: d.stats(),
+    }
 }
 
 #[test]
 fn no_fua_append_queues_behind_a_victims_erase_when_resets_yield() {
-    let (without, appends, copied) = fua_appends_behind_an_erase(false);
-    assert!(copied > 0, "GC never ran");
-    assert!(appends >= FUA_WRITES, "{appends} FUA appends seen");
+    let run = fua_appends_behind_an_erase(false, true);
+    assert!(run.stats.gc_copy_blocks > 0, "GC never ran");
+    assert!(
+        run.fua_appends >= FUA_WRITES,
+        "{} FUA appends seen",
+        run.fua_appends
+    );
+    let without = run.fua_behind_erase;
     assert!(
         without > 0,
         "without the knob no FUA append found an erase: the test shows nothing"
     );
-    let (with, appends, copied) = fua_appends_behind_an_erase(true);
-    assert!(copied > 0 && appends >= FUA_WRITES);
+    assert_eq!(run.stats.gc_resets_yielded, 0, "no knob, no yield");
+    let run = fua_appends_behind_an_erase(true, true);
+    assert!(run.stats.gc_copy_blocks > 0 && run.fua_appends >= FUA_WRITES);
+    let with = run.fua_behind_erase;
+    assert!(run.stats.gc_resets_yielded > 0, "{:?}", run.stats);
     assert_eq!(
         with, 0,
         "{with} FUA appends found a victim's erase on their zone group with resets yielding \

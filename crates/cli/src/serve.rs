@@ -689,6 +689,11 @@ fn render_ftl_stats(stats: Option<&FtlStats>, out: &mut String) {
             "Times a GC read waited for GC's device-time budget.",
             s.gc_budget_waits,
         ),
+        (
+            "gc_resets_yielded",
+            "GC victims' resets that waited for FUA appends to their zone group.",
+            s.gc_resets_yielded,
+        ),
         ("flushes", "Flushes.", s.flushes),
         ("checkpoints", "Checkpoints written.", s.checkpoints),
         (

@@ -211,6 +211,7 @@ pub fn ftl_stats_text(s: &FtlStats, t: &mut Text) {
     t.row("gc_device_us", s.gc_device_us);
     t.row("gc_unbudgeted_us", s.gc_unbudgeted_us);
     t.row("gc_budget_waits", s.gc_budget_waits);
+    t.row("gc_resets_yielded", s.gc_resets_yielded);
     t.row("flushes", s.flushes);
     t.row("checkpoints", s.checkpoints);
     t.row("read_errors", s.read_errors);

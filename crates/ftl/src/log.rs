@@ -5,7 +5,10 @@
 //! or when a flush forces it. Writes go at the write pointer in log order, so
 //! "durable through log_seq L" is a prefix property the flush path waits on.
 //! A ring zone is reused only when everything in it is older than the
-//! checkpoint both superblock copies point at.
+//! checkpoint both superblock copies point at. The next ring zone is reset
+//! as soon as that holds, while the log still writes the current one, so
+//! the move finds it empty: a log write (a FUA write's note) never waits
+//! for an erase on its way into a new zone.
 //!
 //! Writes go to one ring zone at a time: the writer moves on only when
 //! every write to the current zone has completed. A write that fails takes
@@ -57,6 +60,12 @@ pub struct MetaLog {
     durable_next: u64,
     reset_in_flight: bool,
     reset_target: usize,
+    /// The reset in flight is one ahead of time: its zone is not entered
+    /// when it completes but kept empty for the move.
+    reset_ahead: bool,
+    /// A ring zone reset ahead of time and not yet entered: the move to it
+    /// needs no reset.
+    erased_ahead: Option<usize>,
     /// A ring zone ended early, to finish before the log moves on.
     finish_due: Option<usize>,
     finish_in_flight: bool,
@@ -121,6 +130,8 @@ impl MetaLog {
             durable_next: next_log_seq,
             reset_in_flight: false,
             reset_target: 0,
+            reset_ahead: false,
+            erased_ahead: None,
             finish_due: None,
             finish_in_flight: false,
             committed_checkpoint,
@@ -198,6 +209,9 @@ impl MetaLog {
     /// Takes ring zone `i` out (found read-only or offline at mount).
     pub fn mark_dead(&mut self, i: usize) {
         self.dead[i] = true;
+        if self.erased_ahead == Some(i) {
+            self.erased_ahead = None;
+        }
         self.recount_free_zones();
         if i == self.cur {
             self.wp_blocks = self.zone_capacity_blocks;
@@ -232,11 +246,23 @@ impl MetaLog {
     }
 
     /// The next device command, if the log has work and room.
-    pub fn next_command(&mut self) -> Option<LogCommand> {
-        if self.failed || self.reset_in_flight || self.finish_in_flight || self.staged.is_empty() {
+    /// `reset_ahead_waits`: the reset ahead of time of the zone
+    /// [`Self::reset_ahead_zone`] names waits for now (the reset at the
+    /// move itself never does).
+    pub fn next_command(&mut self, reset_ahead_waits: bool) -> Option<LogCommand> {
+        if self.failed || self.finish_in_flight || (self.reset_in_flight && !self.reset_ahead) {
+            return None;
+        }
+        if let Some(cmd) = self.reset_ahead_command(reset_ahead_waits) {
+            return Some(cmd);
+        }
+        if self.staged.is_empty() {
             return None;
         }
         if self.wp_blocks == self.zone_capacity_blocks || self.dead[self.cur] {
+            if self.reset_in_flight {
+                return None; // the next zone's reset ahead completes first
+            }
             if !self.unsettled.is_empty() || !self.superseded.is_empty() {
                 return None; // one zone at a time: its writes complete first
             }
@@ -248,11 +274,11 @@ impl MetaLog {
             if !self.reclaimable(next) {
                 return None; // waits for a checkpoint to commit
             }
-            self.reset_in_flight = true;
-            self.reset_target = next;
-            return Some(LogCommand::Reset {
-                zone: self.ring[next],
-            });
+            if self.erased_ahead == Some(next) {
+                self.enter(next);
+                return self.next_command(reset_ahead_waits);
+            }
+            return Some(self.reset(next, false));
         }
         let room = (self.zone_capacity_blocks - self.wp_blocks) as usize;
         let n = self.staged.len().min(room).min(self.max_write_blocks);
@@ -276,6 +302,53 @@ impl MetaLog {
         Some(cmd)
     }
 
+    /// The reset of the next ring zone ahead of time, once nothing
+    /// recovery reads is in it (the condition the move itself checks; the
+    /// committed checkpoint only grows, so it still holds at the move):
+    /// the erase then runs while the log writes the current zone.
+    fn reset_ahead_command(&mut self, waits: bool) -> Option<LogCommand> {
+        let next = self.reset_ahead_due()?;
+        (!waits).then(|| self.reset(next, true))
+    }
+
+    /// The ring zone a reset ahead of time is due for now, if any.
+    pub fn reset_ahead_zone(&self) -> Option<ZoneId> {
+        self.reset_ahead_due().map(|i| self.ring[i])
+    }
+
+    fn reset_ahead_due(&self) -> Option<usize> {
+        if self.reset_in_flight {
+            return None;
+        }
+        let next = self.next_live(self.cur)?;
+        (self.erased_ahead != Some(next) && self.reclaimable(next)).then_some(next)
+    }
+
+    /// The ring zone whose erase is due, ahead of time or at the move
+    /// (or in flight): the urgent lane keeps off its zone group.
+    pub fn erase_due(&self) -> Option<ZoneId> {
+        if self.reset_in_flight {
+            return Some(self.ring[self.reset_target]);
+        }
+        self.reset_ahead_due().map(|i| self.ring[i])
+    }
+
+    fn reset(&mut self, i: usize, ahead: bool) -> LogCommand {
+        self.reset_in_flight = true;
+        self.reset_target = i;
+        self.reset_ahead = ahead;
+        LogCommand::Reset { zone: self.ring[i] }
+    }
+
+    /// The log moves into ring zone `i`, which is empty.
+    fn enter(&mut self, i: usize) {
+        self.cur = i;
+        self.wp_blocks = 0;
+        self.newest_in[i] = None;
+        self.erased_ahead = None;
+        self.recount_free_zones();
+    }
+
     /// The next ring zone after `i` that is not dead.
     fn next_live(&self, i: usize) -> Option<usize> {
         (1..=self.ring.len())
@@ -286,10 +359,11 @@ impl MetaLog {
     pub fn on_reset_done(&mut self) {
         assert!(self.reset_in_flight);
         self.reset_in_flight = false;
-        self.cur = self.reset_target;
-        self.wp_blocks = 0;
-        self.newest_in[self.cur] = None;
-        self.recount_free_zones();
+        if self.reset_ahead {
+            self.erased_ahead = Some(self.reset_target);
+        } else {
+            self.enter(self.reset_target);
+        }
     }
 
     /// The finish of a zone ended early completed. A failure changes nothing
@@ -416,7 +490,7 @@ impl MetaLog {
 
     pub fn debug_state(&self) -> String {
         format!(
-            "cur {} wp {} next_log_seq {} durable_next {} staged {} pending {} free_zones {} reset_in_flight {} committed {} newest {:?}",
+            "cur {} wp {} next_log_seq {} durable_next {} staged {} pending {} free_zones {} reset_in_flight {} (ahead {}) erased_ahead {:?} committed {} newest {:?}",
             self.cur,
             self.wp_blocks,
             self.next_log_seq,
@@ -425,6 +499,8 @@ impl MetaLog {
             self.pending.len(),
             self.free_zones(),
             self.reset_in_flight,
+            self.reset_ahead,
+            self.erased_ahead,
             self.committed_checkpoint,
             self.newest_in
         )
@@ -433,5 +509,101 @@ impl MetaLog {
     /// A log write or reset failed: the log stops; the volume goes read-only.
     pub fn on_failure(&mut self) {
         self.failed = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: u64 = 4;
+    const BS: usize = 512;
+
+    /// A 3-zone ring (zones 10, 11, 12) of 4-block zones, empty, written
+    /// from zone 10; ring zones with a log_seq below `committed` are free.
+    fn ring(committed: u64, newest_in: Vec<Option<u64>>) -> MetaLog {
+        MetaLog::new(
+            vec![10, 11, 12],
+            0,
+            0,
+            CAP,
+            BS,
+            2,
+            100,
+            newest_in,
+            committed,
+        )
+    }
+
+    fn stage_one(log: &mut MetaLog) {
+        let s = log.reserve_log_seqs(1);
+        log.stage_encoded(s, vec![vec![0u8; BS]]);
+    }
+
+    /// Issues the log's commands and completes each at once; returns the
+    /// resets issued as (zone, whether the log's current zone was full:
+    /// a log write waited for that erase).
+    fn drain(log: &mut MetaLog, erased: &mut BTreeSet<ZoneId>, waits: bool) -> Vec<(ZoneId, bool)> {
+        let mut resets = Vec::new();
+        while let Some(cmd) = log.next_command(waits) {
+            match cmd {
+                LogCommand::Write {
+                    zone,
+                    offset_blocks,
+                    first_log_seq,
+                    blocks,
+                } => {
+                    if offset_blocks == 0 {
+                        assert!(erased.remove(&zone), "zone {zone} written unerased");
+                    }
+                    log.on_write_done(first_log_seq, blocks.len() as u64);
+                }
+                LogCommand::Reset { zone } => {
+                    resets.push((zone, log.wp_blocks == CAP));
+                    erased.insert(zone);
+                    log.on_reset_done();
+                }
+                LogCommand::Finish { .. } => unreachable!("no write fails here"),
+            }
+        }
+        resets
+    }
+
+    #[test]
+    fn the_next_ring_zone_is_erased_before_the_log_moves_there() {
+        let mut log = ring(u64::MAX, vec![None; 3]);
+        let mut erased = BTreeSet::from([10]);
+        let mut resets = Vec::new();
+        for _ in 0..3 * 3 * CAP {
+            stage_one(&mut log);
+            resets.extend(drain(&mut log, &mut erased, false));
+        }
+        // Each move (8 in three laps) found its zone erased ahead.
+        assert_eq!(resets.len(), 9);
+        assert!(resets.iter().all(|&(_, cur_full)| !cur_full), "{resets:?}");
+    }
+
+    #[test]
+    fn a_reset_ahead_waits_for_the_checkpoint_and_else_the_move_resets() {
+        // Zone 11 holds log_seq 50: not free until checkpoint 51 commits.
+        let mut log = ring(40, vec![None, Some(50), None]);
+        let mut erased = BTreeSet::from([10]);
+        stage_one(&mut log);
+        assert!(drain(&mut log, &mut erased, false).is_empty());
+        log.set_committed_checkpoint(51);
+        assert_eq!(drain(&mut log, &mut erased, false), vec![(11, false)]);
+        // Zone 12's reset ahead keeps waiting: the move resets it itself.
+        for _ in 0..CAP {
+            stage_one(&mut log);
+        }
+        let resets = drain(&mut log, &mut erased, true);
+        assert_eq!(log.ring[log.cur], 11);
+        for _ in 0..CAP {
+            stage_one(&mut log);
+        }
+        let more = drain(&mut log, &mut erased, true);
+        assert!(resets.is_empty());
+        assert_eq!(more, vec![(12, true)]);
+        assert_eq!(log.ring[log.cur], 12);
     }
 }

@@ -42,6 +42,9 @@ pub struct FtlStats {
     pub gc_unbudgeted_us: u64,
     /// Times a collection's read waited for the budget.
     pub gc_budget_waits: u64,
+    /// Victims' resets that waited for urgent appends
+    /// (`FtlConfig::gc_reset_yields_to_urgent`).
+    pub gc_resets_yielded: u64,
     pub flushes: u64,
     pub checkpoints: u64,
     pub read_errors: u64,

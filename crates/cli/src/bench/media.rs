@@ -206,6 +206,9 @@ pub struct Latency {
     /// while the GC probes ran: the host lanes had no room then
     /// (`FtlStats::urgent_lane_blocks`).
     pub urgent_lane_blocks_during_probes: u64,
+    /// Victims' resets that waited for FUA appends during the GC probes
+    /// (`FtlStats::gc_resets_yielded`, `--gc-reset-yields-to-urgent`).
+    pub gc_resets_yielded_during_probes: u64,
     /// Over the GC probes: the `--load-depth` random writes beside them
     /// (blocks a second), GC's device time ÷ (LUNs × elapsed), the
     /// part of it that went out whatever the budget said (free zones at the
@@ -249,6 +252,13 @@ pub struct MediaReport {
     /// LUNs ÷ program time and LUNs ÷ read time, blocks a second.
     pub program_limit_blocks_per_s: f64,
     pub read_limit_blocks_per_s: f64,
+    /// Blocks the sequential fill wrote (each address once: the logical
+    /// size), and GC's copies and the media's erases from the format to the
+    /// end of the fill and its checkpoint (none expected: a fill leaves no
+    /// stale block).
+    pub fill_blocks: u64,
+    pub fill_gc_copy_blocks: u64,
+    pub fill_erases: u64,
     pub warmup_host_writes: u64,
     pub window_ms: u64,
     pub series: Vec<Series>,
@@ -299,6 +309,9 @@ struct Stream {
     blocks_done: u64,
     /// The sequential stream's next address; the probe's turn.
     cursor: u64,
+    /// A sequential stream that writes each address once: it sends nothing
+    /// once its cursor reaches the end of the volume (else it wraps).
+    once: bool,
     /// Latencies (virtual ns) of answered probes: reads, writes.
     lat: Option<(Vec<u64>, Vec<u64>)>,
 }
@@ -312,6 +325,31 @@ impl Stream {
         }
     }
 
+    /// A sequential write stream of `blocks` per request that writes the
+    /// volume once through and stops: the fill.
+    fn fill(blocks: u32, depth: usize) -> Stream {
+        Stream {
+            once: true,
+            ..Stream::new(Kind::SeqWrite { blocks }, depth)
+        }
+    }
+
+    /// Whether the stream has nothing more to send.
+    fn exhausted(&self, logical: u64) -> bool {
+        self.once && self.cursor >= logical
+    }
+
+    /// Takes back the request just made, which the FTL refused as busy, so
+    /// the next one is the same: a sequential stream's blocks or the
+    /// probe's turn (random addresses are drawn afresh).
+    fn unmake(&mut self, blocks: u64) {
+        match self.kind {
+            Kind::SeqWrite { .. } => self.cursor -= blocks,
+            Kind::Probe => self.cursor -= 1,
+            Kind::RandRead | Kind::RandWrite { .. } => {}
+        }
+    }
+
     fn new(kind: Kind, depth: usize) -> Stream {
         Stream {
             kind,
@@ -320,6 +358,7 @@ impl Stream {
             done: 0,
             blocks_done: 0,
             cursor: 0,
+            once: false,
             lat: (kind == Kind::Probe).then(|| (Vec::new(), Vec::new())),
         }
     }
@@ -464,7 +503,7 @@ impl Bench {
             stopping = stopping || stop(self, streams);
             let mut in_flight = 0;
             for (i, s) in streams.iter_mut().enumerate() {
-                while !stopping && s.in_flight < s.depth {
+                while !stopping && s.in_flight < s.depth && !s.exhausted(self.logical) {
                     let (request, read, blocks) = self.make(s);
                     let id = self.next_id;
                     match self.drv.try_submit(id, request) {
@@ -482,7 +521,10 @@ impl Bench {
                                 },
                             );
                         }
-                        Err(IoError::Busy) => break,
+                        Err(IoError::Busy) => {
+                            s.unmake(blocks);
+                            break;
+                        }
                         Err(e) => return Err(e.into()),
                     }
                 }
@@ -688,6 +730,7 @@ impl Bench {
             writes,
             gc_copies: after.gc_copy_blocks - before.gc_copy_blocks,
             urgent_blocks: after.urgent_lane_blocks - before.urgent_lane_blocks,
+            resets_yielded: after.gc_resets_yielded - before.gc_resets_yielded,
             load_blocks_per_s: round(ratio(load_blocks as f64 * 1e9, elapsed_ns), 0),
             elapsed_ms: round(elapsed_ns / 1e6, 1),
             fua_per_s: round(ratio(fua_writes * 1e9, elapsed_ns), 0),
@@ -716,6 +759,7 @@ struct GcProbes {
     writes: Vec<u64>,
     gc_copies: u64,
     urgent_blocks: u64,
+    resets_yielded: u64,
     /// Blocks a second of the random writes beside the probes.
     load_blocks_per_s: f64,
     elapsed_ms: f64,
@@ -791,7 +835,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     };
 
     // Fill, then random overwrites to steady-state GC.
-    let mut fill = [Stream::new(Kind::SeqWrite { blocks: 32 }, 16)];
+    let mut fill = [Stream::fill(32, 16)];
     let bar = progress(logical, "fill");
     b.drive(&mut fill, &mut |_, s| {
         bar.set_position(s[0].blocks_done);
@@ -802,6 +846,8 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
     // Idle: the volume just filled, 7 % of it free, so the probes' writes
     // start no GC; the fill's checkpoint written first.
     b.drv.settle()?;
+    let fill_gc_copy_blocks = b.drv.stats().gc_copy_blocks;
+    let fill_erases = b.drv.backend().inner.stats().media_block_erases;
     let (mut read_idle, mut write_idle, idle_gc) = b.idle_probes(args.probes)?;
     let warmup = (args.warmup.max(0.0) * logical as f64) as u64;
     let mut warm = [Stream::new(Kind::RandWrite { fua: false }, 64)];
@@ -858,6 +904,7 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         gc_copy_blocks_during_probes: probes.gc_copies,
         gc_copy_blocks_during_idle_probes: idle_gc,
         urgent_lane_blocks_during_probes: probes.urgent_blocks,
+        gc_resets_yielded_during_probes: probes.resets_yielded,
         load_write_blocks_per_s_during_probes: probes.load_blocks_per_s,
         gc_probes_ms: probes.elapsed_ms,
         fua_writes_per_s_during_probes: probes.fua_per_s,
@@ -912,6 +959,9 @@ pub fn run(args: &MediaArgs, ftl: &FtlConfig) -> Result<MediaReport, BenchError>
         timing,
         program_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.program_ns as f64, 0),
         read_limit_blocks_per_s: round(f64::from(luns) * 1e9 / timing.read_ns as f64, 0),
+        fill_blocks: fill[0].blocks_done,
+        fill_gc_copy_blocks,
+        fill_erases,
         warmup_host_writes: warmup,
         window_ms: args.window_ms,
         series,

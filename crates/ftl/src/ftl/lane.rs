@@ -284,15 +284,17 @@ impl Ftl {
 
     /// A free zone for the urgent lane: on the zone group the open lanes
     /// use least, and with `FtlConfig::gc_reset_yields_to_urgent` one
-    /// where no GC victim waits for its reset first (an erase there would
-    /// hold the FUA writes' programs for milliseconds).
+    /// where no GC victim, nor the metadata log's next ring zone, waits for
+    /// its reset first (an erase there would hold the FUA writes' programs
+    /// for milliseconds).
     fn take_free_for_urgent(&mut self, kind: ZoneKind) -> Option<ZoneId> {
         if !self.cfg.gc_reset_yields_to_urgent {
             return self.take_free_spread(kind);
         }
         let mut load = self.open_zone_groups();
         let victims = self.closing.iter().chain(&self.jobs).map(|j| j.victim);
-        for v in victims.collect::<Vec<_>>() {
+        let log_erase = self.log.erase_due();
+        for v in victims.chain(log_erase).collect::<Vec<_>>() {
             // Past any count of open lanes: a victim outweighs them all.
             load[self.zone_group(v)] += u32::from(u8::MAX);
         }

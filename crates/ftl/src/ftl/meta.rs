@@ -21,7 +21,9 @@ impl Ftl {
     }
 
     pub(super) fn next_log_command(&mut self) -> Option<(Op, Command)> {
-        match self.log.next_command()? {
+        let waits = (self.log.reset_ahead_zone()).is_some_and(|z| self.log_reset_ahead_waits(z));
+        let cmd = self.log.next_command(waits)?;
+        match cmd {
             LogCommand::Write {
                 zone,
                 offset_blocks,

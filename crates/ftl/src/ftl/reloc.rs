@@ -55,9 +55,11 @@ pub(super) enum JobPhase {
     ReadyToFlush,
     Flushing,
     /// Flushed; the clock then (`Ftl::now_ns`), for how long a reset may
-    /// wait for urgent appends (`FtlConfig::gc_reset_yields_to_urgent`).
+    /// wait for urgent appends (`FtlConfig::gc_reset_yields_to_urgent`);
+    /// whether it has waited (`FtlStats::gc_resets_yielded`).
     ReadyToReset {
         since_ns: u64,
+        yielded: bool,
     },
     Resetting,
 }
@@ -588,12 +590,13 @@ impl Ftl {
 
     /// The flush or reset of a job whose copies are done, when due.
     fn next_closing_command(&mut self) -> Option<(Op, Command)> {
+        self.note_reset_yields();
         let readers = &self.zone_readers;
         let may_reset = !self.first_checkpoint_pending;
         let yields = |j: &GcJob, since_ns: u64| self.reset_yields(j.victim, since_ns);
         let i = self.closing.iter().position(|j| match j.phase {
             JobPhase::ReadyToFlush => readers[j.victim as usize] == 0,
-            JobPhase::ReadyToReset { since_ns } => may_reset && !yields(j, since_ns),
+            JobPhase::ReadyToReset { since_ns, .. } => may_reset && !yields(j, since_ns),
             _ => false,
         })?;
         let job = &mut self.closing[i];
@@ -602,12 +605,34 @@ impl Ftl {
             job.phase = JobPhase::Flushing;
             return Some((Op::VictimFlush { zone: victim }, Command::Flush));
         }
+        if let JobPhase::ReadyToReset { yielded, .. } = job.phase {
+            self.stats.gc_resets_yielded += u64::from(yielded);
+        }
         job.phase = JobPhase::Resetting;
         self.charge_gc(self.reset_cost_us(), self.gc_budget_binds());
         Some((
             Op::VictimReset { zone: victim },
             Command::Reset { zone: victim },
         ))
+    }
+
+    /// Marks the ready resets that wait now for urgent appends (counted as
+    /// they go out).
+    fn note_reset_yields(&mut self) {
+        if !self.cfg.gc_reset_yields_to_urgent {
+            return;
+        }
+        for i in 0..self.closing.len() {
+            let victim = self.closing[i].victim;
+            let JobPhase::ReadyToReset { since_ns, .. } = self.closing[i].phase else {
+                continue;
+            };
+            if self.reset_yields(victim, since_ns) {
+                if let JobPhase::ReadyToReset { yielded, .. } = &mut self.closing[i].phase {
+                    *yielded = true;
+                }
+            }
+        }
     }
 
     /// Whether `victim`'s reset, ready since `since_ns`, waits
@@ -624,6 +649,14 @@ impl Ftl {
         let recent = self.urgent_appended_ns[self.zone_group(victim)]
             .is_some_and(|at| now.saturating_sub(at) < URGENT_QUIET_NS);
         recent && now.saturating_sub(since_ns) < RESET_YIELD_MAX_NS
+    }
+
+    /// Whether the metadata log's reset of its next ring zone ahead of
+    /// time waits, as a victim's reset does (`reset_yields`) but with no
+    /// limit: if it still waits when the log moves there, the move resets
+    /// the zone itself.
+    pub(super) fn log_reset_ahead_waits(&self, zone: ZoneId) -> bool {
+        self.reset_yields(zone, self.now_ns)
     }
 
     /// The free zones are down to the reserve: GC runs flat out.
@@ -1417,7 +1450,10 @@ impl Ftl {
         }
         let since_ns = self.now_ns;
         if let Some(job) = self.closing.iter_mut().find(|j| j.victim == zone) {
-            job.phase = JobPhase::ReadyToReset { since_ns };
+            job.phase = JobPhase::ReadyToReset {
+                since_ns,
+                yielded: false,
+            };
         }
     }
 
