@@ -10,14 +10,12 @@
 use std::collections::HashMap;
 
 use zftl::core::layout::Layout;
-use zftl::core::{
-    Backend, Command, Completion, DeviceError, Driver, FormatOptions, FtlConfig, FtlStats,
-    Geometry, IoError, Request, SubmitError, ZoneInfo,
-};
+use zftl::core::{Command, Driver, FormatOptions, FtlConfig, FtlStats, Geometry, IoError, Request};
 use zftl::sim::{SimConfig, SimDevice, Timing};
 
 mod common;
 use common::pattern;
+use common::watch::{Watched, Watcher};
 
 /// FUA writes counted in each run.
 const FUA_WRITES: u64 = 3000;
@@ -28,9 +26,9 @@ const LOAD_DEPTH: u64 = 8;
 /// What the FUA writes carry: this byte, then the write's number.
 const FUA_MARK: u8 = 0xf7;
 
-/// The simulator, watching the FUA writes' appends and the victims' resets.
-struct Watch {
-    inner: SimDevice,
+/// Watches the FUA writes' appends and the victims' resets.
+#[derive(Default)]
+struct FuaBehindErase {
     first_data_zone: u32,
     /// The data the FUA write in flight carries, once the test sends one.
     fua_data: Option<Vec<u8>>,
@@ -41,26 +39,15 @@ struct Watch {
     fua_appends: u64,
 }
 
-impl Watch {
-    fn group(&self, zone: u32) -> u32 {
-        zone % self.inner.geometry().zone_groups
-    }
-}
-
-impl Backend for Watch {
-    fn geometry(&self) -> &Geometry {
-        self.inner.geometry()
-    }
-    fn zone_info(&mut self, zone: u32) -> Result<ZoneInfo, DeviceError> {
-        self.inner.zone_info(zone)
-    }
-    fn submit(&mut self, tag: u64, command: Command) -> Result<(), SubmitError> {
-        match &command {
+impl Watcher for FuaBehindErase {
+    fn submitted(&mut self, geometry: &Geometry, tag: u64, command: &Command) {
+        let group = |zone: u32| zone % geometry.zone_groups;
+        match command {
             Command::Reset { zone } if *zone >= self.first_data_zone => {
-                self.resets.insert(tag, self.group(*zone));
+                self.resets.insert(tag, group(*zone));
             }
             Command::Append { zone, data, .. } => {
-                let bs = self.inner.geometry().block_size_bytes as usize;
+                let bs = geometry.block_size_bytes as usize;
                 let bytes = data.to_vec();
                 let fua = self
                     .fua_data
@@ -68,32 +55,16 @@ impl Backend for Watch {
                     .is_some_and(|f| bytes.chunks(bs).any(|b| b == &f[..]));
                 if fua {
                     self.fua_appends += 1;
-                    let group = self.group(*zone);
-                    if self.resets.values().any(|&g| g == group) {
+                    if self.resets.values().any(|&g| g == group(*zone)) {
                         self.fua_behind_erase += 1;
                     }
                 }
             }
             _ => {}
         }
-        self.inner.submit(tag, command)
     }
-    fn reap(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let from = out.len();
-        let n = self.inner.reap(out, max);
-        for c in &out[from..] {
-            self.resets.remove(&c.tag);
-        }
-        n
-    }
-    fn wait(&mut self) -> Result<(), DeviceError> {
-        self.inner.wait()
-    }
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
+    fn completed(&mut self, tag: u64) {
+        self.resets.remove(&tag);
     }
 }
 
@@ -119,13 +90,12 @@ fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool, urgent_below_res
     let geometry = sim.geometry().expect("geometry");
     let options = FormatOptions::default();
     let layout = Layout::plan(&geometry, None, options.gc_reserve_zones, false).expect("layout");
-    let dev = Watch {
+    let dev = Watched {
         inner: SimDevice::create_memory(sim).expect("device"),
-        first_data_zone: layout.first_data_zone(),
-        fua_data: None,
-        resets: HashMap::new(),
-        fua_behind_erase: 0,
-        fua_appends: 0,
+        watcher: FuaBehindErase {
+            first_data_zone: layout.first_data_zone(),
+            ..FuaBehindErase::default()
+        },
     };
     let cfg = FtlConfig {
         zone_max_appends: 1,
@@ -175,7 +145,7 @@ fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool, urgent_below_res
         if gc_ran && !fua_in_flight && fua_sent < FUA_WRITES {
             let mut data = vec![FUA_MARK; bs];
             data[..8].copy_from_slice(&fua_sent.to_le_bytes());
-            d.backend_mut().fua_data = Some(data.clone());
+            d.backend_mut().watcher.fua_data = Some(data.clone());
             let lba = next_random();
             match d.try_submit(
                 FUA_ID,
@@ -203,7 +173,7 @@ fn fua_appends_behind_an_erase(gc_reset_yields_to_urgent: bool, urgent_below_res
             }
         }
     }
-    let w = d.backend();
+    let w = &d.backend().watcher;
     Run {
         fua_behind_erase: w.fua_behind_erase,
         fua_appends: w.fua_appends,
