@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 
 use zftl::core::layout::Layout;
-use zftl::core::{Command, Driver, FormatOptions, FtlConfig, Geometry, IoError, Request};
+use zftl::core::{Command, Driver, FormatOptions, FtlConfig, Geometry};
 use zftl::sim::{SimConfig, SimDevice, Timing};
 
 mod common;
-use common::watch::{Watched, Watcher};
+use common::watch::{write_at_depth, Watched, Watcher};
 use common::{pattern, volume_config};
 
 /// The zone groups with data appends in flight at once, at most.
@@ -74,31 +74,12 @@ fn most_groups_while_writing(host_stripes: u32) -> usize {
         ..FtlConfig::default()
     };
     let mut d = Driver::format(dev, &options, cfg).expect("format");
-    let (logical, bs) = (WRITES, d.block_size());
+    let bs = d.block_size();
     assert!(geometry.zone_capacity_blocks >= 2 * WRITES);
-    let (mut sent, mut answered) = (0u64, 0u64);
-    while answered < logical {
-        while sent < logical && sent - answered < 32 {
-            let request = Request::Write {
-                lba: sent,
-                data: pattern(sent, 1, bs),
-                fua: false,
-            };
-            match d.try_submit(sent, request) {
-                Ok(()) => sent += 1,
-                Err(IoError::Busy) => break,
-                Err(e) => panic!("write {sent}: {e}"),
-            }
-        }
-        d.turn().expect("turn");
-        while let Some(reply) = d.take_reply() {
-            reply.result.expect("write answered");
-            answered += 1;
-        }
-    }
+    write_at_depth(&mut d, 0..WRITES, WRITES, 32);
     d.flush().expect("flush");
     assert_eq!(d.stats().gc_copy_blocks, 0, "GC ran during the fill");
-    for lba in 0..logical {
+    for lba in 0..WRITES {
         assert_eq!(
             d.read(lba, 1).expect("read"),
             pattern(lba, 1, bs),

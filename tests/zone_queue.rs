@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 
 use zftl::core::layout::Layout;
-use zftl::core::{Command, Driver, FormatOptions, FtlConfig, Geometry, IoError, Request};
+use zftl::core::{Command, Driver, FormatOptions, FtlConfig, Geometry};
 use zftl::sim::SimDevice;
 
 mod common;
-use common::watch::{Watched, Watcher};
-use common::{pattern, volume_config};
+use common::volume_config;
+use common::watch::{fill_then_random, write_at_depth, Watched, Watcher};
 
 /// Counts the blocks of appends in flight per zone.
 #[derive(Default)]
@@ -65,40 +65,8 @@ fn most_queued_per_zone(zone_max_appends: u32, append_max_blocks: u32) -> u64 {
         ..FtlConfig::default()
     };
     let mut d = Driver::format(dev, &options, cfg).expect("format");
-    let (logical, bs) = (d.logical_blocks(), d.block_size());
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let lbas = (0..logical).chain(std::iter::repeat_with(move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % logical
-    }));
-    let count = 3 * logical;
-    let (mut sent, mut answered) = (0u64, 0u64);
-    let mut lbas = lbas.peekable();
-    while answered < count {
-        while sent < count && sent - answered < 32 {
-            let lba = *lbas.peek().expect("endless");
-            let request = Request::Write {
-                lba,
-                data: pattern(lba, 1, bs),
-                fua: false,
-            };
-            match d.try_submit(sent, request) {
-                Ok(()) => {
-                    sent += 1;
-                    lbas.next();
-                }
-                Err(IoError::Busy) => break,
-                Err(e) => panic!("write {sent}: {e}"),
-            }
-        }
-        d.turn().expect("turn");
-        while let Some(reply) = d.take_reply() {
-            reply.result.expect("write answered");
-            answered += 1;
-        }
-    }
+    let logical = d.logical_blocks();
+    write_at_depth(&mut d, fill_then_random(logical), 3 * logical, 32);
     assert!(d.stats().gc_copy_blocks > 0, "GC never ran");
     d.backend().watcher.most_data
 }

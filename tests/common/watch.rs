@@ -1,8 +1,61 @@
 //! A backend that passes every command to the simulator and lets a test
-//! watch them: what was submitted, and when each completed.
+//! watch them: what was submitted, and when each completed; and the write
+//! load the watching tests run under it.
 
-use zftl::core::{Backend, Command, Completion, DeviceError, Geometry, SubmitError, ZoneInfo};
+use zftl::core::{
+    Backend, Command, Completion, DeviceError, Driver, Geometry, IoError, Request, SubmitError,
+    ZoneInfo,
+};
 use zftl::sim::SimDevice;
+
+/// Every block of a volume of `logical` blocks in order, then random
+/// blocks (xorshift, the same every run) without end.
+pub fn fill_then_random(logical: u64) -> impl Iterator<Item = u64> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..logical).chain(std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % logical
+    }))
+}
+
+/// Writes the first `count` blocks of `lbas`, 4 KiB each
+/// (`super::pattern` version 1), `depth` in flight; a busy refusal sends
+/// the same block again after a turn.
+pub fn write_at_depth<B: Backend>(
+    d: &mut Driver<B>,
+    lbas: impl Iterator<Item = u64>,
+    count: u64,
+    depth: u64,
+) {
+    let bs = d.block_size();
+    let mut lbas = lbas.peekable();
+    let (mut sent, mut answered) = (0u64, 0u64);
+    while answered < count {
+        while sent < count && sent - answered < depth {
+            let lba = *lbas.peek().expect("enough blocks to write");
+            let request = Request::Write {
+                lba,
+                data: super::pattern(lba, 1, bs),
+                fua: false,
+            };
+            match d.try_submit(sent, request) {
+                Ok(()) => {
+                    sent += 1;
+                    lbas.next();
+                }
+                Err(IoError::Busy) => break,
+                Err(e) => panic!("write {sent}: {e}"),
+            }
+        }
+        d.turn().expect("turn");
+        while let Some(reply) = d.take_reply() {
+            reply.result.expect("write answered");
+            answered += 1;
+        }
+    }
+}
 
 /// What a test counts as commands go by.
 pub trait Watcher {
