@@ -74,6 +74,11 @@ impl<B: Backend> Driver<B> {
         &self.ftl
     }
 
+    #[cfg(test)]
+    pub(crate) fn ftl_mut(&mut self) -> &mut Ftl {
+        &mut self.ftl
+    }
+
     pub fn backend(&self) -> &B {
         &self.backend
     }

@@ -2358,13 +2358,14 @@ fn case_reads_of_unwritten<H: Harness>(h: &mut H) -> Result<(), Failure> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! A small, correct in-memory zoned device (`RefDevice`) that must pass
-    //! the whole suite, and broken variants of it that must fail it.
+    //! the whole suite, and broken variants of it that must fail it (the
+    //! core's own tests run on it too).
     use super::*;
 
     #[derive(Clone, Copy, Debug, Default)]
-    struct Quirks {
+    pub(crate) struct Quirks {
         append_off_by_one: bool,
         ignore_wp: bool,
         never_busy: bool,
@@ -2374,6 +2375,8 @@ mod tests {
         loses_flushed_data: bool,
         busy_one_early: bool,
         parts_reversed: bool,
+        /// Zone 1 online too (the core keeps its metadata there).
+        pub(crate) all_online: bool,
     }
 
     struct ModelZone {
@@ -2386,7 +2389,7 @@ mod tests {
     }
 
     /// Commands run at submit; completions wait, reaped in pseudo-random order.
-    struct RefDevice {
+    pub(crate) struct RefDevice {
         g: Geometry,
         zones: Vec<ModelZone>,
         done: Vec<Completion>,
@@ -2396,7 +2399,7 @@ mod tests {
     }
 
     impl RefDevice {
-        fn new(g: Geometry, q: Quirks, seed: u64) -> Self {
+        pub(crate) fn new(g: Geometry, q: Quirks, seed: u64) -> Self {
             let (bs, os, size) = (
                 g.block_size_bytes as usize,
                 g.oob_size_bytes as usize,
@@ -2404,7 +2407,7 @@ mod tests {
             );
             let zones = (0..g.zone_count)
                 .map(|z| ModelZone {
-                    state: if z == 1 {
+                    state: if z == 1 && !q.all_online {
                         ZoneState::Offline
                     } else {
                         ZoneState::Empty

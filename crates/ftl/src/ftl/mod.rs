@@ -983,7 +983,8 @@ impl Ftl {
 
     /// Out of free zones with nothing left to collect: first seal the open
     /// data zones (their stale blocks become collectable), then let host
-    /// writes use the GC reserve, then declare the media exhausted.
+    /// writes use the GC reserve, then collect a zone with nothing live
+    /// beside the jobs held, then declare the media exhausted.
     fn resolve_stall(&mut self) {
         if self.log.blocked() {
             // Lost ring zones left the log no room for the checkpoint that
@@ -1012,6 +1013,10 @@ impl Ftl {
         );
         if !self.reserve_unlocked && free > 0 {
             self.reserve_unlocked = true;
+            return;
+        }
+        // A zone with nothing live is a zone free for the cost of a reset.
+        if self.start_empty_job() {
             return;
         }
         self.space_exhausted = true;

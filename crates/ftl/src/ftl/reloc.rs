@@ -376,6 +376,39 @@ impl Ftl {
         } else {
             return None;
         };
+        Some(self.job_for(victim, purpose))
+    }
+
+    /// A logical zone GC may reset that holds nothing live.
+    pub(super) fn empty_gc_victim(&self) -> Option<ZoneId> {
+        let valid = |z: ZoneId| self.mapping.valid_blocks(z);
+        let ex = |z: ZoneId| self.excluded(z) || valid(z) > 0;
+        self.zones
+            .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)
+    }
+
+    /// Starts a collection of a victim with nothing live beside any jobs
+    /// `may_start_job` would wait for (up to `MAX_GC_VICTIMS` running): it
+    /// copies nothing, so it needs no room, and its reset frees a zone.
+    /// Held victims whose copies have nowhere to go otherwise wait for a
+    /// zone no job will free (after a mount left no free zone or open lane,
+    /// a victim with one live block did, and a FUA write was answered
+    /// NoSpace beside six zones with nothing live). Returns whether it
+    /// started one.
+    pub(super) fn start_empty_job(&mut self) -> bool {
+        if self.jobs.len() >= MAX_GC_VICTIMS as usize || self.reading_job().is_some() {
+            return false;
+        }
+        let Some(victim) = self.empty_gc_victim() else {
+            return false;
+        };
+        let job = self.job_for(victim, JobPurpose::Gc);
+        self.jobs.push(job);
+        true
+    }
+
+    /// A new job collecting `victim` for `purpose`.
+    fn job_for(&mut self, victim: ZoneId, purpose: JobPurpose) -> GcJob {
         let reserved_entries = if self.zones.get(victim).kind().is_nameless() {
             self.reserve_moves(victim)
         } else {
@@ -400,7 +433,7 @@ impl Ftl {
                 Some(self.victim_lbas(victim, None, &shared)),
             ),
         };
-        Some(GcJob {
+        GcJob {
             victim,
             purpose,
             scan_offset: 0,
@@ -414,7 +447,7 @@ impl Ftl {
             pace,
             pending: 0,
             reserved_entries,
-        })
+        }
     }
 
     /// Spread GC's victim: `best`, or the best victim of the zone group
@@ -560,9 +593,13 @@ impl Ftl {
         if let Some(c) = self.next_closing_command() {
             return Some(c);
         }
-        if self.reading_job().is_none() && self.may_start_job() {
-            if let Some(job) = self.pick_job() {
-                self.jobs.push(job);
+        if self.reading_job().is_none() {
+            if self.may_start_job() {
+                if let Some(job) = self.pick_job() {
+                    self.jobs.push(job);
+                }
+            } else if self.gc_urgent() {
+                self.start_empty_job();
             }
         }
         let i = self.reading_job()?;
@@ -1476,5 +1513,91 @@ impl Ftl {
         if was_nameless && !self.zones.get(zone).kind().is_nameless() {
             self.nameless_zone_gone(zone);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::conformance::tests::{Quirks, RefDevice};
+    use crate::backend::Geometry;
+    use crate::config::{FormatOptions, FtlConfig};
+    use crate::zone::ZoneUse;
+    use crate::Driver;
+
+    const ZONE_BLOCKS: u64 = 32;
+
+    fn geometry() -> Geometry {
+        Geometry {
+            block_size_bytes: 512,
+            oob_size_bytes: 64,
+            zone_count: 24,
+            zone_size_blocks: ZONE_BLOCKS,
+            zone_capacity_blocks: ZONE_BLOCKS,
+            write_unit_blocks: 1,
+            max_append_blocks: 8,
+            max_transfer_blocks: 16,
+            max_open_zones: 0,
+            max_active_zones: 0,
+            parallel_units: 1,
+            zone_groups: 1,
+            queue_depth: 8,
+        }
+    }
+
+    /// A full data zone whose live blocks number within `live`.
+    fn full_zone(ftl: &Ftl, live: std::ops::Range<u64>) -> Option<ZoneId> {
+        ftl.zones
+            .iter()
+            .find(|&(z, zone)| {
+                zone.state() == ZoneUse::Full
+                    && zone.kind().is_gc_collected()
+                    && live.contains(&ftl.mapping.valid_blocks(z))
+            })
+            .map(|(z, _)| z)
+    }
+
+    /// GC holds a victim whose live blocks wait for room and may start no
+    /// other job: a zone with nothing live is still collected beside it
+    /// (its job copies nothing, and its reset frees a zone).
+    #[test]
+    fn an_empty_victim_starts_beside_a_held_one() {
+        let mut quirks = Quirks::default();
+        quirks.all_online = true;
+        let device = RefDevice::new(geometry(), quirks, 1);
+        let cfg = FtlConfig {
+            gc_victims: 1,
+            ..FtlConfig::default()
+        };
+        let mut driver = Driver::format(device, &FormatOptions::default(), cfg).expect("format");
+        let block = vec![0x5A; 512];
+        for lba in 0..ZONE_BLOCKS * 3 {
+            driver.write(lba, &block).expect("write");
+        }
+        // The first zone's LBAs written again leave it with nothing live;
+        // a trim leaves the next one a victim with live blocks.
+        for lba in 0..ZONE_BLOCKS {
+            driver.write(lba, &block).expect("overwrite");
+        }
+        driver.trim(ZONE_BLOCKS, 1).expect("trim");
+        driver.flush().expect("flush");
+        let ftl = driver.ftl_mut();
+        assert!(ftl.jobs.is_empty() && ftl.closing.is_empty());
+        let empty = full_zone(ftl, 0..1).expect("a full zone with nothing live");
+        let held = full_zone(ftl, 1..ZONE_BLOCKS).expect("a full zone with live blocks");
+        // The held victim is read through; its copies wait for room.
+        let mut job = ftl.job_for(held, JobPurpose::Gc);
+        job.scan_offset = ftl.zones.get(held).write_pointer_blocks();
+        ftl.jobs.push(job);
+        // Free zones at the reserve: GC is urgent.
+        ftl.gc_reserve_zones = ftl.zones.free_count();
+        assert!(ftl.reading_job().is_none() && !ftl.may_start_job());
+        assert_eq!(ftl.empty_gc_victim(), Some(empty));
+        let _ = ftl.next_job_command();
+        assert!(
+            ftl.jobs.iter().any(|j| j.victim == empty),
+            "no job for zone {empty}, which holds nothing live: {}",
+            ftl.debug_state()
+        );
     }
 }
