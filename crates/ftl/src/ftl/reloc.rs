@@ -598,7 +598,10 @@ impl Ftl {
                 if let Some(job) = self.pick_job() {
                     self.jobs.push(job);
                 }
-            } else if self.gc_urgent() {
+            } else if self.gc_urgent() && self.gc_in_flight == 0 {
+                // Only with nothing of GC's in flight (a held job waiting
+                // for room): the scan is O(zones), and GC in flight frees
+                // room or zones anyway.
                 self.start_empty_job();
             }
         }
