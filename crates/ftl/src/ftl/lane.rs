@@ -670,16 +670,19 @@ impl Ftl {
         if !self.may_append_host() {
             return None;
         }
-        let base = Self::host_lane(temp);
+        let to = self.host_room(Self::host_lane(temp), queued)?;
+        self.host_append_to(to, temp, queued, urgent)
+    }
+
+    /// Room for `queued` blocks of host lane `base`'s stream: in the zone
+    /// `host_destination` picks (a stripe's, with host stripes), else in
+    /// `base` or its sibling (`room_in`).
+    pub(super) fn host_room(&mut self, base: Lane, queued: u64) -> Option<(Lane, ZoneId, u64)> {
         let to = match self.host_destination(base) {
             stripe @ Lane::HostStripe(_) => self.room_in(stripe, queued, false),
             _ => None,
         };
-        let to = match to {
-            Some(to) => to,
-            None => self.room_in(base, queued, false)?,
-        };
-        self.host_append_to(to, temp, queued, urgent)
+        to.or_else(|| self.room_in(base, queued, false))
     }
 
     /// The lane the next host append of `base`'s stream goes to: of the

@@ -36,11 +36,12 @@ const URGENT_MIN_FREE_ZONES: u64 = 2;
 impl Ftl {
     /// Where the next append of `queued` urgent blocks of host lane `lane`
     /// goes: the urgent lane's zone while it holds one (so it fills and
-    /// closes), else the host lane's room, else a zone the urgent lane
-    /// opens.
+    /// closes), else the host lane's room (its stripes' too, so a stripe a
+    /// deeper load opened fills and closes under FUA writes alone), else a
+    /// zone the urgent lane opens.
     pub(super) fn urgent_room(&mut self, lane: Lane, queued: u64) -> Option<(Lane, ZoneId, u64)> {
         if self.lane_zone(Lane::Urgent).is_none() {
-            if let Some(to) = self.room_in(lane, queued, false) {
+            if let Some(to) = self.host_room(lane, queued) {
                 return Some(to);
             }
         }
