@@ -379,10 +379,11 @@ impl Ftl {
         Some(self.job_for(victim, purpose))
     }
 
-    /// A logical zone GC may reset that holds nothing live.
+    /// A logical zone GC may reset that holds nothing live (not one queued
+    /// for retirement: its own job retires it).
     pub(super) fn empty_gc_victim(&self) -> Option<ZoneId> {
         let valid = |z: ZoneId| self.mapping.valid_blocks(z);
-        let ex = |z: ZoneId| self.excluded(z) || valid(z) > 0;
+        let ex = |z: ZoneId| self.excluded(z) || valid(z) > 0 || self.retire_queue.contains(&z);
         self.zones
             .pick_victim(self.cfg.gc_policy, self.next_seq, valid, ex)
     }
